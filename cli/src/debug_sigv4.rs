@@ -1,0 +1,1 @@
+//! `hipobj debug sigv4` (being written).

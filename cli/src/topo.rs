@@ -1,0 +1,1 @@
+//! `hipobj topo` (being written).

@@ -1,0 +1,1 @@
+//! Fuzz bodies for the `http` parsers (filled by the module's owner).

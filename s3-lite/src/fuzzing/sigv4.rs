@@ -1,0 +1,1 @@
+//! Fuzz bodies for the `sigv4` parsers (filled by the module's owner).

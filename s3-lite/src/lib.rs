@@ -1,0 +1,36 @@
+//! `s3-lite`: the sans-IO control plane of hipObject.
+//!
+//! Nothing in this crate opens a socket or reads a clock: bytes go in, bytes come out, and the
+//! current time is an argument wherever a signature needs it. The socket drivers live elsewhere
+//! (the CLI's blocking driver today, the engine's mio workers next).
+//!
+//! Modules, one job each:
+//! - [`request`]: the request head type shared by the encoder, the signer and the S3 builders.
+//! - [`http`]: HTTP/1.1 request encoder and incremental response decoder (Content-Length and
+//!   chunked bodies, hard limits on everything a peer controls).
+//! - [`sigv4`]: AWS Signature Version 4 — header and query (presigned) signing, verification,
+//!   streaming chunk/trailer signatures, signing-key cache.
+//! - [`credentials`]: static, environment and shared-profile credentials, region and endpoint.
+//! - [`s3`]: S3 operations (request builders), addressing, response and error-XML parsing.
+//! - [`checksum`]: CRC64NVME and CRC32C as S3 defines them (`x-amz-checksum-*`).
+//! - [`uri`]: S3 percent-encoding and decoding.
+//! - [`rdma`]: pure codecs for the `x-amz-rdma-*` header family (`docs/protocols.md`).
+//!
+//! Untrusted input (anything a server sends) never panics: every parser returns a typed error.
+#![forbid(unsafe_code)]
+#![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing))]
+
+pub mod checksum;
+pub mod credentials;
+pub mod http;
+pub mod rdma;
+pub mod request;
+pub mod s3;
+pub mod sigv4;
+pub mod uri;
+
+#[doc(hidden)]
+pub mod fuzzing;
+
+pub use request::Request;
