@@ -1,3 +1,8 @@
 //! The `hipobj` command-line tool, as a library so integration tests can drive its pieces.
+pub mod client;
+pub mod commands;
 pub mod debug_sigv4;
+pub mod net;
+pub mod s3uri;
 pub mod topo;
+pub mod units;

@@ -1,1 +1,164 @@
-//! `hipobj topo` (being written).
+//! `hipobj topo [--sysfs-root DIR] [--json]`: the GPU/NIC topology matrix.
+//!
+//! The text form matches `nvidia-smi topo -m` (tab-separated, underlined header, `X` on the
+//! diagonal, CPU and NUMA affinity of each GPU, legend, NIC legend), so the two can be compared
+//! side by side. GPU↔GPU cells show the PCIe path class: NVLink is not visible in sysfs, so where
+//! `nvidia-smi` prints `NV18` we print the PCIe path that would be used without it. The JSON form
+//! carries the whole [`numa::Topology`] plus the matrix, each GPU's closest NICs and the worker
+//! plan the engine would use.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use numa::{Matrix, PathClass, TopoError, Topology, Worker};
+use serde::Serialize;
+
+/// Print the GPU/NIC topology matrix, like `nvidia-smi topo -m`, read from sysfs.
+#[derive(clap::Args, Debug)]
+pub struct TopoArgs {
+    /// Read sysfs below this directory instead of `/` (a captured fixture tree).
+    #[arg(long)]
+    pub sysfs_root: Option<PathBuf>,
+    /// Print JSON instead of the `nvidia-smi topo -m` style matrix.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs the subcommand; returns the process exit code (0 success, 1 when the topology cannot be
+/// read or the output cannot be written).
+pub fn run(args: &TopoArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> i32 {
+    let root = args
+        .sysfs_root
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let result = Topology::from_root(&root)
+        .map_err(|e| e.to_string())
+        .and_then(|t| {
+            let text = if args.json {
+                render_json(&t).map_err(|e| e.to_string())?
+            } else {
+                render_text(&t).map_err(|e| e.to_string())?
+            };
+            stdout
+                .write_all(text.as_bytes())
+                .and_then(|()| stdout.flush())
+                .map_err(|e| format!("writing output: {e}"))
+        });
+    match result {
+        Ok(()) => 0,
+        Err(msg) => {
+            // Nothing more can be done if stderr itself fails.
+            let _ = writeln!(stderr, "hipobj topo: {msg}");
+            1
+        }
+    }
+}
+
+/// The legend `nvidia-smi topo -m` prints, without its NVLink line (we never print `NV#`).
+const LEGEND: &str = "\
+Legend:
+
+  X    = Self
+  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
+  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node
+  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)
+  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)
+  PIX  = Connection traversing at most a single PCIe bridge
+";
+
+/// Renders the matrix the way `nvidia-smi topo -m` does.
+pub fn render_text(t: &Topology) -> Result<String, TopoError> {
+    if t.gpus.is_empty() && t.nics.is_empty() {
+        let mut out = format!(
+            "No GPU or RDMA NIC found under {}.\n\nNUMA nodes:\n",
+            t.root.join("sys").display()
+        );
+        for n in &t.nodes {
+            out.push_str(&format!("  node{}: CPUs {}\n", n.id, cpus_or_na(&n.cpus)));
+        }
+        return Ok(out);
+    }
+    let m = t.matrix()?;
+    let mut out = String::from("\t\x1b[4m");
+    for l in &m.labels {
+        out.push_str(l);
+        out.push('\t');
+    }
+    out.push_str("CPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n");
+    for (row, label) in m.labels.iter().enumerate() {
+        out.push_str(label);
+        for cell in m.cells.get(row).into_iter().flatten() {
+            out.push('\t');
+            out.push_str(cell.map_or(" X ", PathClass::as_str));
+        }
+        if let Some(gpu) = t.gpus.get(row) {
+            let numa = gpu.numa_node.map_or("N/A".to_string(), |n| n.to_string());
+            out.push_str(&format!("\t{}\t{numa}\t\tN/A", cpus_or_na(&gpu.local_cpus)));
+        }
+        out.push('\n');
+    }
+    out.push('\n');
+    out.push_str(LEGEND);
+    if !t.nics.is_empty() {
+        out.push_str("\nNIC Legend:\n\n");
+        for n in &t.nics {
+            out.push_str(&format!("  NIC{}: {}\n", n.index, n.name));
+        }
+    }
+    Ok(out)
+}
+
+fn cpus_or_na(c: &numa::CpuSet) -> String {
+    if c.is_empty() {
+        "N/A".to_string()
+    } else {
+        c.to_string()
+    }
+}
+
+/// Closest NICs of one GPU, for the JSON report.
+#[derive(Serialize)]
+struct Closest {
+    gpu: usize,
+    class: Option<PathClass>,
+    nics: Vec<usize>,
+}
+
+/// The JSON document: the topology, its matrix, each GPU's closest NICs and the worker plan.
+#[derive(Serialize)]
+struct Report<'a> {
+    #[serde(flatten)]
+    topology: &'a Topology,
+    matrix: Matrix,
+    closest_nics: Vec<Closest>,
+    workers: Vec<Worker>,
+}
+
+/// Renders the JSON report (pretty-printed, newline-terminated).
+pub fn render_json(t: &Topology) -> Result<String, String> {
+    let mut closest_nics = Vec::with_capacity(t.gpus.len());
+    for g in &t.gpus {
+        let ranking = t.nic_ranking(g.index).map_err(|e| e.to_string())?;
+        let best = ranking.first().map(|(_, d)| d.class);
+        let nics = t
+            .closest_nics(g.index)
+            .map_err(|e| e.to_string())?
+            .iter()
+            .map(|n| n.index)
+            .collect();
+        closest_nics.push(Closest {
+            gpu: g.index,
+            class: best,
+            nics,
+        });
+    }
+    let report = Report {
+        topology: t,
+        matrix: t.matrix().map_err(|e| e.to_string())?,
+        closest_nics,
+        workers: t.worker_plan().map_err(|e| e.to_string())?,
+    };
+    let mut s = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+    s.push('\n');
+    Ok(s)
+}

@@ -1,5 +1,58 @@
-//! `engine`: the poll-mode data-plane engine.
+//! `engine`: the poll-mode data-plane engine of hipObject.
 //!
-//! Not implemented yet: the engine lands with the "Engine core" issue. This crate exists so the
-//! workspace has its final shape; it exports nothing that pretends to work.
+//! An application registers memory once, interns object names once, takes a [`Queue`] per
+//! thread and then pushes fixed-size submission entries (`ring_api::opcode` builders) and
+//! reaps completions, never blocking a worker and never being blocked by one.
+//!
+//! ```no_run
+//! use engine::{Engine, RegisterOptions};
+//! use ring_api::opcode::RangeGet;
+//! use ring_api::BufSlice;
+//!
+//! let engine = Engine::builder().endpoint_url("http://127.0.0.1:9000").build()?;
+//! let buf = engine.register_host(1 << 20, RegisterOptions::pinned())?;
+//! let obj = engine.object("bucket", "model.safetensors")?;
+//! let mut q = engine.queue(256)?;
+//! q.push(&RangeGet::new(obj, 4096, BufSlice::new(buf, 0, 65536)).user_data(1).build())?;
+//! q.wait(1, None);
+//! let cqe = q.completion().next().expect("one completion");
+//! assert!(cqe.is_ok(), "error {:?}", cqe.error_code());
+//! let bytes = engine.read(buf, 0, 65536)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Thread model
+//! One worker thread per placement slot ([`Placement`]), pinned when possible. A worker polls
+//! its rings and sockets while work moves and sleeps in `epoll_wait` otherwise; submitting
+//! wakes it only when it announced it sleeps. An idle engine uses no CPU.
+//!
+//! # Memory and ownership
+//! Registered memory belongs to the engine's registry. Each operation holds a lease on the
+//! bytes it touches until it completes: [`Engine::read`] refuses ranges being written,
+//! overlapping writes complete with `EBUSY`, and [`Engine::deregister`] waits for leases.
+//!
+//! # Safety model
+//! `#![deny(unsafe_code)]`; the only modules allowed `unsafe` are `memory::raw` (pointer
+//! access to registrations) and `sys` (clock and rusage), plus [`Engine::register_raw`],
+//! whose caller contract is documented. Completion entries and server responses are
+//! untrusted: invalid entries complete with errors, never panics.
 #![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod config;
+mod dispatch;
+mod engine;
+mod error;
+mod fabric;
+mod inflight;
+mod memory;
+mod placement;
+mod sys;
+mod timers;
+mod worker;
+
+pub use config::{EngineBuilder, Placement, RetryPolicy};
+pub use engine::{Engine, Queue, WorkerInfo};
+pub use error::EngineError;
+pub use memory::{BufferView, RegisterOptions};
+pub use sys::{monotonic_ns, process_cpu_time};

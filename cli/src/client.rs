@@ -1,0 +1,523 @@
+//! A blocking S3 client: `s3-lite` requests, signed and sent over [`crate::net`].
+//!
+//! Uploads carry `x-amz-checksum-crc64nvme` (per part for multipart uploads, plus the combined
+//! full-object value on Complete), so a server that stores something other than what we sent
+//! answers `BadDigest` instead of keeping corrupt data. Downloads of a whole object ask for the
+//! stored checksum (`x-amz-checksum-mode: ENABLED`) and compare it with the bytes received.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use s3_lite::Request;
+use s3_lite::checksum::{Checksum, ChecksumAlgorithm, Crc64Nvme, HEADER_CRC64NVME};
+use s3_lite::credentials::Credentials;
+use s3_lite::http::ResponseHead;
+use s3_lite::s3::{
+    self, ByteRange, CompletedPart, ContentRange, Endpoint, GetOptions, ListOptions, ObjectEntry, ObjectMeta,
+    PutOptions, S3Error,
+};
+use s3_lite::sigv4::{AmzDate, PayloadHash, Signer};
+
+use crate::net::exchange::{BodySink, ExchangeError, HttpClient, RequestBody, WriteSink};
+use crate::net::tls::{TlsOptions, client_config};
+use crate::net::transport::Timeouts;
+
+/// Error bodies larger than this are cut (the XML parser has its own, larger bound).
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// Why an S3 call failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The server answered with an S3 error.
+    #[error("{0}")]
+    S3(#[from] S3Error),
+    /// Network or protocol failure.
+    #[error(transparent)]
+    Exchange(#[from] ExchangeError),
+    /// A request could not be built (invalid bucket, key, part number, ...).
+    #[error("{0}")]
+    Build(#[from] s3::BuildError),
+    /// Signing failed (invalid credentials format, ...).
+    #[error("signing: {0}")]
+    Signing(#[from] s3_lite::sigv4::SigningError),
+    /// The server's answer could not be understood.
+    #[error("unexpected response: {0}")]
+    Response(String),
+    /// The bytes received do not match the checksum the server returned.
+    #[error("checksum mismatch on download: server says {expected}, received bytes give {actual}")]
+    ChecksumMismatch {
+        /// Server's value (base64).
+        expected: String,
+        /// Ours (base64).
+        actual: String,
+    },
+    /// The server sent a different range or length than asked for.
+    #[error("short or wrong response: {0}")]
+    WrongLength(String),
+    /// Reading the local source or writing the destination failed.
+    #[error("{context}: {source}")]
+    Local {
+        /// What was being done.
+        context: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// TLS configuration failed.
+    #[error(transparent)]
+    Tls(#[from] crate::net::tls::TlsError),
+}
+
+impl ClientError {
+    fn response(e: impl std::fmt::Display) -> Self {
+        ClientError::Response(e.to_string())
+    }
+}
+
+/// Everything needed to build a client.
+#[derive(Debug, Clone)]
+pub struct ClientSettings {
+    /// Where requests go.
+    pub endpoint: Endpoint,
+    /// Who signs them.
+    pub credentials: Credentials,
+    /// Region of the signature scope.
+    pub region: String,
+    /// TLS trust settings (for `https://`).
+    pub tls: TlsOptions,
+    /// Socket timeouts.
+    pub timeouts: Timeouts,
+}
+
+/// Result of a download.
+#[derive(Debug, Clone)]
+pub struct GetResult {
+    /// Response metadata.
+    pub meta: ObjectMeta,
+    /// Bytes written to the destination.
+    pub bytes: u64,
+    /// Whether a server checksum was compared with the received bytes.
+    pub checksum_verified: bool,
+}
+
+/// Result of an upload.
+#[derive(Debug, Clone)]
+pub struct PutResult {
+    /// The object's ETag.
+    pub etag: Option<String>,
+    /// CRC64NVME of the uploaded bytes (base64), as sent and accepted.
+    pub checksum_crc64nvme: String,
+    /// Number of parts (1 for a single PUT).
+    pub parts: u32,
+    /// Bytes uploaded.
+    pub bytes: u64,
+}
+
+/// A blocking S3 client for one endpoint.
+pub struct S3Client {
+    http: HttpClient,
+    signer: Signer,
+}
+
+/// Writes into a `Vec` up to a bound and drops the rest (error bodies).
+struct BoundedSink(Vec<u8>);
+
+impl BodySink for BoundedSink {
+    fn accept(&mut self, data: &[u8]) -> std::io::Result<()> {
+        let room = MAX_ERROR_BODY.saturating_sub(self.0.len());
+        self.0.extend_from_slice(data.get(..room.min(data.len())).unwrap_or_default());
+        Ok(())
+    }
+}
+
+/// Sends body bytes to `inner` only when the status was a success; keeps error bodies aside.
+struct StatusSink<'a> {
+    inner: &'a mut dyn BodySink,
+    error_body: BoundedSink,
+    success: Option<bool>,
+}
+
+fn empty_payload() -> PayloadHash {
+    PayloadHash::Hex(s3_lite::sigv4::EMPTY_SHA256.to_owned())
+}
+
+fn now() -> AmzDate {
+    #[allow(clippy::disallowed_methods)] // the blocking driver owns the clock
+    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    // The clock is after 1970 on every machine this runs on; fall back to the epoch otherwise.
+    AmzDate::from_unix_secs(secs).unwrap_or_else(|_| AmzDate::from_unix_secs(0).expect("epoch is a valid date"))
+}
+
+impl S3Client {
+    /// Builds a client (TLS configuration is prepared once here).
+    pub fn new(settings: ClientSettings) -> Result<Self, ClientError> {
+        let tls = match settings.endpoint.scheme {
+            s3::Scheme::Https => Some(client_config(&settings.tls)?),
+            s3::Scheme::Http => None,
+        };
+        let signer = Signer::new(settings.credentials, settings.region, "s3")?;
+        Ok(Self { http: HttpClient::new(settings.endpoint, tls, settings.timeouts), signer })
+    }
+
+    /// The endpoint.
+    pub fn endpoint(&self) -> &Endpoint {
+        self.http.endpoint()
+    }
+
+    /// Signs and sends `req`; on a 2xx status the body goes to `sink`, otherwise it becomes an
+    /// [`S3Error`].
+    fn send(
+        &mut self,
+        mut req: Request,
+        bucket: Option<&str>,
+        payload: PayloadHash,
+        body: RequestBody<'_>,
+        sink: &mut dyn BodySink,
+    ) -> Result<ResponseHead, ClientError> {
+        self.signer.sign_headers(&mut req, &payload, now())?;
+        let mut status_sink = StatusSink { inner: sink, error_body: BoundedSink(Vec::new()), success: None };
+        let head = self.http.execute(&req, bucket, body, &mut StatusSinkAdapter(&mut status_sink))?;
+        if (200..300).contains(&head.status) {
+            Ok(head)
+        } else {
+            Err(ClientError::S3(s3::parse_error(head.status, &head.headers, &status_sink.error_body.0)))
+        }
+    }
+
+    /// HeadObject.
+    pub fn head(&mut self, bucket: &str, key: &str) -> Result<ObjectMeta, ClientError> {
+        let req = s3::head_object(self.endpoint(), bucket, key, &GetOptions::default())?;
+        let head = self.send(req, Some(bucket), empty_payload(), RequestBody::None, &mut Vec::new())?;
+        ObjectMeta::from_headers(&head.headers).map_err(ClientError::response)
+    }
+
+    /// GetObject (whole or `range`) streamed into `dest`; `on_bytes` reports progress.
+    pub fn get(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        range: Option<ByteRange>,
+        dest: &mut dyn Write,
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<GetResult, ClientError> {
+        let opts = GetOptions { range, if_match: None, checksum_mode: range.is_none() };
+        let req = s3::get_object(self.endpoint(), bucket, key, &opts)?;
+        let mut crc = Crc64Nvme::new();
+        let mut received = 0u64;
+        let mut progress = |n: u64| {
+            received += n;
+            on_bytes(n)
+        };
+        let mut sink = HashingSink { crc: &mut crc, inner: WriteSink { writer: dest, on_bytes: &mut progress } };
+        let head = self.send(req, Some(bucket), empty_payload(), RequestBody::None, &mut sink)?;
+        let meta = ObjectMeta::from_headers(&head.headers).map_err(ClientError::response)?;
+        check_length(&meta, range, received)?;
+        let whole_object = match meta.content_range {
+            None => true,
+            Some(ContentRange::Bytes { first, last, total: Some(total) }) => first == 0 && last.checked_add(1) == Some(total),
+            Some(_) => false,
+        };
+        let mut checksum_verified = false;
+        if let (true, Some(expected)) = (whole_object, meta.checksum_crc64nvme.as_deref()) {
+            let composite = meta.checksum_type.as_deref().is_some_and(|t| t.eq_ignore_ascii_case("COMPOSITE"))
+                || expected.contains('-');
+            if !composite {
+                let actual = Checksum::Crc64Nvme(crc.finish()).to_base64();
+                if actual != expected {
+                    return Err(ClientError::ChecksumMismatch { expected: expected.to_owned(), actual });
+                }
+                checksum_verified = true;
+            }
+        }
+        Ok(GetResult { meta, bytes: received, checksum_verified })
+    }
+
+    /// PutObject of `len` bytes from `source` (read twice: once for the checksum, once to send).
+    pub fn put_single<R: Read + Seek>(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        source: &mut R,
+        len: u64,
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<PutResult, ClientError> {
+        let crc = crc_of_range(source, 0, len)?;
+        let checksum = Checksum::Crc64Nvme(crc).to_base64();
+        let opts = PutOptions { checksums: vec![(HEADER_CRC64NVME.into(), checksum.clone())], ..Default::default() };
+        let req = s3::put_object(self.endpoint(), bucket, key, len, &opts)?;
+        seek(source, 0)?;
+        let mut reader = ProgressReader { inner: source.take(len), on_bytes };
+        let head = self.send(req, Some(bucket), PayloadHash::Unsigned, RequestBody::Reader(&mut reader, len), &mut Vec::new())?;
+        let meta = ObjectMeta::from_headers(&head.headers).map_err(ClientError::response)?;
+        verify_echoed_checksum(&meta, &checksum)?;
+        Ok(PutResult { etag: meta.etag, checksum_crc64nvme: checksum, parts: 1, bytes: len })
+    }
+
+    /// Multipart upload of `len` bytes from `source` in parts of `part_size`; aborted on failure
+    /// so no orphaned parts stay behind.
+    pub fn put_multipart<R: Read + Seek>(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        source: &mut R,
+        len: u64,
+        part_size: u64,
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<PutResult, ClientError> {
+        let part_count = len.div_ceil(part_size.max(1));
+        if part_count == 0 || part_count > u64::from(s3::multipart::MAX_PARTS) {
+            return Err(ClientError::Build(s3::BuildError::InvalidOption(
+                "multipart upload needs 1..=10000 parts: raise --part-size",
+            )));
+        }
+        let opts = PutOptions {
+            checksums: vec![
+                ("x-amz-checksum-algorithm".into(), ChecksumAlgorithm::Crc64Nvme.name().into()),
+                ("x-amz-checksum-type".into(), "FULL_OBJECT".into()),
+            ],
+            ..Default::default()
+        };
+        let req = s3::create_multipart_upload(self.endpoint(), bucket, key, &opts)?;
+        let mut body = Vec::new();
+        self.send(req, Some(bucket), empty_payload(), RequestBody::None, &mut body)?;
+        let upload_id = s3::parse_initiate_multipart_upload(&body).map_err(ClientError::response)?;
+        match self.upload_parts(bucket, key, &upload_id, source, len, part_size, on_bytes) {
+            Ok(result) => Ok(result),
+            Err(e) => {
+                // Best effort: the original error is what the user needs to see.
+                if let Ok(req) = s3::abort_multipart_upload(self.endpoint(), bucket, key, &upload_id) {
+                    let _ = self.send(req, Some(bucket), empty_payload(), RequestBody::None, &mut Vec::new());
+                }
+                Err(e)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn upload_parts<R: Read + Seek>(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        source: &mut R,
+        len: u64,
+        part_size: u64,
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<PutResult, ClientError> {
+        let mut parts = Vec::new();
+        let mut whole_crc = 0u64;
+        let mut offset = 0u64;
+        let mut part_number = 1u32;
+        while offset < len {
+            let this_len = part_size.min(len - offset);
+            let crc = crc_of_range(source, offset, this_len)?;
+            whole_crc = if offset == 0 { crc } else { Crc64Nvme::combine(whole_crc, crc, this_len) };
+            let checksum = Checksum::Crc64Nvme(crc).to_base64();
+            let req = s3::upload_part(
+                self.endpoint(),
+                bucket,
+                key,
+                upload_id,
+                part_number,
+                this_len,
+                &[(HEADER_CRC64NVME.into(), checksum.clone())],
+            )?;
+            seek(source, offset)?;
+            let mut reader = ProgressReader { inner: (&mut *source).take(this_len), on_bytes: &mut *on_bytes };
+            let head = self.send(
+                req,
+                Some(bucket),
+                PayloadHash::Unsigned,
+                RequestBody::Reader(&mut reader, this_len),
+                &mut Vec::new(),
+            )?;
+            let meta = ObjectMeta::from_headers(&head.headers).map_err(ClientError::response)?;
+            verify_echoed_checksum(&meta, &checksum)?;
+            let etag = meta.etag.ok_or_else(|| ClientError::Response(format!("UploadPart {part_number}: no ETag")))?;
+            parts.push(CompletedPart { part_number, etag, checksum_crc64nvme: Some(checksum), checksum_crc32c: None });
+            offset += this_len;
+            part_number += 1;
+        }
+        let whole = Checksum::Crc64Nvme(whole_crc).to_base64();
+        let (req, body) = s3::complete_multipart_upload(
+            self.endpoint(),
+            bucket,
+            key,
+            upload_id,
+            &parts,
+            &[(HEADER_CRC64NVME.into(), whole.clone())],
+        )?;
+        let mut response = Vec::new();
+        let head = self.send(req, Some(bucket), PayloadHash::of_body(&body), RequestBody::Bytes(&body), &mut response)?;
+        let done = s3::parse_complete_multipart_upload(head.status, &head.headers, &response).map_err(|e| match e {
+            s3::ResponseError::S3(e) => ClientError::S3(*e),
+            other => ClientError::response(other),
+        })?;
+        if let Some(server) = done.checksum_crc64nvme.as_deref() {
+            if !server.contains('-') && server != whole {
+                return Err(ClientError::ChecksumMismatch { expected: whole, actual: server.to_owned() });
+            }
+        }
+        Ok(PutResult { etag: done.etag, checksum_crc64nvme: whole, parts: parts.len() as u32, bytes: len })
+    }
+
+    /// ListObjectsV2, following continuation tokens until the listing ends.
+    pub fn list(&mut self, bucket: &str, prefix: Option<&str>, delimiter: Option<&str>) -> Result<Listing, ClientError> {
+        let mut listing = Listing::default();
+        let mut token: Option<String> = None;
+        loop {
+            let opts = ListOptions {
+                prefix: prefix.map(str::to_owned),
+                delimiter: delimiter.map(str::to_owned),
+                continuation_token: token.take(),
+                ..Default::default()
+            };
+            let req = s3::list_objects_v2(self.endpoint(), bucket, &opts)?;
+            let mut body = Vec::new();
+            self.send(req, Some(bucket), empty_payload(), RequestBody::None, &mut body)?;
+            let page = s3::parse_list_objects_v2(&body).map_err(ClientError::response)?;
+            listing.objects.extend(page.contents);
+            listing.common_prefixes.extend(page.common_prefixes);
+            listing.pages += 1;
+            match (page.is_truncated, page.next_continuation_token) {
+                (true, Some(next)) => token = Some(next),
+                (true, None) => return Err(ClientError::Response("truncated listing without a continuation token".into())),
+                (false, _) => return Ok(listing),
+            }
+        }
+    }
+
+    /// DeleteObject.
+    pub fn delete(&mut self, bucket: &str, key: &str) -> Result<(), ClientError> {
+        let req = s3::delete_object(self.endpoint(), bucket, key)?;
+        self.send(req, Some(bucket), empty_payload(), RequestBody::None, &mut Vec::new())?;
+        Ok(())
+    }
+
+    /// CreateBucket in the client's region.
+    pub fn create_bucket(&mut self, bucket: &str) -> Result<(), ClientError> {
+        let region = self.signer.region().to_owned();
+        let (req, body) = s3::create_bucket(self.endpoint(), bucket, &region)?;
+        let payload = PayloadHash::of_body(&body);
+        let body = if body.is_empty() { RequestBody::None } else { RequestBody::Bytes(&body) };
+        self.send(req, Some(bucket), payload, body, &mut Vec::new())?;
+        Ok(())
+    }
+}
+
+/// All pages of a listing.
+#[derive(Debug, Clone, Default)]
+pub struct Listing {
+    /// Objects, in the server's order.
+    pub objects: Vec<ObjectEntry>,
+    /// Common prefixes (with a delimiter).
+    pub common_prefixes: Vec<String>,
+    /// Pages fetched.
+    pub pages: u32,
+}
+
+struct StatusSinkAdapter<'a, 'b>(&'a mut StatusSink<'b>);
+
+impl BodySink for StatusSinkAdapter<'_, '_> {
+    fn begin(&mut self, head: &ResponseHead) -> std::io::Result<()> {
+        let success = (200..300).contains(&head.status);
+        self.0.success = Some(success);
+        if success { self.0.inner.begin(head) } else { Ok(()) }
+    }
+
+    fn accept(&mut self, data: &[u8]) -> std::io::Result<()> {
+        match self.0.success {
+            Some(true) => self.0.inner.accept(data),
+            _ => self.0.error_body.accept(data),
+        }
+    }
+}
+
+
+struct HashingSink<'a, W: Write> {
+    crc: &'a mut Crc64Nvme,
+    inner: WriteSink<'a, W>,
+}
+
+impl<W: Write> BodySink for HashingSink<'_, W> {
+    fn accept(&mut self, data: &[u8]) -> std::io::Result<()> {
+        self.crc.update(data);
+        self.inner.accept(data)
+    }
+}
+
+struct ProgressReader<'a, R: Read> {
+    inner: R,
+    on_bytes: &'a mut dyn FnMut(u64),
+}
+
+impl<R: Read> Read for ProgressReader<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        (self.on_bytes)(n as u64);
+        Ok(n)
+    }
+}
+
+fn seek<R: Seek>(source: &mut R, offset: u64) -> Result<(), ClientError> {
+    source
+        .seek(SeekFrom::Start(offset))
+        .map(|_| ())
+        .map_err(|source| ClientError::Local { context: "seek in the source file".into(), source })
+}
+
+fn crc_of_range<R: Read + Seek>(source: &mut R, offset: u64, len: u64) -> Result<u64, ClientError> {
+    seek(source, offset)?;
+    let mut crc = Crc64Nvme::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = len;
+    while left > 0 {
+        let want = usize::try_from(left.min(buf.len() as u64)).unwrap_or(buf.len());
+        let piece = buf.get_mut(..want).unwrap_or_default();
+        let n = source.read(piece).map_err(|source| ClientError::Local { context: "read the source file".into(), source })?;
+        if n == 0 {
+            return Err(ClientError::Local {
+                context: "read the source file".into(),
+                source: std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "file shrank while uploading"),
+            });
+        }
+        crc.update(piece.get(..n).unwrap_or_default());
+        left -= n as u64;
+    }
+    Ok(crc.finish())
+}
+
+fn verify_echoed_checksum(meta: &ObjectMeta, sent: &str) -> Result<(), ClientError> {
+    match meta.checksum_crc64nvme.as_deref() {
+        Some(echoed) if echoed != sent => {
+            Err(ClientError::ChecksumMismatch { expected: sent.to_owned(), actual: echoed.to_owned() })
+        }
+        _ => Ok(()),
+    }
+}
+
+fn check_length(meta: &ObjectMeta, range: Option<ByteRange>, received: u64) -> Result<(), ClientError> {
+    if let Some(cl) = meta.content_length {
+        if cl != received {
+            return Err(ClientError::WrongLength(format!("Content-Length {cl}, received {received}")));
+        }
+    }
+    let Some(range) = range else { return Ok(()) };
+    let Some(ContentRange::Bytes { first: start, last: end, total }) = meta.content_range else {
+        return Err(ClientError::WrongLength(format!("asked for {}, server sent no Content-Range", range.to_header())));
+    };
+    let span = end.checked_sub(start).and_then(|d| d.checked_add(1));
+    let expected_start_ok = match range {
+        ByteRange::Inclusive(a, b) => start == a && (end == b || total.is_some_and(|t| end + 1 == t && b >= t)),
+        ByteRange::From(a) => start == a && total.is_none_or(|t| end + 1 == t),
+        ByteRange::Suffix(n) => total.is_none_or(|t| end + 1 == t && span.is_some_and(|s| s == n.min(t))),
+    };
+    if !expected_start_ok || span != Some(received) {
+        return Err(ClientError::WrongLength(format!(
+            "asked for {}, got Content-Range bytes {start}-{end} and {received} bytes",
+            range.to_header()
+        )));
+    }
+    Ok(())
+}

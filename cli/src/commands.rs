@@ -1,0 +1,359 @@
+//! The object commands (`put`, `get`, `head`, `ls`, `rm`, `mb`): argument parsing, output and
+//! exit codes. Each command returns a JSON value (printed with `--json`) and prints a human
+//! summary otherwise; every failure becomes one line on stderr and exit code 1.
+
+use std::fs::File;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use s3_lite::credentials::{self, Overrides, ProcessEnvironment};
+use s3_lite::s3::{AddressingStyle, ByteRange, Endpoint};
+use serde_json::{Value, json};
+
+use crate::client::{ClientSettings, S3Client};
+use crate::net::tls::TlsOptions;
+use crate::net::transport::Timeouts;
+use crate::s3uri::S3Uri;
+use crate::units::{format_bytes, parse_size};
+
+/// Options every object command takes.
+#[derive(Args, Debug, Clone, Default)]
+pub struct GlobalArgs {
+    /// S3 endpoint, e.g. http://127.0.0.1:9000 (default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, profile).
+    #[arg(long, global = true)]
+    pub endpoint_url: Option<String>,
+    /// Region of the signature scope (default: AWS_REGION, AWS_DEFAULT_REGION, profile, us-east-1).
+    #[arg(long, global = true)]
+    pub region: Option<String>,
+    /// Profile in ~/.aws/credentials and ~/.aws/config (default: AWS_PROFILE, "default").
+    #[arg(long, global = true)]
+    pub profile: Option<String>,
+    /// Print results as JSON on stdout.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Never draw a progress bar.
+    #[arg(long, global = true)]
+    pub no_progress: bool,
+    /// PEM file of CA certificates to trust for https:// endpoints.
+    #[arg(long, global = true)]
+    pub ca_bundle: Option<PathBuf>,
+    /// Accept any TLS certificate (testing only: the server's identity is not checked).
+    #[arg(long, global = true)]
+    pub insecure_skip_tls_verify: bool,
+    /// Bucket addressing: path (/bucket/key), virtual (bucket.host/key) or auto.
+    #[arg(long, global = true, value_parser = ["auto", "path", "virtual"], default_value = "auto")]
+    pub addressing_style: String,
+}
+
+/// What a command needs: a connected client and how to print.
+pub struct Context {
+    /// The client.
+    pub client: S3Client,
+    /// `--json`.
+    pub json: bool,
+    /// Whether to draw progress bars.
+    pub progress: bool,
+}
+
+/// A command's failure: one line for stderr.
+pub type CommandResult = Result<Value, String>;
+
+fn build_context(global: &GlobalArgs) -> Result<Context, String> {
+    let overrides = Overrides {
+        profile: global.profile.clone(),
+        region: global.region.clone(),
+        endpoint_url: global.endpoint_url.clone(),
+        ..Default::default()
+    };
+    let resolved = credentials::resolve(&overrides, &ProcessEnvironment).map_err(|e| e.to_string())?;
+    let url = resolved.endpoint_url.clone().unwrap_or_else(|| format!("https://s3.{}.amazonaws.com", resolved.region));
+    let style = match global.addressing_style.as_str() {
+        "path" => AddressingStyle::Path,
+        "virtual" => AddressingStyle::VirtualHost,
+        _ => AddressingStyle::Auto,
+    };
+    let endpoint = Endpoint::parse(&url).map_err(|e| format!("endpoint {url:?}: {e}"))?.with_style(style);
+    if global.insecure_skip_tls_verify {
+        eprintln!("hipobj: warning: TLS certificate verification is disabled (--insecure-skip-tls-verify)");
+    }
+    let settings = ClientSettings {
+        endpoint,
+        credentials: resolved.credentials,
+        region: resolved.region,
+        tls: TlsOptions { ca_bundle: global.ca_bundle.clone(), insecure_skip_verify: global.insecure_skip_tls_verify },
+        timeouts: Timeouts::default(),
+    };
+    let client = S3Client::new(settings).map_err(|e| e.to_string())?;
+    let progress = !global.json && !global.no_progress && std::io::stderr().is_terminal();
+    Ok(Context { client, json: global.json, progress })
+}
+
+/// Builds the context, runs `command`, prints its result or its error; returns the exit code.
+pub fn run(global: &GlobalArgs, command: impl FnOnce(&mut Context) -> CommandResult) -> i32 {
+    let result = build_context(global).and_then(|mut ctx| {
+        let value = command(&mut ctx)?;
+        if ctx.json {
+            println!("{value}");
+        }
+        Ok(())
+    });
+    match result {
+        Ok(()) => 0,
+        Err(message) => {
+            eprintln!("hipobj: error: {message}");
+            1
+        }
+    }
+}
+
+fn progress_bar(ctx: &Context, len: u64, label: &str) -> Option<ProgressBar> {
+    // Only long transfers get a bar; short ones finish before it would be readable.
+    if !ctx.progress || len < 4 << 20 {
+        return None;
+    }
+    let bar = ProgressBar::new(len);
+    let style = ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+        .map(|s| s.progress_chars("=> "))
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar.set_message(label.to_owned());
+    Some(bar)
+}
+
+fn summary(ctx: &Context, line: String) {
+    if !ctx.json {
+        eprintln!("{line}");
+    }
+}
+
+fn rate(bytes: u64, started: Instant) -> String {
+    let secs = started.elapsed().as_secs_f64().max(1e-9);
+    format!("{}/s", format_bytes((bytes as f64 / secs) as u64))
+}
+
+/// `hipobj put FILE s3://BUCKET/KEY`.
+#[derive(Args, Debug)]
+pub struct PutArgs {
+    /// Local file to upload.
+    pub file: PathBuf,
+    /// Destination, s3://BUCKET/KEY.
+    pub dest: String,
+    /// Files larger than this are uploaded in parts.
+    #[arg(long, default_value = "16MiB", value_parser = parse_size)]
+    pub multipart_threshold: u64,
+    /// Part size of multipart uploads (5MiB..=5GiB, at most 10000 parts).
+    #[arg(long, default_value = "8MiB", value_parser = parse_size)]
+    pub part_size: u64,
+}
+
+/// Runs `put`.
+pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
+    let dest = S3Uri::parse_object(&args.dest).map_err(|e| e.to_string())?;
+    if !(5 << 20..=5 << 30).contains(&args.part_size) {
+        return Err(format!("--part-size {} is outside S3's 5 MiB..5 GiB", args.part_size));
+    }
+    let mut file = File::open(&args.file).map_err(|e| format!("{}: {e}", args.file.display()))?;
+    let len = file.metadata().map_err(|e| format!("{}: {e}", args.file.display()))?.len();
+    let bar = progress_bar(ctx, len, "put");
+    let mut on_bytes = |n: u64| {
+        if let Some(bar) = &bar {
+            bar.inc(n)
+        }
+    };
+    let started = Instant::now();
+    let result = if len > args.multipart_threshold {
+        ctx.client.put_multipart(&dest.bucket, &dest.key, &mut file, len, args.part_size, &mut on_bytes)
+    } else {
+        ctx.client.put_single(&dest.bucket, &dest.key, &mut file, len, &mut on_bytes)
+    };
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let result = result.map_err(|e| e.to_string())?;
+    summary(
+        ctx,
+        format!(
+            "upload: {} -> {dest} ({}, {} part{}, {}, crc64nvme {})",
+            args.file.display(),
+            format_bytes(len),
+            result.parts,
+            if result.parts == 1 { "" } else { "s" },
+            rate(len, started),
+            result.checksum_crc64nvme
+        ),
+    );
+    Ok(json!({
+        "op": "put", "bucket": dest.bucket, "key": dest.key, "bytes": len, "parts": result.parts,
+        "etag": result.etag, "checksum_crc64nvme": result.checksum_crc64nvme,
+        "seconds": started.elapsed().as_secs_f64(), "path": "http",
+    }))
+}
+
+/// `hipobj get s3://BUCKET/KEY [FILE|-] [--range A-B]`.
+#[derive(Args, Debug)]
+pub struct GetArgs {
+    /// Source, s3://BUCKET/KEY.
+    pub src: String,
+    /// Destination file, or `-` for stdout (default: the key's last path segment).
+    pub dest: Option<String>,
+    /// Only these bytes: A-B (inclusive), A- (to the end) or -N (the last N bytes).
+    #[arg(long, value_parser = |s: &str| ByteRange::parse_cli(s).map_err(|e| e.to_string()))]
+    pub range: Option<ByteRange>,
+}
+
+/// Runs `get`.
+pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
+    let src = S3Uri::parse_object(&args.src).map_err(|e| e.to_string())?;
+    let dest = match &args.dest {
+        Some(d) => d.clone(),
+        None => src.key.rsplit('/').next().filter(|s| !s.is_empty()).unwrap_or("download").to_owned(),
+    };
+    let started = Instant::now();
+    let (result, written_to) = if dest == "-" {
+        let mut out = std::io::stdout().lock();
+        let r = ctx.client.get(&src.bucket, &src.key, args.range, &mut out, &mut |_| {});
+        out.flush().map_err(|e| format!("stdout: {e}"))?;
+        (r, "stdout".to_owned())
+    } else {
+        // Write to a temporary file next to the destination and rename on success, so a failed
+        // download never leaves a truncated file under the final name.
+        let dest_path = PathBuf::from(&dest);
+        let tmp_path = dest_path.with_file_name(format!(
+            ".{}.hipobj-partial",
+            dest_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+        ));
+        let file = File::create(&tmp_path).map_err(|e| format!("{}: {e}", tmp_path.display()))?;
+        let mut writer = std::io::BufWriter::with_capacity(1 << 20, file);
+        let expected = match args.range {
+            Some(ByteRange::Inclusive(a, b)) => b.saturating_sub(a) + 1,
+            _ => 0,
+        };
+        let bar = progress_bar(ctx, expected.max(1), "get");
+        let r = ctx.client.get(&src.bucket, &src.key, args.range, &mut writer, &mut |n| {
+            if let Some(bar) = &bar {
+                bar.inc(n)
+            }
+        });
+        if let Some(bar) = bar {
+            bar.finish_and_clear();
+        }
+        let flushed = writer.into_inner().map_err(|e| e.into_error()).and_then(|f| f.sync_all());
+        match (&r, flushed) {
+            (Ok(_), Ok(())) => std::fs::rename(&tmp_path, &dest_path).map_err(|e| format!("{}: {e}", dest_path.display()))?,
+            (_, flush_result) => {
+                let _ = std::fs::remove_file(&tmp_path);
+                flush_result.map_err(|e| format!("{}: {e}", tmp_path.display()))?;
+            }
+        }
+        (r, dest.clone())
+    };
+    let result = result.map_err(|e| e.to_string())?;
+    summary(
+        ctx,
+        format!(
+            "download: s3://{}/{} -> {written_to} ({}, {}{})",
+            src.bucket,
+            src.key,
+            format_bytes(result.bytes),
+            rate(result.bytes, started),
+            if result.checksum_verified { ", crc64nvme verified" } else { "" }
+        ),
+    );
+    Ok(json!({
+        "op": "get", "bucket": src.bucket, "key": src.key, "bytes": result.bytes, "dest": written_to,
+        "range": args.range.map(|r| r.to_header()), "etag": result.meta.etag,
+        "checksum_verified": result.checksum_verified, "seconds": started.elapsed().as_secs_f64(), "path": "http",
+    }))
+}
+
+/// `hipobj head s3://BUCKET/KEY`.
+#[derive(Args, Debug)]
+pub struct HeadArgs {
+    /// The object, s3://BUCKET/KEY.
+    pub src: String,
+}
+
+/// Runs `head`.
+pub fn head(ctx: &mut Context, args: &HeadArgs) -> CommandResult {
+    let src = S3Uri::parse_object(&args.src).map_err(|e| e.to_string())?;
+    let meta = ctx.client.head(&src.bucket, &src.key).map_err(|e| e.to_string())?;
+    let value = json!({
+        "bucket": src.bucket, "key": src.key, "content_length": meta.content_length, "etag": meta.etag,
+        "last_modified": meta.last_modified, "content_type": meta.content_type,
+        "checksum_crc64nvme": meta.checksum_crc64nvme, "version_id": meta.version_id,
+    });
+    if !ctx.json {
+        println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
+    }
+    Ok(value)
+}
+
+/// `hipobj ls s3://BUCKET[/PREFIX]`.
+#[derive(Args, Debug)]
+pub struct LsArgs {
+    /// s3://BUCKET or s3://BUCKET/PREFIX.
+    pub target: String,
+    /// List every key under the prefix instead of rolling up at `/`.
+    #[arg(long, short = 'r')]
+    pub recursive: bool,
+}
+
+/// Runs `ls`.
+pub fn ls(ctx: &mut Context, args: &LsArgs) -> CommandResult {
+    let target = S3Uri::parse(&args.target).map_err(|e| e.to_string())?;
+    let prefix = (!target.key.is_empty()).then_some(target.key.as_str());
+    let delimiter = (!args.recursive).then_some("/");
+    let listing = ctx.client.list(&target.bucket, prefix, delimiter).map_err(|e| e.to_string())?;
+    if !ctx.json {
+        let mut out = std::io::stdout().lock();
+        for p in &listing.common_prefixes {
+            let _ = writeln!(out, "{:>30} {:>12}  {p}", "", "PRE");
+        }
+        for o in &listing.objects {
+            let _ = writeln!(out, "{:>30} {:>12}  {}", o.last_modified.as_deref().unwrap_or("-"), o.size, o.key);
+        }
+    }
+    let objects: Vec<Value> = listing
+        .objects
+        .iter()
+        .map(|o| json!({"key": o.key, "size": o.size, "etag": o.etag, "last_modified": o.last_modified}))
+        .collect();
+    Ok(json!({"bucket": target.bucket, "prefix": prefix, "objects": objects,
+              "common_prefixes": listing.common_prefixes, "pages": listing.pages}))
+}
+
+/// `hipobj rm s3://BUCKET/KEY`.
+#[derive(Args, Debug)]
+pub struct RmArgs {
+    /// The object, s3://BUCKET/KEY.
+    pub target: String,
+}
+
+/// Runs `rm`.
+pub fn rm(ctx: &mut Context, args: &RmArgs) -> CommandResult {
+    let target = S3Uri::parse_object(&args.target).map_err(|e| e.to_string())?;
+    ctx.client.delete(&target.bucket, &target.key).map_err(|e| e.to_string())?;
+    summary(ctx, format!("delete: {target}"));
+    Ok(json!({"op": "rm", "bucket": target.bucket, "key": target.key}))
+}
+
+/// `hipobj mb s3://BUCKET`.
+#[derive(Args, Debug)]
+pub struct MbArgs {
+    /// The bucket, s3://BUCKET.
+    pub target: String,
+}
+
+/// Runs `mb`.
+pub fn mb(ctx: &mut Context, args: &MbArgs) -> CommandResult {
+    let target = S3Uri::parse(&args.target).map_err(|e| e.to_string())?;
+    if !target.key.is_empty() {
+        return Err(format!("mb takes s3://BUCKET, not an object key ({})", args.target));
+    }
+    ctx.client.create_bucket(&target.bucket).map_err(|e| e.to_string())?;
+    summary(ctx, format!("make_bucket: {}", target.bucket));
+    Ok(json!({"op": "mb", "bucket": target.bucket}))
+}

@@ -1,0 +1,292 @@
+//! One blocking HTTP/1.1 exchange at a time over a kept-alive connection.
+//!
+//! The request head is encoded and the response decoded by `s3-lite`; this module only moves
+//! bytes. Response body bytes are handed to a [`BodySink`] straight from the read buffer, so a
+//! download is written to its destination without an intermediate copy of the payload.
+
+use std::io::{self, Read, Write};
+use std::sync::Arc;
+
+use rustls::ClientConfig;
+use s3_lite::Request;
+use s3_lite::http::{BodyFraming, Event, HttpError, Limits, ResponseDecoder, ResponseHead, encode_request_head};
+use s3_lite::s3::{Endpoint, Scheme};
+
+use super::transport::{Stream, Timeouts};
+
+/// Size of the read buffer, and of the pieces a streamed request body is sent in.
+const IO_CHUNK: usize = 256 * 1024;
+
+/// A request body.
+pub enum RequestBody<'a> {
+    /// No body and no framing header (GET, HEAD, DELETE).
+    None,
+    /// An in-memory body sent with `Content-Length`.
+    Bytes(&'a [u8]),
+    /// Exactly `len` bytes read from `reader`, sent with `Content-Length`.
+    Reader(&'a mut dyn Read, u64),
+}
+
+/// Where response body bytes go.
+pub trait BodySink {
+    /// Called once with the final response head, before any body bytes.
+    fn begin(&mut self, _head: &ResponseHead) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// Takes the next piece of the body (in order).
+    fn accept(&mut self, data: &[u8]) -> io::Result<()>;
+}
+
+impl BodySink for Vec<u8> {
+    fn accept(&mut self, data: &[u8]) -> io::Result<()> {
+        self.extend_from_slice(data);
+        Ok(())
+    }
+}
+
+/// Adapts any writer; `on_bytes` is told how many bytes arrived (progress bars).
+pub struct WriteSink<'a, W: Write> {
+    /// The destination.
+    pub writer: W,
+    /// Progress callback.
+    pub on_bytes: &'a mut dyn FnMut(u64),
+}
+
+impl<W: Write> BodySink for WriteSink<'_, W> {
+    fn accept(&mut self, data: &[u8]) -> io::Result<()> {
+        self.writer.write_all(data)?;
+        (self.on_bytes)(data.len() as u64);
+        Ok(())
+    }
+}
+
+/// Why an exchange failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExchangeError {
+    /// Connecting, reading or writing failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
+    /// The server's response was not valid HTTP/1.1 (or broke our limits).
+    #[error("invalid HTTP response from {host}: {source}")]
+    Http {
+        /// The server.
+        host: String,
+        /// The codec's error.
+        #[source]
+        source: HttpError,
+    },
+    /// The request itself could not be encoded (invalid header value, ...).
+    #[error("cannot encode request: {0}")]
+    Encode(#[source] HttpError),
+    /// The body reader ended before the declared length.
+    #[error("request body ended after {sent} of {declared} bytes")]
+    ShortBody {
+        /// Bytes sent.
+        sent: u64,
+        /// `Content-Length` declared.
+        declared: u64,
+    },
+    /// The response body could not be written to its destination.
+    #[error("writing the response body: {0}")]
+    Sink(#[source] io::Error),
+}
+
+impl ExchangeError {
+    /// Whether retrying on a fresh connection may succeed (connection-level failures).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, ExchangeError::Io { .. })
+            || matches!(self, ExchangeError::Http { source: HttpError::UnexpectedEof | HttpError::EmptyResponse, .. })
+    }
+}
+
+struct Connection {
+    host: String,
+    stream: Stream,
+    buf: Vec<u8>,
+    /// INVARIANT: `start <= end <= buf.len()`; `buf[start..end]` holds unread bytes.
+    start: usize,
+    end: usize,
+}
+
+/// A blocking HTTP client for one endpoint, keeping one idle connection alive.
+pub struct HttpClient {
+    endpoint: Endpoint,
+    tls: Option<Arc<ClientConfig>>,
+    timeouts: Timeouts,
+    limits: Limits,
+    idle: Option<Connection>,
+}
+
+impl HttpClient {
+    /// A client for `endpoint`; `tls` is required for `https://` endpoints.
+    pub fn new(endpoint: Endpoint, tls: Option<Arc<ClientConfig>>, timeouts: Timeouts) -> Self {
+        Self { endpoint, tls, timeouts, limits: Limits::default(), idle: None }
+    }
+
+    /// The endpoint requests go to.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    fn connection(&mut self, host: &str) -> Result<(Connection, bool), ExchangeError> {
+        if let Some(conn) = self.idle.take() {
+            if conn.host == host {
+                return Ok((conn, true));
+            }
+        }
+        let tls = match self.endpoint.scheme {
+            Scheme::Https => self.tls.as_ref(),
+            Scheme::Http => None,
+        };
+        let stream = Stream::connect(host, self.endpoint.port, tls, self.timeouts).map_err(|source| {
+            ExchangeError::Io { context: format!("connect to {host}:{}", self.endpoint.port), source }
+        })?;
+        Ok((Connection { host: host.to_owned(), stream, buf: vec![0; IO_CHUNK], start: 0, end: 0 }, false))
+    }
+
+    /// Sends `req` with `body` to the server for `bucket` and streams the response body into
+    /// `sink`. Returns the response head. A request on a reused connection that fails before any
+    /// response byte arrived is retried once on a fresh connection (the server may have closed
+    /// the idle connection), but only when the body can be replayed.
+    pub fn execute(
+        &mut self,
+        req: &Request,
+        bucket: Option<&str>,
+        mut body: RequestBody<'_>,
+        sink: &mut dyn BodySink,
+    ) -> Result<ResponseHead, ExchangeError> {
+        let host = self.endpoint.connect_host(bucket);
+        let replayable = !matches!(body, RequestBody::Reader(..));
+        let (conn, reused) = self.connection(&host)?;
+        match self.exchange(conn, req, &mut body, sink) {
+            Err((err, false)) if reused && replayable && err.is_retryable() => {
+                let (conn, _) = self.connection(&host)?;
+                self.exchange(conn, req, &mut body, sink).map_err(|(e, _)| e)
+            }
+            other => other.map_err(|(e, _)| e),
+        }
+    }
+
+    /// One attempt. The error's flag says whether any response byte was seen.
+    fn exchange(
+        &mut self,
+        mut conn: Connection,
+        req: &Request,
+        body: &mut RequestBody<'_>,
+        sink: &mut dyn BodySink,
+    ) -> Result<ResponseHead, (ExchangeError, bool)> {
+        let io_err = |context: &str, source| (ExchangeError::Io { context: context.to_owned(), source }, false);
+        let framing = match body {
+            RequestBody::None => BodyFraming::None,
+            RequestBody::Bytes(b) => BodyFraming::Length(b.len() as u64),
+            RequestBody::Reader(_, len) => BodyFraming::Length(*len),
+        };
+        let mut head = Vec::with_capacity(1024);
+        encode_request_head(req, framing, &mut head).map_err(|e| (ExchangeError::Encode(e), false))?;
+        match body {
+            RequestBody::Bytes(b) if b.len() <= 64 * 1024 => {
+                head.extend_from_slice(b);
+                conn.stream.write_all(&head).map_err(|e| io_err("send request", e))?;
+            }
+            RequestBody::Bytes(b) => {
+                conn.stream.write_all(&head).map_err(|e| io_err("send request", e))?;
+                conn.stream.write_all(b).map_err(|e| io_err("send request body", e))?;
+            }
+            RequestBody::Reader(reader, len) => {
+                conn.stream.write_all(&head).map_err(|e| io_err("send request", e))?;
+                send_from_reader(&mut conn.stream, *reader, *len).map_err(|e| (e, false))?;
+            }
+            RequestBody::None => conn.stream.write_all(&head).map_err(|e| io_err("send request", e))?,
+        }
+        conn.stream.flush().map_err(|e| io_err("send request", e))?;
+
+        let mut decoder = ResponseDecoder::new(self.limits.clone(), req.method.eq_ignore_ascii_case("HEAD"));
+        let mut response_head: Option<ResponseHead> = None;
+        let mut seen_bytes = false;
+        loop {
+            // Decode first: the decoder may have an event (End) without needing more input.
+            let input = conn.buf.get(conn.start..conn.end).unwrap_or_default();
+            let decoded = decoder
+                .decode(input)
+                .map_err(|source| (ExchangeError::Http { host: conn.host.clone(), source }, seen_bytes))?;
+            conn.start += decoded.consumed;
+            match decoded.event {
+                Event::NeedMore => {}
+                Event::Head(h) => {
+                    sink.begin(&h).map_err(|e| (ExchangeError::Sink(e), true))?;
+                    response_head = Some(h);
+                    continue;
+                }
+                Event::Body(data) => {
+                    sink.accept(data).map_err(|e| (ExchangeError::Sink(e), true))?;
+                    continue;
+                }
+                Event::End => break,
+            }
+            // NeedMore: the decoder has taken everything buffered; read more.
+            conn.start = 0;
+            conn.end = 0;
+            let n = conn
+                .stream
+                .read(&mut conn.buf)
+                .map_err(|e| (ExchangeError::Io { context: "read response".into(), source: timeout_is_timeout(e) }, seen_bytes))?;
+            if n == 0 {
+                decoder
+                    .finish_on_eof()
+                    .map_err(|source| (ExchangeError::Http { host: conn.host.clone(), source }, seen_bytes))?;
+                // Body delimited by close: complete, and the connection is gone.
+                return response_head.ok_or((
+                    ExchangeError::Http { host: conn.host.clone(), source: HttpError::UnexpectedEof },
+                    seen_bytes,
+                ));
+            }
+            seen_bytes = true;
+            conn.end = n;
+        }
+        let head = response_head
+            .ok_or((ExchangeError::Http { host: conn.host.clone(), source: HttpError::UnexpectedEof }, true))?;
+        // Leftover bytes after a complete response mean the server sent more than it framed:
+        // never reuse such a connection.
+        if decoder.is_reusable() && conn.start == conn.end {
+            self.idle = Some(conn);
+        }
+        Ok(head)
+    }
+}
+
+fn send_from_reader(stream: &mut Stream, reader: &mut dyn Read, len: u64) -> Result<(), ExchangeError> {
+    let mut buf = vec![0u8; IO_CHUNK];
+    let mut sent = 0u64;
+    while sent < len {
+        let want = usize::try_from((len - sent).min(IO_CHUNK as u64)).unwrap_or(IO_CHUNK);
+        let piece = buf.get_mut(..want).unwrap_or_default();
+        let n = reader
+            .read(piece)
+            .map_err(|source| ExchangeError::Io { context: "read request body".into(), source })?;
+        if n == 0 {
+            return Err(ExchangeError::ShortBody { sent, declared: len });
+        }
+        stream
+            .write_all(piece.get(..n).unwrap_or_default())
+            .map_err(|source| ExchangeError::Io { context: "send request body".into(), source })?;
+        sent += n as u64;
+    }
+    Ok(())
+}
+
+/// A socket read timeout surfaces as `WouldBlock` (EAGAIN) on Linux; say what it means.
+fn timeout_is_timeout(e: io::Error) -> io::Error {
+    if e.kind() == io::ErrorKind::WouldBlock {
+        io::Error::new(io::ErrorKind::TimedOut, "timed out waiting for the server")
+    } else {
+        e
+    }
+}

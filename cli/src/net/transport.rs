@@ -1,0 +1,113 @@
+//! Blocking byte streams to an endpoint: plain TCP or TLS over TCP.
+//!
+//! This is the thin socket driver under the sans-IO `s3-lite` codec (the engine replaces it with
+//! mio workers). Sockets get `TCP_NODELAY` (a request head and a small body must not wait for a
+//! delayed ACK) and read/write timeouts, so a stalled peer ends in an error, not a hang.
+
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, StreamOwned};
+
+/// Timeouts applied to every connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// Limit for establishing the TCP connection (per resolved address).
+    pub connect: Duration,
+    /// Limit for each blocking read or write.
+    pub io: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self { connect: Duration::from_secs(5), io: Duration::from_secs(30) }
+    }
+}
+
+/// A connected stream.
+pub enum Stream {
+    /// Plain TCP (`http://`).
+    Plain(TcpStream),
+    /// TLS over TCP (`https://`).
+    Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stream::Plain(s) => f.debug_tuple("Plain").field(&s.peer_addr().ok()).finish(),
+            Stream::Tls(s) => f.debug_tuple("Tls").field(&s.sock.peer_addr().ok()).finish(),
+        }
+    }
+}
+
+fn connect_tcp(host: &str, port: u16, timeouts: Timeouts) -> io::Result<TcpStream> {
+    let mut last_err = io::Error::new(io::ErrorKind::NotFound, format!("{host}:{port} resolved to no address"));
+    for addr in (host, port).to_socket_addrs()? {
+        #[allow(clippy::disallowed_methods)] // this module is the socket driver
+        match TcpStream::connect_timeout(&addr, timeouts.connect) {
+            Ok(stream) => {
+                stream.set_nodelay(true)?;
+                stream.set_read_timeout(Some(timeouts.io))?;
+                stream.set_write_timeout(Some(timeouts.io))?;
+                return Ok(stream);
+            }
+            Err(e) => last_err = io::Error::new(e.kind(), format!("connect to {addr}: {e}")),
+        }
+    }
+    Err(last_err)
+}
+
+impl Stream {
+    /// Connects to `host:port`, with TLS when `tls` is given (SNI = `host`).
+    pub fn connect(host: &str, port: u16, tls: Option<&Arc<ClientConfig>>, timeouts: Timeouts) -> io::Result<Self> {
+        let tcp = connect_tcp(host, port, timeouts)?;
+        match tls {
+            None => Ok(Stream::Plain(tcp)),
+            Some(config) => {
+                let name = ServerName::try_from(host.to_owned())
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("TLS server name {host:?}: {e}")))?;
+                let conn = ClientConnection::new(config.clone(), name).map_err(io::Error::other)?;
+                let mut stream = StreamOwned::new(conn, tcp);
+                // Complete the handshake now so certificate errors surface at connect time.
+                while stream.conn.is_handshaking() {
+                    stream.conn.complete_io(&mut stream.sock)?;
+                }
+                Ok(Stream::Tls(Box::new(stream)))
+            }
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => match s.read(buf) {
+                // A peer that closes without close_notify after a complete response is common
+                // with S3 servers; the HTTP framing (not TLS) decides whether data is missing.
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(0),
+                other => other,
+            },
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}

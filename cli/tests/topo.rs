@@ -1,0 +1,123 @@
+//! `hipobj topo` against the committed sysfs fixtures of the `numa` crate.
+
+use std::path::{Path, PathBuf};
+
+use hipobj_cli::topo::{TopoArgs, run};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../numa/fixtures")
+}
+
+fn topo(root: Option<PathBuf>, json: bool) -> (i32, String, String) {
+    let args = TopoArgs {
+        sysfs_root: root,
+        json,
+    };
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = run(&args, &mut out, &mut err);
+    (
+        code,
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(err).unwrap(),
+    )
+}
+
+#[test]
+fn hgx_matrix_matches_expected_file() {
+    let (code, out, err) = topo(Some(fixtures().join("hgx-h100")), false);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(err, "");
+    let expected = std::fs::read_to_string(fixtures().join("hgx-h100.topo.txt")).unwrap();
+    assert_eq!(out, expected);
+}
+
+/// On the H200 VM our matrix is byte-for-byte what `nvidia-smi topo -m` printed there, except
+/// for the legend's NVLink line, which we never print.
+#[test]
+fn h200_matrix_matches_nvidia_smi() {
+    let (code, out, err) = topo(Some(fixtures().join("h200-vm")), false);
+    assert_eq!(code, 0, "{err}");
+    let smi = std::fs::read_to_string(fixtures().join("h200-vm.nvidia-smi-topo.txt")).unwrap();
+    let smi: String = smi
+        .lines()
+        .filter(|l| !l.starts_with("  NV#"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(out, smi);
+}
+
+#[test]
+fn dev_vm_reports_no_devices() {
+    let (code, out, _) = topo(Some(fixtures().join("dev-vm")), false);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("No GPU or RDMA NIC found under "), "{out}");
+    assert!(out.ends_with("NUMA nodes:\n  node0: CPUs 0-1\n"), "{out}");
+}
+
+#[test]
+fn hgx_json() {
+    let (code, out, err) = topo(Some(fixtures().join("hgx-h100")), true);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["gpus"].as_array().unwrap().len(), 8);
+    assert_eq!(v["gpus"][0]["pci"], "0000:1b:00.0");
+    assert_eq!(v["gpus"][0]["vendor"], "nvidia");
+    assert_eq!(v["gpus"][0]["device_id"], "0x2330");
+    assert_eq!(v["gpus"][0]["class"], "0x030200");
+    assert_eq!(v["nics"][0]["vendor"], "0x15b3");
+    assert_eq!(v["gpus"][4]["local_cpus"], "56-111,168-223");
+    assert_eq!(v["nics"][6]["name"], "mlx5_10");
+    assert_eq!(v["nics"][6]["netdevs"][0], "ibp206s0");
+    assert_eq!(v["nodes"][1]["cpus"], "56-111,168-223");
+    assert_eq!(v["net_functions"][0]["netdevs"][0], "eno1");
+    assert_eq!(v["matrix"]["labels"][8], "NIC0");
+    assert_eq!(v["matrix"]["cells"][0][0], serde_json::Value::Null);
+    assert_eq!(v["matrix"]["cells"][0][8], "PIX");
+    assert_eq!(v["matrix"]["cells"][0][12], "SYS");
+    for g in 0..8 {
+        assert_eq!(v["closest_nics"][g]["class"], "PIX");
+        assert_eq!(v["closest_nics"][g]["nics"], serde_json::json!([g]));
+    }
+    assert_eq!(v["workers"].as_array().unwrap().len(), 8);
+    assert_eq!(v["workers"][4]["target"], serde_json::json!({"nic": 4}));
+    assert_eq!(v["workers"][4]["core"], 56);
+}
+
+#[test]
+fn h200_json_has_node_worker() {
+    let (code, out, _) = topo(Some(fixtures().join("h200-vm")), true);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["nics"], serde_json::json!([]));
+    assert_eq!(v["closest_nics"][0]["nics"], serde_json::json!([]));
+    assert_eq!(v["closest_nics"][0]["class"], serde_json::Value::Null);
+    assert_eq!(
+        v["workers"],
+        serde_json::json!([{"target": {"node": 0}, "cpus": "0-15", "core": 1}])
+    );
+}
+
+#[test]
+fn bad_root_is_exit_1_with_message() {
+    let (code, out, err) = topo(Some(PathBuf::from("/nonexistent/hipobj-topo")), false);
+    assert_eq!(code, 1);
+    assert_eq!(out, "");
+    assert!(
+        err.starts_with("hipobj topo: /nonexistent/hipobj-topo: "),
+        "{err}"
+    );
+}
+
+#[test]
+fn malformed_fixture_is_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = dir.path().join("sys/devices/system/node/node0");
+    std::fs::create_dir_all(&node).unwrap();
+    std::fs::write(node.join("cpulist"), "5-2\n").unwrap();
+    let (code, _, err) = topo(Some(dir.path().to_path_buf()), true);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("node0/cpulist: malformed cpulist: range 5-2 ends before it starts"),
+        "{err}"
+    );
+}

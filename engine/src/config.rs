@@ -1,0 +1,223 @@
+//! Engine configuration: [`EngineBuilder`], [`Placement`] and [`RetryPolicy`].
+
+use std::time::Duration;
+
+use s3_lite::credentials::Credentials;
+
+/// Where worker threads run.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Placement {
+    /// From the sysfs topology: one worker per RDMA NIC (each NIC sits on one NUMA node), or
+    /// one per NUMA node on a host without RDMA NICs, each pinned to a core of its node
+    /// (`numa::Topology::worker_plan`). Falls back to one unpinned worker if sysfs is
+    /// unreadable.
+    #[default]
+    Auto,
+    /// This many workers, unpinned.
+    Workers(usize),
+    /// One worker per listed core, pinned to it.
+    Cores(Vec<usize>),
+}
+
+/// Retries of failed attempts: capped exponential backoff with full jitter.
+///
+/// Retried: HTTP 5xx, 429 and 503 SlowDown, connection failures (refused, reset, EOF before
+/// the response ended) and per-attempt timeouts. Never retried: 4xx other than 429, integrity
+/// failures (a wrong Content-Range is a server bug, not a transient), local errors. Only
+/// idempotent operations are retried; see `docs/engine.md` for why PUT of registered memory
+/// counts as idempotent.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in total, including the first (1 = never retry).
+    pub max_attempts: u32,
+    /// Backoff before the first retry.
+    pub base: Duration,
+    /// Largest backoff.
+    pub cap: Duration,
+    /// Full jitter: sleep a uniform random time in `0..=backoff` (AWS architecture blog
+    /// "Exponential Backoff And Jitter"), so retries of many operations do not synchronize.
+    pub jitter: bool,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self { max_attempts: 4, base: Duration::from_millis(25), cap: Duration::from_secs(2), jitter: true }
+    }
+}
+
+impl RetryPolicy {
+    /// A policy with the given attempts and backoff bounds.
+    #[must_use]
+    pub fn new(max_attempts: u32, base: Duration, cap: Duration) -> Self {
+        Self { max_attempts: max_attempts.max(1), base, cap, jitter: true }
+    }
+
+    /// Never retry.
+    #[must_use]
+    pub fn none() -> Self {
+        Self { max_attempts: 1, ..Self::default() }
+    }
+
+    /// The same policy with jitter switched on or off.
+    #[must_use]
+    pub fn with_jitter(mut self, jitter: bool) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// Backoff before retry number `retry` (1 = first retry), before jitter:
+    /// `min(cap, base * 2^(retry-1))`.
+    #[must_use]
+    pub fn backoff(&self, retry: u32) -> Duration {
+        let shift = retry.saturating_sub(1).min(31);
+        self.base.saturating_mul(1u32 << shift).min(self.cap)
+    }
+
+    /// [`RetryPolicy::backoff`] with full jitter applied using `unit` in `[0, 1)`.
+    #[must_use]
+    pub fn jittered(&self, retry: u32, unit: f64) -> Duration {
+        let b = self.backoff(retry);
+        if self.jitter { b.mul_f64(unit.clamp(0.0, 1.0)) } else { b }
+    }
+}
+
+/// Builder for [`crate::Engine`]; see [`crate::Engine::builder`].
+#[derive(Debug, Clone)]
+pub struct EngineBuilder {
+    pub(crate) endpoint_url: Option<String>,
+    pub(crate) credentials: Option<Credentials>,
+    pub(crate) region: Option<String>,
+    pub(crate) placement: Placement,
+    pub(crate) connections_per_worker: usize,
+    pub(crate) inflight_per_connection: usize,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) default_deadline: Option<Duration>,
+    pub(crate) attempt_timeout: Duration,
+    pub(crate) spin: Duration,
+    pub(crate) read_buffer: usize,
+}
+
+impl Default for EngineBuilder {
+    fn default() -> Self {
+        Self {
+            endpoint_url: None,
+            credentials: None,
+            region: None,
+            placement: Placement::Auto,
+            connections_per_worker: 32,
+            inflight_per_connection: 1,
+            retry: RetryPolicy::default(),
+            default_deadline: Some(Duration::from_secs(60)),
+            attempt_timeout: Duration::from_secs(20),
+            spin: Duration::ZERO,
+            read_buffer: 256 * 1024,
+        }
+    }
+}
+
+impl EngineBuilder {
+    /// `http://host:port` of the S3 endpoint (default: resolved like the AWS CLI does,
+    /// `AWS_ENDPOINT_URL` or the profile's `endpoint_url`).
+    #[must_use]
+    pub fn endpoint_url(mut self, url: impl Into<String>) -> Self {
+        self.endpoint_url = Some(url.into());
+        self
+    }
+
+    /// Static credentials (default: environment, then `~/.aws` profiles).
+    #[must_use]
+    pub fn credentials(mut self, credentials: Credentials) -> Self {
+        self.credentials = Some(credentials);
+        self
+    }
+
+    /// Signing region (default: `AWS_REGION`, the profile, then `us-east-1`).
+    #[must_use]
+    pub fn region(mut self, region: impl Into<String>) -> Self {
+        self.region = Some(region.into());
+        self
+    }
+
+    /// Where workers run (default [`Placement::Auto`]).
+    #[must_use]
+    pub fn placement(mut self, placement: Placement) -> Self {
+        self.placement = placement;
+        self
+    }
+
+    /// Keep-alive connections each worker may open to the endpoint (default 32). This bounds
+    /// the operations a worker has on the wire at once.
+    #[must_use]
+    pub fn connections_per_worker(mut self, n: usize) -> Self {
+        self.connections_per_worker = n;
+        self
+    }
+
+    /// Requests in flight per connection (default and, for now, only supported value: 1 —
+    /// no HTTP pipelining).
+    #[must_use]
+    pub fn inflight_per_connection(mut self, n: usize) -> Self {
+        self.inflight_per_connection = n;
+        self
+    }
+
+    /// Retry policy (default [`RetryPolicy::default`]).
+    #[must_use]
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Deadline of operations whose entry names none (default 60 s; `None`: no deadline).
+    #[must_use]
+    pub fn default_deadline(mut self, deadline: Option<Duration>) -> Self {
+        self.default_deadline = deadline;
+        self
+    }
+
+    /// Longest a single attempt may take before it is abandoned and retried (default 20 s).
+    #[must_use]
+    pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.attempt_timeout = timeout;
+        self
+    }
+
+    /// How long a worker with operations in flight keeps polling without sleeping before it
+    /// blocks in `epoll_wait` (default 0: block at once, the lowest CPU per operation; raise
+    /// it to trade CPU for latency on dedicated cores).
+    #[must_use]
+    pub fn spin(mut self, spin: Duration) -> Self {
+        self.spin = spin;
+        self
+    }
+
+    /// Per-connection socket read buffer in bytes (default 256 KiB, minimum 4 KiB).
+    #[must_use]
+    pub fn read_buffer(mut self, bytes: usize) -> Self {
+        self.read_buffer = bytes;
+        self
+    }
+
+    /// Resolves credentials and the endpoint, plans placement and starts the workers.
+    pub fn build(self) -> Result<crate::Engine, crate::EngineError> {
+        crate::engine::build(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let p = RetryPolicy::new(10, Duration::from_millis(10), Duration::from_millis(70));
+        let got: Vec<u128> = (1..=5).map(|r| p.backoff(r).as_millis()).collect();
+        assert_eq!(got, vec![10, 20, 40, 70, 70]);
+        assert_eq!(p.backoff(1000), Duration::from_millis(70), "huge retry counts saturate");
+        assert_eq!(p.jittered(3, 0.5), Duration::from_millis(20));
+        assert_eq!(p.with_jitter(false).jittered(3, 0.5), Duration::from_millis(40));
+        assert_eq!(RetryPolicy::new(0, Duration::ZERO, Duration::ZERO).max_attempts, 1);
+    }
+}

@@ -1,0 +1,171 @@
+//! Pure step from a raw submission entry to work: validate, resolve handles, take leases.
+//!
+//! Entries are untrusted. [`dispatch`] never panics: every entry becomes either an immediate
+//! completion (Nop, or an error) or an [`InFlight`] ready for a fabric, or a cancellation.
+
+use std::time::{Duration, Instant};
+
+use ring_api::{BufSlice, Cqe, DataPath, Deadline, ErrorClass, ErrorCode, ObjectId, ObjectTable, Op, Sqe};
+
+use crate::inflight::{InFlight, OpKind, Phase};
+use crate::memory::{LeaseError, Registry};
+
+/// Engine state dispatch reads.
+#[derive(Debug)]
+pub(crate) struct DispatchCtx<'a> {
+    pub(crate) registry: &'a Registry,
+    pub(crate) objects: &'a ObjectTable,
+    pub(crate) default_deadline: Option<Duration>,
+    /// `Instant::now()` and `CLOCK_MONOTONIC` ns read at the same moment, to convert
+    /// absolute deadlines.
+    pub(crate) now: Instant,
+    pub(crate) now_mono_ns: u64,
+}
+
+/// What to do with one entry.
+#[derive(Debug)]
+pub(crate) enum Dispatch {
+    /// Complete at once with this entry.
+    Complete(Cqe),
+    /// Cancel the in-flight operation whose `user_data` is `target`, then complete the Cancel.
+    Cancel {
+        /// The Cancel entry's own tag.
+        user_data: u64,
+        /// Tag of the operation to stop.
+        target: u64,
+    },
+    /// Start this operation.
+    Start(InFlight),
+}
+
+fn local(user_data: u64, code: ErrorCode) -> Dispatch {
+    Dispatch::Complete(Cqe::error(user_data, code, ErrorClass::Local))
+}
+
+/// Decodes `sqe` from queue `queue`.
+pub(crate) fn dispatch(sqe: &Sqe, queue: usize, ctx: &DispatchCtx<'_>) -> Dispatch {
+    let v = match sqe.validate() {
+        Ok(v) => v,
+        Err(e) => return Dispatch::Complete(e.to_cqe(sqe.user_data())),
+    };
+    let ud = v.user_data;
+    let deadline = match v.deadline {
+        Deadline::None => ctx.default_deadline.and_then(|d| ctx.now.checked_add(d)),
+        Deadline::Relative(ns) => ctx.now.checked_add(Duration::from_nanos(ns)),
+        Deadline::Absolute(ns) => ctx.now.checked_add(Duration::from_nanos(ns.saturating_sub(ctx.now_mono_ns))),
+    };
+    let (object, kind, slice, exclusive) = match v.op {
+        Op::Nop => return Dispatch::Complete(Cqe::success(ud, 0, DataPath::None)),
+        Op::Cancel { target } => return Dispatch::Cancel { user_data: ud, target },
+        Op::Get { object, dst } => (object, OpKind::Get, Some(dst), true),
+        Op::RangeGet { object, offset, dst } => (object, OpKind::RangeGet { offset }, Some(dst), true),
+        Op::Head { object } => (object, OpKind::Head, None, false),
+        Op::Put { object, src } => (object, OpKind::Put, Some(src).filter(|s| s.len > 0), false),
+        _ => return local(ud, ErrorCode::Unsupported),
+    };
+    let Some(name) = resolve(ctx.objects, object) else { return local(ud, ErrorCode::BadHandle) };
+    let buf = match slice {
+        None => None,
+        Some(BufSlice { buf, offset, len }) => {
+            let Some(region) = ctx.registry.get(buf) else { return local(ud, ErrorCode::BadHandle) };
+            match region.lease(offset, len, exclusive) {
+                Ok(g) => Some(g),
+                Err(LeaseError::Bounds) => return local(ud, ErrorCode::BadAddress),
+                Err(LeaseError::Busy | LeaseError::Closing) => return local(ud, ErrorCode::Busy),
+            }
+        }
+    };
+    Dispatch::Start(InFlight {
+        queue,
+        user_data: ud,
+        kind,
+        object: name,
+        buf,
+        deadline,
+        attempts: 0,
+        may_retry: !v.no_retry && kind.idempotent(),
+        retried: false,
+        free_retries: 0,
+        phase: Phase::Ready,
+    })
+}
+
+fn resolve(objects: &ObjectTable, id: ObjectId) -> Option<std::sync::Arc<ring_api::ObjectName>> {
+    objects.resolve(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::raw::RawMem;
+    use ring_api::opcode::{Cancel, Head, Nop, Put, RangeGet};
+    use ring_api::{BufHandle, BufSlice};
+
+    fn setup() -> (Registry, ObjectTable, BufHandle, ObjectId) {
+        let reg = Registry::new();
+        let (mem, _) = RawMem::alloc(4096, false).unwrap();
+        let h = reg.insert(mem).unwrap();
+        let objects = ObjectTable::new();
+        let o = objects.intern("b", "k").unwrap();
+        (reg, objects, h, o)
+    }
+
+    fn ctx<'a>(reg: &'a Registry, objects: &'a ObjectTable) -> DispatchCtx<'a> {
+        DispatchCtx { registry: reg, objects, default_deadline: None, now: Instant::now(), now_mono_ns: 1_000 }
+    }
+
+    fn error_of(d: Dispatch) -> (i32, Option<ErrorClass>) {
+        match d {
+            Dispatch::Complete(c) => (c.result(), c.error_class()),
+            other => panic!("expected a completion, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn invalid_and_unresolvable_entries_complete_with_errors() {
+        let (reg, objects, h, o) = setup();
+        let c = ctx(&reg, &objects);
+        let bytes = {
+            let mut b = Nop::new().user_data(5).build().to_bytes();
+            b[0] = 200;
+            b
+        };
+        assert_eq!(error_of(dispatch(&Sqe::from_bytes(&bytes), 0, &c)), (-95, Some(ErrorClass::Invalid)));
+        let oob = RangeGet::new(o, 0, BufSlice::new(h, 4000, 97)).build();
+        assert_eq!(error_of(dispatch(&oob, 0, &c)), (-14, Some(ErrorClass::Local)));
+        let bad_buf = RangeGet::new(o, 0, BufSlice::new(BufHandle(77), 0, 1)).build();
+        assert_eq!(error_of(dispatch(&bad_buf, 0, &c)), (-9, Some(ErrorClass::Local)));
+        let bad_obj = Head::new(ObjectId(9)).build();
+        assert_eq!(error_of(dispatch(&bad_obj, 0, &c)), (-9, Some(ErrorClass::Local)));
+        assert!(matches!(dispatch(&Nop::new().build(), 0, &c), Dispatch::Complete(c) if c.is_ok()));
+        assert!(matches!(dispatch(&Cancel::new(3).user_data(4).build(), 0, &c),
+            Dispatch::Cancel { user_data: 4, target: 3 }));
+    }
+
+    #[test]
+    fn overlapping_writes_are_busy_and_leases_follow_the_op() {
+        let (reg, objects, h, o) = setup();
+        let c = ctx(&reg, &objects);
+        let first = dispatch(&RangeGet::new(o, 0, BufSlice::new(h, 0, 100)).build(), 0, &c);
+        let Dispatch::Start(op) = first else { panic!("should start") };
+        assert_eq!(op.buf_len(), 100);
+        let clash = dispatch(&Put::new(o, BufSlice::new(h, 50, 10)).build(), 0, &c);
+        assert_eq!(error_of(clash), (-16, Some(ErrorClass::Local)));
+        drop(op);
+        assert!(matches!(dispatch(&Put::new(o, BufSlice::new(h, 50, 10)).build(), 0, &c), Dispatch::Start(_)));
+    }
+
+    #[test]
+    fn deadlines_resolve_against_both_clocks() {
+        let (reg, objects, _, o) = setup();
+        let c = ctx(&reg, &objects);
+        let Dispatch::Start(rel) = dispatch(&Head::new(o).deadline_ns(5_000_000).build(), 0, &c) else { panic!() };
+        assert_eq!(rel.deadline, Some(c.now + Duration::from_millis(5)));
+        let Dispatch::Start(abs) = dispatch(&Head::new(o).deadline_at_ns(1_000 + 7_000).build(), 0, &c) else {
+            panic!()
+        };
+        assert_eq!(abs.deadline, Some(c.now + Duration::from_micros(7)));
+        let Dispatch::Start(past) = dispatch(&Head::new(o).deadline_at_ns(1).build(), 0, &c) else { panic!() };
+        assert_eq!(past.deadline, Some(c.now), "a deadline in the past expires at once");
+    }
+}

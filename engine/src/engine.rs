@@ -1,0 +1,273 @@
+//! [`Engine`] and [`Queue`]: the application-facing handles.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use ring_api::{AppQueue, BufHandle, CompletionQueue, Cqe, ObjectId, ObjectTable, PushError, Sqe, SubmissionQueue};
+use s3_lite::credentials::{Overrides, ProcessEnvironment, resolve};
+use s3_lite::s3::{Endpoint, Scheme};
+use s3_lite::sigv4::Signer;
+
+use crate::config::{EngineBuilder, RetryPolicy};
+use crate::error::EngineError;
+use crate::fabric::http::HttpFabric;
+use crate::memory::raw::RawMem;
+use crate::memory::{BufferView, RegisterOptions, Registry};
+use crate::placement;
+use crate::worker::WorkerHandle;
+
+/// State shared by the engine handle and every worker.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) registry: Registry,
+    pub(crate) objects: ObjectTable,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) default_deadline: Option<Duration>,
+    pub(crate) attempt_timeout: Duration,
+    pub(crate) spin: Duration,
+}
+
+/// A running engine: registered memory, interned objects and worker threads.
+///
+/// `Send + Sync`: share it by reference or `Arc`; each application thread takes its own
+/// [`Queue`]. Dropping the engine stops the workers; operations still in flight are aborted
+/// (their queues receive no further completions).
+#[derive(Debug)]
+pub struct Engine {
+    shared: Arc<Shared>,
+    workers: Vec<WorkerHandle>,
+    next_worker: AtomicUsize,
+    endpoint: Endpoint,
+}
+
+/// Placement of one worker, as built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerInfo {
+    /// The core it was asked to run on.
+    pub core: Option<usize>,
+    /// Whether pinning succeeded (it may fail in VMs and restricted cgroups).
+    pub pinned: bool,
+}
+
+pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
+    if b.inflight_per_connection != 1 {
+        return Err(EngineError::Unsupported(
+            "HTTP pipelining: inflight_per_connection must be 1 (one request per connection at a time)",
+        ));
+    }
+    if b.connections_per_worker == 0 {
+        return Err(EngineError::Config("connections_per_worker must be at least 1".into()));
+    }
+    let mut overrides = Overrides { endpoint_url: b.endpoint_url.clone(), region: b.region.clone(), ..Overrides::default() };
+    if let Some(c) = &b.credentials {
+        overrides.access_key_id = Some(c.access_key_id.clone());
+        overrides.secret_access_key = Some(c.secret_access_key.clone());
+        overrides.session_token = c.session_token.clone();
+    }
+    let resolved = resolve(&overrides, &ProcessEnvironment).map_err(EngineError::Credentials)?;
+    let url = resolved.endpoint_url.clone().ok_or(EngineError::NoEndpoint)?;
+    let endpoint = Endpoint::parse(&url).map_err(EngineError::Endpoint)?;
+    if endpoint.scheme == Scheme::Https {
+        return Err(EngineError::Unsupported(
+            "https endpoints: the engine's mio driver has no TLS yet (use an http:// endpoint)",
+        ));
+    }
+    let addr = resolve_addr(&endpoint)?;
+    let signer = Arc::new(Signer::new(resolved.credentials.clone(), resolved.region.clone(), "s3").map_err(EngineError::Signing)?);
+    let cores = placement::plan(&b.placement)?;
+    let shared = Arc::new(Shared {
+        registry: Registry::new(),
+        objects: ObjectTable::new(),
+        retry: b.retry,
+        default_deadline: b.default_deadline,
+        attempt_timeout: b.attempt_timeout,
+        spin: b.spin,
+    });
+    let mut workers = Vec::with_capacity(cores.len());
+    for (i, core) in cores.into_iter().enumerate() {
+        let fabric = HttpFabric::new(addr, endpoint.clone(), Arc::clone(&signer), b.connections_per_worker, b.read_buffer);
+        workers.push(WorkerHandle::spawn(i, core, Arc::clone(&shared), Box::new(fabric))?);
+    }
+    Ok(Engine { shared, workers, next_worker: AtomicUsize::new(0), endpoint })
+}
+
+fn resolve_addr(ep: &Endpoint) -> Result<SocketAddr, EngineError> {
+    let host = ep.host.trim_start_matches('[').trim_end_matches(']');
+    let err = |source| EngineError::Resolve { host: ep.host.clone(), source };
+    (host, ep.port).to_socket_addrs().map_err(err)?.next().ok_or_else(|| {
+        err(std::io::Error::new(std::io::ErrorKind::NotFound, "no address"))
+    })
+}
+
+impl Engine {
+    /// A builder with defaults (see [`EngineBuilder`]).
+    #[must_use]
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder::default()
+    }
+
+    /// The endpoint requests go to.
+    #[must_use]
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// Where the workers run.
+    #[must_use]
+    pub fn workers(&self) -> Vec<WorkerInfo> {
+        self.workers.iter().map(|w| WorkerInfo { core: w.core, pinned: w.pinned() }).collect()
+    }
+
+    /// Interns `(bucket, key)` once; submission entries then name the object by id.
+    pub fn object(&self, bucket: &str, key: &str) -> Result<ObjectId, EngineError> {
+        self.shared.objects.intern(bucket, key).map_err(EngineError::Intern)
+    }
+
+    /// Allocates `len` bytes of page-aligned, zeroed host memory and registers it.
+    ///
+    /// With [`RegisterOptions::pinned`] the pages are `mlock`ed; if that fails (usually
+    /// `RLIMIT_MEMLOCK`), the memory stays pageable and a warning goes to stderr, unless
+    /// [`RegisterOptions::require_pinned`] turns it into [`EngineError::Pin`].
+    pub fn register_host(&self, len: usize, opts: RegisterOptions) -> Result<BufHandle, EngineError> {
+        if len == 0 {
+            return Err(EngineError::Config("cannot register an empty buffer".into()));
+        }
+        let (mem, warning) = RawMem::alloc(len, opts.pinned).map_err(|len| EngineError::Alloc { len })?;
+        if let Some(source) = warning {
+            if opts.require_pinned {
+                return Err(EngineError::Pin { len, source });
+            }
+            eprintln!("hipobj engine: mlock of {len} bytes failed ({source}); using pageable memory");
+        }
+        self.shared.registry.insert(mem)
+    }
+
+    /// Registers caller-owned memory (the C ABI and GPU pointers go through here).
+    ///
+    /// # Safety
+    ///
+    /// `ptr..ptr+len` must be valid for reads and writes from any thread until
+    /// [`Engine::deregister`] has returned `Ok` for the handle (or the engine is dropped), and
+    /// the caller must not read or write bytes covered by an operation in flight until its
+    /// completion has been reaped — exactly as with `ibv_reg_mr` memory, which must stay valid
+    /// "until a work completion has been polled for the corresponding `wr_id`".
+    #[allow(unsafe_code)]
+    pub unsafe fn register_raw(&self, ptr: *mut u8, len: usize) -> Result<BufHandle, EngineError> {
+        let ptr = NonNull::new(ptr).ok_or_else(|| EngineError::Config("null pointer".into()))?;
+        if len == 0 {
+            return Err(EngineError::Config("cannot register an empty buffer".into()));
+        }
+        // SAFETY: forwarded to our caller's contract above.
+        let mem = unsafe { RawMem::from_raw(ptr, len) };
+        self.shared.registry.insert(mem)
+    }
+
+    /// Deregisters `handle`, waiting up to `timeout` for operations in flight on it and live
+    /// [`BufferView`]s to finish. New operations on it fail with `EBUSY` meanwhile. On timeout
+    /// it returns [`EngineError::BusyTimeout`] and the handle stays registered.
+    pub fn deregister(&self, handle: BufHandle, timeout: Duration) -> Result<(), EngineError> {
+        self.shared.registry.deregister(handle, timeout)
+    }
+
+    /// Read access to `len` bytes at `offset` of a registration; fails with
+    /// [`EngineError::Busy`] if an operation in flight writes any of them.
+    pub fn read(&self, handle: BufHandle, offset: u64, len: u64) -> Result<BufferView, EngineError> {
+        self.shared.registry.view(handle, offset, len)
+    }
+
+    /// Copies registered bytes at `offset` into `out` (same rules as [`Engine::read`]).
+    pub fn copy_out(&self, handle: BufHandle, offset: u64, out: &mut [u8]) -> Result<(), EngineError> {
+        let view = self.read(handle, offset, out.len() as u64)?;
+        out.copy_from_slice(&view);
+        Ok(())
+    }
+
+    /// Copies `data` into a registration at `offset` (e.g. a PUT source); fails with
+    /// [`EngineError::Busy`] if an operation in flight reads or writes any of those bytes.
+    pub fn copy_in(&self, handle: BufHandle, offset: u64, data: &[u8]) -> Result<(), EngineError> {
+        self.shared.registry.copy_in(handle, offset, data)
+    }
+
+    /// A new queue for the calling thread: `depth` submission slots and `2 * depth`
+    /// completion slots (both rounded up to powers of two), attached to one worker
+    /// (round-robin).
+    pub fn queue(&self, depth: u32) -> Result<Queue, EngineError> {
+        let sq = depth.max(1).checked_next_power_of_two().ok_or(EngineError::Ring(ring_api::SetupError::Capacity {
+            requested: depth,
+            max: ring_api::MAX_ENTRIES,
+        }))?;
+        let cq = sq.saturating_mul(2);
+        let i = self.next_worker.fetch_add(1, Ordering::Relaxed) % self.workers.len().max(1);
+        let worker = self.workers.get(i).ok_or(EngineError::Shutdown)?;
+        let (app, wq) = ring_api::queue_pair(sq, cq, Some(worker.bell())).map_err(EngineError::Ring)?;
+        worker.attach(wq, cq as usize);
+        Ok(Queue { app, waker: Arc::clone(&worker.waker) })
+    }
+}
+
+/// An application thread's ring pair: push submissions, reap completions.
+///
+/// `Send` but not `Sync` and not `Clone`: one producer and one consumer per ring, enforced by
+/// the type system. Dropping it aborts the queue's operations in flight.
+#[derive(Debug)]
+pub struct Queue {
+    app: AppQueue,
+    waker: Arc<mio::Waker>,
+}
+
+impl Queue {
+    /// Pushes one entry and publishes it at once (rings the worker only if it sleeps).
+    pub fn push(&mut self, sqe: &Sqe) -> Result<(), PushError> {
+        self.app.submission().push(sqe)
+    }
+
+    /// Pushes all of `sqes` or none, publishing them with one release store.
+    pub fn push_multiple(&mut self, sqes: &[Sqe]) -> Result<(), PushError> {
+        self.app.submission().push_multiple(sqes)
+    }
+
+    /// A batch view: entries pushed through it are published on `sync()` or drop.
+    pub fn submission(&mut self) -> SubmissionQueue<'_> {
+        self.app.submission()
+    }
+
+    /// A batch view over ready completions (an iterator).
+    pub fn completion(&mut self) -> CompletionQueue<'_> {
+        self.app.completion()
+    }
+
+    /// Copies up to `out.len()` ready completions into `out`; returns how many.
+    pub fn reap(&mut self, out: &mut [Cqe]) -> usize {
+        self.app.completion().fill(out)
+    }
+
+    /// Blocks until `min` completions are ready or `timeout` passes; returns how many are
+    /// ready.
+    pub fn wait(&mut self, min: usize, timeout: Option<Duration>) -> usize {
+        self.app.wait_completions(min, timeout)
+    }
+
+    /// Submission ring capacity.
+    #[must_use]
+    pub fn sq_capacity(&self) -> usize {
+        self.app.sq_capacity()
+    }
+
+    /// Completion ring capacity.
+    #[must_use]
+    pub fn cq_capacity(&self) -> usize {
+        self.app.cq_capacity()
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        // The worker notices the dropped half on its next turn; wake it so that turn happens
+        // now even if it sleeps.
+        let _ = self.waker.wake();
+    }
+}

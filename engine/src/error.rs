@@ -1,0 +1,96 @@
+//! The engine's control-path error type.
+//!
+//! Control-path calls (building the engine, registering memory, creating queues, reading
+//! completed data) return [`EngineError`]. The data path never allocates an error: a failed
+//! operation completes with a [`ring_api::Cqe`] whose `result` is `-errno`
+//! ([`ring_api::ErrorCode`]) and whose flags carry the [`ring_api::ErrorClass`].
+
+use std::io;
+use std::time::Duration;
+
+use ring_api::{BufHandle, InternError, SetupError};
+
+/// Why a control-path call failed.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// No endpoint was configured (builder, `AWS_ENDPOINT_URL` or the profile).
+    #[error("no endpoint URL configured (EngineBuilder::endpoint_url or AWS_ENDPOINT_URL)")]
+    NoEndpoint,
+    /// The endpoint URL does not parse.
+    #[error("invalid endpoint URL: {0}")]
+    Endpoint(#[source] s3_lite::s3::EndpointError),
+    /// Credentials could not be resolved.
+    #[error("credentials: {0}")]
+    Credentials(#[source] s3_lite::credentials::CredentialsError),
+    /// The signer rejected the identity or region (e.g. a `/` in the region).
+    #[error("signer: {0}")]
+    Signing(#[source] s3_lite::sigv4::SigningError),
+    /// The endpoint host name did not resolve to an address.
+    #[error("cannot resolve {host}: {source}")]
+    Resolve {
+        /// The host name.
+        host: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// A feature this build does not implement (the message says which).
+    #[error("unsupported: {0}")]
+    Unsupported(&'static str),
+    /// A builder setting is out of range (the message says which).
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The sysfs topology could not be read for automatic placement.
+    #[error("topology: {0}")]
+    Topology(#[source] numa::TopoError),
+    /// A worker thread could not be started.
+    #[error("spawning a worker thread: {0}")]
+    Spawn(#[source] io::Error),
+    /// Setting up the worker's poller failed.
+    #[error("creating the event poller: {0}")]
+    Poller(#[source] io::Error),
+    /// Host memory allocation failed.
+    #[error("cannot allocate {len} bytes of registered memory")]
+    Alloc {
+        /// Requested length.
+        len: usize,
+    },
+    /// `mlock` failed for a pinned registration (see `RLIMIT_MEMLOCK`).
+    #[error("cannot pin {len} bytes with mlock (raise RLIMIT_MEMLOCK or register unpinned): {source}")]
+    Pin {
+        /// Requested length.
+        len: usize,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The handle names no live registration.
+    #[error("unknown buffer handle {}", .0.0)]
+    BadHandle(BufHandle),
+    /// `offset + len` lies outside the registration (or overflows).
+    #[error("range {offset}+{len} is outside the {size}-byte registration")]
+    OutOfBounds {
+        /// Requested offset.
+        offset: u64,
+        /// Requested length.
+        len: u64,
+        /// Registration size.
+        size: u64,
+    },
+    /// The range overlaps an operation in flight (or a view / deregistration in progress).
+    #[error("buffer range is in use by an in-flight operation or a live view")]
+    Busy,
+    /// `deregister` gave up waiting for in-flight operations.
+    #[error("registration still in use after {0:?}")]
+    BusyTimeout(Duration),
+    /// Ring construction failed (bad depth).
+    #[error("queue setup: {0}")]
+    Ring(#[source] SetupError),
+    /// The object name was rejected by the interner.
+    #[error("object name: {0}")]
+    Intern(#[source] InternError),
+    /// The engine's workers have stopped.
+    #[error("the engine has shut down")]
+    Shutdown,
+}

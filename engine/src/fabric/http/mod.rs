@@ -1,0 +1,178 @@
+//! The HTTP fabric: S3 requests over a per-worker pool of keep-alive TCP connections.
+//!
+//! Bounded in-flight per connection: exactly one request at a time (no pipelining: S3 servers
+//! differ in how they treat pipelined requests, and one broken response would poison every
+//! request queued behind it). Concurrency comes from up to `connections_per_worker`
+//! connections. Connections set `TCP_NODELAY` (a request head is one small write that must not
+//! wait for an ACK). Plain `http` only; `https` endpoints are refused at build time.
+
+mod conn;
+mod request;
+pub(crate) mod response;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use mio::{Interest, Token};
+use ring_api::DataPath;
+use s3_lite::s3::Endpoint;
+use s3_lite::sigv4::Signer;
+
+use self::conn::{Conn, Step};
+use self::request::DateCache;
+use super::{Fabric, Finished, Outcome};
+use crate::inflight::{InFlight, OpKey, OpKind, Phase, Slab};
+
+/// Connection slot `i` uses `Token(i)`; the worker's waker uses a token above every slot.
+#[derive(Debug)]
+struct Slot {
+    conn: Conn,
+    op: Option<OpKey>,
+}
+
+/// A worker's HTTP data path to one endpoint.
+#[derive(Debug)]
+pub(crate) struct HttpFabric {
+    addr: SocketAddr,
+    endpoint: Endpoint,
+    signer: Arc<Signer>,
+    dates: DateCache,
+    slots: Vec<Option<Slot>>,
+    /// Slots holding an idle, kept-alive connection (most recently used last).
+    idle: Vec<usize>,
+    limit: usize,
+    read_buffer: usize,
+    active: usize,
+}
+
+impl HttpFabric {
+    pub(crate) fn new(addr: SocketAddr, endpoint: Endpoint, signer: Arc<Signer>, limit: usize, read_buffer: usize) -> Self {
+        Self {
+            addr,
+            endpoint,
+            signer,
+            dates: DateCache::default(),
+            slots: Vec::new(),
+            idle: Vec::new(),
+            limit: limit.max(1),
+            read_buffer: read_buffer.max(4096),
+            active: 0,
+        }
+    }
+
+    /// Opens a connection in a free slot; `None` when at the limit or the connect failed.
+    fn open(&mut self, io: &mio::Registry) -> Option<Result<usize, ()>> {
+        let open = self.slots.iter().filter(|s| s.is_some()).count();
+        if open >= self.limit {
+            return None;
+        }
+        let Ok(mut stream) = mio::net::TcpStream::connect(self.addr) else { return Some(Err(())) };
+        let _ = stream.set_nodelay(true);
+        let idx = match self.slots.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        };
+        if io.register(&mut stream, Token(idx), Interest::READABLE | Interest::WRITABLE).is_err() {
+            return Some(Err(()));
+        }
+        if let Some(slot) = self.slots.get_mut(idx) {
+            *slot = Some(Slot { conn: Conn::new(stream, self.read_buffer), op: None });
+        }
+        Some(Ok(idx))
+    }
+
+    fn close(&mut self, idx: usize, io: &mio::Registry) {
+        if let Some(mut slot) = self.slots.get_mut(idx).and_then(Option::take) {
+            let _ = io.deregister(&mut slot.conn.stream);
+            if slot.op.is_some() {
+                self.active -= 1;
+            }
+        }
+        self.idle.retain(|&i| i != idx);
+    }
+
+    /// Applies a driven step: completion, connection reuse or close.
+    fn settle(&mut self, idx: usize, key: OpKey, step: Step, io: &mio::Registry, done: &mut Finished) {
+        let Step::Finished { outcome, reusable } = step else { return };
+        done.push((key, outcome));
+        if reusable {
+            if let Some(Some(slot)) = self.slots.get_mut(idx) {
+                slot.op = None;
+                self.active -= 1;
+                self.idle.push(idx);
+            }
+        } else {
+            self.close(idx, io);
+        }
+    }
+}
+
+impl Fabric for HttpFabric {
+    fn path(&self) -> DataPath {
+        DataPath::Http
+    }
+
+    fn start(&mut self, key: OpKey, op: &mut InFlight, io: &mio::Registry, done: &mut Finished) -> bool {
+        let idx = match self.idle.pop() {
+            Some(i) => i,
+            None => match self.open(io) {
+                None => return false,
+                Some(Ok(i)) => i,
+                Some(Err(())) => {
+                    done.push((key, Outcome::transport(false)));
+                    return true;
+                }
+            },
+        };
+        let Some(Some(slot)) = self.slots.get_mut(idx) else {
+            done.push((key, Outcome::transport(false)));
+            return true;
+        };
+        let head = slot.conn.head_buf();
+        if let Err(outcome) = request::encode(&self.endpoint, &self.signer, &mut self.dates, op, head) {
+            self.idle.push(idx);
+            done.push((key, outcome));
+            return true;
+        }
+        let body = if op.kind == OpKind::Put { op.buf_len() } else { 0 };
+        slot.conn.begin(op, body);
+        slot.op = Some(key);
+        self.active += 1;
+        op.phase = Phase::Active { conn: idx };
+        let step = slot.conn.drive(op);
+        self.settle(idx, key, step, io, done);
+        true
+    }
+
+    fn on_ready(&mut self, token: Token, ops: &mut Slab, io: &mio::Registry, done: &mut Finished) {
+        let idx = token.0;
+        let Some(Some(slot)) = self.slots.get_mut(idx) else { return };
+        let Some(key) = slot.op else {
+            // An idle connection reported readiness: fine if nothing is there (a stale edge);
+            // if the server closed it or sent bytes nobody asked for, it cannot be reused.
+            if !slot.conn.idle_is_healthy() {
+                self.close(idx, io);
+            }
+            return;
+        };
+        let Some(op) = ops.get(key) else {
+            self.close(idx, io);
+            return;
+        };
+        let step = slot.conn.drive(op);
+        self.settle(idx, key, step, io, done);
+    }
+
+    fn abort(&mut self, op: &InFlight, io: &mio::Registry) {
+        if let Phase::Active { conn } = op.phase {
+            self.close(conn, io);
+        }
+    }
+
+    fn active(&self) -> usize {
+        self.active
+    }
+}

@@ -1,0 +1,85 @@
+//! Fabrics: how the bytes of an operation move.
+//!
+//! A worker hands each started operation to a [`Fabric`] and learns about progress through
+//! readiness events on tokens the fabric registered with the worker's `mio` poller. Today
+//! there is one fabric, [`http::HttpFabric`] (payload in the HTTP body). The RDMA fabrics of
+//! later issues (`soft`: RC semantics emulated over TCP; `verbs`: libibverbs) implement the
+//! same trait, and completions name the fabric in their [`DataPath`] flag, so callers do not
+//! change when they arrive.
+
+pub(crate) mod http;
+
+use mio::Token;
+use ring_api::{DataPath, ErrorClass, ErrorCode};
+
+use crate::inflight::{InFlight, OpKey, Slab};
+
+/// Whether a failed attempt may be repeated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// Final: complete with the error.
+    No,
+    /// Transient: retry after backoff if attempts and the deadline allow.
+    Yes,
+    /// A kept-alive connection turned out to be closed before any response byte: retry at once
+    /// on a fresh connection without counting an attempt (the request never reached a server
+    /// that answered it).
+    Free,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Success: `bytes` moved; `aux` is operation-specific (object size for HEAD).
+    Done {
+        /// Payload bytes moved.
+        bytes: u64,
+        /// Completion `aux`.
+        aux: u64,
+    },
+    /// Failure.
+    Failed {
+        /// Completion code.
+        code: ErrorCode,
+        /// Completion class.
+        class: ErrorClass,
+        /// Whether to retry.
+        retry: Retry,
+    },
+}
+
+impl Outcome {
+    pub(crate) const fn fail(code: ErrorCode, class: ErrorClass, retry: Retry) -> Self {
+        Self::Failed { code, class, retry }
+    }
+
+    /// A transport failure (refused, reset, EOF mid-response): retryable.
+    pub(crate) const fn transport(free: bool) -> Self {
+        Self::fail(ErrorCode::ConnectionReset, ErrorClass::Transport, if free { Retry::Free } else { Retry::Yes })
+    }
+}
+
+/// Finished attempts reported by a fabric.
+pub(crate) type Finished = Vec<(OpKey, Outcome)>;
+
+/// A data path a worker drives. Mechanism only: retries, deadlines and completions are the
+/// worker's business.
+pub(crate) trait Fabric: Send + std::fmt::Debug {
+    /// The flag completions carry when this fabric moved the bytes.
+    fn path(&self) -> DataPath;
+
+    /// Starts an attempt of `op` if a connection is free or may be opened. Returns `false`
+    /// when at capacity (the worker keeps `op` ready and tries again after a completion).
+    /// An attempt that fails or finishes at once is reported in `done`.
+    fn start(&mut self, key: OpKey, op: &mut InFlight, io: &mio::Registry, done: &mut Finished) -> bool;
+
+    /// Handles readiness of `token` (a token this fabric registered).
+    fn on_ready(&mut self, token: Token, ops: &mut Slab, io: &mio::Registry, done: &mut Finished);
+
+    /// Stops the attempt `op` has on the wire, if any (cancel, deadline, attempt timeout).
+    /// No byte of `op`'s buffer is touched after this returns.
+    fn abort(&mut self, op: &InFlight, io: &mio::Registry);
+
+    /// Attempts on the wire.
+    fn active(&self) -> usize;
+}

@@ -1,0 +1,191 @@
+//! The worker's table of operations in flight.
+//!
+//! A slab keyed by [`OpKey`] (index + generation, so a stale key held by a timer or a
+//! connection can never name a newer operation). Each [`InFlight`] owns the lease on its
+//! registered memory until it completes, so the memory cannot be freed, deregistered or
+//! handed to a conflicting operation while the wire may still touch it.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ring_api::ObjectName;
+
+use crate::memory::LeaseGuard;
+
+/// What an operation does on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OpKind {
+    /// Whole object into the leased destination (its length is the capacity).
+    Get,
+    /// `lease.len()` bytes at `offset` into the leased destination.
+    RangeGet {
+        /// First object byte.
+        offset: u64,
+    },
+    /// Object size into the completion's `aux`.
+    Head,
+    /// The leased source as the whole object.
+    Put,
+}
+
+impl OpKind {
+    /// Whether a failed attempt may be repeated. GET, RangeGet and HEAD are safe; PUT of
+    /// registered memory is too, because the source bytes are pinned by a shared lease and a
+    /// repeated PUT of the same bytes leaves the same object (S3 PUT is last-writer-wins).
+    pub(crate) fn idempotent(self) -> bool {
+        true
+    }
+}
+
+/// Where an operation is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Waiting for a connection.
+    Ready,
+    /// Waiting out a retry backoff.
+    Backoff,
+    /// On the wire on connection `conn`.
+    Active {
+        /// Connection slot.
+        conn: usize,
+    },
+}
+
+/// One operation taken off a submission ring and not yet completed.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    /// Worker-local index of the queue the completion goes to.
+    pub(crate) queue: usize,
+    pub(crate) user_data: u64,
+    pub(crate) kind: OpKind,
+    pub(crate) object: Arc<ObjectName>,
+    /// Lease on the destination (GET) or source (PUT); `None` for HEAD and empty PUTs.
+    pub(crate) buf: Option<LeaseGuard>,
+    pub(crate) deadline: Option<Instant>,
+    /// Attempts started so far.
+    pub(crate) attempts: u32,
+    /// Whether failed attempts may be retried (caller's NO_RETRY and idempotency).
+    pub(crate) may_retry: bool,
+    pub(crate) retried: bool,
+    /// Immediate retries after a stale keep-alive connection (bounded, see `Retry::Free`).
+    pub(crate) free_retries: u8,
+    pub(crate) phase: Phase,
+}
+
+impl InFlight {
+    /// Length of the registered range the operation transfers.
+    pub(crate) fn buf_len(&self) -> u64 {
+        self.buf.as_ref().map_or(0, LeaseGuard::len)
+    }
+}
+
+/// Stable name of a slab entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct OpKey {
+    idx: u32,
+    generation: u32,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    generation: u32,
+    op: Option<InFlight>,
+}
+
+/// The in-flight table.
+#[derive(Debug, Default)]
+pub(crate) struct Slab {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    live: usize,
+}
+
+impl Slab {
+    pub(crate) fn insert(&mut self, op: InFlight) -> OpKey {
+        self.live += 1;
+        if let Some(idx) = self.free.pop()
+            && let Some(slot) = self.slots.get_mut(idx as usize)
+        {
+            slot.op = Some(op);
+            return OpKey { idx, generation: slot.generation };
+        }
+        let idx = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
+        self.slots.push(Slot { generation: 0, op: Some(op) });
+        OpKey { idx, generation: 0 }
+    }
+
+    fn slot(&self, key: OpKey) -> Option<&Slot> {
+        self.slots.get(key.idx as usize).filter(|s| s.generation == key.generation)
+    }
+
+    pub(crate) fn get(&self, key: OpKey) -> Option<&InFlight> {
+        self.slot(key).and_then(|s| s.op.as_ref())
+    }
+
+    pub(crate) fn get_mut(&mut self, key: OpKey) -> Option<&mut InFlight> {
+        self.slots
+            .get_mut(key.idx as usize)
+            .filter(|s| s.generation == key.generation)
+            .and_then(|s| s.op.as_mut())
+    }
+
+    pub(crate) fn remove(&mut self, key: OpKey) -> Option<InFlight> {
+        let slot = self.slots.get_mut(key.idx as usize).filter(|s| s.generation == key.generation)?;
+        let op = slot.op.take()?;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(key.idx);
+        self.live -= 1;
+        Some(op)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.live
+    }
+
+    /// Keys of live entries matching `pred` (used by Cancel and queue teardown, not the hot
+    /// path).
+    pub(crate) fn keys_where(&self, mut pred: impl FnMut(&InFlight) -> bool) -> Vec<OpKey> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let op = s.op.as_ref()?;
+                pred(op).then(|| OpKey { idx: u32::try_from(i).unwrap_or(u32::MAX), generation: s.generation })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(user_data: u64) -> InFlight {
+        InFlight {
+            queue: 0,
+            user_data,
+            kind: OpKind::Head,
+            object: Arc::new(ObjectName { bucket: "b".into(), key: "k".into() }),
+            buf: None,
+            deadline: None,
+            attempts: 0,
+            may_retry: true,
+            retried: false,
+            free_retries: 0,
+            phase: Phase::Ready,
+        }
+    }
+
+    #[test]
+    fn stale_keys_never_name_a_reused_slot() {
+        let mut s = Slab::default();
+        let a = s.insert(op(1));
+        assert_eq!(s.remove(a).map(|o| o.user_data), Some(1));
+        let b = s.insert(op(2));
+        assert_ne!(a, b);
+        assert!(s.get(a).is_none() && s.remove(a).is_none());
+        assert_eq!(s.get(b).map(|o| o.user_data), Some(2));
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.keys_where(|o| o.user_data == 2), vec![b]);
+    }
+}

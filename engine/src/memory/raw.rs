@@ -1,0 +1,152 @@
+//! Raw registered memory: the only place the engine dereferences registration pointers.
+//!
+//! A [`RawMem`] is either an engine-owned, page-aligned allocation (optionally `mlock`ed) or a
+//! caller-owned range passed to `Engine::register_raw`. Every access is bounds-checked here;
+//! *who* may access *which* bytes *when* is decided by the lease protocol in
+//! [`super::Region`], whose invariant this module relies on:
+//!
+//! INVARIANT (leases): while a byte range is covered by an exclusive lease, only the lease
+//! holder reads or writes it; while it is covered by shared leases, nobody writes it. The
+//! engine's own code only calls [`RawMem::write`] under an exclusive lease and
+//! [`RawMem::slice`] under a shared one.
+#![allow(unsafe_code)]
+
+use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::io;
+use std::ptr::NonNull;
+
+/// Page size used to align engine-owned allocations (and what `mlock` works in).
+pub(crate) const PAGE: usize = 4096;
+
+/// A registered byte range.
+#[derive(Debug)]
+pub(crate) struct RawMem {
+    /// INVARIANT: `ptr..ptr+len` is valid for reads and writes for the life of `self` (owned:
+    /// we allocated it with `layout`; raw: the `register_raw` caller promised it).
+    ptr: NonNull<u8>,
+    len: usize,
+    /// `Some` when we allocated the memory and must free it with this layout.
+    layout: Option<Layout>,
+    /// Whether `mlock` succeeded (so `munlock` on drop).
+    locked: bool,
+}
+
+// SAFETY: RawMem is an address range, not thread-affine; concurrent access to the bytes is
+// serialized by the lease protocol (module INVARIANT), so sharing the handle is sound.
+unsafe impl Send for RawMem {}
+// SAFETY: as above; `&RawMem` only exposes bounds-checked, lease-governed accessors.
+unsafe impl Sync for RawMem {}
+
+impl RawMem {
+    /// Allocates `len` zeroed bytes aligned to [`PAGE`]; with `pinned`, also `mlock`s them.
+    ///
+    /// A failed `mlock` returns the memory unpinned plus the error, so the caller decides
+    /// whether pinning was a requirement or a wish.
+    pub(crate) fn alloc(len: usize, pinned: bool) -> Result<(Self, Option<io::Error>), usize> {
+        let layout = Layout::from_size_align(len.max(1), PAGE).map_err(|_| len)?;
+        // SAFETY: `layout` has a non-zero size (len.max(1)) and a valid power-of-two alignment.
+        let raw = unsafe { alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).ok_or(len)?;
+        let mut mem = Self { ptr, len, layout: Some(layout), locked: false };
+        let mut warning = None;
+        if pinned {
+            // SAFETY: `ptr..ptr+len` is the allocation we just made; mlock only changes
+            // residency, never contents.
+            let rc = unsafe { libc::mlock(mem.ptr.as_ptr().cast(), len) };
+            if rc == 0 {
+                mem.locked = true;
+            } else {
+                warning = Some(io::Error::last_os_error());
+            }
+        }
+        Ok((mem, warning))
+    }
+
+    /// Wraps caller-owned memory.
+    ///
+    /// # Safety
+    ///
+    /// `ptr..ptr+len` must be valid for reads and writes until the registration is dropped
+    /// (after `deregister` returns and every operation on it has completed), and the caller
+    /// must not access bytes covered by an in-flight operation until its completion is reaped.
+    pub(crate) unsafe fn from_raw(ptr: NonNull<u8>, len: usize) -> Self {
+        Self { ptr, len, layout: None, locked: false }
+    }
+
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the pages are locked in RAM.
+    #[cfg(test)]
+    pub(crate) fn is_locked(&self) -> bool {
+        self.locked
+    }
+
+    /// `Some((start, end))` if `off..off+len` lies inside the registration.
+    fn span(&self, off: usize, len: usize) -> Option<usize> {
+        let end = off.checked_add(len)?;
+        (end <= self.len).then_some(off)
+    }
+
+    /// Copies `src` to offset `off`. Returns `false` (copying nothing) when out of bounds.
+    ///
+    /// Callers hold an exclusive lease over the destination range (module INVARIANT).
+    pub(crate) fn write(&self, off: usize, src: &[u8]) -> bool {
+        let Some(off) = self.span(off, src.len()) else { return false };
+        // SAFETY: bounds checked above, so `ptr+off .. ptr+off+src.len()` lies inside the live
+        // registration (field INVARIANT); the exclusive lease guarantees no other access to
+        // those bytes, and `src` (a socket read buffer) cannot overlap registered memory.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len()) };
+        true
+    }
+
+    /// The bytes at `off..off+len`, or `None` when out of bounds.
+    ///
+    /// Callers hold a shared lease over the range for as long as the slice lives (module
+    /// INVARIANT), so nobody writes these bytes meanwhile.
+    pub(crate) fn slice(&self, off: usize, len: usize) -> Option<&[u8]> {
+        let off = self.span(off, len)?;
+        // SAFETY: in bounds of the live registration (checked above, field INVARIANT), and the
+        // shared lease excludes writers for the slice's lifetime, which `&self` bounds.
+        Some(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(off), len) })
+    }
+}
+
+impl Drop for RawMem {
+    fn drop(&mut self) {
+        if self.locked {
+            // SAFETY: the range was locked by `alloc` and is still allocated.
+            unsafe { libc::munlock(self.ptr.as_ptr().cast(), self.len) };
+        }
+        if let Some(layout) = self.layout {
+            // SAFETY: allocated by `alloc_zeroed` with exactly this layout, freed once.
+            unsafe { dealloc(self.ptr.as_ptr(), layout) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alloc_is_page_aligned_zeroed_and_bounds_checked() {
+        let (m, _) = RawMem::alloc(10_000, false).unwrap();
+        assert_eq!(m.ptr.as_ptr() as usize % PAGE, 0);
+        assert_eq!(m.slice(0, 10_000).unwrap().iter().copied().max(), Some(0));
+        assert!(m.write(9_998, b"ab"));
+        assert!(!m.write(9_999, b"ab"));
+        assert!(!m.write(usize::MAX, b"a"));
+        assert_eq!(m.slice(9_998, 2).unwrap(), b"ab");
+        assert!(m.slice(9_999, 2).is_none());
+        assert!(m.slice(usize::MAX, 2).is_none());
+    }
+
+    #[test]
+    fn pinned_alloc_locks_or_reports() {
+        let (m, warn) = RawMem::alloc(PAGE * 4, true).unwrap();
+        assert_eq!(m.is_locked(), warn.is_none());
+    }
+}

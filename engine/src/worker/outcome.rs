@@ -1,0 +1,161 @@
+//! Turning attempts into completions: starting ready operations, retries with backoff,
+//! deadlines, attempt timeouts and cancellation.
+
+use std::time::Instant;
+
+use ring_api::{Cqe, ErrorClass, ErrorCode};
+
+use super::event_loop::Worker;
+use crate::fabric::{Outcome, Retry};
+use crate::inflight::{OpKey, Phase};
+use crate::timers::TimerKind;
+
+/// Immediate retries allowed after stale keep-alive connections, per operation.
+const MAX_FREE_RETRIES: u8 = 3;
+
+impl Worker {
+    /// Starts ready operations while the fabric has capacity.
+    pub(super) fn start_ready(&mut self, now: Instant) -> bool {
+        let mut started = false;
+        while let Some(&key) = self.ready.front() {
+            let Some(op) = self.ops.get_mut(key) else {
+                self.ready.pop_front();
+                continue;
+            };
+            if op.phase != Phase::Ready {
+                self.ready.pop_front();
+                continue;
+            }
+            if op.deadline.is_some_and(|d| d <= now) {
+                self.ready.pop_front();
+                self.finish(key, Cqe::error(0, ErrorCode::TimedOut, ErrorClass::Deadline));
+                started = true;
+                continue;
+            }
+            op.attempts += 1;
+            let attempt = op.attempts;
+            if !self.fabric.start(key, op, self.poll.registry(), &mut self.done) {
+                if let Some(op) = self.ops.get_mut(key) {
+                    op.attempts -= 1;
+                }
+                break;
+            }
+            self.ready.pop_front();
+            self.timers.push(now + self.shared.attempt_timeout, key, TimerKind::Attempt(attempt));
+            started = true;
+        }
+        if self.timers.len() > 4096 + 4 * self.ops.len() {
+            let ops = &self.ops;
+            self.timers.compact(|k| ops.get(k).is_some());
+        }
+        started
+    }
+
+    /// Applies the outcomes fabrics reported.
+    pub(super) fn settle_done(&mut self, now: Instant) -> bool {
+        if self.done.is_empty() {
+            return false;
+        }
+        let done = std::mem::take(&mut self.done);
+        for &(key, outcome) in &done {
+            self.settle(key, outcome, now);
+        }
+        self.done = done;
+        self.done.clear();
+        true
+    }
+
+    fn settle(&mut self, key: OpKey, outcome: Outcome, now: Instant) {
+        let path = self.fabric.path();
+        let Some(op) = self.ops.get_mut(key) else { return };
+        match outcome {
+            Outcome::Done { bytes, aux } => {
+                let cqe = Cqe::success(0, bytes, path).with_aux(aux);
+                self.finish(key, cqe);
+            }
+            Outcome::Failed { code, class, retry } => {
+                op.phase = Phase::Backoff;
+                if retry == Retry::Free && op.may_retry && op.free_retries < MAX_FREE_RETRIES {
+                    op.free_retries += 1;
+                    op.attempts = op.attempts.saturating_sub(1);
+                    op.phase = Phase::Ready;
+                    self.ready.push_front(key);
+                    return;
+                }
+                let policy = self.shared.retry;
+                if retry != Retry::No && op.may_retry && op.attempts < policy.max_attempts {
+                    let wait = policy.jittered(op.attempts, rand::random::<f64>());
+                    let at = now + wait;
+                    if op.deadline.is_none_or(|d| at < d) {
+                        op.retried = true;
+                        let next = op.attempts + 1;
+                        self.timers.push(at, key, TimerKind::Backoff(next));
+                        return;
+                    }
+                }
+                self.finish(key, Cqe::error(0, code, class));
+            }
+        }
+    }
+
+    /// Fires due timers.
+    pub(super) fn fire_timers(&mut self, now: Instant) -> bool {
+        let mut fired = false;
+        while let Some((key, kind)) = self.timers.pop_due(now) {
+            let Some(op) = self.ops.get_mut(key) else { continue };
+            match kind {
+                TimerKind::Deadline => {
+                    if op.deadline.is_some_and(|d| d <= now) {
+                        self.fabric.abort(op, self.poll.registry());
+                        self.finish(key, Cqe::error(0, ErrorCode::TimedOut, ErrorClass::Deadline));
+                        fired = true;
+                    }
+                }
+                TimerKind::Attempt(n) => {
+                    if op.attempts == n && matches!(op.phase, Phase::Active { .. }) {
+                        self.fabric.abort(op, self.poll.registry());
+                        let timeout = Outcome::fail(ErrorCode::TimedOut, ErrorClass::Transport, Retry::Yes);
+                        self.settle(key, timeout, now);
+                        fired = true;
+                    }
+                }
+                TimerKind::Backoff(n) => {
+                    if op.phase == Phase::Backoff && op.attempts + 1 == n {
+                        op.phase = Phase::Ready;
+                        self.ready.push_back(key);
+                        fired = true;
+                    }
+                }
+            }
+        }
+        fired
+    }
+
+    /// Cancels the operation of queue `qi` tagged `target`, then completes the Cancel itself.
+    pub(super) fn cancel(&mut self, qi: usize, user_data: u64, target: u64) {
+        let found = self.ops.keys_where(|o| o.queue == qi && o.user_data == target).into_iter().next();
+        match found {
+            Some(key) => {
+                if let Some(op) = self.ops.get(key) {
+                    self.fabric.abort(op, self.poll.registry());
+                }
+                self.finish(key, Cqe::error(0, ErrorCode::Cancelled, ErrorClass::Cancelled));
+                self.post(qi, Cqe::success(user_data, 0, ring_api::DataPath::None));
+            }
+            None => self.post(qi, Cqe::error(user_data, ErrorCode::NotFound, ErrorClass::Local)),
+        }
+    }
+
+    /// Removes `key` (releasing its buffer lease before the completion becomes visible) and
+    /// stages `cqe` with the operation's tag and retry flag for its queue.
+    pub(super) fn finish(&mut self, key: OpKey, cqe: Cqe) {
+        let Some(op) = self.ops.remove(key) else { return };
+        let mut cqe = Cqe::from_raw(op.user_data, cqe.result(), cqe.flags(), cqe.bytes(), cqe.aux());
+        if op.retried {
+            cqe = cqe.with_retried();
+        }
+        let qi = op.queue;
+        drop(op);
+        self.post(qi, cqe);
+    }
+}

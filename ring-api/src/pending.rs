@@ -1,0 +1,69 @@
+//! Completions that did not fit in a full completion ring.
+//!
+//! A full CQ must back-pressure only its own queue and must never lose a completion. The
+//! worker keeps overflow here, in order, and stops taking submissions from that queue while the
+//! list is non-empty ([`crate::WorkerQueue::backpressured`]). The list is therefore bounded by
+//! the number of operations that were in flight on that queue when its CQ filled, which the
+//! engine already bounds; no hostile application can grow it further by not reaping.
+
+use std::collections::VecDeque;
+
+use crate::cqe::Cqe;
+use crate::spsc::Producer;
+
+/// FIFO of completions waiting for CQ space.
+#[derive(Debug, Default)]
+pub struct PendingCompletions {
+    list: VecDeque<Cqe>,
+    /// Largest length reached, for diagnostics.
+    high_water: usize,
+}
+
+impl PendingCompletions {
+    /// An empty list.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of waiting completions.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// `true` when nothing waits.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Largest number of completions that ever waited at once.
+    #[must_use]
+    pub fn high_water(&self) -> usize {
+        self.high_water
+    }
+
+    /// The waiting completions, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &Cqe> {
+        self.list.iter()
+    }
+
+    pub(crate) fn push_back(&mut self, cqe: Cqe) {
+        self.list.push_back(cqe);
+        self.high_water = self.high_water.max(self.list.len());
+    }
+
+    /// Moves as many as fit into `p` (staged, not published); returns how many moved.
+    pub(crate) fn flush_into(&mut self, p: &mut Producer<Cqe>) -> usize {
+        let mut moved = 0;
+        while let Some(cqe) = self.list.pop_front() {
+            if let Err(back) = p.push(cqe) {
+                self.list.push_front(back);
+                break;
+            }
+            moved += 1;
+        }
+        moved
+    }
+}

@@ -1,0 +1,454 @@
+//! One application queue: a submission ring (app → worker) and a completion ring (worker → app).
+//!
+//! [`queue_pair`] returns the two halves. [`AppQueue`] produces SQEs and consumes CQEs;
+//! [`WorkerQueue`] consumes SQEs and produces CQEs. Each half is `Send` (hand it to its thread)
+//! but neither `Sync` nor `Clone`, and every view borrows its half mutably, so the type system
+//! guarantees a single producer and a single consumer per ring (see `tests/compile_fail/`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::cqe::Cqe;
+use crate::error::{PushError, SetupError};
+use crate::pending::PendingCompletions;
+use crate::spsc::{Consumer, Producer, ring};
+use crate::sqe::Sqe;
+use crate::wakeup::{Doorbell, ParkWaiter};
+
+/// Creates a queue: `sq_entries` submission and `cq_entries` completion slots (powers of two,
+/// at most [`crate::MAX_ENTRIES`]).
+///
+/// `worker_bell` is rung when the application publishes SQEs (or frees CQ space) while the
+/// worker is parked; pass `None` for a worker that never parks. The application side gets its
+/// own std parker so [`AppQueue::wait_completions`] can block.
+pub fn queue_pair(
+    sq_entries: u32,
+    cq_entries: u32,
+    worker_bell: Option<Arc<dyn Doorbell>>,
+) -> Result<(AppQueue, WorkerQueue), SetupError> {
+    let waiter = ParkWaiter::new();
+    let (sq_p, sq_c) = ring::<Sqe>(sq_entries, worker_bell.clone(), None)?;
+    let (cq_p, cq_c) = ring::<Cqe>(cq_entries, Some(waiter.doorbell()), worker_bell)?;
+    Ok((
+        AppQueue { sq: sq_p, cq: cq_c, waiter },
+        WorkerQueue { sq: sq_c, cq: cq_p, pending: PendingCompletions::new() },
+    ))
+}
+
+/// The application's half: pushes submissions, reaps completions.
+pub struct AppQueue {
+    sq: Producer<Sqe>,
+    cq: Consumer<Cqe>,
+    waiter: ParkWaiter,
+}
+
+impl std::fmt::Debug for AppQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppQueue")
+            .field("sq_entries", &self.sq.capacity())
+            .field("cq_entries", &self.cq.capacity())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AppQueue {
+    /// A batch-submission view; entries become visible to the worker on
+    /// [`SubmissionQueue::sync`] or when the view is dropped.
+    pub fn submission(&mut self) -> SubmissionQueue<'_> {
+        SubmissionQueue { p: &mut self.sq }
+    }
+
+    /// A batch-reaping view; slots return to the worker on [`CompletionQueue::sync`] or drop.
+    pub fn completion(&mut self) -> CompletionQueue<'_> {
+        CompletionQueue { c: &mut self.cq }
+    }
+
+    /// Both views at once.
+    pub fn split(&mut self) -> (SubmissionQueue<'_>, CompletionQueue<'_>) {
+        (SubmissionQueue { p: &mut self.sq }, CompletionQueue { c: &mut self.cq })
+    }
+
+    /// Blocks until at least `min` completions are ready or `timeout` passes (`None`: no
+    /// limit). Returns the number ready, which may be below `min` on timeout or if the worker
+    /// half was dropped.
+    pub fn wait_completions(&mut self, min: usize, timeout: Option<Duration>) -> usize {
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        loop {
+            let ready = self.cq.available();
+            if ready >= min || self.cq.peer_dropped() {
+                return ready;
+            }
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return ready,
+                },
+                None => None,
+            };
+            if self.cq.prepare_park(min) {
+                self.waiter.wait(left);
+                self.cq.finish_park();
+            }
+        }
+    }
+
+    /// Submission ring capacity.
+    #[must_use]
+    pub fn sq_capacity(&self) -> usize {
+        self.sq.capacity()
+    }
+
+    /// Completion ring capacity.
+    #[must_use]
+    pub fn cq_capacity(&self) -> usize {
+        self.cq.capacity()
+    }
+
+    /// `true` once the [`WorkerQueue`] has been dropped.
+    #[must_use]
+    pub fn worker_dropped(&self) -> bool {
+        self.sq.peer_dropped()
+    }
+}
+
+/// Batch-push view of the submission ring (io-uring `SubmissionQueue`).
+///
+/// Pushed entries are staged in slots the worker cannot see yet; [`SubmissionQueue::sync`] or
+/// dropping the view publishes them with one Release store and rings the worker's doorbell if
+/// it is parked.
+#[must_use = "entries are published when the view is synced or dropped"]
+pub struct SubmissionQueue<'a> {
+    p: &'a mut Producer<Sqe>,
+}
+
+impl SubmissionQueue<'_> {
+    /// Stages one entry; `Err` (nothing staged) if the ring is full.
+    #[inline]
+    pub fn push(&mut self, sqe: &Sqe) -> Result<(), PushError> {
+        self.p.push(*sqe).map_err(|_| PushError { needed: 1, available: 0 })
+    }
+
+    /// Stages all of `sqes` or none of them.
+    #[inline]
+    pub fn push_multiple(&mut self, sqes: &[Sqe]) -> Result<(), PushError> {
+        self.p.push_multiple(sqes)
+    }
+
+    /// Publishes staged entries (waking a parked worker); returns how many were published.
+    #[inline]
+    pub fn sync(&mut self) -> usize {
+        self.p.publish()
+    }
+
+    /// Free slots right now.
+    pub fn space(&mut self) -> usize {
+        self.p.space()
+    }
+
+    /// Entries staged and not yet published.
+    #[must_use]
+    pub fn staged(&self) -> usize {
+        self.p.unpublished()
+    }
+
+    /// Ring capacity.
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        self.p.capacity()
+    }
+}
+
+impl Drop for SubmissionQueue<'_> {
+    fn drop(&mut self) {
+        self.p.publish();
+    }
+}
+
+/// Batch-reap view of the completion ring (io-uring `CompletionQueue`): an iterator over
+/// ready completions; slots are handed back to the worker on [`CompletionQueue::sync`] or drop.
+#[must_use = "completions are only reaped by iterating the view"]
+pub struct CompletionQueue<'a> {
+    c: &'a mut Consumer<Cqe>,
+}
+
+impl CompletionQueue<'_> {
+    /// Completions ready to be read now.
+    pub fn available(&mut self) -> usize {
+        self.c.available()
+    }
+
+    /// Reads up to `out.len()` completions into `out`; returns how many.
+    #[inline]
+    pub fn fill(&mut self, out: &mut [Cqe]) -> usize {
+        let mut n = 0;
+        for slot in out.iter_mut() {
+            match self.c.pop() {
+                Some(cqe) => *slot = cqe,
+                None => break,
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// Returns read slots to the worker now; returns how many.
+    #[inline]
+    pub fn sync(&mut self) -> usize {
+        self.c.publish()
+    }
+
+    /// Ring capacity.
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        self.c.capacity()
+    }
+}
+
+impl Iterator for CompletionQueue<'_> {
+    type Item = Cqe;
+
+    /// Next ready completion; the ring is re-checked when the cached tail is exhausted, so a
+    /// loop over the view ends only when the ring is observed empty.
+    #[inline]
+    fn next(&mut self) -> Option<Cqe> {
+        self.c.pop()
+    }
+}
+
+impl Drop for CompletionQueue<'_> {
+    fn drop(&mut self) {
+        self.c.publish();
+    }
+}
+
+/// The worker's half: takes submissions, posts completions, never drops one.
+pub struct WorkerQueue {
+    sq: Consumer<Sqe>,
+    cq: Producer<Cqe>,
+    pending: PendingCompletions,
+}
+
+impl std::fmt::Debug for WorkerQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerQueue")
+            .field("sq_entries", &self.sq.capacity())
+            .field("cq_entries", &self.cq.capacity())
+            .field("pending", &self.pending.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerQueue {
+    /// Iterator over published submissions; consumed slots are returned to the application
+    /// when the reader is synced or dropped. Entries are raw: call [`Sqe::validate`].
+    pub fn submissions(&mut self) -> SubmissionReader<'_> {
+        SubmissionReader { c: &mut self.sq }
+    }
+
+    /// Completion-posting view.
+    pub fn completions(&mut self) -> CompletionWriter<'_> {
+        CompletionWriter { p: &mut self.cq, pending: &mut self.pending }
+    }
+
+    /// Both views at once.
+    pub fn split(&mut self) -> (SubmissionReader<'_>, CompletionWriter<'_>) {
+        (
+            SubmissionReader { c: &mut self.sq },
+            CompletionWriter { p: &mut self.cq, pending: &mut self.pending },
+        )
+    }
+
+    /// `true` while completions are waiting for CQ space: the engine should stop taking new
+    /// submissions from this queue (back-pressure) until the application reaps.
+    #[must_use]
+    pub fn backpressured(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// The completions waiting for CQ space.
+    #[must_use]
+    pub fn pending(&self) -> &PendingCompletions {
+        &self.pending
+    }
+
+    /// First half of the park handshake (see [`crate::wakeup`]): announces that the worker is
+    /// about to sleep. Returns `false`, with the announcement withdrawn, if there is already
+    /// something to do: submissions to take, or (when back-pressured) CQ space to flush into.
+    /// After a `true`, wait on the worker doorbell, then call [`WorkerQueue::finish_park`].
+    pub fn prepare_park(&mut self) -> bool {
+        if self.pending.is_empty() { self.sq.prepare_park(1) } else { self.cq.prepare_park() }
+    }
+
+    /// Second half of the park handshake; call after waking (harmless if not parked).
+    pub fn finish_park(&mut self) {
+        self.sq.finish_park();
+        self.cq.finish_park();
+    }
+
+    /// `true` once the [`AppQueue`] has been dropped.
+    #[must_use]
+    pub fn app_dropped(&self) -> bool {
+        self.sq.peer_dropped()
+    }
+}
+
+/// Iterator over submissions (worker side); publishes the consumed head on sync or drop.
+#[must_use = "submissions are only taken by iterating the reader"]
+pub struct SubmissionReader<'a> {
+    c: &'a mut Consumer<Sqe>,
+}
+
+impl SubmissionReader<'_> {
+    /// Submissions ready now.
+    pub fn available(&mut self) -> usize {
+        self.c.available()
+    }
+
+    /// Returns consumed slots to the application now.
+    #[inline]
+    pub fn sync(&mut self) -> usize {
+        self.c.publish()
+    }
+}
+
+impl Iterator for SubmissionReader<'_> {
+    type Item = Sqe;
+
+    #[inline]
+    fn next(&mut self) -> Option<Sqe> {
+        self.c.pop()
+    }
+}
+
+impl Drop for SubmissionReader<'_> {
+    fn drop(&mut self) {
+        self.c.publish();
+    }
+}
+
+/// Completion-posting view (worker side). Publishes on [`CompletionWriter::sync`] or drop.
+#[must_use = "completions are published when the writer is synced or dropped"]
+pub struct CompletionWriter<'a> {
+    p: &'a mut Producer<Cqe>,
+    pending: &'a mut PendingCompletions,
+}
+
+impl CompletionWriter<'_> {
+    /// Stages `cqe` if there is a free slot; when the ring is full the entry comes back in
+    /// `Err` so the caller can keep it. Bypasses the pending list (may reorder).
+    #[inline]
+    pub fn try_push(&mut self, cqe: Cqe) -> Result<(), Cqe> {
+        self.p.push(cqe)
+    }
+
+    /// Stages `cqe`, or keeps it in the pending list if the ring is full. Never drops and keeps
+    /// completion order: while anything is pending, new completions queue behind it.
+    #[inline]
+    pub fn push(&mut self, cqe: Cqe) {
+        if !self.pending.is_empty() {
+            self.pending.flush_into(self.p);
+        }
+        if self.pending.is_empty() {
+            if let Err(back) = self.p.push(cqe) {
+                self.pending.push_back(back);
+            }
+        } else {
+            self.pending.push_back(cqe);
+        }
+    }
+
+    /// Moves as many pending completions as fit into the ring; returns how many moved.
+    pub fn flush_pending(&mut self) -> usize {
+        self.pending.flush_into(self.p)
+    }
+
+    /// Publishes staged completions, waking a parked application; returns how many.
+    #[inline]
+    pub fn sync(&mut self) -> usize {
+        self.pending.flush_into(self.p);
+        self.p.publish()
+    }
+
+    /// Free CQ slots right now.
+    pub fn space(&mut self) -> usize {
+        self.p.space()
+    }
+
+    /// Completions waiting for space.
+    #[must_use]
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+impl Drop for CompletionWriter<'_> {
+    fn drop(&mut self) {
+        self.sync();
+    }
+}
+
+/// Views print only their type name: their state lives in the ring they borrow.
+macro_rules! opaque_debug {
+    ($($t:ident),*) => {$(
+        impl std::fmt::Debug for $t<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($t)).finish_non_exhaustive()
+            }
+        }
+    )*};
+}
+
+opaque_debug!(SubmissionQueue, CompletionQueue, SubmissionReader, CompletionWriter);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::opcode::Nop;
+
+    #[test]
+    fn round_trip_through_both_rings() {
+        let (mut app, mut worker) = queue_pair(8, 8, None).unwrap();
+        {
+            let mut sq = app.submission();
+            for i in 0..5 {
+                sq.push(&Nop::new().user_data(i).build()).unwrap();
+            }
+        }
+        let (reader, mut writer) = worker.split();
+        for sqe in reader {
+            writer.push(Cqe::from_raw(sqe.user_data(), 0, 0, 0, 0));
+        }
+        drop(writer);
+        let got: Vec<u64> = app.completion().map(|c| c.user_data()).collect();
+        assert_eq!(got, vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn full_cq_keeps_completions_in_order_and_backpressures() {
+        let (mut app, mut worker) = queue_pair(8, 2, None).unwrap();
+        {
+            let mut w = worker.completions();
+            for i in 0..5 {
+                w.push(Cqe::from_raw(i, 0, 0, 0, 0));
+            }
+            assert_eq!(w.pending_len(), 3);
+            assert_eq!(w.try_push(Cqe::from_raw(99, 0, 0, 0, 0)), Err(Cqe::from_raw(99, 0, 0, 0, 0)));
+        }
+        assert!(worker.backpressured());
+        let mut seen = Vec::new();
+        while seen.len() < 5 {
+            seen.extend(app.completion().map(|c| c.user_data()));
+            worker.completions().flush_pending();
+        }
+        assert_eq!(seen, vec![0, 1, 2, 3, 4]);
+        assert!(!worker.backpressured());
+    }
+
+    #[test]
+    fn peer_drop_is_observable() {
+        let (app, worker) = queue_pair(2, 2, None).unwrap();
+        assert!(!worker.app_dropped());
+        drop(app);
+        assert!(worker.app_dropped());
+    }
+}

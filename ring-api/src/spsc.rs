@@ -1,0 +1,363 @@
+//! The generic single-producer / single-consumer ring under both queues.
+//!
+//! Indices are free-running `u32`s (io_uring style): `tail - head` (wrapping) is the number of
+//! published, unconsumed entries, and `index & mask` is the slot. Capacity is a power of two no
+//! larger than [`MAX_ENTRIES`], so the difference never exceeds `2^31` and wrapping is exact.
+//!
+//! # Ordering pairs
+//!
+//! | store (side)                       | load (other side)                  | orders                      |
+//! |------------------------------------|------------------------------------|-----------------------------|
+//! | `tail` Release (producer publish)  | `tail` Acquire (consumer refresh)  | slot writes → slot reads    |
+//! | `head` Release (consumer publish)  | `head` Acquire (producer refresh)  | slot reads → slot overwrite |
+//! | `consumer_parked` + fence(SeqCst)  | fence(SeqCst) + `consumer_parked`  | Dekker pair, see [`crate::wakeup`] |
+//! | `producer_parked` + fence(SeqCst)  | fence(SeqCst) + `producer_parked`  | same, for "space freed"     |
+//!
+//! Each side caches the other side's index and reloads it only when the cached value says
+//! "full" (producer) or "empty" (consumer), so in the steady state each side touches the
+//! other's cache line once per batch, not once per entry.
+
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::{AtomicU32, fence};
+
+use crossbeam_utils::CachePadded;
+
+use crate::error::{PushError, SetupError};
+use crate::slot::Entry;
+use crate::wakeup::Doorbell;
+
+/// Largest ring capacity (entries). 2^20 SQEs are 64 MiB.
+pub const MAX_ENTRIES: u32 = 1 << 20;
+
+/// Fields written only by the consumer.
+#[derive(Default)]
+struct ConsumerSide {
+    /// Next index to consume, as published. Release by consumer, Acquire by producer.
+    head: AtomicU32,
+    /// 1 while the consumer is (about to be) parked waiting for entries; written by the
+    /// consumer, read by the producer after its SeqCst fence.
+    parked: AtomicU32,
+}
+
+/// Fields written only by the producer.
+#[derive(Default)]
+struct ProducerSide {
+    /// One past the last published entry. Release by producer, Acquire by consumer.
+    tail: AtomicU32,
+    /// 1 while the producer is (about to be) parked waiting for space.
+    parked: AtomicU32,
+}
+
+struct Shared<E: Entry> {
+    consumer: CachePadded<ConsumerSide>,
+    producer: CachePadded<ProducerSide>,
+    /// INVARIANT: `slots.len() == mask + 1`, a power of two `<= MAX_ENTRIES`.
+    mask: u32,
+    slots: Box<[E::Slot]>,
+}
+
+impl<E: Entry> Shared<E> {
+    #[inline(always)]
+    fn slot(&self, index: u32) -> &E::Slot {
+        // INVARIANT (see `mask`): `index & mask < slots.len()`, so this never panics.
+        #[allow(clippy::indexing_slicing)]
+        &self.slots[(index & self.mask) as usize]
+    }
+
+    #[inline(always)]
+    fn capacity(&self) -> u32 {
+        self.mask + 1
+    }
+}
+
+/// Creates a ring of `capacity` entries. `producer_bell` wakes the consumer when entries are
+/// published while it is parked; `consumer_bell` wakes the producer when space is freed while it
+/// is parked. Either may be `None` when that side never parks.
+pub(crate) fn ring<E: Entry>(
+    capacity: u32,
+    producer_bell: Option<Arc<dyn Doorbell>>,
+    consumer_bell: Option<Arc<dyn Doorbell>>,
+) -> Result<(Producer<E>, Consumer<E>), SetupError> {
+    if !capacity.is_power_of_two() || capacity > MAX_ENTRIES {
+        return Err(SetupError::Capacity { requested: capacity, max: MAX_ENTRIES });
+    }
+    let slots = (0..capacity).map(|_| E::Slot::default()).collect();
+    let shared = Arc::new(Shared {
+        consumer: CachePadded::default(),
+        producer: CachePadded::default(),
+        mask: capacity - 1,
+        slots,
+    });
+    Ok((
+        Producer {
+            shared: Arc::clone(&shared),
+            tail: 0,
+            published: 0,
+            cached_head: 0,
+            bell: producer_bell,
+            _not_sync: PhantomData,
+        },
+        Consumer {
+            shared,
+            head: 0,
+            published: 0,
+            cached_tail: 0,
+            bell: consumer_bell,
+            _not_sync: PhantomData,
+        },
+    ))
+}
+
+/// The producing end. `Send`, not `Sync`, not `Clone`: exactly one thread produces.
+pub(crate) struct Producer<E: Entry> {
+    shared: Arc<Shared<E>>,
+    /// Local tail: entries below it are written; `published <= tail` (wrapping).
+    tail: u32,
+    /// Last tail stored to `shared.producer.tail`.
+    published: u32,
+    /// Last head observed; `tail - cached_head <= capacity`.
+    cached_head: u32,
+    bell: Option<Arc<dyn Doorbell>>,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+impl<E: Entry> Producer<E> {
+    pub(crate) fn capacity(&self) -> usize {
+        self.shared.capacity() as usize
+    }
+
+    /// Free slots, refreshing the consumer's head.
+    pub(crate) fn space(&mut self) -> usize {
+        self.cached_head = self.shared.consumer.head.load(Acquire);
+        (self.shared.capacity() - self.tail.wrapping_sub(self.cached_head)) as usize
+    }
+
+    /// Written but not yet published entries.
+    pub(crate) fn unpublished(&self) -> usize {
+        self.tail.wrapping_sub(self.published) as usize
+    }
+
+    #[inline]
+    pub(crate) fn push(&mut self, e: E) -> Result<(), E> {
+        if self.tail.wrapping_sub(self.cached_head) == self.shared.capacity() {
+            // Acquire pairs with the consumer's Release of `head`: its reads of the slot we are
+            // about to overwrite happened before.
+            self.cached_head = self.shared.consumer.head.load(Acquire);
+            if self.tail.wrapping_sub(self.cached_head) == self.shared.capacity() {
+                return Err(e);
+            }
+        }
+        e.write(self.shared.slot(self.tail));
+        self.tail = self.tail.wrapping_add(1);
+        Ok(())
+    }
+
+    /// All of `es` or nothing.
+    #[inline]
+    pub(crate) fn push_multiple(&mut self, es: &[E]) -> Result<(), PushError> {
+        let cap = self.shared.capacity() as usize;
+        let mut free = cap - self.tail.wrapping_sub(self.cached_head) as usize;
+        if free < es.len() {
+            free = self.space();
+            if free < es.len() {
+                return Err(PushError { needed: es.len(), available: free });
+            }
+        }
+        for e in es {
+            e.write(self.shared.slot(self.tail));
+            self.tail = self.tail.wrapping_add(1);
+        }
+        Ok(())
+    }
+
+    /// Makes written entries visible and wakes a parked consumer. Returns how many were
+    /// published.
+    #[inline]
+    pub(crate) fn publish(&mut self) -> usize {
+        let n = self.tail.wrapping_sub(self.published);
+        if n == 0 {
+            return 0;
+        }
+        // Release pairs with the consumer's Acquire load of `tail`: our slot writes are visible
+        // to it once it sees the new tail.
+        self.shared.producer.tail.store(self.tail, Release);
+        self.published = self.tail;
+        if let Some(bell) = &self.bell {
+            // SeqCst fence pairs with the fence in `Consumer::prepare_park`: either we see its
+            // `parked = 1` here, or it sees our tail store after setting it (never neither).
+            fence(SeqCst);
+            if self.shared.consumer.parked.load(Relaxed) != 0 {
+                bell.ring();
+            }
+        }
+        n as usize
+    }
+
+    /// Announce that this producer is about to park until space is freed. Returns `false`
+    /// (and undoes the announcement) if space is already available: do not park then.
+    pub(crate) fn prepare_park(&mut self) -> bool {
+        self.shared.producer.parked.store(1, Relaxed);
+        // Pairs with the fence in `Consumer::publish`; see `crate::wakeup`.
+        fence(SeqCst);
+        if self.space() > 0 {
+            self.finish_park();
+            return false;
+        }
+        true
+    }
+
+    /// Withdraws the announcement of [`Producer::prepare_park`] after waking.
+    pub(crate) fn finish_park(&mut self) {
+        self.shared.producer.parked.store(0, Relaxed);
+    }
+
+    /// `true` when the consumer end has been dropped.
+    pub(crate) fn peer_dropped(&self) -> bool {
+        Arc::strong_count(&self.shared) == 1
+    }
+}
+
+/// The consuming end. `Send`, not `Sync`, not `Clone`: exactly one thread consumes.
+pub(crate) struct Consumer<E: Entry> {
+    shared: Arc<Shared<E>>,
+    /// Local head: entries below it were read; `published <= head` (wrapping).
+    head: u32,
+    /// Last head stored to `shared.consumer.head`.
+    published: u32,
+    /// Last tail observed; `head <= cached_tail`.
+    cached_tail: u32,
+    bell: Option<Arc<dyn Doorbell>>,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+impl<E: Entry> Consumer<E> {
+    pub(crate) fn capacity(&self) -> usize {
+        self.shared.capacity() as usize
+    }
+
+    /// Published entries not yet read, refreshing the producer's tail.
+    pub(crate) fn available(&mut self) -> usize {
+        // Acquire pairs with the producer's Release store of `tail`.
+        self.cached_tail = self.shared.producer.tail.load(Acquire);
+        self.cached_tail.wrapping_sub(self.head) as usize
+    }
+
+    #[inline]
+    pub(crate) fn pop(&mut self) -> Option<E> {
+        if self.head == self.cached_tail {
+            // Acquire pairs with the producer's Release of `tail`: the slot writes are visible.
+            self.cached_tail = self.shared.producer.tail.load(Acquire);
+            if self.head == self.cached_tail {
+                return None;
+            }
+        }
+        let e = E::read(self.shared.slot(self.head));
+        self.head = self.head.wrapping_add(1);
+        Some(e)
+    }
+
+    /// Returns read slots to the producer and wakes it if it parked for space.
+    #[inline]
+    pub(crate) fn publish(&mut self) -> usize {
+        let n = self.head.wrapping_sub(self.published);
+        if n == 0 {
+            return 0;
+        }
+        // Release pairs with the producer's Acquire of `head`: our slot reads happen before it
+        // overwrites them.
+        self.shared.consumer.head.store(self.head, Release);
+        self.published = self.head;
+        if let Some(bell) = &self.bell {
+            // Pairs with the fence in `Producer::prepare_park`.
+            fence(SeqCst);
+            if self.shared.producer.parked.load(Relaxed) != 0 {
+                bell.ring();
+            }
+        }
+        n as usize
+    }
+
+    /// Announce that this consumer is about to park until at least `want` (min 1) entries are
+    /// ready. Returns `false` (and undoes the announcement) if they already are: do not park.
+    pub(crate) fn prepare_park(&mut self, want: usize) -> bool {
+        self.shared.consumer.parked.store(1, Relaxed);
+        // Pairs with the fence in `Producer::publish`; see `crate::wakeup`.
+        fence(SeqCst);
+        if self.available() >= want.max(1) {
+            self.finish_park();
+            return false;
+        }
+        true
+    }
+
+    /// Withdraws the announcement of [`Consumer::prepare_park`] after waking.
+    pub(crate) fn finish_park(&mut self) {
+        self.shared.consumer.parked.store(0, Relaxed);
+    }
+
+    /// `true` when the producer end has been dropped.
+    pub(crate) fn peer_dropped(&self) -> bool {
+        Arc::strong_count(&self.shared) == 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Cqe;
+
+    fn c(n: u64) -> Cqe {
+        Cqe::from_raw(n, 0, 0, 0, 0)
+    }
+
+    #[test]
+    fn capacity_must_be_power_of_two() {
+        assert!(ring::<Cqe>(0, None, None).is_err());
+        assert!(ring::<Cqe>(3, None, None).is_err());
+        assert!(ring::<Cqe>(MAX_ENTRIES * 2, None, None).is_err());
+        assert!(ring::<Cqe>(1, None, None).is_ok());
+    }
+
+    #[test]
+    fn entries_invisible_until_published_and_space_returns_after_consumer_publish() {
+        let (mut p, mut q) = ring::<Cqe>(2, None, None).unwrap();
+        p.push(c(1)).unwrap();
+        assert_eq!(q.pop(), None, "not yet published");
+        p.push(c(2)).unwrap();
+        assert_eq!(p.push(c(3)), Err(c(3)), "full");
+        assert_eq!(p.publish(), 2);
+        assert_eq!(q.pop(), Some(c(1)));
+        assert_eq!(p.push(c(3)), Err(c(3)), "read but head not yet published");
+        assert_eq!(q.publish(), 1);
+        p.push(c(3)).unwrap();
+        p.publish();
+        assert_eq!(q.pop(), Some(c(2)));
+        assert_eq!(q.pop(), Some(c(3)));
+        assert_eq!(q.pop(), None);
+    }
+
+    #[test]
+    fn indices_wrap_around_u32() {
+        let (mut p, mut q) = ring::<Cqe>(4, None, None).unwrap();
+        // Start near the wrap point to exercise wrapping arithmetic.
+        let start = u32::MAX - 5;
+        p.tail = start;
+        p.published = start;
+        p.cached_head = start;
+        p.shared.producer.tail.store(start, Relaxed);
+        p.shared.consumer.head.store(start, Relaxed);
+        q.head = start;
+        q.published = start;
+        q.cached_tail = start;
+        for i in 0..40u64 {
+            p.push(c(i)).unwrap();
+            p.publish();
+            assert_eq!(q.pop(), Some(c(i)));
+            q.publish();
+        }
+        assert!(p.tail < 100, "wrapped");
+    }
+}

@@ -1,0 +1,234 @@
+//! The incremental, keep-alive aware response decoder.
+//!
+//! Usage (a driver's read loop):
+//!
+//! ```
+//! use s3_lite::http::{Event, Limits, ResponseDecoder};
+//!
+//! let wire = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+//! let mut dec = ResponseDecoder::new(Limits::default(), false);
+//! let (mut pos, mut body) = (0, Vec::new());
+//! loop {
+//!     let d = dec.decode(&wire[pos..]).unwrap();
+//!     pos += d.consumed;
+//!     match d.event {
+//!         Event::Head(head) => assert_eq!(head.status, 200),
+//!         Event::Body(bytes) => body.extend_from_slice(bytes), // or copy into a registered buffer
+//!         Event::End => break,
+//!         Event::NeedMore => unreachable!("a socket read would go here"),
+//!     }
+//! }
+//! assert_eq!(body, b"hello");
+//! ```
+//!
+//! Call `decode` again after every event, also with empty input: the end of a message is reported
+//! without waiting for more bytes, which is what makes keep-alive reuse possible. Bytes after
+//! `End` belong to the next response; call [`ResponseDecoder::reset_for_next`] and continue.
+
+use super::chunked::{ChunkEvent, ChunkedDecoder};
+use super::error::HttpError;
+use super::framing::BodyFraming;
+use super::head::{HeadScanner, ResponseHead, parse_head};
+use super::limits::Limits;
+
+/// What one call to [`ResponseDecoder::decode`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// The input was consumed (buffered head bytes or framing) and more is needed.
+    NeedMore,
+    /// The final (non-1xx) response head. Interim `100 Continue`-style heads are skipped.
+    Head(ResponseHead),
+    /// Body bytes: a slice of the input, ending at the consumed prefix, so the caller can copy
+    /// them straight to their destination.
+    Body(&'a [u8]),
+    /// The response is complete. Trailers, if any, are in [`ResponseDecoder::trailers`].
+    End,
+}
+
+/// The result of [`ResponseDecoder::decode`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decoded<'a> {
+    /// Bytes of the input used. INVARIANT: `consumed <= input.len()`, and equals it for
+    /// [`Event::NeedMore`].
+    pub consumed: usize,
+    /// What those bytes meant.
+    pub event: Event<'a>,
+}
+
+#[derive(Debug, Clone)]
+enum State {
+    Head,
+    Length { remaining: u64 },
+    Chunked(Box<ChunkedDecoder>),
+    UntilClose,
+    Done,
+    Failed(HttpError),
+}
+
+/// Decodes one HTTP/1.1 response at a time from a byte stream (sans-IO).
+///
+/// Partial input is never an error. The only memory it keeps is the partial head (at most
+/// `Limits::max_head_bytes`) and the trailer section (at most `Limits::max_trailer_bytes`);
+/// body bytes are never copied. Errors are sticky: the connection must be closed.
+#[derive(Debug, Clone)]
+pub struct ResponseDecoder {
+    limits: Limits,
+    method_is_head: bool,
+    state: State,
+    scanner: HeadScanner,
+    /// Head bytes of an incomplete head. INVARIANT: `head_buf.len() <= limits.max_head_bytes`
+    /// (the scanner fails before more would be appended).
+    head_buf: Vec<u8>,
+    /// Whether any byte of this response (interim heads included) has been consumed.
+    received_any: bool,
+    keep_alive: bool,
+    trailers: Vec<(String, String)>,
+}
+
+impl ResponseDecoder {
+    /// A decoder for the response to one request; `method_is_head` because a HEAD response
+    /// carries `Content-Length` but no body.
+    pub fn new(limits: Limits, method_is_head: bool) -> Self {
+        Self {
+            limits,
+            method_is_head,
+            state: State::Head,
+            scanner: HeadScanner::default(),
+            head_buf: Vec::new(),
+            received_any: false,
+            keep_alive: false,
+            trailers: Vec::new(),
+        }
+    }
+
+    /// Prepares for the next response on the same connection. Fails with
+    /// [`HttpError::NotReusable`] unless the current response has ended and allowed reuse.
+    pub fn reset_for_next(&mut self, method_is_head: bool) -> Result<(), HttpError> {
+        if !self.is_reusable() {
+            return Err(HttpError::NotReusable);
+        }
+        *self = Self::new(self.limits, method_is_head);
+        Ok(())
+    }
+
+    /// Whether the response has ended and the connection may carry another request.
+    pub fn is_reusable(&self) -> bool {
+        matches!(self.state, State::Done) && self.keep_alive
+    }
+
+    /// Whether the response has been decoded completely.
+    pub fn is_done(&self) -> bool {
+        matches!(self.state, State::Done)
+    }
+
+    /// Trailer fields of a chunked response, once [`Event::End`] was returned.
+    pub fn trailers(&self) -> &[(String, String)] {
+        &self.trailers
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Tells the decoder the peer closed the connection. Ends an `UntilClose` body cleanly (the
+    /// next `decode` returns [`Event::End`]); inside a head, a `Content-Length` body or a chunked
+    /// body it is [`HttpError::UnexpectedEof`], and before any byte [`HttpError::EmptyResponse`].
+    pub fn finish_on_eof(&mut self) -> Result<(), HttpError> {
+        let err = match &self.state {
+            State::Done => return Ok(()),
+            State::UntilClose | State::Length { remaining: 0 } => {
+                self.state = State::Done;
+                return Ok(());
+            }
+            State::Failed(e) => return Err(e.clone()),
+            State::Head if !self.received_any => HttpError::EmptyResponse,
+            State::Head | State::Length { .. } | State::Chunked(_) => HttpError::UnexpectedEof,
+        };
+        self.state = State::Failed(err.clone());
+        Err(err)
+    }
+
+    /// Consumes a prefix of `input` and reports what it was. See the module docs for the loop.
+    pub fn decode<'a>(&mut self, input: &'a [u8]) -> Result<Decoded<'a>, HttpError> {
+        match self.step(input) {
+            Ok(d) => Ok(d),
+            Err(e) => {
+                self.state = State::Failed(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    fn step<'a>(&mut self, input: &'a [u8]) -> Result<Decoded<'a>, HttpError> {
+        let (consumed, event) = match &mut self.state {
+            State::Failed(e) => return Err(e.clone()),
+            State::Done => (0, Event::End),
+            State::Head => return self.head(input),
+            State::Length { remaining: 0 } => {
+                self.state = State::Done;
+                (0, Event::End)
+            }
+            State::Length { remaining } => {
+                let take = usize::try_from(*remaining).map_or(input.len(), |r| r.min(input.len()));
+                *remaining = remaining.saturating_sub(take as u64);
+                match input.get(..take) {
+                    Some(body) if take > 0 => (take, Event::Body(body)),
+                    _ => (input.len(), Event::NeedMore),
+                }
+            }
+            State::UntilClose if input.is_empty() => (0, Event::NeedMore),
+            State::UntilClose => (input.len(), Event::Body(input)),
+            State::Chunked(chunked) => match chunked.decode(input)? {
+                (n, ChunkEvent::NeedMore) => (n, Event::NeedMore),
+                (n, ChunkEvent::Data(d)) => (n, Event::Body(d)),
+                (n, ChunkEvent::End) => {
+                    self.trailers = chunked.take_trailers();
+                    self.state = State::Done;
+                    (n, Event::End)
+                }
+            },
+        };
+        Ok(Decoded { consumed, event })
+    }
+
+    /// Head phase: scan for the end of the head, skipping interim 1xx responses.
+    fn head<'a>(&mut self, input: &'a [u8]) -> Result<Decoded<'a>, HttpError> {
+        let mut pos = 0;
+        loop {
+            let rest = input.get(pos..).unwrap_or_default();
+            self.received_any |= !rest.is_empty();
+            let Some(n) = self.scanner.scan(rest, &self.limits)? else {
+                self.head_buf.extend_from_slice(rest);
+                return Ok(Decoded {
+                    consumed: input.len(),
+                    event: Event::NeedMore,
+                });
+            };
+            let complete = rest.get(..n).unwrap_or_default();
+            let head = if self.head_buf.is_empty() {
+                parse_head(complete, &self.limits, self.method_is_head)?
+            } else {
+                self.head_buf.extend_from_slice(complete);
+                parse_head(&self.head_buf, &self.limits, self.method_is_head)?
+            };
+            self.head_buf.clear();
+            self.scanner = HeadScanner::default();
+            pos += n;
+            if head.is_informational() {
+                continue;
+            }
+            self.keep_alive = head.keep_alive;
+            self.state = match head.framing {
+                BodyFraming::None => State::Length { remaining: 0 },
+                BodyFraming::Length(n) => State::Length { remaining: n },
+                BodyFraming::Chunked => State::Chunked(Box::new(ChunkedDecoder::new(self.limits))),
+                BodyFraming::UntilClose => State::UntilClose,
+            };
+            return Ok(Decoded {
+                consumed: pos,
+                event: Event::Head(head),
+            });
+        }
+    }
+}

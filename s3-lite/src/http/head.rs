@@ -1,0 +1,237 @@
+//! The response head: an incremental scanner that finds its end under hard limits, and the
+//! httparse-based parse of a complete head into [`ResponseHead`].
+//!
+//! The scanner looks at each byte once, in order, so every limit fires at the same byte however
+//! the input is split across reads; httparse then only ever sees a complete head.
+
+use super::error::{HttpError, Malformed};
+use super::framing::{self, BodyFraming};
+use super::limits::Limits;
+
+/// A parsed response status line and header block.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseHead {
+    /// Status code, 100..=999 as httparse accepts it.
+    pub status: u16,
+    /// Reason phrase (may be empty; lossily decoded if it had non-UTF-8 bytes).
+    pub reason: String,
+    /// `0` for HTTP/1.0, `1` for HTTP/1.1.
+    pub version_minor: u8,
+    /// Header fields in wire order; names keep the server's case. Non-UTF-8 bytes in a value
+    /// are replaced with U+FFFD.
+    pub headers: Vec<(String, String)>,
+    /// How the body is delimited.
+    pub framing: BodyFraming,
+    /// Whether the connection may carry another request after this response ends.
+    pub keep_alive: bool,
+}
+
+impl ResponseHead {
+    /// First value of `name`, matched case-insensitively.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The `Content-Length` the server declared, also for HEAD responses whose framing is
+    /// [`BodyFraming::None`] (that is where HeadObject reports the object size). The decoder
+    /// has already rejected malformed or conflicting values.
+    pub fn content_length(&self) -> Option<u64> {
+        framing::content_length(&self.headers).ok().flatten()
+    }
+
+    /// Whether the status is 1xx (interim).
+    pub fn is_informational(&self) -> bool {
+        (100..200).contains(&self.status)
+    }
+}
+
+/// Byte-at-a-time search for the end of a head, enforcing the head limits as it goes.
+///
+/// INVARIANT: `total <= limits.max_head_bytes` and `line_len <= limits.max_line_bytes` after
+/// every successful `scan`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HeadScanner {
+    /// Bytes of the head seen so far.
+    total: usize,
+    /// Bytes of the current line before its `\n`.
+    line_len: usize,
+    /// Whether the current line so far is exactly `\r`.
+    line_is_cr: bool,
+    /// Non-empty lines completed (status line + headers).
+    lines: usize,
+}
+
+impl HeadScanner {
+    /// Scans `input`; returns `Ok(Some(n))` when the head ends after `input[..n]`, `Ok(None)`
+    /// when all of `input` belongs to a still-incomplete head.
+    pub(crate) fn scan(
+        &mut self,
+        input: &[u8],
+        limits: &Limits,
+    ) -> Result<Option<usize>, HttpError> {
+        for (i, &b) in input.iter().enumerate() {
+            self.total += 1;
+            if self.total > limits.max_head_bytes {
+                return Err(HttpError::HeadTooLarge {
+                    limit: limits.max_head_bytes,
+                });
+            }
+            if b != b'\n' {
+                self.line_is_cr = self.line_len == 0 && b == b'\r';
+                self.line_len += 1;
+                if self.line_len > limits.max_line_bytes {
+                    return Err(HttpError::LineTooLong {
+                        limit: limits.max_line_bytes,
+                    });
+                }
+                continue;
+            }
+            let empty = self.line_len == 0 || self.line_is_cr;
+            self.line_len = 0;
+            self.line_is_cr = false;
+            if empty {
+                // Empty lines before the status line are skipped (as httparse does).
+                if self.lines > 0 {
+                    return Ok(Some(i + 1));
+                }
+                continue;
+            }
+            self.lines += 1;
+            if self.lines > limits.max_headers.saturating_add(1) {
+                return Err(HttpError::TooManyHeaders {
+                    limit: limits.max_headers,
+                });
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Parses a complete head (as delimited by [`HeadScanner`]) and derives its framing.
+pub(crate) fn parse_head(
+    buf: &[u8],
+    limits: &Limits,
+    method_is_head: bool,
+) -> Result<ResponseHead, HttpError> {
+    let mut slots = vec![httparse::EMPTY_HEADER; limits.max_headers];
+    let mut resp = httparse::Response::new(&mut slots);
+    let n = match resp.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Err(HttpError::Malformed(Malformed::Framing)),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(HttpError::TooManyHeaders {
+                limit: limits.max_headers,
+            });
+        }
+        Err(e) => return Err(HttpError::Malformed(e.into())),
+    };
+    if n != buf.len() {
+        return Err(HttpError::Malformed(Malformed::Framing));
+    }
+    let (Some(status), Some(version_minor)) = (resp.code, resp.version) else {
+        return Err(HttpError::Malformed(Malformed::Status));
+    };
+    let reason = resp.reason.unwrap_or_default().to_owned();
+    let headers: Vec<(String, String)> = resp
+        .headers
+        .iter()
+        .map(|h| {
+            (
+                h.name.to_owned(),
+                String::from_utf8_lossy(h.value).into_owned(),
+            )
+        })
+        .collect();
+    if status == 101 {
+        return Err(HttpError::SwitchingProtocols);
+    }
+    let framing = framing::response_framing(status, method_is_head, &headers)?;
+    let keep_alive = framing::keep_alive(version_minor, framing, &headers);
+    Ok(ResponseHead {
+        status,
+        reason,
+        version_minor,
+        headers,
+        framing,
+        keep_alive,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scanner_finds_end_and_skips_leading_empty_lines() {
+        let l = Limits::default();
+        let mut s = HeadScanner::default();
+        assert_eq!(
+            s.scan(b"\r\n\nHTTP/1.1 200 OK\r\nA: b\r\n\r\nbody", &l),
+            Ok(Some(28))
+        );
+        let mut s = HeadScanner::default();
+        assert_eq!(s.scan(b"HTTP/1.1 200 OK\n\nx", &l), Ok(Some(17)));
+        let mut s = HeadScanner::default();
+        assert_eq!(s.scan(b"HTTP/1.1 200 OK\r\n\r", &l), Ok(None));
+        assert_eq!(s.scan(b"\n", &l), Ok(Some(1)));
+    }
+
+    #[test]
+    fn scanner_limits() {
+        let l = Limits {
+            max_head_bytes: 40,
+            max_line_bytes: 20,
+            max_headers: 2,
+            ..Limits::default()
+        };
+        let mut s = HeadScanner::default();
+        assert_eq!(
+            s.scan(&[b'a'; 21], &l),
+            Err(HttpError::LineTooLong { limit: 20 })
+        );
+        let mut s = HeadScanner::default();
+        assert_eq!(
+            s.scan(b"a\nb\nc\nd\n", &l),
+            Err(HttpError::TooManyHeaders { limit: 2 })
+        );
+        let mut s = HeadScanner::default();
+        assert_eq!(s.scan(b"a\nb\nc\nd", &l), Ok(None));
+        assert_eq!(
+            s.scan(b"\n", &l),
+            Err(HttpError::TooManyHeaders { limit: 2 })
+        );
+        let mut s = HeadScanner::default();
+        assert_eq!(
+            s.scan(&b"\r\n".repeat(21), &l),
+            Err(HttpError::HeadTooLarge { limit: 40 })
+        );
+    }
+
+    #[test]
+    fn parses_head() {
+        let head = parse_head(
+            b"HTTP/1.1 206 Partial Content\r\nContent-Length: 3\r\nETag: \"x\"\r\n\r\n",
+            &Limits::default(),
+            false,
+        )
+        .unwrap();
+        assert_eq!(head.status, 206);
+        assert_eq!(head.reason, "Partial Content");
+        assert_eq!(head.header("etag"), Some("\"x\""));
+        assert_eq!(head.content_length(), Some(3));
+        assert_eq!(head.framing, BodyFraming::Length(3));
+        assert!(head.keep_alive);
+        assert_eq!(
+            parse_head(b"HTTP/2.0 200 OK\r\n\r\n", &Limits::default(), false),
+            Err(HttpError::Malformed(Malformed::Version))
+        );
+        assert_eq!(
+            parse_head(b"HTTP/1.1 101 Switching\r\n\r\n", &Limits::default(), false),
+            Err(HttpError::SwitchingProtocols)
+        );
+    }
+}
