@@ -201,7 +201,20 @@ impl S3Client {
         dest: &mut dyn Write,
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<GetResult, ClientError> {
-        let opts = GetOptions { range, if_match: None, checksum_mode: range.is_none() };
+        self.get_with(bucket, key, range, None, dest, on_bytes)
+    }
+
+    /// GetObject with an optional `If-Match` ETag (ranged reads of one object version).
+    pub fn get_with(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        range: Option<ByteRange>,
+        if_match: Option<&str>,
+        dest: &mut dyn Write,
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<GetResult, ClientError> {
+        let opts = GetOptions { range, if_match: if_match.map(str::to_owned), checksum_mode: range.is_none() };
         let req = s3::get_object(self.endpoint(), bucket, key, &opts)?;
         let mut crc = Crc64Nvme::new();
         let mut received = 0u64;

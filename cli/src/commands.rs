@@ -56,6 +56,8 @@ pub struct Context {
     pub json: bool,
     /// Whether to draw progress bars.
     pub progress: bool,
+    /// Set when object data went to stdout: the JSON result then goes to stderr.
+    pub stdout_is_data: bool,
 }
 
 /// A command's failure: one line for stderr.
@@ -88,14 +90,16 @@ fn build_context(global: &GlobalArgs) -> Result<Context, String> {
     };
     let client = S3Client::new(settings).map_err(|e| e.to_string())?;
     let progress = !global.json && !global.no_progress && std::io::stderr().is_terminal();
-    Ok(Context { client, json: global.json, progress })
+    Ok(Context { client, json: global.json, progress, stdout_is_data: false })
 }
 
 /// Builds the context, runs `command`, prints its result or its error; returns the exit code.
 pub fn run(global: &GlobalArgs, command: impl FnOnce(&mut Context) -> CommandResult) -> i32 {
     let result = build_context(global).and_then(|mut ctx| {
         let value = command(&mut ctx)?;
-        if ctx.json {
+        if ctx.json && ctx.stdout_is_data {
+            eprintln!("{value}");
+        } else if ctx.json {
             println!("{value}");
         }
         Ok(())
@@ -200,7 +204,7 @@ pub struct GetArgs {
     /// Destination file, or `-` for stdout (default: the key's last path segment).
     pub dest: Option<String>,
     /// Only these bytes: A-B (inclusive), A- (to the end) or -N (the last N bytes).
-    #[arg(long, value_parser = |s: &str| ByteRange::parse_cli(s).map_err(|e| e.to_string()))]
+    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| ByteRange::parse_cli(s).map_err(|e| e.to_string()))]
     pub range: Option<ByteRange>,
 }
 
@@ -213,6 +217,7 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
     };
     let started = Instant::now();
     let (result, written_to) = if dest == "-" {
+        ctx.stdout_is_data = true;
         let mut out = std::io::stdout().lock();
         let r = ctx.client.get(&src.bucket, &src.key, args.range, &mut out, &mut |_| {});
         out.flush().map_err(|e| format!("stdout: {e}"))?;

@@ -30,7 +30,7 @@ fn op() -> impl Strategy<Value = RingOp> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
     fn rings_match_model(sq in 0u8..4, cq in 0u8..4, ops in prop::collection::vec(op(), 0..400)) {

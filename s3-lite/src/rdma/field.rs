@@ -162,7 +162,7 @@ pub(crate) fn hex_array<const N: usize>(s: &str, case: Case) -> Result<[u8; N], 
 /// Parses an even number of hex digits (at most `max_bytes` bytes) into a byte vector.
 pub(crate) fn hex_vec(s: &str, max_bytes: usize, case: Case) -> Result<Vec<u8>, FieldError> {
     check_len(s, 1, max_bytes.saturating_mul(2))?;
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return Err(FieldError::WrongLength {
             expected: s.len() + 1,
             found: s.len(),

@@ -238,8 +238,9 @@ impl Signer {
             .iter()
             .map(|(n, v)| (n.as_str(), v.as_str()))
             .filter(|(n, _)| {
-                !n.eq_ignore_ascii_case("authorization")
-                    && !(token.is_some() && n.eq_ignore_ascii_case("x-amz-security-token"))
+                let replaced = n.eq_ignore_ascii_case("authorization")
+                    || (token.is_some() && n.eq_ignore_ascii_case("x-amz-security-token"));
+                !replaced
             });
         let headers = CanonicalHeaders::build(existing.chain(added.iter().copied()), |_| true)?;
         let canonical_request = canonical::assemble(
