@@ -51,10 +51,15 @@ if [ "$mode" = libfuzzer ]; then
         seeds=()
         [ -d "seeds/$t" ] && seeds=("seeds/$t")
         echo "== $t (${secs}s, libFuzzer)"
+        mkdir -p artifacts
+        log="artifacts/$t.smoke.log"
         # cargo-fuzz runs from the directory above fuzz/.
-        if ! (cd .. && "${fuzz_cmd[@]}" run "$t" "fuzz/corpus/$t" "${seeds[@]/#/fuzz/}" -- \
-                -max_total_time="$secs" -max_len=4096 -print_final_stats=1 2>&1 | tail -n 12); then
-            echo "!! $t failed" >&2
+        if (cd .. && "${fuzz_cmd[@]}" run "$t" "fuzz/corpus/$t" "${seeds[@]/#/fuzz/}" -- \
+                -max_total_time="$secs" -max_len=4096 -print_final_stats=1) >"$log" 2>&1; then
+            grep -E "^Done|average_exec_per_sec" "$log" || true
+        else
+            echo "!! $t failed (full log: fuzz/$log, input: fuzz/artifacts/$t/)" >&2
+            grep -E -A8 "panicked at|ERROR: AddressSanitizer|ERROR: libFuzzer|^error" "$log" | head -n 30 >&2 || true
             failed=1
         fi
     done
@@ -66,8 +71,10 @@ else
         if [ -d "seeds/$t" ] && ls "seeds/$t"/* >/dev/null 2>&1; then
             "$exe" seeds/"$t"/* >/dev/null 2>&1 || { echo "!! $t failed on its seeds" >&2; failed=1; continue; }
         fi
-        "$exe" -max_total_time="$secs" -runs=200000 -max_len=4096 >/dev/null 2>&1 \
-            || { echo "!! $t failed on random input (see crash-* files)" >&2; failed=1; }
+        mkdir -p "artifacts/$t"
+        "$exe" -max_total_time="$secs" -runs=200000 -max_len=4096 -artifact_prefix="artifacts/$t/" \
+            >"artifacts/$t.smoke.log" 2>&1 \
+            || { echo "!! $t failed on random input (see fuzz/artifacts/$t/)" >&2; failed=1; }
     done
 fi
 exit "$failed"

@@ -81,7 +81,9 @@ fn bench(c: &mut Criterion) {
                 base = base.wrapping_add(batch);
             });
         });
-        let sqes: Vec<Sqe> = (0..batch).map(|i| Nop::new().user_data(i).build()).collect();
+        let sqes: Vec<Sqe> = (0..batch)
+            .map(|i| Nop::new().user_data(i).build())
+            .collect();
         let mut out = vec![Cqe::default(); batch as usize];
         g.bench_with_input(BenchmarkId::new("push_multiple", batch), &batch, |b, _| {
             b.iter(|| round_trip_multiple(&mut app, &mut worker, &sqes, &mut out));

@@ -291,20 +291,55 @@ impl S3Client {
             ],
             ..Default::default()
         };
-        let req = s3::create_multipart_upload(self.endpoint(), bucket, key, &opts)?;
-        let mut body = Vec::new();
-        self.send(req, Some(bucket), empty_payload(), RequestBody::None, &mut body)?;
-        let upload_id = s3::parse_initiate_multipart_upload(&body).map_err(ClientError::response)?;
+        let upload_id = self.create_multipart(bucket, key, &opts)?;
         match self.upload_parts(bucket, key, &upload_id, source, len, part_size, on_bytes) {
             Ok(result) => Ok(result),
             Err(e) => {
                 // Best effort: the original error is what the user needs to see.
-                if let Ok(req) = s3::abort_multipart_upload(self.endpoint(), bucket, key, &upload_id) {
-                    let _ = self.send(req, Some(bucket), empty_payload(), RequestBody::None, &mut Vec::new());
-                }
+                let _ = self.abort_multipart(bucket, key, &upload_id);
                 Err(e)
             }
         }
+    }
+
+    /// CreateMultipartUpload; returns the upload id.
+    pub fn create_multipart(&mut self, bucket: &str, key: &str, opts: &PutOptions) -> Result<String, ClientError> {
+        let req = s3::create_multipart_upload(self.endpoint(), bucket, key, opts)?;
+        let mut body = Vec::new();
+        self.send(req, Some(bucket), empty_payload(), RequestBody::None, &mut body)?;
+        s3::parse_initiate_multipart_upload(&body).map_err(ClientError::response)
+    }
+
+    /// AbortMultipartUpload.
+    pub fn abort_multipart(&mut self, bucket: &str, key: &str, upload_id: &str) -> Result<(), ClientError> {
+        let req = s3::abort_multipart_upload(self.endpoint(), bucket, key, upload_id)?;
+        self.send(req, Some(bucket), empty_payload(), RequestBody::None, &mut Vec::new())?;
+        Ok(())
+    }
+
+    /// UploadPart of an in-memory part (with its CRC64NVME); returns the part's ETag.
+    pub fn upload_part_bytes(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part_number: u32,
+        data: &[u8],
+    ) -> Result<String, ClientError> {
+        let checksum = Checksum::Crc64Nvme(Crc64Nvme::checksum(data)).to_base64();
+        let req = s3::upload_part(
+            self.endpoint(),
+            bucket,
+            key,
+            upload_id,
+            part_number,
+            data.len() as u64,
+            &[(HEADER_CRC64NVME.into(), checksum.clone())],
+        )?;
+        let head = self.send(req, Some(bucket), PayloadHash::Unsigned, RequestBody::Bytes(data), &mut Vec::new())?;
+        let meta = ObjectMeta::from_headers(&head.headers).map_err(ClientError::response)?;
+        verify_echoed_checksum(&meta, &checksum)?;
+        meta.etag.ok_or_else(|| ClientError::Response(format!("UploadPart {part_number}: no ETag")))
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -457,7 +457,6 @@ fn unsupported_options_exit_3_with_a_reason() {
 }
 
 #[test]
-#[ignore = "enabled once main.rs wires the subcommand"]
 fn the_real_binary_signs_the_aws_get_example() {
     use std::io::Write;
     use std::process::{Command, Stdio};

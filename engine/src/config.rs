@@ -97,6 +97,7 @@ pub struct EngineBuilder {
     pub(crate) attempt_timeout: Duration,
     pub(crate) spin: Duration,
     pub(crate) read_buffer: usize,
+    pub(crate) quickack: bool,
 }
 
 impl Default for EngineBuilder {
@@ -113,6 +114,7 @@ impl Default for EngineBuilder {
             attempt_timeout: Duration::from_secs(20),
             spin: Duration::ZERO,
             read_buffer: 256 * 1024,
+            quickack: true,
         }
     }
 }
@@ -197,6 +199,15 @@ impl EngineBuilder {
     #[must_use]
     pub fn read_buffer(mut self, bytes: usize) -> Self {
         self.read_buffer = bytes;
+        self
+    }
+
+    /// Re-arm `TCP_QUICKACK` after every socket read (default on). Costs one `setsockopt` per
+    /// read; avoids a ~40 ms stall per small response from servers that write head and body
+    /// separately without `TCP_NODELAY` (s3s-fs does).
+    #[must_use]
+    pub fn quickack(mut self, on: bool) -> Self {
+        self.quickack = on;
         self
     }
 

@@ -89,7 +89,14 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
     });
     let mut workers = Vec::with_capacity(cores.len());
     for (i, core) in cores.into_iter().enumerate() {
-        let fabric = HttpFabric::new(addr, endpoint.clone(), Arc::clone(&signer), b.connections_per_worker, b.read_buffer);
+        let fabric = HttpFabric::new(
+            addr,
+            endpoint.clone(),
+            Arc::clone(&signer),
+            b.connections_per_worker,
+            b.read_buffer,
+            b.quickack,
+        );
         workers.push(WorkerHandle::spawn(i, core, Arc::clone(&shared), Box::new(fabric))?);
     }
     Ok(Engine { shared, workers, next_worker: AtomicUsize::new(0), endpoint })

@@ -17,7 +17,9 @@ const MAX: u64 = 256 * 1024;
 #[test]
 fn ten_thousand_mixed_range_gets_verified() {
     let server = S3sFs::start();
-    let size = 8 << 20;
+    // s3s-fs hashes the whole object on every GET, so the object stays small (512 KiB) to keep
+    // the server, not the engine, from dominating the run.
+    let size = 512 << 10;
     let data = pattern(size, 42);
     put_file(&server, "batch", "weights.bin", &data);
     let engine = builder(&server).connections_per_worker(SLOTS).build().unwrap();
@@ -27,7 +29,7 @@ fn ten_thousand_mixed_range_gets_verified() {
     let mut q = engine.queue(SLOTS as u32).unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     // Sizes log-uniform over 1 B ..= 256 KiB: many small, some large, every power of two.
-    let mut plan = |rng: &mut rand::rngs::StdRng| {
+    let plan = |rng: &mut rand::rngs::StdRng| {
         let bits = rng.random_range(0..=18u32);
         let len = rng.random_range((1u64 << bits) / 2 + 1..=(1u64 << bits)).min(MAX);
         let off = rng.random_range(0..=size as u64 - len);

@@ -166,8 +166,17 @@ impl Cqe {
     #[must_use]
     #[allow(clippy::cast_possible_truncation)] // bounded by the comparison
     pub const fn success(user_data: u64, bytes: u64, path: DataPath) -> Self {
-        let result = if bytes > i32::MAX as u64 { i32::MAX } else { bytes as i32 };
-        Self { user_data, result_flags: pack(result, path as u32), bytes, aux: 0 }
+        let result = if bytes > i32::MAX as u64 {
+            i32::MAX
+        } else {
+            bytes as i32
+        };
+        Self {
+            user_data,
+            result_flags: pack(result, path as u32),
+            bytes,
+            aux: 0,
+        }
     }
 
     /// A failed completion: `result = -(code as i32)`, class recorded in the flags.
@@ -207,7 +216,12 @@ impl Cqe {
     /// Builds a completion from raw fields (e.g. read from a foreign ring).
     #[must_use]
     pub const fn from_raw(user_data: u64, result: i32, flags: u32, bytes: u64, aux: u64) -> Self {
-        Self { user_data, result_flags: pack(result, flags), bytes, aux }
+        Self {
+            user_data,
+            result_flags: pack(result, flags),
+            bytes,
+            aux,
+        }
     }
 
     /// The tag of the submission this completes.
@@ -297,7 +311,12 @@ impl Cqe {
     /// Inverse of [`Cqe::to_words`].
     #[inline(always)]
     pub(crate) const fn from_words(w: [u64; 4]) -> Self {
-        Self { user_data: w[0], result_flags: w[1], bytes: w[2], aux: w[3] }
+        Self {
+            user_data: w[0],
+            result_flags: w[1],
+            bytes: w[2],
+            aux: w[3],
+        }
     }
 }
 

@@ -100,7 +100,10 @@ impl TryFrom<i32> for ErrorCode {
 
     /// Accepts the positive errno (not the negative `result`).
     fn try_from(v: i32) -> Result<Self, Self::Error> {
-        Self::ALL.into_iter().find(|c| *c as i32 == v).ok_or(UnknownErrorCode(v))
+        Self::ALL
+            .into_iter()
+            .find(|c| *c as i32 == v)
+            .ok_or(UnknownErrorCode(v))
     }
 }
 

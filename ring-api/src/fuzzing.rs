@@ -43,7 +43,9 @@ pub enum RingOp {
 
 /// Decodes fuzzer bytes into a capacity choice and an op sequence, then [`run`]s it.
 pub fn ops(data: &[u8]) {
-    let Some((&caps, rest)) = data.split_first() else { return };
+    let Some((&caps, rest)) = data.split_first() else {
+        return;
+    };
     let mut it = rest.iter().copied();
     let mut seq = Vec::with_capacity(rest.len());
     while let Some(b) = it.next() {
@@ -90,8 +92,14 @@ impl Model {
 pub fn run(sq_log2: u8, cq_log2: u8, seq: &[RingOp]) {
     let (sq_cap, cq_cap) = (1u32 << sq_log2, 1u32 << cq_log2);
     let (mut app, mut worker) = queue_pair(sq_cap, cq_cap, None).expect("valid capacities");
-    let mut sq_m = Model { cap: sq_cap as usize, ..Model::default() };
-    let mut cq_m = Model { cap: cq_cap as usize, ..Model::default() };
+    let mut sq_m = Model {
+        cap: sq_cap as usize,
+        ..Model::default()
+    };
+    let mut cq_m = Model {
+        cap: cq_cap as usize,
+        ..Model::default()
+    };
     let mut pending: VecDeque<u64> = VecDeque::new();
     let mut next = 0u64;
     let mut cqe_val = 1u64 << 63;
@@ -119,8 +127,9 @@ pub fn run(sq_log2: u8, cq_log2: u8, seq: &[RingOp]) {
                     }
                 }
                 RingOp::SqPushMultiple(n) => {
-                    let batch: Vec<_> =
-                        (0..u64::from(n)).map(|i| Nop::new().user_data(next + i).build()).collect();
+                    let batch: Vec<_> = (0..u64::from(n))
+                        .map(|i| Nop::new().user_data(next + i).build())
+                        .collect();
                     let r = sq.push_multiple(&batch);
                     assert_eq!(r.is_ok(), sq_m.free() >= batch.len(), "sq push_multiple");
                     if let Err(e) = r {
@@ -187,7 +196,11 @@ pub fn run(sq_log2: u8, cq_log2: u8, seq: &[RingOp]) {
                     let k = cq.fill(out.get_mut(..usize::from(n)).unwrap_or(&mut []));
                     assert_eq!(k, cq_m.published.len().min(usize::from(n)), "fill count");
                     for c in out.iter().take(k) {
-                        assert_eq!(Some(c.user_data()), cq_m.published.pop_front(), "fill order");
+                        assert_eq!(
+                            Some(c.user_data()),
+                            cq_m.published.pop_front(),
+                            "fill order"
+                        );
                         cq_reaped.push(c.user_data());
                     }
                     cq_m.unreleased += k;
@@ -222,7 +235,11 @@ pub fn run(sq_log2: u8, cq_log2: u8, seq: &[RingOp]) {
         assert!(rounds <= cq_sent.len() + 1, "pending list never drains");
     }
     cq_reaped.extend(app.completion().map(|c| c.user_data()));
-    assert_eq!(cq_reaped.len(), cq_sent.len(), "every completion delivered exactly once");
+    assert_eq!(
+        cq_reaped.len(),
+        cq_sent.len(),
+        "every completion delivered exactly once"
+    );
     cq_reaped.sort_unstable();
     cq_sent.sort_unstable();
     assert_eq!(cq_reaped, cq_sent);
@@ -236,8 +253,12 @@ mod tests {
     fn seed_sequences() {
         ops(&[]);
         ops(&[0]);
-        ops(&[0b0101, 0, 0, 1, 8, 2, 3, 3, 4, 5, 5, 6, 6, 6, 7, 8, 9, 4, 10, 11, 6, 7, 11]);
-        let long: Vec<u8> = (0..2000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        ops(&[
+            0b0101, 0, 0, 1, 8, 2, 3, 3, 4, 5, 5, 6, 6, 6, 7, 8, 9, 4, 10, 11, 6, 7, 11,
+        ]);
+        let long: Vec<u8> = (0..2000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
         ops(&long);
     }
 }

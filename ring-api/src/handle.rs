@@ -55,7 +55,11 @@ impl PartNumber {
     /// `Some` when `n` is in `1..=10000`.
     #[must_use]
     pub const fn new(n: u32) -> Option<Self> {
-        if n >= Self::MIN && n <= Self::MAX { Some(Self(n)) } else { None }
+        if n >= Self::MIN && n <= Self::MAX {
+            Some(Self(n))
+        } else {
+            None
+        }
     }
 
     /// The number.

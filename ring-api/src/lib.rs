@@ -63,7 +63,12 @@
 #![warn(missing_debug_implementations)]
 #![cfg_attr(
     not(test),
-    warn(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)
+    warn(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic
+    )
 )]
 
 mod cqe;

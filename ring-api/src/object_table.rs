@@ -44,7 +44,10 @@ pub struct ObjectTable {
 
 impl std::fmt::Debug for ObjectTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ObjectTable").field("len", &self.len()).field("limit", &self.limit).finish()
+        f.debug_struct("ObjectTable")
+            .field("len", &self.len())
+            .field("limit", &self.limit)
+            .finish()
     }
 }
 
@@ -67,7 +70,10 @@ impl ObjectTable {
     /// An empty table holding at most `limit` names.
     #[must_use]
     pub fn with_limit(limit: u32) -> Self {
-        Self { inner: RwLock::new(Inner::default()), limit }
+        Self {
+            inner: RwLock::new(Inner::default()),
+            limit,
+        }
     }
 
     /// Returns the id of `(bucket, key)`, interning it on first use.
@@ -87,8 +93,15 @@ impl ObjectTable {
             return Err(InternError::Full(self.limit));
         }
         let id = ObjectId(next);
-        inner.names.push(Arc::new(ObjectName { bucket: bucket.into(), key: key.into() }));
-        inner.ids.entry(bucket.into()).or_default().insert(key.into(), id);
+        inner.names.push(Arc::new(ObjectName {
+            bucket: bucket.into(),
+            key: key.into(),
+        }));
+        inner
+            .ids
+            .entry(bucket.into())
+            .or_default()
+            .insert(key.into(), id);
         Ok(id)
     }
 
@@ -104,13 +117,20 @@ impl ObjectTable {
     #[must_use]
     pub fn resolve(&self, id: ObjectId) -> Option<Arc<ObjectName>> {
         let inner = self.inner.read().unwrap_or_else(PoisonError::into_inner);
-        usize::try_from(id.0).ok().and_then(|i| inner.names.get(i)).cloned()
+        usize::try_from(id.0)
+            .ok()
+            .and_then(|i| inner.names.get(i))
+            .cloned()
     }
 
     /// Number of interned names.
     #[must_use]
     pub fn len(&self) -> usize {
-        self.inner.read().unwrap_or_else(PoisonError::into_inner).names.len()
+        self.inner
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .names
+            .len()
     }
 
     /// `true` when nothing has been interned.
@@ -160,7 +180,10 @@ mod tests {
         assert_eq!(t.intern("b", &"x".repeat(1025)), Err(InternError::Key));
         assert!(t.intern("b", &"x".repeat(1024)).is_ok());
         assert_eq!(t.intern("b", "second"), Err(InternError::Full(1)));
-        assert!(t.intern("b", &"x".repeat(1024)).is_ok(), "existing names still resolve");
+        assert!(
+            t.intern("b", &"x".repeat(1024)).is_ok(),
+            "existing names still resolve"
+        );
     }
 
     #[test]
@@ -171,7 +194,9 @@ mod tests {
                 .map(|_| {
                     let t = &t;
                     s.spawn(move || {
-                        (0..200).map(|i| t.intern("b", &format!("k{i}")).unwrap()).collect()
+                        (0..200)
+                            .map(|i| t.intern("b", &format!("k{i}")).unwrap())
+                            .collect()
                     })
                 })
                 .collect();

@@ -30,7 +30,11 @@ struct Common {
 
 impl Common {
     const fn new() -> Self {
-        Self { user_data: 0, deadline_ns: 0, flags: 0 }
+        Self {
+            user_data: 0,
+            deadline_ns: 0,
+            flags: 0,
+        }
     }
 
     const fn sqe(self, opcode: u8) -> Sqe {
@@ -174,6 +178,12 @@ builder! {
     /// Cancel the in-flight operation whose `user_data` is `target`. Completes with 0, or
     /// `NotFound` / `AlreadyCompleting`; the target completes with `Cancelled` if stopped.
     Cancel = 9, { target: u64 }
+}
+
+impl Default for Nop {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Nop {

@@ -30,8 +30,16 @@ pub fn queue_pair(
     let (sq_p, sq_c) = ring::<Sqe>(sq_entries, worker_bell.clone(), None)?;
     let (cq_p, cq_c) = ring::<Cqe>(cq_entries, Some(waiter.doorbell()), worker_bell)?;
     Ok((
-        AppQueue { sq: sq_p, cq: cq_c, waiter },
-        WorkerQueue { sq: sq_c, cq: cq_p, pending: PendingCompletions::new() },
+        AppQueue {
+            sq: sq_p,
+            cq: cq_c,
+            waiter,
+        },
+        WorkerQueue {
+            sq: sq_c,
+            cq: cq_p,
+            pending: PendingCompletions::new(),
+        },
     ))
 }
 
@@ -65,7 +73,10 @@ impl AppQueue {
 
     /// Both views at once.
     pub fn split(&mut self) -> (SubmissionQueue<'_>, CompletionQueue<'_>) {
-        (SubmissionQueue { p: &mut self.sq }, CompletionQueue { c: &mut self.cq })
+        (
+            SubmissionQueue { p: &mut self.sq },
+            CompletionQueue { c: &mut self.cq },
+        )
     }
 
     /// Blocks until at least `min` completions are ready or `timeout` passes (`None`: no
@@ -125,7 +136,10 @@ impl SubmissionQueue<'_> {
     /// Stages one entry; `Err` (nothing staged) if the ring is full.
     #[inline]
     pub fn push(&mut self, sqe: &Sqe) -> Result<(), PushError> {
-        self.p.push(*sqe).map_err(|_| PushError { needed: 1, available: 0 })
+        self.p.push(*sqe).map_err(|_| PushError {
+            needed: 1,
+            available: 0,
+        })
     }
 
     /// Stages all of `sqes` or none of them.
@@ -247,14 +261,20 @@ impl WorkerQueue {
 
     /// Completion-posting view.
     pub fn completions(&mut self) -> CompletionWriter<'_> {
-        CompletionWriter { p: &mut self.cq, pending: &mut self.pending }
+        CompletionWriter {
+            p: &mut self.cq,
+            pending: &mut self.pending,
+        }
     }
 
     /// Both views at once.
     pub fn split(&mut self) -> (SubmissionReader<'_>, CompletionWriter<'_>) {
         (
             SubmissionReader { c: &mut self.sq },
-            CompletionWriter { p: &mut self.cq, pending: &mut self.pending },
+            CompletionWriter {
+                p: &mut self.cq,
+                pending: &mut self.pending,
+            },
         )
     }
 
@@ -276,7 +296,11 @@ impl WorkerQueue {
     /// something to do: submissions to take, or (when back-pressured) CQ space to flush into.
     /// After a `true`, wait on the worker doorbell, then call [`WorkerQueue::finish_park`].
     pub fn prepare_park(&mut self) -> bool {
-        if self.pending.is_empty() { self.sq.prepare_park(1) } else { self.cq.prepare_park() }
+        if self.pending.is_empty() {
+            self.sq.prepare_park(1)
+        } else {
+            self.cq.prepare_park()
+        }
     }
 
     /// Second half of the park handshake; call after waking (harmless if not parked).
@@ -398,7 +422,12 @@ macro_rules! opaque_debug {
     )*};
 }
 
-opaque_debug!(SubmissionQueue, CompletionQueue, SubmissionReader, CompletionWriter);
+opaque_debug!(
+    SubmissionQueue,
+    CompletionQueue,
+    SubmissionReader,
+    CompletionWriter
+);
 
 #[cfg(test)]
 mod tests {
@@ -432,7 +461,10 @@ mod tests {
                 w.push(Cqe::from_raw(i, 0, 0, 0, 0));
             }
             assert_eq!(w.pending_len(), 3);
-            assert_eq!(w.try_push(Cqe::from_raw(99, 0, 0, 0, 0)), Err(Cqe::from_raw(99, 0, 0, 0, 0)));
+            assert_eq!(
+                w.try_push(Cqe::from_raw(99, 0, 0, 0, 0)),
+                Err(Cqe::from_raw(99, 0, 0, 0, 0))
+            );
         }
         assert!(worker.backpressured());
         let mut seen = Vec::new();
@@ -442,6 +474,13 @@ mod tests {
         }
         assert_eq!(seen, vec![0, 1, 2, 3, 4]);
         assert!(!worker.backpressured());
+    }
+
+    #[test]
+    fn halves_are_send() {
+        fn assert_send<T: Send>() {}
+        assert_send::<AppQueue>();
+        assert_send::<WorkerQueue>();
     }
 
     #[test]

@@ -82,7 +82,10 @@ pub(crate) fn ring<E: Entry>(
     consumer_bell: Option<Arc<dyn Doorbell>>,
 ) -> Result<(Producer<E>, Consumer<E>), SetupError> {
     if !capacity.is_power_of_two() || capacity > MAX_ENTRIES {
-        return Err(SetupError::Capacity { requested: capacity, max: MAX_ENTRIES });
+        return Err(SetupError::Capacity {
+            requested: capacity,
+            max: MAX_ENTRIES,
+        });
     }
     let slots = (0..capacity).map(|_| E::Slot::default()).collect();
     let shared = Arc::new(Shared {
@@ -163,7 +166,10 @@ impl<E: Entry> Producer<E> {
         if free < es.len() {
             free = self.space();
             if free < es.len() {
-                return Err(PushError { needed: es.len(), available: free });
+                return Err(PushError {
+                    needed: es.len(),
+                    available: free,
+                });
             }
         }
         for e in es {

@@ -163,7 +163,10 @@ impl Sqe {
             }
             opcode::Get::CODE => {
                 self.unused(OBJECT | BUF)?;
-                Op::Get { object, dst: self.slice(buf())? }
+                Op::Get {
+                    object,
+                    dst: self.slice(buf())?,
+                }
             }
             opcode::RangeGet::CODE => {
                 self.unused(OBJECT | OFF | BUF)?;
@@ -171,8 +174,14 @@ impl Sqe {
                 if dst.len == 0 {
                     return Err(InvalidEntry::ZeroLength);
                 }
-                self.off.checked_add(dst.len).ok_or(InvalidEntry::RangeOverflow)?;
-                Op::RangeGet { object, offset: self.off, dst }
+                self.off
+                    .checked_add(dst.len)
+                    .ok_or(InvalidEntry::RangeOverflow)?;
+                Op::RangeGet {
+                    object,
+                    offset: self.off,
+                    dst,
+                }
             }
             opcode::Head::CODE => {
                 self.unused(OBJECT)?;
@@ -180,7 +189,10 @@ impl Sqe {
             }
             opcode::Put::CODE => {
                 self.unused(OBJECT | BUF)?;
-                Op::Put { object, src: limit(self.slice(buf())?)? }
+                Op::Put {
+                    object,
+                    src: limit(self.slice(buf())?)?,
+                }
             }
             opcode::CreateMultipart::CODE => {
                 self.unused(OBJECT)?;
@@ -189,12 +201,21 @@ impl Sqe {
             opcode::UploadPart::CODE => {
                 self.unused(OBJECT | BUF | PART | UPLOAD)?;
                 let part = PartNumber::new(self.part).ok_or(InvalidEntry::PartNumber(self.part))?;
-                Op::UploadPart { object, upload, part, src: limit(self.slice(buf())?)? }
+                Op::UploadPart {
+                    object,
+                    upload,
+                    part,
+                    src: limit(self.slice(buf())?)?,
+                }
             }
             opcode::CompleteMultipart::CODE => {
                 self.unused(OBJECT | PART | UPLOAD)?;
                 let parts = PartNumber::new(self.part).ok_or(InvalidEntry::PartCount(self.part))?;
-                Op::CompleteMultipart { object, upload, parts }
+                Op::CompleteMultipart {
+                    object,
+                    upload,
+                    parts,
+                }
             }
             opcode::AbortMultipart::CODE => {
                 self.unused(OBJECT | UPLOAD)?;
@@ -228,14 +249,20 @@ impl Sqe {
         }
         Err(InvalidEntry::UnusedField {
             op: opcode::name(self.opcode).unwrap_or("?"),
-            field: FIELD_NAMES.get(stray.trailing_zeros() as usize).copied().unwrap_or("?"),
+            field: FIELD_NAMES
+                .get(stray.trailing_zeros() as usize)
+                .copied()
+                .unwrap_or("?"),
         })
     }
 }
 
 fn limit(s: BufSlice) -> Result<BufSlice, InvalidEntry> {
     if s.len > MAX_PUT_LEN {
-        return Err(InvalidEntry::TooLarge { len: s.len, max: MAX_PUT_LEN });
+        return Err(InvalidEntry::TooLarge {
+            len: s.len,
+            max: MAX_PUT_LEN,
+        });
     }
     Ok(s)
 }
@@ -255,19 +282,44 @@ mod tests {
         let cases: [(Sqe, Op); 10] = [
             (Nop::new().build(), Op::Nop),
             (Get::new(o, B).build(), Op::Get { object: o, dst: B }),
-            (RangeGet::new(o, 9, B).build(), Op::RangeGet { object: o, offset: 9, dst: B }),
+            (
+                RangeGet::new(o, 9, B).build(),
+                Op::RangeGet {
+                    object: o,
+                    offset: 9,
+                    dst: B,
+                },
+            ),
             (Head::new(o).build(), Op::Head { object: o }),
             (Put::new(o, B).build(), Op::Put { object: o, src: B }),
-            (CreateMultipart::new(o).build(), Op::CreateMultipart { object: o }),
+            (
+                CreateMultipart::new(o).build(),
+                Op::CreateMultipart { object: o },
+            ),
             (
                 UploadPart::new(o, up, part, B).build(),
-                Op::UploadPart { object: o, upload: up, part, src: B },
+                Op::UploadPart {
+                    object: o,
+                    upload: up,
+                    part,
+                    src: B,
+                },
             ),
             (
                 CompleteMultipart::new(o, up, part).build(),
-                Op::CompleteMultipart { object: o, upload: up, parts: part },
+                Op::CompleteMultipart {
+                    object: o,
+                    upload: up,
+                    parts: part,
+                },
             ),
-            (AbortMultipart::new(o, up).build(), Op::AbortMultipart { object: o, upload: up }),
+            (
+                AbortMultipart::new(o, up).build(),
+                Op::AbortMultipart {
+                    object: o,
+                    upload: up,
+                },
+            ),
             (Cancel::new(0xABCD).build(), Op::Cancel { target: 0xABCD }),
         ];
         for (sqe, op) in cases {
@@ -280,10 +332,20 @@ mod tests {
 
     #[test]
     fn options_decode() {
-        let v = Head::new(ObjectId(1)).deadline_ns(10).http_only().build().validate().unwrap();
+        let v = Head::new(ObjectId(1))
+            .deadline_ns(10)
+            .http_only()
+            .build()
+            .validate()
+            .unwrap();
         assert_eq!(v.deadline, Deadline::Relative(10));
         assert!(v.http_only && !v.no_retry);
-        let v = Head::new(ObjectId(1)).deadline_at_ns(10).no_retry().build().validate().unwrap();
+        let v = Head::new(ObjectId(1))
+            .deadline_at_ns(10)
+            .no_retry()
+            .build()
+            .validate()
+            .unwrap();
         assert_eq!(v.deadline, Deadline::Absolute(10));
         assert!(v.no_retry && !v.http_only);
     }
@@ -297,17 +359,41 @@ mod tests {
     #[test]
     fn rejections() {
         assert_eq!(raw(|s| s.opcode = 10), Err(InvalidEntry::UnknownOpcode(10)));
-        assert_eq!(raw(|s| s.opcode = 255), Err(InvalidEntry::UnknownOpcode(255)));
-        assert_eq!(raw(|s| s.flags = 0x88), Err(InvalidEntry::ReservedFlags(0x88)));
-        assert_eq!(raw(|s| s.rsvd0 = 1), Err(InvalidEntry::ReservedField("rsvd0")));
-        assert_eq!(raw(|s| s.rsvd1 = 1), Err(InvalidEntry::ReservedField("rsvd1")));
+        assert_eq!(
+            raw(|s| s.opcode = 255),
+            Err(InvalidEntry::UnknownOpcode(255))
+        );
+        assert_eq!(
+            raw(|s| s.flags = 0x88),
+            Err(InvalidEntry::ReservedFlags(0x88))
+        );
+        assert_eq!(
+            raw(|s| s.rsvd0 = 1),
+            Err(InvalidEntry::ReservedField("rsvd0"))
+        );
+        assert_eq!(
+            raw(|s| s.rsvd1 = 1),
+            Err(InvalidEntry::ReservedField("rsvd1"))
+        );
         assert_eq!(raw(|s| s.len = 0), Err(InvalidEntry::ZeroLength));
-        assert_eq!(raw(|s| s.off = u64::MAX - 4095), Err(InvalidEntry::RangeOverflow));
-        assert!(raw(|s| s.off = u64::MAX - 4096).is_ok(), "exactly reaching u64::MAX is fine");
-        assert_eq!(raw(|s| s.buf_off = u64::MAX), Err(InvalidEntry::BufferOverflow));
+        assert_eq!(
+            raw(|s| s.off = u64::MAX - 4095),
+            Err(InvalidEntry::RangeOverflow)
+        );
+        assert!(
+            raw(|s| s.off = u64::MAX - 4096).is_ok(),
+            "exactly reaching u64::MAX is fine"
+        );
+        assert_eq!(
+            raw(|s| s.buf_off = u64::MAX),
+            Err(InvalidEntry::BufferOverflow)
+        );
         assert_eq!(
             raw(|s| s.part = 3),
-            Err(InvalidEntry::UnusedField { op: "RangeGet", field: "part" })
+            Err(InvalidEntry::UnusedField {
+                op: "RangeGet",
+                field: "part"
+            })
         );
         assert_eq!(
             raw(|s| s.flags = sqe_flags::DEADLINE_ABSOLUTE),
@@ -326,21 +412,42 @@ mod tests {
         s.part = 10_000;
         assert!(s.validate().is_ok());
         s.len = MAX_PUT_LEN + 1;
-        assert_eq!(s.validate(), Err(InvalidEntry::TooLarge { len: MAX_PUT_LEN + 1, max: MAX_PUT_LEN }));
+        assert_eq!(
+            s.validate(),
+            Err(InvalidEntry::TooLarge {
+                len: MAX_PUT_LEN + 1,
+                max: MAX_PUT_LEN
+            })
+        );
         let mut c = CompleteMultipart::new(ObjectId(1), up, PartNumber::new(1).unwrap()).build();
         c.part = 0;
         assert_eq!(c.validate(), Err(InvalidEntry::PartCount(0)));
         let put = Put::new(ObjectId(1), BufSlice::new(BufHandle(0), 0, 0)).build();
-        assert!(put.validate().is_ok(), "empty PUT is a legitimate S3 request");
+        assert!(
+            put.validate().is_ok(),
+            "empty PUT is a legitimate S3 request"
+        );
     }
 
     #[test]
     fn nop_and_cancel_reject_stray_fields() {
         let mut n = Nop::new().build();
         n.object = 1;
-        assert_eq!(n.validate(), Err(InvalidEntry::UnusedField { op: "Nop", field: "object" }));
+        assert_eq!(
+            n.validate(),
+            Err(InvalidEntry::UnusedField {
+                op: "Nop",
+                field: "object"
+            })
+        );
         let mut c = Cancel::new(5).build();
         c.len = 1;
-        assert_eq!(c.validate(), Err(InvalidEntry::UnusedField { op: "Cancel", field: "len" }));
+        assert_eq!(
+            c.validate(),
+            Err(InvalidEntry::UnusedField {
+                op: "Cancel",
+                field: "len"
+            })
+        );
     }
 }

@@ -85,7 +85,9 @@ impl ParkWaiter {
     /// A doorbell that wakes this waiter.
     #[must_use]
     pub fn doorbell(&self) -> Arc<dyn Doorbell> {
-        Arc::new(ParkDoorbell { unparker: self.parker.unparker().clone() })
+        Arc::new(ParkDoorbell {
+            unparker: self.parker.unparker().clone(),
+        })
     }
 
     /// Blocks until rung (or a token is pending) or `timeout` passes. May return spuriously;

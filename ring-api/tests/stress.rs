@@ -47,7 +47,8 @@ fn run(total: u64, sq_entries: u32, cq_entries: u32, seed: u64) {
     };
 
     let waiter = ParkWaiter::new();
-    let (mut app, mut worker) = queue_pair(sq_entries, cq_entries, Some(waiter.doorbell())).unwrap();
+    let (mut app, mut worker) =
+        queue_pair(sq_entries, cq_entries, Some(waiter.doorbell())).unwrap();
 
     let worker_thread = thread::spawn(move || {
         let mut processed = 0u64;
@@ -63,10 +64,16 @@ fn run(total: u64, sq_entries: u32, cq_entries: u32, seed: u64) {
                 } else {
                     for sqe in reader.take(64) {
                         let v = sqe.validate().expect("app only submits valid entries");
-                        let Op::RangeGet { offset, dst, .. } = v.op else { panic!("unexpected op") };
+                        let Op::RangeGet { offset, dst, .. } = v.op else {
+                            panic!("unexpected op")
+                        };
                         assert_eq!(offset, v.user_data, "entry fields survive the ring");
                         assert_eq!(dst.len, payload(v.user_data) + 1);
-                        writer.push(Cqe::success(v.user_data, payload(v.user_data), DataPath::Http));
+                        writer.push(Cqe::success(
+                            v.user_data,
+                            payload(v.user_data),
+                            DataPath::Http,
+                        ));
                         processed += 1;
                         progress += 1;
                     }
@@ -95,7 +102,10 @@ fn run(total: u64, sq_entries: u32, cq_entries: u32, seed: u64) {
             for _ in 0..batch.min(total - submitted) {
                 let ud = submitted;
                 let dst = BufSlice::new(BufHandle(1), ud, payload(ud) + 1);
-                if sq.push(&RangeGet::new(ObjectId(7), ud, dst).user_data(ud).build()).is_err() {
+                if sq
+                    .push(&RangeGet::new(ObjectId(7), ud, dst).user_data(ud).build())
+                    .is_err()
+                {
                     break;
                 }
                 submitted += 1;
@@ -117,7 +127,9 @@ fn run(total: u64, sq_entries: u32, cq_entries: u32, seed: u64) {
     assert_eq!(app.completion().count(), 0, "nothing extra");
     done.store(true, Ordering::Relaxed);
     watchdog.join().unwrap();
-    eprintln!("{total} entries, sq {sq_entries}, cq {cq_entries}: worker parked {parks} times, max pending {max_pending}");
+    eprintln!(
+        "{total} entries, sq {sq_entries}, cq {cq_entries}: worker parked {parks} times, max pending {max_pending}"
+    );
 }
 
 fn scale(n: u64) -> u64 {

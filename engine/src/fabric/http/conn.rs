@@ -6,6 +6,7 @@
 //! registered memory.
 
 use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
 
 use mio::net::TcpStream;
 use ring_api::{ErrorClass, ErrorCode};
@@ -56,6 +57,8 @@ pub(crate) struct Conn {
     received: u64,
     got_bytes: bool,
     err_body: Vec<u8>,
+    /// Re-arm `TCP_QUICKACK` after every read (see `sys::set_quickack`).
+    quickack: bool,
 }
 
 fn io_fail(reused: bool, got_bytes: bool) -> Step {
@@ -67,7 +70,7 @@ const fn integrity(code: ErrorCode) -> Outcome {
 }
 
 impl Conn {
-    pub(crate) fn new(stream: TcpStream, read_buffer: usize) -> Self {
+    pub(crate) fn new(stream: TcpStream, read_buffer: usize, quickack: bool) -> Self {
         Self {
             stream,
             connected: false,
@@ -84,6 +87,7 @@ impl Conn {
             received: 0,
             got_bytes: false,
             err_body: Vec::new(),
+            quickack,
         }
     }
 
@@ -199,6 +203,9 @@ impl Conn {
                 Ok(n) => {
                     self.rend = n;
                     self.got_bytes = true;
+                    if self.quickack {
+                        crate::sys::set_quickack(self.stream.as_raw_fd());
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Pending,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

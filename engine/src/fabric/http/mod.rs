@@ -42,11 +42,19 @@ pub(crate) struct HttpFabric {
     idle: Vec<usize>,
     limit: usize,
     read_buffer: usize,
+    quickack: bool,
     active: usize,
 }
 
 impl HttpFabric {
-    pub(crate) fn new(addr: SocketAddr, endpoint: Endpoint, signer: Arc<Signer>, limit: usize, read_buffer: usize) -> Self {
+    pub(crate) fn new(
+        addr: SocketAddr,
+        endpoint: Endpoint,
+        signer: Arc<Signer>,
+        limit: usize,
+        read_buffer: usize,
+        quickack: bool,
+    ) -> Self {
         Self {
             addr,
             endpoint,
@@ -56,6 +64,7 @@ impl HttpFabric {
             idle: Vec::new(),
             limit: limit.max(1),
             read_buffer: read_buffer.max(4096),
+            quickack,
             active: 0,
         }
     }
@@ -79,7 +88,7 @@ impl HttpFabric {
             return Some(Err(()));
         }
         if let Some(slot) = self.slots.get_mut(idx) {
-            *slot = Some(Slot { conn: Conn::new(stream, self.read_buffer), op: None });
+            *slot = Some(Slot { conn: Conn::new(stream, self.read_buffer, self.quickack), op: None });
         }
         Some(Ok(idx))
     }

@@ -1,0 +1,341 @@
+//! `hipobj bench`: N range-gets of S bytes at random S-aligned offsets of one object, at most C
+//! in flight, through the engine; prints ops/s, GB/s, latency percentiles and client CPU.
+//!
+//! Flags shared with the global set (`--endpoint-url`, `--region`, `--json`, `--no-progress`)
+//! are not declared here, because clap refuses a subcommand argument with the name of a global
+//! one: `main` copies the global values in with [`BenchArgs::with_global`].
+
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use engine::{Engine, Placement, RegisterOptions, process_cpu_time};
+use rand::{Rng, SeedableRng};
+use ring_api::opcode::{Head, RangeGet};
+use ring_api::{BufSlice, Cqe, ErrorCode};
+
+/// Arguments of `hipobj bench`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// The object to read: s3://BUCKET/KEY (must exist and hold at least --size bytes).
+    pub uri: String,
+    /// Number of range-gets.
+    #[arg(long, default_value_t = 10_000)]
+    pub ops: u64,
+    /// Bytes per range-get: a number with an optional unit (4KiB, 64KiB, 1MiB, 16MiB).
+    #[arg(long, default_value = "64KiB", value_parser = parse_size)]
+    pub size: u64,
+    /// Range-gets in flight at once.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: u32,
+    /// Seed of the offset sequence (same seed, same offsets).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Worker threads (default: one per NUMA node / RDMA NIC, from sysfs).
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Lock the destination buffer in RAM (mlock; falls back to pageable with a warning).
+    #[arg(long)]
+    pub pinned: bool,
+    /// S3 endpoint (copied from the global --endpoint-url).
+    #[arg(skip)]
+    pub endpoint_url: Option<String>,
+    /// Signing region (copied from the global --region).
+    #[arg(skip)]
+    pub region: Option<String>,
+    /// Print one JSON object instead of the table (copied from the global --json).
+    #[arg(skip)]
+    pub json: bool,
+    /// Never draw a progress bar (copied from the global --no-progress).
+    #[arg(skip)]
+    pub no_progress: bool,
+}
+
+impl BenchArgs {
+    /// These arguments with the global flags filled in.
+    #[must_use]
+    pub fn with_global(mut self, endpoint_url: Option<String>, region: Option<String>, json: bool, no_progress: bool) -> Self {
+        self.endpoint_url = endpoint_url;
+        self.region = region;
+        self.json = json;
+        self.no_progress = no_progress;
+        self
+    }
+}
+
+/// Parses `4096`, `4KiB`, `64k`, `1MiB`, `16M`, `1GiB` (binary units; `KB`/`MB`/`GB` decimal).
+pub fn parse_size(input: &str) -> Result<u64, String> {
+    let s = input.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| format!("invalid size {input:?} (expected e.g. 64KiB)"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        other => return Err(format!("invalid size {input:?}: unknown unit {other:?}")),
+    };
+    match n.checked_mul(mult) {
+        Some(0) | None => Err(format!("invalid size {input:?}: must be between 1 byte and 2^64")),
+        Some(v) => Ok(v),
+    }
+}
+
+/// Results of a run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct BenchReport {
+    /// `s3://bucket/key`.
+    pub uri: String,
+    /// Object size from HEAD.
+    pub object_size: u64,
+    /// Bytes per range-get.
+    pub size: u64,
+    /// Operations completed (successes and errors).
+    pub ops: u64,
+    /// Operations that failed.
+    pub errors: u64,
+    /// In flight at once.
+    pub concurrency: u32,
+    /// Engine worker threads.
+    pub workers: usize,
+    /// Timed phase, seconds.
+    pub elapsed_s: f64,
+    /// Completed operations per second.
+    pub ops_per_s: f64,
+    /// Payload gigabytes (10^9 bytes) per second of successful operations.
+    pub gb_per_s: f64,
+    /// Latency percentiles, microseconds (submission to reaped completion).
+    pub p50_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// 99.9th percentile.
+    pub p999_us: f64,
+    /// Process CPU (user + system) over the timed phase, seconds.
+    pub cpu_s: f64,
+    /// CPU per operation, microseconds.
+    pub cpu_us_per_op: f64,
+    /// Counts per error code (`EIO` style names).
+    pub error_codes: Vec<(String, u64)>,
+}
+
+/// Runs the benchmark; returns the exit code (0: every operation succeeded).
+pub fn run(args: &BenchArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> i32 {
+    match measure(args, stderr) {
+        Ok(report) => {
+            let printed = if args.json { print_json(&report, stdout) } else { print_table(&report, stdout) };
+            if let Err(e) = printed {
+                let _ = writeln!(stderr, "hipobj bench: writing the report: {e}");
+                return 1;
+            }
+            i32::from(report.errors > 0)
+        }
+        Err(msg) => {
+            let _ = writeln!(stderr, "hipobj bench: {msg}");
+            1
+        }
+    }
+}
+
+fn split_uri(uri: &str) -> Result<(&str, &str), String> {
+    let rest = uri.strip_prefix("s3://").ok_or_else(|| format!("{uri:?} is not an s3://BUCKET/KEY URI"))?;
+    match rest.split_once('/') {
+        Some((b, k)) if !b.is_empty() && !k.is_empty() => Ok((b, k)),
+        _ => Err(format!("{uri:?} must name an object: s3://BUCKET/KEY")),
+    }
+}
+
+fn one(q: &mut engine::Queue, what: &str) -> Result<Cqe, String> {
+    if q.wait(1, Some(Duration::from_secs(60))) == 0 {
+        return Err(format!("{what}: no completion within 60 s"));
+    }
+    q.completion().next().ok_or_else(|| format!("{what}: completion vanished"))
+}
+
+fn code_name(c: &Cqe) -> String {
+    c.error_code().map_or_else(|| format!("errno {}", -c.result()), |e: ErrorCode| format!("{e:?}"))
+}
+
+fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, String> {
+    let (bucket, key) = split_uri(&args.uri)?;
+    let (size, conc) = (args.size, u64::from(args.concurrency.max(1)));
+    let mut builder = Engine::builder().connections_per_worker(conc as usize);
+    if let Some(url) = &args.endpoint_url {
+        builder = builder.endpoint_url(url);
+    }
+    if let Some(r) = &args.region {
+        builder = builder.region(r);
+    }
+    if let Some(n) = args.workers {
+        builder = builder.placement(Placement::Workers(n));
+    }
+    let engine = builder.build().map_err(|e| e.to_string())?;
+    let workers = engine.workers().len();
+    let obj = engine.object(bucket, key).map_err(|e| e.to_string())?;
+    let total = conc.checked_mul(size).and_then(|t| usize::try_from(t).ok()).ok_or("--concurrency x --size too large")?;
+    let opts = if args.pinned { RegisterOptions::pinned() } else { RegisterOptions::pageable() };
+    let buf = engine.register_host(total, opts).map_err(|e| e.to_string())?;
+    // Fault the pages in before the timed phase, so it measures transfers, not page faults.
+    let zeros = vec![0u8; total.min(16 << 20)];
+    for start in (0..total).step_by(zeros.len().max(1)) {
+        let n = zeros.len().min(total - start);
+        engine.copy_in(buf, start as u64, &zeros[..n]).map_err(|e| e.to_string())?;
+    }
+    let depth = u32::try_from(conc).unwrap_or(u32::MAX);
+    let mut q = engine.queue(depth).map_err(|e| e.to_string())?;
+    q.push(&Head::new(obj).build()).map_err(|e| e.to_string())?;
+    let head = one(&mut q, "HEAD")?;
+    if !head.is_ok() {
+        return Err(format!("HEAD {}: {}", args.uri, code_name(&head)));
+    }
+    let object_size = head.aux();
+    let slots = object_size / size;
+    if slots == 0 {
+        return Err(format!("object is {object_size} bytes, smaller than --size {size}"));
+    }
+    let bar = (!args.json && !args.no_progress && std::io::stderr().is_terminal()).then(|| {
+        let b = indicatif::ProgressBar::new(args.ops);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} ops {per_sec} eta {eta}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    });
+    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
+    let mut started = vec![Instant::now(); conc as usize];
+    let mut free: Vec<u64> = (0..conc).rev().collect();
+    let mut lat_ns: Vec<u64> = Vec::with_capacity(usize::try_from(args.ops).unwrap_or(0));
+    let mut cqes = vec![Cqe::default(); conc as usize];
+    let (mut submitted, mut done, mut ok_bytes) = (0u64, 0u64, 0u64);
+    let mut errors: Vec<(String, u64)> = Vec::new();
+    let cpu0 = process_cpu_time();
+    let t0 = Instant::now();
+    while done < args.ops {
+        {
+            let mut sq = q.submission();
+            while submitted < args.ops {
+                let Some(slot) = free.pop() else { break };
+                let off = rng.random_range(0..slots) * size;
+                let sqe = RangeGet::new(obj, off, BufSlice::new(buf, slot * size, size)).user_data(slot).build();
+                if sq.push(&sqe).is_err() {
+                    free.push(slot);
+                    break;
+                }
+                started[slot as usize] = Instant::now();
+                submitted += 1;
+            }
+        }
+        if q.wait(1, Some(Duration::from_secs(120))) == 0 {
+            return Err(format!("no completion within 120 s ({done} of {} done)", args.ops));
+        }
+        let n = q.reap(&mut cqes);
+        let now = Instant::now();
+        for c in cqes.iter().take(n) {
+            let slot = c.user_data();
+            let at = started.get(slot as usize).copied().unwrap_or(now);
+            lat_ns.push(u64::try_from(now.duration_since(at).as_nanos()).unwrap_or(u64::MAX));
+            free.push(slot);
+            done += 1;
+            if c.is_ok() {
+                ok_bytes += c.bytes();
+            } else {
+                let name = code_name(c);
+                match errors.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, k)) => *k += 1,
+                    None => errors.push((name, 1)),
+                }
+            }
+        }
+        if let Some(b) = &bar {
+            b.set_position(done);
+        }
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    let cpu = (process_cpu_time().saturating_sub(cpu0)).as_secs_f64();
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let _ = stderr.flush();
+    lat_ns.sort_unstable();
+    let pct = |p: f64| -> f64 {
+        let i = ((lat_ns.len() as f64 * p).ceil() as usize).saturating_sub(1);
+        lat_ns.get(i.min(lat_ns.len().saturating_sub(1))).map_or(0.0, |&ns| ns as f64 / 1000.0)
+    };
+    let error_count = errors.iter().map(|(_, k)| k).sum();
+    Ok(BenchReport {
+        uri: args.uri.clone(),
+        object_size,
+        size,
+        ops: done,
+        errors: error_count,
+        concurrency: args.concurrency,
+        workers,
+        elapsed_s: elapsed,
+        ops_per_s: done as f64 / elapsed.max(1e-9),
+        gb_per_s: ok_bytes as f64 / 1e9 / elapsed.max(1e-9),
+        p50_us: pct(0.50),
+        p99_us: pct(0.99),
+        p999_us: pct(0.999),
+        cpu_s: cpu,
+        cpu_us_per_op: cpu * 1e6 / (done.max(1) as f64),
+        error_codes: errors,
+    })
+}
+
+fn print_json(r: &BenchReport, out: &mut dyn Write) -> std::io::Result<()> {
+    let text = serde_json::to_string(r).map_err(std::io::Error::other)?;
+    writeln!(out, "{text}")
+}
+
+fn human_us(us: f64) -> String {
+    if us >= 1000.0 { format!("{:.2} ms", us / 1000.0) } else { format!("{us:.1} µs") }
+}
+
+fn print_table(r: &BenchReport, out: &mut dyn Write) -> std::io::Result<()> {
+    writeln!(out, "hipobj bench  {}  ({} bytes)", r.uri, r.object_size)?;
+    writeln!(out, "  size {} B, concurrency {}, workers {}", r.size, r.concurrency, r.workers)?;
+    writeln!(out, "{:<12} {:>14}", "metric", "value")?;
+    writeln!(out, "{:<12} {:>14}", "ops", r.ops)?;
+    writeln!(out, "{:<12} {:>14}", "errors", r.errors)?;
+    writeln!(out, "{:<12} {:>14.3}", "elapsed s", r.elapsed_s)?;
+    writeln!(out, "{:<12} {:>14.1}", "ops/s", r.ops_per_s)?;
+    writeln!(out, "{:<12} {:>14.3}", "GB/s", r.gb_per_s)?;
+    writeln!(out, "{:<12} {:>14}", "p50", human_us(r.p50_us))?;
+    writeln!(out, "{:<12} {:>14}", "p99", human_us(r.p99_us))?;
+    writeln!(out, "{:<12} {:>14}", "p999", human_us(r.p999_us))?;
+    writeln!(out, "{:<12} {:>14.3}", "cpu s", r.cpu_s)?;
+    writeln!(out, "{:<12} {:>14}", "cpu/op", human_us(r.cpu_us_per_op))?;
+    for (name, n) in &r.error_codes {
+        writeln!(out, "  error {name}: {n}")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_binary_units() {
+        assert_eq!(parse_size("4KiB"), Ok(4096));
+        assert_eq!(parse_size("64KiB"), Ok(65536));
+        assert_eq!(parse_size("1MiB"), Ok(1 << 20));
+        assert_eq!(parse_size("16MiB"), Ok(16 << 20));
+        assert_eq!(parse_size("512"), Ok(512));
+        assert_eq!(parse_size("2k"), Ok(2048));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("12XB").is_err());
+        assert!(parse_size("KiB").is_err());
+        assert!(parse_size("99999999999GiB").is_err());
+    }
+
+    #[test]
+    fn uris_split_into_bucket_and_key() {
+        assert_eq!(split_uri("s3://b/k/x"), Ok(("b", "k/x")));
+        assert!(split_uri("s3://b").is_err());
+        assert!(split_uri("s3://b/").is_err());
+        assert!(split_uri("http://b/k").is_err());
+    }
+}
