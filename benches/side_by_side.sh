@@ -188,7 +188,9 @@ for size in $SIZES; do
     ops=$(ops_for "$size")
     for run in $(seq "$REPEAT"); do
         log "size $size, run $run/$REPEAT"
-        for c in $CLIENTS; do
+        order=$CLIENTS # odd runs in the given order, even runs reversed (order bias)
+        if (( run % 2 == 0 )); then order=$(printf '%s\n' $CLIENTS | tac | tr '\n' ' '); fi
+        for c in $order; do
             n=$ops
             if [[ $c == boto3 ]]; then n=$(( ops / BOTO3_OPS_DIV )); (( n >= CONC * 2 )) || n=$(( CONC * 2 )); fi
             run_client "$c" "$size" "$n" "$run"

@@ -208,7 +208,7 @@ def render(argv):
         for c in peers:
             q = best.get((c, size))
             if size is None or h is None or q is None:
-                cells.append("n/a (hipobj bench not available yet)" if h is None else "n/a")
+                cells.append("n/a")
                 continue
             a, b = h.get(metric), q.get(metric)
             if not a or not b:
@@ -229,6 +229,9 @@ def render(argv):
     if mid is not None:
         p("| 64 KiB p50 latency (lower is better) | ≤0.5× aws-sdk-s3 | "
           + " | ".join(ratio("p50_us", mid)) + " |")
+    if not any(k[0] == "hipobj" for k in best):
+        p("")
+        p("n/a: no hipobj row in this run (`hipobj bench` not available yet), so no ratio.")
     p("")
     print("\n".join(out))
 
