@@ -4,3 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cargo test --workspace --locked "$@"
+# The fuzz workspace: every target builds on stable and replays its seed corpus.
+cargo test --manifest-path fuzz/Cargo.toml --locked

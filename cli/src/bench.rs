@@ -53,7 +53,13 @@ pub struct BenchArgs {
 impl BenchArgs {
     /// These arguments with the global flags filled in.
     #[must_use]
-    pub fn with_global(mut self, endpoint_url: Option<String>, region: Option<String>, json: bool, no_progress: bool) -> Self {
+    pub fn with_global(
+        mut self,
+        endpoint_url: Option<String>,
+        region: Option<String>,
+        json: bool,
+        no_progress: bool,
+    ) -> Self {
         self.endpoint_url = endpoint_url;
         self.region = region;
         self.json = json;
@@ -67,7 +73,9 @@ pub fn parse_size(input: &str) -> Result<u64, String> {
     let s = input.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (digits, unit) = s.split_at(split);
-    let n: u64 = digits.parse().map_err(|_| format!("invalid size {input:?} (expected e.g. 64KiB)"))?;
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("invalid size {input:?} (expected e.g. 64KiB)"))?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kib" => 1 << 10,
@@ -79,7 +87,9 @@ pub fn parse_size(input: &str) -> Result<u64, String> {
         other => return Err(format!("invalid size {input:?}: unknown unit {other:?}")),
     };
     match n.checked_mul(mult) {
-        Some(0) | None => Err(format!("invalid size {input:?}: must be between 1 byte and 2^64")),
+        Some(0) | None => Err(format!(
+            "invalid size {input:?}: must be between 1 byte and 2^64"
+        )),
         Some(v) => Ok(v),
     }
 }
@@ -125,7 +135,11 @@ pub struct BenchReport {
 pub fn run(args: &BenchArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> i32 {
     match measure(args, stderr) {
         Ok(report) => {
-            let printed = if args.json { print_json(&report, stdout) } else { print_table(&report, stdout) };
+            let printed = if args.json {
+                print_json(&report, stdout)
+            } else {
+                print_table(&report, stdout)
+            };
             if let Err(e) = printed {
                 let _ = writeln!(stderr, "hipobj bench: writing the report: {e}");
                 return 1;
@@ -140,7 +154,9 @@ pub fn run(args: &BenchArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> 
 }
 
 fn split_uri(uri: &str) -> Result<(&str, &str), String> {
-    let rest = uri.strip_prefix("s3://").ok_or_else(|| format!("{uri:?} is not an s3://BUCKET/KEY URI"))?;
+    let rest = uri
+        .strip_prefix("s3://")
+        .ok_or_else(|| format!("{uri:?} is not an s3://BUCKET/KEY URI"))?;
     match rest.split_once('/') {
         Some((b, k)) if !b.is_empty() && !k.is_empty() => Ok((b, k)),
         _ => Err(format!("{uri:?} must name an object: s3://BUCKET/KEY")),
@@ -151,11 +167,16 @@ fn one(q: &mut engine::Queue, what: &str) -> Result<Cqe, String> {
     if q.wait(1, Some(Duration::from_secs(60))) == 0 {
         return Err(format!("{what}: no completion within 60 s"));
     }
-    q.completion().next().ok_or_else(|| format!("{what}: completion vanished"))
+    q.completion()
+        .next()
+        .ok_or_else(|| format!("{what}: completion vanished"))
 }
 
 fn code_name(c: &Cqe) -> String {
-    c.error_code().map_or_else(|| format!("errno {}", -c.result()), |e: ErrorCode| format!("{e:?}"))
+    c.error_code().map_or_else(
+        || format!("errno {}", -c.result()),
+        |e: ErrorCode| format!("{e:?}"),
+    )
 }
 
 fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, String> {
@@ -174,14 +195,25 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
     let engine = builder.build().map_err(|e| e.to_string())?;
     let workers = engine.workers().len();
     let obj = engine.object(bucket, key).map_err(|e| e.to_string())?;
-    let total = conc.checked_mul(size).and_then(|t| usize::try_from(t).ok()).ok_or("--concurrency x --size too large")?;
-    let opts = if args.pinned { RegisterOptions::pinned() } else { RegisterOptions::pageable() };
-    let buf = engine.register_host(total, opts).map_err(|e| e.to_string())?;
+    let total = conc
+        .checked_mul(size)
+        .and_then(|t| usize::try_from(t).ok())
+        .ok_or("--concurrency x --size too large")?;
+    let opts = if args.pinned {
+        RegisterOptions::pinned()
+    } else {
+        RegisterOptions::pageable()
+    };
+    let buf = engine
+        .register_host(total, opts)
+        .map_err(|e| e.to_string())?;
     // Fault the pages in before the timed phase, so it measures transfers, not page faults.
     let zeros = vec![0u8; total.min(16 << 20)];
     for start in (0..total).step_by(zeros.len().max(1)) {
         let n = zeros.len().min(total - start);
-        engine.copy_in(buf, start as u64, &zeros[..n]).map_err(|e| e.to_string())?;
+        engine
+            .copy_in(buf, start as u64, &zeros[..n])
+            .map_err(|e| e.to_string())?;
     }
     let depth = u32::try_from(conc).unwrap_or(u32::MAX);
     let mut q = engine.queue(depth).map_err(|e| e.to_string())?;
@@ -193,7 +225,9 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
     let object_size = head.aux();
     let slots = object_size / size;
     if slots == 0 {
-        return Err(format!("object is {object_size} bytes, smaller than --size {size}"));
+        return Err(format!(
+            "object is {object_size} bytes, smaller than --size {size}"
+        ));
     }
     let bar = (!args.json && !args.no_progress && std::io::stderr().is_terminal()).then(|| {
         let b = indicatif::ProgressBar::new(args.ops);
@@ -218,7 +252,9 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
             while submitted < args.ops {
                 let Some(slot) = free.pop() else { break };
                 let off = rng.random_range(0..slots) * size;
-                let sqe = RangeGet::new(obj, off, BufSlice::new(buf, slot * size, size)).user_data(slot).build();
+                let sqe = RangeGet::new(obj, off, BufSlice::new(buf, slot * size, size))
+                    .user_data(slot)
+                    .build();
                 if sq.push(&sqe).is_err() {
                     free.push(slot);
                     break;
@@ -228,7 +264,10 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
             }
         }
         if q.wait(1, Some(Duration::from_secs(120))) == 0 {
-            return Err(format!("no completion within 120 s ({done} of {} done)", args.ops));
+            return Err(format!(
+                "no completion within 120 s ({done} of {} done)",
+                args.ops
+            ));
         }
         let n = q.reap(&mut cqes);
         let now = Instant::now();
@@ -261,7 +300,9 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
     lat_ns.sort_unstable();
     let pct = |p: f64| -> f64 {
         let i = ((lat_ns.len() as f64 * p).ceil() as usize).saturating_sub(1);
-        lat_ns.get(i.min(lat_ns.len().saturating_sub(1))).map_or(0.0, |&ns| ns as f64 / 1000.0)
+        lat_ns
+            .get(i.min(lat_ns.len().saturating_sub(1)))
+            .map_or(0.0, |&ns| ns as f64 / 1000.0)
     };
     let error_count = errors.iter().map(|(_, k)| k).sum();
     Ok(BenchReport {
@@ -290,12 +331,20 @@ fn print_json(r: &BenchReport, out: &mut dyn Write) -> std::io::Result<()> {
 }
 
 fn human_us(us: f64) -> String {
-    if us >= 1000.0 { format!("{:.2} ms", us / 1000.0) } else { format!("{us:.1} µs") }
+    if us >= 1000.0 {
+        format!("{:.2} ms", us / 1000.0)
+    } else {
+        format!("{us:.1} µs")
+    }
 }
 
 fn print_table(r: &BenchReport, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out, "hipobj bench  {}  ({} bytes)", r.uri, r.object_size)?;
-    writeln!(out, "  size {} B, concurrency {}, workers {}", r.size, r.concurrency, r.workers)?;
+    writeln!(
+        out,
+        "  size {} B, concurrency {}, workers {}",
+        r.size, r.concurrency, r.workers
+    )?;
     writeln!(out, "{:<12} {:>14}", "metric", "value")?;
     writeln!(out, "{:<12} {:>14}", "ops", r.ops)?;
     writeln!(out, "{:<12} {:>14}", "errors", r.errors)?;

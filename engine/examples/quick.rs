@@ -14,12 +14,17 @@ fn main() {
     let c: usize = a[6].parse().unwrap();
     let e = Engine::builder()
         .endpoint_url(url)
-        .credentials(Credentials::new("hipobjtestkey", "hipobjtestsecret/1234567890abcdef"))
+        .credentials(Credentials::new(
+            "hipobjtestkey",
+            "hipobjtestsecret/1234567890abcdef",
+        ))
         .placement(Placement::Workers(1))
         .build()
         .unwrap();
     let obj = e.object(bucket, key).unwrap();
-    let buf = e.register_host(c * size as usize, RegisterOptions::pageable()).unwrap();
+    let buf = e
+        .register_host(c * size as usize, RegisterOptions::pageable())
+        .unwrap();
     let mut q = e.queue(c as u32).unwrap();
     let t = Instant::now();
     let (mut sub, mut done) = (0, 0);
@@ -30,7 +35,12 @@ fn main() {
         while sub < n {
             let Some(s) = free.pop() else { break };
             started[s] = Instant::now();
-            q.push(&RangeGet::new(obj, 0, BufSlice::new(buf, s as u64 * size, size)).user_data(s as u64).build()).unwrap();
+            q.push(
+                &RangeGet::new(obj, 0, BufSlice::new(buf, s as u64 * size, size))
+                    .user_data(s as u64)
+                    .build(),
+            )
+            .unwrap();
             sub += 1;
         }
         q.wait(1, Some(Duration::from_secs(10)));
@@ -42,5 +52,10 @@ fn main() {
         }
     }
     lat.sort();
-    println!("{n} ops in {:?}; p50 {:?} p99 {:?}", t.elapsed(), lat[lat.len() / 2], lat[lat.len() * 99 / 100]);
+    println!(
+        "{n} ops in {:?}; p50 {:?} p99 {:?}",
+        t.elapsed(),
+        lat[lat.len() / 2],
+        lat[lat.len() * 99 / 100]
+    );
 }

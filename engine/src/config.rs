@@ -43,7 +43,12 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        Self { max_attempts: 4, base: Duration::from_millis(25), cap: Duration::from_secs(2), jitter: true }
+        Self {
+            max_attempts: 4,
+            base: Duration::from_millis(25),
+            cap: Duration::from_secs(2),
+            jitter: true,
+        }
     }
 }
 
@@ -51,13 +56,21 @@ impl RetryPolicy {
     /// A policy with the given attempts and backoff bounds.
     #[must_use]
     pub fn new(max_attempts: u32, base: Duration, cap: Duration) -> Self {
-        Self { max_attempts: max_attempts.max(1), base, cap, jitter: true }
+        Self {
+            max_attempts: max_attempts.max(1),
+            base,
+            cap,
+            jitter: true,
+        }
     }
 
     /// Never retry.
     #[must_use]
     pub fn none() -> Self {
-        Self { max_attempts: 1, ..Self::default() }
+        Self {
+            max_attempts: 1,
+            ..Self::default()
+        }
     }
 
     /// The same policy with jitter switched on or off.
@@ -79,7 +92,11 @@ impl RetryPolicy {
     #[must_use]
     pub fn jittered(&self, retry: u32, unit: f64) -> Duration {
         let b = self.backoff(retry);
-        if self.jitter { b.mul_f64(unit.clamp(0.0, 1.0)) } else { b }
+        if self.jitter {
+            b.mul_f64(unit.clamp(0.0, 1.0))
+        } else {
+            b
+        }
     }
 }
 
@@ -226,9 +243,19 @@ mod tests {
         let p = RetryPolicy::new(10, Duration::from_millis(10), Duration::from_millis(70));
         let got: Vec<u128> = (1..=5).map(|r| p.backoff(r).as_millis()).collect();
         assert_eq!(got, vec![10, 20, 40, 70, 70]);
-        assert_eq!(p.backoff(1000), Duration::from_millis(70), "huge retry counts saturate");
+        assert_eq!(
+            p.backoff(1000),
+            Duration::from_millis(70),
+            "huge retry counts saturate"
+        );
         assert_eq!(p.jittered(3, 0.5), Duration::from_millis(20));
-        assert_eq!(p.with_jitter(false).jittered(3, 0.5), Duration::from_millis(40));
-        assert_eq!(RetryPolicy::new(0, Duration::ZERO, Duration::ZERO).max_attempts, 1);
+        assert_eq!(
+            p.with_jitter(false).jittered(3, 0.5),
+            Duration::from_millis(40)
+        );
+        assert_eq!(
+            RetryPolicy::new(0, Duration::ZERO, Duration::ZERO).max_attempts,
+            1
+        );
     }
 }

@@ -5,7 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use ring_api::{BufSlice, Cqe, DataPath, Deadline, ErrorClass, ErrorCode, ObjectId, ObjectTable, Op, Sqe};
+use ring_api::{
+    BufSlice, Cqe, DataPath, Deadline, ErrorClass, ErrorCode, ObjectId, ObjectTable, Op, Sqe,
+};
 
 use crate::inflight::{InFlight, OpKind, Phase};
 use crate::memory::{LeaseError, Registry};
@@ -52,22 +54,37 @@ pub(crate) fn dispatch(sqe: &Sqe, queue: usize, ctx: &DispatchCtx<'_>) -> Dispat
     let deadline = match v.deadline {
         Deadline::None => ctx.default_deadline.and_then(|d| ctx.now.checked_add(d)),
         Deadline::Relative(ns) => ctx.now.checked_add(Duration::from_nanos(ns)),
-        Deadline::Absolute(ns) => ctx.now.checked_add(Duration::from_nanos(ns.saturating_sub(ctx.now_mono_ns))),
+        Deadline::Absolute(ns) => ctx
+            .now
+            .checked_add(Duration::from_nanos(ns.saturating_sub(ctx.now_mono_ns))),
     };
     let (object, kind, slice, exclusive) = match v.op {
         Op::Nop => return Dispatch::Complete(Cqe::success(ud, 0, DataPath::None)),
-        Op::Cancel { target } => return Dispatch::Cancel { user_data: ud, target },
+        Op::Cancel { target } => {
+            return Dispatch::Cancel {
+                user_data: ud,
+                target,
+            };
+        }
         Op::Get { object, dst } => (object, OpKind::Get, Some(dst), true),
-        Op::RangeGet { object, offset, dst } => (object, OpKind::RangeGet { offset }, Some(dst), true),
+        Op::RangeGet {
+            object,
+            offset,
+            dst,
+        } => (object, OpKind::RangeGet { offset }, Some(dst), true),
         Op::Head { object } => (object, OpKind::Head, None, false),
         Op::Put { object, src } => (object, OpKind::Put, Some(src).filter(|s| s.len > 0), false),
         _ => return local(ud, ErrorCode::Unsupported),
     };
-    let Some(name) = resolve(ctx.objects, object) else { return local(ud, ErrorCode::BadHandle) };
+    let Some(name) = resolve(ctx.objects, object) else {
+        return local(ud, ErrorCode::BadHandle);
+    };
     let buf = match slice {
         None => None,
         Some(BufSlice { buf, offset, len }) => {
-            let Some(region) = ctx.registry.get(buf) else { return local(ud, ErrorCode::BadHandle) };
+            let Some(region) = ctx.registry.get(buf) else {
+                return local(ud, ErrorCode::BadHandle);
+            };
             match region.lease(offset, len, exclusive) {
                 Ok(g) => Some(g),
                 Err(LeaseError::Bounds) => return local(ud, ErrorCode::BadAddress),
@@ -111,7 +128,13 @@ mod tests {
     }
 
     fn ctx<'a>(reg: &'a Registry, objects: &'a ObjectTable) -> DispatchCtx<'a> {
-        DispatchCtx { registry: reg, objects, default_deadline: None, now: Instant::now(), now_mono_ns: 1_000 }
+        DispatchCtx {
+            registry: reg,
+            objects,
+            default_deadline: None,
+            now: Instant::now(),
+            now_mono_ns: 1_000,
+        }
     }
 
     fn error_of(d: Dispatch) -> (i32, Option<ErrorClass>) {
@@ -130,42 +153,79 @@ mod tests {
             b[0] = 200;
             b
         };
-        assert_eq!(error_of(dispatch(&Sqe::from_bytes(&bytes), 0, &c)), (-95, Some(ErrorClass::Invalid)));
+        assert_eq!(
+            error_of(dispatch(&Sqe::from_bytes(&bytes), 0, &c)),
+            (-95, Some(ErrorClass::Invalid))
+        );
         let oob = RangeGet::new(o, 0, BufSlice::new(h, 4000, 97)).build();
-        assert_eq!(error_of(dispatch(&oob, 0, &c)), (-14, Some(ErrorClass::Local)));
+        assert_eq!(
+            error_of(dispatch(&oob, 0, &c)),
+            (-14, Some(ErrorClass::Local))
+        );
         let bad_buf = RangeGet::new(o, 0, BufSlice::new(BufHandle(77), 0, 1)).build();
-        assert_eq!(error_of(dispatch(&bad_buf, 0, &c)), (-9, Some(ErrorClass::Local)));
+        assert_eq!(
+            error_of(dispatch(&bad_buf, 0, &c)),
+            (-9, Some(ErrorClass::Local))
+        );
         let bad_obj = Head::new(ObjectId(9)).build();
-        assert_eq!(error_of(dispatch(&bad_obj, 0, &c)), (-9, Some(ErrorClass::Local)));
+        assert_eq!(
+            error_of(dispatch(&bad_obj, 0, &c)),
+            (-9, Some(ErrorClass::Local))
+        );
         assert!(matches!(dispatch(&Nop::new().build(), 0, &c), Dispatch::Complete(c) if c.is_ok()));
-        assert!(matches!(dispatch(&Cancel::new(3).user_data(4).build(), 0, &c),
-            Dispatch::Cancel { user_data: 4, target: 3 }));
+        assert!(matches!(
+            dispatch(&Cancel::new(3).user_data(4).build(), 0, &c),
+            Dispatch::Cancel {
+                user_data: 4,
+                target: 3
+            }
+        ));
     }
 
     #[test]
     fn overlapping_writes_are_busy_and_leases_follow_the_op() {
         let (reg, objects, h, o) = setup();
         let c = ctx(&reg, &objects);
-        let first = dispatch(&RangeGet::new(o, 0, BufSlice::new(h, 0, 100)).build(), 0, &c);
-        let Dispatch::Start(op) = first else { panic!("should start") };
+        let first = dispatch(
+            &RangeGet::new(o, 0, BufSlice::new(h, 0, 100)).build(),
+            0,
+            &c,
+        );
+        let Dispatch::Start(op) = first else {
+            panic!("should start")
+        };
         assert_eq!(op.buf_len(), 100);
         let clash = dispatch(&Put::new(o, BufSlice::new(h, 50, 10)).build(), 0, &c);
         assert_eq!(error_of(clash), (-16, Some(ErrorClass::Local)));
         drop(op);
-        assert!(matches!(dispatch(&Put::new(o, BufSlice::new(h, 50, 10)).build(), 0, &c), Dispatch::Start(_)));
+        assert!(matches!(
+            dispatch(&Put::new(o, BufSlice::new(h, 50, 10)).build(), 0, &c),
+            Dispatch::Start(_)
+        ));
     }
 
     #[test]
     fn deadlines_resolve_against_both_clocks() {
         let (reg, objects, _, o) = setup();
         let c = ctx(&reg, &objects);
-        let Dispatch::Start(rel) = dispatch(&Head::new(o).deadline_ns(5_000_000).build(), 0, &c) else { panic!() };
+        let Dispatch::Start(rel) = dispatch(&Head::new(o).deadline_ns(5_000_000).build(), 0, &c)
+        else {
+            panic!()
+        };
         assert_eq!(rel.deadline, Some(c.now + Duration::from_millis(5)));
-        let Dispatch::Start(abs) = dispatch(&Head::new(o).deadline_at_ns(1_000 + 7_000).build(), 0, &c) else {
+        let Dispatch::Start(abs) =
+            dispatch(&Head::new(o).deadline_at_ns(1_000 + 7_000).build(), 0, &c)
+        else {
             panic!()
         };
         assert_eq!(abs.deadline, Some(c.now + Duration::from_micros(7)));
-        let Dispatch::Start(past) = dispatch(&Head::new(o).deadline_at_ns(1).build(), 0, &c) else { panic!() };
-        assert_eq!(past.deadline, Some(c.now), "a deadline in the past expires at once");
+        let Dispatch::Start(past) = dispatch(&Head::new(o).deadline_at_ns(1).build(), 0, &c) else {
+            panic!()
+        };
+        assert_eq!(
+            past.deadline,
+            Some(c.now),
+            "a deadline in the past expires at once"
+        );
     }
 }

@@ -6,7 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use ring_api::{AppQueue, BufHandle, CompletionQueue, Cqe, ObjectId, ObjectTable, PushError, Sqe, SubmissionQueue};
+use ring_api::{
+    AppQueue, BufHandle, CompletionQueue, Cqe, ObjectId, ObjectTable, PushError, Sqe,
+    SubmissionQueue,
+};
 use s3_lite::credentials::{Overrides, ProcessEnvironment, resolve};
 use s3_lite::s3::{Endpoint, Scheme};
 use s3_lite::sigv4::Signer;
@@ -60,16 +63,25 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
         ));
     }
     if b.connections_per_worker == 0 {
-        return Err(EngineError::Config("connections_per_worker must be at least 1".into()));
+        return Err(EngineError::Config(
+            "connections_per_worker must be at least 1".into(),
+        ));
     }
-    let mut overrides = Overrides { endpoint_url: b.endpoint_url.clone(), region: b.region.clone(), ..Overrides::default() };
+    let mut overrides = Overrides {
+        endpoint_url: b.endpoint_url.clone(),
+        region: b.region.clone(),
+        ..Overrides::default()
+    };
     if let Some(c) = &b.credentials {
         overrides.access_key_id = Some(c.access_key_id.clone());
         overrides.secret_access_key = Some(c.secret_access_key.clone());
         overrides.session_token = c.session_token.clone();
     }
     let resolved = resolve(&overrides, &ProcessEnvironment).map_err(EngineError::Credentials)?;
-    let url = resolved.endpoint_url.clone().ok_or(EngineError::NoEndpoint)?;
+    let url = resolved
+        .endpoint_url
+        .clone()
+        .ok_or(EngineError::NoEndpoint)?;
     let endpoint = Endpoint::parse(&url).map_err(EngineError::Endpoint)?;
     if endpoint.scheme == Scheme::Https {
         return Err(EngineError::Unsupported(
@@ -77,7 +89,10 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
         ));
     }
     let addr = resolve_addr(&endpoint)?;
-    let signer = Arc::new(Signer::new(resolved.credentials.clone(), resolved.region.clone(), "s3").map_err(EngineError::Signing)?);
+    let signer = Arc::new(
+        Signer::new(resolved.credentials.clone(), resolved.region.clone(), "s3")
+            .map_err(EngineError::Signing)?,
+    );
     let cores = placement::plan(&b.placement)?;
     let shared = Arc::new(Shared {
         registry: Registry::new(),
@@ -97,17 +112,37 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
             b.read_buffer,
             b.quickack,
         );
-        workers.push(WorkerHandle::spawn(i, core, Arc::clone(&shared), Box::new(fabric))?);
+        workers.push(WorkerHandle::spawn(
+            i,
+            core,
+            Arc::clone(&shared),
+            Box::new(fabric),
+        )?);
     }
-    Ok(Engine { shared, workers, next_worker: AtomicUsize::new(0), endpoint })
+    Ok(Engine {
+        shared,
+        workers,
+        next_worker: AtomicUsize::new(0),
+        endpoint,
+    })
 }
 
 fn resolve_addr(ep: &Endpoint) -> Result<SocketAddr, EngineError> {
     let host = ep.host.trim_start_matches('[').trim_end_matches(']');
-    let err = |source| EngineError::Resolve { host: ep.host.clone(), source };
-    (host, ep.port).to_socket_addrs().map_err(err)?.next().ok_or_else(|| {
-        err(std::io::Error::new(std::io::ErrorKind::NotFound, "no address"))
-    })
+    let err = |source| EngineError::Resolve {
+        host: ep.host.clone(),
+        source,
+    };
+    (host, ep.port)
+        .to_socket_addrs()
+        .map_err(err)?
+        .next()
+        .ok_or_else(|| {
+            err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no address",
+            ))
+        })
 }
 
 impl Engine {
@@ -126,12 +161,21 @@ impl Engine {
     /// Where the workers run.
     #[must_use]
     pub fn workers(&self) -> Vec<WorkerInfo> {
-        self.workers.iter().map(|w| WorkerInfo { core: w.core, pinned: w.pinned() }).collect()
+        self.workers
+            .iter()
+            .map(|w| WorkerInfo {
+                core: w.core,
+                pinned: w.pinned(),
+            })
+            .collect()
     }
 
     /// Interns `(bucket, key)` once; submission entries then name the object by id.
     pub fn object(&self, bucket: &str, key: &str) -> Result<ObjectId, EngineError> {
-        self.shared.objects.intern(bucket, key).map_err(EngineError::Intern)
+        self.shared
+            .objects
+            .intern(bucket, key)
+            .map_err(EngineError::Intern)
     }
 
     /// Allocates `len` bytes of page-aligned, zeroed host memory and registers it.
@@ -139,16 +183,25 @@ impl Engine {
     /// With [`RegisterOptions::pinned`] the pages are `mlock`ed; if that fails (usually
     /// `RLIMIT_MEMLOCK`), the memory stays pageable and a warning goes to stderr, unless
     /// [`RegisterOptions::require_pinned`] turns it into [`EngineError::Pin`].
-    pub fn register_host(&self, len: usize, opts: RegisterOptions) -> Result<BufHandle, EngineError> {
+    pub fn register_host(
+        &self,
+        len: usize,
+        opts: RegisterOptions,
+    ) -> Result<BufHandle, EngineError> {
         if len == 0 {
-            return Err(EngineError::Config("cannot register an empty buffer".into()));
+            return Err(EngineError::Config(
+                "cannot register an empty buffer".into(),
+            ));
         }
-        let (mem, warning) = RawMem::alloc(len, opts.pinned).map_err(|len| EngineError::Alloc { len })?;
+        let (mem, warning) =
+            RawMem::alloc(len, opts.pinned).map_err(|len| EngineError::Alloc { len })?;
         if let Some(source) = warning {
             if opts.require_pinned {
                 return Err(EngineError::Pin { len, source });
             }
-            eprintln!("hipobj engine: mlock of {len} bytes failed ({source}); using pageable memory");
+            eprintln!(
+                "hipobj engine: mlock of {len} bytes failed ({source}); using pageable memory"
+            );
         }
         self.shared.registry.insert(mem)
     }
@@ -166,7 +219,9 @@ impl Engine {
     pub unsafe fn register_raw(&self, ptr: *mut u8, len: usize) -> Result<BufHandle, EngineError> {
         let ptr = NonNull::new(ptr).ok_or_else(|| EngineError::Config("null pointer".into()))?;
         if len == 0 {
-            return Err(EngineError::Config("cannot register an empty buffer".into()));
+            return Err(EngineError::Config(
+                "cannot register an empty buffer".into(),
+            ));
         }
         // SAFETY: forwarded to our caller's contract above.
         let mem = unsafe { RawMem::from_raw(ptr, len) };
@@ -182,12 +237,22 @@ impl Engine {
 
     /// Read access to `len` bytes at `offset` of a registration; fails with
     /// [`EngineError::Busy`] if an operation in flight writes any of them.
-    pub fn read(&self, handle: BufHandle, offset: u64, len: u64) -> Result<BufferView, EngineError> {
+    pub fn read(
+        &self,
+        handle: BufHandle,
+        offset: u64,
+        len: u64,
+    ) -> Result<BufferView, EngineError> {
         self.shared.registry.view(handle, offset, len)
     }
 
     /// Copies registered bytes at `offset` into `out` (same rules as [`Engine::read`]).
-    pub fn copy_out(&self, handle: BufHandle, offset: u64, out: &mut [u8]) -> Result<(), EngineError> {
+    pub fn copy_out(
+        &self,
+        handle: BufHandle,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<(), EngineError> {
         let view = self.read(handle, offset, out.len() as u64)?;
         out.copy_from_slice(&view);
         Ok(())
@@ -203,16 +268,23 @@ impl Engine {
     /// completion slots (both rounded up to powers of two), attached to one worker
     /// (round-robin).
     pub fn queue(&self, depth: u32) -> Result<Queue, EngineError> {
-        let sq = depth.max(1).checked_next_power_of_two().ok_or(EngineError::Ring(ring_api::SetupError::Capacity {
-            requested: depth,
-            max: ring_api::MAX_ENTRIES,
-        }))?;
+        let sq = depth
+            .max(1)
+            .checked_next_power_of_two()
+            .ok_or(EngineError::Ring(ring_api::SetupError::Capacity {
+                requested: depth,
+                max: ring_api::MAX_ENTRIES,
+            }))?;
         let cq = sq.saturating_mul(2);
         let i = self.next_worker.fetch_add(1, Ordering::Relaxed) % self.workers.len().max(1);
         let worker = self.workers.get(i).ok_or(EngineError::Shutdown)?;
-        let (app, wq) = ring_api::queue_pair(sq, cq, Some(worker.bell())).map_err(EngineError::Ring)?;
+        let (app, wq) =
+            ring_api::queue_pair(sq, cq, Some(worker.bell())).map_err(EngineError::Ring)?;
         worker.attach(wq, cq as usize);
-        Ok(Queue { app, waker: Arc::clone(&worker.waker) })
+        Ok(Queue {
+            app,
+            waker: Arc::clone(&worker.waker),
+        })
     }
 }
 

@@ -57,7 +57,9 @@ pub enum EngineError {
         len: usize,
     },
     /// `mlock` failed for a pinned registration (see `RLIMIT_MEMLOCK`).
-    #[error("cannot pin {len} bytes with mlock (raise RLIMIT_MEMLOCK or register unpinned): {source}")]
+    #[error(
+        "cannot pin {len} bytes with mlock (raise RLIMIT_MEMLOCK or register unpinned): {source}"
+    )]
     Pin {
         /// Requested length.
         len: usize,

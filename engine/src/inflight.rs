@@ -107,15 +107,23 @@ impl Slab {
             && let Some(slot) = self.slots.get_mut(idx as usize)
         {
             slot.op = Some(op);
-            return OpKey { idx, generation: slot.generation };
+            return OpKey {
+                idx,
+                generation: slot.generation,
+            };
         }
         let idx = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
-        self.slots.push(Slot { generation: 0, op: Some(op) });
+        self.slots.push(Slot {
+            generation: 0,
+            op: Some(op),
+        });
         OpKey { idx, generation: 0 }
     }
 
     fn slot(&self, key: OpKey) -> Option<&Slot> {
-        self.slots.get(key.idx as usize).filter(|s| s.generation == key.generation)
+        self.slots
+            .get(key.idx as usize)
+            .filter(|s| s.generation == key.generation)
     }
 
     pub(crate) fn get(&self, key: OpKey) -> Option<&InFlight> {
@@ -130,7 +138,10 @@ impl Slab {
     }
 
     pub(crate) fn remove(&mut self, key: OpKey) -> Option<InFlight> {
-        let slot = self.slots.get_mut(key.idx as usize).filter(|s| s.generation == key.generation)?;
+        let slot = self
+            .slots
+            .get_mut(key.idx as usize)
+            .filter(|s| s.generation == key.generation)?;
         let op = slot.op.take()?;
         slot.generation = slot.generation.wrapping_add(1);
         self.free.push(key.idx);
@@ -150,7 +161,10 @@ impl Slab {
             .enumerate()
             .filter_map(|(i, s)| {
                 let op = s.op.as_ref()?;
-                pred(op).then(|| OpKey { idx: u32::try_from(i).unwrap_or(u32::MAX), generation: s.generation })
+                pred(op).then(|| OpKey {
+                    idx: u32::try_from(i).unwrap_or(u32::MAX),
+                    generation: s.generation,
+                })
             })
             .collect()
     }
@@ -165,7 +179,10 @@ mod tests {
             queue: 0,
             user_data,
             kind: OpKind::Head,
-            object: Arc::new(ObjectName { bucket: "b".into(), key: "k".into() }),
+            object: Arc::new(ObjectName {
+                bucket: "b".into(),
+                key: "k".into(),
+            }),
             buf: None,
             deadline: None,
             attempts: 0,

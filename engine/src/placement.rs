@@ -11,9 +11,13 @@ use crate::error::EngineError;
 /// Cores for the workers to start (`None`: unpinned).
 pub(crate) fn plan(p: &Placement) -> Result<Vec<Option<usize>>, EngineError> {
     match p {
-        Placement::Workers(0) => Err(EngineError::Config("Placement::Workers(0): need at least one worker".into())),
+        Placement::Workers(0) => Err(EngineError::Config(
+            "Placement::Workers(0): need at least one worker".into(),
+        )),
         Placement::Workers(n) => Ok(vec![None; *n]),
-        Placement::Cores(c) if c.is_empty() => Err(EngineError::Config("Placement::Cores: empty core list".into())),
+        Placement::Cores(c) if c.is_empty() => Err(EngineError::Config(
+            "Placement::Cores: empty core list".into(),
+        )),
         Placement::Cores(c) => Ok(c.iter().map(|&c| Some(c)).collect()),
         Placement::Auto => Ok(auto()),
     }
@@ -35,7 +39,10 @@ mod tests {
     #[test]
     fn explicit_placements() {
         assert_eq!(plan(&Placement::Workers(2)).unwrap(), vec![None, None]);
-        assert_eq!(plan(&Placement::Cores(vec![1, 3])).unwrap(), vec![Some(1), Some(3)]);
+        assert_eq!(
+            plan(&Placement::Cores(vec![1, 3])).unwrap(),
+            vec![Some(1), Some(3)]
+        );
         assert!(plan(&Placement::Workers(0)).is_err());
         assert!(plan(&Placement::Cores(vec![])).is_err());
         assert!(!plan(&Placement::Auto).unwrap().is_empty());

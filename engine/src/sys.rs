@@ -10,7 +10,10 @@ use std::time::Duration;
 /// deadlines are expressed in.
 #[must_use]
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid, exclusively borrowed timespec for the duration of the call, and
     // CLOCK_MONOTONIC is always available on Linux, so the call only writes `ts`.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };

@@ -40,7 +40,9 @@ impl Timers {
     /// Pops the next entry due at or before `now`.
     pub(crate) fn pop_due(&mut self, now: Instant) -> Option<(OpKey, TimerKind)> {
         match self.heap.peek() {
-            Some(Reverse((t, _, _))) if *t <= now => self.heap.pop().map(|Reverse((_, k, kind))| (k, kind)),
+            Some(Reverse((t, _, _))) if *t <= now => {
+                self.heap.pop().map(|Reverse((_, k, kind))| (k, kind))
+            }
             _ => None,
         }
     }
@@ -53,6 +55,9 @@ impl Timers {
     /// entries of completed operations cannot accumulate for a whole deadline.
     pub(crate) fn compact(&mut self, mut live: impl FnMut(OpKey) -> bool) {
         let old = std::mem::take(&mut self.heap);
-        self.heap = old.into_iter().filter(|Reverse((_, k, _))| live(*k)).collect();
+        self.heap = old
+            .into_iter()
+            .filter(|Reverse((_, k, _))| live(*k))
+            .collect();
     }
 }

@@ -22,16 +22,23 @@ fn ten_thousand_mixed_range_gets_verified() {
     let size = 512 << 10;
     let data = pattern(size, 42);
     put_file(&server, "batch", "weights.bin", &data);
-    let engine = builder(&server).connections_per_worker(SLOTS).build().unwrap();
+    let engine = builder(&server)
+        .connections_per_worker(SLOTS)
+        .build()
+        .unwrap();
     let obj = engine.object("batch", "weights.bin").unwrap();
     // One registration, SLOTS disjoint windows of MAX bytes, reused as operations complete.
-    let buf = engine.register_host(SLOTS * MAX as usize, RegisterOptions::pinned()).unwrap();
+    let buf = engine
+        .register_host(SLOTS * MAX as usize, RegisterOptions::pinned())
+        .unwrap();
     let mut q = engine.queue(SLOTS as u32).unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     // Sizes log-uniform over 1 B ..= 256 KiB: many small, some large, every power of two.
     let plan = |rng: &mut rand::rngs::StdRng| {
         let bits = rng.random_range(0..=18u32);
-        let len = rng.random_range((1u64 << bits) / 2 + 1..=(1u64 << bits)).min(MAX);
+        let len = rng
+            .random_range((1u64 << bits) / 2 + 1..=(1u64 << bits))
+            .min(MAX);
         let off = rng.random_range(0..=size as u64 - len);
         (off, len)
     };
@@ -46,7 +53,8 @@ fn ten_thousand_mixed_range_gets_verified() {
                 if state.is_none() && submitted < OPS {
                     let (off, len) = plan(&mut rng);
                     let dst = BufSlice::new(buf, slot as u64 * MAX, len);
-                    sq.push(&RangeGet::new(obj, off, dst).user_data(slot as u64).build()).unwrap();
+                    sq.push(&RangeGet::new(obj, off, dst).user_data(slot as u64).build())
+                        .unwrap();
                     *state = Some((off, len));
                     submitted += 1;
                 }
@@ -58,10 +66,18 @@ fn ten_thousand_mixed_range_gets_verified() {
         for c in &cqes[..n] {
             let slot = c.user_data() as usize;
             let (off, len) = in_slot[slot].take().expect("completion for an idle slot");
-            assert!(c.is_ok(), "op {off}+{len} failed: {:?} {:?}", c.error_code(), c.error_class());
+            assert!(
+                c.is_ok(),
+                "op {off}+{len} failed: {:?} {:?}",
+                c.error_code(),
+                c.error_class()
+            );
             assert_eq!(c.bytes(), len);
             let view = engine.read(buf, slot as u64 * MAX, len).unwrap();
-            assert!(*view == data[off as usize..(off + len) as usize], "bytes differ for {off}+{len}");
+            assert!(
+                *view == data[off as usize..(off + len) as usize],
+                "bytes differ for {off}+{len}"
+            );
             bytes += len;
             completed += 1;
         }

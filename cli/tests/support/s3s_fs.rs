@@ -50,9 +50,19 @@ pub fn binary() -> PathBuf {
         return found;
     }
     let root = workspace_root().join(".tools");
-    eprintln!("s3s-fs not found; installing s3s-fs 0.14.1 into {} (about 3 minutes)", root.display());
+    eprintln!(
+        "s3s-fs not found; installing s3s-fs 0.14.1 into {} (about 3 minutes)",
+        root.display()
+    );
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["install", "--locked", "s3s-fs@0.14.1", "--features", "binary", "--root"])
+        .args([
+            "install",
+            "--locked",
+            "s3s-fs@0.14.1",
+            "--features",
+            "binary",
+            "--root",
+        ])
         .arg(&root)
         .status()
         .expect("run cargo install s3s-fs");

@@ -55,7 +55,11 @@ impl Outcome {
 
     /// A transport failure (refused, reset, EOF mid-response): retryable.
     pub(crate) const fn transport(free: bool) -> Self {
-        Self::fail(ErrorCode::ConnectionReset, ErrorClass::Transport, if free { Retry::Free } else { Retry::Yes })
+        Self::fail(
+            ErrorCode::ConnectionReset,
+            ErrorClass::Transport,
+            if free { Retry::Free } else { Retry::Yes },
+        )
     }
 }
 
@@ -71,7 +75,13 @@ pub(crate) trait Fabric: Send + std::fmt::Debug {
     /// Starts an attempt of `op` if a connection is free or may be opened. Returns `false`
     /// when at capacity (the worker keeps `op` ready and tries again after a completion).
     /// An attempt that fails or finishes at once is reported in `done`.
-    fn start(&mut self, key: OpKey, op: &mut InFlight, io: &mio::Registry, done: &mut Finished) -> bool;
+    fn start(
+        &mut self,
+        key: OpKey,
+        op: &mut InFlight,
+        io: &mio::Registry,
+        done: &mut Finished,
+    ) -> bool;
 
     /// Handles readiness of `token` (a token this fabric registered).
     fn on_ready(&mut self, token: Token, ops: &mut Slab, io: &mio::Registry, done: &mut Finished);

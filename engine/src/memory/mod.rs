@@ -46,7 +46,10 @@ impl RegisterOptions {
     /// Pinned memory, falling back to pageable (with a warning on stderr) if `mlock` fails.
     #[must_use]
     pub fn pinned() -> Self {
-        Self { pinned: true, require_pinned: false }
+        Self {
+            pinned: true,
+            require_pinned: false,
+        }
     }
 }
 
@@ -92,7 +95,12 @@ impl Region {
     }
 
     /// Takes a lease on `off..off+len` (see the module docs).
-    pub(crate) fn lease(self: &Arc<Self>, off: u64, len: u64, exclusive: bool) -> Result<LeaseGuard, LeaseError> {
+    pub(crate) fn lease(
+        self: &Arc<Self>,
+        off: u64,
+        len: u64,
+        exclusive: bool,
+    ) -> Result<LeaseGuard, LeaseError> {
         let end = off.checked_add(len).ok_or(LeaseError::Bounds)?;
         if end > self.len() {
             return Err(LeaseError::Bounds);
@@ -102,14 +110,26 @@ impl Region {
         }
         let mut l = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
         let conflict = len > 0
-            && l.list.iter().any(|h| (exclusive || h.exclusive) && h.start < end && off < h.end);
+            && l.list
+                .iter()
+                .any(|h| (exclusive || h.exclusive) && h.start < end && off < h.end);
         if conflict {
             return Err(LeaseError::Busy);
         }
         l.next_id = l.next_id.wrapping_add(1);
         let id = l.next_id;
-        l.list.push(Lease { id, start: off, end, exclusive });
-        Ok(LeaseGuard { region: Arc::clone(self), id, off, len })
+        l.list.push(Lease {
+            id,
+            start: off,
+            end,
+            exclusive,
+        });
+        Ok(LeaseGuard {
+            region: Arc::clone(self),
+            id,
+            off,
+            len,
+        })
     }
 
     fn release(&self, id: u64) {
@@ -142,16 +162,30 @@ impl LeaseGuard {
     /// Writes `data` at `at` bytes into the leased range; `false` if it would leave the range.
     /// Only exclusive leases are ever used to write (see `memory::raw`).
     pub(crate) fn write(&self, at: u64, data: &[u8]) -> bool {
-        let fits = at.checked_add(data.len() as u64).is_some_and(|e| e <= self.len);
-        let Some(abs) = self.off.checked_add(at).and_then(|a| usize::try_from(a).ok()) else { return false };
+        let fits = at
+            .checked_add(data.len() as u64)
+            .is_some_and(|e| e <= self.len);
+        let Some(abs) = self
+            .off
+            .checked_add(at)
+            .and_then(|a| usize::try_from(a).ok())
+        else {
+            return false;
+        };
         fits && self.region.mem.write(abs, data)
     }
 
     /// The leased bytes from `at` to the end of the lease.
     pub(crate) fn bytes_from(&self, at: u64) -> &[u8] {
-        let Some(rest) = self.len.checked_sub(at) else { return &[] };
-        let (Some(abs), Ok(n)) = (self.off.checked_add(at).and_then(|a| usize::try_from(a).ok()), usize::try_from(rest))
-        else {
+        let Some(rest) = self.len.checked_sub(at) else {
+            return &[];
+        };
+        let (Some(abs), Ok(n)) = (
+            self.off
+                .checked_add(at)
+                .and_then(|a| usize::try_from(a).ok()),
+            usize::try_from(rest),
+        ) else {
             return &[];
         };
         self.region.mem.slice(abs, n).unwrap_or_default()
@@ -191,7 +225,10 @@ pub(crate) struct Registry {
 impl Registry {
     pub(crate) fn new() -> Self {
         // Handle 0 is never issued, so a zeroed entry never names a registration by accident.
-        Self { map: RwLock::new(HashMap::new()), next: AtomicU32::new(1) }
+        Self {
+            map: RwLock::new(HashMap::new()),
+            next: AtomicU32::new(1),
+        }
     }
 
     pub(crate) fn insert(&self, mem: RawMem) -> Result<BufHandle, EngineError> {
@@ -207,34 +244,67 @@ impl Registry {
             drained: Condvar::new(),
             closing: AtomicBool::new(false),
         });
-        self.map.write().unwrap_or_else(PoisonError::into_inner).insert(id, region);
+        self.map
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, region);
         Ok(handle)
     }
 
     pub(crate) fn get(&self, handle: BufHandle) -> Option<Arc<Region>> {
-        self.map.read().unwrap_or_else(PoisonError::into_inner).get(&handle.0).cloned()
+        self.map
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&handle.0)
+            .cloned()
     }
 
     /// A shared-lease view of `offset..offset+len`.
-    pub(crate) fn view(&self, handle: BufHandle, offset: u64, len: u64) -> Result<BufferView, EngineError> {
+    pub(crate) fn view(
+        &self,
+        handle: BufHandle,
+        offset: u64,
+        len: u64,
+    ) -> Result<BufferView, EngineError> {
         let region = self.get(handle).ok_or(EngineError::BadHandle(handle))?;
-        let guard = region.lease(offset, len, false).map_err(|e| lease_error(e, offset, len, &region))?;
+        let guard = region
+            .lease(offset, len, false)
+            .map_err(|e| lease_error(e, offset, len, &region))?;
         Ok(BufferView { guard })
     }
 
     /// Copies `data` into the registration under a short exclusive lease.
-    pub(crate) fn copy_in(&self, handle: BufHandle, offset: u64, data: &[u8]) -> Result<(), EngineError> {
+    pub(crate) fn copy_in(
+        &self,
+        handle: BufHandle,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), EngineError> {
         let region = self.get(handle).ok_or(EngineError::BadHandle(handle))?;
         let len = data.len() as u64;
-        let guard = region.lease(offset, len, true).map_err(|e| lease_error(e, offset, len, &region))?;
-        if guard.write(0, data) { Ok(()) } else { Err(EngineError::OutOfBounds { offset, len, size: region.len() }) }
+        let guard = region
+            .lease(offset, len, true)
+            .map_err(|e| lease_error(e, offset, len, &region))?;
+        if guard.write(0, data) {
+            Ok(())
+        } else {
+            Err(EngineError::OutOfBounds {
+                offset,
+                len,
+                size: region.len(),
+            })
+        }
     }
 
     /// Removes `handle` once no lease is held on it, waiting at most `timeout`.
     ///
     /// New operations on the handle are refused (`EBUSY`) while waiting. On timeout the
     /// registration stays usable and [`EngineError::BusyTimeout`] is returned.
-    pub(crate) fn deregister(&self, handle: BufHandle, timeout: Duration) -> Result<(), EngineError> {
+    pub(crate) fn deregister(
+        &self,
+        handle: BufHandle,
+        timeout: Duration,
+    ) -> Result<(), EngineError> {
         let region = self.get(handle).ok_or(EngineError::BadHandle(handle))?;
         region.closing.store(true, Ordering::Release);
         let limit = Instant::now() + timeout;
@@ -245,17 +315,28 @@ impl Registry {
                 region.closing.store(false, Ordering::Release);
                 return Err(EngineError::BusyTimeout(timeout));
             }
-            l = region.drained.wait_timeout(l, left).unwrap_or_else(PoisonError::into_inner).0;
+            l = region
+                .drained
+                .wait_timeout(l, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
         drop(l);
-        self.map.write().unwrap_or_else(PoisonError::into_inner).remove(&region.handle.0);
+        self.map
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&region.handle.0);
         Ok(())
     }
 }
 
 fn lease_error(e: LeaseError, offset: u64, len: u64, region: &Region) -> EngineError {
     match e {
-        LeaseError::Bounds => EngineError::OutOfBounds { offset, len, size: region.len() },
+        LeaseError::Bounds => EngineError::OutOfBounds {
+            offset,
+            len,
+            size: region.len(),
+        },
         LeaseError::Busy | LeaseError::Closing => EngineError::Busy,
     }
 }
@@ -282,7 +363,10 @@ mod tests {
         let _before = region.lease(0, 10, false).unwrap();
         let _shared_too = region.lease(0, 10, false).unwrap();
         assert_eq!(region.lease(95, 6, false).unwrap_err(), LeaseError::Bounds);
-        assert_eq!(region.lease(u64::MAX, 2, false).unwrap_err(), LeaseError::Bounds);
+        assert_eq!(
+            region.lease(u64::MAX, 2, false).unwrap_err(),
+            LeaseError::Bounds
+        );
         drop(w);
         let _now_free = region.lease(10, 10, false).unwrap();
     }
@@ -294,12 +378,21 @@ mod tests {
         let v = r.view(h, 8, 5).unwrap();
         assert_eq!(&*v, b"hello");
         assert!(matches!(r.copy_in(h, 10, b"x"), Err(EngineError::Busy)));
-        assert!(matches!(r.deregister(h, Duration::from_millis(20)), Err(EngineError::BusyTimeout(_))));
-        assert!(r.view(h, 0, 1).is_ok(), "a timed-out deregister leaves the handle usable");
+        assert!(matches!(
+            r.deregister(h, Duration::from_millis(20)),
+            Err(EngineError::BusyTimeout(_))
+        ));
+        assert!(
+            r.view(h, 0, 1).is_ok(),
+            "a timed-out deregister leaves the handle usable"
+        );
         drop(v);
         r.deregister(h, Duration::from_millis(20)).unwrap();
         assert!(matches!(r.view(h, 0, 1), Err(EngineError::BadHandle(_))));
-        assert!(matches!(r.copy_in(BufHandle(0), 0, b"x"), Err(EngineError::BadHandle(_))));
+        assert!(matches!(
+            r.copy_in(BufHandle(0), 0, b"x"),
+            Err(EngineError::BadHandle(_))
+        ));
     }
 
     #[test]

@@ -47,7 +47,12 @@ impl RawMem {
         // SAFETY: `layout` has a non-zero size (len.max(1)) and a valid power-of-two alignment.
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).ok_or(len)?;
-        let mut mem = Self { ptr, len, layout: Some(layout), locked: false };
+        let mut mem = Self {
+            ptr,
+            len,
+            layout: Some(layout),
+            locked: false,
+        };
         let mut warning = None;
         if pinned {
             // SAFETY: `ptr..ptr+len` is the allocation we just made; mlock only changes
@@ -70,7 +75,12 @@ impl RawMem {
     /// (after `deregister` returns and every operation on it has completed), and the caller
     /// must not access bytes covered by an in-flight operation until its completion is reaped.
     pub(crate) unsafe fn from_raw(ptr: NonNull<u8>, len: usize) -> Self {
-        Self { ptr, len, layout: None, locked: false }
+        Self {
+            ptr,
+            len,
+            layout: None,
+            locked: false,
+        }
     }
 
     /// Length in bytes.
@@ -94,11 +104,15 @@ impl RawMem {
     ///
     /// Callers hold an exclusive lease over the destination range (module INVARIANT).
     pub(crate) fn write(&self, off: usize, src: &[u8]) -> bool {
-        let Some(off) = self.span(off, src.len()) else { return false };
+        let Some(off) = self.span(off, src.len()) else {
+            return false;
+        };
         // SAFETY: bounds checked above, so `ptr+off .. ptr+off+src.len()` lies inside the live
         // registration (field INVARIANT); the exclusive lease guarantees no other access to
         // those bytes, and `src` (a socket read buffer) cannot overlap registered memory.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len())
+        };
         true
     }
 

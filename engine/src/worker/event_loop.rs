@@ -49,7 +49,12 @@ pub(crate) struct Worker {
 }
 
 impl Worker {
-    pub(super) fn new(poll: Poll, inbox: Arc<Inbox>, shared: Arc<Shared>, fabric: Box<dyn Fabric>) -> Self {
+    pub(super) fn new(
+        poll: Poll,
+        inbox: Arc<Inbox>,
+        shared: Arc<Shared>,
+        fabric: Box<dyn Fabric>,
+    ) -> Self {
         Self {
             poll,
             inbox,
@@ -78,7 +83,10 @@ impl Worker {
             if progress {
                 last_progress = now;
             }
-            let timeout = if progress || (self.fabric.active() > 0 && now.duration_since(last_progress) < self.shared.spin) {
+            let timeout = if progress
+                || (self.fabric.active() > 0
+                    && now.duration_since(last_progress) < self.shared.spin)
+            {
                 Some(Duration::ZERO)
             } else {
                 self.timers.next().map(|t| t.saturating_duration_since(now))
@@ -100,7 +108,11 @@ impl Worker {
                 }
             }
         }
-        let t = if parked { timeout } else { Some(Duration::ZERO) };
+        let t = if parked {
+            timeout
+        } else {
+            Some(Duration::ZERO)
+        };
         if self.poll.poll(events, t).is_err() {
             events.clear();
         }
@@ -112,16 +124,27 @@ impl Worker {
         let io = self.poll.registry();
         for ev in events.iter() {
             if ev.token() != WAKER {
-                self.fabric.on_ready(ev.token(), &mut self.ops, io, &mut self.done);
+                self.fabric
+                    .on_ready(ev.token(), &mut self.ops, io, &mut self.done);
             }
         }
     }
 
     fn adopt(&mut self) {
-        let new: Vec<(WorkerQueue, usize)> =
-            std::mem::take(&mut *self.inbox.queues.lock().unwrap_or_else(PoisonError::into_inner));
+        let new: Vec<(WorkerQueue, usize)> = std::mem::take(
+            &mut *self
+                .inbox
+                .queues
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
         for (wq, cq_capacity) in new {
-            let slot = Some(QueueSlot { wq, staged: Vec::new(), outstanding: 0, cq_capacity });
+            let slot = Some(QueueSlot {
+                wq,
+                staged: Vec::new(),
+                outstanding: 0,
+                cq_capacity,
+            });
             match self.queues.iter().position(Option::is_none) {
                 Some(i) => self.queues[i] = slot,
                 None => self.queues.push(slot),

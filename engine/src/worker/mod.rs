@@ -77,12 +77,21 @@ impl WorkerHandle {
                 event_loop::Worker::new(poll, thread_inbox, shared, fabric).run();
             })
             .map_err(EngineError::Spawn)?;
-        Ok(Self { inbox, waker, core, thread: Some(thread) })
+        Ok(Self {
+            inbox,
+            waker,
+            core,
+            thread: Some(thread),
+        })
     }
 
     /// Hands a queue (with its completion-ring capacity) to the worker.
     pub(crate) fn attach(&self, q: WorkerQueue, cq_capacity: usize) {
-        self.inbox.queues.lock().unwrap_or_else(PoisonError::into_inner).push((q, cq_capacity));
+        self.inbox
+            .queues
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((q, cq_capacity));
         let _ = self.waker.wake();
     }
 

@@ -28,20 +28,30 @@ impl Worker {
             }
             if op.deadline.is_some_and(|d| d <= now) {
                 self.ready.pop_front();
-                self.finish(key, Cqe::error(0, ErrorCode::TimedOut, ErrorClass::Deadline));
+                self.finish(
+                    key,
+                    Cqe::error(0, ErrorCode::TimedOut, ErrorClass::Deadline),
+                );
                 started = true;
                 continue;
             }
             op.attempts += 1;
             let attempt = op.attempts;
-            if !self.fabric.start(key, op, self.poll.registry(), &mut self.done) {
+            if !self
+                .fabric
+                .start(key, op, self.poll.registry(), &mut self.done)
+            {
                 if let Some(op) = self.ops.get_mut(key) {
                     op.attempts -= 1;
                 }
                 break;
             }
             self.ready.pop_front();
-            self.timers.push(now + self.shared.attempt_timeout, key, TimerKind::Attempt(attempt));
+            self.timers.push(
+                now + self.shared.attempt_timeout,
+                key,
+                TimerKind::Attempt(attempt),
+            );
             started = true;
         }
         if self.timers.len() > 4096 + 4 * self.ops.len() {
@@ -67,7 +77,9 @@ impl Worker {
 
     fn settle(&mut self, key: OpKey, outcome: Outcome, now: Instant) {
         let path = self.fabric.path();
-        let Some(op) = self.ops.get_mut(key) else { return };
+        let Some(op) = self.ops.get_mut(key) else {
+            return;
+        };
         match outcome {
             Outcome::Done { bytes, aux } => {
                 let cqe = Cqe::success(0, bytes, path).with_aux(aux);
@@ -102,19 +114,25 @@ impl Worker {
     pub(super) fn fire_timers(&mut self, now: Instant) -> bool {
         let mut fired = false;
         while let Some((key, kind)) = self.timers.pop_due(now) {
-            let Some(op) = self.ops.get_mut(key) else { continue };
+            let Some(op) = self.ops.get_mut(key) else {
+                continue;
+            };
             match kind {
                 TimerKind::Deadline => {
                     if op.deadline.is_some_and(|d| d <= now) {
                         self.fabric.abort(op, self.poll.registry());
-                        self.finish(key, Cqe::error(0, ErrorCode::TimedOut, ErrorClass::Deadline));
+                        self.finish(
+                            key,
+                            Cqe::error(0, ErrorCode::TimedOut, ErrorClass::Deadline),
+                        );
                         fired = true;
                     }
                 }
                 TimerKind::Attempt(n) => {
                     if op.attempts == n && matches!(op.phase, Phase::Active { .. }) {
                         self.fabric.abort(op, self.poll.registry());
-                        let timeout = Outcome::fail(ErrorCode::TimedOut, ErrorClass::Transport, Retry::Yes);
+                        let timeout =
+                            Outcome::fail(ErrorCode::TimedOut, ErrorClass::Transport, Retry::Yes);
                         self.settle(key, timeout, now);
                         fired = true;
                     }
@@ -133,24 +151,42 @@ impl Worker {
 
     /// Cancels the operation of queue `qi` tagged `target`, then completes the Cancel itself.
     pub(super) fn cancel(&mut self, qi: usize, user_data: u64, target: u64) {
-        let found = self.ops.keys_where(|o| o.queue == qi && o.user_data == target).into_iter().next();
+        let found = self
+            .ops
+            .keys_where(|o| o.queue == qi && o.user_data == target)
+            .into_iter()
+            .next();
         match found {
             Some(key) => {
                 if let Some(op) = self.ops.get(key) {
                     self.fabric.abort(op, self.poll.registry());
                 }
-                self.finish(key, Cqe::error(0, ErrorCode::Cancelled, ErrorClass::Cancelled));
+                self.finish(
+                    key,
+                    Cqe::error(0, ErrorCode::Cancelled, ErrorClass::Cancelled),
+                );
                 self.post(qi, Cqe::success(user_data, 0, ring_api::DataPath::None));
             }
-            None => self.post(qi, Cqe::error(user_data, ErrorCode::NotFound, ErrorClass::Local)),
+            None => self.post(
+                qi,
+                Cqe::error(user_data, ErrorCode::NotFound, ErrorClass::Local),
+            ),
         }
     }
 
     /// Removes `key` (releasing its buffer lease before the completion becomes visible) and
     /// stages `cqe` with the operation's tag and retry flag for its queue.
     pub(super) fn finish(&mut self, key: OpKey, cqe: Cqe) {
-        let Some(op) = self.ops.remove(key) else { return };
-        let mut cqe = Cqe::from_raw(op.user_data, cqe.result(), cqe.flags(), cqe.bytes(), cqe.aux());
+        let Some(op) = self.ops.remove(key) else {
+            return;
+        };
+        let mut cqe = Cqe::from_raw(
+            op.user_data,
+            cqe.result(),
+            cqe.flags(),
+            cqe.bytes(),
+            cqe.aux(),
+        );
         if op.retried {
             cqe = cqe.with_retried();
         }

@@ -44,5 +44,9 @@ pub fn builder(server: &S3sFs) -> EngineBuilder {
         .credentials(Credentials::new(s3s_fs::ACCESS_KEY, s3s_fs::SECRET_KEY))
         .region("us-east-1")
         .placement(Placement::Workers(1))
-        .retry(RetryPolicy::new(3, Duration::from_millis(5), Duration::from_millis(50)))
+        .retry(RetryPolicy::new(
+            3,
+            Duration::from_millis(5),
+            Duration::from_millis(50),
+        ))
 }

@@ -1,8 +1,8 @@
 //! Streaming CRC-64/NVME and CRC-32C hashers and the CRC combine operation (protocols.md §6).
 //!
-//! The arithmetic is `crc-fast`'s (SIMD, carry-less multiply); this module fixes the two S3
+//! The hashing is `crc-fast`'s (SIMD, carry-less multiply); this module fixes the two S3
 //! algorithms, narrows CRC-32C to `u32`, and exposes the combine S3 needs for a full-object
-//! CRC64NVME over multipart parts.
+//! CRC64NVME over multipart parts (our own table-driven GF(2) shift, see `combine.rs`).
 
 use crc_fast::{CrcAlgorithm, Digest};
 
@@ -50,10 +50,10 @@ impl Crc64Nvme {
     }
 
     /// `crc(a‖b)` from `crc(a)`, `crc(b)` and `b`'s length, without the data: a GF(2) shift of
-    /// `crc_a` by `len_b` bytes (logarithmic in `len_b`). This is how a full-object CRC64NVME is
+    /// `crc_a` by `len_b` bytes (at most 65 polynomial multiplications, whatever `len_b`). This is how a full-object CRC64NVME is
     /// built from per-part CRCs of a multipart upload.
     pub fn combine(crc_a: u64, crc_b: u64, len_b: u64) -> u64 {
-        crc_fast::checksum_combine(CrcAlgorithm::Crc64Nvme, crc_a, crc_b, len_b)
+        super::combine::crc64nvme(crc_a, crc_b, len_b)
     }
 }
 
@@ -106,12 +106,7 @@ impl Crc32c {
 
     /// `crc(a‖b)` from the parts' CRCs and `b`'s length.
     pub fn combine(crc_a: u32, crc_b: u32, len_b: u64) -> u32 {
-        low32(crc_fast::checksum_combine(
-            CrcAlgorithm::Crc32Iscsi,
-            u64::from(crc_a),
-            u64::from(crc_b),
-            len_b,
-        ))
+        super::combine::crc32c(crc_a, crc_b, len_b)
     }
 }
 

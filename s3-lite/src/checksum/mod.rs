@@ -8,6 +8,7 @@
 //! because hipObject's and versitygw's parsers are, and a lenient decoder would accept two
 //! spellings of one checksum.
 
+mod combine;
 mod crc;
 
 use base64::Engine as _;

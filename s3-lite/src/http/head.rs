@@ -73,22 +73,35 @@ impl HeadScanner {
         input: &[u8],
         limits: &Limits,
     ) -> Result<Option<usize>, HttpError> {
-        for (i, &b) in input.iter().enumerate() {
-            self.total += 1;
-            if self.total > limits.max_head_bytes {
+        // Line at a time: find the next LF (a tight loop the compiler vectorises), then apply
+        // the limits to the whole line, so the cost is per line rather than per byte.
+        let mut pos = 0;
+        while pos < input.len() {
+            let rest = input.get(pos..).unwrap_or_default();
+            let (piece, ends_line) = match rest.iter().position(|&b| b == b'\n') {
+                Some(i) => (rest.get(..i).unwrap_or_default(), true),
+                None => (rest, false),
+            };
+            // Head-size limit: bytes of this piece plus its LF.
+            let piece_total = piece.len() + usize::from(ends_line);
+            if self.total + piece_total > limits.max_head_bytes {
                 return Err(HttpError::HeadTooLarge {
                     limit: limits.max_head_bytes,
                 });
             }
-            if b != b'\n' {
-                self.line_is_cr = self.line_len == 0 && b == b'\r';
-                self.line_len += 1;
+            self.total += piece_total;
+            if let Some(&first) = piece.first() {
+                self.line_is_cr = self.line_len == 0 && first == b'\r' && piece.len() == 1;
+                self.line_len += piece.len();
                 if self.line_len > limits.max_line_bytes {
                     return Err(HttpError::LineTooLong {
                         limit: limits.max_line_bytes,
                     });
                 }
-                continue;
+            }
+            pos += piece_total;
+            if !ends_line {
+                break;
             }
             let empty = self.line_len == 0 || self.line_is_cr;
             self.line_len = 0;
@@ -96,7 +109,7 @@ impl HeadScanner {
             if empty {
                 // Empty lines before the status line are skipped (as httparse does).
                 if self.lines > 0 {
-                    return Ok(Some(i + 1));
+                    return Ok(Some(pos));
                 }
                 continue;
             }
@@ -117,8 +130,16 @@ pub(crate) fn parse_head(
     limits: &Limits,
     method_is_head: bool,
 ) -> Result<ResponseHead, HttpError> {
-    let mut slots = vec![httparse::EMPTY_HEADER; limits.max_headers];
-    let mut resp = httparse::Response::new(&mut slots);
+    // Header slots on the stack for the usual limit; the heap only for larger configured limits.
+    let mut stack_slots = [httparse::EMPTY_HEADER; 128];
+    let mut heap_slots;
+    let slots: &mut [httparse::Header<'_>] = if limits.max_headers <= stack_slots.len() {
+        stack_slots.get_mut(..limits.max_headers).unwrap_or_default()
+    } else {
+        heap_slots = vec![httparse::EMPTY_HEADER; limits.max_headers];
+        &mut heap_slots
+    };
+    let mut resp = httparse::Response::new(slots);
     let n = match resp.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Err(HttpError::Malformed(Malformed::Framing)),

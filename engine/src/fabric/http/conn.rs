@@ -62,7 +62,10 @@ pub(crate) struct Conn {
 }
 
 fn io_fail(reused: bool, got_bytes: bool) -> Step {
-    Step::Finished { outcome: Outcome::transport(reused && !got_bytes), reusable: false }
+    Step::Finished {
+        outcome: Outcome::transport(reused && !got_bytes),
+        reusable: false,
+    }
 }
 
 const fn integrity(code: ErrorCode) -> Outcome {
@@ -102,7 +105,8 @@ impl Conn {
     pub(crate) fn begin(&mut self, op: &InFlight, body_len: u64) {
         self.body_sent = 0;
         self.body_len = body_len;
-        self.decoder = ResponseDecoder::new(Limits::default(), op.kind == crate::inflight::OpKind::Head);
+        self.decoder =
+            ResponseDecoder::new(Limits::default(), op.kind == crate::inflight::OpKind::Head);
         self.plan = None;
         self.received = 0;
         self.got_bytes = false;
@@ -161,7 +165,9 @@ impl Conn {
             }
         }
         while self.body_sent < self.body_len {
-            let Some(src) = op.buf.as_ref() else { return Err(io::ErrorKind::InvalidInput.into()) };
+            let Some(src) = op.buf.as_ref() else {
+                return Err(io::ErrorKind::InvalidInput.into());
+            };
             let rest = src.bytes_from(self.body_sent);
             if rest.is_empty() {
                 return Err(io::ErrorKind::InvalidInput.into());
@@ -189,12 +195,18 @@ impl Conn {
                 Ok(0) => {
                     if let Err(e) = self.decoder.finish_on_eof() {
                         let free = self.reused && !self.got_bytes && e == HttpError::EmptyResponse;
-                        return Step::Finished { outcome: Outcome::transport(free), reusable: false };
+                        return Step::Finished {
+                            outcome: Outcome::transport(free),
+                            reusable: false,
+                        };
                     }
                     // A body delimited by close ended: the next decode reports End.
                     if let Some(step) = self.decode_buffered(op) {
                         return match step {
-                            Step::Finished { outcome, .. } => Step::Finished { outcome, reusable: false },
+                            Step::Finished { outcome, .. } => Step::Finished {
+                                outcome,
+                                reusable: false,
+                            },
                             Step::Pending => io_fail(false, true),
                         };
                     }
@@ -221,7 +233,10 @@ impl Conn {
             let d = match self.decoder.decode(input) {
                 Ok(d) => d,
                 Err(_) => {
-                    return Some(Step::Finished { outcome: integrity(ErrorCode::Protocol), reusable: false });
+                    return Some(Step::Finished {
+                        outcome: integrity(ErrorCode::Protocol),
+                        reusable: false,
+                    });
                 }
             };
             self.rstart += d.consumed;
@@ -232,22 +247,37 @@ impl Conn {
                     if let Plan::Finish(o @ Outcome::Failed { .. }) = p {
                         // The body is of no use (wrong range, too large): drop the connection
                         // rather than read it.
-                        return Some(Step::Finished { outcome: o, reusable: false });
+                        return Some(Step::Finished {
+                            outcome: o,
+                            reusable: false,
+                        });
                     }
                     self.plan = Some(p);
                 }
                 Event::Body(data) => match self.plan {
                     Some(Plan::Payload { cap, .. }) => {
-                        let fits = self.received.checked_add(data.len() as u64).is_some_and(|e| e <= cap);
-                        let written = fits && op.buf.as_ref().is_some_and(|b| b.write(self.received, data));
+                        let fits = self
+                            .received
+                            .checked_add(data.len() as u64)
+                            .is_some_and(|e| e <= cap);
+                        let written = fits
+                            && op
+                                .buf
+                                .as_ref()
+                                .is_some_and(|b| b.write(self.received, data));
                         if !written {
-                            return Some(Step::Finished { outcome: integrity(ErrorCode::TooLarge), reusable: false });
+                            return Some(Step::Finished {
+                                outcome: integrity(ErrorCode::TooLarge),
+                                reusable: false,
+                            });
                         }
                         self.received += data.len() as u64;
                     }
                     Some(Plan::Error(_)) => {
                         let room = MAX_ERROR_BODY.saturating_sub(self.err_body.len());
-                        self.err_body.extend_from_slice(data.get(..room.min(data.len())).unwrap_or_default());
+                        self.err_body.extend_from_slice(
+                            data.get(..room.min(data.len())).unwrap_or_default(),
+                        );
                     }
                     _ => {}
                 },
@@ -264,7 +294,10 @@ impl Conn {
         let outcome = match self.plan.take() {
             Some(Plan::Payload { expected, .. }) => match expected {
                 Some(n) if n != self.received => integrity(ErrorCode::Integrity),
-                _ => Outcome::Done { bytes: self.received, aux: 0 },
+                _ => Outcome::Done {
+                    bytes: self.received,
+                    aux: 0,
+                },
             },
             Some(Plan::Finish(o) | Plan::Error(o)) => o,
             None => integrity(ErrorCode::Protocol),

@@ -75,7 +75,9 @@ impl HttpFabric {
         if open >= self.limit {
             return None;
         }
-        let Ok(mut stream) = mio::net::TcpStream::connect(self.addr) else { return Some(Err(())) };
+        let Ok(mut stream) = mio::net::TcpStream::connect(self.addr) else {
+            return Some(Err(()));
+        };
         let _ = stream.set_nodelay(true);
         let idx = match self.slots.iter().position(Option::is_none) {
             Some(i) => i,
@@ -84,11 +86,21 @@ impl HttpFabric {
                 self.slots.len() - 1
             }
         };
-        if io.register(&mut stream, Token(idx), Interest::READABLE | Interest::WRITABLE).is_err() {
+        if io
+            .register(
+                &mut stream,
+                Token(idx),
+                Interest::READABLE | Interest::WRITABLE,
+            )
+            .is_err()
+        {
             return Some(Err(()));
         }
         if let Some(slot) = self.slots.get_mut(idx) {
-            *slot = Some(Slot { conn: Conn::new(stream, self.read_buffer, self.quickack), op: None });
+            *slot = Some(Slot {
+                conn: Conn::new(stream, self.read_buffer, self.quickack),
+                op: None,
+            });
         }
         Some(Ok(idx))
     }
@@ -104,8 +116,17 @@ impl HttpFabric {
     }
 
     /// Applies a driven step: completion, connection reuse or close.
-    fn settle(&mut self, idx: usize, key: OpKey, step: Step, io: &mio::Registry, done: &mut Finished) {
-        let Step::Finished { outcome, reusable } = step else { return };
+    fn settle(
+        &mut self,
+        idx: usize,
+        key: OpKey,
+        step: Step,
+        io: &mio::Registry,
+        done: &mut Finished,
+    ) {
+        let Step::Finished { outcome, reusable } = step else {
+            return;
+        };
         done.push((key, outcome));
         if reusable {
             if let Some(Some(slot)) = self.slots.get_mut(idx) {
@@ -124,7 +145,13 @@ impl Fabric for HttpFabric {
         DataPath::Http
     }
 
-    fn start(&mut self, key: OpKey, op: &mut InFlight, io: &mio::Registry, done: &mut Finished) -> bool {
+    fn start(
+        &mut self,
+        key: OpKey,
+        op: &mut InFlight,
+        io: &mio::Registry,
+        done: &mut Finished,
+    ) -> bool {
         let idx = match self.idle.pop() {
             Some(i) => i,
             None => match self.open(io) {
@@ -141,12 +168,18 @@ impl Fabric for HttpFabric {
             return true;
         };
         let head = slot.conn.head_buf();
-        if let Err(outcome) = request::encode(&self.endpoint, &self.signer, &mut self.dates, op, head) {
+        if let Err(outcome) =
+            request::encode(&self.endpoint, &self.signer, &mut self.dates, op, head)
+        {
             self.idle.push(idx);
             done.push((key, outcome));
             return true;
         }
-        let body = if op.kind == OpKind::Put { op.buf_len() } else { 0 };
+        let body = if op.kind == OpKind::Put {
+            op.buf_len()
+        } else {
+            0
+        };
         slot.conn.begin(op, body);
         slot.op = Some(key);
         self.active += 1;
@@ -158,7 +191,9 @@ impl Fabric for HttpFabric {
 
     fn on_ready(&mut self, token: Token, ops: &mut Slab, io: &mio::Registry, done: &mut Finished) {
         let idx = token.0;
-        let Some(Some(slot)) = self.slots.get_mut(idx) else { return };
+        let Some(Some(slot)) = self.slots.get_mut(idx) else {
+            return;
+        };
         let Some(key) = slot.op else {
             // An idle connection reported readiness: fine if nothing is there (a stale edge);
             // if the server closed it or sent bytes nobody asked for, it cannot be reused.

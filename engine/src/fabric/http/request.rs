@@ -5,7 +5,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use ring_api::{ErrorClass, ErrorCode};
 use s3_lite::Request;
 use s3_lite::http::{BodyFraming, encode_request_head};
-use s3_lite::s3::{ByteRange, Endpoint, GetOptions, PutOptions, get_object, head_object, put_object};
+use s3_lite::s3::{
+    ByteRange, Endpoint, GetOptions, PutOptions, get_object, head_object, put_object,
+};
 use s3_lite::sigv4::{AmzDate, EMPTY_SHA256, PayloadHash, Signer};
 
 use crate::fabric::{Outcome, Retry};
@@ -41,14 +43,23 @@ fn request(ep: &Endpoint, op: &InFlight) -> Result<(Request, PayloadHash, BodyFr
     let (bucket, key) = (&*op.object.bucket, &*op.object.key);
     let empty = || PayloadHash::Hex(EMPTY_SHA256.to_owned());
     let built = match op.kind {
-        OpKind::Get => get_object(ep, bucket, key, &GetOptions::default()).map(|r| (r, empty(), BodyFraming::None)),
+        OpKind::Get => get_object(ep, bucket, key, &GetOptions::default())
+            .map(|r| (r, empty(), BodyFraming::None)),
         OpKind::RangeGet { offset } => {
-            let last = offset.checked_add(op.buf_len()).and_then(|e| e.checked_sub(1));
-            let Some(last) = last else { return Err(local(ErrorCode::InvalidArgument)) };
-            let opts = GetOptions { range: Some(ByteRange::Inclusive(offset, last)), ..GetOptions::default() };
+            let last = offset
+                .checked_add(op.buf_len())
+                .and_then(|e| e.checked_sub(1));
+            let Some(last) = last else {
+                return Err(local(ErrorCode::InvalidArgument));
+            };
+            let opts = GetOptions {
+                range: Some(ByteRange::Inclusive(offset, last)),
+                ..GetOptions::default()
+            };
             get_object(ep, bucket, key, &opts).map(|r| (r, empty(), BodyFraming::None))
         }
-        OpKind::Head => head_object(ep, bucket, key, &GetOptions::default()).map(|r| (r, empty(), BodyFraming::None)),
+        OpKind::Head => head_object(ep, bucket, key, &GetOptions::default())
+            .map(|r| (r, empty(), BodyFraming::None)),
         // UNSIGNED-PAYLOAD: hashing the body would read all of it once more before sending;
         // integrity over plain HTTP is the job of checksums (a later issue), as with RDMA.
         OpKind::Put => put_object(ep, bucket, key, op.buf_len(), &PutOptions::default())
@@ -67,6 +78,8 @@ pub(crate) fn encode(
 ) -> Result<(), Outcome> {
     let (mut req, payload, framing) = request(ep, op)?;
     let now = dates.now().ok_or(local(ErrorCode::Io))?;
-    signer.sign_headers(&mut req, &payload, now).map_err(|_| local(ErrorCode::InvalidArgument))?;
+    signer
+        .sign_headers(&mut req, &payload, now)
+        .map_err(|_| local(ErrorCode::InvalidArgument))?;
     encode_request_head(&req, framing, out).map_err(|_| local(ErrorCode::InvalidArgument))
 }
