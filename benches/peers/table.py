@@ -34,6 +34,7 @@ FIELD_ALIASES = {
     "cpu_s_per_gb": ["cpu_s_per_gb"],
     "ops": ["ops", "count", "n_ops"],
     "size": ["size", "range_size", "bytes_per_op"],
+    "warmup_ops": ["warmup_ops", "warmup"],
 }
 
 
@@ -159,8 +160,8 @@ def render(argv):
     p(f"- Load average (1/5/15 min) before: {m.get('load_before', '?')}; after: "
       f"{m.get('load_after', '?')}. Busiest other processes at start: {m.get('top_before', '?')}.")
     p("- Client CPU = getrusage(RUSAGE_SELF) user+sys over the timed phase only "
-      "(after a warm-up of 2×concurrency ops). Server CPU = s3s-fs utime+stime from /proc "
-      "over the whole client run, warm-up included. GB = 10^9 bytes. Latency = issue → "
+      "(after an untimed warm-up of one op per in-flight slot). Server CPU = s3s-fs "
+      "utime+stime from /proc over the whole client run, divided by timed + warm-up ops. GB = 10^9 bytes. Latency = issue → "
       "last body byte, nearest-rank percentiles.")
     p("")
 
@@ -185,7 +186,10 @@ def render(argv):
             best[(c, size)] = med
             ops = med.get("ops") or 0
             srv = med.get("server_cpu_s")
-            srv_op = srv / ops if srv is not None and ops else None
+            # The server is measured over the whole client process: count the
+            # client's untimed warm-up ops too (same size as the timed ones).
+            served = ops + (med.get("warmup_ops") or 0)
+            srv_op = srv / served if srv is not None and served else None
             sp = f"{spread[0]:,.0f}–{spread[1]:,.0f}" if spread else "–"
             p(f"| {c} | {ops:,.0f} | {fmt(med.get('ops_per_s'))} | {fmt(med.get('gb_per_s'), 3)} "
               f"| {fmt(med.get('cpu_s_per_op'), 1, 1e6)} | {fmt(med.get('cpu_s_per_gb'), 2)} "

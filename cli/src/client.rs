@@ -31,7 +31,7 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 pub enum ClientError {
     /// The server answered with an S3 error.
     #[error("{0}")]
-    S3(#[from] S3Error),
+    S3(Box<S3Error>),
     /// Network or protocol failure.
     #[error(transparent)]
     Exchange(#[from] ExchangeError),
@@ -181,7 +181,7 @@ impl S3Client {
         if (200..300).contains(&head.status) {
             Ok(head)
         } else {
-            Err(ClientError::S3(s3::parse_error(head.status, &head.headers, &status_sink.error_body.0)))
+            Err(ClientError::S3(Box::new(s3::parse_error(head.status, &head.headers, &status_sink.error_body.0))))
         }
     }
 
@@ -399,13 +399,14 @@ impl S3Client {
         let mut response = Vec::new();
         let head = self.send(req, Some(bucket), PayloadHash::of_body(&body), RequestBody::Bytes(&body), &mut response)?;
         let done = s3::parse_complete_multipart_upload(head.status, &head.headers, &response).map_err(|e| match e {
-            s3::ResponseError::S3(e) => ClientError::S3(*e),
+            s3::ResponseError::S3(e) => ClientError::S3(e),
             other => ClientError::response(other),
         })?;
-        if let Some(server) = done.checksum_crc64nvme.as_deref() {
-            if !server.contains('-') && server != whole {
-                return Err(ClientError::ChecksumMismatch { expected: whole, actual: server.to_owned() });
-            }
+        if let Some(server) = done.checksum_crc64nvme.as_deref()
+            && !server.contains('-')
+            && server != whole
+        {
+            return Err(ClientError::ChecksumMismatch { expected: whole, actual: server.to_owned() });
         }
         Ok(PutResult { etag: done.etag, checksum_crc64nvme: whole, parts: parts.len() as u32, bytes: len })
     }
@@ -546,10 +547,10 @@ fn verify_echoed_checksum(meta: &ObjectMeta, sent: &str) -> Result<(), ClientErr
 }
 
 fn check_length(meta: &ObjectMeta, range: Option<ByteRange>, received: u64) -> Result<(), ClientError> {
-    if let Some(cl) = meta.content_length {
-        if cl != received {
-            return Err(ClientError::WrongLength(format!("Content-Length {cl}, received {received}")));
-        }
+    if let Some(cl) = meta.content_length
+        && cl != received
+    {
+        return Err(ClientError::WrongLength(format!("Content-Length {cl}, received {received}")));
     }
     let Some(range) = range else { return Ok(()) };
     let Some(ContentRange::Bytes { first: start, last: end, total }) = meta.content_range else {

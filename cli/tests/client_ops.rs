@@ -26,7 +26,7 @@ fn client(server: &S3sFs, secret: &str) -> S3Client {
 
 fn s3_code(err: ClientError) -> String {
     match err {
-        ClientError::S3(e) => e.code,
+        ClientError::S3(e) => e.code.clone(),
         other => panic!("expected an S3 error, got {other}"),
     }
 }

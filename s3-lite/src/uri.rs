@@ -29,8 +29,10 @@ pub fn encode_bytes(bytes: &[u8], keep_slash: bool, out: &mut String) {
             out.push(char::from(b));
         } else {
             out.push('%');
-            out.push(char::from(HEX_UPPER[usize::from(b >> 4)]));
-            out.push(char::from(HEX_UPPER[usize::from(b & 0x0f)]));
+            // Both indices are < 16 by construction.
+            let hex = |nibble: u8| char::from(HEX_UPPER.get(usize::from(nibble)).copied().unwrap_or(b'0'));
+            out.push(hex(b >> 4));
+            out.push(hex(b & 0x0f));
         }
     }
 }

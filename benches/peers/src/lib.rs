@@ -163,8 +163,9 @@ where
     F: Fn(u64) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<u64, BoxError>> + Send + 'static,
 {
-    // Warm-up: opens the C connections and faults in code paths; not timed.
-    let warm = Arc::new(args.offsets(args.concurrency * 2, args.seed ^ 0x5741_524D));
+    // Warm-up: one op per task, all in flight at once, so the C connections
+    // are open and code paths faulted in before timing; not timed.
+    let warm = Arc::new(args.offsets(warmup_ops(args), args.seed ^ 0x5741_524D));
     run_phase(warm, args.concurrency, args.range_size, get.clone()).await?;
 
     let offsets = Arc::new(args.offsets(args.ops, args.seed));
@@ -179,6 +180,11 @@ where
         result_json(client, args, secs, u1 - u0, s1 - s0, &lat)
     );
     Ok(())
+}
+
+/// Untimed warm-up range-gets before the timed phase (one per in-flight slot).
+pub fn warmup_ops(args: &Args) -> usize {
+    args.concurrency
 }
 
 /// Nearest-rank percentile of sorted `v` (`p` in 0..=100).
@@ -201,7 +207,7 @@ pub fn result_json(client: &str, a: &Args, secs: f64, user: f64, sys: f64, lat: 
         "{{\"client\":\"{client}\",\"size\":{},\"object_size\":{},\"ops\":{},\"concurrency\":{},\
          \"seconds\":{secs:.6},\"ops_per_s\":{:.1},\"gb_per_s\":{:.4},\"cpu_user_s\":{user:.4},\
          \"cpu_sys_s\":{sys:.4},\"cpu_s_per_op\":{:.9},\"cpu_s_per_gb\":{:.4},\"p50_us\":{},\
-         \"p99_us\":{},\"p999_us\":{}}}",
+         \"p99_us\":{},\"p999_us\":{},\"warmup_ops\":{}}}",
         a.range_size,
         a.object_size,
         a.ops,
@@ -213,6 +219,7 @@ pub fn result_json(client: &str, a: &Args, secs: f64, user: f64, sys: f64, lat: 
         percentile(lat, 50.0),
         percentile(lat, 99.0),
         percentile(lat, 99.9),
+        warmup_ops(a),
     );
     s
 }

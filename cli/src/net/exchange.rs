@@ -137,10 +137,10 @@ impl HttpClient {
     }
 
     fn connection(&mut self, host: &str) -> Result<(Connection, bool), ExchangeError> {
-        if let Some(conn) = self.idle.take() {
-            if conn.host == host {
-                return Ok((conn, true));
-            }
+        if let Some(conn) = self.idle.take()
+            && conn.host == host
+        {
+            return Ok((conn, true));
         }
         let tls = match self.endpoint.scheme {
             Scheme::Https => self.tls.as_ref(),
@@ -208,7 +208,7 @@ impl HttpClient {
         }
         conn.stream.flush().map_err(|e| io_err("send request", e))?;
 
-        let mut decoder = ResponseDecoder::new(self.limits.clone(), req.method.eq_ignore_ascii_case("HEAD"));
+        let mut decoder = ResponseDecoder::new(self.limits, req.method.eq_ignore_ascii_case("HEAD"));
         let mut response_head: Option<ResponseHead> = None;
         let mut seen_bytes = false;
         loop {

@@ -40,7 +40,12 @@ async fn run() -> Result<(), BoxError> {
                 .range(format!("bytes={}-{}", off, off + len - 1))
                 .send()
                 .await
-                .map_err(|e| format!("get_object at {off}: {}", aws_sdk_s3::error::DisplayErrorContext(e)))?;
+                .map_err(|e| {
+                    format!(
+                        "get_object at {off}: {}",
+                        aws_sdk_s3::error::DisplayErrorContext(e)
+                    )
+                })?;
             let body = resp.body.collect().await?.into_bytes();
             Ok(body.len() as u64)
         }
