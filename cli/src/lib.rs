@@ -1,4 +1,5 @@
 //! The `hipobj` command-line tool, as a library so integration tests can drive its pieces.
+pub mod bench;
 pub mod client;
 pub mod commands;
 pub mod debug_sigv4;

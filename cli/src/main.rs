@@ -3,7 +3,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use hipobj_cli::commands::{self, GlobalArgs};
-use hipobj_cli::{debug_sigv4, topo};
+use hipobj_cli::{bench, debug_sigv4, topo};
 
 #[derive(Parser, Debug)]
 #[command(name = "hipobj", version, about = "RDMA-accelerated S3 client: object data straight into GPU or host memory")]
@@ -28,6 +28,8 @@ enum Command {
     Rm(commands::RmArgs),
     /// Create a bucket.
     Mb(commands::MbArgs),
+    /// Run N range-gets of size S at random aligned offsets of an object and print a results table.
+    Bench(bench::BenchArgs),
     /// Print the GPU/NIC/CPU topology matrix (like `nvidia-smi topo -m`).
     Topo(topo::TopoArgs),
     /// Debugging helpers.
@@ -50,6 +52,11 @@ fn main() -> ExitCode {
     let mut stdout = std::io::stdout().lock();
     let mut stderr = std::io::stderr().lock();
     match &cli.command {
+        Command::Bench(args) => {
+            let g = &cli.global;
+            let args = args.clone().with_global(g.endpoint_url.clone(), g.region.clone(), g.json, g.no_progress);
+            exit(bench::run(&args, &mut stdout, &mut stderr))
+        }
         Command::Topo(args) => exit(topo::run(args, &mut stdout, &mut stderr)),
         Command::Debug(DebugCommand::Sigv4(args)) => {
             exit(debug_sigv4::run(args, &mut std::io::stdin().lock(), &mut stdout, &mut stderr))
