@@ -18,6 +18,7 @@ pub mod error;
 pub mod framing;
 pub mod head;
 pub mod limits;
+pub mod server;
 
 pub use chunked::{ChunkEvent, ChunkedDecoder};
 pub use decode::{Decoded, Event, ResponseDecoder};
@@ -26,3 +27,4 @@ pub use error::{HttpError, Malformed};
 pub use framing::BodyFraming;
 pub use head::ResponseHead;
 pub use limits::Limits;
+pub use server::{RequestDecoder, RequestEvent, RequestHead, encode_response_head};

@@ -1,0 +1,145 @@
+//! The backend-neutral GPU runtime interface.
+//!
+//! This is the raw layer the engine talks to: one object per loaded runtime (CUDA or HIP),
+//! shared as `Arc<dyn GpuRuntime>`. Methods that only take handles the runtime validates are
+//! safe; methods whose correctness depends on the caller (a host pointer read later by a DMA
+//! engine, a handle freed twice) are `unsafe fn` with the contract written on them. The RAII
+//! types in [`super::handles`] wrap the latter so ordinary code never calls them directly.
+//!
+//! `#[allow(unsafe_code)]`: this module declares `unsafe fn`s; it contains no `unsafe` block.
+#![allow(unsafe_code)]
+
+use std::fmt;
+
+use numa::{GpuVendor, PciAddr};
+
+use super::{Backend, Capabilities, DevicePtr, DmabufRegion, GpuError, PointerKind, RawEvent, RawStream};
+
+/// A GPU runtime loaded at run time (see [`super::detect`]).
+///
+/// Implementations keep whatever per-thread state the runtime needs (CUDA's current context)
+/// themselves: every method may be called from any thread.
+pub trait GpuRuntime: Send + Sync + fmt::Debug {
+    /// Which runtime this is.
+    fn backend(&self) -> Backend;
+    /// Human-readable runtime name and version, e.g. `"cuda driver 13.0"`.
+    fn name(&self) -> String;
+    /// GPU vendor.
+    fn vendor(&self) -> GpuVendor;
+    /// The runtime's own version number (`cuDriverGetVersion`, `hipRuntimeGetVersion`).
+    fn version(&self) -> i32;
+    /// Number of devices the runtime sees (0 is a valid answer only if the runtime says so
+    /// without error; runtimes that fail with "no device" make [`super::detect`] skip them).
+    fn device_count(&self) -> u32;
+    /// Optional features present in the loaded runtime.
+    fn capabilities(&self) -> Capabilities;
+    /// Marketing name of a device (`"NVIDIA H200"`).
+    fn device_name(&self, ordinal: u32) -> Result<String, GpuError>;
+    /// PCI address of a device, for choosing the closest NIC (`numa` placement).
+    fn pci_bus_id(&self, ordinal: u32) -> Result<PciAddr, GpuError>;
+    /// What `addr` points to. Pageable host memory and unknown addresses are
+    /// [`PointerKind::Unknown`]; this never dereferences `addr`.
+    fn pointer_kind(&self, addr: u64) -> Result<PointerKind, GpuError>;
+
+    /// Allocates `len` bytes of device memory on `ordinal`.
+    fn alloc_device(&self, ordinal: u32, len: usize) -> Result<DevicePtr, GpuError>;
+    /// Frees device memory.
+    ///
+    /// # Safety
+    /// `ptr` came from [`GpuRuntime::alloc_device`] of this runtime, is freed once, and no
+    /// copy or registration still uses it.
+    unsafe fn free_device(&self, ptr: DevicePtr) -> Result<(), GpuError>;
+    /// Allocates `len` bytes of page-locked host memory, mapped for DMA by every device.
+    fn alloc_pinned(&self, len: usize) -> Result<*mut u8, GpuError>;
+    /// Frees pinned host memory.
+    ///
+    /// # Safety
+    /// `ptr` came from [`GpuRuntime::alloc_pinned`] of this runtime, is freed once, and no
+    /// reference to or copy from/into it is outstanding.
+    unsafe fn free_pinned(&self, ptr: *mut u8) -> Result<(), GpuError>;
+
+    /// Creates a non-blocking stream on `ordinal` (it does not synchronise with stream 0).
+    fn create_stream(&self, ordinal: u32) -> Result<RawStream, GpuError>;
+    /// Destroys a stream (pending work still completes).
+    ///
+    /// # Safety
+    /// `stream` came from this runtime and is destroyed once; no other use follows.
+    unsafe fn destroy_stream(&self, stream: RawStream) -> Result<(), GpuError>;
+    /// Blocks until all work queued on `stream` has finished.
+    ///
+    /// # Safety
+    /// `stream` is a live stream of this runtime.
+    unsafe fn stream_synchronize(&self, stream: RawStream) -> Result<(), GpuError>;
+    /// Creates an event; `timing` enables [`GpuRuntime::event_elapsed_ms`].
+    fn create_event(&self, ordinal: u32, timing: bool) -> Result<RawEvent, GpuError>;
+    /// Destroys an event.
+    ///
+    /// # Safety
+    /// `event` came from this runtime and is destroyed once; no other use follows.
+    unsafe fn destroy_event(&self, event: RawEvent) -> Result<(), GpuError>;
+    /// Records `event` on `stream`: it completes when the work queued before it has.
+    ///
+    /// # Safety
+    /// Both handles are live handles of this runtime on the same device.
+    unsafe fn record_event(&self, event: RawEvent, stream: RawStream) -> Result<(), GpuError>;
+    /// Whether the work before the last record of `event` has completed.
+    ///
+    /// # Safety
+    /// `event` is a live event of this runtime.
+    unsafe fn event_query(&self, event: RawEvent) -> Result<bool, GpuError>;
+    /// Blocks until `event` has completed.
+    ///
+    /// # Safety
+    /// `event` is a live event of this runtime.
+    unsafe fn event_synchronize(&self, event: RawEvent) -> Result<(), GpuError>;
+    /// Milliseconds between two completed timing events.
+    ///
+    /// # Safety
+    /// Both are live timing events of this runtime, recorded and completed.
+    unsafe fn event_elapsed_ms(&self, start: RawEvent, end: RawEvent) -> Result<f32, GpuError>;
+
+    /// Queues a host → device copy of `len` bytes on `stream`.
+    ///
+    /// # Safety
+    /// `src..src+len` is readable host memory that stays valid and unmodified until the copy
+    /// has completed (observed through the stream or an event recorded after it); for truly
+    /// asynchronous behaviour it must be pinned. `dst..dst+len` lies inside one device
+    /// allocation of this runtime that outlives the copy. `stream` is live.
+    unsafe fn memcpy_h2d_async(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        len: usize,
+        stream: RawStream,
+    ) -> Result<(), GpuError>;
+    /// Queues a device → host copy of `len` bytes on `stream`.
+    ///
+    /// # Safety
+    /// As [`GpuRuntime::memcpy_h2d_async`] with the roles swapped: `dst..dst+len` is writable
+    /// host memory that nothing else reads or writes until the copy has completed.
+    unsafe fn memcpy_d2h_async(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        len: usize,
+        stream: RawStream,
+    ) -> Result<(), GpuError>;
+    /// Synchronous host → device copy.
+    ///
+    /// # Safety
+    /// `src..src+len` is readable for the duration of the call; `dst..dst+len` lies inside one
+    /// live device allocation of this runtime.
+    unsafe fn memcpy_h2d(&self, dst: DevicePtr, src: *const u8, len: usize) -> Result<(), GpuError>;
+    /// Synchronous device → host copy.
+    ///
+    /// # Safety
+    /// `dst..dst+len` is writable and unaliased for the duration of the call; `src..src+len`
+    /// lies inside one live device allocation of this runtime.
+    unsafe fn memcpy_d2h(&self, dst: *mut u8, src: DevicePtr, len: usize) -> Result<(), GpuError>;
+
+    /// Exports device memory `[ptr, ptr + len)` as a dmabuf for `ibv_reg_dmabuf_mr`.
+    ///
+    /// The page-aligned range enclosing the bytes is exported; [`DmabufRegion::offset`] says
+    /// where `ptr` lies in it. [`GpuError::Unsupported`] when the runtime lacks the export.
+    fn export_dmabuf(&self, ptr: DevicePtr, len: usize) -> Result<DmabufRegion, GpuError>;
+}
