@@ -90,8 +90,14 @@ if [[ " $CLIENTS " == *" boto3 "* ]] && ! python3 -c 'import boto3' 2>/dev/null;
     python3 -m pip install -q boto3 >&2
 fi
 
-HIPOBJ_OK=0
-if [[ -x $HIPOBJ ]] && "$HIPOBJ" bench --help >/dev/null 2>&1; then HIPOBJ_OK=1; fi
+HIPOBJ_OK=0 HIPOBJ_FLAGS=()
+if [[ -x $HIPOBJ ]] && HIPOBJ_HELP=$("$HIPOBJ" bench --help 2>&1); then
+    HIPOBJ_OK=1
+    # Optional flags, passed only where this build of `hipobj bench` has them.
+    [[ $HIPOBJ_HELP == *--addressing-style* ]] && HIPOBJ_FLAGS+=(--addressing-style path)
+    [[ $HIPOBJ_HELP == *--no-progress* ]] && HIPOBJ_FLAGS+=(--no-progress)
+    [[ $HIPOBJ_HELP == *--seed* ]] && HIPOBJ_FLAGS+=(--seed "$SEED")
+fi
 
 # --- server --------------------------------------------------------------------
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/hipobj-sbs.XXXXXX")
@@ -147,9 +153,11 @@ if (( QUIET_MAX_S > 0 )); then
     done
 fi
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-TOP_BEFORE=$(ps -eo pcpu=,comm= --sort=-pcpu | head -4 | awk '{ printf "%s%s %s%%", (NR>1?", ":""), $2, $1 }')
+# %CPU over each process's lifetime (ps), our own server excluded.
+TOP_BEFORE=$(ps -eo pid=,pcpu=,comm= --sort=-pcpu | awk -v me="$SPID" '$1 != me' | head -4 |
+    awk '{ printf "%s%s %s%%", (NR>1?", ":""), $3, $2 }')
 lockver() { awk -v n="$1" '$0 == "name = \"" n "\"" { getline; gsub(/[^0-9.]/, ""); print; exit }' "$PEERS/Cargo.lock"; }
-VERSIONS="hipobj $( ((HIPOBJ_OK)) && "$HIPOBJ" --version 2>/dev/null | head -1 || echo 'bench not available'), \
+VERSIONS="$( ((HIPOBJ_OK)) && "$HIPOBJ" --version 2>/dev/null | head -1 || echo 'hipobj: bench not available'), \
 aws-sdk-s3 $(lockver aws-sdk-s3) (aws-config $(lockver aws-config), hyper $(lockver hyper)), \
 object_store $(lockver object_store) (reqwest $(lockver reqwest)), \
 boto3 $(python3 -c 'import boto3; print(boto3.__version__)' 2>/dev/null || echo '?') \
@@ -169,7 +177,7 @@ run_client() { # client size ops run
     c0=$(server_cpu)
     case $c in
         hipobj) "$HIPOBJ" bench --endpoint-url "$EP" "s3://$BUCKET/$KEY" --ops "$ops" --size "$size" \
-                    --concurrency "$CONC" --json > "$out" 2> "$out.err" || rc=$? ;;
+                    --concurrency "$CONC" --json "${HIPOBJ_FLAGS[@]}" > "$out" 2> "$out.err" || rc=$? ;;
         aws-sdk-s3) "$PEER_BIN/aws_sdk_s3_bench" "$EP" "$BUCKET" "$KEY" "$OBJECT_SIZE" "$ops" "$size" \
                     "$CONC" "$SEED" > "$out" 2> "$out.err" || rc=$? ;;
         object_store) "$PEER_BIN/object_store_bench" "$EP" "$BUCKET" "$KEY" "$OBJECT_SIZE" "$ops" "$size" \

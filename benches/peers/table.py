@@ -35,6 +35,7 @@ FIELD_ALIASES = {
     "ops": ["ops", "count", "n_ops"],
     "size": ["size", "range_size", "bytes_per_op"],
     "warmup_ops": ["warmup_ops", "warmup"],
+    "errors": ["errors", "error_count"],
 }
 
 
@@ -65,6 +66,8 @@ def normalise(raw, client, size, ops, conc):
         out["gb_per_s"] = out["ops_per_s"] * sz / 1e9
     if "cpu_s" not in out and "cpu_user_s" in out and "cpu_sys_s" in out:
         out["cpu_s"] = out["cpu_user_s"] + out["cpu_sys_s"]
+    if "cpu_s_per_op" not in out and num(raw.get("cpu_us_per_op")) is not None:
+        out["cpu_s_per_op"] = num(raw["cpu_us_per_op"]) / 1e6
     if "cpu_s_per_op" not in out and "cpu_s" in out and o:
         out["cpu_s_per_op"] = out["cpu_s"] / o
     if "cpu_s_per_gb" not in out and "cpu_s_per_op" in out and sz:
@@ -184,6 +187,8 @@ def render(argv):
                 p(f"| {c} | {err} |  |  |  |  |  |  |  |  |  |")
                 continue
             best[(c, size)] = med
+            if med.get("errors"):
+                c = f"{c} ({med['errors']:.0f} failed ops)"
             ops = med.get("ops") or 0
             srv = med.get("server_cpu_s")
             # The server is measured over the whole client process: count the

@@ -3,6 +3,7 @@
 //! input), not merely "does not crash".
 
 pub mod http;
+pub mod http_server;
 pub mod rdma;
 pub mod s3xml;
 pub mod sigv4;

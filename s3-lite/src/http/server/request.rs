@@ -285,7 +285,9 @@ pub(crate) fn parse_request_head(buf: &[u8], limits: &Limits) -> Result<RequestH
     let mut stack_slots = [httparse::EMPTY_HEADER; 128];
     let mut heap_slots;
     let slots: &mut [httparse::Header<'_>] = if limits.max_headers <= stack_slots.len() {
-        stack_slots.get_mut(..limits.max_headers).unwrap_or_default()
+        stack_slots
+            .get_mut(..limits.max_headers)
+            .unwrap_or_default()
     } else {
         heap_slots = vec![httparse::EMPTY_HEADER; limits.max_headers];
         &mut heap_slots
@@ -293,7 +295,9 @@ pub(crate) fn parse_request_head(buf: &[u8], limits: &Limits) -> Result<RequestH
     let mut req = httparse::Request::new(slots);
     let n = match req.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return Err(HttpError::Malformed(Malformed::Framing).into()),
+        Ok(httparse::Status::Partial) => {
+            return Err(HttpError::Malformed(Malformed::Framing).into());
+        }
         Err(httparse::Error::TooManyHeaders) => {
             return Err(HttpError::TooManyHeaders {
                 limit: limits.max_headers,

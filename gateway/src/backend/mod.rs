@@ -1,0 +1,192 @@
+//! Where objects live: the [`Backend`] trait and its two implementations, a local directory
+//! ([`local::LocalDir`]) and a bridge to an upstream S3 store ([`upstream::Upstream`]).
+//!
+//! The connection layer has already authenticated the request, received the body into a
+//! [`crate::body::Spooled`] temporary file and verified its checksums and payload hash, so a
+//! backend only ever sees verified bytes: a bad checksum never reaches it, and nothing is
+//! stored.
+
+pub mod keymap;
+pub mod local;
+pub mod upstream;
+
+use s3_lite::s3::ByteRange;
+
+use crate::body::Spooled;
+use crate::error::ApiError;
+
+/// What the gateway knows about a stored object.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ObjectInfo {
+    /// Size in bytes.
+    pub size: u64,
+    /// ETag, quotes included.
+    pub etag: String,
+    /// Last modification, Unix seconds.
+    pub last_modified: u64,
+    /// `Content-Type` given at upload.
+    pub content_type: Option<String>,
+    /// Full-object CRC64NVME (base64).
+    pub crc64nvme: Option<String>,
+    /// CRC32C (base64; for multipart uploads only when composite values are not involved).
+    pub crc32c: Option<String>,
+    /// CRC32 (base64), as boto3 sends by default.
+    pub crc32: Option<String>,
+    /// `FULL_OBJECT` or `COMPOSITE` (multipart uploads).
+    pub checksum_type: Option<String>,
+    /// Number of parts for a multipart object.
+    pub parts: Option<u32>,
+}
+
+/// Metadata supplied at upload (PutObject, CreateMultipartUpload).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PutMeta {
+    /// `Content-Type`.
+    pub content_type: Option<String>,
+    /// `x-amz-checksum-algorithm` of a multipart upload (`CRC64NVME`, `CRC32C`, ...).
+    pub checksum_algorithm: Option<String>,
+    /// `x-amz-checksum-type` of a multipart upload.
+    pub checksum_type: Option<String>,
+}
+
+/// Conditions and range of a GET or HEAD.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GetRequest {
+    /// `Range`.
+    pub range: Option<ByteRange>,
+    /// `If-Match`.
+    pub if_match: Option<String>,
+    /// HEAD: no body bytes are produced.
+    pub head_only: bool,
+}
+
+/// Receives a GET's head and body from a backend (the HTTP response today; an RDMA target
+/// later, see [`crate::rdma`]).
+pub trait ObjectSink {
+    /// Called once before any data: the object and the inclusive byte span being served
+    /// (`None` for the whole object).
+    fn begin(&mut self, info: &ObjectInfo, span: Option<(u64, u64)>) -> std::io::Result<()>;
+    /// The next bytes of the span, in order.
+    fn data(&mut self, bytes: &[u8]) -> std::io::Result<()>;
+}
+
+/// A ListObjectsV2 query, already validated.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListQuery {
+    /// Only keys starting with this.
+    pub prefix: String,
+    /// Roll keys up at the first occurrence after the prefix.
+    pub delimiter: Option<String>,
+    /// Keys (and prefixes) strictly after this.
+    pub start_after: Option<String>,
+    /// Opaque token from a previous page.
+    pub continuation_token: Option<String>,
+    /// 0..=1000.
+    pub max_keys: u32,
+}
+
+/// One listed object.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListEntry {
+    /// The key.
+    pub key: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// ETag, quotes included.
+    pub etag: String,
+    /// ISO 8601.
+    pub last_modified: String,
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListPage {
+    /// Objects in key order.
+    pub contents: Vec<ListEntry>,
+    /// Common prefixes in order.
+    pub common_prefixes: Vec<String>,
+    /// Whether more follow.
+    pub is_truncated: bool,
+    /// Token for the next page.
+    pub next_continuation_token: Option<String>,
+}
+
+/// One part named by CompleteMultipartUpload, checked against what was uploaded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompletePart {
+    /// 1..=10000, strictly ascending across the list.
+    pub part_number: u32,
+    /// ETag the client got from UploadPart.
+    pub etag: String,
+    /// Per-part CRC64NVME the client claims, if any.
+    pub crc64nvme: Option<String>,
+}
+
+/// The object storage behind the gateway. Implementations are shared by all connection
+/// threads (`Send + Sync`) and must make every write atomic: a reader sees the old object or
+/// the new one, never a mix, and a failed upload leaves nothing behind.
+pub trait Backend: Send + Sync {
+    /// CreateBucket (idempotent for the same owner: an existing bucket is
+    /// `BucketAlreadyOwnedByYou`).
+    fn create_bucket(&self, bucket: &str) -> Result<(), ApiError>;
+    /// HeadBucket.
+    fn head_bucket(&self, bucket: &str) -> Result<(), ApiError>;
+    /// DeleteBucket (must be empty).
+    fn delete_bucket(&self, bucket: &str) -> Result<(), ApiError>;
+    /// ListBuckets: names in order.
+    fn list_buckets(&self) -> Result<Vec<String>, ApiError>;
+    /// PutObject of a verified body.
+    fn put_object(&self, bucket: &str, key: &str, body: Spooled, meta: &PutMeta) -> Result<ObjectInfo, ApiError>;
+    /// GetObject / HeadObject into `sink`. Range and If-Match are resolved here (416 with
+    /// `Content-Range: bytes */size`, 412 PreconditionFailed) before `sink.begin`.
+    fn get_object(&self, bucket: &str, key: &str, req: &GetRequest, sink: &mut dyn ObjectSink) -> Result<(), ApiError>;
+    /// DeleteObject (a missing key is not an error, as in S3).
+    fn delete_object(&self, bucket: &str, key: &str) -> Result<(), ApiError>;
+    /// ListObjectsV2.
+    fn list_objects(&self, bucket: &str, query: &ListQuery) -> Result<ListPage, ApiError>;
+    /// CreateMultipartUpload: returns the upload id.
+    fn create_multipart(&self, bucket: &str, key: &str, meta: &PutMeta) -> Result<String, ApiError>;
+    /// UploadPart of a verified body: returns the part's ETag and CRC64NVME.
+    fn upload_part(&self, bucket: &str, key: &str, upload_id: &str, part_number: u32, body: Spooled) -> Result<ObjectInfo, ApiError>;
+    /// CompleteMultipartUpload. `whole_crc64nvme` is the full-object value the client sent
+    /// (checked, `BadDigest` on mismatch).
+    fn complete_multipart(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: &[CompletePart],
+        whole_crc64nvme: Option<&str>,
+    ) -> Result<ObjectInfo, ApiError>;
+    /// AbortMultipartUpload.
+    fn abort_multipart(&self, bucket: &str, key: &str, upload_id: &str) -> Result<(), ApiError>;
+}
+
+/// ETags compare without their quotes (clients send them either way).
+pub fn etag_eq(a: &str, b: &str) -> bool {
+    a.trim().trim_matches('"') == b.trim().trim_matches('"')
+}
+
+/// Checks `If-Match` against an object's ETag (`*` matches any existing object).
+pub fn check_if_match(if_match: Option<&str>, etag: &str) -> Result<(), ApiError> {
+    match if_match {
+        None => Ok(()),
+        Some(v) if v.split(',').any(|t| t.trim() == "*" || etag_eq(t, etag)) => Ok(()),
+        Some(_) => Err(ApiError::new(412, "PreconditionFailed", "At least one of the pre-conditions you specified did not hold")
+            .with_detail("Condition", "If-Match")),
+    }
+}
+
+/// Resolves a `Range` against `size`: `Ok(None)` whole object, `Ok(Some(span))`, or 416.
+pub fn resolve_range(range: Option<ByteRange>, size: u64) -> Result<Option<(u64, u64)>, ApiError> {
+    match range {
+        None => Ok(None),
+        Some(r) => match r.resolve(size) {
+            Some(span) => Ok(Some(span)),
+            None => Err(ApiError::new(416, "InvalidRange", "The requested range is not satisfiable")
+                .with_header("Content-Range", format!("bytes */{size}"))
+                .with_detail("RangeRequested", r.to_header())
+                .with_detail("ActualObjectSize", size.to_string())),
+        },
+    }
+}

@@ -1,0 +1,169 @@
+//! XML in and out: escaping for the documents the gateway writes, and a bounded parser for
+//! the one document it reads (`CompleteMultipartUpload`).
+
+use quick_xml::Reader;
+use quick_xml::events::Event;
+
+use crate::error::ApiError;
+
+/// Largest XML request body accepted (S3's own limit for Complete is about 1 MiB of parts).
+pub const MAX_XML_BODY: usize = 2 << 20;
+
+/// Escapes `s` for element text: `&`, `<`, `>`, and control characters as character
+/// references (S3 does the same; clients that need exact control bytes ask for
+/// `encoding-type=url`).
+pub fn escape(s: &str, out: &mut String) {
+    for ch in s.chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => out.push_str(&format!("&#{};", c as u32)),
+            c => out.push(c),
+        }
+    }
+}
+
+/// Appends `<name>escaped text</name>`.
+pub fn element(out: &mut String, name: &str, text: &str) {
+    out.push('<');
+    out.push_str(name);
+    out.push('>');
+    escape(text, out);
+    out.push_str("</");
+    out.push_str(name);
+    out.push('>');
+}
+
+/// One `<Part>` of a CompleteMultipartUpload request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestedPart {
+    /// `<PartNumber>`.
+    pub part_number: u32,
+    /// `<ETag>` as sent (quotes optional).
+    pub etag: String,
+    /// `<ChecksumCRC64NVME>`, when sent.
+    pub checksum_crc64nvme: Option<String>,
+    /// `<ChecksumCRC32C>`, when sent.
+    pub checksum_crc32c: Option<String>,
+}
+
+fn malformed(what: impl std::fmt::Display) -> ApiError {
+    let mut m = what.to_string();
+    m.truncate(200);
+    ApiError::new(400, "MalformedXML", format!("The XML you provided was not well-formed: {m}"))
+}
+
+/// Parses a `<CompleteMultipartUpload>` body into its parts, in document order. At most
+/// 10 000 parts; DOCTYPE refused; only the predefined entities and character references.
+pub fn parse_complete(body: &[u8]) -> Result<Vec<RequestedPart>, ApiError> {
+    if body.len() > MAX_XML_BODY {
+        return Err(malformed("body too large"));
+    }
+    let mut reader = Reader::from_reader(body);
+    reader.config_mut().check_end_names = true;
+    let mut path: Vec<String> = Vec::new();
+    let mut parts: Vec<RequestedPart> = Vec::new();
+    let mut text = String::new();
+    let mut saw_root = false;
+    loop {
+        match reader.read_event().map_err(malformed)? {
+            Event::Start(e) => {
+                let raw = e.name();
+                let name = String::from_utf8_lossy(raw.local_name().as_ref()).into_owned();
+                if path.is_empty() {
+                    if name != "CompleteMultipartUpload" || saw_root {
+                        return Err(malformed("root element must be CompleteMultipartUpload"));
+                    }
+                    saw_root = true;
+                }
+                if path.len() >= 8 {
+                    return Err(malformed("too deep"));
+                }
+                if path.len() == 1 && name == "Part" {
+                    if parts.len() >= s3_lite::s3::MAX_PARTS as usize {
+                        return Err(malformed("more than 10000 parts"));
+                    }
+                    parts.push(RequestedPart::default());
+                }
+                path.push(name);
+                text.clear();
+            }
+            Event::Empty(e) => {
+                if path.is_empty() {
+                    return Err(malformed("empty document"));
+                }
+                let _ = e;
+            }
+            Event::End(_) => {
+                let name = path.pop().unwrap_or_default();
+                if path.len() == 2 && path.get(1).map(String::as_str) == Some("Part") {
+                    let value = text.trim().to_owned();
+                    if let Some(part) = parts.last_mut() {
+                        match name.as_str() {
+                            "PartNumber" => {
+                                part.part_number = value
+                                    .parse()
+                                    .map_err(|_| malformed("PartNumber is not a number"))?;
+                            }
+                            "ETag" => part.etag = value,
+                            "ChecksumCRC64NVME" => part.checksum_crc64nvme = Some(value),
+                            "ChecksumCRC32C" => part.checksum_crc32c = Some(value),
+                            _ => {}
+                        }
+                    }
+                }
+                text.clear();
+            }
+            Event::Text(t) => {
+                let s = t.xml10_content().map_err(malformed)?;
+                if text.len() + s.len() > 4096 {
+                    return Err(malformed("element text too long"));
+                }
+                text.push_str(&s);
+            }
+            Event::GeneralRef(r) => {
+                let resolved = match r.resolve_char_ref().map_err(malformed)? {
+                    Some(ch) => ch.to_string(),
+                    None => {
+                        let name = r.decode().map_err(malformed)?;
+                        quick_xml::escape::resolve_xml_entity(&name)
+                            .ok_or_else(|| malformed("unknown entity"))?
+                            .to_owned()
+                    }
+                };
+                text.push_str(&resolved);
+            }
+            Event::CData(c) => text.push_str(&c.decode().map_err(malformed)?),
+            Event::DocType(_) => return Err(malformed("DOCTYPE is not accepted")),
+            Event::Decl(_) | Event::PI(_) | Event::Comment(_) => {}
+            Event::Eof => break,
+        }
+    }
+    if !saw_root || !path.is_empty() {
+        return Err(malformed("incomplete document"));
+    }
+    Ok(parts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_parts_and_refuses_junk() {
+        let body = br#"<?xml version="1.0"?><CompleteMultipartUpload xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Part><ETag>&quot;abc&quot;</ETag><PartNumber>1</PartNumber><ChecksumCRC64NVME>AAAAAAAAAAA=</ChecksumCRC64NVME></Part><Part><PartNumber>3</PartNumber><ETag>"d"</ETag></Part></CompleteMultipartUpload>"#;
+        let parts = parse_complete(body).unwrap();
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts[0].etag, "\"abc\"");
+        assert_eq!(parts[0].checksum_crc64nvme.as_deref(), Some("AAAAAAAAAAA="));
+        assert_eq!((parts[1].part_number, parts[1].etag.as_str()), (3, "\"d\""));
+        assert!(parse_complete(b"<Other/>").is_err());
+        assert!(parse_complete(b"<!DOCTYPE x><CompleteMultipartUpload/>").is_err());
+        assert!(parse_complete(b"<CompleteMultipartUpload><Part>").is_err());
+        let mut out = String::new();
+        escape("a<&>\"\u{1}", &mut out);
+        assert_eq!(out, "a&lt;&amp;&gt;&quot;&#1;");
+    }
+}
