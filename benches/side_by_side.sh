@@ -25,7 +25,8 @@ set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
-CMDLINE="$(env | grep -E '^(QUICK|REPEAT|CONC|SIZES|OPS_[0-9]+|BOTO3_OPS_DIV|CLIENTS|OBJECT_MIB|SEED)=' | sort | tr '\n' ' ')benches/side_by_side.sh $*"
+CMDLINE="$(env | { grep -E '^(QUICK|REPEAT|CONC|SIZES|OPS_[0-9]+|BOTO3_OPS_DIV|CLIENTS|OBJECT_MIB|SEED)=' || true; } |
+    sort | tr '\n' ' ')benches/side_by_side.sh $*"
 
 QUICK=${QUICK:-0}
 if [[ $QUICK == 1 ]]; then

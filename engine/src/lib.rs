@@ -44,6 +44,7 @@ mod dispatch;
 mod engine;
 mod error;
 mod fabric;
+pub mod gpu;
 mod inflight;
 mod memory;
 mod placement;

@@ -104,21 +104,35 @@ impl Hashers {
 }
 
 fn too_large(max: u64) -> ApiError {
-    ApiError::new(400, "EntityTooLarge", "Your proposed upload exceeds the maximum allowed size")
-        .with_detail("MaxSizeAllowed", max.to_string())
+    ApiError::new(
+        400,
+        "EntityTooLarge",
+        "Your proposed upload exceeds the maximum allowed size",
+    )
+    .with_detail("MaxSizeAllowed", max.to_string())
 }
 
 fn incomplete() -> ApiError {
-    ApiError::new(400, "IncompleteBody", "You did not provide the number of bytes specified by the Content-Length HTTP header")
+    ApiError::new(
+        400,
+        "IncompleteBody",
+        "You did not provide the number of bytes specified by the Content-Length HTTP header",
+    )
 }
 
 /// Reads the whole body from `source` into a temporary file in `dir`.
-pub fn receive(source: &mut dyn BodySource, dir: &Path, opts: ReceiveOptions) -> Result<Spooled, ApiError> {
+pub fn receive(
+    source: &mut dyn BodySource,
+    dir: &Path,
+    opts: ReceiveOptions,
+) -> Result<Spooled, ApiError> {
     let file = tempfile::Builder::new().prefix("spool-").tempfile_in(dir)?;
     let mut writer = std::io::BufWriter::with_capacity(256 * 1024, file);
     let mut h = Hashers::new();
     let mut trailers = Vec::new();
-    let mut chunked = opts.aws_chunked.then(|| ChunkedDecoder::new(Limits::default()));
+    let mut chunked = opts
+        .aws_chunked
+        .then(|| ChunkedDecoder::new(Limits::default()));
     let mut ended = false;
     while let Some(raw) = source.next_chunk().map_err(|_| incomplete())? {
         let Some(dec) = chunked.as_mut() else {
@@ -132,11 +146,19 @@ pub fn receive(source: &mut dyn BodySource, dir: &Path, opts: ReceiveOptions) ->
         let mut input = raw;
         while !input.is_empty() {
             if ended {
-                return Err(ApiError::new(400, "InvalidRequest", "bytes after the end of the aws-chunked body"));
+                return Err(ApiError::new(
+                    400,
+                    "InvalidRequest",
+                    "bytes after the end of the aws-chunked body",
+                ));
             }
-            let (n, ev) = dec
-                .decode(input)
-                .map_err(|e| ApiError::new(400, "InvalidRequest", format!("malformed aws-chunked body: {e}")))?;
+            let (n, ev) = dec.decode(input).map_err(|e| {
+                ApiError::new(
+                    400,
+                    "InvalidRequest",
+                    format!("malformed aws-chunked body: {e}"),
+                )
+            })?;
             match ev {
                 ChunkEvent::Data(d) => {
                     if h.len + d.len() as u64 > opts.max_len {
@@ -162,7 +184,9 @@ pub fn receive(source: &mut dyn BodySource, dir: &Path, opts: ReceiveOptions) ->
             return Err(incomplete().with_detail("DecodedContentLength", expected.to_string()));
         }
     }
-    let file = writer.into_inner().map_err(|e| ApiError::internal(e.error()))?;
+    let file = writer
+        .into_inner()
+        .map_err(|e| ApiError::internal(e.error()))?;
     let mut md5 = [0u8; 16];
     md5.copy_from_slice(&h.md5.finalize());
     let mut sha256 = [0u8; 32];
@@ -180,7 +204,11 @@ pub fn receive(source: &mut dyn BodySource, dir: &Path, opts: ReceiveOptions) ->
 }
 
 fn bad_digest(alg: &str) -> ApiError {
-    ApiError::new(400, "BadDigest", format!("The {alg} you specified did not match the calculated checksum."))
+    ApiError::new(
+        400,
+        "BadDigest",
+        format!("The {alg} you specified did not match the calculated checksum."),
+    )
 }
 
 /// The checksums a request declared (headers, or trailers of an aws-chunked body) that the
@@ -190,7 +218,11 @@ pub type Echo = Vec<(String, String)>;
 /// Verifies the body against `x-amz-content-sha256` (when it is a hex hash), `Content-MD5`
 /// and every `x-amz-checksum-{crc64nvme,crc32c,crc32,sha256}` given in `headers` or the
 /// trailers. Returns the checksums to echo.
-pub fn verify(body: &Spooled, headers: &[(String, String)], payload: &PayloadHash) -> Result<Echo, ApiError> {
+pub fn verify(
+    body: &Spooled,
+    headers: &[(String, String)],
+    payload: &PayloadHash,
+) -> Result<Echo, ApiError> {
     if let PayloadHash::Hex(declared) = payload {
         if !declared.eq_ignore_ascii_case(&hex(&body.sha256)) {
             return Err(ApiError::new(
@@ -211,20 +243,29 @@ pub fn verify(body: &Spooled, headers: &[(String, String)], payload: &PayloadHas
     };
     if let Some(md5) = find("content-md5") {
         if md5 != STANDARD.encode(body.md5) {
-            return Err(ApiError::new(400, "BadDigest", "The Content-MD5 you specified did not match what we received."));
+            return Err(ApiError::new(
+                400,
+                "BadDigest",
+                "The Content-MD5 you specified did not match what we received.",
+            ));
         }
     }
     let mut echo = Vec::new();
     let checks: [(&str, String); 4] = [
         ("x-amz-checksum-crc64nvme", encode_crc64nvme(body.crc64nvme)),
         ("x-amz-checksum-crc32c", encode_crc32c(body.crc32c)),
-        ("x-amz-checksum-crc32", STANDARD.encode(body.crc32.to_be_bytes())),
+        (
+            "x-amz-checksum-crc32",
+            STANDARD.encode(body.crc32.to_be_bytes()),
+        ),
         ("x-amz-checksum-sha256", STANDARD.encode(body.sha256)),
     ];
     for (name, actual) in checks {
         if let Some(given) = find(name) {
             if given != actual {
-                let alg = name.trim_start_matches("x-amz-checksum-").to_ascii_uppercase();
+                let alg = name
+                    .trim_start_matches("x-amz-checksum-")
+                    .to_ascii_uppercase();
                 return Err(bad_digest(&format!("{alg} checksum")));
             }
             echo.push((name.to_owned(), actual));
@@ -246,7 +287,11 @@ mod tests {
     }
 
     fn opts(aws_chunked: bool, decoded_len: Option<u64>) -> ReceiveOptions {
-        ReceiveOptions { aws_chunked, decoded_len, max_len: 1 << 20 }
+        ReceiveOptions {
+            aws_chunked,
+            decoded_len,
+            max_len: 1 << 20,
+        }
     }
 
     #[test]
@@ -257,12 +302,26 @@ mod tests {
         assert_eq!(s.len, 9);
         assert_eq!(s.crc64nvme_base64(), "rosUhgp5mIg=");
         assert_eq!(s.crc32, 0xCBF4_3926, "CRC-32 check value");
-        assert_eq!(s.etag(), "\"25f9e794323b453885f5181f1b624d0b\"", "MD5 of 123456789");
+        assert_eq!(
+            s.etag(),
+            "\"25f9e794323b453885f5181f1b624d0b\"",
+            "MD5 of 123456789"
+        );
         let h = |n: &str, v: &str| vec![(n.to_owned(), v.to_owned())];
-        let echo = verify(&s, &h("x-amz-checksum-crc64nvme", "rosUhgp5mIg="), &PayloadHash::Unsigned).unwrap();
+        let echo = verify(
+            &s,
+            &h("x-amz-checksum-crc64nvme", "rosUhgp5mIg="),
+            &PayloadHash::Unsigned,
+        )
+        .unwrap();
         assert_eq!(echo, h("x-amz-checksum-crc64nvme", "rosUhgp5mIg="));
-        let err = verify(&s, &h("x-amz-checksum-crc64nvme", "AAAAAAAAAAA="), &PayloadHash::Unsigned).unwrap_err();
-        assert_eq!((err.status, err.code), (400, "BadDigest"));
+        let err = verify(
+            &s,
+            &h("x-amz-checksum-crc64nvme", "AAAAAAAAAAA="),
+            &PayloadHash::Unsigned,
+        )
+        .unwrap_err();
+        assert_eq!((err.status, err.code.as_str()), (400, "BadDigest"));
         let err = verify(&s, &[], &PayloadHash::of_body(b"other")).unwrap_err();
         assert_eq!(err.code, "XAmzContentSHA256Mismatch");
         verify(&s, &[], &PayloadHash::of_body(b"123456789")).unwrap();
@@ -271,19 +330,46 @@ mod tests {
     #[test]
     fn aws_chunked_with_trailer() {
         let dir = tempfile::tempdir().unwrap();
-        let wire = b"4\r\n1234\r\n5\r\n56789\r\n0\r\nx-amz-checksum-crc64nvme:rosUhgp5mIg=\r\n\r\n".to_vec();
+        let wire = b"4\r\n1234\r\n5\r\n56789\r\n0\r\nx-amz-checksum-crc64nvme:rosUhgp5mIg=\r\n\r\n"
+            .to_vec();
         let pieces = wire.chunks(3).map(<[u8]>::to_vec).collect();
         let s = receive(&mut Pieces(pieces, 0), dir.path(), opts(true, Some(9))).unwrap();
         assert_eq!(s.len, 9);
-        assert_eq!(verify(&s, &[], &PayloadHash::StreamingUnsignedTrailer).unwrap().len(), 1);
-        let s = receive(&mut Pieces(vec![wire.clone()], 0), dir.path(), opts(true, Some(8)));
+        assert_eq!(
+            verify(&s, &[], &PayloadHash::StreamingUnsignedTrailer)
+                .unwrap()
+                .len(),
+            1
+        );
+        let s = receive(
+            &mut Pieces(vec![wire.clone()], 0),
+            dir.path(),
+            opts(true, Some(8)),
+        );
         assert_eq!(s.unwrap_err().code, "IncompleteBody");
-        let s = receive(&mut Pieces(vec![wire[..10].to_vec()], 0), dir.path(), opts(true, Some(9)));
+        let s = receive(
+            &mut Pieces(vec![wire[..10].to_vec()], 0),
+            dir.path(),
+            opts(true, Some(9)),
+        );
         assert_eq!(s.unwrap_err().code, "IncompleteBody");
         let bad = b"4\r\n1234\r\n0\r\nx-amz-checksum-crc64nvme:AAAAAAAAAAA=\r\n\r\n".to_vec();
         let s = receive(&mut Pieces(vec![bad], 0), dir.path(), opts(true, Some(4))).unwrap();
-        assert_eq!(verify(&s, &[], &PayloadHash::StreamingUnsignedTrailer).unwrap_err().code, "BadDigest");
-        let big = receive(&mut Pieces(vec![vec![0; 10]], 0), dir.path(), ReceiveOptions { aws_chunked: false, decoded_len: None, max_len: 9 });
+        assert_eq!(
+            verify(&s, &[], &PayloadHash::StreamingUnsignedTrailer)
+                .unwrap_err()
+                .code,
+            "BadDigest"
+        );
+        let big = receive(
+            &mut Pieces(vec![vec![0; 10]], 0),
+            dir.path(),
+            ReceiveOptions {
+                aws_chunked: false,
+                decoded_len: None,
+                max_len: 9,
+            },
+        );
         assert_eq!(big.unwrap_err().code, "EntityTooLarge");
     }
 }

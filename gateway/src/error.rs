@@ -10,8 +10,8 @@ use crate::xml::escape;
 pub struct ApiError {
     /// HTTP status.
     pub status: u16,
-    /// S3 error code.
-    pub code: &'static str,
+    /// S3 error code (upstream codes pass through unchanged).
+    pub code: String,
     /// Human-readable message.
     pub message: String,
     /// Extra response headers.
@@ -31,8 +31,14 @@ impl std::error::Error for ApiError {}
 
 impl ApiError {
     /// An error with a status, code and message.
-    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), headers: Vec::new(), details: Vec::new() }
+    pub fn new(status: u16, code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code: code.into(),
+            message: message.into(),
+            headers: Vec::new(),
+            details: Vec::new(),
+        }
     }
 
     /// Adds a response header.
@@ -49,7 +55,8 @@ impl ApiError {
 
     /// 404 NoSuchBucket.
     pub fn no_such_bucket(bucket: &str) -> Self {
-        Self::new(404, "NoSuchBucket", "The specified bucket does not exist").with_detail("BucketName", bucket)
+        Self::new(404, "NoSuchBucket", "The specified bucket does not exist")
+            .with_detail("BucketName", bucket)
     }
 
     /// 404 NoSuchKey.
@@ -70,7 +77,11 @@ impl ApiError {
     /// 500 InternalError for a local failure (the message names what failed, never a path
     /// outside the request's own names).
     pub fn internal(what: impl std::fmt::Display) -> Self {
-        Self::new(500, "InternalError", format!("We encountered an internal error: {what}"))
+        Self::new(
+            500,
+            "InternalError",
+            format!("We encountered an internal error: {what}"),
+        )
     }
 
     /// 400 InvalidArgument.
@@ -92,7 +103,7 @@ impl ApiError {
     pub fn to_xml(&self, resource: &str, request_id: &str) -> Vec<u8> {
         let mut s = String::with_capacity(256);
         s.push_str("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>");
-        s.push_str(self.code);
+        s.push_str(&self.code);
         s.push_str("</Code><Message>");
         escape(&self.message, &mut s);
         s.push_str("</Message>");

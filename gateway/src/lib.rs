@@ -1,2 +1,41 @@
-//! `hipobj-gateway` (being written): the S3 server side of hipObject.
+//! `hipobj-gateway`: the S3 server side of hipObject.
+//!
+//! A blocking, multi-threaded S3 server (`std::net`, a fixed worker pool) built on the
+//! sans-IO codecs of `s3-lite`: the server-side HTTP/1.1 decoder, the SigV4 verifier, the
+//! checksum and RDMA header codecs. It serves the S3 subset hipObject clients use (GET with
+//! ranges, HEAD, PUT, multipart, ListObjectsV2, DELETE, CreateBucket, HeadBucket) from a local
+//! directory or by bridging to an upstream S3 store, and answers requests carrying
+//! `x-amz-rdma-token` through the [`rdma`] seam where the soft and verbs fabrics plug in.
+//!
+//! ```no_run
+//! let gw = hipobj_gateway::Gateway::builder()
+//!     .listen("127.0.0.1:0")
+//!     .root_dir("/tmp/objects")
+//!     .credentials("AKIDEXAMPLE", "secret")
+//!     .start()
+//!     .unwrap();
+//! println!("listening on http://{}", gw.local_addr());
+//! gw.shutdown();
+//! ```
+//!
+//! Modules: [`server`] (builder, threads, limits), [`conn`] (one connection), [`handler`]
+//! (S3 operations), [`auth`] (SigV4), [`body`] (spooling and checksum verification),
+//! [`backend`] (trait, local directory, upstream bridge), [`rdma`] (the fabric seam),
+//! [`route`] (addressing), [`xml`], [`error`], [`time`]. Layout and behaviour: `docs/gateway.md`.
 #![forbid(unsafe_code)]
+
+pub mod auth;
+pub mod backend;
+pub mod body;
+pub mod conn;
+pub mod error;
+pub mod handler;
+pub mod rdma;
+pub mod route;
+pub mod server;
+pub mod time;
+pub mod xml;
+
+pub use error::ApiError;
+pub use rdma::{DataPath, GetDecline, NoFabric, RdmaTarget};
+pub use server::{Config, Gateway, GatewayBuilder, RunningGateway, StartError};

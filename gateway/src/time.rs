@@ -4,7 +4,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Seconds since the Unix epoch (0 if the clock is before it).
 pub fn now_secs() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian.
@@ -24,20 +27,35 @@ fn civil(days: u64) -> (u64, u64, u64) {
 /// RFC 9110 IMF-fixdate: `Sun, 06 Nov 1994 08:49:37 GMT` (`Date`, `Last-Modified`).
 pub fn http_date(secs: u64) -> String {
     const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
     let days = secs / 86_400;
     let rem = secs % 86_400;
     let (y, m, d) = civil(days);
     let wd = DAYS.get((days % 7) as usize).copied().unwrap_or("Thu");
-    let mon = MONTHS.get((m as usize).saturating_sub(1)).copied().unwrap_or("Jan");
-    format!("{wd}, {d:02} {mon} {y:04} {:02}:{:02}:{:02} GMT", rem / 3600, rem / 60 % 60, rem % 60)
+    let mon = MONTHS
+        .get((m as usize).saturating_sub(1))
+        .copied()
+        .unwrap_or("Jan");
+    format!(
+        "{wd}, {d:02} {mon} {y:04} {:02}:{:02}:{:02} GMT",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
 }
 
 /// ISO 8601 with milliseconds, as ListObjectsV2 writes `LastModified`.
 pub fn iso8601(secs: u64) -> String {
     let (y, m, d) = civil(secs / 86_400);
     let rem = secs % 86_400;
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.000Z", rem / 3600, rem / 60 % 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.000Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
 }
 
 #[cfg(test)]

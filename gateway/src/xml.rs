@@ -9,8 +9,8 @@ use crate::error::ApiError;
 /// Largest XML request body accepted (S3's own limit for Complete is about 1 MiB of parts).
 pub const MAX_XML_BODY: usize = 2 << 20;
 
-/// Escapes `s` for element text: `&`, `<`, `>`, and control characters as character
-/// references (S3 does the same; clients that need exact control bytes ask for
+/// Escapes `s` for element text: `&`, `<`, `>`, `"`, and control characters other than LF and
+/// TAB as character references (S3 does the same; clients that need exact control bytes ask for
 /// `encoding-type=url`).
 pub fn escape(s: &str, out: &mut String) {
     for ch in s.chars() {
@@ -19,7 +19,9 @@ pub fn escape(s: &str, out: &mut String) {
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => out.push_str(&format!("&#{};", c as u32)),
+            c if ((c as u32) < 0x20 && c != '\n' && c != '\t') || c == '\u{7f}' => {
+                out.push_str(&format!("&#{};", c as u32))
+            }
             c => out.push(c),
         }
     }
@@ -52,7 +54,11 @@ pub struct RequestedPart {
 fn malformed(what: impl std::fmt::Display) -> ApiError {
     let mut m = what.to_string();
     m.truncate(200);
-    ApiError::new(400, "MalformedXML", format!("The XML you provided was not well-formed: {m}"))
+    ApiError::new(
+        400,
+        "MalformedXML",
+        format!("The XML you provided was not well-formed: {m}"),
+    )
 }
 
 /// Parses a `<CompleteMultipartUpload>` body into its parts, in document order. At most

@@ -34,14 +34,18 @@ pub fn window(
     alloc_base: u64,
     alloc_len: u64,
 ) -> Result<DmabufWindow, GpuError> {
-    let bad = |why: &str| GpuError::InvalidArgument(format!("dmabuf export of {len} bytes at {addr:#x}: {why}"));
+    let bad = |why: &str| {
+        GpuError::InvalidArgument(format!("dmabuf export of {len} bytes at {addr:#x}: {why}"))
+    };
     if len == 0 {
         return Err(bad("empty range"));
     }
     if page == 0 || !page.is_power_of_two() {
         return Err(bad("page size is not a power of two"));
     }
-    let end = addr.checked_add(len).ok_or_else(|| bad("range overflows"))?;
+    let end = addr
+        .checked_add(len)
+        .ok_or_else(|| bad("range overflows"))?;
     let alloc_end = alloc_base
         .checked_add(alloc_len)
         .ok_or_else(|| bad("allocation overflows"))?;
@@ -105,7 +109,14 @@ mod tests {
     #[test]
     fn aligned_whole_allocation_has_zero_offset() {
         let w = window(0x7f00_0000_0000, 1 << 20, P, 0x7f00_0000_0000, 1 << 20).unwrap();
-        assert_eq!(w, DmabufWindow { start: 0x7f00_0000_0000, size: 1 << 20, offset: 0 });
+        assert_eq!(
+            w,
+            DmabufWindow {
+                start: 0x7f00_0000_0000,
+                size: 1 << 20,
+                offset: 0
+            }
+        );
     }
 
     #[test]

@@ -36,7 +36,11 @@ impl DeviceBuffer {
     /// Allocates `len` bytes on device `ordinal`.
     pub fn new(rt: &Arc<dyn GpuRuntime>, ordinal: u32, len: usize) -> Result<Self, GpuError> {
         let ptr = rt.alloc_device(ordinal, len)?;
-        Ok(DeviceBuffer { rt: Arc::clone(rt), ptr, len })
+        Ok(DeviceBuffer {
+            rt: Arc::clone(rt),
+            ptr,
+            len,
+        })
     }
 
     /// The device address of byte 0.
@@ -125,11 +129,17 @@ impl PinnedBuffer {
         }
         let ptr = rt.alloc_pinned(len)?;
         if ptr.is_null() {
-            return Err(GpuError::InvalidArgument("runtime returned a null pinned buffer".into()));
+            return Err(GpuError::InvalidArgument(
+                "runtime returned a null pinned buffer".into(),
+            ));
         }
         // SAFETY: `ptr` is a fresh, exclusively owned allocation of `len` writable bytes.
         unsafe { std::ptr::write_bytes(ptr, 0, len) };
-        Ok(PinnedBuffer { rt: Arc::clone(rt), ptr, len })
+        Ok(PinnedBuffer {
+            rt: Arc::clone(rt),
+            ptr,
+            len,
+        })
     }
 
     /// Length in bytes.
@@ -190,7 +200,10 @@ impl GpuStream {
     /// Creates a non-blocking stream on device `ordinal`.
     pub fn new(rt: &Arc<dyn GpuRuntime>, ordinal: u32) -> Result<Self, GpuError> {
         let raw = rt.create_stream(ordinal)?;
-        Ok(GpuStream { rt: Arc::clone(rt), raw })
+        Ok(GpuStream {
+            rt: Arc::clone(rt),
+            raw,
+        })
     }
 
     /// The raw handle, valid while `self` lives.
@@ -217,7 +230,12 @@ impl GpuStream {
     /// # Safety
     /// [`GpuRuntime::memcpy_h2d_async`]'s contract for `src`: readable, unmodified and alive
     /// until the copy is known complete. `dst` must lie in a live device allocation.
-    pub unsafe fn copy_h2d_async(&self, dst: DevicePtr, src: *const u8, len: usize) -> Result<(), GpuError> {
+    pub unsafe fn copy_h2d_async(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        len: usize,
+    ) -> Result<(), GpuError> {
         // SAFETY: forwarded to the caller; the stream is live (INVARIANT on `raw`).
         unsafe { self.rt.memcpy_h2d_async(dst, src, len, self.raw) }
     }
@@ -226,7 +244,12 @@ impl GpuStream {
     ///
     /// # Safety
     /// [`GpuRuntime::memcpy_d2h_async`]'s contract for `dst`.
-    pub unsafe fn copy_d2h_async(&self, dst: *mut u8, src: DevicePtr, len: usize) -> Result<(), GpuError> {
+    pub unsafe fn copy_d2h_async(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        len: usize,
+    ) -> Result<(), GpuError> {
         // SAFETY: forwarded to the caller; the stream is live (INVARIANT on `raw`).
         unsafe { self.rt.memcpy_d2h_async(dst, src, len, self.raw) }
     }
@@ -248,10 +271,13 @@ pub struct GpuEvent {
 }
 
 impl GpuEvent {
-    /// Creates an event on device `ordinal`; `timing` enables [`GpuEvent::elapsed_ms`].
+    /// Creates an event on device `ordinal`; `timing` enables [`GpuEvent::elapsed_ms_since`].
     pub fn new(rt: &Arc<dyn GpuRuntime>, ordinal: u32, timing: bool) -> Result<Self, GpuError> {
         let raw = rt.create_event(ordinal, timing)?;
-        Ok(GpuEvent { rt: Arc::clone(rt), raw })
+        Ok(GpuEvent {
+            rt: Arc::clone(rt),
+            raw,
+        })
     }
 
     /// Whether the recorded work has completed.

@@ -13,9 +13,11 @@ use std::fmt;
 
 use numa::{GpuVendor, PciAddr};
 
-use super::{Backend, Capabilities, DevicePtr, DmabufRegion, GpuError, PointerKind, RawEvent, RawStream};
+use super::{
+    Backend, Capabilities, DevicePtr, DmabufRegion, GpuError, PointerKind, RawEvent, RawStream,
+};
 
-/// A GPU runtime loaded at run time (see [`super::detect`]).
+/// A GPU runtime loaded at run time (see [`super::detect()`]).
 ///
 /// Implementations keep whatever per-thread state the runtime needs (CUDA's current context)
 /// themselves: every method may be called from any thread.
@@ -29,7 +31,7 @@ pub trait GpuRuntime: Send + Sync + fmt::Debug {
     /// The runtime's own version number (`cuDriverGetVersion`, `hipRuntimeGetVersion`).
     fn version(&self) -> i32;
     /// Number of devices the runtime sees (0 is a valid answer only if the runtime says so
-    /// without error; runtimes that fail with "no device" make [`super::detect`] skip them).
+    /// without error; runtimes that fail with "no device" make [`super::detect()`] skip them).
     fn device_count(&self) -> u32;
     /// Optional features present in the loaded runtime.
     fn capabilities(&self) -> Capabilities;
@@ -129,7 +131,8 @@ pub trait GpuRuntime: Send + Sync + fmt::Debug {
     /// # Safety
     /// `src..src+len` is readable for the duration of the call; `dst..dst+len` lies inside one
     /// live device allocation of this runtime.
-    unsafe fn memcpy_h2d(&self, dst: DevicePtr, src: *const u8, len: usize) -> Result<(), GpuError>;
+    unsafe fn memcpy_h2d(&self, dst: DevicePtr, src: *const u8, len: usize)
+    -> Result<(), GpuError>;
     /// Synchronous device → host copy.
     ///
     /// # Safety

@@ -7,6 +7,7 @@
 //! stored.
 
 pub mod keymap;
+pub mod list;
 pub mod local;
 pub mod upstream;
 
@@ -126,6 +127,9 @@ pub struct CompletePart {
 /// threads (`Send + Sync`) and must make every write atomic: a reader sees the old object or
 /// the new one, never a mix, and a failed upload leaves nothing behind.
 pub trait Backend: Send + Sync {
+    /// Where request bodies are spooled before they reach the backend (for the local
+    /// directory: on the same file system, so storing is a rename).
+    fn spool_dir(&self) -> &std::path::Path;
     /// CreateBucket (idempotent for the same owner: an existing bucket is
     /// `BucketAlreadyOwnedByYou`).
     fn create_bucket(&self, bucket: &str) -> Result<(), ApiError>;
@@ -136,18 +140,38 @@ pub trait Backend: Send + Sync {
     /// ListBuckets: names in order.
     fn list_buckets(&self) -> Result<Vec<String>, ApiError>;
     /// PutObject of a verified body.
-    fn put_object(&self, bucket: &str, key: &str, body: Spooled, meta: &PutMeta) -> Result<ObjectInfo, ApiError>;
+    fn put_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: Spooled,
+        meta: &PutMeta,
+    ) -> Result<ObjectInfo, ApiError>;
     /// GetObject / HeadObject into `sink`. Range and If-Match are resolved here (416 with
     /// `Content-Range: bytes */size`, 412 PreconditionFailed) before `sink.begin`.
-    fn get_object(&self, bucket: &str, key: &str, req: &GetRequest, sink: &mut dyn ObjectSink) -> Result<(), ApiError>;
+    fn get_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        req: &GetRequest,
+        sink: &mut dyn ObjectSink,
+    ) -> Result<(), ApiError>;
     /// DeleteObject (a missing key is not an error, as in S3).
     fn delete_object(&self, bucket: &str, key: &str) -> Result<(), ApiError>;
     /// ListObjectsV2.
     fn list_objects(&self, bucket: &str, query: &ListQuery) -> Result<ListPage, ApiError>;
     /// CreateMultipartUpload: returns the upload id.
-    fn create_multipart(&self, bucket: &str, key: &str, meta: &PutMeta) -> Result<String, ApiError>;
+    fn create_multipart(&self, bucket: &str, key: &str, meta: &PutMeta)
+    -> Result<String, ApiError>;
     /// UploadPart of a verified body: returns the part's ETag and CRC64NVME.
-    fn upload_part(&self, bucket: &str, key: &str, upload_id: &str, part_number: u32, body: Spooled) -> Result<ObjectInfo, ApiError>;
+    fn upload_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part_number: u32,
+        body: Spooled,
+    ) -> Result<ObjectInfo, ApiError>;
     /// CompleteMultipartUpload. `whole_crc64nvme` is the full-object value the client sent
     /// (checked, `BadDigest` on mismatch).
     fn complete_multipart(
@@ -172,8 +196,12 @@ pub fn check_if_match(if_match: Option<&str>, etag: &str) -> Result<(), ApiError
     match if_match {
         None => Ok(()),
         Some(v) if v.split(',').any(|t| t.trim() == "*" || etag_eq(t, etag)) => Ok(()),
-        Some(_) => Err(ApiError::new(412, "PreconditionFailed", "At least one of the pre-conditions you specified did not hold")
-            .with_detail("Condition", "If-Match")),
+        Some(_) => Err(ApiError::new(
+            412,
+            "PreconditionFailed",
+            "At least one of the pre-conditions you specified did not hold",
+        )
+        .with_detail("Condition", "If-Match")),
     }
 }
 
@@ -183,10 +211,14 @@ pub fn resolve_range(range: Option<ByteRange>, size: u64) -> Result<Option<(u64,
         None => Ok(None),
         Some(r) => match r.resolve(size) {
             Some(span) => Ok(Some(span)),
-            None => Err(ApiError::new(416, "InvalidRange", "The requested range is not satisfiable")
-                .with_header("Content-Range", format!("bytes */{size}"))
-                .with_detail("RangeRequested", r.to_header())
-                .with_detail("ActualObjectSize", size.to_string())),
+            None => Err(ApiError::new(
+                416,
+                "InvalidRange",
+                "The requested range is not satisfiable",
+            )
+            .with_header("Content-Range", format!("bytes */{size}"))
+            .with_detail("RangeRequested", r.to_header())
+            .with_detail("ActualObjectSize", size.to_string())),
         },
     }
 }

@@ -78,9 +78,15 @@ impl CudaLib {
             });
         }
         if let Some(missing) = REQUIRED.iter().find(|s| !has_symbol(s)) {
-            return Err(GpuError::MissingSymbol { backend: Backend::Cuda, symbol: missing });
+            return Err(GpuError::MissingSymbol {
+                backend: Backend::Cuda,
+                symbol: missing,
+            });
         }
-        Ok(CudaLib { has_dmabuf: has_symbol(SYM_DMABUF), has_elapsed: has_symbol(SYM_ELAPSED) })
+        Ok(CudaLib {
+            has_dmabuf: has_symbol(SYM_DMABUF),
+            has_elapsed: has_symbol(SYM_ELAPSED),
+        })
     }
 }
 
@@ -122,7 +128,9 @@ pub fn init() -> Result<(), GpuError> {
 pub fn driver_version() -> Result<i32, GpuError> {
     let mut v: c_int = 0;
     // SAFETY: out-parameter is a stack local.
-    check("cuDriverGetVersion", unsafe { sys::cuDriverGetVersion(&raw mut v) })?;
+    check("cuDriverGetVersion", unsafe {
+        sys::cuDriverGetVersion(&raw mut v)
+    })?;
     Ok(v)
 }
 
@@ -130,7 +138,9 @@ pub fn driver_version() -> Result<i32, GpuError> {
 pub fn device_count() -> Result<i32, GpuError> {
     let mut n: c_int = 0;
     // SAFETY: out-parameter is a stack local.
-    check("cuDeviceGetCount", unsafe { sys::cuDeviceGetCount(&raw mut n) })?;
+    check("cuDeviceGetCount", unsafe {
+        sys::cuDeviceGetCount(&raw mut n)
+    })?;
     Ok(n)
 }
 
@@ -138,7 +148,9 @@ pub fn device_count() -> Result<i32, GpuError> {
 pub fn device_get(ordinal: i32) -> Result<sys::CUdevice, GpuError> {
     let mut d: sys::CUdevice = 0;
     // SAFETY: out-parameter is a stack local.
-    check("cuDeviceGet", unsafe { sys::cuDeviceGet(&raw mut d, ordinal) })?;
+    check("cuDeviceGet", unsafe {
+        sys::cuDeviceGet(&raw mut d, ordinal)
+    })?;
     Ok(d)
 }
 
@@ -146,7 +158,9 @@ pub fn device_get(ordinal: i32) -> Result<sys::CUdevice, GpuError> {
 pub fn device_name(dev: sys::CUdevice) -> Result<String, GpuError> {
     let mut buf = [0 as c_char; 256];
     // SAFETY: the driver writes at most `len` bytes including the NUL into the stack buffer.
-    check("cuDeviceGetName", unsafe { sys::cuDeviceGetName(buf.as_mut_ptr(), 256, dev) })?;
+    check("cuDeviceGetName", unsafe {
+        sys::cuDeviceGetName(buf.as_mut_ptr(), 256, dev)
+    })?;
     Ok(cstr_from_buf(&buf))
 }
 
@@ -154,12 +168,18 @@ pub fn device_name(dev: sys::CUdevice) -> Result<String, GpuError> {
 pub fn device_pci_bus_id(dev: sys::CUdevice) -> Result<String, GpuError> {
     let mut buf = [0 as c_char; 64];
     // SAFETY: the driver writes at most `len` bytes including the NUL into the stack buffer.
-    check("cuDeviceGetPCIBusId", unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), 64, dev) })?;
+    check("cuDeviceGetPCIBusId", unsafe {
+        sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), 64, dev)
+    })?;
     Ok(cstr_from_buf(&buf))
 }
 
 fn cstr_from_buf(buf: &[c_char]) -> String {
-    let bytes: Vec<u8> = buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    let bytes: Vec<u8> = buf
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
@@ -167,23 +187,32 @@ fn cstr_from_buf(buf: &[c_char]) -> String {
 pub fn primary_ctx_retain(dev: sys::CUdevice) -> Result<sys::CUcontext, GpuError> {
     let mut ctx: sys::CUcontext = std::ptr::null_mut();
     // SAFETY: out-parameter is a stack local.
-    check("cuDevicePrimaryCtxRetain", unsafe { sys::cuDevicePrimaryCtxRetain(&raw mut ctx, dev) })?;
+    check("cuDevicePrimaryCtxRetain", unsafe {
+        sys::cuDevicePrimaryCtxRetain(&raw mut ctx, dev)
+    })?;
     Ok(ctx)
 }
 
 /// `cuDevicePrimaryCtxRelease_v2`.
 pub fn primary_ctx_release(dev: sys::CUdevice) -> Result<(), GpuError> {
     // SAFETY: plain call; the driver refcounts the primary context.
-    check("cuDevicePrimaryCtxRelease_v2", unsafe { sys::cuDevicePrimaryCtxRelease_v2(dev) })
+    check("cuDevicePrimaryCtxRelease_v2", unsafe {
+        sys::cuDevicePrimaryCtxRelease_v2(dev)
+    })
 }
 
 /// Makes `ctx` current on this thread unless it already is (`cuCtxGetCurrent` is a TLS read).
-pub fn ensure_current(ctx: sys::CUcontext) -> Result<(), GpuError> {
+///
+/// # Safety
+/// `ctx` is a live context (a retained primary context).
+pub unsafe fn ensure_current(ctx: sys::CUcontext) -> Result<(), GpuError> {
     let mut cur: sys::CUcontext = std::ptr::null_mut();
     // SAFETY: out-parameter is a stack local.
-    check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&raw mut cur) })?;
+    check("cuCtxGetCurrent", unsafe {
+        sys::cuCtxGetCurrent(&raw mut cur)
+    })?;
     if cur != ctx {
-        // SAFETY: `ctx` is a retained primary context (kept alive by the runtime object).
+        // SAFETY: the caller's contract: `ctx` is live.
         check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx) })?;
     }
     Ok(())
@@ -209,7 +238,9 @@ pub fn pointer_attr_u32(attr: sys::CUpointer_attribute, ptr: u64) -> Result<Opti
 pub fn mem_alloc(len: usize) -> Result<u64, GpuError> {
     let mut p: sys::CUdeviceptr = 0;
     // SAFETY: out-parameter is a stack local.
-    check("cuMemAlloc_v2", unsafe { sys::cuMemAlloc_v2(&raw mut p, len) })?;
+    check("cuMemAlloc_v2", unsafe {
+        sys::cuMemAlloc_v2(&raw mut p, len)
+    })?;
     Ok(p)
 }
 
@@ -275,7 +306,10 @@ pub fn stream_create() -> Result<sys::CUstream, GpuError> {
     let mut s: sys::CUstream = std::ptr::null_mut();
     // SAFETY: out-parameter is a stack local.
     check("cuStreamCreate", unsafe {
-        sys::cuStreamCreate(&raw mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint)
+        sys::cuStreamCreate(
+            &raw mut s,
+            sys::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint,
+        )
     })?;
     Ok(s)
 }
@@ -295,15 +329,23 @@ pub unsafe fn stream_destroy(s: sys::CUstream) -> Result<(), GpuError> {
 /// `s` is a live stream.
 pub unsafe fn stream_synchronize(s: sys::CUstream) -> Result<(), GpuError> {
     // SAFETY: the caller's contract.
-    check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(s) })
+    check("cuStreamSynchronize", unsafe {
+        sys::cuStreamSynchronize(s)
+    })
 }
 
 /// `cuEventCreate`.
 pub fn event_create(timing: bool) -> Result<sys::CUevent, GpuError> {
-    let flags = if timing { 0 } else { sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint };
+    let flags = if timing {
+        0
+    } else {
+        sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint
+    };
     let mut e: sys::CUevent = std::ptr::null_mut();
     // SAFETY: out-parameter is a stack local.
-    check("cuEventCreate", unsafe { sys::cuEventCreate(&raw mut e, flags) })?;
+    check("cuEventCreate", unsafe {
+        sys::cuEventCreate(&raw mut e, flags)
+    })?;
     Ok(e)
 }
 
@@ -354,7 +396,9 @@ pub unsafe fn event_synchronize(e: sys::CUevent) -> Result<(), GpuError> {
 pub unsafe fn event_elapsed(a: sys::CUevent, b: sys::CUevent) -> Result<f32, GpuError> {
     let mut ms = 0f32;
     // SAFETY: the caller's contract; out-parameter is a stack local.
-    check("cuEventElapsedTime_v2", unsafe { sys::cuEventElapsedTime_v2(&raw mut ms, a, b) })?;
+    check("cuEventElapsedTime_v2", unsafe {
+        sys::cuEventElapsedTime_v2(&raw mut ms, a, b)
+    })?;
     Ok(ms)
 }
 
@@ -362,18 +406,32 @@ pub unsafe fn event_elapsed(a: sys::CUevent, b: sys::CUevent) -> Result<f32, Gpu
 ///
 /// # Safety
 /// [`crate::gpu::GpuRuntime::memcpy_h2d_async`]'s contract.
-pub unsafe fn memcpy_htod_async(dst: u64, src: *const u8, len: usize, s: sys::CUstream) -> Result<(), GpuError> {
+pub unsafe fn memcpy_htod_async(
+    dst: u64,
+    src: *const u8,
+    len: usize,
+    s: sys::CUstream,
+) -> Result<(), GpuError> {
     // SAFETY: the caller's contract.
-    check("cuMemcpyHtoDAsync_v2", unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, s) })
+    check("cuMemcpyHtoDAsync_v2", unsafe {
+        sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, s)
+    })
 }
 
 /// `cuMemcpyDtoHAsync_v2`.
 ///
 /// # Safety
 /// [`crate::gpu::GpuRuntime::memcpy_d2h_async`]'s contract.
-pub unsafe fn memcpy_dtoh_async(dst: *mut u8, src: u64, len: usize, s: sys::CUstream) -> Result<(), GpuError> {
+pub unsafe fn memcpy_dtoh_async(
+    dst: *mut u8,
+    src: u64,
+    len: usize,
+    s: sys::CUstream,
+) -> Result<(), GpuError> {
     // SAFETY: the caller's contract.
-    check("cuMemcpyDtoHAsync_v2", unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, s) })
+    check("cuMemcpyDtoHAsync_v2", unsafe {
+        sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, s)
+    })
 }
 
 /// `cuMemcpyHtoD_v2`.
@@ -382,7 +440,9 @@ pub unsafe fn memcpy_dtoh_async(dst: *mut u8, src: u64, len: usize, s: sys::CUst
 /// [`crate::gpu::GpuRuntime::memcpy_h2d`]'s contract.
 pub unsafe fn memcpy_htod(dst: u64, src: *const u8, len: usize) -> Result<(), GpuError> {
     // SAFETY: the caller's contract.
-    check("cuMemcpyHtoD_v2", unsafe { sys::cuMemcpyHtoD_v2(dst, src.cast(), len) })
+    check("cuMemcpyHtoD_v2", unsafe {
+        sys::cuMemcpyHtoD_v2(dst, src.cast(), len)
+    })
 }
 
 /// `cuMemcpyDtoH_v2`.
@@ -391,5 +451,7 @@ pub unsafe fn memcpy_htod(dst: u64, src: *const u8, len: usize) -> Result<(), Gp
 /// [`crate::gpu::GpuRuntime::memcpy_d2h`]'s contract.
 pub unsafe fn memcpy_dtoh(dst: *mut u8, src: u64, len: usize) -> Result<(), GpuError> {
     // SAFETY: the caller's contract.
-    check("cuMemcpyDtoH_v2", unsafe { sys::cuMemcpyDtoH_v2(dst.cast(), src, len) })
+    check("cuMemcpyDtoH_v2", unsafe {
+        sys::cuMemcpyDtoH_v2(dst.cast(), src, len)
+    })
 }

@@ -15,7 +15,9 @@ use cudarc::driver::sys;
 use numa::{GpuVendor, PciAddr};
 
 use super::dmabuf::{self, DmabufRegion};
-use super::{Backend, Capabilities, DevicePtr, GpuError, GpuRuntime, PointerKind, RawEvent, RawStream};
+use super::{
+    Backend, Capabilities, DevicePtr, GpuError, GpuRuntime, PointerKind, RawEvent, RawStream,
+};
 
 /// `CUmemorytype` values (`cuda.h`), kept as integers: the driver may return values newer
 /// than any Rust enum.
@@ -26,13 +28,19 @@ const CU_MEMORYTYPE_UNIFIED: u32 = 4;
 
 /// Classifies a pointer from its `CU_POINTER_ATTRIBUTE_{MEMORY_TYPE,IS_MANAGED,DEVICE_ORDINAL}`.
 #[must_use]
-pub fn classify(memory_type: Option<u32>, is_managed: Option<u32>, ordinal: Option<u32>) -> PointerKind {
+pub fn classify(
+    memory_type: Option<u32>,
+    is_managed: Option<u32>,
+    ordinal: Option<u32>,
+) -> PointerKind {
     if is_managed.unwrap_or(0) != 0 {
         return PointerKind::Managed;
     }
     match memory_type {
         Some(CU_MEMORYTYPE_HOST) => PointerKind::Host,
-        Some(CU_MEMORYTYPE_DEVICE | CU_MEMORYTYPE_ARRAY) => PointerKind::Device { ordinal: ordinal.unwrap_or(0) },
+        Some(CU_MEMORYTYPE_DEVICE | CU_MEMORYTYPE_ARRAY) => PointerKind::Device {
+            ordinal: ordinal.unwrap_or(0),
+        },
         Some(CU_MEMORYTYPE_UNIFIED) => PointerKind::Managed,
         _ => PointerKind::Unknown,
     }
@@ -68,7 +76,12 @@ impl CudaRuntime {
         ffi::init()?;
         let version = ffi::driver_version()?;
         let n = ffi::device_count()?;
-        let mut rt = CudaRuntime { lib, version, devices: Vec::new(), ctxs: Vec::new() };
+        let mut rt = CudaRuntime {
+            lib,
+            version,
+            devices: Vec::new(),
+            ctxs: Vec::new(),
+        };
         for i in 0..n {
             let dev = ffi::device_get(i)?;
             let ctx = ffi::primary_ctx_retain(dev)?;
@@ -83,7 +96,8 @@ impl CudaRuntime {
             .ctxs
             .get(ordinal as usize)
             .ok_or_else(|| GpuError::InvalidArgument(format!("no CUDA device {ordinal}")))?;
-        ffi::ensure_current(*ctx as sys::CUcontext)
+        // SAFETY: the INVARIANT on `ctxs`: retained until `Drop`.
+        unsafe { ffi::ensure_current(*ctx as sys::CUcontext) }
     }
 
     fn device(&self, ordinal: u32) -> Result<sys::CUdevice, GpuError> {
@@ -108,7 +122,11 @@ impl GpuRuntime for CudaRuntime {
     }
 
     fn name(&self) -> String {
-        format!("cuda driver {}.{}", self.version / 1000, (self.version % 1000) / 10)
+        format!(
+            "cuda driver {}.{}",
+            self.version / 1000,
+            (self.version % 1000) / 10
+        )
     }
 
     fn vendor(&self) -> GpuVendor {
@@ -131,7 +149,10 @@ impl GpuRuntime for CudaRuntime {
         if !self.lib.has_elapsed {
             missing.push(ffi::SYM_ELAPSED);
         }
-        Capabilities { dmabuf_export: self.lib.has_dmabuf, missing_optional: missing }
+        Capabilities {
+            dmabuf_export: self.lib.has_dmabuf,
+            missing_optional: missing,
+        }
     }
 
     fn device_name(&self, ordinal: u32) -> Result<String, GpuError> {
@@ -140,7 +161,9 @@ impl GpuRuntime for CudaRuntime {
 
     fn pci_bus_id(&self, ordinal: u32) -> Result<PciAddr, GpuError> {
         let s = ffi::device_pci_bus_id(self.device(ordinal)?)?;
-        s.to_ascii_lowercase().parse().map_err(|e: String| GpuError::InvalidArgument(format!("cuDeviceGetPCIBusId: {e}")))
+        s.to_ascii_lowercase()
+            .parse()
+            .map_err(|e: String| GpuError::InvalidArgument(format!("cuDeviceGetPCIBusId: {e}")))
     }
 
     fn pointer_kind(&self, addr: u64) -> Result<PointerKind, GpuError> {
@@ -160,10 +183,15 @@ impl GpuRuntime for CudaRuntime {
 
     fn alloc_device(&self, ordinal: u32, len: usize) -> Result<DevicePtr, GpuError> {
         if len == 0 {
-            return Err(GpuError::InvalidArgument("device allocation of 0 bytes".into()));
+            return Err(GpuError::InvalidArgument(
+                "device allocation of 0 bytes".into(),
+            ));
         }
         self.bind(ordinal)?;
-        Ok(DevicePtr { addr: ffi::mem_alloc(len)?, ordinal })
+        Ok(DevicePtr {
+            addr: ffi::mem_alloc(len)?,
+            ordinal,
+        })
     }
 
     unsafe fn free_device(&self, ptr: DevicePtr) -> Result<(), GpuError> {
@@ -174,7 +202,9 @@ impl GpuRuntime for CudaRuntime {
 
     fn alloc_pinned(&self, len: usize) -> Result<*mut u8, GpuError> {
         if len == 0 {
-            return Err(GpuError::InvalidArgument("pinned allocation of 0 bytes".into()));
+            return Err(GpuError::InvalidArgument(
+                "pinned allocation of 0 bytes".into(),
+            ));
         }
         self.bind(0)?;
         ffi::mem_host_alloc(len)
@@ -188,7 +218,10 @@ impl GpuRuntime for CudaRuntime {
 
     fn create_stream(&self, ordinal: u32) -> Result<RawStream, GpuError> {
         self.bind(ordinal)?;
-        Ok(RawStream { handle: ffi::stream_create()? as usize, ordinal })
+        Ok(RawStream {
+            handle: ffi::stream_create()? as usize,
+            ordinal,
+        })
     }
 
     unsafe fn destroy_stream(&self, stream: RawStream) -> Result<(), GpuError> {
@@ -205,7 +238,10 @@ impl GpuRuntime for CudaRuntime {
 
     fn create_event(&self, ordinal: u32, timing: bool) -> Result<RawEvent, GpuError> {
         self.bind(ordinal)?;
-        Ok(RawEvent { handle: ffi::event_create(timing)? as usize, ordinal })
+        Ok(RawEvent {
+            handle: ffi::event_create(timing)? as usize,
+            ordinal,
+        })
     }
 
     unsafe fn destroy_event(&self, event: RawEvent) -> Result<(), GpuError> {
@@ -245,19 +281,36 @@ impl GpuRuntime for CudaRuntime {
         unsafe { ffi::event_elapsed(event_of(start), event_of(end)) }
     }
 
-    unsafe fn memcpy_h2d_async(&self, dst: DevicePtr, src: *const u8, len: usize, stream: RawStream) -> Result<(), GpuError> {
+    unsafe fn memcpy_h2d_async(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        len: usize,
+        stream: RawStream,
+    ) -> Result<(), GpuError> {
         self.bind(stream.ordinal)?;
         // SAFETY: the caller's contract.
         unsafe { ffi::memcpy_htod_async(dst.addr, src, len, stream_of(stream)) }
     }
 
-    unsafe fn memcpy_d2h_async(&self, dst: *mut u8, src: DevicePtr, len: usize, stream: RawStream) -> Result<(), GpuError> {
+    unsafe fn memcpy_d2h_async(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        len: usize,
+        stream: RawStream,
+    ) -> Result<(), GpuError> {
         self.bind(stream.ordinal)?;
         // SAFETY: the caller's contract.
         unsafe { ffi::memcpy_dtoh_async(dst, src.addr, len, stream_of(stream)) }
     }
 
-    unsafe fn memcpy_h2d(&self, dst: DevicePtr, src: *const u8, len: usize) -> Result<(), GpuError> {
+    unsafe fn memcpy_h2d(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        len: usize,
+    ) -> Result<(), GpuError> {
         self.bind(dst.ordinal)?;
         // SAFETY: the caller's contract.
         unsafe { ffi::memcpy_htod(dst.addr, src, len) }
@@ -279,14 +332,36 @@ impl GpuRuntime for CudaRuntime {
         }
         self.bind(ptr.ordinal)?;
         let (base, alloc_len) = ffi::mem_get_address_range(ptr.addr)?;
-        let w = dmabuf::window(ptr.addr, len as u64, dmabuf::host_page_size(), base, alloc_len as u64)?;
-        let fd = ffi::mem_get_dmabuf_fd(w.start, w.size as usize)?;
+        // The driver documents host-page alignment; should it refuse a window, retry with the
+        // GPU's 64 KiB and 2 MiB pages before giving up (the window stays inside the allocation).
+        let mut last = None;
+        let mut found = None;
+        for page in [dmabuf::host_page_size(), 64 << 10, 2 << 20] {
+            let w = dmabuf::window(ptr.addr, len as u64, page, base, alloc_len as u64)?;
+            match ffi::mem_get_dmabuf_fd(w.start, w.size as usize) {
+                Ok(fd) => {
+                    found = Some((w, fd));
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let Some((w, fd)) = found else {
+            return Err(last.unwrap_or_else(|| GpuError::InvalidArgument("dmabuf export".into())));
+        };
         if fd < 0 {
-            return Err(GpuError::InvalidArgument(format!("cuMemGetHandleForAddressRange returned fd {fd}")));
+            return Err(GpuError::InvalidArgument(format!(
+                "cuMemGetHandleForAddressRange returned fd {fd}"
+            )));
         }
         // SAFETY: the driver just created this fd for us; nothing else owns it.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(DmabufRegion { fd, offset: w.offset, len: len as u64, exported_size: w.size })
+        Ok(DmabufRegion {
+            fd,
+            offset: w.offset,
+            len: len as u64,
+            exported_size: w.size,
+        })
     }
 }
 
@@ -297,7 +372,10 @@ mod tests {
     #[test]
     fn pointer_classification_follows_cuda_h() {
         assert_eq!(classify(Some(1), Some(0), Some(0)), PointerKind::Host);
-        assert_eq!(classify(Some(2), Some(0), Some(3)), PointerKind::Device { ordinal: 3 });
+        assert_eq!(
+            classify(Some(2), Some(0), Some(3)),
+            PointerKind::Device { ordinal: 3 }
+        );
         assert_eq!(classify(Some(2), Some(1), Some(0)), PointerKind::Managed);
         assert_eq!(classify(Some(4), None, None), PointerKind::Managed);
         assert_eq!(classify(None, None, None), PointerKind::Unknown);

@@ -10,6 +10,8 @@
 //! must match the C prototype); every prototype below is taken from the headers named above.
 #![allow(unsafe_code)]
 #![allow(non_camel_case_types, non_snake_case)]
+// Table fields are named after, and documented by, the C symbols in the headers above.
+#![allow(missing_docs)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
@@ -113,12 +115,14 @@ pub struct HipApi {
     pub hipDeviceGet: unsafe extern "C" fn(*mut hipDevice_t, c_int) -> hipError_t,
     pub hipDeviceGetName: unsafe extern "C" fn(*mut c_char, c_int, hipDevice_t) -> hipError_t,
     pub hipDeviceGetPCIBusId: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> hipError_t,
-    pub hipPointerGetAttributes: unsafe extern "C" fn(*mut hipPointerAttribute_t, *const c_void) -> hipError_t,
+    pub hipPointerGetAttributes:
+        unsafe extern "C" fn(*mut hipPointerAttribute_t, *const c_void) -> hipError_t,
     pub hipMalloc: unsafe extern "C" fn(*mut *mut c_void, usize) -> hipError_t,
     pub hipFree: unsafe extern "C" fn(*mut c_void) -> hipError_t,
     pub hipHostMalloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> hipError_t,
     pub hipHostFree: unsafe extern "C" fn(*mut c_void) -> hipError_t,
-    pub hipMemGetAddressRange: unsafe extern "C" fn(*mut *mut c_void, *mut usize, *mut c_void) -> hipError_t,
+    pub hipMemGetAddressRange:
+        unsafe extern "C" fn(*mut *mut c_void, *mut usize, *mut c_void) -> hipError_t,
     pub hipStreamCreateWithFlags: unsafe extern "C" fn(*mut hipStream_t, c_uint) -> hipError_t,
     pub hipStreamDestroy: unsafe extern "C" fn(hipStream_t) -> hipError_t,
     pub hipStreamSynchronize: unsafe extern "C" fn(hipStream_t) -> hipError_t,
@@ -128,7 +132,8 @@ pub struct HipApi {
     pub hipEventQuery: unsafe extern "C" fn(hipEvent_t) -> hipError_t,
     pub hipEventSynchronize: unsafe extern "C" fn(hipEvent_t) -> hipError_t,
     pub hipEventElapsedTime: unsafe extern "C" fn(*mut f32, hipEvent_t, hipEvent_t) -> hipError_t,
-    pub hipMemcpyAsync: unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int, hipStream_t) -> hipError_t,
+    pub hipMemcpyAsync:
+        unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int, hipStream_t) -> hipError_t,
     pub hipMemcpy: unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int) -> hipError_t,
     /// ROCm 6.x: `(void* handle, hipDeviceptr_t dptr, size_t size, hipMemRangeHandleType, unsigned long long flags)`.
     pub hipMemGetHandleForAddressRange:
@@ -144,7 +149,8 @@ pub struct HsaApi {
     pub hsa_shut_down: unsafe extern "C" fn() -> hsa_status_t,
     pub hsa_status_string: unsafe extern "C" fn(hsa_status_t, *mut *const c_char) -> hsa_status_t,
     /// `(const void* ptr, size_t size, int* dmabuf, uint64_t* offset)`.
-    pub hsa_amd_portable_export_dmabuf: unsafe extern "C" fn(*const c_void, usize, *mut c_int, *mut u64) -> hsa_status_t,
+    pub hsa_amd_portable_export_dmabuf:
+        unsafe extern "C" fn(*const c_void, usize, *mut c_int, *mut u64) -> hsa_status_t,
     /// INVARIANT: as [`HipApi::_lib`].
     pub _lib: Library,
 }
@@ -159,12 +165,15 @@ fn open_any(backend: Backend, names: &[&str]) -> Result<Library, GpuError> {
     for name in names {
         // SAFETY: loading the vendor's runtime runs its initialisers, which is what using it
         // requires; the names are the vendor's sonames.
-        match unsafe { Library::new(name) } {
+        match unsafe { Library::new(*name) } {
             Ok(lib) => return Ok(lib),
             Err(e) => last = e.to_string(),
         }
     }
-    Err(GpuError::LibraryNotFound { backend, detail: format!("tried {names:?}: {last}") })
+    Err(GpuError::LibraryNotFound {
+        backend,
+        detail: format!("tried {names:?}: {last}"),
+    })
 }
 
 macro_rules! required {
@@ -173,7 +182,12 @@ macro_rules! required {
         // the module docs; the symbol stays valid while `_lib` (stored alongside) lives.
         match unsafe { $lib.get(concat!(stringify!($name), "\0").as_bytes()) } {
             Ok(sym) => *sym,
-            Err(_) => return Err(GpuError::MissingSymbol { backend: $backend, symbol: stringify!($name) }),
+            Err(_) => {
+                return Err(GpuError::MissingSymbol {
+                    backend: $backend,
+                    symbol: stringify!($name),
+                });
+            }
         }
     }};
 }
@@ -181,7 +195,9 @@ macro_rules! required {
 macro_rules! optional {
     ($lib:expr, $name:ident) => {{
         // SAFETY: as in `required!`.
-        unsafe { $lib.get(concat!(stringify!($name), "\0").as_bytes()) }.ok().map(|sym| *sym)
+        unsafe { $lib.get(concat!(stringify!($name), "\0").as_bytes()) }
+            .ok()
+            .map(|sym| *sym)
     }};
 }
 

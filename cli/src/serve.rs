@@ -1,0 +1,145 @@
+//! `hipobj serve`: run the gateway (S3 server) in the foreground.
+//!
+//! Prints `listening on http://ADDR` as its first stdout line (tests and scripts parse it), then
+//! serves until killed.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use hipobj_gateway::{Gateway, GetDecline};
+use s3_lite::credentials::Credentials;
+
+/// Which fabric carries RDMA payloads.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fabric {
+    /// No RDMA: requests with `x-amz-rdma-token` are declined (`x-amz-rdma-reply: 501`) and
+    /// clients fall back to HTTP.
+    None,
+    /// User-space RC emulation over TCP (not available yet).
+    Soft,
+    /// libibverbs RC queue pairs (not available yet).
+    Verbs,
+}
+
+/// How a GET with an RDMA token is declined.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decline {
+    /// Data in the HTTP body with `x-amz-rdma-reply: 501` (aws-c-s3 spec).
+    Body,
+    /// `501 NotImplemented`, no data (MinIO AIStor).
+    Error,
+}
+
+/// Arguments of `hipobj serve`.
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:9000")]
+    pub listen: String,
+    /// Serve this directory (created if missing).
+    #[arg(
+        long,
+        conflicts_with = "upstream",
+        required_unless_present = "upstream"
+    )]
+    pub root: Option<PathBuf>,
+    /// Bridge to this upstream S3 endpoint (http://host:port).
+    #[arg(long)]
+    pub upstream: Option<String>,
+    /// Access key clients sign with (default: $AWS_ACCESS_KEY_ID).
+    #[arg(long, env = "HIPOBJ_SERVE_ACCESS_KEY")]
+    pub access_key: Option<String>,
+    /// Secret key clients sign with (default: $AWS_SECRET_ACCESS_KEY).
+    #[arg(long, env = "HIPOBJ_SERVE_SECRET_KEY", hide_env_values = true)]
+    pub secret_key: Option<String>,
+    /// Access key for the upstream (default: the gateway's own key).
+    #[arg(long)]
+    pub upstream_access_key: Option<String>,
+    /// Secret key for the upstream (default: the gateway's own secret).
+    #[arg(long, hide_env_values = true)]
+    pub upstream_secret_key: Option<String>,
+    /// Region signatures must be scoped to (also used to sign upstream requests).
+    #[arg(long, default_value = "us-east-1")]
+    pub region: String,
+    /// Enable virtual-host addressing for `<bucket>.<SUFFIX>` hosts.
+    #[arg(long)]
+    pub virtual_host_suffix: Option<String>,
+    /// RDMA fabric.
+    #[arg(long, value_enum, default_value = "none")]
+    pub fabric: Fabric,
+    /// How a GET carrying an RDMA token that cannot be honoured is answered.
+    #[arg(long, value_enum, default_value = "body")]
+    pub rdma_get_decline: Decline,
+    /// Worker threads (connections served at once).
+    #[arg(long, default_value_t = 32)]
+    pub threads: usize,
+    /// Connections accepted at once; more are answered 503 SlowDown.
+    #[arg(long, default_value_t = 256)]
+    pub max_connections: usize,
+}
+
+/// Runs the gateway until the process is killed; returns the exit code on failure to start.
+pub fn run(args: &ServeArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> i32 {
+    if args.fabric != Fabric::None {
+        let _ = writeln!(
+            stderr,
+            "hipobj serve: --fabric {:?} is not available yet (only --fabric none); RDMA fabrics come with the soft/verbs work",
+            args.fabric
+        );
+        return 2;
+    }
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let (Some(access), Some(secret)) = (
+        args.access_key.clone().or_else(|| env("AWS_ACCESS_KEY_ID")),
+        args.secret_key
+            .clone()
+            .or_else(|| env("AWS_SECRET_ACCESS_KEY")),
+    ) else {
+        let _ = writeln!(
+            stderr,
+            "hipobj serve: --access-key and --secret-key are required (or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)"
+        );
+        return 2;
+    };
+    let mut b = Gateway::builder()
+        .listen(args.listen.clone())
+        .credentials(access.clone(), secret.clone())
+        .region(args.region.clone())
+        .threads(args.threads)
+        .max_connections(args.max_connections)
+        .get_decline(match args.rdma_get_decline {
+            Decline::Body => GetDecline::Body,
+            Decline::Error => GetDecline::Error,
+        });
+    if let Some(s) = &args.virtual_host_suffix {
+        b = b.virtual_host_suffix(s.clone());
+    }
+    b = match (&args.root, &args.upstream) {
+        (Some(root), None) => b.root_dir(root.clone()),
+        (None, Some(url)) => {
+            let creds = Credentials::new(
+                args.upstream_access_key.clone().unwrap_or(access),
+                args.upstream_secret_key.clone().unwrap_or(secret),
+            );
+            b.upstream(url.clone(), creds, args.region.clone())
+        }
+        _ => {
+            let _ = writeln!(
+                stderr,
+                "hipobj serve: give exactly one of --root DIR or --upstream URL"
+            );
+            return 2;
+        }
+    };
+    let gw = match b.start() {
+        Ok(gw) => gw,
+        Err(e) => {
+            let _ = writeln!(stderr, "hipobj serve: {e}");
+            return 1;
+        }
+    };
+    let _ = writeln!(stdout, "listening on http://{}", gw.local_addr());
+    let _ = stdout.flush();
+    gw.wait();
+    0
+}

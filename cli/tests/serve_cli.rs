@@ -1,0 +1,190 @@
+//! The `hipobj` binary against the gateway, and the `hipobj serve` arguments.
+//!
+//! The object commands run against an in-process gateway (`hipobj_gateway`), so this file does
+//! not depend on how `serve` is wired into the binary; `serve.rs` itself is compiled here
+//! through `#[path]` to test its argument handling and its refusal of fabrics that do not
+//! exist yet.
+
+#[path = "../src/serve.rs"]
+#[allow(dead_code)]
+mod serve;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use clap::Parser;
+use hipobj_gateway::{Gateway, RunningGateway};
+
+const ACCESS: &str = "cli-serve-key";
+const SECRET: &str = "cli-serve-secret";
+
+fn gateway(root: &Path) -> RunningGateway {
+    Gateway::builder()
+        .listen("127.0.0.1:0")
+        .root_dir(root)
+        .credentials(ACCESS, SECRET)
+        .start()
+        .unwrap()
+}
+
+fn hipobj(gw: &RunningGateway, secret: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hipobj"))
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", "/nonexistent-home-for-tests")
+        .env("AWS_ACCESS_KEY_ID", ACCESS)
+        .env("AWS_SECRET_ACCESS_KEY", secret)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ENDPOINT_URL", format!("http://{}", gw.local_addr()))
+        .output()
+        .expect("run hipobj")
+}
+
+fn ok(gw: &RunningGateway, args: &[&str]) -> String {
+    let out = hipobj(gw, SECRET, args);
+    assert!(
+        out.status.success(),
+        "hipobj {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn binary_commands_against_the_gateway() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(&dir.path().join("root"));
+    ok(&gw, &["mb", "s3://cli-bucket"]);
+    let data: Vec<u8> = (0..(15 << 20) + 4321u32)
+        .map(|i| (i.wrapping_mul(40503) >> 7) as u8)
+        .collect();
+    let src = dir.path().join("src.bin");
+    std::fs::write(&src, &data).unwrap();
+    let put = ok(
+        &gw,
+        &[
+            "put",
+            src.to_str().unwrap(),
+            "s3://cli-bucket/m/obj.bin",
+            "--part-size",
+            "5MiB",
+            "--multipart-threshold",
+            "5MiB",
+            "--json",
+        ],
+    );
+    let put: serde_json::Value = serde_json::from_str(put.trim()).unwrap();
+    assert_eq!(put["parts"], 4, "{put}");
+    for (range, expect) in [
+        ("0-9", 0..10),
+        ("5242875-5242885", 5_242_875..5_242_886),
+        ("15728000-", 15_728_000..data.len()),
+        ("-5", data.len() - 5..data.len()),
+    ] {
+        let dest = dir.path().join("r.out");
+        ok(
+            &gw,
+            &[
+                "get",
+                "s3://cli-bucket/m/obj.bin",
+                dest.to_str().unwrap(),
+                "--range",
+                range,
+            ],
+        );
+        assert!(
+            std::fs::read(&dest).unwrap() == data[expect],
+            "range {range}"
+        );
+    }
+    let dest = dir.path().join("whole.out");
+    ok(
+        &gw,
+        &["get", "s3://cli-bucket/m/obj.bin", dest.to_str().unwrap()],
+    );
+    assert!(std::fs::read(&dest).unwrap() == data);
+    let ls = ok(&gw, &["ls", "s3://cli-bucket"]);
+    assert!(ls.contains("PRE") && ls.contains("m/"), "{ls}");
+    let head = ok(&gw, &["head", "s3://cli-bucket/m/obj.bin", "--json"]);
+    let head: serde_json::Value = serde_json::from_str(head.trim()).unwrap();
+    assert_eq!(head["content_length"], data.len());
+    ok(&gw, &["rm", "s3://cli-bucket/m/obj.bin"]);
+    let out = hipobj(&gw, SECRET, &["head", "s3://cli-bucket/m/obj.bin"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("NoSuchKey"));
+    let out = hipobj(&gw, "wrong", &["ls", "s3://cli-bucket"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("SignatureDoesNotMatch"));
+    gw.shutdown();
+}
+
+#[derive(Parser, Debug)]
+struct Wrapper {
+    #[command(flatten)]
+    args: serve::ServeArgs,
+}
+
+fn parse(args: &[&str]) -> Result<serve::ServeArgs, clap::Error> {
+    Wrapper::try_parse_from(std::iter::once("serve").chain(args.iter().copied())).map(|w| w.args)
+}
+
+#[test]
+fn serve_arguments_and_unavailable_fabrics() {
+    assert!(
+        parse(&["--listen", "127.0.0.1:0"]).is_err(),
+        "a backend is required"
+    );
+    assert!(
+        parse(&["--root", "/x", "--upstream", "http://h:1"]).is_err(),
+        "only one backend"
+    );
+    let a = parse(&[
+        "--root",
+        "/x",
+        "--fabric",
+        "soft",
+        "--access-key",
+        "k",
+        "--secret-key",
+        "s",
+    ])
+    .unwrap();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    assert_eq!(serve::run(&a, &mut out, &mut err), 2);
+    assert!(
+        String::from_utf8_lossy(&err).contains("not available yet"),
+        "{}",
+        String::from_utf8_lossy(&err)
+    );
+    assert!(out.is_empty());
+    let a = parse(&[
+        "--root",
+        "/x",
+        "--fabric",
+        "verbs",
+        "--access-key",
+        "k",
+        "--secret-key",
+        "s",
+    ])
+    .unwrap();
+    assert_eq!(serve::run(&a, &mut Vec::new(), &mut Vec::new()), 2);
+    let a = parse(&[
+        "--upstream",
+        "https://h:1",
+        "--listen",
+        "127.0.0.1:0",
+        "--access-key",
+        "k",
+        "--secret-key",
+        "s",
+    ])
+    .unwrap();
+    let mut err = Vec::new();
+    assert_eq!(
+        serve::run(&a, &mut Vec::new(), &mut err),
+        1,
+        "https upstreams are refused at start"
+    );
+    assert!(String::from_utf8_lossy(&err).contains("https"));
+}

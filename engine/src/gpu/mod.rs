@@ -1,0 +1,40 @@
+//! GPU memory: CUDA and HIP runtimes loaded at run time, behind one interface.
+//!
+//! One binary runs on NVIDIA, AMD and CPU-only hosts. [`detect()`] tries the CUDA driver
+//! (`libcuda.so`, through the `cudarc` crate's dynamic loading), then HIP (`libamdhip64.so`
+//! through `dlopen`), and answers `None` (logged once, typed as [`NoGpuRuntime`]) when neither
+//! has a device.
+//!
+//! Layering (design.md §4, style.md item 3):
+//! - raw: `cudarc::driver::sys` for CUDA; [`hip::sys`] (a hand-written function table with
+//!   layout asserts) for HIP and HSA;
+//! - result: [`cuda::ffi`], [`hip::result`] — one function per C call, status → [`GpuError`];
+//! - the [`GpuRuntime`] trait (object safe, `Arc<dyn GpuRuntime>`), implemented by
+//!   [`cuda::CudaRuntime`] and [`hip::HipRuntime`];
+//! - safe owners: [`DeviceBuffer`], [`PinnedBuffer`], [`GpuStream`], [`GpuEvent`], and the
+//!   staged path ([`staging::StagedCopier`], [`coalesce::plan`], [`staging::copy_ranges`]).
+//!
+//! Device memory is registered with a NIC through [`GpuRuntime::export_dmabuf`], which exports
+//! the page-aligned enclosing range and reports the caller's offset in it ([`dmabuf::window`]).
+//!
+//! Unsafe code: the modules `runtime` (declares `unsafe fn`s), `handles`, `staging`,
+//! `dmabuf::host_page_size`, `cuda`, `cuda::ffi`, `hip`, `hip::sys`, `hip::result` carry
+//! `#[allow(unsafe_code)]`; every block has a `// SAFETY:` comment.
+
+pub mod coalesce;
+pub mod cuda;
+pub mod detect;
+pub mod dmabuf;
+mod error;
+mod handles;
+pub mod hip;
+mod runtime;
+pub mod staging;
+mod types;
+
+pub use detect::{NoGpuRuntime, detect, try_detect};
+pub use dmabuf::DmabufRegion;
+pub use error::{Backend, GpuError};
+pub use handles::{DeviceBuffer, GpuEvent, GpuStream, PinnedBuffer};
+pub use runtime::GpuRuntime;
+pub use types::{Capabilities, DevicePtr, PointerKind, RawEvent, RawStream};

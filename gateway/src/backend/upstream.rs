@@ -1,0 +1,620 @@
+//! The `--upstream` bridge: every operation is re-signed with the gateway's own upstream
+//! credentials and forwarded to a real S3 store through s3-lite (request builders, signer,
+//! response decoder) over a small blocking connection pool of our own.
+//!
+//! Bodies arrive here already verified (checksums, payload hash) and spooled, and are sent
+//! upstream with their CRC64NVME, so the upstream store checks them again. GET bodies stream
+//! from the upstream socket to the client without being buffered. Plain `http://` upstreams
+//! only for now (TLS to the upstream is a later step).
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use s3_lite::Request;
+use s3_lite::credentials::Credentials;
+use s3_lite::http::{
+    BodyFraming, Event, Limits, ResponseDecoder, ResponseHead, encode_request_head,
+};
+use s3_lite::s3::{
+    self, CompletedPart, ContentRange, Endpoint, GetOptions, ListOptions, ObjectMeta, PutOptions,
+    Scheme,
+};
+use s3_lite::sigv4::{AmzDate, EMPTY_SHA256, PayloadHash, Signer};
+
+use super::{
+    Backend, CompletePart, GetRequest, ListEntry, ListPage, ListQuery, ObjectInfo, ObjectSink,
+    PutMeta,
+};
+use crate::body::Spooled;
+use crate::error::ApiError;
+use crate::time::now_secs;
+
+const IO_CHUNK: usize = 256 * 1024;
+/// Largest non-object response body read from upstream (listings, errors, Complete).
+const MAX_SMALL_BODY: usize = 8 << 20;
+const MAX_IDLE: usize = 16;
+
+/// Why the upstream could not be configured.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UpstreamError {
+    /// The URL does not parse as an S3 endpoint.
+    #[error("upstream URL: {0}")]
+    Url(#[from] s3::EndpointError),
+    /// `https://` upstreams are not supported yet.
+    #[error("https upstreams are not supported yet (use http://)")]
+    Tls,
+    /// The credentials cannot sign.
+    #[error("upstream credentials: {0}")]
+    Signing(#[from] s3_lite::sigv4::SigningError),
+}
+
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+/// A bridge to an upstream S3 endpoint.
+pub struct Upstream {
+    endpoint: Endpoint,
+    signer: Signer,
+    region: String,
+    idle: Mutex<Vec<(String, Conn)>>,
+    spool: PathBuf,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
+}
+
+enum UpBody<'a> {
+    None,
+    Bytes(&'a [u8]),
+    File(&'a mut File, u64),
+}
+
+/// What to do with a 2xx response body.
+enum Collect<'a> {
+    Small(&'a mut Vec<u8>),
+    Object {
+        sink: &'a mut dyn ObjectSink,
+        head_only: bool,
+    },
+}
+
+fn upstream_failure(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(502, "BadGateway", format!("upstream S3 store: {e}"))
+}
+
+fn build(e: s3::BuildError) -> ApiError {
+    ApiError::invalid_argument(e.to_string())
+}
+
+impl Upstream {
+    /// A bridge to `url` (e.g. `http://127.0.0.1:9000`), signing as `credentials` in `region`;
+    /// bodies are spooled under `spool`.
+    pub fn new(
+        url: &str,
+        credentials: Credentials,
+        region: &str,
+        spool: PathBuf,
+    ) -> Result<Self, UpstreamError> {
+        let endpoint = Endpoint::parse(url)?;
+        if endpoint.scheme == Scheme::Https {
+            return Err(UpstreamError::Tls);
+        }
+        let signer = Signer::new(credentials, region, "s3")?;
+        Ok(Self {
+            endpoint,
+            signer,
+            region: region.to_owned(),
+            idle: Mutex::new(Vec::new()),
+            spool,
+            timeout: Duration::from_secs(60),
+        })
+    }
+
+    fn connect(&self, host: &str) -> Result<Conn, ApiError> {
+        let mut last = None;
+        for addr in (host, self.endpoint.port)
+            .to_socket_addrs()
+            .map_err(upstream_failure)?
+        {
+            match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
+                Ok(s) => {
+                    s.set_nodelay(true).map_err(upstream_failure)?;
+                    s.set_read_timeout(Some(self.timeout))
+                        .map_err(upstream_failure)?;
+                    s.set_write_timeout(Some(self.timeout))
+                        .map_err(upstream_failure)?;
+                    return Ok(Conn {
+                        stream: s,
+                        buf: vec![0; IO_CHUNK],
+                        start: 0,
+                        end: 0,
+                    });
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(upstream_failure(
+            last.map_or_else(|| "no address".to_owned(), |e| e.to_string()),
+        ))
+    }
+
+    fn take_idle(&self, host: &str) -> Option<Conn> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let i = idle.iter().position(|(h, _)| h == host)?;
+        Some(idle.swap_remove(i).1)
+    }
+
+    fn put_idle(&self, host: String, conn: Conn) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < MAX_IDLE {
+            idle.push((host, conn));
+        }
+    }
+
+    /// Signs and sends `req`; a 2xx body goes to `collect`, anything else becomes the
+    /// upstream's S3 error. A reused connection that fails before any response byte is
+    /// retried once on a fresh one (every body here can be replayed).
+    fn call(
+        &self,
+        mut req: Request,
+        bucket: Option<&str>,
+        payload: PayloadHash,
+        mut body: UpBody<'_>,
+        mut collect: Collect<'_>,
+    ) -> Result<ResponseHead, ApiError> {
+        let now = AmzDate::from_unix_secs(now_secs()).map_err(ApiError::internal)?;
+        self.signer
+            .sign_headers(&mut req, &payload, now)
+            .map_err(ApiError::internal)?;
+        let host = self.endpoint.connect_host(bucket);
+        if let Some(conn) = self.take_idle(&host) {
+            match self.exchange(conn, &host, &req, &mut body, &mut collect) {
+                Err((_, false)) => {}
+                Err((e, true)) => return Err(e),
+                Ok(head) => return Ok(head),
+            }
+        }
+        let conn = self.connect(&host)?;
+        self.exchange(conn, &host, &req, &mut body, &mut collect)
+            .map_err(|(e, _)| e)
+    }
+
+    /// One attempt; the flag says whether any response byte arrived (then no retry).
+    fn exchange(
+        &self,
+        mut conn: Conn,
+        host: &str,
+        req: &Request,
+        body: &mut UpBody<'_>,
+        collect: &mut Collect<'_>,
+    ) -> Result<ResponseHead, (ApiError, bool)> {
+        let fail = |e: std::io::Error| (upstream_failure(e), false);
+        let framing = match body {
+            UpBody::None => BodyFraming::None,
+            UpBody::Bytes(b) => BodyFraming::Length(b.len() as u64),
+            UpBody::File(_, n) => BodyFraming::Length(*n),
+        };
+        let mut head = Vec::with_capacity(1024);
+        encode_request_head(req, framing, &mut head).map_err(|e| (ApiError::internal(e), true))?;
+        conn.stream.write_all(&head).map_err(fail)?;
+        match body {
+            UpBody::None => {}
+            UpBody::Bytes(b) => conn.stream.write_all(b).map_err(fail)?,
+            UpBody::File(f, len) => {
+                f.seek(SeekFrom::Start(0)).map_err(fail)?;
+                let copied =
+                    std::io::copy(&mut (&mut **f).take(*len), &mut conn.stream).map_err(fail)?;
+                if copied != *len {
+                    return Err((ApiError::internal("spooled body shrank"), true));
+                }
+            }
+        }
+        let mut dec = ResponseDecoder::new(Limits::default(), req.method == "HEAD");
+        let mut response: Option<ResponseHead> = None;
+        let mut error_body = Vec::new();
+        let mut seen = false;
+        loop {
+            let input = conn.buf.get(conn.start..conn.end).unwrap_or_default();
+            let d = dec.decode(input).map_err(|e| (upstream_failure(e), seen))?;
+            conn.start += d.consumed;
+            match d.event {
+                Event::Head(h) => {
+                    if (200..300).contains(&h.status) {
+                        if let Collect::Object { sink, head_only } = collect {
+                            let (info, span) = object_info(&h).map_err(|e| (e, true))?;
+                            sink.begin(&info, span.filter(|_| h.status == 206))
+                                .map_err(|e| (ApiError::from(e), true))?;
+                            if *head_only && req.method != "HEAD" {
+                                return Err((ApiError::internal("head-only GET"), true));
+                            }
+                        }
+                    }
+                    response = Some(h);
+                    continue;
+                }
+                Event::Body(data) => {
+                    let ok = response
+                        .as_ref()
+                        .is_some_and(|h| (200..300).contains(&h.status));
+                    match collect {
+                        Collect::Object { sink, .. } if ok => {
+                            sink.data(data).map_err(|e| (ApiError::from(e), true))?
+                        }
+                        Collect::Small(v) if ok => {
+                            if v.len() + data.len() > MAX_SMALL_BODY {
+                                return Err((upstream_failure("response too large"), true));
+                            }
+                            v.extend_from_slice(data);
+                        }
+                        _ => {
+                            if error_body.len() < 64 * 1024 {
+                                error_body.extend_from_slice(data);
+                            }
+                        }
+                    }
+                    continue;
+                }
+                Event::End => break,
+                Event::NeedMore => {}
+            }
+            conn.start = 0;
+            conn.end = 0;
+            let n = conn
+                .stream
+                .read(&mut conn.buf)
+                .map_err(|e| (upstream_failure(e), seen))?;
+            if n == 0 {
+                dec.finish_on_eof()
+                    .map_err(|e| (upstream_failure(e), seen))?;
+                if dec.is_done() {
+                    break;
+                }
+                continue;
+            }
+            seen = true;
+            conn.end = n;
+        }
+        let head = response.ok_or((upstream_failure("no response"), true))?;
+        if dec.is_reusable() && conn.start == conn.end {
+            self.put_idle(host.to_owned(), conn);
+        }
+        if !(200..300).contains(&head.status) {
+            let e = s3::parse_error(head.status, &head.headers, &error_body);
+            let mut api = ApiError::new(e.status, e.code, e.message);
+            if let Some(cr) = head.header("content-range") {
+                api = api.with_header("Content-Range", cr.to_owned());
+            }
+            return Err((api, true));
+        }
+        Ok(head)
+    }
+
+    fn simple(
+        &self,
+        req: Request,
+        bucket: Option<&str>,
+    ) -> Result<(ResponseHead, Vec<u8>), ApiError> {
+        let mut body = Vec::new();
+        let head = self.call(
+            req,
+            bucket,
+            PayloadHash::Hex(EMPTY_SHA256.into()),
+            UpBody::None,
+            Collect::Small(&mut body),
+        )?;
+        Ok((head, body))
+    }
+
+    fn bucket_req(&self, method: &str, bucket: &str) -> Result<Request, ApiError> {
+        let (host, path) = self.endpoint.bucket_location(bucket).map_err(build)?;
+        let mut req = Request::new(method, path);
+        req.add_header("Host", host);
+        Ok(req)
+    }
+}
+
+fn object_info(h: &ResponseHead) -> Result<(ObjectInfo, Option<(u64, u64)>), ApiError> {
+    let meta = ObjectMeta::from_headers(&h.headers).map_err(upstream_failure)?;
+    let span = match meta.content_range {
+        Some(ContentRange::Bytes { first, last, .. }) => Some((first, last)),
+        _ => None,
+    };
+    let info = ObjectInfo {
+        size: meta.object_size().unwrap_or(0),
+        etag: meta.etag.clone().unwrap_or_default(),
+        last_modified: now_secs(),
+        content_type: meta.content_type.clone(),
+        crc64nvme: meta.checksum_crc64nvme.clone(),
+        crc32c: meta.checksum_crc32c.clone(),
+        crc32: None,
+        checksum_type: meta.checksum_type.clone(),
+        parts: None,
+    };
+    Ok((info, span))
+}
+
+impl Backend for Upstream {
+    fn spool_dir(&self) -> &Path {
+        &self.spool
+    }
+
+    fn create_bucket(&self, bucket: &str) -> Result<(), ApiError> {
+        let (req, body) = s3::create_bucket(&self.endpoint, bucket, &self.region).map_err(build)?;
+        let payload = PayloadHash::of_body(&body);
+        let up = if body.is_empty() {
+            UpBody::None
+        } else {
+            UpBody::Bytes(&body)
+        };
+        self.call(
+            req,
+            Some(bucket),
+            payload,
+            up,
+            Collect::Small(&mut Vec::new()),
+        )?;
+        Ok(())
+    }
+
+    fn head_bucket(&self, bucket: &str) -> Result<(), ApiError> {
+        self.simple(self.bucket_req("HEAD", bucket)?, Some(bucket))
+            .map(|_| ())
+    }
+
+    fn delete_bucket(&self, bucket: &str) -> Result<(), ApiError> {
+        self.simple(self.bucket_req("DELETE", bucket)?, Some(bucket))
+            .map(|_| ())
+    }
+
+    fn list_buckets(&self) -> Result<Vec<String>, ApiError> {
+        Err(ApiError::not_implemented(
+            "ListBuckets is not bridged to the upstream yet",
+        ))
+    }
+
+    fn put_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        mut body: Spooled,
+        meta: &PutMeta,
+    ) -> Result<ObjectInfo, ApiError> {
+        let crc = body.crc64nvme_base64();
+        let opts = PutOptions {
+            content_type: meta.content_type.clone(),
+            checksums: vec![("x-amz-checksum-crc64nvme".into(), crc.clone())],
+            ..Default::default()
+        };
+        let req = s3::put_object(&self.endpoint, bucket, key, body.len, &opts).map_err(build)?;
+        let len = body.len;
+        let head = self.call(
+            req,
+            Some(bucket),
+            PayloadHash::Unsigned,
+            UpBody::File(body.file.as_file_mut(), len),
+            Collect::Small(&mut Vec::new()),
+        )?;
+        let etag = head
+            .header("etag")
+            .map(str::to_owned)
+            .unwrap_or_else(|| body.etag());
+        Ok(ObjectInfo {
+            size: len,
+            etag,
+            last_modified: now_secs(),
+            crc64nvme: Some(crc),
+            ..Default::default()
+        })
+    }
+
+    fn get_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        req: &GetRequest,
+        sink: &mut dyn ObjectSink,
+    ) -> Result<(), ApiError> {
+        let opts = GetOptions {
+            range: req.range,
+            if_match: req.if_match.clone(),
+            checksum_mode: true,
+        };
+        let r = if req.head_only {
+            s3::head_object(&self.endpoint, bucket, key, &opts)
+        } else {
+            s3::get_object(&self.endpoint, bucket, key, &opts)
+        }
+        .map_err(build)?;
+        let collect = Collect::Object {
+            sink,
+            head_only: req.head_only,
+        };
+        self.call(
+            r,
+            Some(bucket),
+            PayloadHash::Hex(EMPTY_SHA256.into()),
+            UpBody::None,
+            collect,
+        )?;
+        Ok(())
+    }
+
+    fn delete_object(&self, bucket: &str, key: &str) -> Result<(), ApiError> {
+        self.simple(
+            s3::delete_object(&self.endpoint, bucket, key).map_err(build)?,
+            Some(bucket),
+        )
+        .map(|_| ())
+    }
+
+    fn list_objects(&self, bucket: &str, query: &ListQuery) -> Result<ListPage, ApiError> {
+        if query.max_keys == 0 {
+            return Ok(ListPage::default());
+        }
+        let opts = ListOptions {
+            prefix: Some(query.prefix.clone()).filter(|p| !p.is_empty()),
+            delimiter: query.delimiter.clone(),
+            continuation_token: query.continuation_token.clone(),
+            start_after: query.start_after.clone(),
+            max_keys: Some(query.max_keys.min(1000)),
+            url_encoding: true,
+        };
+        let (_, body) = self.simple(
+            s3::list_objects_v2(&self.endpoint, bucket, &opts).map_err(build)?,
+            Some(bucket),
+        )?;
+        let page = s3::parse_list_objects_v2(&body).map_err(upstream_failure)?;
+        Ok(ListPage {
+            contents: page
+                .contents
+                .into_iter()
+                .map(|e| ListEntry {
+                    key: e.key,
+                    size: e.size,
+                    etag: e.etag.unwrap_or_default(),
+                    last_modified: e.last_modified.unwrap_or_default(),
+                })
+                .collect(),
+            common_prefixes: page.common_prefixes,
+            is_truncated: page.is_truncated,
+            next_continuation_token: page.next_continuation_token,
+        })
+    }
+
+    fn create_multipart(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: &PutMeta,
+    ) -> Result<String, ApiError> {
+        let mut checksums = Vec::new();
+        if let Some(a) = &meta.checksum_algorithm {
+            checksums.push(("x-amz-checksum-algorithm".to_owned(), a.clone()));
+        }
+        if let Some(t) = &meta.checksum_type {
+            checksums.push(("x-amz-checksum-type".to_owned(), t.clone()));
+        }
+        let opts = PutOptions {
+            content_type: meta.content_type.clone(),
+            checksums,
+            ..Default::default()
+        };
+        let (_, body) = self.simple(
+            s3::create_multipart_upload(&self.endpoint, bucket, key, &opts).map_err(build)?,
+            Some(bucket),
+        )?;
+        s3::parse_initiate_multipart_upload(&body).map_err(upstream_failure)
+    }
+
+    fn upload_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part_number: u32,
+        mut body: Spooled,
+    ) -> Result<ObjectInfo, ApiError> {
+        let crc = body.crc64nvme_base64();
+        let req = s3::upload_part(
+            &self.endpoint,
+            bucket,
+            key,
+            upload_id,
+            part_number,
+            body.len,
+            &[("x-amz-checksum-crc64nvme".into(), crc.clone())],
+        )
+        .map_err(build)?;
+        let len = body.len;
+        let head = self.call(
+            req,
+            Some(bucket),
+            PayloadHash::Unsigned,
+            UpBody::File(body.file.as_file_mut(), len),
+            Collect::Small(&mut Vec::new()),
+        )?;
+        let etag = head
+            .header("etag")
+            .map(str::to_owned)
+            .ok_or_else(|| upstream_failure("UploadPart without ETag"))?;
+        Ok(ObjectInfo {
+            size: len,
+            etag,
+            crc64nvme: Some(crc),
+            ..Default::default()
+        })
+    }
+
+    fn complete_multipart(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: &[CompletePart],
+        whole_crc64nvme: Option<&str>,
+    ) -> Result<ObjectInfo, ApiError> {
+        let parts: Vec<CompletedPart> = parts
+            .iter()
+            .map(|p| CompletedPart {
+                part_number: p.part_number,
+                etag: p.etag.clone(),
+                checksum_crc64nvme: p.crc64nvme.clone(),
+                checksum_crc32c: None,
+            })
+            .collect();
+        let whole: Vec<(String, String)> = whole_crc64nvme
+            .map(|w| ("x-amz-checksum-crc64nvme".to_owned(), w.to_owned()))
+            .into_iter()
+            .collect();
+        let (req, body) =
+            s3::complete_multipart_upload(&self.endpoint, bucket, key, upload_id, &parts, &whole)
+                .map_err(build)?;
+        let mut resp = Vec::new();
+        let head = self.call(
+            req,
+            Some(bucket),
+            PayloadHash::of_body(&body),
+            UpBody::Bytes(&body),
+            Collect::Small(&mut resp),
+        )?;
+        let done = s3::parse_complete_multipart_upload(head.status, &head.headers, &resp).map_err(
+            |e| match e {
+                s3::ResponseError::S3(e) => ApiError::new(e.status, e.code, e.message),
+                other => upstream_failure(other),
+            },
+        )?;
+        Ok(ObjectInfo {
+            etag: done.etag.unwrap_or_default(),
+            crc64nvme: done.checksum_crc64nvme,
+            crc32c: done.checksum_crc32c,
+            parts: Some(parts.len() as u32),
+            checksum_type: Some("FULL_OBJECT".into()),
+            last_modified: now_secs(),
+            ..Default::default()
+        })
+    }
+
+    fn abort_multipart(&self, bucket: &str, key: &str, upload_id: &str) -> Result<(), ApiError> {
+        self.simple(
+            s3::abort_multipart_upload(&self.endpoint, bucket, key, upload_id).map_err(build)?,
+            Some(bucket),
+        )
+        .map(|_| ())
+    }
+}

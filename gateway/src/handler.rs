@@ -1,0 +1,766 @@
+//! Request dispatch: authenticate, route, run the S3 operation on the backend, answer.
+
+use s3_lite::http::BodyFraming;
+use s3_lite::http::server::RequestHead;
+use s3_lite::s3::ByteRange;
+use s3_lite::sigv4::PayloadHash;
+use s3_lite::uri;
+
+use crate::auth::Authenticated;
+use crate::backend::{
+    CompletePart, GetRequest, ListPage, ListQuery, ObjectInfo, ObjectSink, PutMeta,
+};
+use crate::body::{self, BodySource, ReceiveOptions};
+use crate::error::ApiError;
+use crate::rdma::{self, GetDecline, RdmaGrant, RdmaOp};
+use crate::route::{Query, Target, route};
+use crate::server::Shared;
+use crate::time::http_date;
+use crate::xml::{self, element};
+
+/// Where a handler writes its response (the connection implements it).
+pub trait Respond {
+    /// Sends the status line and headers; `framing` adds `Content-Length` or chunking.
+    fn head(
+        &mut self,
+        status: u16,
+        headers: Vec<(String, String)>,
+        framing: BodyFraming,
+    ) -> std::io::Result<()>;
+    /// Sends body bytes.
+    fn body(&mut self, data: &[u8]) -> std::io::Result<()>;
+    /// Whether the head has been sent (an error after that can only close the connection).
+    fn started(&self) -> bool;
+}
+
+fn full(
+    out: &mut dyn Respond,
+    status: u16,
+    mut headers: Vec<(String, String)>,
+    body: &[u8],
+    content_type: &str,
+) -> Result<(), ApiError> {
+    if !body.is_empty() {
+        headers.push(("Content-Type".into(), content_type.into()));
+    }
+    out.head(status, headers, BodyFraming::Length(body.len() as u64))?;
+    out.body(body)?;
+    Ok(())
+}
+
+fn xml_ok(
+    out: &mut dyn Respond,
+    headers: Vec<(String, String)>,
+    doc: String,
+) -> Result<(), ApiError> {
+    let mut body = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    body.push_str(&doc);
+    full(out, 200, headers, body.as_bytes(), "application/xml")
+}
+
+const S3_NS: &str = "http://s3.amazonaws.com/doc/2006-03-01/";
+
+/// Subresources this gateway does not implement: answered 501 rather than misread as a plain
+/// object or bucket operation.
+const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
+    "acl",
+    "tagging",
+    "versioning",
+    "versions",
+    "policy",
+    "lifecycle",
+    "cors",
+    "website",
+    "logging",
+    "notification",
+    "replication",
+    "encryption",
+    "object-lock",
+    "retention",
+    "legal-hold",
+    "restore",
+    "select",
+    "torrent",
+    "attributes",
+    "delete",
+    "accelerate",
+    "analytics",
+    "inventory",
+    "metrics",
+    "ownershipControls",
+    "publicAccessBlock",
+    "requestPayment",
+    "intelligent-tiering",
+];
+
+/// Handles one request whose head has been decoded. Errors returned before the response
+/// started are turned into S3 error documents by the caller.
+pub fn handle(
+    shared: &Shared,
+    head: &RequestHead,
+    body: &mut dyn BodySource,
+    out: &mut dyn Respond,
+) -> Result<(), ApiError> {
+    let auth = shared.auth.authenticate(head)?;
+    let target = route(
+        &head.path,
+        head.header("host"),
+        shared.config.virtual_host_suffix.as_deref(),
+    )?;
+    let query = Query::parse(&head.query)?;
+    if let Some(sub) = UNSUPPORTED_SUBRESOURCES.iter().find(|s| query.has(s)) {
+        return Err(ApiError::not_implemented(format!(
+            "the ?{sub} subresource is not implemented by this gateway"
+        )));
+    }
+    let token = match head.header(s3_lite::rdma::RDMA_TOKEN) {
+        Some(v) => Some(rdma::classify(v.trim())?),
+        None => None,
+    };
+    let ctx = Ctx {
+        shared,
+        head,
+        auth: &auth,
+        token: token.as_ref(),
+    };
+    let method = head.method.as_str();
+    match (&target, method) {
+        (Target { bucket: None, .. }, "GET") => ctx.list_buckets(out),
+        (Target { bucket: None, .. }, _) => Err(ApiError::new(
+            405,
+            "MethodNotAllowed",
+            "The specified method is not allowed against this resource.",
+        )),
+        (
+            Target {
+                bucket: Some(b),
+                key: None,
+            },
+            m,
+        ) => ctx.bucket_op(m, b, &query, body, out),
+        (
+            Target {
+                bucket: Some(b),
+                key: Some(k),
+            },
+            m,
+        ) => ctx.object_op(m, b, k, &query, body, out),
+    }
+}
+
+struct Ctx<'a> {
+    shared: &'a Shared,
+    head: &'a RequestHead,
+    auth: &'a Authenticated,
+    token: Option<&'a s3_lite::rdma::TokenKind>,
+}
+
+/// Reads a small body (XML) into memory, bounded.
+fn read_small(body: &mut dyn BodySource, limit: usize) -> Result<Vec<u8>, ApiError> {
+    let mut v = Vec::new();
+    while let Some(chunk) = body
+        .next_chunk()
+        .map_err(|_| ApiError::new(400, "IncompleteBody", "request body ended early"))?
+    {
+        if v.len() + chunk.len() > limit {
+            return Err(ApiError::new(
+                400,
+                "MaxMessageLengthExceeded",
+                "Your request was too big.",
+            ));
+        }
+        v.extend_from_slice(chunk);
+    }
+    Ok(v)
+}
+
+fn parse_range(value: &str) -> Option<ByteRange> {
+    // Malformed or multi-range headers are ignored (RFC 9110 §14.2): the whole object is served.
+    let spec = value.trim().strip_prefix("bytes=")?;
+    if spec.contains(',') {
+        return None;
+    }
+    ByteRange::parse_cli(spec.trim()).ok()
+}
+
+fn info_headers(info: &ObjectInfo, checksum_mode: bool, whole: bool) -> Vec<(String, String)> {
+    let mut h = vec![
+        ("ETag".to_owned(), info.etag.clone()),
+        ("Last-Modified".to_owned(), http_date(info.last_modified)),
+        ("Accept-Ranges".to_owned(), "bytes".to_owned()),
+        (
+            "Content-Type".to_owned(),
+            info.content_type
+                .clone()
+                .unwrap_or_else(|| "binary/octet-stream".into()),
+        ),
+    ];
+    if let Some(n) = info.parts {
+        h.push(("x-amz-mp-parts-count".into(), n.to_string()));
+    }
+    if checksum_mode && whole {
+        if let Some(c) = &info.crc64nvme {
+            h.push(("x-amz-checksum-crc64nvme".into(), c.clone()));
+        }
+        if let Some(c) = &info.crc32c {
+            h.push(("x-amz-checksum-crc32c".into(), c.clone()));
+        }
+        if let Some(c) = &info.crc32 {
+            h.push(("x-amz-checksum-crc32".into(), c.clone()));
+        }
+        if let Some(t) = &info.checksum_type {
+            h.push(("x-amz-checksum-type".into(), t.clone()));
+        }
+    }
+    h
+}
+
+/// The HTTP response as the sink of a GET/HEAD.
+struct HttpSink<'o> {
+    out: &'o mut dyn Respond,
+    head_only: bool,
+    checksum_mode: bool,
+    extra: Vec<(String, String)>,
+}
+
+impl ObjectSink for HttpSink<'_> {
+    fn begin(&mut self, info: &ObjectInfo, span: Option<(u64, u64)>) -> std::io::Result<()> {
+        let mut h = info_headers(info, self.checksum_mode, span.is_none());
+        h.append(&mut self.extra);
+        let (status, len) = match span {
+            Some((a, b)) => {
+                h.push((
+                    "Content-Range".into(),
+                    format!("bytes {a}-{b}/{}", info.size),
+                ));
+                (206, b - a + 1)
+            }
+            None => (200, info.size),
+        };
+        if self.head_only {
+            h.push(("Content-Length".into(), len.to_string()));
+            self.out.head(status, h, BodyFraming::None)
+        } else {
+            self.out.head(status, h, BodyFraming::Length(len))
+        }
+    }
+
+    fn data(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.out.body(bytes)
+    }
+}
+
+impl Ctx<'_> {
+    fn backend(&self) -> &dyn crate::backend::Backend {
+        self.shared.backend.as_ref()
+    }
+
+    fn list_buckets(&self, out: &mut dyn Respond) -> Result<(), ApiError> {
+        let names = self.backend().list_buckets()?;
+        let mut doc = format!(
+            "<ListAllMyBucketsResult xmlns=\"{S3_NS}\"><Owner><ID>hipobj</ID><DisplayName>hipobj</DisplayName></Owner><Buckets>"
+        );
+        for n in names {
+            doc.push_str("<Bucket>");
+            element(&mut doc, "Name", &n);
+            element(&mut doc, "CreationDate", "1970-01-01T00:00:00.000Z");
+            doc.push_str("</Bucket>");
+        }
+        doc.push_str("</Buckets></ListAllMyBucketsResult>");
+        xml_ok(out, Vec::new(), doc)
+    }
+
+    fn bucket_op(
+        &self,
+        method: &str,
+        bucket: &str,
+        query: &Query,
+        body: &mut dyn BodySource,
+        out: &mut dyn Respond,
+    ) -> Result<(), ApiError> {
+        match method {
+            "PUT" => {
+                // The CreateBucketConfiguration (location constraint) is read and ignored.
+                read_small(body, 64 * 1024)?;
+                self.backend().create_bucket(bucket)?;
+                full(
+                    out,
+                    200,
+                    vec![("Location".into(), format!("/{bucket}"))],
+                    &[],
+                    "",
+                )
+            }
+            "HEAD" => {
+                self.backend().head_bucket(bucket)?;
+                out.head(
+                    200,
+                    vec![(
+                        "x-amz-bucket-region".into(),
+                        self.shared.auth.region().to_owned(),
+                    )],
+                    BodyFraming::Length(0),
+                )?;
+                Ok(())
+            }
+            "DELETE" => {
+                self.backend().delete_bucket(bucket)?;
+                out.head(204, Vec::new(), BodyFraming::None)?;
+                Ok(())
+            }
+            "GET" if query.get("list-type") == Some("2") => self.list_v2(bucket, query, out),
+            "GET" if query.has("location") => {
+                self.backend().head_bucket(bucket)?;
+                let mut doc = format!("<LocationConstraint xmlns=\"{S3_NS}\">");
+                if self.shared.auth.region() != "us-east-1" {
+                    xml::escape(self.shared.auth.region(), &mut doc);
+                }
+                doc.push_str("</LocationConstraint>");
+                xml_ok(out, Vec::new(), doc)
+            }
+            "GET" => Err(ApiError::not_implemented(
+                "only ListObjectsV2 (list-type=2) is implemented",
+            )),
+            _ => Err(ApiError::new(
+                405,
+                "MethodNotAllowed",
+                "The specified method is not allowed against this resource.",
+            )),
+        }
+    }
+
+    fn list_v2(&self, bucket: &str, query: &Query, out: &mut dyn Respond) -> Result<(), ApiError> {
+        let max_keys = match query.get("max-keys") {
+            None => 1000,
+            Some(v) => v
+                .parse::<u32>()
+                .map_err(|_| {
+                    ApiError::invalid_argument(
+                        "Provided max-keys not an integer or within integer range",
+                    )
+                })?
+                .min(1000),
+        };
+        let url = match query.get("encoding-type") {
+            None => false,
+            Some("url") => true,
+            Some(_) => {
+                return Err(ApiError::invalid_argument(
+                    "Invalid Encoding Method specified in Request",
+                ));
+            }
+        };
+        let q = ListQuery {
+            prefix: query.get("prefix").unwrap_or_default().to_owned(),
+            delimiter: query
+                .get("delimiter")
+                .filter(|d| !d.is_empty())
+                .map(str::to_owned),
+            start_after: query
+                .get("start-after")
+                .filter(|d| !d.is_empty())
+                .map(str::to_owned),
+            continuation_token: query.get("continuation-token").map(str::to_owned),
+            max_keys,
+        };
+        let page = self.backend().list_objects(bucket, &q)?;
+        xml_ok(out, Vec::new(), render_list(bucket, &q, &page, url))
+    }
+
+    fn object_op(
+        &self,
+        method: &str,
+        bucket: &str,
+        key: &str,
+        query: &Query,
+        body: &mut dyn BodySource,
+        out: &mut dyn Respond,
+    ) -> Result<(), ApiError> {
+        match method {
+            "GET" | "HEAD" => self.get(bucket, key, query, method == "HEAD", out),
+            "PUT" if self.head.header("x-amz-copy-source").is_some() => Err(
+                ApiError::not_implemented("CopyObject / UploadPartCopy are not implemented"),
+            ),
+            "PUT" if query.has("uploadId") || query.has("partNumber") => {
+                let id = query.get("uploadId").ok_or_else(|| {
+                    ApiError::invalid_argument("uploadId is required with partNumber")
+                })?;
+                let n: u32 = query
+                    .get("partNumber")
+                    .and_then(|p| p.parse().ok())
+                    .filter(|n| (1..=s3_lite::s3::MAX_PARTS).contains(n))
+                    .ok_or_else(|| {
+                        ApiError::invalid_argument(
+                            "Part number must be an integer between 1 and 10000, inclusive",
+                        )
+                    })?;
+                self.put(bucket, key, Some((id, n)), body, out)
+            }
+            "PUT" => self.put(bucket, key, None, body, out),
+            "POST" if query.has("uploads") => {
+                let meta = PutMeta {
+                    content_type: self.head.header("content-type").map(str::to_owned),
+                    checksum_algorithm: self
+                        .head
+                        .header("x-amz-checksum-algorithm")
+                        .map(|s| s.trim().to_ascii_uppercase()),
+                    checksum_type: self
+                        .head
+                        .header("x-amz-checksum-type")
+                        .map(|s| s.trim().to_ascii_uppercase()),
+                };
+                let id = self.backend().create_multipart(bucket, key, &meta)?;
+                let mut doc = format!("<InitiateMultipartUploadResult xmlns=\"{S3_NS}\">");
+                element(&mut doc, "Bucket", bucket);
+                element(&mut doc, "Key", key);
+                element(&mut doc, "UploadId", &id);
+                doc.push_str("</InitiateMultipartUploadResult>");
+                let mut h = Vec::new();
+                if let Some(a) = meta.checksum_algorithm {
+                    h.push(("x-amz-checksum-algorithm".into(), a));
+                }
+                xml_ok(out, h, doc)
+            }
+            "POST" if query.has("uploadId") => self.complete(
+                bucket,
+                key,
+                query.get("uploadId").unwrap_or_default(),
+                body,
+                out,
+            ),
+            "DELETE" if query.has("uploadId") => {
+                self.backend().abort_multipart(
+                    bucket,
+                    key,
+                    query.get("uploadId").unwrap_or_default(),
+                )?;
+                out.head(204, Vec::new(), BodyFraming::None)?;
+                Ok(())
+            }
+            "DELETE" => {
+                self.backend().delete_object(bucket, key)?;
+                out.head(204, Vec::new(), BodyFraming::None)?;
+                Ok(())
+            }
+            _ => Err(ApiError::new(
+                405,
+                "MethodNotAllowed",
+                "The specified method is not allowed against this resource.",
+            )),
+        }
+    }
+
+    fn get(
+        &self,
+        bucket: &str,
+        key: &str,
+        query: &Query,
+        head_only: bool,
+        out: &mut dyn Respond,
+    ) -> Result<(), ApiError> {
+        if query.has("partNumber") {
+            return Err(ApiError::not_implemented(
+                "GetObject with partNumber is not implemented",
+            ));
+        }
+        let req = GetRequest {
+            range: self.head.header("range").and_then(parse_range),
+            if_match: self.head.header("if-match").map(str::to_owned),
+            head_only,
+        };
+        let checksum_mode = self
+            .head
+            .header("x-amz-checksum-mode")
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("ENABLED"));
+        let mut extra = Vec::new();
+        if let (Some(token), false) = (self.token, head_only) {
+            let grant = RdmaGrant {
+                op: RdmaOp::Get,
+                token,
+                principal: &self.auth.access_key,
+                declared_len: None,
+            };
+            match self.shared.rdma.open(&grant)? {
+                Some(mut path) => return self.rdma_get(bucket, key, &req, path.as_mut(), out),
+                None if self.shared.config.get_decline == GetDecline::Error => {
+                    return Err(rdma::decline_error(token));
+                }
+                None => extra = rdma::decline_headers(token),
+            }
+        }
+        let mut sink = HttpSink {
+            out,
+            head_only,
+            checksum_mode,
+            extra,
+        };
+        self.backend().get_object(bucket, key, &req, &mut sink)
+    }
+
+    fn rdma_get(
+        &self,
+        bucket: &str,
+        key: &str,
+        req: &GetRequest,
+        path: &mut dyn rdma::DataPath,
+        out: &mut dyn Respond,
+    ) -> Result<(), ApiError> {
+        struct Span(Option<(u64, u64)>, ObjectInfo);
+        struct Tee<'p> {
+            path: &'p mut dyn rdma::DataPath,
+            seen: Option<Span>,
+        }
+        impl ObjectSink for Tee<'_> {
+            fn begin(
+                &mut self,
+                info: &ObjectInfo,
+                span: Option<(u64, u64)>,
+            ) -> std::io::Result<()> {
+                self.seen = Some(Span(span, info.clone()));
+                self.path.begin(info, span)
+            }
+            fn data(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+                self.path.data(bytes)
+            }
+        }
+        let mut tee = Tee { path, seen: None };
+        self.backend().get_object(bucket, key, req, &mut tee)?;
+        let bytes = tee.path.finish()?;
+        let Some(Span(span, info)) = tee.seen else {
+            return Err(ApiError::internal("no object head"));
+        };
+        let mut h = info_headers(&info, false, span.is_none());
+        let (status, expected) = match span {
+            Some((a, b)) => {
+                h.push((
+                    "Content-Range".into(),
+                    format!("bytes {a}-{b}/{}", info.size),
+                ));
+                (206, b - a + 1)
+            }
+            None => (200, info.size),
+        };
+        if bytes != expected {
+            return Err(ApiError::new(
+                500,
+                "RDMATransferFailed",
+                format!("moved {bytes} of {expected} bytes"),
+            ));
+        }
+        h.push(("x-amz-rdma-reply".into(), status.to_string()));
+        h.push(("x-amz-rdma-bytes-transferred".into(), bytes.to_string()));
+        h.push(("x-amz-rdma-bytes".into(), bytes.to_string()));
+        out.head(status, h, BodyFraming::Length(0))?;
+        Ok(())
+    }
+
+    fn put(
+        &self,
+        bucket: &str,
+        key: &str,
+        part: Option<(&str, u32)>,
+        body: &mut dyn BodySource,
+        out: &mut dyn Respond,
+    ) -> Result<(), ApiError> {
+        let cfg = &self.shared.config;
+        let aws_chunked = match self.auth.payload {
+            PayloadHash::StreamingSigned | PayloadHash::StreamingSignedTrailer => {
+                return Err(ApiError::not_implemented(
+                    "signed aws-chunked uploads (STREAMING-AWS4-HMAC-SHA256-PAYLOAD[-TRAILER]) are not implemented; use UNSIGNED-PAYLOAD, a hex payload hash or STREAMING-UNSIGNED-PAYLOAD-TRAILER",
+                ));
+            }
+            PayloadHash::StreamingUnsignedTrailer => true,
+            _ => false,
+        };
+        let decoded_len =
+            match self.head.header("x-amz-decoded-content-length") {
+                Some(v) => Some(v.trim().parse::<u64>().map_err(|_| {
+                    ApiError::invalid_argument("invalid x-amz-decoded-content-length")
+                })?),
+                None if aws_chunked => {
+                    return Err(ApiError::new(
+                        411,
+                        "MissingContentLength",
+                        "x-amz-decoded-content-length is required with aws-chunked",
+                    ));
+                }
+                None => None,
+            };
+        let declared = decoded_len.or(self.head.content_length());
+        if declared.is_some_and(|n| n > cfg.max_object_size) {
+            return Err(ApiError::new(
+                400,
+                "EntityTooLarge",
+                "Your proposed upload exceeds the maximum allowed size",
+            ));
+        }
+        let op = if part.is_some() {
+            RdmaOp::UploadPart
+        } else {
+            RdmaOp::Put
+        };
+        let mut rdma_path = None;
+        if let Some(token) = self.token {
+            let grant = RdmaGrant {
+                op,
+                token,
+                principal: &self.auth.access_key,
+                declared_len: declared,
+            };
+            match self.shared.rdma.open(&grant)? {
+                Some(p) => rdma_path = Some(p),
+                None => return Err(rdma::decline_error(token)),
+            }
+        }
+        let opts = ReceiveOptions {
+            aws_chunked: aws_chunked && rdma_path.is_none(),
+            decoded_len,
+            max_len: cfg.max_object_size,
+        };
+        let spool_dir = self.backend().spool_dir().to_owned();
+        let (spooled, rdma_bytes) = match rdma_path.as_mut() {
+            Some(p) => {
+                let s = body::receive(p.as_mut(), &spool_dir, opts)?;
+                let n = p.finish()?;
+                (s, Some(n))
+            }
+            None => (body::receive(body, &spool_dir, opts)?, None),
+        };
+        let payload = if rdma_bytes.is_some() {
+            PayloadHash::Unsigned
+        } else {
+            self.auth.payload.clone()
+        };
+        let mut headers = body::verify(&spooled, &self.head.headers, &payload)?;
+        if !headers.iter().any(|(n, _)| n == "x-amz-checksum-crc64nvme") {
+            headers.push((
+                "x-amz-checksum-crc64nvme".into(),
+                spooled.crc64nvme_base64(),
+            ));
+        }
+        let info = match part {
+            Some((id, n)) => self.backend().upload_part(bucket, key, id, n, spooled)?,
+            None => {
+                let meta = PutMeta {
+                    content_type: self.head.header("content-type").map(str::to_owned),
+                    ..Default::default()
+                };
+                self.backend().put_object(bucket, key, spooled, &meta)?
+            }
+        };
+        headers.push(("ETag".into(), info.etag));
+        if let Some(n) = rdma_bytes {
+            headers.push(("x-amz-rdma-reply".into(), "200".into()));
+            headers.push(("x-amz-rdma-bytes-transferred".into(), n.to_string()));
+            headers.push(("x-amz-rdma-bytes".into(), n.to_string()));
+        }
+        full(out, 200, headers, &[], "")
+    }
+
+    fn complete(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        body: &mut dyn BodySource,
+        out: &mut dyn Respond,
+    ) -> Result<(), ApiError> {
+        let _budget = self.shared.reserve(xml::MAX_XML_BODY)?;
+        let doc = read_small(body, xml::MAX_XML_BODY)?;
+        if let PayloadHash::Hex(h) = &self.auth.payload {
+            let actual = PayloadHash::of_body(&doc);
+            if actual.as_str() != h.to_ascii_lowercase() {
+                return Err(ApiError::new(
+                    400,
+                    "XAmzContentSHA256Mismatch",
+                    "The provided 'x-amz-content-sha256' header does not match what was computed.",
+                ));
+            }
+        }
+        let parts: Vec<CompletePart> = xml::parse_complete(&doc)?
+            .into_iter()
+            .map(|p| CompletePart {
+                part_number: p.part_number,
+                etag: p.etag,
+                crc64nvme: p.checksum_crc64nvme,
+            })
+            .collect();
+        let whole = self.head.header("x-amz-checksum-crc64nvme").map(str::trim);
+        let info = self
+            .backend()
+            .complete_multipart(bucket, key, upload_id, &parts, whole)?;
+        let host = self.head.header("host").unwrap_or("localhost");
+        let mut doc = format!("<CompleteMultipartUploadResult xmlns=\"{S3_NS}\">");
+        element(
+            &mut doc,
+            "Location",
+            &format!("http://{host}/{bucket}/{}", uri::encode_path(key)),
+        );
+        element(&mut doc, "Bucket", bucket);
+        element(&mut doc, "Key", key);
+        element(&mut doc, "ETag", &info.etag);
+        if let Some(c) = &info.crc64nvme {
+            element(&mut doc, "ChecksumCRC64NVME", c);
+        }
+        if let Some(t) = &info.checksum_type {
+            element(&mut doc, "ChecksumType", t);
+        }
+        doc.push_str("</CompleteMultipartUploadResult>");
+        xml_ok(out, Vec::new(), doc)
+    }
+}
+
+fn render_list(bucket: &str, q: &ListQuery, page: &ListPage, url: bool) -> String {
+    let enc = |s: &str| {
+        if url {
+            uri::encode_path(s)
+        } else {
+            s.to_owned()
+        }
+    };
+    let mut d = format!("<ListBucketResult xmlns=\"{S3_NS}\">");
+    element(&mut d, "Name", bucket);
+    element(&mut d, "Prefix", &enc(&q.prefix));
+    if let Some(x) = &q.delimiter {
+        element(&mut d, "Delimiter", &enc(x));
+    }
+    element(&mut d, "MaxKeys", &q.max_keys.to_string());
+    element(
+        &mut d,
+        "KeyCount",
+        &(page.contents.len() + page.common_prefixes.len()).to_string(),
+    );
+    element(
+        &mut d,
+        "IsTruncated",
+        if page.is_truncated { "true" } else { "false" },
+    );
+    if let Some(t) = &q.continuation_token {
+        element(&mut d, "ContinuationToken", t);
+    }
+    if let Some(t) = &page.next_continuation_token {
+        element(&mut d, "NextContinuationToken", t);
+    }
+    if let Some(s) = &q.start_after {
+        element(&mut d, "StartAfter", &enc(s));
+    }
+    if url {
+        element(&mut d, "EncodingType", "url");
+    }
+    for e in &page.contents {
+        d.push_str("<Contents>");
+        element(&mut d, "Key", &enc(&e.key));
+        element(&mut d, "LastModified", &e.last_modified);
+        element(&mut d, "ETag", &e.etag);
+        element(&mut d, "Size", &e.size.to_string());
+        element(&mut d, "StorageClass", "STANDARD");
+        d.push_str("</Contents>");
+    }
+    for p in &page.common_prefixes {
+        d.push_str("<CommonPrefixes>");
+        element(&mut d, "Prefix", &enc(p));
+        d.push_str("</CommonPrefixes>");
+    }
+    d.push_str("</ListBucketResult>");
+    d
+}

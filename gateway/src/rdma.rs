@@ -1,0 +1,120 @@
+//! The RDMA seam: where the soft and verbs fabrics will plug in.
+//!
+//! A request carrying `x-amz-rdma-token` (authenticated, every `x-amz-rdma-*` header signed)
+//! is classified ([`s3_lite::rdma::classify`]); a malformed token is answered `400
+//! InvalidArgument` without an RDMA reply header (protocols.md §7 rule 5). Otherwise the
+//! gateway asks its [`RdmaTarget`] for a [`DataPath`]:
+//!
+//! - `None`: the fabric cannot honour the token. PUT/UploadPart are answered `501
+//!   NotImplemented` with `x-amz-rdma-reply: 501` and nothing is stored; GET is answered per
+//!   [`GetDecline`] (data in the HTTP body with reply 501, the aws-c-s3 spec style, or a 501
+//!   error, the MinIO style). An RC token on an object request also gets
+//!   `X-Amz-Rdma-Protocol-Status: unsupported` (the hipobj-rc-v2 servers' marker).
+//! - `Some(path)`: for GET the backend writes the object into `path` (it is an
+//!   [`ObjectSink`], exactly like the HTTP response), for PUT the body is read from it (a
+//!   [`BodySource`], exactly like the socket), then [`DataPath::finish`] reports the bytes
+//!   moved; the reply carries `x-amz-rdma-reply`, `x-amz-rdma-bytes-transferred` and
+//!   `x-amz-rdma-bytes`, and `Content-Length: 0`. Backends do not change.
+//!
+//! Today the only target is [`NoFabric`] (`--fabric none`), which declines everything.
+
+use s3_lite::rdma::TokenKind;
+
+use crate::backend::ObjectSink;
+use crate::body::BodySource;
+use crate::error::ApiError;
+
+/// How a GET that cannot be served over RDMA is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GetDecline {
+    /// HTTP 200/206 with the data in the body and `x-amz-rdma-reply: 501` (aws-c-s3 spec;
+    /// clients fall back without another round trip).
+    #[default]
+    Body,
+    /// `501 NotImplemented` error with `x-amz-rdma-reply: 501` and no data (MinIO AIStor);
+    /// the client retries without the token.
+    Error,
+}
+
+/// The object operation a token came with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RdmaOp {
+    /// GetObject (whole or ranged).
+    Get,
+    /// PutObject.
+    Put,
+    /// UploadPart.
+    UploadPart,
+}
+
+/// What a token grants, as the target needs it to open a data path.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct RdmaGrant<'a> {
+    /// The operation.
+    pub op: RdmaOp,
+    /// The parsed token.
+    pub token: &'a TokenKind,
+    /// The authenticated access key (sessions and connections are bound to it).
+    pub principal: &'a str,
+    /// Bytes announced for a PUT (`x-amz-decoded-content-length` or the token's size).
+    pub declared_len: Option<u64>,
+}
+
+/// One transfer over a fabric: an [`ObjectSink`] for GET (object bytes go to the client's
+/// registered memory) and a [`BodySource`] for PUT (bytes come from it).
+pub trait DataPath: ObjectSink + BodySource {
+    /// Completes the transfer (e.g. the WRITE_WITH_IMM / READ completion) and returns the
+    /// bytes moved; an error fails the request, and nothing is stored for a PUT.
+    fn finish(&mut self) -> Result<u64, ApiError>;
+}
+
+/// A fabric's server side.
+pub trait RdmaTarget: Send + Sync {
+    /// `none`, `soft`, `verbs`: reported in logs and tests.
+    fn fabric(&self) -> &'static str;
+    /// Opens a data path for `grant`, or `Ok(None)` to decline (501 fallback).
+    fn open(&self, grant: &RdmaGrant<'_>) -> Result<Option<Box<dyn DataPath>>, ApiError>;
+}
+
+/// `--fabric none`: declines every token, so clients fall back to HTTP per request.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoFabric;
+
+impl RdmaTarget for NoFabric {
+    fn fabric(&self) -> &'static str {
+        "none"
+    }
+
+    fn open(&self, _grant: &RdmaGrant<'_>) -> Result<Option<Box<dyn DataPath>>, ApiError> {
+        Ok(None)
+    }
+}
+
+/// Classifies a token value: `400 InvalidArgument` (no reply header) when malformed.
+pub fn classify(value: &str) -> Result<TokenKind, ApiError> {
+    s3_lite::rdma::classify(value)
+        .map_err(|e| ApiError::invalid_argument(format!("invalid x-amz-rdma-token: {e}")))
+}
+
+/// Headers of a declined RDMA request.
+pub fn decline_headers(token: &TokenKind) -> Vec<(String, String)> {
+    let mut h = vec![("x-amz-rdma-reply".to_owned(), "501".to_owned())];
+    if matches!(token, TokenKind::HipObjectRc(_)) {
+        h.push((
+            "X-Amz-Rdma-Protocol-Status".to_owned(),
+            "unsupported".to_owned(),
+        ));
+    }
+    h
+}
+
+/// The `501 NotImplemented` of a declined PUT/UploadPart (or a GET under [`GetDecline::Error`]).
+pub fn decline_error(token: &TokenKind) -> ApiError {
+    let mut e = ApiError::not_implemented(
+        "this gateway cannot serve the request over RDMA (fabric none); resend without x-amz-rdma-token",
+    );
+    e.headers = decline_headers(token);
+    e
+}
