@@ -179,11 +179,10 @@ pub fn receive(
     if chunked.is_some() && !ended {
         return Err(incomplete());
     }
-    if let Some(expected) = opts.decoded_len.filter(|_| opts.aws_chunked) {
-        if expected != h.len {
+    if let Some(expected) = opts.decoded_len.filter(|_| opts.aws_chunked)
+        && expected != h.len {
             return Err(incomplete().with_detail("DecodedContentLength", expected.to_string()));
         }
-    }
     let file = writer
         .into_inner()
         .map_err(|e| ApiError::internal(e.error()))?;
@@ -223,8 +222,8 @@ pub fn verify(
     headers: &[(String, String)],
     payload: &PayloadHash,
 ) -> Result<Echo, ApiError> {
-    if let PayloadHash::Hex(declared) = payload {
-        if !declared.eq_ignore_ascii_case(&hex(&body.sha256)) {
+    if let PayloadHash::Hex(declared) = payload
+        && !declared.eq_ignore_ascii_case(&hex(&body.sha256)) {
             return Err(ApiError::new(
                 400,
                 "XAmzContentSHA256Mismatch",
@@ -233,7 +232,6 @@ pub fn verify(
             .with_detail("ClientComputedContentSHA256", declared.clone())
             .with_detail("S3ComputedContentSHA256", hex(&body.sha256)));
         }
-    }
     let find = |name: &str| {
         headers
             .iter()
@@ -241,15 +239,14 @@ pub fn verify(
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.trim().to_owned())
     };
-    if let Some(md5) = find("content-md5") {
-        if md5 != STANDARD.encode(body.md5) {
+    if let Some(md5) = find("content-md5")
+        && md5 != STANDARD.encode(body.md5) {
             return Err(ApiError::new(
                 400,
                 "BadDigest",
                 "The Content-MD5 you specified did not match what we received.",
             ));
         }
-    }
     let mut echo = Vec::new();
     let checks: [(&str, String); 4] = [
         ("x-amz-checksum-crc64nvme", encode_crc64nvme(body.crc64nvme)),

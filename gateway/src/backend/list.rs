@@ -46,11 +46,10 @@ pub fn paginate<'k>(
         if !key.starts_with(query.prefix.as_str()) {
             continue;
         }
-        if let Some(a) = after.as_deref() {
-            if key <= a {
+        if let Some(a) = after.as_deref()
+            && key <= a {
                 continue;
             }
-        }
         let prefix_of_key = delim.and_then(|d| {
             let rest = key.get(query.prefix.len()..)?;
             rest.find(d).map(|i| {

@@ -235,8 +235,8 @@ impl Upstream {
             conn.start += d.consumed;
             match d.event {
                 Event::Head(h) => {
-                    if (200..300).contains(&h.status) {
-                        if let Collect::Object { sink, head_only } = collect {
+                    if (200..300).contains(&h.status)
+                        && let Collect::Object { sink, head_only } = collect {
                             let (info, span) = object_info(&h).map_err(|e| (e, true))?;
                             sink.begin(&info, span.filter(|_| h.status == 206))
                                 .map_err(|e| (ApiError::from(e), true))?;
@@ -244,7 +244,6 @@ impl Upstream {
                                 return Err((ApiError::internal("head-only GET"), true));
                             }
                         }
-                    }
                     response = Some(h);
                     continue;
                 }
