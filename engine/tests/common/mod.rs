@@ -29,12 +29,7 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
 /// Writes `data` as `bucket/key` directly into the server's directory.
 pub fn put_file(server: &S3sFs, bucket: &str, key: &str, data: &[u8]) -> PathBuf {
     server.create_bucket_dir(bucket);
-    let path = server.root.path().join(bucket).join(key);
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).unwrap();
-    }
-    std::fs::write(&path, data).unwrap();
-    path
+    server.put_file(bucket, key, data)
 }
 
 /// A builder pointed at `server` with its credentials, one worker and quick retries.

@@ -1,0 +1,347 @@
+//! Protection domains and memory regions: who may touch which bytes.
+//!
+//! A [`ProtectionDomain`] owns a key table. Registering memory yields a [`MemoryRegion`] with
+//! an `lkey` (local work requests name it) and an `rkey` (peers name it in RDMA WRITE / READ).
+//! A responder resolves the rkey in *its QP's* domain and checks the access flag and the exact
+//! bounds on every frame, under the region's *gate*:
+//!
+//! - fabric threads hold the gate shared while a frame's payload moves;
+//! - [`ProtectionDomain::rekey`] and [`ProtectionDomain::deregister`] take it exclusively, so
+//!   when they return no access with the old key is in progress and none can start (the
+//!   issue-4 rule: after a failed GET the window is re-keyed so a late write cannot land);
+//! - [`MemoryRegion::read`] / [`MemoryRegion::write`] take it exclusively too, so application
+//!   reads never race a remote write (Rust's aliasing rules hold without trusting the peer).
+
+use std::collections::HashMap;
+use std::ops::BitOr;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
+
+use super::raw::RegionMem;
+use super::wr::WcStatus;
+
+/// Access rights of a region (verbs `IBV_ACCESS_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Access(u8);
+
+impl Access {
+    /// No rights beyond local reads (sources of WRITE / SEND).
+    pub const NONE: Access = Access(0);
+    /// Local work requests may write it (RDMA READ destinations, RECV buffers).
+    pub const LOCAL_WRITE: Access = Access(1);
+    /// Peers may RDMA WRITE into it.
+    pub const REMOTE_WRITE: Access = Access(2);
+    /// Peers may RDMA READ from it.
+    pub const REMOTE_READ: Access = Access(4);
+
+    /// Whether every right in `other` is granted.
+    #[must_use]
+    pub const fn contains(self, other: Access) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl BitOr for Access {
+    type Output = Access;
+    fn bitor(self, rhs: Access) -> Access {
+        Access(self.0 | rhs.0)
+    }
+}
+
+/// Why a region operation failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MrError {
+    /// The range is outside the region.
+    #[error("range outside the memory region")]
+    Bounds,
+    /// The region was deregistered.
+    #[error("memory region deregistered")]
+    Deregistered,
+    /// The region belongs to another protection domain.
+    #[error("memory region of another protection domain")]
+    ForeignDomain,
+    /// The allocation failed.
+    #[error("could not allocate {0} bytes")]
+    Alloc(usize),
+}
+
+#[derive(Debug)]
+struct Gate {
+    alive: bool,
+    rkey: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct MrInner {
+    mem: RegionMem,
+    pd: u64,
+    lkey: u32,
+    access: Access,
+    gate: RwLock<Gate>,
+}
+
+/// A granted access in progress: the gate is held shared and the range is checked.
+pub(crate) struct Granted<'a> {
+    pub(crate) mem: &'a RegionMem,
+    /// Offset of the access inside the region.
+    pub(crate) off: usize,
+    _gate: RwLockReadGuard<'a, Gate>,
+}
+
+impl MrInner {
+    fn gate(&self) -> RwLockReadGuard<'_, Gate> {
+        self.gate.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Offset of `addr..addr+len` inside the region, if it lies wholly inside.
+    fn offset(&self, addr: u64, len: u64) -> Option<usize> {
+        let off = addr.checked_sub(self.mem.addr())?;
+        let end = off.checked_add(len)?;
+        if end > self.mem.len() as u64 {
+            return None;
+        }
+        usize::try_from(off).ok()
+    }
+
+    /// A peer's access: rkey still current, access flag present, bounds exact.
+    pub(crate) fn remote(&self, rkey: u32, addr: u64, len: u64, need: Access) -> Option<Granted<'_>> {
+        let g = self.gate();
+        if !g.alive || g.rkey != rkey || !self.access.contains(need) {
+            return None;
+        }
+        let off = self.offset(addr, len)?;
+        Some(Granted { mem: &self.mem, off, _gate: g })
+    }
+
+    /// A local work request's access (by lkey); `LocalProtectionError` when refused.
+    pub(crate) fn local(&self, addr: u64, len: u64, need: Access) -> Result<Granted<'_>, WcStatus> {
+        let g = self.gate();
+        if !g.alive || !self.access.contains(need) {
+            return Err(WcStatus::LocalProtectionError);
+        }
+        let off = self.offset(addr, len).ok_or(WcStatus::LocalProtectionError)?;
+        Ok(Granted { mem: &self.mem, off, _gate: g })
+    }
+}
+
+/// A registered memory region. Cloning shares the registration.
+#[derive(Debug, Clone)]
+pub struct MemoryRegion {
+    pub(crate) inner: Arc<MrInner>,
+}
+
+impl MemoryRegion {
+    /// Start address (remote peers address bytes by `addr() + offset`).
+    #[must_use]
+    pub fn addr(&self) -> u64 {
+        self.inner.mem.addr()
+    }
+
+    /// Length in bytes.
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        self.inner.mem.len() as u64
+    }
+
+    /// Whether the region is empty.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.inner.mem.len() == 0
+    }
+
+    /// Local key (names the region in local work requests).
+    #[must_use]
+    pub fn lkey(&self) -> u32 {
+        self.inner.lkey
+    }
+
+    /// Current remote key (0 once deregistered).
+    #[must_use]
+    pub fn rkey(&self) -> u32 {
+        let g = self.inner.gate();
+        if g.alive { g.rkey } else { 0 }
+    }
+
+    /// Access rights.
+    #[must_use]
+    pub fn access(&self) -> Access {
+        self.inner.access
+    }
+
+    /// Copies `dst.len()` bytes at offset `off` out of the region. Waits for fabric accesses
+    /// in progress and holds new ones off while copying (see the module docs).
+    pub fn read(&self, off: u64, dst: &mut [u8]) -> Result<(), MrError> {
+        let g = self.inner.gate.write().unwrap_or_else(PoisonError::into_inner);
+        if !g.alive {
+            return Err(MrError::Deregistered);
+        }
+        let off = usize::try_from(off).map_err(|_| MrError::Bounds)?;
+        self.inner.mem.copy_out(off, dst).map_err(|_| MrError::Bounds)
+    }
+
+    /// The bytes `off..off+len` as a vector (see [`MemoryRegion::read`]).
+    pub fn to_vec(&self, off: u64, len: usize) -> Result<Vec<u8>, MrError> {
+        let mut v = vec![0u8; len];
+        self.read(off, &mut v)?;
+        Ok(v)
+    }
+
+    /// Copies `src` into the region at `off` (exclusive with fabric accesses).
+    pub fn write(&self, off: u64, src: &[u8]) -> Result<(), MrError> {
+        let g = self.inner.gate.write().unwrap_or_else(PoisonError::into_inner);
+        if !g.alive {
+            return Err(MrError::Deregistered);
+        }
+        let off = usize::try_from(off).map_err(|_| MrError::Bounds)?;
+        self.inner.mem.copy_in(off, src).map_err(|_| MrError::Bounds)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Keys {
+    by_rkey: HashMap<u32, Arc<MrInner>>,
+    by_lkey: HashMap<u32, Arc<MrInner>>,
+}
+
+impl Keys {
+    /// A random non-zero key unused in this domain.
+    fn fresh(&self) -> u32 {
+        loop {
+            let k: u32 = rand::random();
+            if k != 0 && !self.by_rkey.contains_key(&k) && !self.by_lkey.contains_key(&k) {
+                return k;
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct PdInner {
+    id: u64,
+    keys: Mutex<Keys>,
+}
+
+static NEXT_PD: AtomicU64 = AtomicU64::new(1);
+
+/// A protection domain: the key table regions and queue pairs share (verbs `ibv_pd`).
+#[derive(Debug, Clone)]
+pub struct ProtectionDomain {
+    pub(crate) inner: Arc<PdInner>,
+}
+
+impl Default for ProtectionDomain {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ProtectionDomain {
+    /// An empty domain.
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            inner: Arc::new(PdInner {
+                id: NEXT_PD.fetch_add(1, Ordering::Relaxed),
+                keys: Mutex::new(Keys::default()),
+            }),
+        }
+    }
+
+    fn keys(&self) -> std::sync::MutexGuard<'_, Keys> {
+        self.inner.keys.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn insert(&self, mem: RegionMem, access: Access) -> MemoryRegion {
+        let mut keys = self.keys();
+        let lkey = keys.fresh();
+        // Distinct from lkey, so a leaked lkey is not also a valid rkey by accident.
+        let rkey = loop {
+            let k = keys.fresh();
+            if k != lkey {
+                break k;
+            }
+        };
+        let inner = Arc::new(MrInner {
+            mem,
+            pd: self.inner.id,
+            lkey,
+            access,
+            gate: RwLock::new(Gate { alive: true, rkey }),
+        });
+        keys.by_lkey.insert(lkey, Arc::clone(&inner));
+        keys.by_rkey.insert(rkey, Arc::clone(&inner));
+        MemoryRegion { inner }
+    }
+
+    /// Registers `len` zeroed, page-aligned bytes owned by the registration (freed when the
+    /// last handle is gone after [`ProtectionDomain::deregister`]).
+    pub fn register_owned(&self, len: usize, access: Access) -> Result<MemoryRegion, MrError> {
+        let mem = RegionMem::alloc(len).map_err(|_| MrError::Alloc(len))?;
+        Ok(self.insert(mem, access))
+    }
+
+    /// Registers caller memory `ptr..ptr+len` (e.g. an engine registration).
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid for reads and writes from this call until
+    /// [`ProtectionDomain::deregister`] of the returned region has returned (the domain keeps
+    /// the registration alive until then, so dropping handles does not end it). While a range
+    /// is granted to a peer (its rkey advertised) or covered by a posted work request, the
+    /// caller must not access those bytes except through [`MemoryRegion::read`] /
+    /// [`MemoryRegion::write`]: the fabric writes them from other threads (the verbs rule).
+    pub unsafe fn register_raw(
+        &self,
+        ptr: NonNull<u8>,
+        len: usize,
+        access: Access,
+    ) -> MemoryRegion {
+        // SAFETY: forwarded caller contract (valid until deregistered).
+        let mem = unsafe { RegionMem::from_raw(ptr, len) };
+        self.insert(mem, access)
+    }
+
+    /// Invalidates `mr`'s rkey and gives it a new one, which is returned. When this returns, no
+    /// access with the old key is in progress, and every later one is refused
+    /// (`RemoteAccessError` at the peer).
+    pub fn rekey(&self, mr: &MemoryRegion) -> Result<u32, MrError> {
+        if mr.inner.pd != self.inner.id {
+            return Err(MrError::ForeignDomain);
+        }
+        let mut keys = self.keys();
+        let mut g = mr.inner.gate.write().unwrap_or_else(PoisonError::into_inner);
+        if !g.alive {
+            return Err(MrError::Deregistered);
+        }
+        keys.by_rkey.remove(&g.rkey);
+        let rkey = keys.fresh();
+        g.rkey = rkey;
+        keys.by_rkey.insert(rkey, Arc::clone(&mr.inner));
+        Ok(rkey)
+    }
+
+    /// Ends the registration: both keys stop resolving, accesses in progress finish first,
+    /// later ones (remote or by posted work requests) fail. Idempotent.
+    pub fn deregister(&self, mr: &MemoryRegion) -> Result<(), MrError> {
+        if mr.inner.pd != self.inner.id {
+            return Err(MrError::ForeignDomain);
+        }
+        let mut keys = self.keys();
+        let mut g = mr.inner.gate.write().unwrap_or_else(PoisonError::into_inner);
+        if g.alive {
+            keys.by_rkey.remove(&g.rkey);
+            keys.by_lkey.remove(&mr.inner.lkey);
+            g.alive = false;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn by_rkey(&self, rkey: u32) -> Option<Arc<MrInner>> {
+        self.keys().by_rkey.get(&rkey).cloned()
+    }
+
+    pub(crate) fn by_lkey(&self, lkey: u32) -> Option<Arc<MrInner>> {
+        self.keys().by_lkey.get(&lkey).cloned()
+    }
+}

@@ -1,0 +1,180 @@
+//! Raw access to registered memory: the only `unsafe` code of the soft fabric.
+//!
+//! A [`RegionMem`] is a byte range that is either owned (a zeroed, page-aligned allocation made
+//! here) or caller-supplied (`ProtectionDomain::register_raw`, whose `# Safety` contract makes
+//! the range valid until it is deregistered). The fabric never forms a Rust reference to
+//! registered bytes: payload moves between the socket and memory by `recv(2)` / `sendmsg(2)` on
+//! raw pointers, so the kernel copies the bytes exactly once (no intermediate payload buffer)
+//! and remote writes behave like DMA. The only Rust-level accesses are [`RegionMem::copy_out`]
+//! and [`RegionMem::copy_in`], which the region's gate calls while holding it exclusively.
+//!
+//! INVARIANT (gate): every function here that touches bytes is called with the owning region's
+//! gate held: shared for socket I/O (fabric threads), exclusive for `copy_in`/`copy_out`
+//! (application accessors). Exclusive holders therefore never race a fabric access.
+#![allow(unsafe_code)]
+
+use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::io;
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::ptr::NonNull;
+
+const PAGE: usize = 4096;
+
+/// A registered byte range.
+#[derive(Debug)]
+pub(crate) struct RegionMem {
+    /// INVARIANT: `ptr..ptr+len` is valid for reads and writes for the life of `self` (owned:
+    /// allocated with `layout`; raw: the `register_raw` caller's contract, which lasts until
+    /// deregistration, after which the gate refuses every access).
+    ptr: NonNull<u8>,
+    len: usize,
+    layout: Option<Layout>,
+}
+
+// SAFETY: an address range, not thread-affine; concurrent access is governed by the gate
+// (module INVARIANT), so moving the handle between threads is sound.
+unsafe impl Send for RegionMem {}
+// SAFETY: as above; `&RegionMem` only exposes bounds-checked accessors called under the gate.
+unsafe impl Sync for RegionMem {}
+
+impl RegionMem {
+    /// Allocates `len` zeroed, page-aligned bytes.
+    pub(crate) fn alloc(len: usize) -> io::Result<Self> {
+        let layout = Layout::from_size_align(len.max(1), PAGE)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "region too large"))?;
+        // SAFETY: `layout` has non-zero size (len.max(1)) and a power-of-two alignment.
+        let raw = unsafe { alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))?;
+        Ok(Self {
+            ptr,
+            len,
+            layout: Some(layout),
+        })
+    }
+
+    /// Wraps caller memory.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must stay valid for reads and writes until the region is deregistered
+    /// (see `ProtectionDomain::register_raw`).
+    pub(crate) unsafe fn from_raw(ptr: NonNull<u8>, len: usize) -> Self {
+        Self {
+            ptr,
+            len,
+            layout: None,
+        }
+    }
+
+    /// The start address (what verbs calls the MR's `addr`).
+    pub(crate) fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as usize as u64
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// `off` if `off..off+len` lies inside the region.
+    fn span(&self, off: usize, len: usize) -> io::Result<usize> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.len => Ok(off),
+            _ => Err(io::Error::new(io::ErrorKind::InvalidInput, "range outside region")),
+        }
+    }
+
+    /// Copies region bytes at `off` into `dst`. Caller holds the gate exclusively.
+    pub(crate) fn copy_out(&self, off: usize, dst: &mut [u8]) -> io::Result<()> {
+        let off = self.span(off, dst.len())?;
+        // SAFETY: in bounds of the live region (checked above, field INVARIANT); the exclusive
+        // gate excludes every fabric access, and `dst` is caller memory, not the region.
+        unsafe { std::ptr::copy(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// Copies `src` into the region at `off`. Caller holds the gate exclusively.
+    pub(crate) fn copy_in(&self, off: usize, src: &[u8]) -> io::Result<()> {
+        let off = self.span(off, src.len())?;
+        // SAFETY: as in `copy_out`; `ptr::copy` tolerates `src` overlapping the region.
+        unsafe { std::ptr::copy(src.as_ptr(), self.ptr.as_ptr().add(off), src.len()) };
+        Ok(())
+    }
+
+    /// One `recv(2)` from `sock` straight into `off..off+len`. Returns the byte count (0 at EOF).
+    /// Caller holds the gate (shared) and has validated the range against the grant.
+    pub(crate) fn recv_into(&self, sock: &TcpStream, off: usize, len: usize) -> io::Result<usize> {
+        let off = self.span(off, len)?;
+        // SAFETY: `ptr+off .. ptr+off+len` is inside the live region (checked above, field
+        // INVARIANT); the kernel writes at most `len` bytes there and no Rust reference to
+        // those bytes exists (module doc), so nothing observes a partially written value.
+        let n = unsafe { libc::recv(sock.as_raw_fd(), self.ptr.as_ptr().add(off).cast(), len, 0) };
+        usize::try_from(n).map_err(|_| io::Error::last_os_error())
+    }
+
+    /// One `sendmsg(2)`: the unsent tail of `head`, then region bytes `off..off+len`.
+    /// Returns the byte count written. Caller holds the gate (shared).
+    pub(crate) fn send_from(
+        &self,
+        sock: &TcpStream,
+        head: &[u8],
+        off: usize,
+        len: usize,
+    ) -> io::Result<usize> {
+        let off = self.span(off, len)?;
+        // SAFETY: in bounds of the live region (checked above, field INVARIANT).
+        let payload = unsafe { self.ptr.as_ptr().add(off) };
+        send_iov(sock, head, payload, len)
+    }
+}
+
+/// `sendmsg` of `head` plus `len` bytes at `payload` (MSG_NOSIGNAL: a closed peer is an
+/// `EPIPE` error, never a signal).
+fn send_iov(sock: &TcpStream, head: &[u8], payload: *const u8, len: usize) -> io::Result<usize> {
+    let mut iov = [
+        libc::iovec {
+            iov_base: head.as_ptr().cast_mut().cast(),
+            iov_len: head.len(),
+        },
+        libc::iovec {
+            iov_base: payload.cast_mut().cast(),
+            iov_len: len,
+        },
+    ];
+    // SAFETY: an all-zero msghdr is a valid "no name, no control" header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = if len == 0 { 1 } else { 2 };
+    // SAFETY: both iovecs describe readable memory for the call's duration (`head` is borrowed;
+    // `payload..payload+len` is inside a live region per `send_from`), and sendmsg only reads.
+    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &raw const msg, libc::MSG_NOSIGNAL) };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
+impl Drop for RegionMem {
+    fn drop(&mut self) {
+        if let Some(layout) = self.layout {
+            // SAFETY: allocated by `alloc_zeroed` with exactly this layout, freed once.
+            unsafe { dealloc(self.ptr.as_ptr(), layout) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owned_is_zeroed_aligned_and_bounds_checked() {
+        let m = RegionMem::alloc(10_000).unwrap();
+        assert_eq!(m.addr() % PAGE as u64, 0);
+        let mut out = vec![1u8; 10_000];
+        m.copy_out(0, &mut out).unwrap();
+        assert!(out.iter().all(|&b| b == 0));
+        m.copy_in(9_998, b"ab").unwrap();
+        assert!(m.copy_in(9_999, b"ab").is_err());
+        assert!(m.copy_out(usize::MAX, &mut [0u8; 1]).is_err());
+        let mut two = [0u8; 2];
+        m.copy_out(9_998, &mut two).unwrap();
+        assert_eq!(&two, b"ab");
+    }
+}
