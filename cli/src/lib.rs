@@ -5,5 +5,6 @@ pub mod commands;
 pub mod debug_sigv4;
 pub mod net;
 pub mod s3uri;
+pub mod serve;
 pub mod topo;
 pub mod units;

@@ -3,7 +3,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use hipobj_cli::commands::{self, GlobalArgs};
-use hipobj_cli::{bench, debug_sigv4, topo};
+use hipobj_cli::{bench, debug_sigv4, serve, topo};
 
 #[derive(Parser, Debug)]
 #[command(name = "hipobj", version, about = "RDMA-accelerated S3 client: object data straight into GPU or host memory")]
@@ -30,6 +30,8 @@ enum Command {
     Mb(commands::MbArgs),
     /// Run N range-gets of size S at random aligned offsets of an object and print a results table.
     Bench(bench::BenchArgs),
+    /// Run the gateway: an S3 server in front of a directory or an upstream S3 store.
+    Serve(serve::ServeArgs),
     /// Print the GPU/NIC/CPU topology matrix (like `nvidia-smi topo -m`).
     Topo(topo::TopoArgs),
     /// Debugging helpers.
@@ -57,6 +59,7 @@ fn main() -> ExitCode {
             let args = args.clone().with_global(g.endpoint_url.clone(), g.region.clone(), g.json, g.no_progress);
             exit(bench::run(&args, &mut stdout, &mut stderr))
         }
+        Command::Serve(args) => exit(serve::run(args, &mut stdout, &mut stderr)),
         Command::Topo(args) => exit(topo::run(args, &mut stdout, &mut stderr)),
         Command::Debug(DebugCommand::Sigv4(args)) => {
             exit(debug_sigv4::run(args, &mut std::io::stdin().lock(), &mut stdout, &mut stderr))

@@ -14,7 +14,6 @@ impl Drop for Server {
 }
 
 #[test]
-#[ignore = "needs `hipobj serve` wired into cli/src/main.rs (lead); remove this attribute then"]
 fn serve_process_round_trip() {
     let dir = tempfile::tempdir().unwrap();
     let exe = env!("CARGO_BIN_EXE_hipobj");
