@@ -17,7 +17,8 @@ use crate::client::{ClientSettings, S3Client};
 use crate::net::tls::TlsOptions;
 use crate::net::transport::Timeouts;
 use crate::s3uri::S3Uri;
-use crate::units::{format_bytes, parse_size};
+use crate::bench::parse_size;
+use crate::units::format_bytes;
 
 /// Options every object command takes.
 #[derive(Args, Debug, Clone, Default)]

@@ -57,7 +57,11 @@ fn main() -> ExitCode {
         Command::Bench(args) => {
             let g = &cli.global;
             let args = args.clone().with_global(g.endpoint_url.clone(), g.region.clone(), g.json, g.no_progress);
-            exit(bench::run(&args, &mut stdout, &mut stderr))
+            if args.embedded {
+                exit(hipobj_cli::embedded::run(&args, &mut stdout, &mut stderr))
+            } else {
+                exit(bench::run(&args, &mut stdout, &mut stderr))
+            }
         }
         Command::Serve(args) => exit(serve::run(args, &mut stdout, &mut stderr)),
         Command::Topo(args) => exit(topo::run(args, &mut stdout, &mut stderr)),

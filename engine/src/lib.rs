@@ -44,6 +44,8 @@ mod dispatch;
 mod engine;
 mod error;
 mod fabric;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gpu;
 mod inflight;
 mod memory;
@@ -55,5 +57,6 @@ mod worker;
 pub use config::{EngineBuilder, Placement, RetryPolicy};
 pub use engine::{Engine, Queue, WorkerInfo};
 pub use error::EngineError;
+pub use fabric::soft;
 pub use memory::{BufferView, RegisterOptions};
 pub use sys::{monotonic_ns, process_cpu_time};

@@ -8,6 +8,7 @@
 //! change when they arrive.
 
 pub(crate) mod http;
+pub mod soft;
 
 use mio::Token;
 use ring_api::{DataPath, ErrorClass, ErrorCode};

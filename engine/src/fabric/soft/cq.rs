@@ -71,7 +71,11 @@ impl CompletionQueue {
             if now >= end {
                 return false;
             }
-            g = self.cv.wait_timeout(g, end - now).unwrap_or_else(PoisonError::into_inner).0;
+            g = self
+                .cv
+                .wait_timeout(g, end - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
         true
     }

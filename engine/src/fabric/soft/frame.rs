@@ -331,7 +331,10 @@ fn validate(h: &Header) -> Result<(), FrameError> {
         _ => h.flags == 0,
     };
     if !flags_ok {
-        return Err(FrameError::Flags { opcode: op, flags: h.flags });
+        return Err(FrameError::Flags {
+            opcode: op,
+            flags: h.flags,
+        });
     }
     let len_ok = match op {
         O::Write | O::WriteImm | O::Send | O::SendImm | O::ReadResp => h.len <= MAX_PAYLOAD,
@@ -339,10 +342,17 @@ fn validate(h: &Header) -> Result<(), FrameError> {
         O::ReadReq | O::Ack | O::Nak => h.len == 0,
     };
     if !len_ok {
-        return Err(FrameError::Length { opcode: op, len: h.len });
+        return Err(FrameError::Length {
+            opcode: op,
+            len: h.len,
+        });
     }
     let zero = |field: &'static str, v: u64| {
-        if v == 0 { Ok(()) } else { Err(FrameError::Field { opcode: op, field }) }
+        if v == 0 {
+            Ok(())
+        } else {
+            Err(FrameError::Field { opcode: op, field })
+        }
     };
     let uses_remote = matches!(op, O::Write | O::WriteImm | O::ReadReq);
     let uses_imm = matches!(op, O::WriteImm | O::SendImm);
@@ -354,17 +364,20 @@ fn validate(h: &Header) -> Result<(), FrameError> {
         zero("imm", u64::from(h.imm))?;
     }
     match op {
-        O::ReadReq if h.aux > u64::from(u32::MAX) => {
-            Err(FrameError::Field { opcode: op, field: "aux" })
-        }
+        O::ReadReq if h.aux > u64::from(u32::MAX) => Err(FrameError::Field {
+            opcode: op,
+            field: "aux",
+        }),
         O::ReadReq => Ok(()),
-        O::Nak if NakCode::from_u64(h.aux).is_none() => {
-            Err(FrameError::Field { opcode: op, field: "aux" })
-        }
+        O::Nak if NakCode::from_u64(h.aux).is_none() => Err(FrameError::Field {
+            opcode: op,
+            field: "aux",
+        }),
         O::Nak => Ok(()),
-        O::Connect if h.aux > u64::from(PSN_MASK) => {
-            Err(FrameError::Field { opcode: op, field: "aux" })
-        }
+        O::Connect if h.aux > u64::from(PSN_MASK) => Err(FrameError::Field {
+            opcode: op,
+            field: "aux",
+        }),
         O::Connect => zero("psn", u64::from(h.psn)),
         O::ConnectAck => {
             zero("psn", u64::from(h.psn))?;
@@ -419,17 +432,44 @@ mod tests {
         b[8] = 1;
         assert_eq!(decode_header(&b), Err(FrameError::Psn(0x0100_0001)));
         let big = write(1, MAX_PAYLOAD + 1).encode();
-        assert!(matches!(decode_header(&big), Err(FrameError::Length { .. })));
+        assert!(matches!(
+            decode_header(&big),
+            Err(FrameError::Length { .. })
+        ));
         assert_eq!(decode_header(&good[..39]), Err(FrameError::Truncated(39)));
         // An ACK may not carry a key, a READ_REQ may not ask for more than 4 GiB.
-        let ack = Header { rkey: 1, ..Header::new(Opcode::Ack, 3) };
-        assert!(matches!(decode_header(&ack.encode()), Err(FrameError::Field { .. })));
-        let rr = Header { aux: 1 << 32, ..Header::new(Opcode::ReadReq, 3) };
-        assert!(matches!(decode_header(&rr.encode()), Err(FrameError::Field { .. })));
-        let wi = Header { flags: FIRST, ..Header::new(Opcode::WriteImm, 3) };
-        assert!(matches!(decode_header(&wi.encode()), Err(FrameError::Flags { .. })));
-        let nak = Header { aux: 77, ..Header::new(Opcode::Nak, 3) };
-        assert!(matches!(decode_header(&nak.encode()), Err(FrameError::Field { .. })));
+        let ack = Header {
+            rkey: 1,
+            ..Header::new(Opcode::Ack, 3)
+        };
+        assert!(matches!(
+            decode_header(&ack.encode()),
+            Err(FrameError::Field { .. })
+        ));
+        let rr = Header {
+            aux: 1 << 32,
+            ..Header::new(Opcode::ReadReq, 3)
+        };
+        assert!(matches!(
+            decode_header(&rr.encode()),
+            Err(FrameError::Field { .. })
+        ));
+        let wi = Header {
+            flags: FIRST,
+            ..Header::new(Opcode::WriteImm, 3)
+        };
+        assert!(matches!(
+            decode_header(&wi.encode()),
+            Err(FrameError::Flags { .. })
+        ));
+        let nak = Header {
+            aux: 77,
+            ..Header::new(Opcode::Nak, 3)
+        };
+        assert!(matches!(
+            decode_header(&nak.encode()),
+            Err(FrameError::Field { .. })
+        ));
     }
 
     #[test]

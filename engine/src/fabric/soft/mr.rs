@@ -14,7 +14,6 @@
 
 use std::collections::HashMap;
 use std::ops::BitOr;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
 
@@ -106,13 +105,23 @@ impl MrInner {
     }
 
     /// A peer's access: rkey still current, access flag present, bounds exact.
-    pub(crate) fn remote(&self, rkey: u32, addr: u64, len: u64, need: Access) -> Option<Granted<'_>> {
+    pub(crate) fn remote(
+        &self,
+        rkey: u32,
+        addr: u64,
+        len: u64,
+        need: Access,
+    ) -> Option<Granted<'_>> {
         let g = self.gate();
         if !g.alive || g.rkey != rkey || !self.access.contains(need) {
             return None;
         }
         let off = self.offset(addr, len)?;
-        Some(Granted { mem: &self.mem, off, _gate: g })
+        Some(Granted {
+            mem: &self.mem,
+            off,
+            _gate: g,
+        })
     }
 
     /// A local work request's access (by lkey); `LocalProtectionError` when refused.
@@ -121,8 +130,14 @@ impl MrInner {
         if !g.alive || !self.access.contains(need) {
             return Err(WcStatus::LocalProtectionError);
         }
-        let off = self.offset(addr, len).ok_or(WcStatus::LocalProtectionError)?;
-        Ok(Granted { mem: &self.mem, off, _gate: g })
+        let off = self
+            .offset(addr, len)
+            .ok_or(WcStatus::LocalProtectionError)?;
+        Ok(Granted {
+            mem: &self.mem,
+            off,
+            _gate: g,
+        })
     }
 }
 
@@ -173,12 +188,19 @@ impl MemoryRegion {
     /// Copies `dst.len()` bytes at offset `off` out of the region. Waits for fabric accesses
     /// in progress and holds new ones off while copying (see the module docs).
     pub fn read(&self, off: u64, dst: &mut [u8]) -> Result<(), MrError> {
-        let g = self.inner.gate.write().unwrap_or_else(PoisonError::into_inner);
+        let g = self
+            .inner
+            .gate
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
         if !g.alive {
             return Err(MrError::Deregistered);
         }
         let off = usize::try_from(off).map_err(|_| MrError::Bounds)?;
-        self.inner.mem.copy_out(off, dst).map_err(|_| MrError::Bounds)
+        self.inner
+            .mem
+            .copy_out(off, dst)
+            .map_err(|_| MrError::Bounds)
     }
 
     /// The bytes `off..off+len` as a vector (see [`MemoryRegion::read`]).
@@ -190,12 +212,19 @@ impl MemoryRegion {
 
     /// Copies `src` into the region at `off` (exclusive with fabric accesses).
     pub fn write(&self, off: u64, src: &[u8]) -> Result<(), MrError> {
-        let g = self.inner.gate.write().unwrap_or_else(PoisonError::into_inner);
+        let g = self
+            .inner
+            .gate
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
         if !g.alive {
             return Err(MrError::Deregistered);
         }
         let off = usize::try_from(off).map_err(|_| MrError::Bounds)?;
-        self.inner.mem.copy_in(off, src).map_err(|_| MrError::Bounds)
+        self.inner
+            .mem
+            .copy_in(off, src)
+            .map_err(|_| MrError::Bounds)
     }
 }
 
@@ -250,10 +279,13 @@ impl ProtectionDomain {
     }
 
     fn keys(&self) -> std::sync::MutexGuard<'_, Keys> {
-        self.inner.keys.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner
+            .keys
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn insert(&self, mem: RegionMem, access: Access) -> MemoryRegion {
+    pub(crate) fn insert(&self, mem: RegionMem, access: Access) -> MemoryRegion {
         let mut keys = self.keys();
         let lkey = keys.fresh();
         // Distinct from lkey, so a leaked lkey is not also a valid rkey by accident.
@@ -282,26 +314,6 @@ impl ProtectionDomain {
         Ok(self.insert(mem, access))
     }
 
-    /// Registers caller memory `ptr..ptr+len` (e.g. an engine registration).
-    ///
-    /// # Safety
-    /// `ptr..ptr+len` must be valid for reads and writes from this call until
-    /// [`ProtectionDomain::deregister`] of the returned region has returned (the domain keeps
-    /// the registration alive until then, so dropping handles does not end it). While a range
-    /// is granted to a peer (its rkey advertised) or covered by a posted work request, the
-    /// caller must not access those bytes except through [`MemoryRegion::read`] /
-    /// [`MemoryRegion::write`]: the fabric writes them from other threads (the verbs rule).
-    pub unsafe fn register_raw(
-        &self,
-        ptr: NonNull<u8>,
-        len: usize,
-        access: Access,
-    ) -> MemoryRegion {
-        // SAFETY: forwarded caller contract (valid until deregistered).
-        let mem = unsafe { RegionMem::from_raw(ptr, len) };
-        self.insert(mem, access)
-    }
-
     /// Invalidates `mr`'s rkey and gives it a new one, which is returned. When this returns, no
     /// access with the old key is in progress, and every later one is refused
     /// (`RemoteAccessError` at the peer).
@@ -310,7 +322,11 @@ impl ProtectionDomain {
             return Err(MrError::ForeignDomain);
         }
         let mut keys = self.keys();
-        let mut g = mr.inner.gate.write().unwrap_or_else(PoisonError::into_inner);
+        let mut g = mr
+            .inner
+            .gate
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
         if !g.alive {
             return Err(MrError::Deregistered);
         }
@@ -328,7 +344,11 @@ impl ProtectionDomain {
             return Err(MrError::ForeignDomain);
         }
         let mut keys = self.keys();
-        let mut g = mr.inner.gate.write().unwrap_or_else(PoisonError::into_inner);
+        let mut g = mr
+            .inner
+            .gate
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
         if g.alive {
             keys.by_rkey.remove(&g.rkey);
             keys.by_lkey.remove(&mr.inner.lkey);

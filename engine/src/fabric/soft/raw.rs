@@ -19,6 +19,8 @@ use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
 
+use super::mr::{Access, MemoryRegion, ProtectionDomain};
+
 const PAGE: usize = 4096;
 
 /// A registered byte range.
@@ -79,7 +81,10 @@ impl RegionMem {
     fn span(&self, off: usize, len: usize) -> io::Result<usize> {
         match off.checked_add(len) {
             Some(end) if end <= self.len => Ok(off),
-            _ => Err(io::Error::new(io::ErrorKind::InvalidInput, "range outside region")),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "range outside region",
+            )),
         }
     }
 
@@ -148,6 +153,29 @@ fn send_iov(sock: &TcpStream, head: &[u8], payload: *const u8, len: usize) -> io
     // `payload..payload+len` is inside a live region per `send_from`), and sendmsg only reads.
     let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &raw const msg, libc::MSG_NOSIGNAL) };
     usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
+/// The raw-memory constructor lives here so that every `unsafe` of the fabric is in this module.
+impl ProtectionDomain {
+    /// Registers caller memory `ptr..ptr+len` (e.g. an engine registration).
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid for reads and writes from this call until
+    /// [`ProtectionDomain::deregister`] of the returned region has returned (the domain keeps
+    /// the registration alive until then, so dropping handles does not end it). While a range
+    /// is granted to a peer (its rkey advertised) or covered by a posted work request, the
+    /// caller must not access those bytes except through [`MemoryRegion::read`] /
+    /// [`MemoryRegion::write`]: the fabric writes them from other threads (the verbs rule).
+    pub unsafe fn register_raw(
+        &self,
+        ptr: NonNull<u8>,
+        len: usize,
+        access: Access,
+    ) -> MemoryRegion {
+        // SAFETY: the caller's contract above is exactly `RegionMem::from_raw`'s.
+        let mem = unsafe { RegionMem::from_raw(ptr, len) };
+        self.insert(mem, access)
+    }
 }
 
 impl Drop for RegionMem {

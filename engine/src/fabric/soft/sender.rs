@@ -14,7 +14,8 @@ use std::time::Instant;
 
 use super::frame::{FIRST, Header, LAST, NakCode, Opcode};
 use super::mr::{Access, Granted};
-use super::qp::{MAX_RD_ATOMIC, Outstanding, Posted, QpShared, QpState, ReadDst, Resp, Shut, send_opcode};
+use super::qp::{MAX_RD_ATOMIC, QpState};
+use super::shared::{Core, Outstanding, Posted, QpShared, ReadDst, Resp, Shut, send_opcode};
 use super::wr::{SendOp, WcStatus};
 
 /// Frames in flight at most (keeps 24-bit PSNs unambiguous).
@@ -41,43 +42,14 @@ pub(crate) fn run(qp: &Arc<QpShared>, sock: &Arc<TcpStream>) {
                     break Job::Resp(r);
                 }
                 if c.state == QpState::Rts
-                    && let Some(p) = c.sq.front()
+                    && let Some(job) = take_send(&mut c, qp.caps.frame_size())
                 {
-                    let frames = frame_count(p, qp.caps.frame_size());
-                    let is_read = matches!(p.wr.op, SendOp::Read(_));
-                    let in_flight = c.next_seq - c.first_unacked;
-                    if (!is_read || c.reads_out < MAX_RD_ATOMIC) && in_flight + frames <= SEQ_WINDOW {
-                        if let Some(p) = c.sq.pop_front() {
-                            let first_seq = c.next_seq;
-                            c.next_seq += frames;
-                            if is_read {
-                                c.reads_out += 1;
-                            }
-                            let read = match p.wr.op {
-                                SendOp::Read(_) => Some(ReadDst {
-                                    mr: Arc::clone(&p.mr),
-                                    addr: p.wr.sge.addr,
-                                    len: p.wr.sge.length,
-                                    got: 0,
-                                }),
-                                _ => None,
-                            };
-                            c.outstanding.push_back(Outstanding {
-                                wr_id: p.wr.wr_id,
-                                signaled: p.wr.signaled,
-                                opcode: send_opcode(&p.wr),
-                                byte_len: p.wr.sge.length,
-                                first_seq,
-                                last_seq: first_seq + frames - 1,
-                                read,
-                                sent_at: Instant::now(),
-                            });
-                            let psn0 = c.wire_psn(first_seq);
-                            break Job::Send(p, first_seq, psn0);
-                        }
-                    }
+                    break job;
                 }
-                c = qp.cv.wait(c).unwrap_or_else(std::sync::PoisonError::into_inner);
+                c = qp
+                    .cv
+                    .wait(c)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
             }
         };
         let res = match job {
@@ -89,7 +61,10 @@ pub(crate) fn run(qp: &Arc<QpShared>, sock: &Arc<TcpStream>) {
             Err(Stop::Closed) => return,
             Err(Stop::Wire) => {
                 let mut c = qp.lock();
-                let culprit = c.outstanding.front().map(|o| (o.first_seq, WcStatus::RetryExceeded));
+                let culprit = c
+                    .outstanding
+                    .front()
+                    .map(|o| (o.first_seq, WcStatus::RetryExceeded));
                 qp.fail(&mut c, culprit, Shut::Both);
                 return;
             }
@@ -100,6 +75,45 @@ pub(crate) fn run(qp: &Arc<QpShared>, sock: &Arc<TcpStream>) {
 enum Job {
     Resp(Resp),
     Send(Posted, u64, u32),
+}
+
+/// Moves the next posted request to the outstanding list (assigning its sequence numbers) if
+/// the READ and PSN windows allow.
+fn take_send(c: &mut Core, frame_size: u32) -> Option<Job> {
+    let p = c.sq.front()?;
+    let frames = frame_count(p, frame_size);
+    let is_read = matches!(p.wr.op, SendOp::Read(_));
+    let in_flight = c.next_seq - c.first_unacked;
+    if (is_read && c.reads_out >= MAX_RD_ATOMIC) || in_flight + frames > SEQ_WINDOW {
+        return None;
+    }
+    let p = c.sq.pop_front()?;
+    let first_seq = c.next_seq;
+    c.next_seq += frames;
+    if is_read {
+        c.reads_out += 1;
+    }
+    let read = match p.wr.op {
+        SendOp::Read(_) => Some(ReadDst {
+            mr: Arc::clone(&p.mr),
+            addr: p.wr.sge.addr,
+            len: p.wr.sge.length,
+            got: 0,
+        }),
+        _ => None,
+    };
+    c.outstanding.push_back(Outstanding {
+        wr_id: p.wr.wr_id,
+        signaled: p.wr.signaled,
+        opcode: send_opcode(&p.wr),
+        byte_len: p.wr.sge.length,
+        first_seq,
+        last_seq: first_seq + frames - 1,
+        read,
+        sent_at: Instant::now(),
+    });
+    let psn0 = c.wire_psn(first_seq);
+    Some(Job::Send(p, first_seq, psn0))
 }
 
 fn frame_count(p: &Posted, max_frame: u32) -> u64 {
@@ -121,7 +135,11 @@ impl Tx<'_> {
         if c.state == QpState::Err {
             return Err(Stop::Closed);
         }
-        if since.elapsed() > c.timeout { Err(Stop::Wire) } else { Ok(()) }
+        if since.elapsed() > c.timeout {
+            Err(Stop::Wire)
+        } else {
+            Ok(())
+        }
     }
 
     /// Writes `hdr` and, if given, the granted payload, completely.
@@ -132,12 +150,16 @@ impl Tx<'_> {
         let mut progress = Instant::now();
         while done < total {
             let r = match payload {
-                Some(g) if done < head.len() => {
-                    g.mem.send_from(self.sock, head.get(done..).unwrap_or(&[]), g.off, hdr.len as usize)
-                }
+                Some(g) if done < head.len() => g.mem.send_from(
+                    self.sock,
+                    head.get(done..).unwrap_or(&[]),
+                    g.off,
+                    hdr.len as usize,
+                ),
                 Some(g) => {
                     let p = done - head.len();
-                    g.mem.send_from(self.sock, &[], g.off + p, hdr.len as usize - p)
+                    g.mem
+                        .send_from(self.sock, &[], g.off + p, hdr.len as usize - p)
                 }
                 None => (&**self.sock).write(head.get(done..).unwrap_or(&[])),
             };
@@ -148,7 +170,12 @@ impl Tx<'_> {
                     progress = Instant::now();
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
                     self.stalled(progress)?;
                 }
                 Err(_) => return Err(Stop::Wire),
@@ -178,7 +205,13 @@ impl Tx<'_> {
         match r {
             Resp::Ack(psn) => self.frame(&Header::new(Opcode::Ack, psn), None),
             Resp::Nak(psn, code) => self.nak(psn, code),
-            Resp::Read { psn, mr, rkey, addr, len } => {
+            Resp::Read {
+                psn,
+                mr,
+                rkey,
+                addr,
+                len,
+            } => {
                 let max = self.qp.caps.frame_size();
                 let mut off = 0u32;
                 loop {
@@ -195,7 +228,11 @@ impl Tx<'_> {
                     if off + n == len {
                         flags |= LAST;
                     }
-                    let h = Header { flags, len: n, ..Header::new(Opcode::ReadResp, psn) };
+                    let h = Header {
+                        flags,
+                        len: n,
+                        ..Header::new(Opcode::ReadResp, psn)
+                    };
                     self.frame(&h, Some(&g))?;
                     drop(g);
                     off += n;
@@ -213,7 +250,10 @@ impl Tx<'_> {
     /// Sends a NAK, then fails the QP, closing only our write side so the peer still reads
     /// the NAK (the receiver drains and closes).
     fn nak(&self, psn: u32, code: NakCode) -> Result<(), Stop> {
-        let h = Header { aux: code.to_u64(), ..Header::new(Opcode::Nak, psn) };
+        let h = Header {
+            aux: code.to_u64(),
+            ..Header::new(Opcode::Nak, psn)
+        };
         let sent = self.frame(&h, None);
         let mut c = self.qp.lock();
         self.qp.fail(&mut c, None, Shut::Write);

@@ -54,7 +54,12 @@ impl SendWr {
     /// A signaled work request.
     #[must_use]
     pub const fn new(wr_id: u64, op: SendOp, sge: Sge) -> Self {
-        Self { wr_id, op, sge, signaled: true }
+        Self {
+            wr_id,
+            op,
+            sge,
+            signaled: true,
+        }
     }
 }
 

@@ -1,0 +1,369 @@
+/*
+ * hipobj.h -- the hipObject C API of hipObject-rs (libhipobj.so / libhipobj.a).
+ *
+ * SPDX-License-Identifier: MIT OR Apache-2.0
+ *
+ * Source-compatible with the public ROCm hipObject API for the names, types and
+ * enum values it shares (hipObjOpError_t 0..11, hipObjError_t, hipObjConfig_t,
+ * hipObjHandle_t, the token helpers), with these differences:
+ *   - hipObjGet / hipObjPut take (handle, buf, size, offset): the library sends
+ *     the S3 request itself, so the seed's hipObjOps_t callbacks are not taken;
+ *   - object handles come from hipObjOpen(bucket, key, &handle);
+ *   - a batch extension (hipObjQueue*) and hipObjGetLastErrorMessage are added.
+ * Maintained by hand; capi/tests/header.rs checks it against the library
+ * (exported symbols both ways, struct layouts, every constant). The full
+ * guide is docs/c-api.md.
+ *
+ * Thread safety (per function, see each comment): every function may be called
+ * from any thread. hipObjInit and hipObjShutdown must not race with each other
+ * or with other calls that expect the library to stay initialized; calls racing
+ * a shutdown either complete or fail with hipObjNotInitialized, never crash.
+ */
+#ifndef HIPOBJ_H
+#define HIPOBJ_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#if defined(__GNUC__)
+#define HIPOBJ_API __attribute__((visibility("default")))
+#else
+#define HIPOBJ_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* off_t object offsets are 64-bit in this ABI (LP64 Linux, or _FILE_OFFSET_BITS=64). */
+typedef char hipobj_off_t_must_be_64_bit[sizeof(off_t) == 8 ? 1 : -1];
+
+/* ------------------------------------------------------------------------
+ * Version
+ * ------------------------------------------------------------------------ */
+
+/** Library version (the crate version of hipobj-capi). */
+#define HIPOBJ_VERSION_MAJOR 0
+#define HIPOBJ_VERSION_MINOR 1
+#define HIPOBJ_VERSION_PATCH 0
+
+/* ------------------------------------------------------------------------
+ * Errors
+ * ------------------------------------------------------------------------ */
+
+/** Base value for hipObject error codes (kept from the seed header; unused). */
+#define HIPOBJ_BASE_ERR 6000
+
+/**
+ * Operation error codes. 0..11 are the seed's, in its order; 12..15 take the
+ * values they have in the mmgaggle/hipObject fork built with its V2 and OFI API
+ * groups; 16 and up are hipObject-rs additions. Values never change.
+ */
+typedef enum {
+  hipObjSuccess = 0,
+  hipObjInvalidValue = 1,         /**< NULL pointer, unknown handle, bad value */
+  hipObjNotInitialized = 2,       /**< hipObjInit has not been called */
+  hipObjAlreadyInitialized = 3,   /**< hipObjInit called twice */
+  hipObjRdmaError = 4,            /**< RDMA failure, or no RDMA fabric in this build */
+  hipObjS3Error = 5,              /**< the server rejected the request (HTTP 4xx/5xx) */
+  hipObjBufNotRegistered = 6,     /**< pointer not inside a registered buffer */
+  hipObjBufAlreadyRegistered = 7, /**< range overlaps an existing registration */
+  hipObjNicNotFound = 8,          /**< no usable RDMA NIC */
+  hipObjDmabufNotSupported = 9,   /**< device memory cannot be registered */
+  hipObjSizeTooLarge = 10,        /**< beyond the registration / 4 GiB / destination */
+  hipObjInternalError = 11,       /**< bug (including a caught Rust panic) */
+  hipObjNotSupported = 12,        /**< server does not speak the requested protocol */
+  hipObjBusy = 13,                /**< range in use by an op in flight, or throttled */
+  hipObjOpNotSupported = 14,      /**< operation not implemented by this build */
+  hipObjChecksumMismatch = 15,    /**< bytes do not match their checksum */
+  hipObjTimeout = 16,             /**< operation deadline exceeded */
+  hipObjCancelled = 17,           /**< operation aborted (queue destroyed, cancel) */
+  hipObjNetworkError = 18,        /**< connection refused/reset after retries */
+  hipObjIntegrityError = 19       /**< inconsistent reply (short body, wrong range) */
+} hipObjOpError_t;
+
+/**
+ * Result of every call: the operation error and the GPU runtime's error (HIP or
+ * CUDA error code of a failed GPU call, else 0). The field keeps the seed's name.
+ */
+typedef struct {
+  hipObjOpError_t opError;
+  int hipError;
+} hipObjError_t;
+
+#define HIPOBJ_SUCCESS ((hipObjError_t){hipObjSuccess, 0})
+
+/**
+ * Static description of an error code (never NULL; unknown codes get a generic
+ * text). Thread safety: any thread, any time, also before hipObjInit.
+ */
+HIPOBJ_API const char* hipObjGetErrorString(hipObjOpError_t err);
+
+/**
+ * Detail of the calling thread's most recent failed call: what failed and why,
+ * e.g. "GET s3://b/k: access denied (errno 13, class Client); server error
+ * SignatureDoesNotMatch: ... (HTTP 403)". "" after a successful call. The string
+ * stays valid until the same thread's next hipObj* call.
+ * Thread safety: per thread; any time.
+ */
+HIPOBJ_API const char* hipObjGetLastErrorMessage(void);
+
+/* ------------------------------------------------------------------------
+ * Types and configuration
+ * ------------------------------------------------------------------------ */
+
+/** Opaque object handle from hipObjOpen (a looked-up id, never dereferenced). */
+typedef void* hipObjHandle_t;
+
+/**
+ * Configuration for hipObjInit. NULL strings fall back to the AWS conventions:
+ * endpoint -> AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL or the profile's
+ * endpoint_url; region -> AWS_REGION / AWS_DEFAULT_REGION, the profile, then
+ * "us-east-1"; keys ->
+ * AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, then the profile (AWS_PROFILE or
+ * "default") in ~/.aws/credentials and ~/.aws/config. Strings are copied.
+ */
+typedef struct {
+  const char* endpoint;  /**< "http://host:port" (https is not supported yet) */
+  const char* region;    /**< signing region */
+  const char* accessKey; /**< access key id */
+  const char* secretKey; /**< secret access key */
+  uint32_t flags;        /**< reserved, must be 0 */
+  int gpuDevice;         /**< HIP/CUDA device index, or -1: no GPU probing */
+  const char* nicHint;   /**< RDMA NIC name hint, or NULL (unused: no RDMA yet) */
+} hipObjConfig_t;
+
+/** Largest registration in bytes (inclusive): 4 GiB. */
+#define HIPOBJ_MAX_REGISTRATION 4294967296ULL
+
+/** RDMA token operation: server RDMA READ (client PUT). */
+#define HIPOBJ_RDMA_OP_PUT 0
+/** RDMA token operation: server RDMA WRITE (client GET). */
+#define HIPOBJ_RDMA_OP_GET 1
+/** x-amz-rdma-reply code of a server that declined RDMA (fall back to HTTP). */
+#define HIPOBJ_RDMA_REPLY_NOT_IMPLEMENTED 501
+
+/* ------------------------------------------------------------------------
+ * Lifecycle
+ * ------------------------------------------------------------------------ */
+
+/**
+ * Resolves credentials, starts the engine's worker threads. Does not contact
+ * the server. Errors: hipObjInvalidValue (NULL config, flags != 0, gpuDevice <
+ * -1, no endpoint, unresolvable host, bad credentials file), hipObjOpNotSupported
+ * (https endpoint), hipObjAlreadyInitialized.
+ * If gpuDevice >= 0 the HIP/CUDA runtime is probed (one line on stderr) so that
+ * device pointers can be recognised and refused by hipObjBufRegister.
+ * Thread safety: call once, before other calls; not concurrently with Shutdown.
+ */
+HIPOBJ_API hipObjError_t hipObjInit(const hipObjConfig_t* config);
+
+/**
+ * Destroys all queues (aborting their operations), waits up to 30 s per buffer
+ * for operations in flight, deregisters every buffer and stops the engine.
+ * After it returns hipObjSuccess the library touches no registered memory.
+ * Errors: hipObjNotInitialized; hipObjBusy if a buffer stayed in use.
+ * Thread safety: not concurrently with Init; other threads' calls fail cleanly.
+ */
+HIPOBJ_API hipObjError_t hipObjShutdown(void);
+
+/* ------------------------------------------------------------------------
+ * Buffer registration
+ * ------------------------------------------------------------------------ */
+
+/**
+ * Registers host memory [ptr, ptr+size) for hipObjGet/hipObjPut and batch ops.
+ * The memory must stay valid until hipObjBufDeregister(ptr) or hipObjShutdown
+ * returns success, and the caller must not touch bytes covered by an operation
+ * in flight until it completed. Device memory (hipMalloc/cudaMalloc) is refused
+ * with hipObjDmabufNotSupported when gpuDevice >= 0 (GPU data path: later).
+ * Errors: hipObjInvalidValue (NULL, size 0), hipObjSizeTooLarge (> 4 GiB),
+ * hipObjBufAlreadyRegistered (overlaps a registration), hipObjNotInitialized.
+ * Thread safety: any thread.
+ */
+HIPOBJ_API hipObjError_t hipObjBufRegister(void* ptr, size_t size);
+
+/** mmgaggle/hipObject name for registering host memory; same as hipObjBufRegister. */
+HIPOBJ_API hipObjError_t hipObjBufRegisterHost(void* hostPtr, size_t size);
+
+/**
+ * Deregisters the buffer registered at exactly ptr. New operations on it fail
+ * at once; waits up to 30 s for operations in flight. Errors:
+ * hipObjBufNotRegistered (not a registration start), hipObjBusy (still in use
+ * after 30 s: the buffer stays registered), hipObjNotInitialized.
+ * Thread safety: any thread.
+ */
+HIPOBJ_API hipObjError_t hipObjBufDeregister(void* ptr);
+
+/* ------------------------------------------------------------------------
+ * Objects and synchronous transfers
+ * ------------------------------------------------------------------------ */
+
+/**
+ * Opens a handle naming bucket/key (no request is sent). Errors:
+ * hipObjInvalidValue (NULL, invalid bucket name or key), hipObjNotInitialized.
+ * Thread safety: any thread; a handle may be used by many threads at once.
+ */
+HIPOBJ_API hipObjError_t hipObjOpen(const char* bucket, const char* key,
+                                    hipObjHandle_t* handle);
+
+/** Closes a handle (operations already submitted with it are unaffected). */
+HIPOBJ_API hipObjError_t hipObjClose(hipObjHandle_t handle);
+
+/**
+ * GET: reads size bytes starting at byte offset of the OBJECT into buf, which
+ * may point anywhere inside a registered buffer (buf+size must stay inside it).
+ * Blocks until done. The object must hold offset+size bytes. Retries transient
+ * failures (5xx, throttling, resets) within a 60 s deadline.
+ * Errors: hipObjInvalidValue (NULL, size 0, offset < 0, closed handle),
+ * hipObjBufNotRegistered, hipObjSizeTooLarge (beyond the registration),
+ * hipObjS3Error (404, 403, short object...: the last-error message names the
+ * S3 error code, found with one read-only probe request), hipObjTimeout,
+ * hipObjNetworkError, hipObjIntegrityError, hipObjBusy (range in use).
+ * Thread safety: any thread, concurrently (each call uses its own ring).
+ */
+HIPOBJ_API hipObjError_t hipObjGet(hipObjHandle_t handle, void* buf,
+                                   size_t size, off_t offset);
+
+/**
+ * PUT: stores size bytes from buf (inside a registered buffer) as the whole
+ * object. offset must be 0 (S3 has no partial writes; multipart is not in the
+ * engine yet: hipObjOpNotSupported). Errors as hipObjGet.
+ * Thread safety: any thread, concurrently.
+ */
+HIPOBJ_API hipObjError_t hipObjPut(hipObjHandle_t handle, const void* buf,
+                                   size_t size, off_t offset);
+
+/* ------------------------------------------------------------------------
+ * RDMA token helpers (x-amz-rdma-token / x-amz-rdma-reply)
+ * ------------------------------------------------------------------------ */
+
+/**
+ * Mints the 88-hex RC token for [ptr, ptr+size) of a registered buffer; release
+ * it with hipObjPutRdmaToken. This build has no RDMA fabric: after checking the
+ * arguments (hipObjInvalidValue, hipObjBufNotRegistered, hipObjSizeTooLarge) it
+ * returns hipObjRdmaError with *outToken = NULL.
+ */
+HIPOBJ_API hipObjError_t hipObjGetRdmaToken(const void* ptr, size_t size,
+                                            int op, char** outToken);
+
+/** Releases a token from hipObjGetRdmaToken; anything else -> hipObjInvalidValue. */
+HIPOBJ_API hipObjError_t hipObjPutRdmaToken(char* token);
+
+/**
+ * Parses an x-amz-rdma-reply value of replyLen bytes (< 512; trailing NUL, CR,
+ * LF ignored): "ok..", "err..", "<code>", "<code>:<88-hex server token>".
+ * 200/204/206 and 501 (declined: fall back to HTTP) write the code and return
+ * hipObjSuccess; other codes write the code and return hipObjRdmaError ("err"
+ * writes -1); malformed values return hipObjInvalidValue. Needs no hipObjInit.
+ */
+HIPOBJ_API hipObjError_t hipObjParseRdmaReply(const char* reply,
+                                              size_t replyLen, int* httpCode);
+
+/**
+ * Writes the dotted-quad IPv4 address of the client NIC encoded in a token's
+ * GID (::ffff:a.b.c.d) to nicIp, or "" if the GID is not IPv4-mapped. token is
+ * NUL-terminated, bare 88-hex or with the ":<addr>:<size>" suffix. nicIpLen must
+ * hold the text and its NUL (16 always suffices). Needs no hipObjInit.
+ */
+HIPOBJ_API hipObjError_t hipObjTokenClientNic(const char* token, char* nicIp,
+                                              size_t nicIpLen);
+
+/** Version text, e.g. "hipobj-rs 0.1.0 (...)". Static; any thread, any time. */
+HIPOBJ_API const char* hipObjGetVersionString(void);
+
+/* ------------------------------------------------------------------------
+ * Batch extension: submission / completion queues (mirrors the engine rings)
+ * ------------------------------------------------------------------------ */
+
+/** Opaque queue handle. */
+typedef struct hipObjQueue* hipObjQueue_t;
+
+/** hipObjOp_t.kind values. */
+#define HIPOBJ_OP_GET 0         /**< whole object into buf (object must fit size) */
+#define HIPOBJ_OP_RANGE_GET 1   /**< size bytes from object offset into buf */
+#define HIPOBJ_OP_PUT 2         /**< size bytes from buf as the whole object */
+#define HIPOBJ_OP_UPLOAD_PART 3 /**< completes hipObjOpNotSupported (no multipart yet) */
+
+/** hipObjOp_t.flags bits. */
+#define HIPOBJ_OPF_NO_RETRY 1u /**< never retry this operation */
+
+/** One submission. Zero-initialize, then set the fields the kind uses. */
+typedef struct {
+  uint32_t kind;          /**< HIPOBJ_OP_* */
+  uint32_t flags;         /**< HIPOBJ_OPF_* */
+  hipObjHandle_t handle;  /**< from hipObjOpen */
+  void* buf;              /**< inside a registered buffer (destination or source) */
+  uint64_t size;          /**< bytes (GET: destination capacity) */
+  uint64_t offset;        /**< object offset (RANGE_GET; else 0) */
+  uint64_t userData;      /**< echoed in the completion */
+  uint64_t deadlineNs;    /**< relative deadline in ns; 0 = default (60 s) */
+  uint64_t uploadId;      /**< UPLOAD_PART: multipart upload */
+  uint32_t partNumber;    /**< UPLOAD_PART: 1..10000 */
+  uint32_t reserved;      /**< must be 0 */
+} hipObjOp_t;
+
+/** hipObjCompletion_t.errorClass values (who failed). */
+#define HIPOBJ_ERRCLASS_NONE 0
+#define HIPOBJ_ERRCLASS_INVALID 1   /**< the entry was invalid; nothing was sent */
+#define HIPOBJ_ERRCLASS_LOCAL 2     /**< buffer/handle problem on this side */
+#define HIPOBJ_ERRCLASS_CANCELLED 3
+#define HIPOBJ_ERRCLASS_DEADLINE 4
+#define HIPOBJ_ERRCLASS_CLIENT 5    /**< HTTP 4xx */
+#define HIPOBJ_ERRCLASS_SERVER 6    /**< HTTP 5xx / throttling after retries */
+#define HIPOBJ_ERRCLASS_TRANSPORT 7 /**< connection failures after retries */
+#define HIPOBJ_ERRCLASS_INTEGRITY 8 /**< inconsistent reply */
+
+/** hipObjCompletion_t.flags bits. */
+#define HIPOBJ_COMPLETION_RETRIED 1u /**< retried before this outcome */
+#define HIPOBJ_COMPLETION_HTTP 2u    /**< bytes moved over HTTP */
+#define HIPOBJ_COMPLETION_RDMA 4u    /**< bytes moved over RDMA */
+
+/** One completion. */
+typedef struct {
+  uint64_t userData;       /**< the submission's userData */
+  uint64_t bytes;          /**< bytes moved (GET: the object size) */
+  hipObjOpError_t opError; /**< hipObjSuccess or the failure */
+  int errnum;              /**< positive errno of a failure (EACCES, ENOENT...) */
+  uint32_t errorClass;     /**< HIPOBJ_ERRCLASS_* */
+  uint32_t flags;          /**< HIPOBJ_COMPLETION_* */
+} hipObjCompletion_t;
+
+/**
+ * Creates a queue with depth submission slots (1..1048576, rounded up to a power
+ * of two) and 2*depth completion slots. Thread safety: any thread. A queue is
+ * meant for one thread at a time; concurrent calls on one queue are serialized
+ * (safe, but a blocking Reap delays Submit).
+ */
+HIPOBJ_API hipObjError_t hipObjQueueCreate(uint32_t depth, hipObjQueue_t* queue);
+
+/**
+ * Submits up to n entries in order and writes how many were accepted to
+ * *submitted (fewer than n when the ring is full: reap, then submit the rest).
+ * Every accepted entry completes exactly once. Entries the library rejects
+ * itself (closed handle, unregistered buffer, UPLOAD_PART...) complete with an
+ * error (errorClass INVALID or LOCAL) instead of failing the call.
+ * Returns an error only for a bad queue/pointer or hipObjNotInitialized.
+ */
+HIPOBJ_API hipObjError_t hipObjQueueSubmit(hipObjQueue_t queue,
+                                           const hipObjOp_t* ops, size_t n,
+                                           size_t* submitted);
+
+/**
+ * Copies up to max completions to out and their count to *n. If none is ready,
+ * waits up to timeoutMs (0: don't wait; negative: wait forever) for the first.
+ * *n == 0 after a timeout is not an error.
+ */
+HIPOBJ_API hipObjError_t hipObjQueueReap(hipObjQueue_t queue,
+                                         hipObjCompletion_t* out, size_t max,
+                                         int timeoutMs, size_t* n);
+
+/** Destroys a queue; operations still in flight are aborted (not reported). */
+HIPOBJ_API hipObjError_t hipObjQueueDestroy(hipObjQueue_t queue);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HIPOBJ_H */

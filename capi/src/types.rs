@@ -1,0 +1,283 @@
+//! The `#[repr(C)]` types of `include/hipobj.h`.
+//!
+//! Fields the library *reads* from C (`HipObjOp::kind`, flags) are fixed-width integers, never
+//! Rust enums: a C caller can store any value there, and an out-of-range enum would be
+//! undefined behaviour in Rust. Fields the library only *writes* may use the C enum's
+//! underlying `int`.
+
+use std::ffi::{c_char, c_int, c_void};
+
+use crate::error::OpError;
+
+/// `hipObjError_t`: the result of every call.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HipObjError {
+    /// `hipObjOpError_t` value.
+    pub op_error: c_int,
+    /// The HIP or CUDA runtime's error code when a GPU call failed, else 0 (the seed's
+    /// `hipError` field).
+    pub hip_error: c_int,
+}
+
+impl HipObjError {
+    /// Success.
+    pub const SUCCESS: HipObjError = HipObjError {
+        op_error: 0,
+        hip_error: 0,
+    };
+
+    /// An error with no GPU error.
+    pub const fn op(e: OpError) -> Self {
+        HipObjError {
+            op_error: e as c_int,
+            hip_error: 0,
+        }
+    }
+}
+
+/// `hipObjConfig_t`, field for field as in the seed header.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct HipObjConfig {
+    /// S3 endpoint URL (`http://host:port`); NULL: `AWS_ENDPOINT_URL` or the profile's.
+    pub endpoint: *const c_char,
+    /// Signing region; NULL: `AWS_REGION`, the profile, then `us-east-1`.
+    pub region: *const c_char,
+    /// Access key id; NULL: environment, then the AWS profile.
+    pub access_key: *const c_char,
+    /// Secret key; NULL: environment, then the AWS profile.
+    pub secret_key: *const c_char,
+    /// Reserved, must be 0.
+    pub flags: u32,
+    /// HIP/CUDA device index, or -1 for none.
+    pub gpu_device: c_int,
+    /// RDMA NIC name hint, or NULL (unused until an RDMA fabric lands).
+    pub nic_hint: *const c_char,
+}
+
+/// `hipObjOp_t`: one entry of a batch submission.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct HipObjOp {
+    /// `HIPOBJ_OP_*`.
+    pub kind: u32,
+    /// `HIPOBJ_OPF_*` flags.
+    pub flags: u32,
+    /// Object from `hipObjOpen`.
+    pub handle: *mut c_void,
+    /// Pointer inside a registered buffer: destination (GET) or source (PUT).
+    pub buf: *mut c_void,
+    /// Bytes: the destination capacity (GET), the range length (RANGE_GET), the object or
+    /// part length (PUT, UPLOAD_PART).
+    pub size: u64,
+    /// Object offset (RANGE_GET); must be 0 otherwise.
+    pub offset: u64,
+    /// Echoed in the completion.
+    pub user_data: u64,
+    /// Relative deadline in nanoseconds from when the engine takes the entry; 0: the default
+    /// (60 s).
+    pub deadline_ns: u64,
+    /// Multipart upload id (UPLOAD_PART).
+    pub upload_id: u64,
+    /// Part number 1..=10000 (UPLOAD_PART).
+    pub part_number: u32,
+    /// Must be 0.
+    pub reserved: u32,
+}
+
+/// `hipObjCompletion_t`: the outcome of one batch entry.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HipObjCompletion {
+    /// The entry's `userData`.
+    pub user_data: u64,
+    /// Bytes moved (GET: the object's size).
+    pub bytes: u64,
+    /// `hipObjOpError_t`.
+    pub op_error: c_int,
+    /// Positive errno (`ENOENT`, `EACCES`, ...) of a failure, 0 on success.
+    pub errnum: c_int,
+    /// `HIPOBJ_ERRCLASS_*` of a failure, 0 on success.
+    pub error_class: u32,
+    /// `HIPOBJ_COMPLETION_*` bits.
+    pub flags: u32,
+}
+
+/// `HIPOBJ_OP_GET`: whole object into `buf` (fails if larger than `size`).
+pub const OP_GET: u32 = 0;
+/// `HIPOBJ_OP_RANGE_GET`: `size` bytes from object `offset`.
+pub const OP_RANGE_GET: u32 = 1;
+/// `HIPOBJ_OP_PUT`: `size` bytes as the whole object.
+pub const OP_PUT: u32 = 2;
+/// `HIPOBJ_OP_UPLOAD_PART`: one multipart part.
+pub const OP_UPLOAD_PART: u32 = 3;
+
+/// `HIPOBJ_OPF_NO_RETRY`: never retry this entry.
+pub const OPF_NO_RETRY: u32 = 1;
+/// Every defined `HIPOBJ_OPF_*` bit.
+pub const OPF_ALL: u32 = OPF_NO_RETRY;
+
+/// `HIPOBJ_COMPLETION_RETRIED`: the operation was retried before this outcome.
+pub const COMPLETION_RETRIED: u32 = 1;
+/// `HIPOBJ_COMPLETION_HTTP`: the bytes moved over HTTP.
+pub const COMPLETION_HTTP: u32 = 2;
+/// `HIPOBJ_COMPLETION_RDMA`: the bytes moved over RDMA.
+pub const COMPLETION_RDMA: u32 = 4;
+
+/// `HIPOBJ_RDMA_OP_PUT` (server RDMA READ).
+pub const RDMA_OP_PUT: c_int = 0;
+/// `HIPOBJ_RDMA_OP_GET` (server RDMA WRITE).
+pub const RDMA_OP_GET: c_int = 1;
+
+/// `HIPOBJ_VERSION_MAJOR`, from the crate version.
+pub const VERSION_MAJOR: &str = env!("CARGO_PKG_VERSION_MAJOR");
+/// `HIPOBJ_VERSION_MINOR`.
+pub const VERSION_MINOR: &str = env!("CARGO_PKG_VERSION_MINOR");
+/// `HIPOBJ_VERSION_PATCH`.
+pub const VERSION_PATCH: &str = env!("CARGO_PKG_VERSION_PATCH");
+
+/// Layout facts the header test compares with the C compiler's (`offsetof` / `sizeof`).
+pub fn layout_facts() -> Vec<(&'static str, usize)> {
+    use std::mem::{offset_of, size_of};
+    vec![
+        ("sizeof(hipObjError_t)", size_of::<HipObjError>()),
+        (
+            "offsetof(hipObjError_t, opError)",
+            offset_of!(HipObjError, op_error),
+        ),
+        (
+            "offsetof(hipObjError_t, hipError)",
+            offset_of!(HipObjError, hip_error),
+        ),
+        ("sizeof(hipObjConfig_t)", size_of::<HipObjConfig>()),
+        (
+            "offsetof(hipObjConfig_t, endpoint)",
+            offset_of!(HipObjConfig, endpoint),
+        ),
+        (
+            "offsetof(hipObjConfig_t, region)",
+            offset_of!(HipObjConfig, region),
+        ),
+        (
+            "offsetof(hipObjConfig_t, accessKey)",
+            offset_of!(HipObjConfig, access_key),
+        ),
+        (
+            "offsetof(hipObjConfig_t, secretKey)",
+            offset_of!(HipObjConfig, secret_key),
+        ),
+        (
+            "offsetof(hipObjConfig_t, flags)",
+            offset_of!(HipObjConfig, flags),
+        ),
+        (
+            "offsetof(hipObjConfig_t, gpuDevice)",
+            offset_of!(HipObjConfig, gpu_device),
+        ),
+        (
+            "offsetof(hipObjConfig_t, nicHint)",
+            offset_of!(HipObjConfig, nic_hint),
+        ),
+        ("sizeof(hipObjOp_t)", size_of::<HipObjOp>()),
+        ("offsetof(hipObjOp_t, kind)", offset_of!(HipObjOp, kind)),
+        ("offsetof(hipObjOp_t, flags)", offset_of!(HipObjOp, flags)),
+        ("offsetof(hipObjOp_t, handle)", offset_of!(HipObjOp, handle)),
+        ("offsetof(hipObjOp_t, buf)", offset_of!(HipObjOp, buf)),
+        ("offsetof(hipObjOp_t, size)", offset_of!(HipObjOp, size)),
+        ("offsetof(hipObjOp_t, offset)", offset_of!(HipObjOp, offset)),
+        (
+            "offsetof(hipObjOp_t, userData)",
+            offset_of!(HipObjOp, user_data),
+        ),
+        (
+            "offsetof(hipObjOp_t, deadlineNs)",
+            offset_of!(HipObjOp, deadline_ns),
+        ),
+        (
+            "offsetof(hipObjOp_t, uploadId)",
+            offset_of!(HipObjOp, upload_id),
+        ),
+        (
+            "offsetof(hipObjOp_t, partNumber)",
+            offset_of!(HipObjOp, part_number),
+        ),
+        (
+            "offsetof(hipObjOp_t, reserved)",
+            offset_of!(HipObjOp, reserved),
+        ),
+        ("sizeof(hipObjCompletion_t)", size_of::<HipObjCompletion>()),
+        (
+            "offsetof(hipObjCompletion_t, userData)",
+            offset_of!(HipObjCompletion, user_data),
+        ),
+        (
+            "offsetof(hipObjCompletion_t, bytes)",
+            offset_of!(HipObjCompletion, bytes),
+        ),
+        (
+            "offsetof(hipObjCompletion_t, opError)",
+            offset_of!(HipObjCompletion, op_error),
+        ),
+        (
+            "offsetof(hipObjCompletion_t, errnum)",
+            offset_of!(HipObjCompletion, errnum),
+        ),
+        (
+            "offsetof(hipObjCompletion_t, errorClass)",
+            offset_of!(HipObjCompletion, error_class),
+        ),
+        (
+            "offsetof(hipObjCompletion_t, flags)",
+            offset_of!(HipObjCompletion, flags),
+        ),
+    ]
+}
+
+/// Integer constants the header test compares with the header's macros and enumerators.
+pub fn constant_facts() -> Vec<(String, i64)> {
+    let mut v: Vec<(String, i64)> = OpError::ALL
+        .iter()
+        .map(|e| (e.c_name().to_owned(), *e as i64))
+        .collect();
+    let num = |s: &str| s.parse::<i64>().unwrap_or(-1);
+    v.extend(
+        [
+            ("HIPOBJ_OP_GET", i64::from(OP_GET)),
+            ("HIPOBJ_OP_RANGE_GET", i64::from(OP_RANGE_GET)),
+            ("HIPOBJ_OP_PUT", i64::from(OP_PUT)),
+            ("HIPOBJ_OP_UPLOAD_PART", i64::from(OP_UPLOAD_PART)),
+            ("HIPOBJ_OPF_NO_RETRY", i64::from(OPF_NO_RETRY)),
+            ("HIPOBJ_COMPLETION_RETRIED", i64::from(COMPLETION_RETRIED)),
+            ("HIPOBJ_COMPLETION_HTTP", i64::from(COMPLETION_HTTP)),
+            ("HIPOBJ_COMPLETION_RDMA", i64::from(COMPLETION_RDMA)),
+            ("HIPOBJ_RDMA_OP_PUT", i64::from(RDMA_OP_PUT)),
+            ("HIPOBJ_RDMA_OP_GET", i64::from(RDMA_OP_GET)),
+            (
+                "HIPOBJ_MAX_REGISTRATION",
+                crate::registry::MAX_REGISTRATION as i64,
+            ),
+            ("HIPOBJ_VERSION_MAJOR", num(VERSION_MAJOR)),
+            ("HIPOBJ_VERSION_MINOR", num(VERSION_MINOR)),
+            ("HIPOBJ_VERSION_PATCH", num(VERSION_PATCH)),
+        ]
+        .map(|(n, x)| (n.to_owned(), x)),
+    );
+    for c in [
+        ring_api::ErrorClass::None,
+        ring_api::ErrorClass::Invalid,
+        ring_api::ErrorClass::Local,
+        ring_api::ErrorClass::Cancelled,
+        ring_api::ErrorClass::Deadline,
+        ring_api::ErrorClass::Client,
+        ring_api::ErrorClass::Server,
+        ring_api::ErrorClass::Transport,
+        ring_api::ErrorClass::Integrity,
+    ] {
+        v.push((
+            format!("HIPOBJ_ERRCLASS_{}", format!("{c:?}").to_ascii_uppercase()),
+            c as i64,
+        ));
+    }
+    v
+}

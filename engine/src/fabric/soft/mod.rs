@@ -1,0 +1,45 @@
+//! The `soft` fabric: RDMA reliable-connected (RC) queue-pair semantics emulated in user space
+//! over TCP.
+//!
+//! It is the test double for the verbs fabric and the data path of hosts without an RDMA NIC;
+//! the client engine (initiator and responder) and the gateway's target role both use it. The
+//! API is verbs-shaped so the verbs fabric can offer the same one: a [`SoftDevice`] creates
+//! [`ProtectionDomain`]s (where [`MemoryRegion`]s get `lkey`/`rkey`), [`CompletionQueue`]s and
+//! [`QueuePair`]s; QPs go `Reset → Init → Rtr → Rts` (or `Err`), take [`SendWr`]s (RDMA WRITE,
+//! WRITE_WITH_IMM, READ, SEND) and [`RecvWr`]s, and report [`WorkCompletion`]s.
+//!
+//! Guarantees (see `docs/soft-fabric.md`):
+//! - A responder touches only the exact range a current rkey grants, with the access flag the
+//!   region and the QP allow, checked on every frame. A violation completes the initiator's
+//!   request with `RemoteAccessError`, fails both QPs and flushes what is queued.
+//! - [`ProtectionDomain::rekey`] returns only when no access with the old rkey is in progress;
+//!   none succeeds afterwards.
+//! - RC ordering: one TCP connection per QP pair, requests executed in PSN order, so a
+//!   WRITE_WITH_IMM completion at the responder implies every earlier WRITE landed.
+//! - Payload moves between the socket and registered memory with no intermediate copy.
+//! - Every frame header is decoded by the pure [`frame::decode_header`] (fuzzed).
+//!
+//! Threads: an established QP runs one receiver and one sender thread (simple and adequate for
+//! the few QPs per worker the dialects use); completion waiting is `CompletionQueue::wait` or a
+//! `mio::Waker` (`CompletionQueue::set_waker`).
+
+mod cq;
+mod device;
+pub mod frame;
+mod mr;
+mod pair;
+mod qp;
+mod raw;
+mod receiver;
+mod sender;
+mod shared;
+mod wr;
+
+pub use cq::CompletionQueue;
+pub use device::{MAX_HANDSHAKES, SoftDevice};
+pub use mr::{Access, MemoryRegion, MrError, ProtectionDomain};
+pub use pair::{Endpoint, loopback_pair};
+pub use qp::{
+    MAX_RD_ATOMIC, PostError, QpCaps, QpError, QpState, QueuePair, RtrAttr, RtsAttr, SoftPath,
+};
+pub use wr::{RecvWr, RemoteAddr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
