@@ -55,6 +55,14 @@ fn token_helpers() {
 fn token_helpers_linked_statically() {
     let dir = tempfile::tempdir().unwrap();
     let exe = compile_static("tokens", dir.path());
+    let ldd = std::process::Command::new("ldd")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&ldd.stdout).contains("libhipobj"),
+        "linked dynamically"
+    );
     let out = run(&exe, &[], dir.path());
     expect_ok(&out, "tokens ok");
 }

@@ -66,24 +66,30 @@ fn compile_with(name: &str, out_dir: &Path, static_lib: bool) -> PathBuf {
     let src = crate_dir().join("tests/c").join(format!("{name}.c"));
     let exe = out_dir.join(name);
     let lib = lib_dir();
-    let out = Command::new("cc")
-        .args([
-            "-std=c11",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-O1",
-            "-D_GNU_SOURCE",
-        ])
-        .arg("-I")
-        .arg(crate_dir().join("include"))
-        .arg(&src)
-        .arg("-o")
-        .arg(&exe)
-        .arg("-L")
-        .arg(lib)
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .args(["-lhipobj", "-lpthread", "-ldl", "-lm"])
+    let mut cmd = Command::new("cc");
+    cmd.args([
+        "-std=c11",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-O1",
+        "-D_GNU_SOURCE",
+    ])
+    .arg("-I")
+    .arg(crate_dir().join("include"))
+    .arg(&src)
+    .arg("-o")
+    .arg(&exe);
+    if static_lib {
+        cmd.arg(lib.join("libhipobj.a"));
+    } else {
+        cmd.arg("-L")
+            .arg(lib)
+            .arg(format!("-Wl,-rpath,{}", lib.display()))
+            .arg("-lhipobj");
+    }
+    let out = cmd
+        .args(["-lpthread", "-ldl", "-lm"])
         .output()
         .expect("running cc");
     assert!(

@@ -381,6 +381,10 @@ impl QueuePair {
 impl Drop for QueuePair {
     fn drop(&mut self) {
         self.modify_to_err();
+        // Also ends a NAK drain in progress (the QP was already in `Err` then).
+        if let Some((s, _)) = &self.shared.lock().stream {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
         if let Some(dev) = self.device.upgrade() {
             dev.forget(self.shared.qpn);
         }
