@@ -45,5 +45,5 @@ pub use sign::{
 pub use streaming::{
     CHUNK_ALGORITHM, ChainedSignature, MAX_TRAILER_LINES, TRAILER_ALGORITHM, canonical_trailer,
 };
-pub use time::AmzDate;
+pub use time::{AmzDate, http_date, iso8601};
 pub use verify::{AuthMode, VerifiedPrincipal, Verifier, verify_request};

@@ -148,8 +148,9 @@ fn days_from_civil(y: u64, m: u64, d: u64) -> u64 {
     era * 146_097 + doe - 719_468
 }
 
-/// Inverse of [`days_from_civil`].
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian; inverse of
+/// `days_from_civil`.
+pub fn civil_from_days(days: u64) -> (u64, u64, u64) {
     let z = days + 719_468;
     let era = z / 146_097;
     let doe = z - era * 146_097;
@@ -162,9 +163,36 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
     (y, m, d)
 }
 
+/// RFC 9110 IMF-fixdate of a Unix time: `Sun, 06 Nov 1994 08:49:37 GMT` (`Date`,
+/// `Last-Modified`).
+pub fn http_date(unix_secs: u64) -> String {
+    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    let days = unix_secs / 86_400;
+    let rem = unix_secs % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    let weekday = DAYS.get((days % 7) as usize).copied().unwrap_or("Thu");
+    let month = MONTHS.get((m as usize).saturating_sub(1)).copied().unwrap_or("Jan");
+    format!("{weekday}, {d:02} {month} {y:04} {:02}:{:02}:{:02} GMT", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+/// ISO 8601 with milliseconds, as S3 listings write `LastModified`: `2024-02-29T23:59:59.000Z`.
+pub fn iso8601(unix_secs: u64) -> String {
+    let (y, m, d) = civil_from_days(unix_secs / 86_400);
+    let rem = unix_secs % 86_400;
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.000Z", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn http_and_iso_dates() {
+        assert_eq!(http_date(784_111_777), "Sun, 06 Nov 1994 08:49:37 GMT");
+        assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso8601(1_709_251_199), "2024-02-29T23:59:59.000Z");
+    }
 
     #[test]
     fn known_instants() {
