@@ -33,8 +33,10 @@
 //!
 //! # Safety model
 //! `#![deny(unsafe_code)]`; the only modules allowed `unsafe` are `memory::raw` (pointer
-//! access to registrations) and `sys` (clock and rusage), plus [`Engine::register_raw`],
-//! whose caller contract is documented. Completion entries and server responses are
+//! access to registrations), `sys` (clock, rusage, socket options), `fabric::soft::raw` (the
+//! soft fabric's access to registered ranges), the GPU FFI modules under `gpu` (CUDA, HIP) and
+//! the verbs FFI under `verbs`, plus [`Engine::register_raw`], whose caller contract is
+//! documented. `grep -rn "allow(unsafe_code)" engine/src` lists them. Completion entries and server responses are
 //! untrusted: invalid entries complete with errors, never panics.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
