@@ -9,7 +9,6 @@ use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use engine::{Engine, Placement, RegisterOptions, process_cpu_time};
-use rand::{Rng, SeedableRng};
 use ring_api::opcode::{Head, RangeGet};
 use ring_api::{BufSlice, Cqe, ErrorCode};
 
@@ -45,6 +44,15 @@ pub struct BenchArgs {
     /// Lock the destination buffer in RAM (mlock; falls back to pageable with a warning).
     #[arg(long)]
     pub pinned: bool,
+    /// Untimed warm-up range-gets before the timed phase (default: 2 x --concurrency). They open
+    /// the connections and warm caches, so the timed phase measures steady state like the peers
+    /// of `benches/side_by_side.sh`; reported as `warmup_ops`.
+    #[arg(long)]
+    pub warmup: Option<u64>,
+    /// Microseconds a worker keeps polling with operations in flight before it blocks
+    /// (`EngineBuilder::spin`; default 0: lowest CPU per op on shared cores).
+    #[arg(long, default_value_t = 0)]
+    pub spin_us: u64,
     /// S3 endpoint (copied from the global --endpoint-url).
     #[arg(skip)]
     pub endpoint_url: Option<String>,
@@ -116,6 +124,8 @@ pub struct BenchReport {
     pub ops: u64,
     /// Operations that failed.
     pub errors: u64,
+    /// Untimed warm-up operations run before the timed phase (not in any other field).
+    pub warmup_ops: u64,
     /// In flight at once.
     pub concurrency: u32,
     /// Engine worker threads.
@@ -189,10 +199,15 @@ fn code_name(c: &Cqe) -> String {
 }
 
 fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, String> {
-    let uri = args.uri.as_deref().ok_or("an s3://BUCKET/KEY URI is required without --embedded")?;
+    let uri = args
+        .uri
+        .as_deref()
+        .ok_or("an s3://BUCKET/KEY URI is required without --embedded")?;
     let (bucket, key) = split_uri(uri)?;
     let (size, conc) = (args.size, u64::from(args.concurrency.max(1)));
-    let mut builder = Engine::builder().connections_per_worker(conc as usize);
+    let mut builder = Engine::builder()
+        .connections_per_worker(conc as usize)
+        .spin(Duration::from_micros(args.spin_us));
     if let Some(url) = &args.endpoint_url {
         builder = builder.endpoint_url(url);
     }
@@ -239,6 +254,21 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
             "object is {object_size} bytes, smaller than --size {size}"
         ));
     }
+    let ctx = Phase {
+        obj,
+        buf,
+        size,
+        slots,
+        conc,
+    };
+    let warmup = args.warmup.unwrap_or(2 * conc);
+    if warmup > 0 {
+        let mut state = args.seed ^ WARMUP_SEED_XOR;
+        let w = run_phase(&mut q, &ctx, warmup, &mut state, None)?;
+        if w.errors.iter().map(|(_, k)| k).sum::<u64>() > 0 {
+            return Err(format!("warm-up failed: {:?}", w.errors));
+        }
+    }
     let bar = (!args.json && !args.no_progress && std::io::stderr().is_terminal()).then(|| {
         let b = indicatif::ProgressBar::new(args.ops);
         b.set_style(
@@ -247,37 +277,121 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
         );
         b
     });
-    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
+    let mut state = args.seed;
+    let cpu0 = process_cpu_time();
+    let t0 = Instant::now();
+    let mut timed = run_phase(&mut q, &ctx, args.ops, &mut state, bar.as_ref())?;
+    let elapsed = t0.elapsed().as_secs_f64();
+    let cpu = (process_cpu_time().saturating_sub(cpu0)).as_secs_f64();
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let _ = stderr.flush();
+    let (done, ok_bytes, errors) = (timed.done, timed.ok_bytes, timed.errors);
+    let lat_ns = &mut timed.lat_ns;
+    lat_ns.sort_unstable();
+    let pct = |p: f64| -> f64 {
+        let i = ((lat_ns.len() as f64 * p).ceil() as usize).saturating_sub(1);
+        lat_ns
+            .get(i.min(lat_ns.len().saturating_sub(1)))
+            .map_or(0.0, |&ns| ns as f64 / 1000.0)
+    };
+    let error_count = errors.iter().map(|(_, k)| k).sum();
+    Ok(BenchReport {
+        uri: uri.to_owned(),
+        object_size,
+        size,
+        ops: done,
+        errors: error_count,
+        warmup_ops: warmup,
+        concurrency: args.concurrency,
+        workers,
+        elapsed_s: elapsed,
+        ops_per_s: done as f64 / elapsed.max(1e-9),
+        gb_per_s: ok_bytes as f64 / 1e9 / elapsed.max(1e-9),
+        p50_us: pct(0.50),
+        p99_us: pct(0.99),
+        p999_us: pct(0.999),
+        cpu_s: cpu,
+        cpu_us_per_op: cpu * 1e6 / (done.max(1) as f64),
+        error_codes: errors,
+    })
+}
+
+/// XOR-ed into `--seed` for the warm-up offsets (the peers' harness does the same, so warm-up
+/// and timed offsets differ and every client sees the same timed sequence).
+const WARMUP_SEED_XOR: u64 = 0x5741_524D;
+
+/// splitmix64 (Steele, Lea, Flood 2014): the offset generator of the peers' harness
+/// (`benches/peers/src/lib.rs`), so hipobj reads the same offsets as aws-sdk-s3 and object_store.
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// What every phase of a run shares.
+struct Phase {
+    obj: ring_api::ObjectId,
+    buf: ring_api::BufHandle,
+    size: u64,
+    /// Aligned offsets in the object (`object_size / size`, > 0).
+    slots: u64,
+    conc: u64,
+}
+
+/// Results of one phase.
+struct PhaseResult {
+    done: u64,
+    ok_bytes: u64,
+    errors: Vec<(String, u64)>,
+    lat_ns: Vec<u64>,
+}
+
+/// Runs `ops` range-gets with at most `ctx.conc` in flight. Each turn pushes every free slot in
+/// one batch (one publish), then reaps every ready completion at once.
+fn run_phase(
+    q: &mut engine::Queue,
+    ctx: &Phase,
+    ops: u64,
+    state: &mut u64,
+    bar: Option<&indicatif::ProgressBar>,
+) -> Result<PhaseResult, String> {
+    let conc = ctx.conc;
     let mut started = vec![Instant::now(); conc as usize];
     let mut free: Vec<u64> = (0..conc).rev().collect();
-    let mut lat_ns: Vec<u64> = Vec::with_capacity(usize::try_from(args.ops).unwrap_or(0));
+    let mut lat_ns: Vec<u64> = Vec::with_capacity(usize::try_from(ops).unwrap_or(0));
     let mut cqes = vec![Cqe::default(); conc as usize];
     let (mut submitted, mut done, mut ok_bytes) = (0u64, 0u64, 0u64);
     let mut errors: Vec<(String, u64)> = Vec::new();
-    let cpu0 = process_cpu_time();
-    let t0 = Instant::now();
-    while done < args.ops {
-        {
+    while done < ops {
+        if submitted < ops && !free.is_empty() {
             let mut sq = q.submission();
-            while submitted < args.ops {
+            let now = Instant::now();
+            while submitted < ops {
                 let Some(slot) = free.pop() else { break };
-                let off = rng.random_range(0..slots) * size;
-                let sqe = RangeGet::new(obj, off, BufSlice::new(buf, slot * size, size))
-                    .user_data(slot)
-                    .build();
+                let off = (splitmix64(state) % ctx.slots) * ctx.size;
+                let sqe = RangeGet::new(
+                    ctx.obj,
+                    off,
+                    BufSlice::new(ctx.buf, slot * ctx.size, ctx.size),
+                )
+                .user_data(slot)
+                .build();
                 if sq.push(&sqe).is_err() {
                     free.push(slot);
                     break;
                 }
-                started[slot as usize] = Instant::now();
+                if let Some(t) = started.get_mut(slot as usize) {
+                    *t = now;
+                }
                 submitted += 1;
             }
         }
         if q.wait(1, Some(Duration::from_secs(120))) == 0 {
-            return Err(format!(
-                "no completion within 120 s ({done} of {} done)",
-                args.ops
-            ));
+            return Err(format!("no completion within 120 s ({done} of {ops} done)"));
         }
         let n = q.reap(&mut cqes);
         let now = Instant::now();
@@ -297,41 +411,15 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
                 }
             }
         }
-        if let Some(b) = &bar {
+        if let Some(b) = bar {
             b.set_position(done);
         }
     }
-    let elapsed = t0.elapsed().as_secs_f64();
-    let cpu = (process_cpu_time().saturating_sub(cpu0)).as_secs_f64();
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
-    let _ = stderr.flush();
-    lat_ns.sort_unstable();
-    let pct = |p: f64| -> f64 {
-        let i = ((lat_ns.len() as f64 * p).ceil() as usize).saturating_sub(1);
-        lat_ns
-            .get(i.min(lat_ns.len().saturating_sub(1)))
-            .map_or(0.0, |&ns| ns as f64 / 1000.0)
-    };
-    let error_count = errors.iter().map(|(_, k)| k).sum();
-    Ok(BenchReport {
-        uri: uri.to_owned(),
-        object_size,
-        size,
-        ops: done,
-        errors: error_count,
-        concurrency: args.concurrency,
-        workers,
-        elapsed_s: elapsed,
-        ops_per_s: done as f64 / elapsed.max(1e-9),
-        gb_per_s: ok_bytes as f64 / 1e9 / elapsed.max(1e-9),
-        p50_us: pct(0.50),
-        p99_us: pct(0.99),
-        p999_us: pct(0.999),
-        cpu_s: cpu,
-        cpu_us_per_op: cpu * 1e6 / (done.max(1) as f64),
-        error_codes: errors,
+    Ok(PhaseResult {
+        done,
+        ok_bytes,
+        errors,
+        lat_ns,
     })
 }
 
@@ -388,6 +476,15 @@ mod tests {
         assert!(parse_size("12XB").is_err());
         assert!(parse_size("KiB").is_err());
         assert!(parse_size("99999999999GiB").is_err());
+    }
+
+    #[test]
+    fn splitmix64_matches_the_published_sequence() {
+        // Reference outputs for seed 0 (Vigna's splitmix64.c); the peers' harness and
+        // boto3_bench.py produce the same stream, so every client reads the same offsets.
+        let mut s = 0u64;
+        assert_eq!(splitmix64(&mut s), 0xE220_A839_7B1D_CDAF);
+        assert_eq!(splitmix64(&mut s), 0x6E78_9E6A_A1B9_65F4);
     }
 
     #[test]

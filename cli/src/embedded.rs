@@ -6,15 +6,17 @@
 //! registered memory, verifies every byte of every range, and prints a results table that names
 //! the path that carried the bytes.
 //!
-//! Today the bytes move over HTTP (`path: http`): the soft RDMA fabric and the RDMA dialects
-//! land with the RDMA-protocol issue, GPU memory with the GPU issue; the table then shows
-//! `rdma-soft` / `rdma-verbs` and `memory: cuda|hip`.
+//! The bytes move over the soft RDMA fabric (`path: rdma-soft`): the gateway runs the soft
+//! target (`rc-persistent` dialect) and the engine pairs with it once per worker; every
+//! range-get is one HTTP request whose bytes are RDMA-written into registered memory.
+//! `HIPOBJ_EMBEDDED_FABRIC=http` forces the HTTP body path (for comparison). GPU memory comes
+//! with the GPU issue (`memory: cuda|hip`).
 
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use engine::{Engine, RegisterOptions, process_cpu_time};
-use hipobj_gateway::Gateway;
+use hipobj_gateway::{Gateway, SoftLimits, SoftTarget};
 use rand::{Rng, SeedableRng};
 use ring_api::opcode::RangeGet;
 use ring_api::{BufSlice, Cqe, DataPath};
@@ -130,10 +132,14 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
         let mut rng = rand::rng();
         (0..32).map(|_| char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[rng.random_range(0..36)])).collect()
     };
+    let http_only = std::env::var("HIPOBJ_EMBEDDED_FABRIC").is_ok_and(|v| v.eq_ignore_ascii_case("http"));
+    let soft = SoftTarget::start("127.0.0.1:0".parse().map_err(|e| format!("{e}"))?, SoftLimits::default())
+        .map_err(|e| format!("starting the soft fabric: {e}"))?;
     let gateway = Gateway::builder()
         .listen("127.0.0.1:0")
         .root_dir(dir.path())
         .credentials(access, secret.clone())
+        .rdma_target(soft)
         .start()
         .map_err(|e| format!("starting the embedded gateway: {e}"))?;
     let url = format!("http://{}", gateway.local_addr());
@@ -177,6 +183,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
         .credentials(credentials)
         .region("us-east-1")
         .connections_per_worker(conc as usize)
+        .fabric(if http_only { engine::Fabric::Http } else { engine::Fabric::Soft })
         .build()
         .map_err(|e| e.to_string())?;
     let obj = engine.object(BUCKET, KEY).map_err(|e| e.to_string())?;

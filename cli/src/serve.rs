@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use hipobj_gateway::{Gateway, GetDecline};
+use hipobj_gateway::{Gateway, GetDecline, SoftLimits, SoftTarget};
 use s3_lite::credentials::Credentials;
 
 /// Which fabric carries RDMA payloads.
@@ -15,7 +15,8 @@ pub enum Fabric {
     /// No RDMA: requests with `x-amz-rdma-token` are declined (`x-amz-rdma-reply: 501`) and
     /// clients fall back to HTTP.
     None,
-    /// User-space RC emulation over TCP (not available yet).
+    /// User-space RC emulation over TCP (`rc-persistent` dialect; the soft listener binds the
+    /// `--listen` IP on a free port and is advertised in connect replies).
     Soft,
     /// libibverbs RC queue pairs (not available yet).
     Verbs,
@@ -80,11 +81,10 @@ pub struct ServeArgs {
 
 /// Runs the gateway until the process is killed; returns the exit code on failure to start.
 pub fn run(args: &ServeArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> i32 {
-    if args.fabric != Fabric::None {
+    if args.fabric == Fabric::Verbs {
         let _ = writeln!(
             stderr,
-            "hipobj serve: --fabric {:?} is not available yet (only --fabric none); RDMA fabrics come with the soft/verbs work",
-            args.fabric
+            "hipobj serve: --fabric verbs is not available yet (use --fabric soft or none)"
         );
         return 2;
     }
@@ -113,6 +113,22 @@ pub fn run(args: &ServeArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> 
         });
     if let Some(s) = &args.virtual_host_suffix {
         b = b.virtual_host_suffix(s.clone());
+    }
+    if args.fabric == Fabric::Soft {
+        let ip = match args.listen.parse::<std::net::SocketAddr>() {
+            Ok(a) if !a.ip().is_unspecified() => a.ip(),
+            _ => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        };
+        match SoftTarget::start(
+            std::net::SocketAddr::new(ip, 0),
+            SoftLimits::default(),
+        ) {
+            Ok(t) => b = b.rdma_target(t),
+            Err(e) => {
+                let _ = writeln!(stderr, "hipobj serve: soft fabric: {e}");
+                return 1;
+            }
+        }
     }
     b = match (&args.root, &args.upstream) {
         (Some(root), None) => b.root_dir(root.clone()),

@@ -4,12 +4,23 @@ use std::process::Command;
 
 #[test]
 fn embedded_main_job_verifies_every_byte() {
-    let out = Command::new(env!("CARGO_BIN_EXE_hipobj"))
-        .args(["bench", "--embedded", "--object-size", "24MiB", "--ops", "1000", "--concurrency", "8", "--json"])
+    run(None, "rdma-soft");
+}
+
+#[test]
+fn embedded_main_job_over_forced_http() {
+    run(Some("http"), "http");
+}
+
+fn run(fabric: Option<&str>, want_path: &str) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hipobj"));
+    cmd.args(["bench", "--embedded", "--object-size", "24MiB", "--ops", "1000", "--concurrency", "8", "--json"])
         .env_clear()
-        .env("HOME", "/nonexistent-home-for-tests")
-        .output()
-        .expect("run hipobj");
+        .env("HOME", "/nonexistent-home-for-tests");
+    if let Some(f) = fabric {
+        cmd.env("HIPOBJ_EMBEDDED_FABRIC", f);
+    }
+    let out = cmd.output().expect("run hipobj");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
@@ -23,5 +34,7 @@ fn embedded_main_job_verifies_every_byte() {
     let paths = report["paths"].as_array().unwrap();
     let carried: u64 = paths.iter().map(|p| p[1].as_u64().unwrap()).sum();
     assert_eq!(carried, verified, "{report}");
-    assert_eq!(paths[0][0], "http");
+    // One path carried every byte: RDMA over the soft fabric unless HTTP was forced.
+    assert_eq!(paths.len(), 1, "{report}");
+    assert_eq!(paths[0][0], want_path, "{report}");
 }

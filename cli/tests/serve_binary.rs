@@ -66,7 +66,7 @@ fn serve_process_round_trip() {
             "--root",
             "/tmp/unused",
             "--fabric",
-            "soft",
+            "verbs",
             "--access-key",
             "k",
             "--secret-key",

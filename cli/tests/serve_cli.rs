@@ -142,7 +142,7 @@ fn serve_arguments_and_unavailable_fabrics() {
         "--root",
         "/x",
         "--fabric",
-        "soft",
+        "verbs",
         "--access-key",
         "k",
         "--secret-key",

@@ -115,6 +115,7 @@ pub struct EngineBuilder {
     pub(crate) spin: Duration,
     pub(crate) read_buffer: usize,
     pub(crate) quickack: bool,
+    pub(crate) fabric: crate::fabric::rdma::Fabric,
 }
 
 impl Default for EngineBuilder {
@@ -132,6 +133,7 @@ impl Default for EngineBuilder {
             spin: Duration::ZERO,
             read_buffer: 256 * 1024,
             quickack: true,
+            fabric: crate::fabric::rdma::Fabric::default(),
         }
     }
 }
@@ -216,6 +218,16 @@ impl EngineBuilder {
     #[must_use]
     pub fn read_buffer(mut self, bytes: usize) -> Self {
         self.read_buffer = bytes;
+        self
+    }
+
+    /// Which data path carries payloads: `Fabric::Http` (default), `Fabric::Soft` (RDMA over
+    /// the soft fabric through the `rc-persistent` connect route, with per-request HTTP
+    /// fallback) or `Fabric::Auto` (soft when the endpoint pairs, learned once per worker and
+    /// endpoint; see its docs for why it is not the default yet).
+    #[must_use]
+    pub fn fabric(mut self, fabric: crate::fabric::rdma::Fabric) -> Self {
+        self.fabric = fabric;
         self
     }
 

@@ -111,7 +111,13 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
             b.connections_per_worker,
             b.read_buffer,
             b.quickack,
-        );
+        )
+        .with_rdma(crate::fabric::rdma::RdmaClient::new(
+            b.fabric,
+            addr,
+            endpoint.clone(),
+            Arc::clone(&signer),
+        ));
         workers.push(WorkerHandle::spawn(
             i,
             core,

@@ -102,6 +102,9 @@ pub fn handle(
     out: &mut dyn Respond,
 ) -> Result<(), ApiError> {
     let auth = shared.auth.authenticate(head)?;
+    if head.path == crate::soft::CONNECT_PATH {
+        return crate::connect::handle(shared, head, &auth, out);
+    }
     let target = route(
         &head.path,
         head.header("host"),
@@ -479,6 +482,7 @@ impl Ctx<'_> {
                 token,
                 principal: &self.auth.access_key,
                 declared_len: None,
+                session: self.head.header(s3_lite::rdma::RDMA_SESSION),
             };
             match self.shared.rdma.open(&grant)? {
                 Some(mut path) => return self.rdma_get(bucket, key, &req, path.as_mut(), out),
@@ -524,7 +528,9 @@ impl Ctx<'_> {
             }
         }
         let mut tee = Tee { path, seen: None };
-        self.backend().get_object(bucket, key, req, &mut tee)?;
+        if let Err(e) = self.backend().get_object(bucket, key, req, &mut tee) {
+            return Err(tee.path.take_error().unwrap_or(e));
+        }
         let bytes = tee.path.finish()?;
         let Some(Span(span, info)) = tee.seen else {
             return Err(ApiError::internal("no object head"));
@@ -606,6 +612,7 @@ impl Ctx<'_> {
                 token,
                 principal: &self.auth.access_key,
                 declared_len: declared,
+                session: self.head.header(s3_lite::rdma::RDMA_SESSION),
             };
             match self.shared.rdma.open(&grant)? {
                 Some(p) => rdma_path = Some(p),
@@ -620,7 +627,10 @@ impl Ctx<'_> {
         let spool_dir = self.backend().spool_dir().to_owned();
         let (spooled, rdma_bytes) = match rdma_path.as_mut() {
             Some(p) => {
-                let s = body::receive(p.as_mut(), &spool_dir, opts)?;
+                let s = match body::receive(p.as_mut(), &spool_dir, opts) {
+                    Ok(s) => s,
+                    Err(e) => return Err(p.take_error().unwrap_or(e)),
+                };
                 let n = p.finish()?;
                 (s, Some(n))
             }

@@ -28,14 +28,17 @@ pub mod auth;
 pub mod backend;
 pub mod body;
 pub mod conn;
+pub mod connect;
 pub mod error;
 pub mod handler;
 pub mod rdma;
 pub mod route;
 pub mod server;
+pub mod soft;
 pub mod time;
 pub mod xml;
 
 pub use error::ApiError;
 pub use rdma::{DataPath, GetDecline, NoFabric, RdmaTarget};
+pub use soft::{SoftLimits, SoftTarget};
 pub use server::{Config, Gateway, GatewayBuilder, RunningGateway, StartError};

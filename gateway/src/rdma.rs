@@ -16,7 +16,8 @@
 //!   moved; the reply carries `x-amz-rdma-reply`, `x-amz-rdma-bytes-transferred` and
 //!   `x-amz-rdma-bytes`, and `Content-Length: 0`. Backends do not change.
 //!
-//! Today the only target is [`NoFabric`] (`--fabric none`), which declines everything.
+//! Targets: [`NoFabric`] (`--fabric none`, declines everything) and
+//! [`crate::soft::SoftTarget`] (`--fabric soft`, the `rc-persistent` dialect).
 
 use s3_lite::rdma::TokenKind;
 
@@ -60,6 +61,34 @@ pub struct RdmaGrant<'a> {
     pub principal: &'a str,
     /// Bytes announced for a PUT (`x-amz-decoded-content-length` or the token's size).
     pub declared_len: Option<u64>,
+    /// `x-amz-rdma-session`: the paired connection (`rc-persistent`), when sent.
+    pub session: Option<&'a str>,
+}
+
+/// A client's pairing request on the `rc-persistent` connect route.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct ConnectRequest<'a> {
+    /// The client QP's RC token (transport RC, QPN, GID).
+    pub token: &'a s3_lite::rdma::RcToken,
+    /// The client's first send PSN (`x-amz-rdma-psn`).
+    pub psn: u32,
+    /// The authenticated access key the connection is bound to.
+    pub principal: &'a str,
+}
+
+/// What the gateway answers a successful pairing with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConnectReply {
+    /// The gateway QP's RC token (`x-amz-rdma-reply: 200:<token>`).
+    pub token: s3_lite::rdma::RcToken,
+    /// The gateway's first send PSN.
+    pub psn: u32,
+    /// The connection id (`x-amz-rdma-session`, 32 hex).
+    pub session: String,
+    /// Where the client's QP dials (soft fabric only).
+    pub soft_addr: std::net::SocketAddr,
 }
 
 /// One transfer over a fabric: an [`ObjectSink`] for GET (object bytes go to the client's
@@ -68,6 +97,12 @@ pub trait DataPath: ObjectSink + BodySource {
     /// Completes the transfer (e.g. the WRITE_WITH_IMM / READ completion) and returns the
     /// bytes moved; an error fails the request, and nothing is stored for a PUT.
     fn finish(&mut self) -> Result<u64, ApiError>;
+
+    /// The error that made an [`ObjectSink`] / [`BodySource`] call fail, if the path recorded
+    /// one (a typed S3 error is better than the I/O error the backend saw).
+    fn take_error(&mut self) -> Option<ApiError> {
+        None
+    }
 }
 
 /// A fabric's server side.
@@ -76,6 +111,12 @@ pub trait RdmaTarget: Send + Sync {
     fn fabric(&self) -> &'static str;
     /// Opens a data path for `grant`, or `Ok(None)` to decline (501 fallback).
     fn open(&self, grant: &RdmaGrant<'_>) -> Result<Option<Box<dyn DataPath>>, ApiError>;
+
+    /// Pairs a client QP (`rc-persistent` connect route); `Ok(None)`: this fabric has no
+    /// connections (answered `501` with `x-amz-rdma-reply: 501`).
+    fn connect(&self, _req: &ConnectRequest<'_>) -> Result<Option<ConnectReply>, ApiError> {
+        Ok(None)
+    }
 }
 
 /// `--fabric none`: declines every token, so clients fall back to HTTP per request.

@@ -8,6 +8,7 @@
 //! change when they arrive.
 
 pub(crate) mod http;
+pub mod rdma;
 pub mod soft;
 
 use mio::Token;
@@ -72,6 +73,12 @@ pub(crate) type Finished = Vec<(OpKey, Outcome)>;
 pub(crate) trait Fabric: Send + std::fmt::Debug {
     /// The flag completions carry when this fabric moved the bytes.
     fn path(&self) -> DataPath;
+
+    /// The flag of `key`'s completion (a fabric with a per-request fallback, such as the
+    /// `rc-persistent` dialect, says which path the bytes took). Called once per success.
+    fn path_of(&mut self, _key: OpKey) -> DataPath {
+        self.path()
+    }
 
     /// Starts an attempt of `op` if a connection is free or may be opened. Returns `false`
     /// when at capacity (the worker keeps `op` ready and tries again after a completion).

@@ -175,6 +175,14 @@ impl LeaseGuard {
         fits && self.region.mem.write(abs, data)
     }
 
+    /// Address and length of the leased range, for registering it with an RDMA fabric for
+    /// the life of one operation (the lease must outlive that registration).
+    pub(crate) fn raw_range(&self) -> Option<(std::ptr::NonNull<u8>, usize)> {
+        let off = usize::try_from(self.off).ok()?;
+        let len = usize::try_from(self.len).ok()?;
+        Some((self.region.mem.addr_of(off, len)?, len))
+    }
+
     /// The leased bytes from `at` to the end of the lease.
     pub(crate) fn bytes_from(&self, at: u64) -> &[u8] {
         let Some(rest) = self.len.checked_sub(at) else {

@@ -116,6 +116,14 @@ impl RawMem {
         true
     }
 
+    /// The address of `off..off+len` for a fabric registration (`engine::soft`
+    /// `register_raw`), or `None` when out of bounds. Safe: no access happens here; whoever
+    /// registers it takes over the lease rules (module INVARIANT).
+    pub(crate) fn addr_of(&self, off: usize, len: usize) -> Option<NonNull<u8>> {
+        let off = self.span(off, len)?;
+        NonNull::new(self.ptr.as_ptr().wrapping_add(off))
+    }
+
     /// The bytes at `off..off+len`, or `None` when out of bounds.
     ///
     /// Callers hold a shared lease over the range for as long as the slice lives (module

@@ -1,9 +1,9 @@
 //! Source-GID choice from sysfs: `/sys/class/infiniband/<dev>/ports/<port>/gids/<i>` (the GID,
 //! `xxxx:xxxx:…` text) and `…/gid_attrs/types/<i>` (`RoCE v2` or `IB/RoCE v1`).
 //!
-//! Ranking (later ROCm `PickBestGid`, `protocols.md` §3.5): RoCEv2 IPv4-mapped > RoCEv2 global
-//! > RoCEv2 link-local > RoCEv1 global > RoCEv1 link-local. All-zero entries and entries whose
-//! type is missing or unknown are skipped; ties keep the lowest index. Pure parsers plus one
+//! Ranking (later ROCm `PickBestGid`, `protocols.md` §3.5), best first: RoCEv2 IPv4-mapped,
+//! RoCEv2 global, RoCEv2 link-local, RoCEv1 global, RoCEv1 link-local. All-zero entries and
+//! entries whose type is missing or unknown are skipped; ties keep the lowest index. Pure parsers plus one
 //! reader over a root path (default `/sys`), so the choice is tested on fixture trees.
 
 use std::fmt;
@@ -188,9 +188,15 @@ mod tests {
             parse_gid("0000:0000:0000:0000:0000:ffff:c000:0201\n"),
             Some([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 1])
         );
-        assert_eq!(parse_gid("fe80:0000:0000:0000:5054:00ff:fe12:3401").map(|g| g[0]), Some(0xfe));
+        assert_eq!(
+            parse_gid("fe80:0000:0000:0000:5054:00ff:fe12:3401").map(|g| g[0]),
+            Some(0xfe)
+        );
         assert_eq!(parse_gid("fe80::1"), None);
-        assert_eq!(parse_gid("0000:0000:0000:0000:0000:ffff:c000:0201:0000"), None);
+        assert_eq!(
+            parse_gid("0000:0000:0000:0000:0000:ffff:c000:0201:0000"),
+            None
+        );
         assert_eq!(parse_gid("zzzz:0000:0000:0000:0000:ffff:c000:0201"), None);
     }
 
@@ -212,16 +218,27 @@ mod tests {
         let root = fixture("mixed");
         let table = read_table(&root, "mlx5_0", 1).unwrap();
         let idx: Vec<u8> = table.iter().map(|e| e.index).collect();
-        assert_eq!(idx, vec![0, 1, 2, 3, 6, 7], "zero (4) and unknown-type (5) skipped");
+        assert_eq!(
+            idx,
+            vec![0, 1, 2, 3, 6, 7],
+            "zero (4) and unknown-type (5) skipped"
+        );
         assert_eq!(choose(&table).unwrap().index, 7, "RoCEv2 IPv4");
         let without = |drop: &[u8]| {
-            let t: Vec<GidEntry> =
-                table.iter().filter(|e| !drop.contains(&e.index)).copied().collect();
+            let t: Vec<GidEntry> = table
+                .iter()
+                .filter(|e| !drop.contains(&e.index))
+                .copied()
+                .collect();
             choose(&t).map(|e| e.index)
         };
         assert_eq!(without(&[7]), Some(3), "RoCEv2 global next");
         assert_eq!(without(&[7, 3]), Some(1), "RoCEv2 link-local next");
-        assert_eq!(without(&[7, 3, 1]), Some(2), "RoCEv1 global before v1 link-local");
+        assert_eq!(
+            without(&[7, 3, 1]),
+            Some(2),
+            "RoCEv1 global before v1 link-local"
+        );
         assert_eq!(without(&[7, 3, 1, 2, 6]), Some(0), "RoCEv1 link-local last");
         assert_eq!(without(&[0, 1, 2, 3, 6, 7]), None);
     }

@@ -477,7 +477,9 @@ mod tests {
             AttrMask(RTR_MASK | IBV_QP_SQ_PSN),
         )
         .unwrap_err();
-        assert!(matches!(e, MaskError::NotAllowed { extra, .. } if extra == AttrMask(IBV_QP_SQ_PSN)));
+        assert!(
+            matches!(e, MaskError::NotAllowed { extra, .. } if extra == AttrMask(IBV_QP_SQ_PSN))
+        );
         assert!(e.to_string().contains("does not accept SQ_PSN"), "{e}");
     }
 
@@ -491,7 +493,13 @@ mod tests {
         let e = check(QpState::Rts, QpState::Rtr, AttrMask(RTR_MASK)).unwrap_err();
         assert!(e.to_string().contains("cannot be re-paired"), "{e}");
         // Error and reset are reachable from everywhere with the state bit alone.
-        for s in [QpState::Reset, QpState::Init, QpState::Rtr, QpState::Rts, QpState::Err] {
+        for s in [
+            QpState::Reset,
+            QpState::Init,
+            QpState::Rtr,
+            QpState::Rts,
+            QpState::Err,
+        ] {
             check(s, QpState::Err, AttrMask(IBV_QP_STATE)).unwrap();
             check(s, QpState::Reset, AttrMask(IBV_QP_STATE)).unwrap();
         }
@@ -528,9 +536,18 @@ mod tests {
         };
         let s = diagnose_einval(QpState::Init, QpState::Rtr, None, AttrMask(RTR_MASK), &v);
         assert!(s.starts_with("modify_qp Init -> Rtr with STATE|AV|"), "{s}");
-        assert!(s.contains("path_mtu 4096 B exceeds the port's active MTU 1024 B"), "{s}");
-        assert!(s.contains("sgid_index 9 is outside the port's GID table (4 entries)"), "{s}");
-        assert!(s.contains("dest_qp_num 0x1000000 is wider than 24 bits"), "{s}");
+        assert!(
+            s.contains("path_mtu 4096 B exceeds the port's active MTU 1024 B"),
+            "{s}"
+        );
+        assert!(
+            s.contains("sgid_index 9 is outside the port's GID table (4 entries)"),
+            "{s}"
+        );
+        assert!(
+            s.contains("dest_qp_num 0x1000000 is wider than 24 bits"),
+            "{s}"
+        );
     }
 
     #[test]

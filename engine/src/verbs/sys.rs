@@ -18,6 +18,8 @@
 #![allow(non_camel_case_types)]
 // Fields and constants are named after, and documented by, the C header.
 #![allow(missing_docs)]
+// Bindings: constants are kept complete for the enums they come from, used or not.
+#![allow(dead_code)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::mem::{offset_of, size_of};
@@ -73,6 +75,9 @@ pub const IBV_ACCESS_REMOTE_READ: c_int = 1 << 2;
 pub const IBV_ACCESS_REMOTE_ATOMIC: c_int = 1 << 3;
 /// `IBV_ACCESS_OPTIONAL_FIRST`: ignored by providers that do not support it.
 pub const IBV_ACCESS_RELAXED_ORDERING: c_int = 1 << 20;
+/// `IBV_ACCESS_OPTIONAL_RANGE` (`IB_UVERBS_ACCESS_OPTIONAL_RANGE`): flags the kernel may drop.
+/// `verbs.h` routes registrations carrying any of them to `ibv_reg_mr_iova2`.
+pub const IBV_ACCESS_OPTIONAL_RANGE: c_int = 0x3ff0_0000;
 
 // enum ibv_wr_opcode
 pub const IBV_WR_RDMA_WRITE: c_uint = 0;
@@ -498,18 +503,23 @@ pub struct VerbsApi {
     pub ibv_dealloc_pd: unsafe extern "C" fn(*mut ibv_pd) -> c_int,
     pub ibv_reg_mr: unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, c_int) -> *mut ibv_mr,
     pub ibv_dereg_mr: unsafe extern "C" fn(*mut ibv_mr) -> c_int,
-    pub ibv_create_cq:
-        unsafe extern "C" fn(*mut ibv_context, c_int, *mut c_void, *mut c_void, c_int) -> *mut ibv_cq,
+    pub ibv_create_cq: unsafe extern "C" fn(
+        *mut ibv_context,
+        c_int,
+        *mut c_void,
+        *mut c_void,
+        c_int,
+    ) -> *mut ibv_cq,
     pub ibv_destroy_cq: unsafe extern "C" fn(*mut ibv_cq) -> c_int,
     pub ibv_create_qp: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp,
     pub ibv_modify_qp: unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int,
-    pub ibv_query_qp: unsafe extern "C" fn(
-        *mut ibv_qp,
-        *mut ibv_qp_attr,
-        c_int,
-        *mut ibv_qp_init_attr,
-    ) -> c_int,
+    pub ibv_query_qp:
+        unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int, *mut ibv_qp_init_attr) -> c_int,
     pub ibv_destroy_qp: unsafe extern "C" fn(*mut ibv_qp) -> c_int,
+    /// rdma-core ≥ 29 (`IBVERBS_1.8`): `(pd, addr, length, iova, access)`; what `verbs.h`'s
+    /// `ibv_reg_mr` macro calls when optional access flags are set.
+    pub ibv_reg_mr_iova2:
+        Option<unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, u64, c_uint) -> *mut ibv_mr>,
     /// rdma-core ≥ 34 (`IBVERBS_1.12`): `(pd, offset, length, iova, fd, access)`.
     pub ibv_reg_dmabuf_mr:
         Option<unsafe extern "C" fn(*mut ibv_pd, u64, usize, u64, c_int, c_int) -> *mut ibv_mr>,
@@ -545,9 +555,9 @@ impl VerbsApi {
         let lib =
             unsafe { Library::new(LIB_NAME) }.map_err(|e| LoadError::NotFound(e.to_string()))?;
         // SAFETY: as in `required!`; an absent optional symbol is `None`.
-        let dmabuf = unsafe { lib.get(b"ibv_reg_dmabuf_mr\0") }
-            .ok()
-            .map(|s| *s);
+        let dmabuf = unsafe { lib.get(b"ibv_reg_dmabuf_mr\0") }.ok().map(|s| *s);
+        // SAFETY: as above.
+        let iova2 = unsafe { lib.get(b"ibv_reg_mr_iova2\0") }.ok().map(|s| *s);
         Ok(Self {
             ibv_get_device_list: required!(lib, ibv_get_device_list),
             ibv_free_device_list: required!(lib, ibv_free_device_list),
@@ -566,6 +576,7 @@ impl VerbsApi {
             ibv_modify_qp: required!(lib, ibv_modify_qp),
             ibv_query_qp: required!(lib, ibv_query_qp),
             ibv_destroy_qp: required!(lib, ibv_destroy_qp),
+            ibv_reg_mr_iova2: iova2,
             ibv_reg_dmabuf_mr: dmabuf,
             _lib: lib,
         })

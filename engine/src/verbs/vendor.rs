@@ -96,24 +96,29 @@ pub const PROFILES: &[VendorProfile] = &[
         dmabuf: false,
         note: "software; active MTU 1024; no dmabuf; longer ACK timeout for emulated VMs",
     },
-    VendorProfile {
-        vendor: Vendor::Other,
-        pci_vendor: None,
-        name_prefixes: &[],
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        relaxed_ordering: false,
-        dmabuf: false,
-        note: "unknown provider: protocol defaults",
-    },
+    OTHER,
 ];
+
+/// The row for unknown providers.
+const OTHER: VendorProfile = VendorProfile {
+    vendor: Vendor::Other,
+    pci_vendor: None,
+    name_prefixes: &[],
+    timeout: 14,
+    retry_cnt: 7,
+    rnr_retry: 7,
+    relaxed_ordering: false,
+    dmabuf: false,
+    note: "unknown provider: protocol defaults",
+};
 
 /// The profile of a vendor.
 #[must_use]
 pub fn profile(vendor: Vendor) -> &'static VendorProfile {
-    let other = PROFILES.last().unwrap_or(&PROFILES[0]);
-    PROFILES.iter().find(|p| p.vendor == vendor).unwrap_or(other)
+    PROFILES
+        .iter()
+        .find(|p| p.vendor == vendor)
+        .unwrap_or(&OTHER)
 }
 
 /// Identifies a device: PCI vendor ID first (names can be changed by udev rules), then the
@@ -179,11 +184,14 @@ mod tests {
     #[test]
     fn only_rxe_differs_in_timeout_and_every_row_is_in_range() {
         for p in PROFILES {
-            assert!(p.timeout <= 31 && p.retry_cnt <= 7 && p.rnr_retry <= 7, "{p:?}");
+            assert!(
+                p.timeout <= 31 && p.retry_cnt <= 7 && p.rnr_retry <= 7,
+                "{p:?}"
+            );
             let expect = if p.vendor == Vendor::Rxe { 18 } else { 14 };
             assert_eq!(p.timeout, expect, "{:?}", p.vendor);
         }
-        assert_eq!(profile(Vendor::Rxe).dmabuf, false);
+        assert!(!profile(Vendor::Rxe).dmabuf);
         assert_eq!(profile(Vendor::Other).vendor, Vendor::Other);
     }
 }

@@ -77,13 +77,18 @@ impl Worker {
             let mut progress = self.take_submissions(now);
             progress |= self.fire_timers(now);
             progress |= self.start_ready(now);
+            let ready_before = self.ready.len();
             progress |= self.settle_done(now);
+            // Work this turn created for the next one (an immediate retry queued to start).
+            // Anything else that can still move announces itself: submissions through the
+            // park handshake, sockets through epoll, retries and deadlines through the timer.
+            let more = self.ready.len() > ready_before || !self.done.is_empty();
             self.publish();
             self.drop_closed_queues();
             if progress {
                 last_progress = now;
             }
-            let timeout = if progress
+            let timeout = if more
                 || (self.fabric.active() > 0
                     && now.duration_since(last_progress) < self.shared.spin)
             {
@@ -206,8 +211,13 @@ impl Worker {
         }
     }
 
+    /// Publishes the staged completions of every queue, and flushes completions that waited
+    /// for CQ space. A queue with neither is skipped (no fence, no wakeup check).
     fn publish(&mut self) {
         for q in self.queues.iter_mut().flatten() {
+            if q.staged.is_empty() && !q.wq.backpressured() {
+                continue;
+            }
             let mut w = q.wq.completions();
             for cqe in q.staged.drain(..) {
                 w.push(cqe);

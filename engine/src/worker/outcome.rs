@@ -76,12 +76,12 @@ impl Worker {
     }
 
     fn settle(&mut self, key: OpKey, outcome: Outcome, now: Instant) {
-        let path = self.fabric.path();
         let Some(op) = self.ops.get_mut(key) else {
             return;
         };
         match outcome {
             Outcome::Done { bytes, aux } => {
+                let path = self.fabric.path_of(key);
                 let cqe = Cqe::success(0, bytes, path).with_aux(aux);
                 self.finish(key, cqe);
             }

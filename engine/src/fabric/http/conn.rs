@@ -59,6 +59,10 @@ pub(crate) struct Conn {
     err_body: Vec<u8>,
     /// Re-arm `TCP_QUICKACK` after every read (see `sys::set_quickack`).
     quickack: bool,
+    /// This exchange carries an RDMA token: `Some(our PUT CRC)`; judged by `rdma::verdict`.
+    rdma: Option<Option<String>>,
+    /// What the RDMA answer meant (taken by the fabric when the exchange ends).
+    pub(crate) verdict: Option<crate::fabric::rdma::verdict::Verdict>,
 }
 
 fn io_fail(reused: bool, got_bytes: bool) -> Step {
@@ -91,6 +95,8 @@ impl Conn {
             got_bytes: false,
             err_body: Vec::new(),
             quickack,
+            rdma: None,
+            verdict: None,
         }
     }
 
@@ -102,7 +108,9 @@ impl Conn {
     }
 
     /// Prepares for the exchange of `op`, whose head is already in [`Conn::head_buf`].
-    pub(crate) fn begin(&mut self, op: &InFlight, body_len: u64) {
+    pub(crate) fn begin(&mut self, op: &InFlight, body_len: u64, rdma: Option<Option<String>>) {
+        self.rdma = rdma;
+        self.verdict = None;
         self.body_sent = 0;
         self.body_len = body_len;
         self.decoder =
@@ -138,7 +146,12 @@ impl Conn {
     }
 
     /// Makes as much progress on the exchange of `op` as the socket allows.
-    pub(crate) fn drive(&mut self, op: &InFlight) -> Step {
+    ///
+    /// `fresh`: called right after [`Conn::begin`], not from a readiness event. Then a request
+    /// written completely in this call is not followed by a read: no response byte can be there
+    /// yet, and the socket is edge-triggered, so the response's arrival produces its own event.
+    /// (Saves one `recvfrom` returning `EAGAIN` per request.)
+    pub(crate) fn drive(&mut self, op: &InFlight, fresh: bool) -> Step {
         match self.check_connected() {
             Ok(true) => {}
             Ok(false) => return Step::Pending,
@@ -148,6 +161,9 @@ impl Conn {
             Ok(true) => {}
             Ok(false) => return Step::Pending,
             Err(_) => return io_fail(self.reused, self.got_bytes),
+        }
+        if fresh {
+            return Step::Pending;
         }
         self.receive(op)
     }
@@ -215,6 +231,12 @@ impl Conn {
                 Ok(n) => {
                     self.rend = n;
                     self.got_bytes = true;
+                    if let Some(step) = self.decode_buffered(op) {
+                        // Complete: our next request carries the ACK; no re-arm needed.
+                        return step;
+                    }
+                    // Incomplete: the rest may wait on our ACK (a server that writes head and
+                    // body separately under Nagle), so acknowledge at once.
                     if self.quickack {
                         crate::sys::set_quickack(self.stream.as_raw_fd());
                     }
@@ -243,7 +265,19 @@ impl Conn {
             match d.event {
                 Event::NeedMore => return None,
                 Event::Head(head) => {
-                    let p = plan(op.kind, op.buf_len(), &head);
+                    let p = match &self.rdma {
+                        Some(crc) => {
+                            let (p, v) = crate::fabric::rdma::verdict::judge(
+                                op.kind,
+                                op.buf_len(),
+                                &head,
+                                crc.as_deref(),
+                            );
+                            self.verdict = Some(v);
+                            p
+                        }
+                        None => plan(op.kind, op.buf_len(), &head),
+                    };
                     if let Plan::Finish(o @ Outcome::Failed { .. }) = p {
                         // The body is of no use (wrong range, too large): drop the connection
                         // rather than read it.

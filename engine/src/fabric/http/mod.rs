@@ -20,6 +20,7 @@ use s3_lite::sigv4::Signer;
 
 use self::conn::{Conn, Step};
 use self::request::DateCache;
+use super::rdma::RdmaClient;
 use super::{Fabric, Finished, Outcome};
 use crate::inflight::{InFlight, OpKey, OpKind, Phase, Slab};
 
@@ -44,6 +45,8 @@ pub(crate) struct HttpFabric {
     read_buffer: usize,
     quickack: bool,
     active: usize,
+    /// The `rc-persistent` dialect (RDMA windows in the requests), when configured.
+    rdma: Option<RdmaClient>,
 }
 
 impl HttpFabric {
@@ -66,7 +69,14 @@ impl HttpFabric {
             read_buffer: read_buffer.max(4096),
             quickack,
             active: 0,
+            rdma: None,
         }
+    }
+
+    /// Adds the `rc-persistent` dialect.
+    pub(crate) fn with_rdma(mut self, rdma: RdmaClient) -> Self {
+        self.rdma = Some(rdma);
+        self
     }
 
     /// Opens a connection in a free slot; `None` when at the limit or the connect failed.
@@ -127,6 +137,14 @@ impl HttpFabric {
         let Step::Finished { outcome, reusable } = step else {
             return;
         };
+        if let Some(r) = self.rdma.as_mut() {
+            let verdict = self
+                .slots
+                .get_mut(idx)
+                .and_then(Option::as_mut)
+                .and_then(|s| s.conn.verdict.take());
+            r.finish(key, verdict, matches!(outcome, Outcome::Done { .. }));
+        }
         done.push((key, outcome));
         if reusable {
             if let Some(Some(slot)) = self.slots.get_mut(idx) {
@@ -163,28 +181,36 @@ impl Fabric for HttpFabric {
                 }
             },
         };
+        let prepared = match (self.rdma.as_mut(), self.dates.now()) {
+            (Some(r), Some(now)) => r.prepare(key, op, now),
+            _ => None,
+        };
         let Some(Some(slot)) = self.slots.get_mut(idx) else {
             done.push((key, Outcome::transport(false)));
             return true;
         };
         let head = slot.conn.head_buf();
+        let extra = prepared.as_ref().map(|p| p.headers.as_slice());
         if let Err(outcome) =
-            request::encode(&self.endpoint, &self.signer, &mut self.dates, op, head)
+            request::encode(&self.endpoint, &self.signer, &mut self.dates, op, extra, head)
         {
             self.idle.push(idx);
+            if let Some(r) = self.rdma.as_mut() {
+                r.finish(key, None, false);
+            }
             done.push((key, outcome));
             return true;
         }
-        let body = if op.kind == OpKind::Put {
+        let body = if op.kind == OpKind::Put && prepared.is_none() {
             op.buf_len()
         } else {
             0
         };
-        slot.conn.begin(op, body);
+        slot.conn.begin(op, body, prepared.map(|p| p.crc));
         slot.op = Some(key);
         self.active += 1;
         op.phase = Phase::Active { conn: idx };
-        let step = slot.conn.drive(op);
+        let step = slot.conn.drive(op, true);
         self.settle(idx, key, step, io, done);
         true
     }
@@ -206,13 +232,25 @@ impl Fabric for HttpFabric {
             self.close(idx, io);
             return;
         };
-        let step = slot.conn.drive(op);
+        let step = slot.conn.drive(op, false);
         self.settle(idx, key, step, io, done);
     }
 
     fn abort(&mut self, op: &InFlight, io: &mio::Registry) {
         if let Phase::Active { conn } = op.phase {
+            let key = self.slots.get(conn).and_then(Option::as_ref).and_then(|s| s.op);
             self.close(conn, io);
+            if let (Some(r), Some(key)) = (self.rdma.as_mut(), key) {
+                r.abort(key);
+            }
+        }
+    }
+
+    fn path_of(&mut self, key: OpKey) -> DataPath {
+        if self.rdma.as_mut().is_some_and(|r| r.took_rdma(key)) {
+            DataPath::RdmaSoft
+        } else {
+            DataPath::Http
         }
     }
 

@@ -38,8 +38,13 @@ const fn local(code: ErrorCode) -> Outcome {
     Outcome::fail(code, ErrorClass::Local, Retry::No)
 }
 
-/// The unsigned request for `op`, its payload hash and body framing.
-fn request(ep: &Endpoint, op: &InFlight) -> Result<(Request, PayloadHash, BodyFraming), Outcome> {
+/// The unsigned request for `op`, its payload hash and body framing. `rdma`: the payload
+/// moves by RDMA, so a PUT is body-less (`Content-Length: 0`).
+fn request(
+    ep: &Endpoint,
+    op: &InFlight,
+    rdma: bool,
+) -> Result<(Request, PayloadHash, BodyFraming), Outcome> {
     let (bucket, key) = (&*op.object.bucket, &*op.object.key);
     let empty = || PayloadHash::Hex(EMPTY_SHA256.to_owned());
     let built = match op.kind {
@@ -62,21 +67,29 @@ fn request(ep: &Endpoint, op: &InFlight) -> Result<(Request, PayloadHash, BodyFr
             .map(|r| (r, empty(), BodyFraming::None)),
         // UNSIGNED-PAYLOAD: hashing the body would read all of it once more before sending;
         // integrity over plain HTTP is the job of checksums (a later issue), as with RDMA.
-        OpKind::Put => put_object(ep, bucket, key, op.buf_len(), &PutOptions::default())
-            .map(|r| (r, PayloadHash::Unsigned, BodyFraming::Length(op.buf_len()))),
+        OpKind::Put => {
+            let len = if rdma { 0 } else { op.buf_len() };
+            put_object(ep, bucket, key, len, &PutOptions::default())
+                .map(|r| (r, PayloadHash::Unsigned, BodyFraming::Length(len)))
+        }
     };
     built.map_err(|_| local(ErrorCode::InvalidArgument))
 }
 
-/// Appends the signed request head for `op` to `out`.
+/// Appends the signed request head for `op` to `out` (with the RDMA dialect's headers,
+/// which are signed like every other header).
 pub(crate) fn encode(
     ep: &Endpoint,
     signer: &Signer,
     dates: &mut DateCache,
     op: &InFlight,
+    rdma: Option<&[(String, String)]>,
     out: &mut Vec<u8>,
 ) -> Result<(), Outcome> {
-    let (mut req, payload, framing) = request(ep, op)?;
+    let (mut req, payload, framing) = request(ep, op, rdma.is_some())?;
+    for (n, v) in rdma.unwrap_or_default() {
+        req.add_header(n.clone(), v.clone());
+    }
     let now = dates.now().ok_or(local(ErrorCode::Io))?;
     signer
         .sign_headers(&mut req, &payload, now)

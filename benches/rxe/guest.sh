@@ -1,0 +1,84 @@
+#!/bin/bash
+# Runs inside a Soft-RoCE VM (started by run-lane.sh; the host's userspace is shared read-only).
+# Kernel command line: lane.role=single|server|client, lane.bin=<test binaries>,
+# lane.iters64k=N, lane.iters1m=N. Results go to /laneout (the host's $WORK/out-<vm>).
+OUT=/laneout; [ -d $OUT ] || OUT=/tmp
+ROLE=single; BIN=; N64=1000; N1M=128
+for w in $(cat /proc/cmdline); do
+  case $w in
+    lane.role=*) ROLE=${w#lane.role=};; lane.bin=*) BIN=${w#lane.bin=};;
+    lane.iters64k=*) N64=${w#lane.iters64k=};; lane.iters1m=*) N1M=${w#lane.iters1m=};;
+  esac
+done
+now() { cut -d' ' -f1 /proc/uptime; }
+note() { echo "[vm $(now)s] $*"; }
+FAILED=0; bad() { echo "LANE_FAIL: $*"; FAILED=1; }
+# Blocks (≤ 60 s) until something listens on TCP port $1 (perftest's out-of-band exchange).
+listening() { local i; for i in $(seq 120); do ss -Hltn "sport = :$1" | grep -q . && return 0; sleep 0.5; done; return 1; }
+finish() {
+  rdma link delete rxe0 2>/dev/null
+  echo $FAILED > $OUT/status
+  [ $FAILED = 0 ] && echo "LANE_GUEST_OK role=$ROLE" || echo "LANE_GUEST_FAILED role=$ROLE"
+  exit $FAILED
+}
+
+note "role $ROLE, kernel $(uname -r), $(nproc) vCPU"
+for m in virtio_net rdma_rxe ib_uverbs; do modprobe $m || bad "modprobe $m"; done
+case $ROLE in client) IP=192.0.2.2;; *) IP=192.0.2.1;; esac
+ip link set lo up; ip link set eth0 up; ip addr add $IP/24 dev eth0
+rdma link add rxe0 type rxe netdev eth0 || bad "rdma link add rxe0"
+# Same rule as engine::verbs::gid (RoCEv2 IPv4 first), for perftest's -x.
+GIDX=
+for t in /sys/class/infiniband/rxe0/ports/1/gid_attrs/types/*; do
+  i=${t##*/}
+  [ "$(cat $t 2>/dev/null)" = "RoCE v2" ] || continue
+  case $(cat /sys/class/infiniband/rxe0/ports/1/gids/$i) in 0000:0000:0000:0000:0000:ffff:*) GIDX=$i; break;; esac
+done
+[ -n "$GIDX" ] || { bad "no RoCEv2 IPv4 GID on rxe0"; GIDX=1; }
+note "rxe0 up on $IP, RoCEv2 IPv4 GID index $GIDX"
+
+if [ $ROLE = server ]; then
+  timeout 120 $BIN/verbs_rc_peer server 18600 rxe0 | tee /tmp/peer.txt
+  grep -q VERBS_PEER_SERVER_OK /tmp/peer.txt || bad "verbs_rc_peer server"
+  finish
+elif [ $ROLE = client ]; then
+  for i in $(seq 60); do ping -c1 -W1 192.0.2.1 >/dev/null 2>&1 && break; done
+  timeout 120 $BIN/verbs_rc_peer client 192.0.2.1:18600 rxe0 | tee /tmp/peer.txt
+  grep -q VERBS_PEER_CLIENT_OK /tmp/peer.txt || bad "verbs_rc_peer client"
+  finish
+fi
+
+export ENGINE_TEST_NIC=rxe0 VERBS_EXPECT_DEVICE=1 RUST_BACKTRACE=1
+export VERBS_BENCH_SIZES=65536:$N64,1048576:$N1M VERBS_BENCH_DEPTH=128
+T=$(now)
+$BIN/verbs_probe --nocapture --test-threads=1 || bad "verbs_probe"
+$BIN/verbs_rxe --ignored --nocapture --test-threads=1 \
+    rc_write_write_imm_read_byte_exact modify_qp_errors_are_actionable || bad "verbs_rxe correctness"
+# Two processes in this VM (rxe loopback), the out-of-band exchange over 127.0.0.1.
+timeout 120 $BIN/verbs_rc_peer server 18600 rxe0 > /tmp/peer-srv.txt 2>&1 & SRV=$!
+listening 18600 || bad "verbs_rc_peer server did not listen"
+timeout 120 $BIN/verbs_rc_peer client 127.0.0.1:18600 rxe0 2>&1 | tee /tmp/peer-cli.txt
+wait $SRV; cat /tmp/peer-srv.txt
+grep -q VERBS_PEER_CLIENT_OK /tmp/peer-cli.txt || bad "verbs_rc_peer client"
+grep -q VERBS_PEER_SERVER_OK /tmp/peer-srv.txt || bad "verbs_rc_peer server"
+note "engine correctness tests took $(awk "BEGIN{print $(now) - $T}")s"
+
+# Same VM, same sizes: our RC WRITE goodput, then ib_write_bw's, twice over (interleaved, so a
+# slow spell of the emulator or the host hits both); the host keeps the best of each.
+T=$(now)
+: > $OUT/ours.txt; : > $OUT/ref.txt
+for rep in 1 2; do
+  $BIN/verbs_rxe --ignored --nocapture --test-threads=1 rc_write_goodput > /tmp/ours.txt 2>&1 || { bad "verbs_rxe goodput"; cat /tmp/ours.txt; }
+  grep -o 'VERBS_WRITE_BW .*' /tmp/ours.txt | tee -a $OUT/ours.txt
+  for s in 65536:$N64 1048576:$N1M; do
+    size=${s%:*}; n=${s#*:}
+    timeout 300 ib_write_bw -d rxe0 -x $GIDX -s $size -n $n -F > /tmp/srv.txt 2>&1 & SRV=$!
+    listening 18515 || bad "ib_write_bw server did not listen"
+    timeout 300 ib_write_bw -d rxe0 -x $GIDX -s $size -n $n -F 127.0.0.1 > /tmp/cli.txt 2>&1 || { bad "ib_write_bw $size"; cat /tmp/cli.txt; }
+    wait $SRV
+    # the data line: "#bytes #iterations BW-peak BW-average MsgRate" (MB/sec = 2^20 B/s)
+    awk -v s=$size '$1==s && NF>=5 {print "IB_WRITE_BW size=" s " iters=" $2 " MiBps=" $4}' /tmp/cli.txt | tee -a $OUT/ref.txt
+  done
+done
+note "goodput comparison took $(awk "BEGIN{print $(now) - $T}")s"
+finish

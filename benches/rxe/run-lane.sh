@@ -1,0 +1,194 @@
+#!/bin/bash
+# run-lane.sh - the Soft-RoCE VM lane: real libibverbs RC traffic from the engine's own tests.
+#
+# CI's kernel has no RDMA. Debian's stock kernel ships rdma_rxe + ib_uverbs as modules, so this
+# script unpacks that kernel (never installs it), boots it under qemu with the HOST's root
+# filesystem shared read-only over virtio-9p (a tmpfs overlay on top inside the guest), and
+# inside the VM: creates rxe0 on a virtio-net NIC, runs engine/tests/verbs_probe.rs and
+# engine/tests/verbs_rxe.rs (built here on the host, run there at the same path), then measures
+# our RC WRITE goodput and ib_write_bw's at 64 KiB and 1 MiB in the same VM, and prints the
+# ratio. The VM has no network beyond its own NIC (no slirp, no tap).
+#
+# Needs root (apt-get, 9p export of /). Exit 0 only if every guest check passed.
+# Knobs:
+#   LANE_WORK      cache/work dir               (default benches/rxe/work, git-ignored)
+#   LANE_ACCEL     tcg | kvm                    (default tcg; the sandbox's /dev/kvm cannot
+#                                               run a stock kernel, a real host's can)
+#   LANE_SMP       vCPUs (default 2)    LANE_MEM  MiB (default 1024)
+#   LANE_ITERS_64K / LANE_ITERS_1M   WRITEs per size, ours and ib_write_bw's (1000 / 128)
+#   LANE_PROFILE   cargo profile of the test binaries (default release)
+#   LANE_TWO_VM=0  skip phase 2 (two VMs)
+#   LANE_SKIP_APT=1  do not apt-get (packages already there)
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+LANE=$REPO/benches/rxe
+WORK=${LANE_WORK:-$LANE/work}
+ACCEL=${LANE_ACCEL:-tcg}
+SMP=${LANE_SMP:-2}
+MEM=${LANE_MEM:-1024}
+N64=${LANE_ITERS_64K:-1000}
+N1M=${LANE_ITERS_1M:-128}
+PROFILE=${LANE_PROFILE:-release}
+START=$(date +%s.%N)
+t() { awk -v a="$START" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}'; }
+log() { echo "--- lane [$(t)s] $*"; }
+fatal() { log "ERROR: $*"; exit 2; }
+[ "$(id -u)" = 0 ] || fatal "run as root (apt-get, qemu -virtfs of /)"
+mkdir -p "$WORK" || fatal "cannot create $WORK"
+
+# 1. Host packages: qemu, busybox for the initramfs, rdma-core userspace that the guest runs
+#    from the shared root (libibverbs + the rxe provider, perftest), tools the guest uses.
+PKGS="qemu-system-x86 busybox-static rdma-core ibverbs-providers ibverbs-utils perftest
+      iproute2 iputils-ping kmod cpio gzip python3"
+if [ "${LANE_SKIP_APT:-0}" != 1 ]; then
+  missing=$(for p in $PKGS; do dpkg-query -W -f '${Status}\n' $p 2>/dev/null | grep -q '^install ok installed' || echo $p; done)
+  if [ -n "$missing" ]; then
+    log "installing: $(echo $missing)"
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get update -qq && apt-get install -y -qq --no-install-recommends $missing; } > "$WORK/apt.log" 2>&1 \
+      || fatal "apt-get failed (see $WORK/apt.log)"
+  fi
+fi
+
+# 2. The guest kernel: whatever linux-image-amd64 points at, unpacked into $WORK/kernel.
+KPKG=${LANE_KPKG:-$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')}
+[ -n "$KPKG" ] || fatal "cannot resolve linux-image-amd64"
+if [ ! -e "$WORK/kernel/.unpacked-$KPKG" ]; then
+  log "fetching $KPKG (unpacked only, not installed)"
+  rm -rf "$WORK/kernel" "$WORK/deb" && mkdir -p "$WORK/kernel" "$WORK/deb"
+  (cd "$WORK/deb" && apt-get download "$KPKG" > dl.log 2>&1) || fatal "apt-get download $KPKG"
+  dpkg-deb -x "$WORK"/deb/*.deb "$WORK/kernel" || fatal "dpkg-deb -x"
+  rm -rf "$WORK/deb"; touch "$WORK/kernel/.unpacked-$KPKG"
+fi
+KVER=$(ls "$WORK/kernel/lib/modules" | head -n1)
+VMLINUZ="$WORK/kernel/boot/vmlinuz-$KVER"
+[ -f "$VMLINUZ" ] || fatal "no vmlinuz in $KPKG"
+# qemu can boot the raw ELF through the PVH note (CONFIG_PVH=y in Debian), which avoids
+# decompressing bzImage inside an emulated CPU (seconds under TCG).
+KERNEL=$VMLINUZ
+if [ ! -s "$WORK/kernel/vmlinux" ]; then
+  python3 - "$VMLINUZ" "$WORK/kernel/vmlinux" <<'PY' || rm -f "$WORK/kernel/vmlinux"
+import lzma, sys
+blob = open(sys.argv[1], "rb").read()
+at = blob.find(b"\xfd7zXZ\x00")
+elf = lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(blob[at:]) if at >= 0 else b""
+if not elf.startswith(b"\x7fELF"):
+    sys.exit("bzImage payload is not an XZ-compressed ELF")
+open(sys.argv[2], "wb").write(elf)
+PY
+fi
+[ -s "$WORK/kernel/vmlinux" ] && KERNEL="$WORK/kernel/vmlinux"
+depmod -b "$WORK/kernel" "$KVER" || fatal "depmod"
+log "guest kernel $KVER"
+
+# 3. Test binaries, built here; the guest runs them at the same path.
+log "building engine verbs tests ($PROFILE)"
+BUILD_LOG="$WORK/cargo.log"
+{ (cd "$REPO" && cargo test -p engine --profile "$PROFILE" --test verbs_rxe --test verbs_probe --no-run \
+      --message-format=json) && (cd "$REPO" && cargo build -p engine --profile "$PROFILE" \
+      --example verbs_rc_peer --message-format=json); } 2> "$BUILD_LOG" > "$WORK/cargo.json" \
+  || { tail -20 "$BUILD_LOG"; fatal "cargo build failed"; }
+BIN="$WORK/bin"; rm -rf "$BIN"; mkdir -p "$BIN"
+for name in verbs_rxe verbs_probe verbs_rc_peer; do
+  exe=$(python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == sys.argv[2] and m.get("executable"):
+        print(m["executable"])' "$WORK/cargo.json" "$name" | tail -n1)
+  [ -x "$exe" ] || fatal "no test executable for $name"
+  cp "$exe" "$BIN/$name"
+done
+
+# 4. initramfs: busybox + what it takes to mount the shared root (virtio-pci, 9p, overlay).
+INIT="$WORK/initramfs"; rm -rf "$INIT"; mkdir -p "$INIT"/{bin,dev,proc,sys,ko}
+cp /bin/busybox "$INIT/bin/busybox"
+for mod in virtio_pci 9pnet_virtio 9p overlay; do
+  modprobe -d "$WORK/kernel" -S "$KVER" --show-depends $mod || fatal "module $mod missing in $KPKG"
+done | awk '$1=="insmod" && !seen[$2]++ {print $2}' | while read -r ko; do
+  cp "$ko" "$INIT/ko/" && basename "$ko" .ko >> "$INIT/ko/order"
+done
+cat > "$INIT/init" <<'SH'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc none /proc; mount -t sysfs none /sys; mount -t devtmpfs none /dev
+for m in $(cat /ko/order); do insmod /ko/$m.ko || echo "insmod $m failed"; done
+KDIR=; SCRIPT=
+for w in $(cat /proc/cmdline); do
+  case $w in lane.kdir=*) KDIR=${w#lane.kdir=};; lane.script=*) SCRIPT=${w#lane.script=};; esac
+done
+stop() { echo "init: $*"; poweroff -f; }
+mkdir -p /ro /rw /root
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144,cache=loose hostroot /ro || stop "9p root failed"
+mount -t tmpfs -o size=50% none /rw && mkdir -p /rw/up /rw/wk
+mount -t overlay -o lowerdir=/ro,upperdir=/rw/up,workdir=/rw/wk none /root || stop "overlay failed"
+mount --move /proc /root/proc; mount --move /sys /root/sys; mount --move /dev /root/dev
+mkdir -p /root/dev/pts /root/dev/shm && mount -t devpts none /root/dev/pts && mount -t tmpfs none /root/dev/shm
+mount -t tmpfs none /root/run
+KV=$(uname -r); mkdir -p /root/lib/modules/$KV
+mount --bind /root$KDIR/lib/modules/$KV /root/lib/modules/$KV || stop "modules bind failed"
+mkdir -p /root/laneout && mount -t 9p -o trans=virtio,version=9p2000.L,rw,msize=262144 laneout /root/laneout
+cp /bin/busybox /root/run/busybox
+printf '#!/bin/sh\nexport PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root\n/bin/bash %s\nsync\n/run/busybox poweroff -f\n' "$SCRIPT" > /root/run/go
+chmod +x /root/run/go
+exec switch_root /root /run/go
+SH
+chmod +x "$INIT/init"
+(cd "$INIT" && find . -print0 | cpio --null -o -H newc --quiet) | gzip -1 > "$WORK/initramfs.gz" || fatal "cpio"
+
+# 5. Boot: phase 1 = one VM (all tests + goodput), phase 2 = two VMs joined by a qemu UDP
+#    socket netdev on 127.0.0.1 (verbs_rc_peer server in A, client in B).
+case $ACCEL in
+  tcg) QACCEL="-accel tcg,thread=multi -cpu max";;
+  kvm) QACCEL="-accel kvm -cpu host";;
+  *) fatal "LANE_ACCEL=$ACCEL (tcg or kvm)";;
+esac
+# vm NAME ROLE SMP MAC NETDEV: boots one VM, its serial console to $WORK/vm-NAME.log.
+vm() {
+  local name=$1 role=$2 smp=$3 mac=$4 net=$5 out="$WORK/out-$1"
+  rm -rf "$out"; mkdir -p "$out"
+  timeout 540 qemu-system-x86_64 $QACCEL -smp "$smp" -m "$MEM" -nodefaults -display none -no-reboot \
+    -kernel "$KERNEL" -initrd "$WORK/initramfs.gz" \
+    -append "console=ttyS0 panic=-1 quiet loglevel=3 lane.kdir=$WORK/kernel lane.script=$LANE/guest.sh lane.role=$role lane.bin=$BIN lane.iters64k=$N64 lane.iters1m=$N1M" \
+    -serial stdio \
+    -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
+    -virtfs local,path="$out",mount_tag=laneout,security_model=none \
+    -netdev "$net",id=n0 -device virtio-net-pci,netdev=n0,mac=$mac,romfile= \
+    < /dev/null > "$WORK/vm-$name.log" 2>&1
+}
+guest_ok() { [ "$(cat "$WORK/out-$1/status" 2>/dev/null)" = 0 ] && grep -q LANE_GUEST_OK "$WORK/vm-$1.log"; }
+show() { grep -E '^\[vm |LANE_|test result|^test |diagnosis|VERBS_|IB_WRITE_BW|verified|panicked|device rxe0|^(server|client):|verbs_rc_peer' "$WORK/vm-$1.log" | sed "s/^/  $1 | /"; }
+
+log "phase 1: one VM ($ACCEL, $SMP vCPU, $MEM MiB)"
+P1=$(date +%s.%N)
+vm single single "$SMP" 52:54:00:00:02:01 hubport,hubid=0
+show single
+log "phase 1 VM ran $(awk -v a="$P1" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')s; log $WORK/vm-single.log"
+guest_ok single; PASS=$?
+OUT="$WORK/out-single"
+
+if [ "${LANE_TWO_VM:-1}" = 1 ]; then
+  PA=$(( 30000 + RANDOM % 20000 )); PB=$(( PA + 1 ))
+  log "phase 2: two VMs (1 vCPU each), NICs joined over UDP 127.0.0.1:$PA <-> :$PB"
+  P2=$(date +%s.%N)
+  vm A server 1 52:54:00:00:02:0a "socket,udp=127.0.0.1:$PB,localaddr=127.0.0.1:$PA" & VA=$!
+  vm B client 1 52:54:00:00:02:0b "socket,udp=127.0.0.1:$PA,localaddr=127.0.0.1:$PB" & VB=$!
+  wait $VA; wait $VB
+  show A; show B
+  log "phase 2 VMs ran $(awk -v a="$P2" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')s; logs $WORK/vm-A.log $WORK/vm-B.log"
+  { guest_ok A && guest_ok B; } || PASS=1
+fi
+
+# 6. Verdict and ratio.
+for size in 65536 1048576; do
+  # best of the repetitions on each side
+  ours=$(sed -n "s/^VERBS_WRITE_BW size=$size .*MiBps=\([0-9.]*\).*/\1/p" "$OUT/ours.txt" 2>/dev/null | sort -g | tail -n1)
+  ref=$(sed -n "s/^IB_WRITE_BW size=$size .*MiBps=\([0-9.]*\).*/\1/p" "$OUT/ref.txt" 2>/dev/null | sort -g | tail -n1)
+  if [ -n "$ours" ] && [ -n "$ref" ]; then
+    echo "LANE_RATIO size=$size ours_MiBps=$ours ib_write_bw_MiBps=$ref ratio=$(awk -v a="$ours" -v b="$ref" 'BEGIN{printf "%.2f", (b > 0 ? a / b : 0)}')"
+  else
+    echo "LANE_RATIO size=$size missing (ours='$ours' ib_write_bw='$ref')"; PASS=1
+  fi
+done
+log "RESULT: $([ $PASS = 0 ] && echo PASS || echo FAIL) (total $(t)s)"
+exit $PASS

@@ -1,0 +1,71 @@
+//! `verbs`: RDMA through libibverbs, loaded at run time, for RC queue pairs on real NICs
+//! (Broadcom bnxt_re, AMD ionic, NVIDIA mlx5) and on Soft-RoCE (rxe).
+//!
+//! Layering (see `docs/verbs.md`):
+//! - `sys`: hand-written `repr(C)` structs of rdma-core 44.0's `verbs.h`, layout-asserted at
+//!   compile time against `sys_layout.rs` (generated from the header by `regen-bindings.sh`),
+//!   and a function table filled by `dlopen("libibverbs.so.1")`. Nothing is needed to build.
+//! - `result`: one function per C call, status → `Result`; the `static inline` data-path calls
+//!   (`ibv_post_send`, `ibv_post_recv`, `ibv_poll_cq`) go through `context->ops`.
+//! - safe RAII types: [`Context`] → [`ProtectionDomain`] → [`MemoryRegion`] /
+//!   [`CompletionQueue`] / [`QueuePair`]; children hold `Arc`s to their parents.
+//! - pure parts, tested everywhere: the QP state table ([`qp_state`]), GID choice from sysfs
+//!   ([`gid`]), path MTU ([`port`]), the vendor table ([`vendor`]), token ↔ fields ([`token`]).
+//!
+//! The API is shaped like the soft fabric's (`crate::soft`): same method names, and the
+//! work-request types are the soft fabric's own, so one trait can later cover both.
+//! Without libibverbs or without a device, [`probe()`] answers [`Probe::Unavailable`].
+//!
+//! `unsafe` is confined to `sys`, `result`, `context`, `mr`, `cq`, `qp` and `post` in this directory,
+//! each block with a SAFETY comment.
+
+mod context;
+mod cq;
+mod error;
+pub mod gid;
+mod mr;
+pub mod port;
+mod post;
+mod probe;
+mod qp;
+pub mod qp_state;
+mod result;
+mod sys;
+pub mod token;
+pub mod vendor;
+
+pub use crate::fabric::soft::{RecvWr, RemoteAddr, SendOp, SendWr, Sge};
+pub use context::{Context, api_available};
+pub use cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+pub use error::{Error, PostError, Unavailable};
+pub use mr::{Access, MemoryRegion, ProtectionDomain};
+pub use post::PostBatch;
+pub use probe::{DeviceSummary, Probe, probe, report_once};
+pub use qp::{QpCaps, QueuePair, RtrAttr, RtsAttr};
+pub use qp_state::QpState;
+
+impl Context {
+    /// A new protection domain (`ibv_alloc_pd`).
+    pub fn alloc_pd(self: &std::sync::Arc<Self>) -> Result<ProtectionDomain, Error> {
+        ProtectionDomain::new(self)
+    }
+
+    /// A new completion queue with room for `cqe` completions (`ibv_create_cq`).
+    pub fn create_cq(
+        self: &std::sync::Arc<Self>,
+        cqe: u32,
+    ) -> Result<std::sync::Arc<CompletionQueue>, Error> {
+        CompletionQueue::new(self, cqe)
+    }
+
+    /// An RC queue pair in `Reset` (the soft fabric's `SoftDevice::create_qp` shape).
+    pub fn create_qp(
+        &self,
+        pd: &ProtectionDomain,
+        send_cq: &std::sync::Arc<CompletionQueue>,
+        recv_cq: &std::sync::Arc<CompletionQueue>,
+        caps: QpCaps,
+    ) -> Result<QueuePair, Error> {
+        QueuePair::create(pd, send_cq, recv_cq, caps)
+    }
+}

@@ -1,0 +1,322 @@
+//! `--fabric soft`: the gateway's RDMA target over `engine::soft` (RC semantics over TCP).
+//!
+//! The `rc-persistent` dialect: a client pairs one RC queue pair with the gateway once, through
+//! the signed route `POST /.hipobj/rc/connect` ([`CONNECT_PATH`]): it presents its RC token
+//! (QPN, GID) and PSN, and gets the gateway's token, PSN, the soft listener address and a
+//! connection id (`x-amz-rdma-session`). The connection is bound to the access key that signed
+//! the connect request. Afterwards each GET / PUT / UploadPart is an ordinary S3 request
+//! carrying `x-amz-rdma-token` (an 88-hex RC token naming the client's QPN, rkey, address and
+//! length) and the session header; the gateway RDMA-WRITEs the object bytes into the window
+//! (GET) or RDMA-READs the payload out of it (PUT) through its own staging buffers
+//! ([`transfer`]). The client's fabric checks rkey and bounds on every frame, so the gateway
+//! can never touch a byte outside the granted window.
+//!
+//! Limits: connections overall and per principal, staging buffers overall (a spent pool is
+//! `503 SlowDown`), a deadline on every transfer. A connection whose QP failed is dropped; the
+//! next request naming it is declined (`501`), so the client falls back and pairs again.
+
+mod transfer;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use engine::soft::{
+    Access, CompletionQueue, MemoryRegion, ProtectionDomain, QpCaps, QpState, QueuePair, RtrAttr,
+    RtsAttr, SoftDevice, SoftPath,
+};
+use s3_lite::rdma::{RcToken, TokenKind, Transport};
+
+use crate::error::ApiError;
+use crate::rdma::{ConnectReply, ConnectRequest, DataPath, RdmaGrant, RdmaOp, RdmaTarget};
+
+pub use transfer::CHUNK;
+use transfer::{Demux, SoftGet, SoftPut};
+
+/// The signed pairing route of the `rc-persistent` dialect.
+pub const CONNECT_PATH: &str = "/.hipobj/rc/connect";
+/// Response header carrying the soft listener address (`ip:port`) the client's QP dials.
+pub const SOFT_ADDR_HEADER: &str = "x-amz-rdma-soft-addr";
+
+/// Bounds of a [`SoftTarget`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SoftLimits {
+    /// Paired connections at once (a new connect beyond it is `503 SlowDown`).
+    pub max_connections: usize,
+    /// Paired connections per access key.
+    pub max_per_principal: usize,
+    /// Staging buffers of [`CHUNK`] bytes at once (each GET/PUT in flight holds 1–2).
+    pub max_staging: usize,
+    /// Largest PUT payload a token may announce.
+    pub max_put: u64,
+    /// Deadline of one transfer's completion waits.
+    pub transfer_timeout: Duration,
+}
+
+impl Default for SoftLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 256,
+            max_per_principal: 64,
+            max_staging: 128,
+            max_put: 5 << 30,
+            transfer_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// One paired connection (a server QP bound to a principal and a client QPN).
+#[derive(Debug)]
+pub(crate) struct Conn {
+    principal: String,
+    client_qpn: u32,
+    // Declared before the CQ it reports to (dropped first).
+    pub(crate) qp: QueuePair,
+    pub(crate) demux: Demux,
+}
+
+impl Conn {
+    fn dead(&self) -> bool {
+        self.qp.state() == QpState::Err
+    }
+}
+
+/// Staging buffers shared by all transfers (registered once, reused).
+#[derive(Debug)]
+pub(crate) struct Pool {
+    pd: ProtectionDomain,
+    state: Mutex<(Vec<MemoryRegion>, usize)>,
+    max: usize,
+}
+
+impl Pool {
+    /// A buffer, or `503 SlowDown` when `max` are in use.
+    pub(crate) fn take(&self) -> Result<MemoryRegion, ApiError> {
+        let mut g = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(mr) = g.0.pop() {
+            return Ok(mr);
+        }
+        if g.1 >= self.max {
+            return Err(ApiError::slow_down());
+        }
+        // Local access only: the client never learns these keys, and nothing remote may touch
+        // the gateway's memory (LOCAL_WRITE: RDMA READ destinations).
+        let mr = self
+            .pd
+            .register_owned(CHUNK, Access::LOCAL_WRITE)
+            .map_err(ApiError::internal)?;
+        g.1 += 1;
+        Ok(mr)
+    }
+
+    /// Returns a buffer no work request uses any more.
+    pub(crate) fn give(&self, mr: MemoryRegion) {
+        let mut g = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        g.0.push(mr);
+    }
+
+    /// Retires a buffer a failed work request may still reference (deregistered: the fabric
+    /// finishes any access first and refuses later ones).
+    pub(crate) fn retire(&self, mr: &MemoryRegion) {
+        let _ = self.pd.deregister(mr);
+        let mut g = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        g.1 = g.1.saturating_sub(1);
+    }
+}
+
+/// The soft fabric's target side (see the module docs).
+#[derive(Debug)]
+pub struct SoftTarget {
+    // Connections (their QPs) go before the device that owns the QPNs.
+    conns: Mutex<HashMap<String, Arc<Conn>>>,
+    pool: Arc<Pool>,
+    device: SoftDevice,
+    addr: SocketAddr,
+    limits: SoftLimits,
+}
+
+impl SoftTarget {
+    /// Starts the soft listener on `listen` (port 0 picks one). Its address is advertised in
+    /// connect replies, so it must be reachable by clients (not `0.0.0.0`).
+    pub fn start(listen: SocketAddr, limits: SoftLimits) -> std::io::Result<Arc<Self>> {
+        let ip = match listen.ip() {
+            std::net::IpAddr::V4(ip) if !ip.is_unspecified() => ip,
+            _ => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "the soft fabric listens on a specific IPv4 address (its GID is IPv4-mapped)",
+                ));
+            }
+        };
+        let device = SoftDevice::new(ip);
+        let addr = device.listen(listen)?;
+        let pd = device.alloc_pd();
+        Ok(Arc::new(Self {
+            conns: Mutex::new(HashMap::new()),
+            pool: Arc::new(Pool {
+                pd,
+                state: Mutex::new((Vec::new(), 0)),
+                max: limits.max_staging,
+            }),
+            device,
+            addr,
+            limits,
+        }))
+    }
+
+    /// The soft listener address clients' QPs dial.
+    pub fn soft_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Paired connections alive now.
+    pub fn connections(&self) -> usize {
+        self.conns().values().filter(|c| !c.dead()).count()
+    }
+
+    fn conns(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Conn>>> {
+        self.conns.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Looks up the connection a token names, bound to `principal`.
+    /// `Ok(None)`: unknown or failed connection (the request is declined, 501).
+    fn lookup(
+        &self,
+        session: Option<&str>,
+        principal: &str,
+        client_qpn: u32,
+    ) -> Result<Option<Arc<Conn>>, ApiError> {
+        let Some(id) = session else { return Ok(None) };
+        let mut conns = self.conns();
+        let Some(c) = conns.get(id.trim()).cloned() else {
+            return Ok(None);
+        };
+        if c.principal != principal {
+            // Never usable by another key; same answer whether it exists or not for them.
+            return Err(no_such_session());
+        }
+        if c.dead() {
+            conns.remove(id.trim());
+            return Ok(None);
+        }
+        if c.client_qpn != client_qpn {
+            return Err(ApiError::invalid_argument(
+                "x-amz-rdma-token names a QPN other than the one paired with this session",
+            ));
+        }
+        Ok(Some(c))
+    }
+}
+
+fn no_such_session() -> ApiError {
+    ApiError::new(
+        404,
+        "NoSuchRdmaSession",
+        "The RDMA session does not exist or belongs to another principal",
+    )
+}
+
+impl RdmaTarget for SoftTarget {
+    fn fabric(&self) -> &'static str {
+        "soft"
+    }
+
+    fn open(&self, grant: &RdmaGrant<'_>) -> Result<Option<Box<dyn DataPath>>, ApiError> {
+        let TokenKind::HipObjectRc(tok) = grant.token else {
+            return Ok(None);
+        };
+        if tok.token.transport != Transport::Rc {
+            return Ok(None);
+        }
+        let Some(conn) = self.lookup(grant.session, grant.principal, tok.token.qpn)? else {
+            return Ok(None);
+        };
+        let remote = engine::soft::RemoteAddr {
+            addr: tok.remote_addr(),
+            rkey: tok.token.rkey,
+        };
+        let len = tok.size();
+        let deadline = std::time::Instant::now() + self.limits.transfer_timeout;
+        let path: Box<dyn DataPath> = match grant.op {
+            RdmaOp::Get => Box::new(SoftGet::new(
+                conn,
+                Arc::clone(&self.pool),
+                remote,
+                len,
+                deadline,
+            )),
+            _ => {
+                if len > self.limits.max_put {
+                    return Err(ApiError::new(
+                        400,
+                        "EntityTooLarge",
+                        "Your proposed upload exceeds the maximum allowed size",
+                    ));
+                }
+                Box::new(SoftPut::new(
+                    conn,
+                    Arc::clone(&self.pool),
+                    remote,
+                    len,
+                    deadline,
+                )?)
+            }
+        };
+        Ok(Some(path))
+    }
+
+    fn connect(&self, req: &ConnectRequest<'_>) -> Result<Option<ConnectReply>, ApiError> {
+        let client = req.token;
+        if client.transport != Transport::Rc || client.qpn == 0 || client.gid == [0; 16] {
+            return Err(ApiError::invalid_argument(
+                "x-amz-rdma-token must be an RC token with a QPN and a GID",
+            ));
+        }
+        {
+            let mut conns = self.conns();
+            conns.retain(|_, c| !c.dead());
+            if conns.len() >= self.limits.max_connections
+                || conns
+                    .values()
+                    .filter(|c| c.principal == req.principal)
+                    .count()
+                    >= self.limits.max_per_principal
+            {
+                return Err(ApiError::slow_down());
+            }
+        }
+        let cq: Arc<CompletionQueue> = self.device.create_cq();
+        let qp = self
+            .device
+            .create_qp(&self.pool.pd, &cq, &cq, QpCaps::default());
+        let fail = |e: engine::soft::QpError| ApiError::internal(format!("soft QP: {e}"));
+        // The gateway's QP grants no remote access: it only initiates WRITE and READ.
+        qp.modify_to_init(Access::NONE).map_err(fail)?;
+        let psn = loop {
+            let p = rand::random::<u32>() & 0x00ff_ffff;
+            if p != 0 {
+                break p;
+            }
+        };
+        let mut rtr = RtrAttr::from_token(client, req.psn, SoftPath::Accept);
+        rtr.connect_timeout = Duration::from_secs(10);
+        qp.modify_to_rtr(&rtr).map_err(fail)?;
+        qp.modify_to_rts(&RtsAttr::new(psn)).map_err(fail)?;
+        let token: RcToken = qp.local_token(None).map_err(ApiError::internal)?;
+        let session = format!("{:032x}", rand::random::<u128>());
+        let conn = Arc::new(Conn {
+            principal: req.principal.to_owned(),
+            client_qpn: client.qpn,
+            qp,
+            demux: Demux::new(cq),
+        });
+        self.conns().insert(session.clone(), conn);
+        Ok(Some(ConnectReply {
+            token,
+            psn,
+            session,
+            soft_addr: self.addr,
+        }))
+    }
+}
