@@ -49,6 +49,26 @@ pub struct BenchArgs {
     /// of `benches/side_by_side.sh`; reported as `warmup_ops`.
     #[arg(long)]
     pub warmup: Option<u64>,
+    /// Destination memory of --embedded: `host` (registered host memory), `cuda` / `hip` (VRAM
+    /// through pinned bounce buffers and async copies on a dedicated stream; fails with "no GPU
+    /// runtime" on hosts without one), `auto` (the GPU when a runtime and a device are present,
+    /// else host).
+    #[arg(long, value_enum, default_value_t = MemoryKind::Host)]
+    pub memory: MemoryKind,
+    /// --embedded only: read the model front to back in ranges of exactly this size (the last
+    /// one shorter), wrapping around until --ops, instead of the mixed whole-tensor/slice
+    /// workload. One registered slot per operation in flight is this large.
+    #[arg(long, value_parser = parse_size)]
+    pub range_size: Option<u64>,
+    /// --embedded with host memory: copy each completed range into a host image of the object
+    /// (the analogue of the copy into VRAM) and verify the image after the timed phase, as GPU
+    /// memory does, instead of verifying every range inline. Needs --object-size of RAM.
+    #[arg(long)]
+    pub verify_after: bool,
+    /// --embedded with GPU memory: one host → device copy per range, instead of merging ranges
+    /// that are adjacent in the bounce buffer and in VRAM into one copy (for comparison).
+    #[arg(long)]
+    pub no_coalesce: bool,
     /// Microseconds a worker keeps polling with operations in flight before it blocks
     /// (`EngineBuilder::spin`; default 0: lowest CPU per op on shared cores).
     #[arg(long, default_value_t = 0)]
@@ -65,6 +85,19 @@ pub struct BenchArgs {
     /// Never draw a progress bar (copied from the global --no-progress).
     #[arg(skip)]
     pub no_progress: bool,
+}
+
+/// Where `--embedded` puts the bytes (`--memory`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryKind {
+    /// Registered host memory (the engine writes the final destination).
+    Host,
+    /// NVIDIA VRAM through the CUDA driver (host-staged).
+    Cuda,
+    /// AMD VRAM through HIP (host-staged).
+    Hip,
+    /// The GPU when a runtime with a device is present, else host.
+    Auto,
 }
 
 impl BenchArgs {

@@ -9,8 +9,16 @@
 //! The bytes move over the soft RDMA fabric (`path: rdma-soft`): the gateway runs the soft
 //! target (`rc-persistent` dialect) and the engine pairs with it once per worker; every
 //! range-get is one HTTP request whose bytes are RDMA-written into registered memory.
-//! `HIPOBJ_EMBEDDED_FABRIC=http` forces the HTTP body path (for comparison). GPU memory comes
-//! with the GPU issue (`memory: cuda|hip`).
+//! `HIPOBJ_EMBEDDED_FABRIC=http` forces the HTTP body path (for comparison).
+//!
+//! `--memory cuda|hip|auto` puts the bytes into VRAM through the host-staged path of
+//! [`vram`]: the engine writes into pinned bounce memory, completed ranges are copied
+//! (coalesced) into a VRAM image of the object on a dedicated stream, a range counts as done
+//! when its copy's event has completed, and after the batch every written VRAM byte is read back
+//! and compared with the model.
+
+#[path = "vram.rs"]
+pub mod vram;
 
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
@@ -30,7 +38,7 @@ use crate::net::transport::Timeouts;
 use crate::synthetic::SyntheticModel;
 use crate::units::format_bytes;
 
-/// Largest single range-get: one registered slot per in-flight operation.
+/// Largest single range-get of the mixed workload: one registered slot per in-flight operation.
 const SLOT: u64 = 4 << 20;
 const BUCKET: &str = "models";
 const KEY: &str = "synthetic/model.safetensors";
@@ -64,8 +72,23 @@ pub struct EmbeddedReport {
     pub p99_us: f64,
     /// Client process CPU over the timed phase (gateway threads included: same process), seconds.
     pub cpu_s: f64,
-    /// Destination memory kind.
+    /// Destination memory kind (`host`, `cuda`, `hip`).
     pub memory: &'static str,
+    /// Workload: `mixed` (whole tensors and slices) or `sequential` (--range-size).
+    pub workload: &'static str,
+    /// Seconds of the timed phase the app thread spent verifying bytes inline (host memory;
+    /// GPU memory verifies after the timed phase, in `verify_s`).
+    pub inline_verify_s: f64,
+    /// GB/s over the timed phase minus `inline_verify_s`: the transfer rate without the
+    /// app's own verification, comparable between host and GPU memory.
+    pub transfer_gb_per_s: f64,
+    /// GPU memory: host → device copy launches (fewer than `ops` when ranges were coalesced).
+    pub gpu_copies: u64,
+    /// GPU memory: whether adjacent ranges were merged into one copy.
+    pub coalesce: bool,
+    /// GPU memory or --verify-after: seconds spent comparing (after reading VRAM back) after
+    /// the timed phase.
+    pub verify_s: f64,
     /// Bytes carried per path (`http`, `rdma-soft`, `rdma-verbs`).
     pub paths: Vec<(&'static str, u64)>,
 }
@@ -94,7 +117,11 @@ fn bar(len: u64, template: &str, show: bool) -> Option<indicatif::ProgressBar> {
 pub fn run(args: &BenchArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> i32 {
     match measure(args, stderr) {
         Ok(report) => {
-            let printed = if args.json { print_json(&report, stdout) } else { print_table(&report, stdout) };
+            let printed = if args.json {
+                print_json(&report, stdout)
+            } else {
+                print_table(&report, stdout)
+            };
             if let Err(e) = printed {
                 let _ = writeln!(stderr, "hipobj bench --embedded: writing the report: {e}");
                 return 1;
@@ -105,6 +132,23 @@ pub fn run(args: &BenchArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> 
             let _ = writeln!(stderr, "hipobj bench --embedded: {msg}");
             1
         }
+    }
+}
+
+/// The next range-get: sequential ranges of `--range-size`, else [`pick_range`].
+fn next_range(
+    model: &SyntheticModel,
+    rng: &mut rand::rngs::StdRng,
+    range: Option<u64>,
+    k: u64,
+) -> (u64, u64) {
+    match range {
+        Some(rs) => {
+            let n = model.size.div_ceil(rs).max(1);
+            let off = (k % n) * rs;
+            (off, rs.min(model.size - off))
+        }
+        None => pick_range(model, rng),
     }
 }
 
@@ -125,16 +169,26 @@ fn pick_range(model: &SyntheticModel, rng: &mut rand::rngs::StdRng) -> (u64, u64
 }
 
 fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, String> {
+    let gpu = vram::select_runtime(args.memory)?;
     let show = !args.json && !args.no_progress && std::io::stderr().is_terminal();
-    let dir = tempfile::Builder::new().prefix("hipobj-embedded-").tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    let dir = tempfile::Builder::new()
+        .prefix("hipobj-embedded-")
+        .tempdir()
+        .map_err(|e| format!("temp dir: {e}"))?;
     let access = "hipobj-embedded";
     let secret: String = {
         let mut rng = rand::rng();
-        (0..32).map(|_| char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[rng.random_range(0..36)])).collect()
+        (0..32)
+            .map(|_| char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[rng.random_range(0..36)]))
+            .collect()
     };
-    let http_only = std::env::var("HIPOBJ_EMBEDDED_FABRIC").is_ok_and(|v| v.eq_ignore_ascii_case("http"));
-    let soft = SoftTarget::start("127.0.0.1:0".parse().map_err(|e| format!("{e}"))?, SoftLimits::default())
-        .map_err(|e| format!("starting the soft fabric: {e}"))?;
+    let http_only =
+        std::env::var("HIPOBJ_EMBEDDED_FABRIC").is_ok_and(|v| v.eq_ignore_ascii_case("http"));
+    let soft = SoftTarget::start(
+        "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?,
+        SoftLimits::default(),
+    )
+    .map_err(|e| format!("starting the soft fabric: {e}"))?;
     let gateway = Gateway::builder()
         .listen("127.0.0.1:0")
         .root_dir(dir.path())
@@ -158,18 +212,34 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
         credentials: credentials.clone(),
         region: "us-east-1".into(),
         tls: TlsOptions::default(),
-        timeouts: Timeouts { connect: Duration::from_secs(5), io: Duration::from_secs(120) },
+        timeouts: Timeouts {
+            connect: Duration::from_secs(5),
+            io: Duration::from_secs(120),
+        },
     })
     .map_err(|e| e.to_string())?;
-    client.create_bucket(BUCKET).map_err(|e| format!("create bucket: {e}"))?;
-    let upload_bar = bar(model.size, "upload   [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec}", show);
+    client
+        .create_bucket(BUCKET)
+        .map_err(|e| format!("create bucket: {e}"))?;
+    let upload_bar = bar(
+        model.size,
+        "upload   [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec}",
+        show,
+    );
     let t_up = Instant::now();
     client
-        .put_multipart(BUCKET, KEY, &mut model.reader(), model.size, 64 << 20, &mut |n| {
-            if let Some(b) = &upload_bar {
-                b.inc(n);
-            }
-        })
+        .put_multipart(
+            BUCKET,
+            KEY,
+            &mut model.reader(),
+            model.size,
+            64 << 20,
+            &mut |n| {
+                if let Some(b) = &upload_bar {
+                    b.inc(n);
+                }
+            },
+        )
         .map_err(|e| format!("uploading the model: {e}"))?;
     let upload_s = t_up.elapsed().as_secs_f64();
     if let Some(b) = upload_bar {
@@ -178,21 +248,70 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
 
     // The engine, pointed at the gateway, one registered slot per operation in flight.
     let conc = u64::from(args.concurrency.max(1));
+    let slot_len = args.range_size.unwrap_or(SLOT);
+    let total = conc
+        .checked_mul(slot_len)
+        .and_then(|t| usize::try_from(t).ok())
+        .ok_or("--concurrency x slot size too large")?;
+    // GPU memory: pinned bounce memory from the GPU runtime, registered with the engine, and a
+    // VRAM image of the object. Declared before the engine so that it is dropped after it, on every path.
+    let mut sink = match &gpu {
+        Some(rt) => {
+            let image = usize::try_from(model.size).map_err(|_| "model too large for this host")?;
+            let s = vram::VramSink::new(rt, total, image, !args.no_coalesce)
+                .map_err(|e| format!("allocating GPU memory: {e}"))?;
+            let _ = writeln!(
+                stderr,
+                "GPU memory: {} ({}), VRAM image {}, pinned bounce {}",
+                rt.device_name(0).unwrap_or_default(),
+                rt.name(),
+                format_bytes(model.size),
+                format_bytes(total as u64)
+            );
+            Some(s)
+        }
+        None => None,
+    };
     let engine = Engine::builder()
         .endpoint_url(&url)
         .credentials(credentials)
         .region("us-east-1")
         .connections_per_worker(conc as usize)
-        .fabric(if http_only { engine::Fabric::Http } else { engine::Fabric::Soft })
+        .fabric(if http_only {
+            engine::Fabric::Http
+        } else {
+            engine::Fabric::Soft
+        })
         .build()
         .map_err(|e| e.to_string())?;
     let obj = engine.object(BUCKET, KEY).map_err(|e| e.to_string())?;
-    let total = usize::try_from(conc * SLOT).map_err(|_| "--concurrency too large")?;
-    let opts = if args.pinned { RegisterOptions::pinned() } else { RegisterOptions::pageable() };
-    let buf = engine.register_host(total, opts).map_err(|e| e.to_string())?;
-    let mut q = engine.queue(u32::try_from(conc).unwrap_or(u32::MAX)).map_err(|e| e.to_string())?;
+    let buf = match sink.as_mut() {
+        // SAFETY: the bounce memory is owned by `sink`, declared before `engine` and so dropped
+        // after it on every path (and explicitly only after `drop(engine)`), which stops the
+        // workers and aborts what is in flight before the memory is freed. The app reads a slot only after its range-get
+        // completed and lets the engine write it again only after the copy out of it finished.
+        Some(s) => unsafe { engine.register_raw(s.bounce_ptr(), s.bounce_len()) }
+            .map_err(|e| e.to_string())?,
+        None => {
+            let opts = if args.pinned {
+                RegisterOptions::pinned()
+            } else {
+                RegisterOptions::pageable()
+            };
+            engine
+                .register_host(total, opts)
+                .map_err(|e| e.to_string())?
+        }
+    };
+    let mut q = engine
+        .queue(u32::try_from(conc).unwrap_or(u32::MAX))
+        .map_err(|e| e.to_string())?;
 
-    let ops_bar = bar(args.ops, "range-gets [{bar:40}] {pos}/{len} {per_sec} eta {eta}", show);
+    let ops_bar = bar(
+        args.ops,
+        "range-gets [{bar:40}] {pos}/{len} {per_sec} eta {eta}",
+        show,
+    );
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     let mut slots: Vec<Option<(u64, u64, Instant)>> = vec![None; conc as usize];
     let mut free: Vec<u64> = (0..conc).rev().collect();
@@ -200,6 +319,21 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
     let mut lat_ns = Vec::with_capacity(usize::try_from(args.ops).unwrap_or(0));
     let (mut submitted, mut done, mut errors, mut verified) = (0u64, 0u64, 0u64, 0u64);
     let mut paths: Vec<(&'static str, u64)> = Vec::new();
+    let mut in_engine = 0u64;
+    let mut landed: Vec<vram::Landed> = Vec::new();
+    let mut copied: Vec<vram::Landed> = Vec::new();
+    let mut spans: Vec<(u64, u64)> = Vec::new();
+    let mut inline_verify = Duration::ZERO;
+    let mut host_image: Option<Vec<u8>> = if gpu.is_none() && args.verify_after {
+        Some(vec![
+            0u8;
+            usize::try_from(model.size)
+                .map_err(|_| "model too large for this host")?
+        ])
+    } else {
+        None
+    };
+    let mut last_progress = Instant::now();
     let cpu0 = process_cpu_time();
     let t0 = Instant::now();
     while done < args.ops {
@@ -207,52 +341,128 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
             let mut sq = q.submission();
             while submitted < args.ops {
                 let Some(slot) = free.pop() else { break };
-                let (offset, len) = pick_range(&model, &mut rng);
-                let sqe = RangeGet::new(obj, offset, BufSlice::new(buf, slot * SLOT, len)).user_data(slot).build();
+                let (offset, len) = next_range(&model, &mut rng, args.range_size, submitted);
+                let sqe = RangeGet::new(obj, offset, BufSlice::new(buf, slot * slot_len, len))
+                    .user_data(slot)
+                    .build();
                 if sq.push(&sqe).is_err() {
                     free.push(slot);
                     break;
                 }
                 slots[slot as usize] = Some((offset, len, Instant::now()));
                 submitted += 1;
+                in_engine += 1;
             }
         }
-        if q.wait(1, Some(Duration::from_secs(120))) == 0 {
-            return Err(format!("no completion within 120 s ({done} of {} done)", args.ops));
+        let progress_before = done;
+        // Block on the engine only when no copy is in flight that could free a slot sooner.
+        let copying = sink.as_ref().is_some_and(vram::VramSink::busy);
+        if in_engine > 0 {
+            let timeout = if copying {
+                Duration::from_micros(50)
+            } else {
+                Duration::from_secs(120)
+            };
+            q.wait(1, Some(timeout));
         }
         let n = q.reap(&mut cqes);
         let now = Instant::now();
         for c in cqes.iter().take(n) {
             let slot = c.user_data();
-            let Some((offset, len, started)) = slots.get_mut(slot as usize).and_then(Option::take) else {
+            let Some((offset, len, started)) = slots.get_mut(slot as usize).and_then(Option::take)
+            else {
                 return Err(format!("completion for unknown slot {slot}"));
             };
+            in_engine -= 1;
+            if !(c.is_ok() && c.bytes() == len) {
+                if !c.is_ok() {
+                    let _ = writeln!(
+                        stderr,
+                        "range-get {offset}+{len} failed: {:?}",
+                        c.error_code()
+                    );
+                }
+                errors += 1;
+                done += 1;
+                lat_ns.push(now.duration_since(started).as_nanos() as u64);
+                free.push(slot);
+                continue;
+            }
+            let name = path_name(c.path());
+            match paths.iter_mut().find(|(p, _)| *p == name) {
+                Some((_, b)) => *b += len,
+                None => paths.push((name, len)),
+            }
+            if sink.is_some() {
+                landed.push(vram::Landed {
+                    slot,
+                    bounce_off: slot * slot_len,
+                    offset,
+                    len,
+                    started,
+                });
+                continue;
+            }
             lat_ns.push(now.duration_since(started).as_nanos() as u64);
             done += 1;
-            let good = c.is_ok() && c.bytes() == len && {
-                let view = engine.read(buf, slot * SLOT, len).map_err(|e| e.to_string())?;
-                match model.first_mismatch(offset, &view) {
-                    None => true,
-                    Some(i) => {
-                        let _ = writeln!(stderr, "byte mismatch at object offset {}", offset + i as u64);
-                        false
-                    }
-                }
-            };
-            if good {
-                verified += len;
-                let name = path_name(c.path());
-                match paths.iter_mut().find(|(p, _)| *p == name) {
-                    Some((_, b)) => *b += len,
-                    None => paths.push((name, len)),
-                }
-            } else {
-                errors += 1;
-                if !c.is_ok() {
-                    let _ = writeln!(stderr, "range-get {offset}+{len} failed: {:?}", c.error_code());
+            if let Some(img) = host_image.as_mut() {
+                // Deferred verification: copy into the image now, compare after the batch.
+                let view = engine
+                    .read(buf, slot * slot_len, len)
+                    .map_err(|e| e.to_string())?;
+                let at = usize::try_from(offset).map_err(|_| "offset too large")?;
+                let dst = img
+                    .get_mut(at..at + view.len())
+                    .ok_or("range outside the host image")?;
+                dst.copy_from_slice(&view);
+                drop(view);
+                spans.push((offset, len));
+                free.push(slot);
+                continue;
+            }
+            let tv = Instant::now();
+            let view = engine
+                .read(buf, slot * slot_len, len)
+                .map_err(|e| e.to_string())?;
+            match model.first_mismatch(offset, &view) {
+                None => verified += len,
+                Some(i) => {
+                    let _ = writeln!(
+                        stderr,
+                        "byte mismatch at object offset {}",
+                        offset + i as u64
+                    );
+                    errors += 1;
                 }
             }
+            drop(view);
+            inline_verify += tv.elapsed();
             free.push(slot);
+        }
+        if let Some(s) = sink.as_mut() {
+            s.push(std::mem::take(&mut landed))
+                .map_err(|e| format!("copy into VRAM: {e}"))?;
+            // Nothing left in the engine: the next slot can only come from a finished copy.
+            s.poll(in_engine == 0, &mut copied)
+                .map_err(|e| format!("copy into VRAM: {e}"))?;
+            let now = Instant::now();
+            for l in copied.drain(..) {
+                lat_ns.push(now.duration_since(l.started).as_nanos() as u64);
+                done += 1;
+                spans.push((l.offset, l.len));
+                free.push(l.slot);
+            }
+            // Hand slots out in ascending order, so consecutive range-gets land in adjacent
+            // bounce slots and their copies can be merged.
+            free.sort_unstable_by(|a, b| b.cmp(a));
+        }
+        if done != progress_before || n > 0 {
+            last_progress = Instant::now();
+        } else if last_progress.elapsed() > Duration::from_secs(120) {
+            return Err(format!(
+                "no completion within 120 s ({done} of {} done)",
+                args.ops
+            ));
         }
         if let Some(b) = &ops_bar {
             b.set_position(done);
@@ -266,11 +476,60 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
     drop(q);
     drop(engine);
     gateway.shutdown();
+    // GPU memory: read every written VRAM byte back and compare it with the model.
+    let (mut verify_s, mut gpu_copies) = (0.0, 0);
+    if let Some(s) = sink.as_mut() {
+        let tv = Instant::now();
+        let failed = s
+            .verify(&mut spans.clone(), &|off, bytes| {
+                model.first_mismatch(off, bytes)
+            })
+            .map_err(|e| format!("reading VRAM back: {e}"))?;
+        verify_s = tv.elapsed().as_secs_f64();
+        gpu_copies = s.copies;
+        for &(o, l) in &spans {
+            if failed.iter().any(|&(fo, fl)| o < fo + fl && fo < o + l) {
+                errors += 1;
+            } else {
+                verified += l;
+            }
+        }
+        for (o, l) in &failed {
+            let _ = writeln!(stderr, "VRAM mismatch in object bytes {o}..{}", o + l);
+        }
+    }
+    drop(sink);
+    if let Some(img) = host_image.take() {
+        let tv = Instant::now();
+        let merged = vram::merge_spans(&mut spans.clone());
+        let failed: Vec<(u64, u64)> = merged
+            .into_iter()
+            .filter(|&(o, l)| {
+                let (o, l) = (o as usize, l as usize);
+                img.get(o..o + l)
+                    .is_none_or(|b| model.first_mismatch(o as u64, b).is_some())
+            })
+            .collect();
+        verify_s = tv.elapsed().as_secs_f64();
+        for &(o, l) in &spans {
+            if failed.iter().any(|&(fo, fl)| o < fo + fl && fo < o + l) {
+                errors += 1;
+            } else {
+                verified += l;
+            }
+        }
+        for (o, l) in &failed {
+            let _ = writeln!(stderr, "host image mismatch in object bytes {o}..{}", o + l);
+        }
+    }
     lat_ns.sort_unstable();
     let pct = |p: f64| {
         let i = ((lat_ns.len() as f64 * p).ceil() as usize).saturating_sub(1);
-        lat_ns.get(i.min(lat_ns.len().saturating_sub(1))).map_or(0.0, |&ns| ns as f64 / 1000.0)
+        lat_ns
+            .get(i.min(lat_ns.len().saturating_sub(1)))
+            .map_or(0.0, |&ns| ns as f64 / 1000.0)
     };
+    let inline_verify_s = inline_verify.as_secs_f64();
     Ok(EmbeddedReport {
         object_size: model.size,
         tensors: model.tensors.len(),
@@ -285,22 +544,46 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
         p50_us: pct(0.5),
         p99_us: pct(0.99),
         cpu_s,
-        memory: "host",
+        memory: gpu.as_deref().map_or("host", vram::memory_name),
         paths,
+        workload: if args.range_size.is_some() {
+            "sequential"
+        } else {
+            "mixed"
+        },
+        inline_verify_s,
+        transfer_gb_per_s: verified as f64 / 1e9 / (elapsed - inline_verify_s).max(1e-9),
+        gpu_copies,
+        coalesce: gpu.is_some() && !args.no_coalesce,
+        verify_s,
     })
 }
 
 fn print_json(r: &EmbeddedReport, out: &mut dyn Write) -> std::io::Result<()> {
-    writeln!(out, "{}", serde_json::to_string(r).map_err(std::io::Error::other)?)
+    writeln!(
+        out,
+        "{}",
+        serde_json::to_string(r).map_err(std::io::Error::other)?
+    )
 }
 
 fn ms(us: f64) -> String {
-    if us >= 1000.0 { format!("{:.2} ms", us / 1000.0) } else { format!("{us:.1} µs") }
+    if us >= 1000.0 {
+        format!("{:.2} ms", us / 1000.0)
+    } else {
+        format!("{us:.1} µs")
+    }
 }
 
 fn print_table(r: &EmbeddedReport, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out)?;
-    writeln!(out, "hipobj bench --embedded: {} range-gets of a {} model ({} tensors)", r.ops, format_bytes(r.object_size), r.tensors)?;
+    writeln!(
+        out,
+        "hipobj bench --embedded: {} range-gets of a {} model ({} tensors)",
+        r.ops,
+        format_bytes(r.object_size),
+        r.tensors
+    )?;
     writeln!(out, "  {:<22} {:>16}", "metric", "value")?;
     let rows: Vec<(&str, String)> = vec![
         ("upload (multipart)", format!("{:.2} s", r.upload_s)),
@@ -320,7 +603,12 @@ fn print_table(r: &EmbeddedReport, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(out, "  {k:<22} {v:>16}")?;
     }
     for (path, bytes) in &r.paths {
-        writeln!(out, "  {:<22} {:>16}", format!("path {path}"), format_bytes(*bytes))?;
+        writeln!(
+            out,
+            "  {:<22} {:>16}",
+            format!("path {path}"),
+            format_bytes(*bytes)
+        )?;
     }
     Ok(())
 }

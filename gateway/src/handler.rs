@@ -105,6 +105,22 @@ pub fn handle(
     if head.path == crate::soft::CONNECT_PATH {
         return crate::connect::handle(shared, head, &auth, out);
     }
+    if head.path.starts_with("/.hipobj-rc/") {
+        // The hipobj-rc-v2 control routes (protocols.md §4.2), served by the fabric when it
+        // can; otherwise answered as a v2 server with RC disabled does (§4.9: 501 + the
+        // unsupported marker), so v2 clients fall back to HTTP.
+        if let Some(v2) = shared.rdma.rc_v2() {
+            return v2.handle(shared.backend.as_ref(), head, &auth.access_key, out);
+        }
+        let mut e = ApiError::not_implemented(
+            "this gateway's fabric does not serve hipobj-rc-v2; use plain HTTP",
+        );
+        e.headers.push((
+            s3_lite::rdma::RDMA_PROTOCOL_STATUS.to_owned(),
+            s3_lite::rdma::PROTOCOL_STATUS_UNSUPPORTED.to_owned(),
+        ));
+        return Err(e);
+    }
     let target = route(
         &head.path,
         head.header("host"),

@@ -114,6 +114,12 @@ pub trait RdmaTarget: Send + Sync {
 
     /// Pairs a client QP (`rc-persistent` connect route); `Ok(None)`: this fabric has no
     /// connections (answered `501` with `x-amz-rdma-reply: 501`).
+    /// The hipobj-rc-v2 session service (`/.hipobj-rc/*`), if this fabric has one; `None`
+    /// answers those routes `501` with the unsupported marker.
+    fn rc_v2(&self) -> Option<&crate::soft::v2::RcV2> {
+        None
+    }
+
     fn connect(&self, _req: &ConnectRequest<'_>) -> Result<Option<ConnectReply>, ApiError> {
         Ok(None)
     }

@@ -149,7 +149,11 @@ impl S3sFs {
         let enc = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
         let md5 = md5::Md5::digest(data);
         let etag: String = md5.iter().map(|b| format!("{b:02x}")).collect();
-        let sidecar = self.root.path().join(format!(".bucket-{}.object-{}.internal.json", enc(bucket), enc(key)));
+        let sidecar = self.root.path().join(format!(
+            ".bucket-{}.object-{}.internal.json",
+            enc(bucket),
+            enc(key)
+        ));
         std::fs::write(sidecar, format!("{{\"e_tag\":\"{etag}\"}}")).expect("write sidecar");
         path
     }

@@ -16,6 +16,7 @@
 //! next request naming it is declined (`501`), so the client falls back and pairs again.
 
 mod transfer;
+pub mod v2;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -52,6 +53,8 @@ pub struct SoftLimits {
     pub max_put: u64,
     /// Deadline of one transfer's completion waits.
     pub transfer_timeout: Duration,
+    /// Bounds of the hipobj-rc-v2 sessions ([`v2`]).
+    pub v2: v2::V2Limits,
 }
 
 impl Default for SoftLimits {
@@ -62,6 +65,7 @@ impl Default for SoftLimits {
             max_staging: 128,
             max_put: 5 << 30,
             transfer_timeout: Duration::from_secs(30),
+            v2: v2::V2Limits::default(),
         }
     }
 }
@@ -134,6 +138,7 @@ pub struct SoftTarget {
     device: SoftDevice,
     addr: SocketAddr,
     limits: SoftLimits,
+    v2: v2::RcV2,
 }
 
 impl SoftTarget {
@@ -159,6 +164,7 @@ impl SoftTarget {
                 state: Mutex::new((Vec::new(), 0)),
                 max: limits.max_staging,
             }),
+            v2: v2::RcV2::new(device.clone(), addr, limits.v2),
             device,
             addr,
             limits,
@@ -220,6 +226,10 @@ fn no_such_session() -> ApiError {
 impl RdmaTarget for SoftTarget {
     fn fabric(&self) -> &'static str {
         "soft"
+    }
+
+    fn rc_v2(&self) -> Option<&v2::RcV2> {
+        Some(&self.v2)
     }
 
     fn open(&self, grant: &RdmaGrant<'_>) -> Result<Option<Box<dyn DataPath>>, ApiError> {

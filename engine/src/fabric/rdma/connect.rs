@@ -5,7 +5,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use s3_lite::Request;
 use s3_lite::http::{
@@ -37,9 +37,13 @@ pub(crate) enum ConnectError {
     Transport,
 }
 
-const LIMIT: Duration = Duration::from_secs(5);
+/// The longest a pairing may block its worker.
+pub(crate) const LIMIT: Duration = Duration::from_secs(5);
+/// Below this much time left, an op does not try to pair (it goes over HTTP).
+pub(crate) const MIN_LIMIT: Duration = Duration::from_millis(20);
 
-/// Sends the connect request and parses the answer.
+/// Sends the connect request and parses the answer, all within `limit` (the caller bounds it
+/// by [`LIMIT`] and the op's remaining deadline).
 pub(crate) fn pair(
     addr: SocketAddr,
     endpoint: &Endpoint,
@@ -47,7 +51,9 @@ pub(crate) fn pair(
     now: s3_lite::sigv4::AmzDate,
     client: &RcToken,
     psn: u32,
+    limit: Duration,
 ) -> Result<Paired, ConnectError> {
+    let end = Instant::now() + limit;
     let mut req = Request::new("POST", CONNECT_PATH);
     req.add_header("Host", endpoint.host_header(None));
     req.add_header(s3_lite::rdma::RDMA_TOKEN, client.encode());
@@ -61,18 +67,28 @@ pub(crate) fn pair(
         .map_err(|_| ConnectError::Transport)?;
     let mut wire = Vec::new();
     encode_request_head(&req, BodyFraming::None, &mut wire).map_err(|_| ConnectError::Transport)?;
-    let mut s = TcpStream::connect_timeout(&addr, LIMIT).map_err(|_| ConnectError::Transport)?;
+    let mut s =
+        TcpStream::connect_timeout(&addr, left(end)?).map_err(|_| ConnectError::Transport)?;
     let _ = s.set_nodelay(true);
-    s.set_read_timeout(Some(LIMIT))
-        .and_then(|()| s.set_write_timeout(Some(LIMIT)))
+    s.set_write_timeout(Some(left(end)?))
         .map_err(|_| ConnectError::Transport)?;
     s.write_all(&wire).map_err(|_| ConnectError::Transport)?;
-    let head = read_head(&mut s)?;
+    let head = read_head(&mut s, end)?;
     parse(&head)
 }
 
-/// Reads one response head (a bounded body is read and dropped).
-fn read_head(s: &mut TcpStream) -> Result<ResponseHead, ConnectError> {
+/// Time left until `end` (an error once spent: a zero timeout would mean "block forever").
+fn left(end: Instant) -> Result<Duration, ConnectError> {
+    let d = end.saturating_duration_since(Instant::now());
+    if d.is_zero() {
+        Err(ConnectError::Transport)
+    } else {
+        Ok(d)
+    }
+}
+
+/// Reads one response head (a bounded body is read and dropped) before `end`.
+fn read_head(s: &mut TcpStream, end: Instant) -> Result<ResponseHead, ConnectError> {
     let mut dec = ResponseDecoder::new(Limits::default(), false);
     let mut buf = vec![0u8; 16 * 1024];
     let mut pending: Vec<u8> = Vec::new();
@@ -91,6 +107,8 @@ fn read_head(s: &mut TcpStream) -> Result<ResponseHead, ConnectError> {
             }
             Event::End => break,
             Event::NeedMore => {
+                s.set_read_timeout(Some(left(end)?))
+                    .map_err(|_| ConnectError::Transport)?;
                 let n = s.read(&mut buf).map_err(|_| ConnectError::Transport)?;
                 if n == 0 {
                     if dec.finish_on_eof().is_err() {

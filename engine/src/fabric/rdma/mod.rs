@@ -138,7 +138,7 @@ impl RdmaClient {
         }
     }
 
-    fn link(&mut self, now: s3_lite::sigv4::AmzDate) -> Option<&Link> {
+    fn link(&mut self, now: s3_lite::sigv4::AmzDate, deadline: Option<Instant>) -> Option<&Link> {
         if let State::Paired(l) = &self.state
             && l.qp.state() == QpState::Err
         {
@@ -150,7 +150,19 @@ impl RdmaClient {
             self.state = State::Unpaired;
         }
         if matches!(self.state, State::Unpaired) {
-            self.state = match self.pair(now) {
+            // Pairing blocks this worker: never longer than the op's remaining time (an op
+            // with too little left goes over HTTP and keeps its deadline; pairing waits for a
+            // later op).
+            let limit = match deadline {
+                Some(d) => d
+                    .saturating_duration_since(Instant::now())
+                    .min(connect::LIMIT),
+                None => connect::LIMIT,
+            };
+            if limit < connect::MIN_LIMIT {
+                return None;
+            }
+            self.state = match self.pair(now, limit) {
                 Ok(l) => State::Paired(Box::new(l)),
                 Err(connect::ConnectError::Declined(_)) if self.mode == Fabric::Auto => {
                     State::Plain
@@ -164,7 +176,11 @@ impl RdmaClient {
         }
     }
 
-    fn pair(&self, now: s3_lite::sigv4::AmzDate) -> Result<Link, connect::ConnectError> {
+    fn pair(
+        &self,
+        now: s3_lite::sigv4::AmzDate,
+        limit: Duration,
+    ) -> Result<Link, connect::ConnectError> {
         let ip = match self.addr.ip() {
             std::net::IpAddr::V4(ip) => ip,
             std::net::IpAddr::V6(_) => Ipv4Addr::LOCALHOST,
@@ -183,7 +199,15 @@ impl RdmaClient {
                 break p;
             }
         };
-        let peer = connect::pair(self.addr, &self.endpoint, &self.signer, now, &token, psn)?;
+        let peer = connect::pair(
+            self.addr,
+            &self.endpoint,
+            &self.signer,
+            now,
+            &token,
+            psn,
+            limit,
+        )?;
         qp.connect(
             &peer.token,
             peer.psn,
@@ -222,7 +246,7 @@ impl RdmaClient {
             return None;
         }
         let access = Access::REMOTE_READ | Access::REMOTE_WRITE | Access::LOCAL_WRITE;
-        let link = self.link(now)?;
+        let link = self.link(now, op.deadline)?;
         // SAFETY: `ptr..ptr+n` is the op's leased range of a live engine registration: the
         // lease (held by `op` until its completion is staged) keeps the region's memory alive
         // and gives this op exclusive (GET) or shared read-only (PUT) use of the range; the

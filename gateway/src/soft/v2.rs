@@ -1,0 +1,592 @@
+//! hipobj-rc-v2 over the soft fabric (protocols.md §4): `POST /.hipobj-rc/prepare | ready |
+//! cancel`.
+//!
+//! PREPARE creates a single-use session owned by the signing access key: its own protection
+//! domain, QP and a staging region of exactly `size` bytes (so no other session can ever reach
+//! it, closing the pooled-staging risk of §4.11). The gateway's QP is taken to RTS at PREPARE
+//! towards the QPN in the client's token (the client dials `x-amz-rdma-soft-addr` when it takes
+//! its own QP to RTR); READY must name that same QPN. GET: at READY the object range is read
+//! into staging, then RDMA-WRITTEN to the client's `mr-addr`/`mr-rkey` in ≤ 1 MiB pieces, the
+//! last one a WRITE_WITH_IMM carrying the cookie. PUT: a RECV is posted at PREPARE (as Ceph
+//! does), READY waits for the client's WRITE_WITH_IMM into staging (IMM = cookie, length =
+//! size), then stores the bytes through the normal PUT pipeline (spool, digests, backend).
+//! READY is answered only after the data phase (the FINAL answer); the session ends either way.
+//!
+//! Status codes: wrong/missing protocol on PREPARE → 501 + `X-Amz-Rdma-Protocol-Status:
+//! unsupported`; malformed → 400; unknown session, another principal's session or a wrong
+//! cookie → 404 `NoSuchRdmaSession` (nothing touched); READY while a transfer runs → 409
+//! `RdmaTransferInProgress`; size above the limit → 413; full → 503 `SlowDown`; transfer
+//! timeout → 408; wire failure → 500. CANCEL always answers 204 and acts only for the owner.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use engine::soft::{
+    Access, CompletionQueue, MemoryRegion, ProtectionDomain, QpCaps, QueuePair, RecvWr, RemoteAddr,
+    RtrAttr, RtsAttr, SendOp, SendWr, Sge, SoftDevice, SoftPath, WcOpcode, WcStatus,
+    WorkCompletion,
+};
+use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
+use s3_lite::http::BodyFraming;
+use s3_lite::http::server::RequestHead;
+use s3_lite::rdma::v2::{self, Cookie, Op, Psn, SessionId, Target, TargetQuery, V2Error};
+use s3_lite::rdma::{RcToken, Transport};
+use s3_lite::s3::ByteRange;
+use s3_lite::sigv4::PayloadHash;
+
+use crate::backend::{Backend, GetRequest, ObjectInfo, ObjectSink, PutMeta};
+use crate::body::{BodySource, ReceiveOptions};
+use crate::error::ApiError;
+use crate::handler::Respond;
+
+/// Bounds of the v2 service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct V2Limits {
+    /// Sessions at once (prepared or transferring).
+    pub max_sessions: usize,
+    /// Sessions at once per access key.
+    pub max_per_principal: usize,
+    /// Largest `x-amz-rdma-size`. Each session's staging is allocated at PREPARE at its
+    /// exact size, so `max_sessions × max_size` bounds the staging memory (2 GiB by default,
+    /// touched only as far as transfers actually write).
+    pub max_size: u64,
+    /// A prepared session not made READY within this is dropped.
+    pub prepare_ttl: Duration,
+    /// The data phase of one READY.
+    pub transfer: Duration,
+}
+
+impl Default for V2Limits {
+    fn default() -> Self {
+        Self {
+            max_sessions: 32,
+            max_per_principal: 8,
+            max_size: 64 << 20,
+            prepare_ttl: Duration::from_secs(10),
+            transfer: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Prepared,
+    Busy,
+}
+
+#[derive(Debug)]
+struct Session {
+    // Drop order: the QP before its CQ, the staging region before its domain.
+    qp: QueuePair,
+    cq: Arc<CompletionQueue>,
+    staging: MemoryRegion,
+    pd: ProtectionDomain,
+    principal: String,
+    cookie: u32,
+    op: Op,
+    bucket: String,
+    key: String,
+    size: u64,
+    offset: u64,
+    client_qpn: u32,
+    created: Instant,
+    phase: Mutex<Phase>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.qp.modify_to_err();
+        let _ = self.pd.deregister(&self.staging);
+    }
+}
+
+/// The v2 session table of a soft target.
+#[derive(Debug)]
+pub struct RcV2 {
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    device: SoftDevice,
+    soft_addr: SocketAddr,
+    limits: V2Limits,
+}
+
+const PROTO: &str = "x-amz-rdma-protocol";
+
+fn unsupported(why: impl Into<String>) -> ApiError {
+    let mut e = ApiError::not_implemented(why);
+    e.headers.push((
+        s3_lite::rdma::RDMA_PROTOCOL_STATUS.to_owned(),
+        s3_lite::rdma::PROTOCOL_STATUS_UNSUPPORTED.to_owned(),
+    ));
+    e
+}
+
+fn bad(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(400, "InvalidArgument", e.to_string())
+}
+
+fn no_session() -> ApiError {
+    ApiError::new(
+        404,
+        "NoSuchRdmaSession",
+        "The RDMA session does not exist or has ended.",
+    )
+}
+
+fn field<'a>(head: &'a RequestHead, name: &str) -> Result<&'a str, ApiError> {
+    head.header(name)
+        .map(str::trim)
+        .ok_or_else(|| bad(format!("{name} is required")))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl RcV2 {
+    /// A v2 service whose sessions' QPs live on `device` (clients dial `soft_addr`).
+    pub fn new(device: SoftDevice, soft_addr: SocketAddr, limits: V2Limits) -> Self {
+        Self {
+            sessions: Mutex::new(HashMap::new()),
+            device,
+            soft_addr,
+            limits,
+        }
+    }
+
+    /// Sessions alive (for tests and metrics).
+    pub fn sessions(&self) -> usize {
+        lock(&self.sessions).len()
+    }
+
+    /// Serves one request on a `/.hipobj-rc/` route (already authenticated as `principal`).
+    pub fn handle(
+        &self,
+        backend: &dyn Backend,
+        head: &RequestHead,
+        principal: &str,
+        out: &mut dyn Respond,
+    ) -> Result<(), ApiError> {
+        if head.method != "POST" {
+            return Err(ApiError::new(
+                405,
+                "MethodNotAllowed",
+                "The specified method is not allowed against this resource.",
+            ));
+        }
+        match head.path.as_str() {
+            v2::PREPARE_PATH => self.prepare(head, principal, out),
+            v2::READY_PATH => self.ready(backend, head, principal, out),
+            v2::CANCEL_PATH => self.cancel(head, principal, out),
+            _ => Err(ApiError::new(404, "NoSuchKey", "Unknown hipobj-rc route.")),
+        }
+    }
+
+    fn prepare(
+        &self,
+        head: &RequestHead,
+        principal: &str,
+        out: &mut dyn Respond,
+    ) -> Result<(), ApiError> {
+        v2::check_protocol(head.header(PROTO).map(str::trim)).map_err(unsupported_of)?;
+        let tok = field(head, s3_lite::rdma::RDMA_TOKEN)?;
+        let client = RcToken::decode(tok.split(':').next().unwrap_or_default()).map_err(bad)?;
+        if client.transport != Transport::Rc || client.qpn == 0 || client.gid == [0; 16] {
+            return Err(bad(
+                "x-amz-rdma-token must be an RC token with a QPN and a GID",
+            ));
+        }
+        let client_psn = Psn::parse(field(head, s3_lite::rdma::RDMA_PSN)?).map_err(bad)?;
+        let cookie = Cookie::parse_strict(field(head, "x-amz-rdma-cookie")?).map_err(bad)?;
+        let op = Op::parse(field(head, "x-amz-rdma-op")?).map_err(bad)?;
+        let target = Target::parse(op, field(head, "x-amz-rdma-target")?).map_err(bad)?;
+        if target.query != TargetQuery::None {
+            return Err(unsupported(
+                "versioned GETs and multipart parts are not served over hipobj-rc-v2 here",
+            ));
+        }
+        let size = match v2::parse_size(field(head, "x-amz-rdma-size")?) {
+            Ok(n) => n,
+            Err(V2Error::TooLarge) => return Err(too_large()),
+            Err(e) => return Err(bad(e)),
+        };
+        if size > self.limits.max_size {
+            return Err(too_large());
+        }
+        let offset =
+            v2::parse_offset(head.header("x-amz-rdma-offset").map(str::trim)).map_err(bad)?;
+        if op == Op::Put && offset != 0 {
+            return Err(bad("x-amz-rdma-offset must be 0 for PUT"));
+        }
+        offset
+            .checked_add(size)
+            .ok_or_else(|| bad("x-amz-rdma-offset + size overflows"))?;
+        {
+            let mut s = lock(&self.sessions);
+            let ttl = self.limits.prepare_ttl;
+            s.retain(|_, x| *lock(&x.phase) == Phase::Busy || x.created.elapsed() < ttl);
+            if s.len() >= self.limits.max_sessions
+                || s.values().filter(|x| x.principal == principal).count()
+                    >= self.limits.max_per_principal
+            {
+                return Err(ApiError::slow_down());
+            }
+        }
+        let fail = |e: engine::soft::QpError| ApiError::internal(format!("soft QP: {e}"));
+        let pd = self.device.alloc_pd();
+        let cq = self.device.create_cq();
+        let qp = self.device.create_qp(&pd, &cq, &cq, QpCaps::default());
+        let (qp_access, mr_access) = match op {
+            Op::Get => (Access::NONE, Access::LOCAL_WRITE),
+            Op::Put => (
+                Access::REMOTE_WRITE,
+                Access::REMOTE_WRITE | Access::LOCAL_WRITE,
+            ),
+        };
+        qp.modify_to_init(qp_access).map_err(fail)?;
+        let len = usize::try_from(size).map_err(|_| too_large())?;
+        let staging = pd
+            .register_owned(len, mr_access)
+            .map_err(ApiError::internal)?;
+        if op == Op::Put {
+            qp.post_recv(&RecvWr {
+                wr_id: 1,
+                sge: None,
+            })
+            .map_err(|e| ApiError::internal(format!("soft RECV: {e}")))?;
+        }
+        let psn = loop {
+            let p = rand::random::<u32>() & 0x00ff_ffff;
+            if p != 0 {
+                break p;
+            }
+        };
+        let mut rtr = RtrAttr::from_token(&client, client_psn.get(), SoftPath::Accept);
+        rtr.connect_timeout = self.limits.prepare_ttl;
+        qp.modify_to_rtr(&rtr).map_err(fail)?;
+        qp.modify_to_rts(&RtsAttr::new(psn)).map_err(fail)?;
+        let window = (op == Op::Put).then_some((&staging, 0, size));
+        let token = qp.local_token(window).map_err(ApiError::internal)?;
+        let id = SessionId(rand::random::<[u8; 16]>()).encode();
+        let mut headers = vec![
+            (PROTO.to_owned(), v2::PROTOCOL.to_owned()),
+            (
+                s3_lite::rdma::RDMA_REPLY.to_owned(),
+                format!("200:{}", token.encode()),
+            ),
+            (s3_lite::rdma::RDMA_SESSION.to_owned(), id.clone()),
+            (
+                s3_lite::rdma::RDMA_PSN.to_owned(),
+                Psn::new(psn).map_err(ApiError::internal)?.encode(),
+            ),
+            (
+                s3_lite::rdma::RDMA_QPN.to_owned(),
+                v2::encode_hex(u64::from(token.qpn)),
+            ),
+            (
+                super::SOFT_ADDR_HEADER.to_owned(),
+                self.soft_addr.to_string(),
+            ),
+        ];
+        if op == Op::Put {
+            headers.push(("x-amz-rdma-mr-addr".into(), v2::encode_hex(staging.addr())));
+            headers.push((
+                "x-amz-rdma-mr-rkey".into(),
+                v2::encode_hex(u64::from(staging.rkey())),
+            ));
+        }
+        let session = Arc::new(Session {
+            qp,
+            cq,
+            staging,
+            pd,
+            principal: principal.to_owned(),
+            cookie: cookie.0,
+            op,
+            bucket: target.bucket,
+            key: target.key,
+            size,
+            offset,
+            client_qpn: client.qpn,
+            created: Instant::now(),
+            phase: Mutex::new(Phase::Prepared),
+        });
+        lock(&self.sessions).insert(id, session);
+        out.head(200, headers, BodyFraming::Length(0))?;
+        Ok(())
+    }
+
+    /// The caller's session named by the request (another principal's is "no such session").
+    fn lookup(
+        &self,
+        head: &RequestHead,
+        principal: &str,
+    ) -> Result<(String, Arc<Session>), ApiError> {
+        let id = SessionId::parse(field(head, s3_lite::rdma::RDMA_SESSION)?)
+            .map_err(bad)?
+            .encode();
+        let s = lock(&self.sessions)
+            .get(&id)
+            .cloned()
+            .ok_or_else(no_session)?;
+        if s.principal != principal {
+            return Err(no_session());
+        }
+        Ok((id, s))
+    }
+
+    fn ready(
+        &self,
+        backend: &dyn Backend,
+        head: &RequestHead,
+        principal: &str,
+        out: &mut dyn Respond,
+    ) -> Result<(), ApiError> {
+        v2::check_protocol(head.header(PROTO).map(str::trim)).map_err(bad)?;
+        let (id, s) = self.lookup(head, principal)?;
+        let cookie = Cookie::parse_lenient(field(head, "x-amz-rdma-cookie")?).map_err(bad)?;
+        if cookie.0 != s.cookie {
+            return Err(no_session());
+        }
+        let qpn = v2::parse_qpn(field(head, s3_lite::rdma::RDMA_QPN)?).map_err(bad)?;
+        if qpn != s.client_qpn {
+            return Err(bad("x-amz-rdma-qpn differs from the PREPARE token's QPN"));
+        }
+        let remote = match s.op {
+            Op::Get => Some(RemoteAddr {
+                addr: v2::parse_mr_addr(field(head, "x-amz-rdma-mr-addr")?).map_err(bad)?,
+                rkey: v2::parse_mr_rkey(field(head, "x-amz-rdma-mr-rkey")?).map_err(bad)?,
+            }),
+            Op::Put => None,
+        };
+        {
+            let mut p = lock(&s.phase);
+            if *p == Phase::Busy {
+                return Err(ApiError::new(
+                    409,
+                    "RdmaTransferInProgress",
+                    "A READY for this session is already being served.",
+                ));
+            }
+            *p = Phase::Busy;
+        }
+        // Single use: the session ends with this READY, whatever its outcome.
+        let result = match remote {
+            Some(r) => self.ready_get(backend, &s, r),
+            None => self.ready_put(backend, &s),
+        };
+        lock(&self.sessions).remove(&id);
+        let (n, crc, etag) = result?;
+        let crc = encode_crc64nvme(crc);
+        let headers = vec![
+            (PROTO.to_owned(), v2::PROTOCOL.to_owned()),
+            ("x-amz-rdma-cookie".to_owned(), Cookie(s.cookie).encode()),
+            (
+                s3_lite::rdma::RDMA_BYTES_TRANSFERRED.to_owned(),
+                n.to_string(),
+            ),
+            ("x-amz-rdma-checksum-crc64nvme".to_owned(), crc.clone()),
+            ("x-amz-rdma-checksum".to_owned(), format!("CRC64NVME {crc}")),
+            ("x-amz-rdma-etag".to_owned(), etag.clone()),
+            ("ETag".to_owned(), etag),
+        ];
+        out.head(200, headers, BodyFraming::Length(0))?;
+        Ok(())
+    }
+
+    /// GET data phase: object range → staging → client, last piece with the cookie as IMM.
+    fn ready_get(
+        &self,
+        backend: &dyn Backend,
+        s: &Session,
+        remote: RemoteAddr,
+    ) -> Result<(u64, u64, String), ApiError> {
+        let last = s.offset + s.size - 1;
+        let req = GetRequest {
+            range: Some(ByteRange::Inclusive(s.offset, last)),
+            if_match: None,
+            head_only: false,
+        };
+        let mut sink = Staging {
+            mr: &s.staging,
+            pos: 0,
+            crc: Crc64Nvme::new(),
+            etag: String::new(),
+        };
+        backend.get_object(&s.bucket, &s.key, &req, &mut sink)?;
+        let n = sink.pos;
+        if n == 0 {
+            return Err(ApiError::new(416, "InvalidRange", "Nothing to transfer."));
+        }
+        const PIECE: u64 = 1 << 20;
+        let mut off = 0u64;
+        let mut posted = 0u64;
+        while off < n {
+            let len = PIECE.min(n - off);
+            let dst = RemoteAddr {
+                addr: remote
+                    .addr
+                    .checked_add(off)
+                    .ok_or_else(|| bad("x-amz-rdma-mr-addr overflows"))?,
+                rkey: remote.rkey,
+            };
+            let op = if off + len == n {
+                SendOp::WriteWithImm(dst, s.cookie)
+            } else {
+                SendOp::Write(dst)
+            };
+            let sge = Sge {
+                addr: s.staging.addr() + off,
+                length: len as u32,
+                lkey: s.staging.lkey(),
+            };
+            s.qp.post_send(&SendWr::new(posted + 1, op, sge))
+                .map_err(|e| ApiError::internal(format!("soft post: {e}")))?;
+            posted += 1;
+            off += len;
+        }
+        self.wait(s, posted, |_| true)?;
+        Ok((n, sink.crc.finish(), sink.etag))
+    }
+
+    /// PUT data phase: the client's WRITE_WITH_IMM into staging, then the normal PUT path.
+    fn ready_put(
+        &self,
+        backend: &dyn Backend,
+        s: &Session,
+    ) -> Result<(u64, u64, String), ApiError> {
+        let mut wc = None;
+        self.wait(s, 1, |c| {
+            wc = Some(*c);
+            true
+        })?;
+        let c = wc.ok_or_else(|| ApiError::internal("no completion"))?;
+        if c.opcode != WcOpcode::RecvRdmaWithImm
+            || c.imm_data != Some(s.cookie)
+            || u64::from(c.byte_len) != s.size
+        {
+            return Err(ApiError::new(
+                500,
+                "RdmaTransferFailed",
+                "The client's write did not carry the session cookie and the full size.",
+            ));
+        }
+        let bytes = s
+            .staging
+            .to_vec(0, s.size as usize)
+            .map_err(ApiError::internal)?;
+        let mut src = Once(Some(bytes.as_slice()));
+        let opts = ReceiveOptions {
+            aws_chunked: false,
+            decoded_len: Some(s.size),
+            max_len: s.size,
+        };
+        let spooled = crate::body::receive(&mut src, backend.spool_dir(), opts)?;
+        crate::body::verify(&spooled, &[], &PayloadHash::Unsigned)?;
+        let crc = spooled.crc64nvme;
+        let info: ObjectInfo =
+            backend.put_object(&s.bucket, &s.key, spooled, &PutMeta::default())?;
+        Ok((s.size, crc, info.etag))
+    }
+
+    /// Waits for `count` completions of the session, all successful.
+    fn wait(
+        &self,
+        s: &Session,
+        count: u64,
+        mut each: impl FnMut(&WorkCompletion) -> bool,
+    ) -> Result<(), ApiError> {
+        let end = Instant::now() + self.limits.transfer;
+        let mut seen = 0u64;
+        let mut wcs = [WorkCompletion::default(); 16];
+        while seen < count {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                s.qp.modify_to_err();
+                return Err(ApiError::new(
+                    408,
+                    "RequestTimeout",
+                    "The RDMA transfer did not complete in time.",
+                ));
+            }
+            s.cq.wait(left.min(Duration::from_millis(100)));
+            let k = s.cq.poll(&mut wcs);
+            for c in wcs.iter().take(k) {
+                seen += 1;
+                if c.status != WcStatus::Success || !each(c) {
+                    s.qp.modify_to_err();
+                    return Err(ApiError::new(
+                        500,
+                        "RdmaTransferFailed",
+                        format!("RDMA transfer failed: {:?}", c.status),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn cancel(
+        &self,
+        head: &RequestHead,
+        principal: &str,
+        out: &mut dyn Respond,
+    ) -> Result<(), ApiError> {
+        v2::check_protocol(head.header(PROTO).map(str::trim)).map_err(bad)?;
+        // Idempotent and not a probe: 204 whatever the session; only the owner's idle session
+        // is actually ended.
+        if let Ok((id, s)) = self.lookup(head, principal)
+            && *lock(&s.phase) == Phase::Prepared
+        {
+            lock(&self.sessions).remove(&id);
+        }
+        out.head(204, Vec::new(), BodyFraming::None)?;
+        Ok(())
+    }
+}
+
+fn too_large() -> ApiError {
+    ApiError::new(
+        413,
+        "EntityTooLarge",
+        "x-amz-rdma-size exceeds this gateway's session limit",
+    )
+}
+
+fn unsupported_of(e: V2Error) -> ApiError {
+    unsupported(e.to_string())
+}
+
+/// The GET sink: the object's bytes into the session's staging region.
+struct Staging<'a> {
+    mr: &'a MemoryRegion,
+    pos: u64,
+    crc: Crc64Nvme,
+    etag: String,
+}
+
+impl ObjectSink for Staging<'_> {
+    fn begin(&mut self, info: &ObjectInfo, _span: Option<(u64, u64)>) -> std::io::Result<()> {
+        self.etag = info.etag.clone();
+        Ok(())
+    }
+
+    fn data(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.mr
+            .write(self.pos, bytes)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        self.crc.update(bytes);
+        self.pos += bytes.len() as u64;
+        Ok(())
+    }
+}
+
+/// A body of one in-memory piece.
+struct Once<'a>(Option<&'a [u8]>);
+
+impl BodySource for Once<'_> {
+    fn next_chunk(&mut self) -> std::io::Result<Option<&[u8]>> {
+        Ok(self.0.take())
+    }
+}

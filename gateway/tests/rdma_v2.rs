@@ -1,0 +1,427 @@
+//! hipobj-rc-v2 (`/.hipobj-rc/prepare|ready|cancel`) on `--fabric soft`, driven by a test
+//! client built on `engine::soft` and signed raw requests: GET (object range → client buffer,
+//! completion = WRITE_WITH_IMM carrying the cookie) and PUT (client WRITE_WITH_IMM into the
+//! session's staging) byte-exact with checksums; principal binding, cookie checks, CANCEL,
+//! and the status codes of protocols.md §4.9.
+
+#[path = "support/raw.rs"]
+mod raw;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use engine::soft::{
+    Access, CompletionQueue, MemoryRegion, ProtectionDomain, QpCaps, QueuePair, RecvWr, RemoteAddr,
+    SendOp, SendWr, Sge, SoftDevice, SoftPath, WcOpcode, WcStatus, WorkCompletion,
+};
+use hipobj_gateway::{Gateway, RunningGateway, SoftLimits, SoftTarget};
+use raw::{ACCESS, SECRET, call, now, req, send, signer};
+use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
+use s3_lite::rdma::{RcToken, Reply};
+use s3_lite::sigv4::PayloadHash;
+
+const OTHER: (&str, &str) = ("other-key", "other-secret");
+
+fn start(root: &std::path::Path) -> RunningGateway {
+    let t = SoftTarget::start(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        SoftLimits::default(),
+    )
+    .unwrap();
+    Gateway::builder()
+        .listen("127.0.0.1:0")
+        .root_dir(root)
+        .credentials(ACCESS, SECRET)
+        .credentials(OTHER.0, OTHER.1)
+        .rdma_target(t)
+        .start()
+        .unwrap()
+}
+
+fn post(a: SocketAddr, path: &str, h: &[(&str, String)], key: (&str, &str)) -> raw::Response {
+    let mut q = req(a, "POST", path, "");
+    for (n, v) in h {
+        q.add_header(*n, v.clone());
+    }
+    q.add_header("Content-Length", "0");
+    signer(key.0, key.1)
+        .sign_headers(&mut q, &PayloadHash::Unsigned, now())
+        .unwrap();
+    send(a, &q, b"")
+}
+
+fn crc64(d: &[u8]) -> String {
+    let mut c = Crc64Nvme::new();
+    c.update(d);
+    encode_crc64nvme(c.finish())
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| ((i * 131) >> 3) as u8 ^ seed ^ (i >> 11) as u8)
+        .collect()
+}
+
+/// One client QP and buffer for one session.
+struct Client {
+    qp: QueuePair,
+    cq: Arc<CompletionQueue>,
+    _pd: ProtectionDomain,
+    mr: MemoryRegion,
+    _dev: SoftDevice,
+    psn: u32,
+}
+
+/// What PREPARE answered.
+struct Prepared {
+    session: String,
+    server: RcToken,
+    psn: u32,
+    soft: SocketAddr,
+    staging: Option<RemoteAddr>,
+}
+
+impl Client {
+    fn new(len: usize) -> Self {
+        let dev = SoftDevice::new(Ipv4Addr::LOCALHOST);
+        let pd = dev.alloc_pd();
+        let cq = dev.create_cq();
+        let qp = dev.create_qp(&pd, &cq, &cq, QpCaps::default());
+        let access = Access::REMOTE_WRITE | Access::LOCAL_WRITE;
+        qp.modify_to_init(access).unwrap();
+        let mr = pd.register_owned(len, access).unwrap();
+        Self {
+            qp,
+            cq,
+            _pd: pd,
+            mr,
+            _dev: dev,
+            psn: 0x00_1357,
+        }
+    }
+
+    fn prepare_headers(
+        &self,
+        op: &str,
+        target: &str,
+        size: u64,
+        offset: u64,
+        cookie: u32,
+    ) -> Vec<(&'static str, String)> {
+        vec![
+            ("x-amz-rdma-protocol", "hipobj-rc-v2".into()),
+            (
+                "x-amz-rdma-token",
+                self.qp.local_token(None).unwrap().encode(),
+            ),
+            ("x-amz-rdma-psn", format!("{:06x}", self.psn)),
+            ("x-amz-rdma-cookie", format!("{cookie:08x}")),
+            ("x-amz-rdma-op", op.into()),
+            ("x-amz-rdma-target", target.into()),
+            ("x-amz-rdma-size", size.to_string()),
+            ("x-amz-rdma-offset", offset.to_string()),
+        ]
+    }
+
+    /// PREPARE, then take the QP to RTS towards the gateway's session QP.
+    fn prepare(&self, a: SocketAddr, h: &[(&str, String)], key: (&str, &str)) -> Prepared {
+        let r = post(a, "/.hipobj-rc/prepare", h, key);
+        assert_eq!(r.status(), 200, "{}", r.text());
+        assert_eq!(r.header("x-amz-rdma-protocol"), Some("hipobj-rc-v2"));
+        let server = match Reply::parse(r.header("x-amz-rdma-reply").unwrap()).unwrap() {
+            Reply::Code {
+                code: 200,
+                peer_token: Some(t),
+            } => t,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            u32::from_str_radix(r.header("x-amz-rdma-qpn").unwrap(), 16).unwrap(),
+            server.qpn
+        );
+        let staging = r.header("x-amz-rdma-mr-addr").map(|v| RemoteAddr {
+            addr: u64::from_str_radix(v, 16).unwrap(),
+            rkey: u32::from_str_radix(r.header("x-amz-rdma-mr-rkey").unwrap(), 16).unwrap(),
+        });
+        let p = Prepared {
+            session: r.header("x-amz-rdma-session").unwrap().to_owned(),
+            server,
+            psn: u32::from_str_radix(r.header("x-amz-rdma-psn").unwrap(), 16).unwrap(),
+            soft: r.header("x-amz-rdma-soft-addr").unwrap().parse().unwrap(),
+            staging,
+        };
+        assert_eq!(p.session.len(), 32);
+        self.qp
+            .connect(&p.server, p.psn, self.psn, SoftPath::Connect(p.soft))
+            .unwrap();
+        p
+    }
+
+    fn ready_headers(
+        &self,
+        p: &Prepared,
+        cookie: u32,
+        with_mr: bool,
+    ) -> Vec<(&'static str, String)> {
+        let mut h = vec![
+            ("x-amz-rdma-protocol", "hipobj-rc-v2".into()),
+            ("x-amz-rdma-session", p.session.clone()),
+            ("x-amz-rdma-cookie", format!("{cookie:08x}")),
+            (
+                "x-amz-rdma-qpn",
+                format!("{:x}", self.qp.local_token(None).unwrap().qpn),
+            ),
+        ];
+        if with_mr {
+            h.push(("x-amz-rdma-mr-addr", format!("{:x}", self.mr.addr())));
+            h.push(("x-amz-rdma-mr-rkey", format!("{:x}", self.mr.rkey())));
+        }
+        h
+    }
+
+    fn next_wc(&self) -> WorkCompletion {
+        let mut w = [WorkCompletion::default(); 1];
+        for _ in 0..100 {
+            if self.cq.poll(&mut w) == 1 {
+                return w[0];
+            }
+            self.cq.wait(Duration::from_millis(100));
+        }
+        panic!("no completion within 10 s");
+    }
+}
+
+#[test]
+fn v2_get_and_put_byte_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(dir.path());
+    let a = gw.local_addr();
+    assert_eq!(call(a, "PUT", "/bkt", "", &[], b"").status(), 200);
+    let data = pattern(3 * (1 << 20) + 999, 5);
+    assert_eq!(call(a, "PUT", "/bkt/dir/obj", "", &[], &data).status(), 200);
+
+    // GET of a range at an odd offset, multi-piece (1 MiB writes), the last with the cookie.
+    let (off, size) = (12_345u64, 2 * (1 << 20) + 77);
+    let c = Client::new(size as usize);
+    let cookie = 0xC00C_1E01;
+    let p = c.prepare(
+        a,
+        &c.prepare_headers("GET", "/bkt/dir/obj", size, off, cookie),
+        (ACCESS, SECRET),
+    );
+    c.qp.post_recv(&RecvWr {
+        wr_id: 9,
+        sge: None,
+    })
+    .unwrap();
+    let r = post(
+        a,
+        "/.hipobj-rc/ready",
+        &c.ready_headers(&p, cookie, true),
+        (ACCESS, SECRET),
+    );
+    assert_eq!(r.status(), 200, "{}", r.text());
+    assert_eq!(r.header("x-amz-rdma-protocol"), Some("hipobj-rc-v2"));
+    assert_eq!(r.header("x-amz-rdma-cookie"), Some("c00c1e01"));
+    assert_eq!(
+        r.header("x-amz-rdma-bytes-transferred"),
+        Some(size.to_string().as_str())
+    );
+    let want = &data[off as usize..(off + size) as usize];
+    assert_eq!(
+        r.header("x-amz-rdma-checksum-crc64nvme"),
+        Some(crc64(want).as_str())
+    );
+    let wc = c.next_wc();
+    assert_eq!(wc.status, WcStatus::Success);
+    assert_eq!(wc.opcode, WcOpcode::RecvRdmaWithImm);
+    assert_eq!(wc.imm_data, Some(cookie));
+    let got = c.mr.to_vec(0, size as usize).unwrap();
+    assert_eq!(crc64(&got), crc64(want));
+    assert!(got == want, "GET bytes");
+    // Single use: a second READY finds no session.
+    let r = post(
+        a,
+        "/.hipobj-rc/ready",
+        &c.ready_headers(&p, cookie, true),
+        (ACCESS, SECRET),
+    );
+    assert_eq!((r.status(), r.code().as_str()), (404, "NoSuchRdmaSession"));
+
+    // PUT: one WRITE_WITH_IMM of the payload into the session's staging, then READY.
+    let fresh = pattern(1_500_001, 77);
+    let c = Client::new(fresh.len());
+    c.mr.write(0, &fresh).unwrap();
+    let cookie = 0x0BAD_CAFE;
+    let p = c.prepare(
+        a,
+        &c.prepare_headers("PUT", "/bkt/put%20here/new", fresh.len() as u64, 0, cookie),
+        (ACCESS, SECRET),
+    );
+    let staging = p.staging.expect("PUT PREPARE names the staging window");
+    let sge = Sge {
+        addr: c.mr.addr(),
+        length: fresh.len() as u32,
+        lkey: c.mr.lkey(),
+    };
+    c.qp.post_send(&SendWr::new(1, SendOp::WriteWithImm(staging, cookie), sge))
+        .unwrap();
+    assert_eq!(c.next_wc().status, WcStatus::Success);
+    let r = post(
+        a,
+        "/.hipobj-rc/ready",
+        &c.ready_headers(&p, cookie, false),
+        (ACCESS, SECRET),
+    );
+    assert_eq!(r.status(), 200, "{}", r.text());
+    assert_eq!(r.header("x-amz-rdma-cookie"), Some("0badcafe"));
+    assert_eq!(
+        r.header("x-amz-rdma-bytes-transferred"),
+        Some(fresh.len().to_string().as_str())
+    );
+    assert_eq!(
+        r.header("x-amz-rdma-checksum-crc64nvme"),
+        Some(crc64(&fresh).as_str())
+    );
+    let back = call(a, "GET", "/bkt/put%20here/new", "", &[], b"");
+    assert_eq!(back.status(), 200);
+    assert!(back.body == fresh, "PUT stored bytes");
+    gw.shutdown();
+}
+
+#[test]
+fn v2_binding_cookies_cancel_and_status_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(dir.path());
+    let a = gw.local_addr();
+    assert_eq!(call(a, "PUT", "/bkt", "", &[], b"").status(), 200);
+    let data = pattern(64 * 1024, 1);
+    assert_eq!(call(a, "PUT", "/bkt/obj", "", &[], &data).status(), 200);
+
+    let c = Client::new(data.len());
+    c.mr.write(0, &vec![0xA7; data.len()]).unwrap();
+    let cookie = 0x1234_5678;
+    let h = c.prepare_headers("GET", "/bkt/obj", data.len() as u64, 0, cookie);
+    let p = c.prepare(a, &h, (ACCESS, SECRET));
+    c.qp.post_recv(&RecvWr {
+        wr_id: 1,
+        sge: None,
+    })
+    .unwrap();
+    // Another principal's READY, and a wrong cookie: 404, nothing written.
+    let r = post(
+        a,
+        "/.hipobj-rc/ready",
+        &c.ready_headers(&p, cookie, true),
+        OTHER,
+    );
+    assert_eq!((r.status(), r.code().as_str()), (404, "NoSuchRdmaSession"));
+    let r = post(
+        a,
+        "/.hipobj-rc/ready",
+        &c.ready_headers(&p, cookie ^ 1, true),
+        (ACCESS, SECRET),
+    );
+    assert_eq!((r.status(), r.code().as_str()), (404, "NoSuchRdmaSession"));
+    // Another principal's CANCEL: 204 without acting.
+    let cancel = [
+        ("x-amz-rdma-protocol", "hipobj-rc-v2".to_owned()),
+        ("x-amz-rdma-session", p.session.clone()),
+    ];
+    assert_eq!(post(a, "/.hipobj-rc/cancel", &cancel, OTHER).status(), 204);
+    assert!(
+        c.mr.to_vec(0, data.len())
+            .unwrap()
+            .iter()
+            .all(|&b| b == 0xA7)
+    );
+    // The owner's READY still works after all that.
+    let r = post(
+        a,
+        "/.hipobj-rc/ready",
+        &c.ready_headers(&p, cookie, true),
+        (ACCESS, SECRET),
+    );
+    assert_eq!(r.status(), 200, "{}", r.text());
+    assert_eq!(c.next_wc().imm_data, Some(cookie));
+    assert_eq!(c.mr.to_vec(0, data.len()).unwrap(), data);
+
+    // CANCEL by the owner ends the session; READY then finds nothing; CANCEL is idempotent.
+    let c = Client::new(data.len());
+    let p = c.prepare(
+        a,
+        &c.prepare_headers("GET", "/bkt/obj", 10, 0, 7),
+        (ACCESS, SECRET),
+    );
+    let cancel = [
+        ("x-amz-rdma-protocol", "hipobj-rc-v2".to_owned()),
+        ("x-amz-rdma-session", p.session.clone()),
+    ];
+    assert_eq!(
+        post(a, "/.hipobj-rc/cancel", &cancel, (ACCESS, SECRET)).status(),
+        204
+    );
+    assert_eq!(
+        post(a, "/.hipobj-rc/cancel", &cancel, (ACCESS, SECRET)).status(),
+        204
+    );
+    let r = post(
+        a,
+        "/.hipobj-rc/ready",
+        &c.ready_headers(&p, 7, true),
+        (ACCESS, SECRET),
+    );
+    assert_eq!(r.status(), 404);
+
+    // PREPARE status codes.
+    let c = Client::new(16);
+    let base = c.prepare_headers("GET", "/bkt/obj", 10, 0, 7);
+    let with = |name: &str, v: &str| -> Vec<(&'static str, String)> {
+        base.iter()
+            .map(|(n, x)| (*n, if *n == name { v.to_owned() } else { x.clone() }))
+            .collect()
+    };
+    let r = post(
+        a,
+        "/.hipobj-rc/prepare",
+        &with("x-amz-rdma-protocol", "hipobj-rc-v1"),
+        (ACCESS, SECRET),
+    );
+    assert_eq!(r.status(), 501);
+    assert_eq!(r.header("x-amz-rdma-protocol-status"), Some("unsupported"));
+    for (n, v, status) in [
+        ("x-amz-rdma-cookie", "00000000", 400),
+        ("x-amz-rdma-psn", "1234", 400),
+        ("x-amz-rdma-op", "DELETE", 400),
+        ("x-amz-rdma-size", "0", 400),
+        ("x-amz-rdma-size", "2147483648", 413),
+        ("x-amz-rdma-size", "100000000", 413),
+        ("x-amz-rdma-token", &"0".repeat(88), 400),
+    ] {
+        let r = post(a, "/.hipobj-rc/prepare", &with(n, v), (ACCESS, SECRET));
+        assert_eq!(r.status(), status, "{n}: {v}: {}", r.text());
+    }
+    // A GET of a missing key fails at READY with the S3 error, and ends the session.
+    let c = Client::new(16);
+    let p = c.prepare(
+        a,
+        &c.prepare_headers("GET", "/bkt/none", 10, 0, 9),
+        (ACCESS, SECRET),
+    );
+    let r = post(
+        a,
+        "/.hipobj-rc/ready",
+        &c.ready_headers(&p, 9, true),
+        (ACCESS, SECRET),
+    );
+    assert_eq!(r.status(), 404);
+    assert_eq!(r.code(), "NoSuchKey");
+    // Unsigned rdma header: 403 before anything else.
+    let mut q = req(a, "POST", "/.hipobj-rc/prepare", "");
+    q.add_header("Content-Length", "0");
+    let mut q = raw::sign(q, b"", None);
+    q.add_header("x-amz-rdma-protocol", "hipobj-rc-v2");
+    assert_eq!(send(a, &q, b"").status(), 403);
+    gw.shutdown();
+}
