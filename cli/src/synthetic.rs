@@ -88,7 +88,7 @@ impl SyntheticModel {
         let mut lead = 0usize;
         while lead < out.len() {
             let p = offset + lead as u64;
-            if p >= prefix_len && p % 8 == 0 {
+            if p >= prefix_len && p.is_multiple_of(8) {
                 break;
             }
             lead += 1;
