@@ -104,8 +104,44 @@ pub fn render_text(t: &Topology) -> Result<String, TopoError> {
         for n in &t.nics {
             out.push_str(&format!("  NIC{}: {}\n", n.index, n.name));
         }
+        out.push_str(&rdma_devices(t));
     }
     Ok(out)
+}
+
+/// Ports and GID tables of the RDMA devices, with the GID the engine would choose (RoCEv2 IPv4
+/// first, read from `gid_attrs` the way `engine::verbs::gid` does for the real fabric) and the
+/// GPUs for which the device is closest.
+fn rdma_devices(t: &Topology) -> String {
+    let sys = t.root.join("sys");
+    let mut out = String::from("\nRDMA devices:\n\n");
+    for n in &t.nics {
+        let closest_for: Vec<String> = t
+            .gpus
+            .iter()
+            .filter(|g| t.closest_nics(g.index).is_ok_and(|v| v.iter().any(|c| c.index == n.index)))
+            .map(|g| format!("GPU{}", g.index))
+            .collect();
+        let numa = n.numa_node.map_or_else(|| "N/A".to_owned(), |v| v.to_string());
+        let closest = if closest_for.is_empty() { "-".to_owned() } else { closest_for.join(",") };
+        out.push_str(&format!("  {} (NIC{}): NUMA {numa}, closest NIC for {closest}\n", n.name, n.index));
+        for p in &n.ports {
+            let rate = p.rate.as_deref().map(|r| format!(", {r}")).unwrap_or_default();
+            out.push_str(&format!("    port {}: {} {}{rate}\n", p.port, p.state, p.link_layer));
+            let Ok(port) = u8::try_from(p.port) else { continue };
+            match engine::verbs::gid::read_table(&sys, &n.name, port) {
+                Ok(entries) => {
+                    let best = engine::verbs::gid::choose(&entries);
+                    for e in &entries {
+                        let mark = if Some(*e) == best { "  <- chosen" } else { "" };
+                        out.push_str(&format!("      gid {e}{mark}\n"));
+                    }
+                }
+                Err(_) => out.push_str("      (no GID table in sysfs)\n"),
+            }
+        }
+    }
+    out
 }
 
 fn cpus_or_na(c: &numa::CpuSet) -> String {
