@@ -49,6 +49,7 @@ print(f"   memory {r['memory']:<5} workload {r['workload']:<10} ops {r['ops']} e
       f"{r['ops_per_s']:.0f} ops/s; transfer {r['transfer_gb_per_s']:.2f} GB/s (inline verify {r['inline_verify_s']:.2f} s); "
       f"p50 {r['p50_us']:.0f} us p99 {r['p99_us']:.0f} us; cpu {r['cpu_s']:.1f} s; copies {r['gpu_copies']} "
       f"coalesce {r['coalesce']} verify_after {r['verify_s']:.2f} s; upload {r['upload_s']:.1f} s; paths {r['paths']}")
+if r.get("put_from_vram"): print("   PUT from VRAM:", r["put_from_vram"])
 PY
   echo "   ($((SECONDS - t0)) s)" | tee -a "$log"
 }

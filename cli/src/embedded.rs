@@ -15,10 +15,10 @@
 //! [`vram`]: the engine writes into pinned bounce memory, completed ranges are copied
 //! (coalesced) into a VRAM image of the object on a dedicated stream, a range counts as done
 //! when its copy's event has completed, and after the batch every written VRAM byte is read back
-//! and compared with the model.
+//! and compared with the model. Then 16 pieces of the VRAM image are PUT from VRAM (copied back
+//! into bounce memory, PUT from there) and read back ([`vram::put_round_trip`]).
 
-#[path = "vram.rs"]
-pub mod vram;
+use crate::vram;
 
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
@@ -89,6 +89,8 @@ pub struct EmbeddedReport {
     /// GPU memory or --verify-after: seconds spent comparing (after reading VRAM back) after
     /// the timed phase.
     pub verify_s: f64,
+    /// GPU memory: the PUT-from-VRAM check (pieces of the VRAM image PUT and read back).
+    pub put_from_vram: Option<vram::PutReport>,
     /// Bytes carried per path (`http`, `rdma-soft`, `rdma-verbs`).
     pub paths: Vec<(&'static str, u64)>,
 }
@@ -473,6 +475,38 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
     if let Some(b) = ops_bar {
         b.finish_and_clear();
     }
+    // PUT from VRAM: up to 16 pieces of what the GET phase put into VRAM, PUT from there and
+    // read back (GPU memory only; the bytes were copied back into bounce memory first).
+    let mut put_from_vram = None;
+    if let Some(s) = sink.as_mut() {
+        let mut pieces = Vec::new();
+        for (o, l) in vram::merge_spans(&mut spans.clone()) {
+            let mut at = o;
+            while at < o + l && pieces.len() < 16 {
+                let n = (o + l - at).min(slot_len);
+                pieces.push((at, n));
+                at += n;
+            }
+        }
+        let r = vram::put_round_trip(
+            &engine,
+            &mut q,
+            buf,
+            s,
+            BUCKET,
+            "from-vram/",
+            &pieces,
+            &|off, b| model.first_mismatch(off, b),
+        )?;
+        let _ = writeln!(
+            stderr,
+            "PUT from VRAM: {} objects, {} PUT and read back equal in {:.2} s",
+            r.objects,
+            format_bytes(r.verified),
+            r.elapsed_s
+        );
+        put_from_vram = Some(r);
+    }
     drop(q);
     drop(engine);
     gateway.shutdown();
@@ -556,6 +590,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
         gpu_copies,
         coalesce: gpu.is_some() && !args.no_coalesce,
         verify_s,
+        put_from_vram,
     })
 }
 
@@ -601,6 +636,10 @@ fn print_table(r: &EmbeddedReport, out: &mut dyn Write) -> std::io::Result<()> {
     ];
     for (k, v) in rows {
         writeln!(out, "  {k:<22} {v:>16}")?;
+    }
+    if let Some(p) = &r.put_from_vram {
+        let v = format!("{} obj, {} ok", p.objects, format_bytes(p.verified));
+        writeln!(out, "  {:<22} {:>16}", "PUT from VRAM", v)?;
     }
     for (path, bytes) in &r.paths {
         writeln!(

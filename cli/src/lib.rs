@@ -10,3 +10,4 @@ pub mod serve;
 pub mod synthetic;
 pub mod topo;
 pub mod units;
+pub mod vram;

@@ -284,6 +284,121 @@ impl VramSink {
     }
 }
 
+impl VramSink {
+    /// Copies `len` bytes of the VRAM image at `image_off` into the bounce buffer at
+    /// `bounce_off` and waits for the copy (the first half of a PUT from VRAM).
+    ///
+    /// The caller must have no engine operation in flight on those bounce bytes.
+    pub fn copy_out(&mut self, image_off: u64, bounce_off: u64, len: u64) -> Result<(), GpuError> {
+        let big = |_| GpuError::InvalidArgument("range exceeds the address space".into());
+        let (image_off, bounce_off, len) = (
+            usize::try_from(image_off).map_err(big)?,
+            usize::try_from(bounce_off).map_err(big)?,
+            usize::try_from(len).map_err(big)?,
+        );
+        if bounce_off
+            .checked_add(len)
+            .is_none_or(|end| end > self.bounce.len())
+        {
+            return Err(GpuError::InvalidArgument(format!(
+                "bounce range {bounce_off}+{len} out of bounds"
+            )));
+        }
+        let src = self.image.ptr_at(image_off, len)?;
+        // SAFETY: the destination lies inside the pinned bounce allocation (checked above),
+        // which nothing else reads or writes meanwhile (the caller's contract: no engine op on
+        // it), and the stream is synchronised before this returns, so the copy has finished
+        // before anyone can look at the bytes; `src` was bounds-checked against the image.
+        unsafe {
+            self.stream
+                .copy_d2h_async(self.bounce.as_mut_ptr().add(bounce_off), src, len)?
+        };
+        self.stream.synchronize()
+    }
+}
+
+/// What the PUT-from-VRAM check did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PutReport {
+    /// Objects PUT (one per piece).
+    pub objects: u64,
+    /// Bytes PUT.
+    pub bytes: u64,
+    /// Bytes read back with GET and found equal to the source.
+    pub verified: u64,
+    /// Wall time of the whole check (sequential: copy out, PUT, GET back, compare), seconds.
+    pub elapsed_s: f64,
+}
+
+/// PUT from VRAM, verified: each `(offset, len)` piece of the VRAM image (bytes the GET phase
+/// put there and verified) is copied into bounce slot 0, PUT as its own object
+/// `{prefix}{i}` from that registered memory, the slot is wiped, the object is read back with a
+/// GET into the same slot and compared with `mismatch(offset, bytes)`. Sequential: a
+/// functional check of the path, not a throughput figure. No operation may be in flight on
+/// `buf` when it is called.
+#[allow(clippy::too_many_arguments)]
+pub fn put_round_trip(
+    engine: &engine::Engine,
+    q: &mut engine::Queue,
+    buf: ring_api::BufHandle,
+    sink: &mut VramSink,
+    bucket: &str,
+    prefix: &str,
+    pieces: &[(u64, u64)],
+    mismatch: &dyn Fn(u64, &[u8]) -> Option<usize>,
+) -> Result<PutReport, String> {
+    use ring_api::opcode::{Get, Put};
+    use ring_api::{BufSlice, Cqe};
+    fn one(q: &mut engine::Queue, what: &str) -> Result<Cqe, String> {
+        if q.wait(1, Some(std::time::Duration::from_secs(60))) == 0 {
+            return Err(format!("{what}: no completion within 60 s"));
+        }
+        q.completion()
+            .next()
+            .ok_or_else(|| format!("{what}: completion vanished"))
+    }
+    let t0 = Instant::now();
+    let mut report = PutReport {
+        objects: 0,
+        bytes: 0,
+        verified: 0,
+        elapsed_s: 0.0,
+    };
+    for (i, &(off, len)) in pieces.iter().enumerate() {
+        let key = format!("{prefix}{i}");
+        let obj = engine.object(bucket, &key).map_err(|e| e.to_string())?;
+        sink.copy_out(off, 0, len)
+            .map_err(|e| format!("copy out of VRAM: {e}"))?;
+        q.push(&Put::new(obj, BufSlice::new(buf, 0, len)).build())
+            .map_err(|e| e.to_string())?;
+        let c = one(q, "PUT")?;
+        if !c.is_ok() {
+            return Err(format!("PUT {key} from VRAM failed: {:?}", c.error_code()));
+        }
+        report.objects += 1;
+        report.bytes += len;
+        let wipe = vec![0u8; usize::try_from(len).map_err(|_| "piece too large")?];
+        engine.copy_in(buf, 0, &wipe).map_err(|e| e.to_string())?;
+        q.push(&Get::new(obj, BufSlice::new(buf, 0, len)).build())
+            .map_err(|e| e.to_string())?;
+        let c = one(q, "GET")?;
+        if !c.is_ok() || c.bytes() != len {
+            return Err(format!(
+                "GET {key} back: {:?}, {} of {len} bytes",
+                c.error_code(),
+                c.bytes()
+            ));
+        }
+        let view = engine.read(buf, 0, len).map_err(|e| e.to_string())?;
+        match mismatch(off, &view) {
+            None => report.verified += len,
+            Some(at) => return Err(format!("{key}: byte {at} differs from the object at {off}")),
+        }
+    }
+    report.elapsed_s = t0.elapsed().as_secs_f64();
+    Ok(report)
+}
+
 impl Drop for VramSink {
     fn drop(&mut self) {
         // Copies still queued read the bounce memory: wait for them before it is freed.
