@@ -221,25 +221,9 @@ pub fn chunked_body(data: &[u8]) {
 mod tests {
     use super::*;
 
-    fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../fuzz/seeds")
-            .join(target);
-        let mut files: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        files.sort();
-        assert!(files.len() >= 3, "expected seeds in {}", dir.display());
-        files
-            .into_iter()
-            .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
-            .collect()
-    }
-
     #[test]
     fn response_head_seeds() {
-        for (name, data) in seeds("response_head") {
+        for (name, data) in crate::fuzzing::seeds("response_head", 3) {
             println!("{name}");
             response_head(&data);
         }
@@ -247,7 +231,7 @@ mod tests {
 
     #[test]
     fn chunked_body_seeds() {
-        for (name, data) in seeds("chunked_body") {
+        for (name, data) in crate::fuzzing::seeds("chunked_body", 3) {
             println!("{name}");
             chunked_body(&data);
         }

@@ -185,24 +185,9 @@ pub fn request_head(data: &[u8]) {
 mod tests {
     use super::*;
 
-    fn seeds() -> Vec<(String, Vec<u8>)> {
-        let dir =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/request_head");
-        let mut files: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        files.sort();
-        assert!(files.len() >= 5, "expected seeds in {}", dir.display());
-        files
-            .into_iter()
-            .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
-            .collect()
-    }
-
     #[test]
     fn request_head_seeds() {
-        for (name, data) in seeds() {
+        for (name, data) in crate::fuzzing::seeds("request_head", 5) {
             println!("{name}");
             request_head(&data);
         }

@@ -120,26 +120,10 @@ pub fn list_objects_v2(data: &[u8]) {
 mod tests {
     use super::*;
 
-    fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../fuzz/seeds")
-            .join(target);
-        let mut files: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        files.sort();
-        assert!(files.len() >= 3, "expected seeds in {}", dir.display());
-        files
-            .into_iter()
-            .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
-            .collect()
-    }
-
     #[test]
     fn error_xml_seeds() {
         let mut parsed = 0;
-        for (name, data) in seeds("error_xml") {
+        for (name, data) in crate::fuzzing::seeds("error_xml", 3) {
             println!("{name}");
             error_xml(&data);
             parsed += usize::from(parse_error_xml(&data).is_ok());
@@ -150,7 +134,7 @@ mod tests {
     #[test]
     fn list_objects_v2_seeds() {
         let mut parsed = 0;
-        for (name, data) in seeds("list_objects_v2") {
+        for (name, data) in crate::fuzzing::seeds("list_objects_v2", 3) {
             println!("{name}");
             list_objects_v2(&data);
             parsed += usize::from(parse_list_objects_v2(&data).is_ok());

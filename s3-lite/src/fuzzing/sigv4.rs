@@ -59,27 +59,10 @@ pub fn canonical_forms(data: &[u8]) {
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
-    fn seeds() -> Vec<(String, Vec<u8>)> {
-        let dir =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/sigv4_authorization");
-        let mut files: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .map(|e| e.unwrap().path())
-            .collect();
-        files.sort();
-        assert!(files.len() >= 5, "expected seeds in {}", dir.display());
-        files
-            .into_iter()
-            .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
-            .collect()
-    }
-
     #[test]
     fn authorization_seeds() {
         let mut parsed = 0;
-        for (_, data) in seeds() {
+        for (_, data) in crate::fuzzing::seeds("sigv4_authorization", 5) {
             super::parse_authorization(&data);
             super::canonical_forms(&data);
             let text = String::from_utf8_lossy(&data);
