@@ -101,3 +101,18 @@ pub(crate) trait Fabric: Send + std::fmt::Debug {
     /// Attempts on the wire.
     fn active(&self) -> usize;
 }
+
+/// A response head parsed from a status and header list (unit tests of response checks).
+#[cfg(test)]
+pub(crate) fn test_head(status: u16, headers: &[(&str, &str)]) -> s3_lite::http::ResponseHead {
+    let mut wire = format!("HTTP/1.1 {status} X\r\n");
+    for (n, v) in headers {
+        wire.push_str(&format!("{n}: {v}\r\n"));
+    }
+    wire.push_str("\r\n");
+    let mut d = s3_lite::http::ResponseDecoder::new(Default::default(), false);
+    match d.decode(wire.as_bytes()).unwrap().event {
+        s3_lite::http::Event::Head(h) => h,
+        other => panic!("{other:?}"),
+    }
+}

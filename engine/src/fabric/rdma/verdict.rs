@@ -140,18 +140,7 @@ fn get_success(kind: OpKind, buf_len: u64, head: &ResponseHead) -> Plan {
 mod tests {
     use super::*;
 
-    fn head(status: u16, headers: &[(&str, &str)]) -> ResponseHead {
-        let mut wire = format!("HTTP/1.1 {status} X\r\n");
-        for (n, v) in headers {
-            wire.push_str(&format!("{n}: {v}\r\n"));
-        }
-        wire.push_str("\r\n");
-        let mut d = s3_lite::http::ResponseDecoder::new(Default::default(), false);
-        match d.decode(wire.as_bytes()).unwrap().event {
-            s3_lite::http::Event::Head(h) => h,
-            other => panic!("{other:?}"),
-        }
-    }
+    use crate::fabric::test_head as head;
 
     const RG: OpKind = OpKind::RangeGet { offset: 10 };
 
