@@ -116,6 +116,7 @@ pub struct EngineBuilder {
     pub(crate) read_buffer: usize,
     pub(crate) quickack: bool,
     pub(crate) fabric: crate::fabric::rdma::Fabric,
+    pub(crate) dialect: crate::fabric::rdma::Dialect,
 }
 
 impl Default for EngineBuilder {
@@ -134,6 +135,7 @@ impl Default for EngineBuilder {
             read_buffer: 256 * 1024,
             quickack: true,
             fabric: crate::fabric::rdma::Fabric::default(),
+            dialect: crate::fabric::rdma::Dialect::default(),
         }
     }
 }
@@ -228,6 +230,17 @@ impl EngineBuilder {
     #[must_use]
     pub fn fabric(mut self, fabric: crate::fabric::rdma::Fabric) -> Self {
         self.fabric = fabric;
+        self
+    }
+
+    /// Which RDMA dialect the soft fabric speaks when `fabric` is `Soft` or `Auto`:
+    /// `Dialect::RcPersistent` (default; pairs once, one round trip per op) or `Dialect::RcV2`
+    /// (`hipobj-rc-v2`: PREPARE / READY per op, as the Ceph fork, versitygw and elbencho
+    /// serve; its two round trips block the worker, bounded by the op's deadline). A server
+    /// answering PREPARE with `501` gets that op over HTTP (and, under `Auto`, every later one).
+    #[must_use]
+    pub fn dialect(mut self, dialect: crate::fabric::rdma::Dialect) -> Self {
+        self.dialect = dialect;
         self
     }
 

@@ -112,12 +112,15 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
             b.read_buffer,
             b.quickack,
         )
-        .with_rdma(crate::fabric::rdma::RdmaClient::new(
-            b.fabric,
-            addr,
-            endpoint.clone(),
-            Arc::clone(&signer),
-        ));
+        .with_rdma(
+            crate::fabric::rdma::RdmaClient::new(
+                b.fabric,
+                addr,
+                endpoint.clone(),
+                Arc::clone(&signer),
+            )
+            .with_dialect(b.dialect),
+        );
         workers.push(WorkerHandle::spawn(
             i,
             core,

@@ -170,6 +170,14 @@ impl Fabric for HttpFabric {
         io: &mio::Registry,
         done: &mut Finished,
     ) -> bool {
+        // hipobj-rc-v2 runs its own control exchange (blocking, bounded by the op's deadline);
+        // `None` means this op goes over this pool as usual.
+        if let (Some(r), Some(now)) = (self.rdma.as_mut(), self.dates.now())
+            && let Some(outcome) = r.exchange(key, op, now)
+        {
+            done.push((key, outcome));
+            return true;
+        }
         let idx = match self.idle.pop() {
             Some(i) => i,
             None => match self.open(io) {

@@ -160,3 +160,8 @@ pub(crate) fn parse(head: &ResponseHead) -> Result<Paired, ConnectError> {
         soft_addr,
     })
 }
+
+/// [`read_head`] for the other blocking exchanges of this module's parent (hipobj-rc-v2).
+pub(crate) fn read_head_until(s: &mut TcpStream, end: Instant) -> Result<ResponseHead, ()> {
+    read_head(s, end).map_err(|_| ())
+}

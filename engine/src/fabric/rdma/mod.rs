@@ -1,4 +1,6 @@
-//! The `rc-persistent` dialect, client side, over the soft fabric.
+//! The RDMA dialects, client side, over the soft fabric: `rc-persistent` (below) and
+//! `hipobj-rc-v2` ([`Dialect::RcV2`]: the per-op PREPARE / READY exchange in `v2`, its pure
+//! rules in `v2_wire`, entered through [`RdmaClient::exchange`]).
 //!
 //! Per worker and endpoint ([`RdmaClient`], owned by the worker's HTTP fabric): on first use a
 //! soft QP is created and paired with the server through the signed connect route
@@ -22,6 +24,8 @@
 //! tries.
 
 pub(crate) mod connect;
+mod v2;
+mod v2_wire;
 pub(crate) mod verdict;
 
 use std::collections::{HashMap, HashSet};
@@ -55,6 +59,21 @@ pub enum Fabric {
     /// Payloads in the HTTP body only (the default).
     #[default]
     Http,
+}
+
+/// Which RDMA dialect the soft fabric speaks (`EngineBuilder::dialect`), used when the fabric is
+/// `Soft` or `Auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Dialect {
+    /// `rc-persistent`: one signed pairing per worker, then one HTTP round trip per op (the
+    /// default; our gateway's fast path).
+    #[default]
+    RcPersistent,
+    /// `hipobj-rc-v2` (protocols.md §4): PREPARE / READY on `/.hipobj-rc/` per op, a fresh QP
+    /// each time: what the Ceph fork, versitygw, elbencho and the ROCm reference serve. Two
+    /// round trips per op, run on the worker thread (bounded by the op's deadline).
+    RcV2,
 }
 
 /// What the client knows about the endpoint.
@@ -110,6 +129,9 @@ pub(crate) struct RdmaClient {
     moved: HashSet<OpKey>,
     /// Consecutive declines after (re-)pairing; beyond a few, Auto stops trying.
     declines: u32,
+    dialect: Dialect,
+    /// The hipobj-rc-v2 client's soft device (made on first use).
+    v2: Option<v2::V2Device>,
 }
 
 const MAX_DECLINES: u32 = 3;
@@ -135,6 +157,68 @@ impl RdmaClient {
             http_next: HashSet::new(),
             moved: HashSet::new(),
             declines: 0,
+            dialect: Dialect::RcPersistent,
+            v2: None,
+        }
+    }
+
+    /// Speaks `dialect` instead of `rc-persistent`.
+    pub(crate) fn with_dialect(mut self, dialect: Dialect) -> Self {
+        self.dialect = dialect;
+        self
+    }
+
+    fn local_ip(&self) -> Ipv4Addr {
+        match self.addr.ip() {
+            std::net::IpAddr::V4(ip) => ip,
+            std::net::IpAddr::V6(_) => Ipv4Addr::LOCALHOST,
+        }
+    }
+
+    /// Runs the whole hipobj-rc-v2 exchange for `op` (dialect `RcV2`), blocking the worker
+    /// for at most the op's remaining time. `Some(outcome)`: the op ended (the bytes moved
+    /// by RDMA, or it failed); `None`: send it over HTTP (another dialect, a non-data op, a
+    /// server that declined v2, too little time left).
+    pub(crate) fn exchange(
+        &mut self,
+        key: OpKey,
+        op: &InFlight,
+        now: s3_lite::sigv4::AmzDate,
+    ) -> Option<super::Outcome> {
+        self.moved.remove(&key);
+        if self.dialect != Dialect::RcV2 || matches!(self.state, State::Plain) {
+            return None;
+        }
+        if self.http_next.remove(&key) {
+            return None;
+        }
+        let left = op.deadline.map_or(v2::LIMIT, |d| {
+            d.saturating_duration_since(Instant::now()).min(v2::LIMIT)
+        });
+        if left < v2::MIN_LIMIT {
+            return None;
+        }
+        let ip = self.local_ip();
+        let dev = self.v2.get_or_insert_with(|| v2::V2Device::new(ip));
+        let ctx = v2::Ctx {
+            addr: self.addr,
+            endpoint: &self.endpoint,
+            signer: &self.signer,
+            now,
+            dev,
+        };
+        match v2::run(&ctx, op, Instant::now() + left)? {
+            v2::Exchange::Done { bytes } => {
+                self.moved.insert(key);
+                Some(super::Outcome::Done { bytes, aux: 0 })
+            }
+            v2::Exchange::Fallback { learn } => {
+                if learn && self.mode == Fabric::Auto {
+                    self.state = State::Plain;
+                }
+                None
+            }
+            v2::Exchange::Failed(o) => Some(o),
         }
     }
 
@@ -181,11 +265,7 @@ impl RdmaClient {
         now: s3_lite::sigv4::AmzDate,
         limit: Duration,
     ) -> Result<Link, connect::ConnectError> {
-        let ip = match self.addr.ip() {
-            std::net::IpAddr::V4(ip) => ip,
-            std::net::IpAddr::V6(_) => Ipv4Addr::LOCALHOST,
-        };
-        let device = SoftDevice::new(ip);
+        let device = SoftDevice::new(self.local_ip());
         let pd = device.alloc_pd();
         let cq = device.create_cq();
         let qp = device.create_qp(&pd, &cq, &cq, QpCaps::default());
@@ -233,6 +313,9 @@ impl RdmaClient {
         now: s3_lite::sigv4::AmzDate,
     ) -> Option<Prepared> {
         self.moved.remove(&key);
+        if self.dialect != Dialect::RcPersistent {
+            return None;
+        }
         if self.http_next.remove(&key) || matches!(self.state, State::Plain) {
             return None;
         }
