@@ -154,7 +154,7 @@ typedef struct {
  * -1, no endpoint, unresolvable host, bad credentials file), hipObjOpNotSupported
  * (https endpoint), hipObjAlreadyInitialized.
  * If gpuDevice >= 0 the HIP/CUDA runtime is probed (one line on stderr) so that
- * device pointers can be recognised and refused by hipObjBufRegister.
+ * hipObjBufRegister can recognise device pointers (and register them staged).
  * Thread safety: call once, before other calls; not concurrently with Shutdown.
  */
 HIPOBJ_API hipObjError_t hipObjInit(const hipObjConfig_t* config);
@@ -176,8 +176,14 @@ HIPOBJ_API hipObjError_t hipObjShutdown(void);
  * Registers host memory [ptr, ptr+size) for hipObjGet/hipObjPut and batch ops.
  * The memory must stay valid until hipObjBufDeregister(ptr) or hipObjShutdown
  * returns success, and the caller must not touch bytes covered by an operation
- * in flight until it completed. Device memory (hipMalloc/cudaMalloc) is refused
- * with hipObjDmabufNotSupported when gpuDevice >= 0 (GPU data path: later).
+ * in flight until it completed. Device memory (cudaMalloc/cuMemAlloc; hipMalloc
+ * on the same path, untested on AMD) is recognised only when hipObjInit had
+ * gpuDevice >= 0 and found a runtime; it is registered HOST-STAGED (not dmabuf):
+ * a pinned bounce buffer of the same size stands in for it, hipObjGet copies
+ * bounce -> device and synchronizes before returning, hipObjPut copies device ->
+ * bounce first. Batch entries on device memory complete hipObjOpNotSupported.
+ * The range must lie in one device allocation (hipObjInvalidValue otherwise);
+ * a failing GPU copy is hipObjInternalError with the runtime's code in hipError.
  * Errors: hipObjInvalidValue (NULL, size 0), hipObjSizeTooLarge (> 4 GiB),
  * hipObjBufAlreadyRegistered (overlaps a registration), hipObjNotInitialized.
  * Thread safety: any thread.

@@ -23,6 +23,9 @@ pub struct Registration {
     pub len: usize,
     /// The engine's handle.
     pub handle: BufHandle,
+    /// Device memory standing behind a pinned bounce buffer (see [`crate::staged`]): the
+    /// engine's handle covers the bounce buffer, at the same offsets.
+    pub staged: bool,
 }
 
 /// Where a pointer range lies: the registration's handle and the offset into it.
@@ -32,6 +35,10 @@ pub struct Located {
     pub handle: BufHandle,
     /// Offset of the pointer from the registration's base.
     pub offset: u64,
+    /// The registration's base address.
+    pub base: usize,
+    /// Whether the registration is host-staged device memory.
+    pub staged: bool,
 }
 
 /// The sorted set of registrations.
@@ -131,6 +138,8 @@ impl Registry {
         Ok(Located {
             handle: r.handle,
             offset,
+            base: r.base,
+            staged: r.staged,
         })
     }
 
@@ -159,6 +168,7 @@ mod tests {
             base,
             len,
             handle: BufHandle(h),
+            staged: h.is_multiple_of(2),
         }
     }
 
@@ -178,11 +188,17 @@ mod tests {
             r.locate(0x1000, 0x1000).unwrap(),
             Located {
                 handle: BufHandle(1),
-                offset: 0
+                offset: 0,
+                base: 0x1000,
+                staged: false,
             }
         );
         assert_eq!(r.locate(0x1800, 0x800).unwrap().offset, 0x800);
-        assert_eq!(r.locate(0x30ff, 1).unwrap().handle, BufHandle(2));
+        let dev = r.locate(0x30ff, 1).unwrap();
+        assert_eq!(
+            (dev.handle, dev.base, dev.staged),
+            (BufHandle(2), 0x3000, true)
+        );
         assert_eq!(r.locate(0x1fff, 1).unwrap().offset, 0xfff);
         assert_eq!(r.locate(0x1800, 0).unwrap().offset, 0x800);
     }

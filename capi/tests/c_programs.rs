@@ -24,6 +24,42 @@ fn quickstart_with_host_memory() {
     assert!(out.starts_with("hipobj-rs "), "{out}");
 }
 
+/// The Quick Start with `cuMemAlloc` (= `cudaMalloc`) memory, registered host-staged. Runs only
+/// where a CUDA device is present; skips with a message otherwise, or fails when
+/// `HIPOBJ_REQUIRE_GPU=1` (the GPU lane) so a lane without a GPU cannot pass silently.
+#[test]
+fn quickstart_with_cuda_memory() {
+    let required = std::env::var("HIPOBJ_REQUIRE_GPU").is_ok_and(|v| v == "1");
+    let cuda = engine::gpu::detect().filter(|rt| rt.backend() == engine::gpu::Backend::Cuda);
+    let Some(rt) = cuda else {
+        assert!(
+            !required,
+            "HIPOBJ_REQUIRE_GPU=1 but no CUDA device was found"
+        );
+        // Still compile it (it needs no CUDA headers) and check that it skips by itself.
+        let dir = tempfile::tempdir().unwrap();
+        let exe = compile("quickstart_cuda", dir.path());
+        let out = run(
+            &exe,
+            &["http://127.0.0.1:9", ACCESS, SECRET, BUCKET],
+            dir.path(),
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(77), "{stdout}");
+        assert!(stdout.starts_with("skip: "), "{stdout}");
+        println!("skipped: no CUDA device (the Quick Start with cudaMalloc memory needs one)");
+        return;
+    };
+    println!(
+        "cuda: {} ({} device(s), driver API {})",
+        rt.device_name(0).unwrap_or_default(),
+        rt.device_count(),
+        rt.version()
+    );
+    let out = run_against_gateway("quickstart_cuda", "quickstart_cuda ok");
+    println!("{out}");
+}
+
 #[test]
 fn batch_of_1000_range_gets() {
     let out = run_against_gateway("batch", "batch ok 1000 range-gets");

@@ -15,9 +15,11 @@ pub const ACCESS: &str = "capi-test-access";
 pub const SECRET: &str = "capi-test-secret-key";
 pub const BUCKET: &str = "capi-bucket";
 
-/// `capi/`.
+/// `capi/`; `HIPOBJ_CAPI_DIR` overrides it when the test binary runs on another machine than
+/// the one that built it (the GPU lane: `benches/gpu/run_capi_on_device.sh`).
 pub fn crate_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("HIPOBJ_CAPI_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
 }
 
 /// The directory holding `libhipobj.so`.
@@ -63,6 +65,14 @@ pub fn compile_static(name: &str, out_dir: &Path) -> PathBuf {
 }
 
 fn compile_with(name: &str, out_dir: &Path, static_lib: bool) -> PathBuf {
+    // A machine without a C compiler (the GPU lane may be one) can bring programs built
+    // elsewhere: `HIPOBJ_PREBUILT_C_DIR/<name>`, linked with RUNPATH $ORIGIN.
+    if let Some(dir) = std::env::var_os("HIPOBJ_PREBUILT_C_DIR") {
+        let exe = PathBuf::from(dir).join(name);
+        if !static_lib && exe.exists() {
+            return exe;
+        }
+    }
     let src = crate_dir().join("tests/c").join(format!("{name}.c"));
     let exe = out_dir.join(name);
     let lib = lib_dir();
