@@ -13,8 +13,8 @@ use s3_lite::checksum::{Checksum, ChecksumAlgorithm, Crc64Nvme, HEADER_CRC64NVME
 use s3_lite::credentials::Credentials;
 use s3_lite::http::ResponseHead;
 use s3_lite::s3::{
-    self, ByteRange, CompletedPart, ContentRange, Endpoint, GetOptions, ListOptions, ObjectEntry, ObjectMeta,
-    PutOptions, S3Error,
+    self, ByteRange, CompletedPart, ContentRange, Endpoint, GetOptions, ListOptions, ObjectEntry,
+    ObjectMeta, PutOptions, S3Error,
 };
 use s3_lite::sigv4::{AmzDate, PayloadHash, Signer};
 
@@ -126,7 +126,8 @@ struct BoundedSink(Vec<u8>);
 impl BodySink for BoundedSink {
     fn accept(&mut self, data: &[u8]) -> std::io::Result<()> {
         let room = MAX_ERROR_BODY.saturating_sub(self.0.len());
-        self.0.extend_from_slice(data.get(..room.min(data.len())).unwrap_or_default());
+        self.0
+            .extend_from_slice(data.get(..room.min(data.len())).unwrap_or_default());
         Ok(())
     }
 }
@@ -144,9 +145,13 @@ fn empty_payload() -> PayloadHash {
 
 fn now() -> AmzDate {
     #[allow(clippy::disallowed_methods)] // the blocking driver owns the clock
-    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     // The clock is after 1970 on every machine this runs on; fall back to the epoch otherwise.
-    AmzDate::from_unix_secs(secs).unwrap_or_else(|_| AmzDate::from_unix_secs(0).expect("epoch is a valid date"))
+    AmzDate::from_unix_secs(secs)
+        .unwrap_or_else(|_| AmzDate::from_unix_secs(0).expect("epoch is a valid date"))
 }
 
 impl S3Client {
@@ -157,7 +162,10 @@ impl S3Client {
             s3::Scheme::Http => None,
         };
         let signer = Signer::new(settings.credentials, settings.region, "s3")?;
-        Ok(Self { http: HttpClient::new(settings.endpoint, tls, settings.timeouts), signer })
+        Ok(Self {
+            http: HttpClient::new(settings.endpoint, tls, settings.timeouts),
+            signer,
+        })
     }
 
     /// The endpoint.
@@ -176,19 +184,50 @@ impl S3Client {
         sink: &mut dyn BodySink,
     ) -> Result<ResponseHead, ClientError> {
         self.signer.sign_headers(&mut req, &payload, now())?;
-        let mut status_sink = StatusSink { inner: sink, error_body: BoundedSink(Vec::new()), success: None };
-        let head = self.http.execute(&req, bucket, body, &mut StatusSinkAdapter(&mut status_sink))?;
+        let mut status_sink = StatusSink {
+            inner: sink,
+            error_body: BoundedSink(Vec::new()),
+            success: None,
+        };
+        let head =
+            self.http
+                .execute(&req, bucket, body, &mut StatusSinkAdapter(&mut status_sink))?;
         if (200..300).contains(&head.status) {
             Ok(head)
         } else {
-            Err(ClientError::S3(Box::new(s3::parse_error(head.status, &head.headers, &status_sink.error_body.0))))
+            Err(ClientError::S3(Box::new(s3::parse_error(
+                head.status,
+                &head.headers,
+                &status_sink.error_body.0,
+            ))))
         }
     }
 
     /// HeadObject.
     pub fn head(&mut self, bucket: &str, key: &str) -> Result<ObjectMeta, ClientError> {
-        let req = s3::head_object(self.endpoint(), bucket, key, &GetOptions::default())?;
-        let head = self.send(req, Some(bucket), empty_payload(), RequestBody::None, &mut Vec::new())?;
+        self.head_with(bucket, key, false)
+    }
+
+    /// HeadObject, asking for the stored checksum (`x-amz-checksum-mode: ENABLED`) when
+    /// `checksum_mode` is set, so a download that moves by another path can be verified.
+    pub fn head_with(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        checksum_mode: bool,
+    ) -> Result<ObjectMeta, ClientError> {
+        let opts = GetOptions {
+            checksum_mode,
+            ..Default::default()
+        };
+        let req = s3::head_object(self.endpoint(), bucket, key, &opts)?;
+        let head = self.send(
+            req,
+            Some(bucket),
+            empty_payload(),
+            RequestBody::None,
+            &mut Vec::new(),
+        )?;
         ObjectMeta::from_headers(&head.headers).map_err(ClientError::response)
     }
 
@@ -214,7 +253,11 @@ impl S3Client {
         dest: &mut dyn Write,
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<GetResult, ClientError> {
-        let opts = GetOptions { range, if_match: if_match.map(str::to_owned), checksum_mode: range.is_none() };
+        let opts = GetOptions {
+            range,
+            if_match: if_match.map(str::to_owned),
+            checksum_mode: range.is_none(),
+        };
         let req = s3::get_object(self.endpoint(), bucket, key, &opts)?;
         let mut crc = Crc64Nvme::new();
         let mut received = 0u64;
@@ -222,28 +265,54 @@ impl S3Client {
             received += n;
             on_bytes(n)
         };
-        let mut sink = HashingSink { crc: &mut crc, inner: WriteSink { writer: dest, on_bytes: &mut progress } };
-        let head = self.send(req, Some(bucket), empty_payload(), RequestBody::None, &mut sink)?;
+        let mut sink = HashingSink {
+            crc: &mut crc,
+            inner: WriteSink {
+                writer: dest,
+                on_bytes: &mut progress,
+            },
+        };
+        let head = self.send(
+            req,
+            Some(bucket),
+            empty_payload(),
+            RequestBody::None,
+            &mut sink,
+        )?;
         let meta = ObjectMeta::from_headers(&head.headers).map_err(ClientError::response)?;
         check_length(&meta, range, received)?;
         let whole_object = match meta.content_range {
             None => true,
-            Some(ContentRange::Bytes { first, last, total: Some(total) }) => first == 0 && last.checked_add(1) == Some(total),
+            Some(ContentRange::Bytes {
+                first,
+                last,
+                total: Some(total),
+            }) => first == 0 && last.checked_add(1) == Some(total),
             Some(_) => false,
         };
         let mut checksum_verified = false;
         if let (true, Some(expected)) = (whole_object, meta.checksum_crc64nvme.as_deref()) {
-            let composite = meta.checksum_type.as_deref().is_some_and(|t| t.eq_ignore_ascii_case("COMPOSITE"))
+            let composite = meta
+                .checksum_type
+                .as_deref()
+                .is_some_and(|t| t.eq_ignore_ascii_case("COMPOSITE"))
                 || expected.contains('-');
             if !composite {
                 let actual = Checksum::Crc64Nvme(crc.finish()).to_base64();
                 if actual != expected {
-                    return Err(ClientError::ChecksumMismatch { expected: expected.to_owned(), actual });
+                    return Err(ClientError::ChecksumMismatch {
+                        expected: expected.to_owned(),
+                        actual,
+                    });
                 }
                 checksum_verified = true;
             }
         }
-        Ok(GetResult { meta, bytes: received, checksum_verified })
+        Ok(GetResult {
+            meta,
+            bytes: received,
+            checksum_verified,
+        })
     }
 
     /// PutObject of `len` bytes from `source` (read twice: once for the checksum, once to send).
@@ -257,14 +326,31 @@ impl S3Client {
     ) -> Result<PutResult, ClientError> {
         let crc = crc_of_range(source, 0, len)?;
         let checksum = Checksum::Crc64Nvme(crc).to_base64();
-        let opts = PutOptions { checksums: vec![(HEADER_CRC64NVME.into(), checksum.clone())], ..Default::default() };
+        let opts = PutOptions {
+            checksums: vec![(HEADER_CRC64NVME.into(), checksum.clone())],
+            ..Default::default()
+        };
         let req = s3::put_object(self.endpoint(), bucket, key, len, &opts)?;
         seek(source, 0)?;
-        let mut reader = ProgressReader { inner: source.take(len), on_bytes };
-        let head = self.send(req, Some(bucket), PayloadHash::Unsigned, RequestBody::Reader(&mut reader, len), &mut Vec::new())?;
+        let mut reader = ProgressReader {
+            inner: source.take(len),
+            on_bytes,
+        };
+        let head = self.send(
+            req,
+            Some(bucket),
+            PayloadHash::Unsigned,
+            RequestBody::Reader(&mut reader, len),
+            &mut Vec::new(),
+        )?;
         let meta = ObjectMeta::from_headers(&head.headers).map_err(ClientError::response)?;
         verify_echoed_checksum(&meta, &checksum)?;
-        Ok(PutResult { etag: meta.etag, checksum_crc64nvme: checksum, parts: 1, bytes: len })
+        Ok(PutResult {
+            etag: meta.etag,
+            checksum_crc64nvme: checksum,
+            parts: 1,
+            bytes: len,
+        })
     }
 
     /// Multipart upload of `len` bytes from `source` in parts of `part_size`; aborted on failure
@@ -286,7 +372,10 @@ impl S3Client {
         }
         let opts = PutOptions {
             checksums: vec![
-                ("x-amz-checksum-algorithm".into(), ChecksumAlgorithm::Crc64Nvme.name().into()),
+                (
+                    "x-amz-checksum-algorithm".into(),
+                    ChecksumAlgorithm::Crc64Nvme.name().into(),
+                ),
                 ("x-amz-checksum-type".into(), "FULL_OBJECT".into()),
             ],
             ..Default::default()
@@ -303,17 +392,39 @@ impl S3Client {
     }
 
     /// CreateMultipartUpload; returns the upload id.
-    pub fn create_multipart(&mut self, bucket: &str, key: &str, opts: &PutOptions) -> Result<String, ClientError> {
+    pub fn create_multipart(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        opts: &PutOptions,
+    ) -> Result<String, ClientError> {
         let req = s3::create_multipart_upload(self.endpoint(), bucket, key, opts)?;
         let mut body = Vec::new();
-        self.send(req, Some(bucket), empty_payload(), RequestBody::None, &mut body)?;
+        self.send(
+            req,
+            Some(bucket),
+            empty_payload(),
+            RequestBody::None,
+            &mut body,
+        )?;
         s3::parse_initiate_multipart_upload(&body).map_err(ClientError::response)
     }
 
     /// AbortMultipartUpload.
-    pub fn abort_multipart(&mut self, bucket: &str, key: &str, upload_id: &str) -> Result<(), ClientError> {
+    pub fn abort_multipart(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<(), ClientError> {
         let req = s3::abort_multipart_upload(self.endpoint(), bucket, key, upload_id)?;
-        self.send(req, Some(bucket), empty_payload(), RequestBody::None, &mut Vec::new())?;
+        self.send(
+            req,
+            Some(bucket),
+            empty_payload(),
+            RequestBody::None,
+            &mut Vec::new(),
+        )?;
         Ok(())
     }
 
@@ -336,10 +447,17 @@ impl S3Client {
             data.len() as u64,
             &[(HEADER_CRC64NVME.into(), checksum.clone())],
         )?;
-        let head = self.send(req, Some(bucket), PayloadHash::Unsigned, RequestBody::Bytes(data), &mut Vec::new())?;
+        let head = self.send(
+            req,
+            Some(bucket),
+            PayloadHash::Unsigned,
+            RequestBody::Bytes(data),
+            &mut Vec::new(),
+        )?;
         let meta = ObjectMeta::from_headers(&head.headers).map_err(ClientError::response)?;
         verify_echoed_checksum(&meta, &checksum)?;
-        meta.etag.ok_or_else(|| ClientError::Response(format!("UploadPart {part_number}: no ETag")))
+        meta.etag
+            .ok_or_else(|| ClientError::Response(format!("UploadPart {part_number}: no ETag")))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -360,7 +478,11 @@ impl S3Client {
         while offset < len {
             let this_len = part_size.min(len - offset);
             let crc = crc_of_range(source, offset, this_len)?;
-            whole_crc = if offset == 0 { crc } else { Crc64Nvme::combine(whole_crc, crc, this_len) };
+            whole_crc = if offset == 0 {
+                crc
+            } else {
+                Crc64Nvme::combine(whole_crc, crc, this_len)
+            };
             let checksum = Checksum::Crc64Nvme(crc).to_base64();
             let req = s3::upload_part(
                 self.endpoint(),
@@ -372,7 +494,10 @@ impl S3Client {
                 &[(HEADER_CRC64NVME.into(), checksum.clone())],
             )?;
             seek(source, offset)?;
-            let mut reader = ProgressReader { inner: (&mut *source).take(this_len), on_bytes: &mut *on_bytes };
+            let mut reader = ProgressReader {
+                inner: (&mut *source).take(this_len),
+                on_bytes: &mut *on_bytes,
+            };
             let head = self.send(
                 req,
                 Some(bucket),
@@ -382,8 +507,15 @@ impl S3Client {
             )?;
             let meta = ObjectMeta::from_headers(&head.headers).map_err(ClientError::response)?;
             verify_echoed_checksum(&meta, &checksum)?;
-            let etag = meta.etag.ok_or_else(|| ClientError::Response(format!("UploadPart {part_number}: no ETag")))?;
-            parts.push(CompletedPart { part_number, etag, checksum_crc64nvme: Some(checksum), checksum_crc32c: None });
+            let etag = meta.etag.ok_or_else(|| {
+                ClientError::Response(format!("UploadPart {part_number}: no ETag"))
+            })?;
+            parts.push(CompletedPart {
+                part_number,
+                etag,
+                checksum_crc64nvme: Some(checksum),
+                checksum_crc32c: None,
+            });
             offset += this_len;
             part_number += 1;
         }
@@ -397,22 +529,42 @@ impl S3Client {
             &[(HEADER_CRC64NVME.into(), whole.clone())],
         )?;
         let mut response = Vec::new();
-        let head = self.send(req, Some(bucket), PayloadHash::of_body(&body), RequestBody::Bytes(&body), &mut response)?;
-        let done = s3::parse_complete_multipart_upload(head.status, &head.headers, &response).map_err(|e| match e {
-            s3::ResponseError::S3(e) => ClientError::S3(e),
-            other => ClientError::response(other),
-        })?;
+        let head = self.send(
+            req,
+            Some(bucket),
+            PayloadHash::of_body(&body),
+            RequestBody::Bytes(&body),
+            &mut response,
+        )?;
+        let done = s3::parse_complete_multipart_upload(head.status, &head.headers, &response)
+            .map_err(|e| match e {
+                s3::ResponseError::S3(e) => ClientError::S3(e),
+                other => ClientError::response(other),
+            })?;
         if let Some(server) = done.checksum_crc64nvme.as_deref()
             && !server.contains('-')
             && server != whole
         {
-            return Err(ClientError::ChecksumMismatch { expected: whole, actual: server.to_owned() });
+            return Err(ClientError::ChecksumMismatch {
+                expected: whole,
+                actual: server.to_owned(),
+            });
         }
-        Ok(PutResult { etag: done.etag, checksum_crc64nvme: whole, parts: parts.len() as u32, bytes: len })
+        Ok(PutResult {
+            etag: done.etag,
+            checksum_crc64nvme: whole,
+            parts: parts.len() as u32,
+            bytes: len,
+        })
     }
 
     /// ListObjectsV2, following continuation tokens until the listing ends.
-    pub fn list(&mut self, bucket: &str, prefix: Option<&str>, delimiter: Option<&str>) -> Result<Listing, ClientError> {
+    pub fn list(
+        &mut self,
+        bucket: &str,
+        prefix: Option<&str>,
+        delimiter: Option<&str>,
+    ) -> Result<Listing, ClientError> {
         let mut listing = Listing::default();
         let mut token: Option<String> = None;
         loop {
@@ -424,14 +576,24 @@ impl S3Client {
             };
             let req = s3::list_objects_v2(self.endpoint(), bucket, &opts)?;
             let mut body = Vec::new();
-            self.send(req, Some(bucket), empty_payload(), RequestBody::None, &mut body)?;
+            self.send(
+                req,
+                Some(bucket),
+                empty_payload(),
+                RequestBody::None,
+                &mut body,
+            )?;
             let page = s3::parse_list_objects_v2(&body).map_err(ClientError::response)?;
             listing.objects.extend(page.contents);
             listing.common_prefixes.extend(page.common_prefixes);
             listing.pages += 1;
             match (page.is_truncated, page.next_continuation_token) {
                 (true, Some(next)) => token = Some(next),
-                (true, None) => return Err(ClientError::Response("truncated listing without a continuation token".into())),
+                (true, None) => {
+                    return Err(ClientError::Response(
+                        "truncated listing without a continuation token".into(),
+                    ));
+                }
                 (false, _) => return Ok(listing),
             }
         }
@@ -440,7 +602,13 @@ impl S3Client {
     /// DeleteObject.
     pub fn delete(&mut self, bucket: &str, key: &str) -> Result<(), ClientError> {
         let req = s3::delete_object(self.endpoint(), bucket, key)?;
-        self.send(req, Some(bucket), empty_payload(), RequestBody::None, &mut Vec::new())?;
+        self.send(
+            req,
+            Some(bucket),
+            empty_payload(),
+            RequestBody::None,
+            &mut Vec::new(),
+        )?;
         Ok(())
     }
 
@@ -449,7 +617,11 @@ impl S3Client {
         let region = self.signer.region().to_owned();
         let (req, body) = s3::create_bucket(self.endpoint(), bucket, &region)?;
         let payload = PayloadHash::of_body(&body);
-        let body = if body.is_empty() { RequestBody::None } else { RequestBody::Bytes(&body) };
+        let body = if body.is_empty() {
+            RequestBody::None
+        } else {
+            RequestBody::Bytes(&body)
+        };
         self.send(req, Some(bucket), payload, body, &mut Vec::new())?;
         Ok(())
     }
@@ -472,7 +644,11 @@ impl BodySink for StatusSinkAdapter<'_, '_> {
     fn begin(&mut self, head: &ResponseHead) -> std::io::Result<()> {
         let success = (200..300).contains(&head.status);
         self.0.success = Some(success);
-        if success { self.0.inner.begin(head) } else { Ok(()) }
+        if success {
+            self.0.inner.begin(head)
+        } else {
+            Ok(())
+        }
     }
 
     fn accept(&mut self, data: &[u8]) -> std::io::Result<()> {
@@ -482,7 +658,6 @@ impl BodySink for StatusSinkAdapter<'_, '_> {
         }
     }
 }
-
 
 struct HashingSink<'a, W: Write> {
     crc: &'a mut Crc64Nvme,
@@ -513,7 +688,10 @@ fn seek<R: Seek>(source: &mut R, offset: u64) -> Result<(), ClientError> {
     source
         .seek(SeekFrom::Start(offset))
         .map(|_| ())
-        .map_err(|source| ClientError::Local { context: "seek in the source file".into(), source })
+        .map_err(|source| ClientError::Local {
+            context: "seek in the source file".into(),
+            source,
+        })
 }
 
 fn crc_of_range<R: Read + Seek>(source: &mut R, offset: u64, len: u64) -> Result<u64, ClientError> {
@@ -524,11 +702,17 @@ fn crc_of_range<R: Read + Seek>(source: &mut R, offset: u64, len: u64) -> Result
     while left > 0 {
         let want = usize::try_from(left.min(buf.len() as u64)).unwrap_or(buf.len());
         let piece = buf.get_mut(..want).unwrap_or_default();
-        let n = source.read(piece).map_err(|source| ClientError::Local { context: "read the source file".into(), source })?;
+        let n = source.read(piece).map_err(|source| ClientError::Local {
+            context: "read the source file".into(),
+            source,
+        })?;
         if n == 0 {
             return Err(ClientError::Local {
                 context: "read the source file".into(),
-                source: std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "file shrank while uploading"),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "file shrank while uploading",
+                ),
             });
         }
         crc.update(piece.get(..n).unwrap_or_default());
@@ -539,28 +723,47 @@ fn crc_of_range<R: Read + Seek>(source: &mut R, offset: u64, len: u64) -> Result
 
 fn verify_echoed_checksum(meta: &ObjectMeta, sent: &str) -> Result<(), ClientError> {
     match meta.checksum_crc64nvme.as_deref() {
-        Some(echoed) if echoed != sent => {
-            Err(ClientError::ChecksumMismatch { expected: sent.to_owned(), actual: echoed.to_owned() })
-        }
+        Some(echoed) if echoed != sent => Err(ClientError::ChecksumMismatch {
+            expected: sent.to_owned(),
+            actual: echoed.to_owned(),
+        }),
         _ => Ok(()),
     }
 }
 
-fn check_length(meta: &ObjectMeta, range: Option<ByteRange>, received: u64) -> Result<(), ClientError> {
+fn check_length(
+    meta: &ObjectMeta,
+    range: Option<ByteRange>,
+    received: u64,
+) -> Result<(), ClientError> {
     if let Some(cl) = meta.content_length
         && cl != received
     {
-        return Err(ClientError::WrongLength(format!("Content-Length {cl}, received {received}")));
+        return Err(ClientError::WrongLength(format!(
+            "Content-Length {cl}, received {received}"
+        )));
     }
     let Some(range) = range else { return Ok(()) };
-    let Some(ContentRange::Bytes { first: start, last: end, total }) = meta.content_range else {
-        return Err(ClientError::WrongLength(format!("asked for {}, server sent no Content-Range", range.to_header())));
+    let Some(ContentRange::Bytes {
+        first: start,
+        last: end,
+        total,
+    }) = meta.content_range
+    else {
+        return Err(ClientError::WrongLength(format!(
+            "asked for {}, server sent no Content-Range",
+            range.to_header()
+        )));
     };
     let span = end.checked_sub(start).and_then(|d| d.checked_add(1));
     let expected_start_ok = match range {
-        ByteRange::Inclusive(a, b) => start == a && (end == b || total.is_some_and(|t| end + 1 == t && b >= t)),
+        ByteRange::Inclusive(a, b) => {
+            start == a && (end == b || total.is_some_and(|t| end + 1 == t && b >= t))
+        }
         ByteRange::From(a) => start == a && total.is_none_or(|t| end + 1 == t),
-        ByteRange::Suffix(n) => total.is_none_or(|t| end + 1 == t && span.is_some_and(|s| s == n.min(t))),
+        ByteRange::Suffix(n) => {
+            total.is_none_or(|t| end + 1 == t && span.is_some_and(|s| s == n.min(t)))
+        }
     };
     if !expected_start_ok || span != Some(received) {
         return Err(ClientError::WrongLength(format!(

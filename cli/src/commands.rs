@@ -3,22 +3,26 @@
 //! summary otherwise; every failure becomes one line on stderr and exit code 1.
 
 use std::fs::File;
-use std::io::{IsTerminal, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+use s3_lite::checksum::encode_crc64nvme;
 use s3_lite::credentials::{self, Overrides, ProcessEnvironment};
-use s3_lite::s3::{AddressingStyle, ByteRange, Endpoint};
+use s3_lite::s3::{AddressingStyle, ByteRange, Endpoint, ObjectMeta};
 use serde_json::{Value, json};
 
+use crate::bench::parse_size;
 use crate::client::{ClientSettings, S3Client};
 use crate::net::tls::TlsOptions;
 use crate::net::transport::Timeouts;
 use crate::s3uri::S3Uri;
-use crate::bench::parse_size;
 use crate::units::format_bytes;
+use engine_io::{EngineSite, EngineTarget, FabricChoice};
+
+pub use crate::engine_io;
 
 /// Options every object command takes.
 #[derive(Args, Debug, Clone, Default)]
@@ -59,6 +63,8 @@ pub struct Context {
     pub progress: bool,
     /// Set when object data went to stdout: the JSON result then goes to stderr.
     pub stdout_is_data: bool,
+    /// The endpoint as the engine would reach it (`get`/`put` with `--fabric auto|soft`).
+    pub site: EngineSite,
 }
 
 /// A command's failure: one line for stderr.
@@ -71,27 +77,49 @@ fn build_context(global: &GlobalArgs) -> Result<Context, String> {
         endpoint_url: global.endpoint_url.clone(),
         ..Default::default()
     };
-    let resolved = credentials::resolve(&overrides, &ProcessEnvironment).map_err(|e| e.to_string())?;
-    let url = resolved.endpoint_url.clone().unwrap_or_else(|| format!("https://s3.{}.amazonaws.com", resolved.region));
+    let resolved =
+        credentials::resolve(&overrides, &ProcessEnvironment).map_err(|e| e.to_string())?;
+    let url = resolved
+        .endpoint_url
+        .clone()
+        .unwrap_or_else(|| format!("https://s3.{}.amazonaws.com", resolved.region));
     let style = match global.addressing_style.as_str() {
         "path" => AddressingStyle::Path,
         "virtual" => AddressingStyle::VirtualHost,
         _ => AddressingStyle::Auto,
     };
-    let endpoint = Endpoint::parse(&url).map_err(|e| format!("endpoint {url:?}: {e}"))?.with_style(style);
+    let endpoint = Endpoint::parse(&url)
+        .map_err(|e| format!("endpoint {url:?}: {e}"))?
+        .with_style(style);
     if global.insecure_skip_tls_verify {
-        eprintln!("hipobj: warning: TLS certificate verification is disabled (--insecure-skip-tls-verify)");
+        eprintln!(
+            "hipobj: warning: TLS certificate verification is disabled (--insecure-skip-tls-verify)"
+        );
     }
     let settings = ClientSettings {
         endpoint,
         credentials: resolved.credentials,
         region: resolved.region,
-        tls: TlsOptions { ca_bundle: global.ca_bundle.clone(), insecure_skip_verify: global.insecure_skip_tls_verify },
+        tls: TlsOptions {
+            ca_bundle: global.ca_bundle.clone(),
+            insecure_skip_verify: global.insecure_skip_tls_verify,
+        },
         timeouts: Timeouts::default(),
+    };
+    let site = EngineSite {
+        url: url.clone(),
+        credentials: settings.credentials.clone(),
+        region: settings.region.clone(),
     };
     let client = S3Client::new(settings).map_err(|e| e.to_string())?;
     let progress = !global.json && !global.no_progress && std::io::stderr().is_terminal();
-    Ok(Context { client, json: global.json, progress, stdout_is_data: false })
+    Ok(Context {
+        client,
+        json: global.json,
+        progress,
+        stdout_is_data: false,
+        site,
+    })
 }
 
 /// Builds the context, runs `command`, prints its result or its error; returns the exit code.
@@ -120,9 +148,11 @@ fn progress_bar(ctx: &Context, len: u64, label: &str) -> Option<ProgressBar> {
         return None;
     }
     let bar = ProgressBar::new(len);
-    let style = ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
-        .map(|s| s.progress_chars("=> "))
-        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    let style = ProgressStyle::with_template(
+        "{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+    )
+    .map(|s| s.progress_chars("=> "))
+    .unwrap_or_else(|_| ProgressStyle::default_bar());
     bar.set_style(style);
     bar.set_message(label.to_owned());
     Some(bar)
@@ -152,27 +182,78 @@ pub struct PutArgs {
     /// Part size of multipart uploads (5MiB..=5GiB, at most 10000 parts).
     #[arg(long, default_value = "8MiB", value_parser = parse_size)]
     pub part_size: u64,
+    /// Data path: `http` (the blocking client; works everywhere, https:// included), `soft`
+    /// (the engine over the soft RDMA fabric, HTTP fallback per request) or `auto` (the engine:
+    /// RDMA when the endpoint pairs, else HTTP). The engine speaks only http:// endpoints:
+    /// https:// keeps the blocking client.
+    #[arg(long, value_parser = FabricChoice::parse, default_value = "http")]
+    pub fabric: FabricChoice,
 }
 
 /// Runs `put`.
 pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
     let dest = S3Uri::parse_object(&args.dest).map_err(|e| e.to_string())?;
     if !(5 << 20..=5 << 30).contains(&args.part_size) {
-        return Err(format!("--part-size {} is outside S3's 5 MiB..5 GiB", args.part_size));
+        return Err(format!(
+            "--part-size {} is outside S3's 5 MiB..5 GiB",
+            args.part_size
+        ));
     }
     let mut file = File::open(&args.file).map_err(|e| format!("{}: {e}", args.file.display()))?;
-    let len = file.metadata().map_err(|e| format!("{}: {e}", args.file.display()))?.len();
+    let len = file
+        .metadata()
+        .map_err(|e| format!("{}: {e}", args.file.display()))?
+        .len();
+    let started = Instant::now();
+    let multipart = len > args.multipart_threshold;
+    let engine = EngineTarget::select(args.fabric, &ctx.site);
+    if let (Some(target), false, true) = (&engine, multipart, len > 0) {
+        // One PUT from registered memory: the whole file fits under the multipart threshold.
+        let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+        file.read_to_end(&mut data)
+            .map_err(|e| format!("{}: {e}", args.file.display()))?;
+        if data.len() as u64 != len {
+            return Err(format!(
+                "{}: changed size while being read",
+                args.file.display()
+            ));
+        }
+        let up = engine_io::upload(target, &dest.bucket, &dest.key, &data)?;
+        summary(
+            ctx,
+            format!(
+                "upload: {} -> {dest} ({}, 1 part, {}, crc64nvme {}, path {})",
+                args.file.display(),
+                format_bytes(len),
+                rate(len, started),
+                up.checksum_crc64nvme,
+                up.paths.summary()
+            ),
+        );
+        return Ok(json!({
+            "op": "put", "bucket": dest.bucket, "key": dest.key, "bytes": len, "parts": 1,
+            "etag": Value::Null, "checksum_crc64nvme": up.checksum_crc64nvme,
+            "seconds": started.elapsed().as_secs_f64(), "path": up.paths.summary(), "client": "engine", "paths": up.paths.to_json(),
+        }));
+    }
     let bar = progress_bar(ctx, len, "put");
     let mut on_bytes = |n: u64| {
         if let Some(bar) = &bar {
             bar.inc(n)
         }
     };
-    let started = Instant::now();
-    let result = if len > args.multipart_threshold {
-        ctx.client.put_multipart(&dest.bucket, &dest.key, &mut file, len, args.part_size, &mut on_bytes)
+    let result = if multipart {
+        ctx.client.put_multipart(
+            &dest.bucket,
+            &dest.key,
+            &mut file,
+            len,
+            args.part_size,
+            &mut on_bytes,
+        )
     } else {
-        ctx.client.put_single(&dest.bucket, &dest.key, &mut file, len, &mut on_bytes)
+        ctx.client
+            .put_single(&dest.bucket, &dest.key, &mut file, len, &mut on_bytes)
     };
     if let Some(bar) = bar {
         bar.finish_and_clear();
@@ -190,10 +271,17 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
             result.checksum_crc64nvme
         ),
     );
+    let note = engine.as_ref().map(|_| {
+        if multipart {
+            "the engine has no multipart upload yet: files above --multipart-threshold use the HTTP client"
+        } else {
+            "the engine cannot PUT an empty object: it went through the HTTP client"
+        }
+    });
     Ok(json!({
         "op": "put", "bucket": dest.bucket, "key": dest.key, "bytes": len, "parts": result.parts,
         "etag": result.etag, "checksum_crc64nvme": result.checksum_crc64nvme,
-        "seconds": started.elapsed().as_secs_f64(), "path": "http",
+        "seconds": started.elapsed().as_secs_f64(), "path": "http", "paths": {"http": len}, "note": note, "client": "blocking",
     }))
 }
 
@@ -207,6 +295,131 @@ pub struct GetArgs {
     /// Only these bytes: A-B (inclusive), A- (to the end) or -N (the last N bytes).
     #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| ByteRange::parse_cli(s).map_err(|e| e.to_string()))]
     pub range: Option<ByteRange>,
+    /// Data path: `http` (the blocking client; works everywhere, https:// included), `soft`
+    /// (the engine over the soft RDMA fabric, HTTP fallback per request) or `auto` (the engine:
+    /// RDMA when the endpoint pairs, else HTTP). The engine speaks only http:// endpoints:
+    /// https:// keeps the blocking client.
+    #[arg(long, value_parser = FabricChoice::parse, default_value = "http")]
+    pub fabric: FabricChoice,
+}
+
+/// What a download did, whichever path carried it.
+struct Fetched {
+    bytes: u64,
+    etag: Option<String>,
+    checksum_verified: bool,
+    paths: engine_io::PathBytes,
+    note: Option<&'static str>,
+    /// `engine` or `blocking`: which client moved the bytes.
+    client: &'static str,
+}
+
+/// The bytes a download will deliver, when known before it starts (for the progress bar).
+fn expected_len(
+    ctx: &mut Context,
+    engine: Option<&EngineTarget>,
+    src: &S3Uri,
+    range: Option<ByteRange>,
+) -> Result<(u64, Option<ObjectMeta>), String> {
+    if engine.is_none() {
+        let n = match range {
+            Some(ByteRange::Inclusive(a, b)) => b.saturating_sub(a) + 1,
+            _ => 0,
+        };
+        return Ok((n, None));
+    }
+    // Whole-object downloads ask for the stored CRC64NVME, to verify the bytes the engine wrote.
+    let meta = ctx
+        .client
+        .head_with(&src.bucket, &src.key, range.is_none())
+        .map_err(|e| e.to_string())?;
+    let size = meta
+        .content_length
+        .ok_or("HEAD answered without Content-Length")?;
+    let n = match range {
+        None => size,
+        Some(r) => {
+            let (a, b) = r.resolve(size).ok_or_else(|| {
+                format!(
+                    "range {} is not satisfiable: the object has {size} bytes",
+                    r.to_header()
+                )
+            })?;
+            b - a + 1
+        }
+    };
+    Ok((n, Some(meta)))
+}
+
+/// Runs the download into `out` on the engine (when `meta` came from its HEAD) or the blocking client.
+fn fetch(
+    ctx: &mut Context,
+    engine: Option<&EngineTarget>,
+    src: &S3Uri,
+    range: Option<ByteRange>,
+    meta: Option<ObjectMeta>,
+    out: &mut dyn Write,
+    on_bytes: &mut dyn FnMut(u64),
+) -> Result<Fetched, String> {
+    let (Some(target), Some(meta)) = (engine, meta) else {
+        let r = ctx
+            .client
+            .get(&src.bucket, &src.key, range, out, on_bytes)
+            .map_err(|e| e.to_string())?;
+        let mut paths = engine_io::PathBytes::default();
+        paths.0.push(("http", r.bytes));
+        return Ok(Fetched {
+            bytes: r.bytes,
+            etag: r.meta.etag,
+            checksum_verified: r.checksum_verified,
+            paths,
+            note: None,
+            client: "blocking",
+        });
+    };
+    let size = meta.content_length.unwrap_or(0);
+    let (first, len) = match range.map(|r| r.resolve(size)) {
+        None => (0, size),
+        Some(Some((a, b))) => (a, b - a + 1),
+        Some(None) => {
+            return Err(format!(
+                "range is not satisfiable: the object has {size} bytes"
+            ));
+        }
+    };
+    let (paths, crc) =
+        engine_io::download(target, &src.bucket, &src.key, first, len, out, on_bytes)?;
+    let stored = meta.checksum_crc64nvme.as_deref().filter(|c| {
+        !c.contains('-')
+            && !meta
+                .checksum_type
+                .as_deref()
+                .is_some_and(|t| t.eq_ignore_ascii_case("COMPOSITE"))
+    });
+    let (checksum_verified, note) = match (range, stored) {
+        (None, Some(expected)) => {
+            let actual = encode_crc64nvme(crc);
+            if actual != expected {
+                return Err(format!(
+                    "CRC64NVME mismatch: the server stores {expected}, the bytes received hash to {actual}"
+                ));
+            }
+            (true, None)
+        }
+        (None, None) => (
+            false,
+            Some("HEAD named no full-object CRC64NVME: the download was not checksum-verified"),
+        ),
+        (Some(_), _) => (false, None),
+    };
+    Ok(Fetched {
+        bytes: len,
+        etag: meta.etag,
+        checksum_verified,
+        paths,
+        note,
+        client: "engine",
+    })
 }
 
 /// Runs `get`.
@@ -214,13 +427,29 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
     let src = S3Uri::parse_object(&args.src).map_err(|e| e.to_string())?;
     let dest = match &args.dest {
         Some(d) => d.clone(),
-        None => src.key.rsplit('/').next().filter(|s| !s.is_empty()).unwrap_or("download").to_owned(),
+        None => src
+            .key
+            .rsplit('/')
+            .next()
+            .filter(|s| !s.is_empty())
+            .unwrap_or("download")
+            .to_owned(),
     };
     let started = Instant::now();
+    let engine = EngineTarget::select(args.fabric, &ctx.site);
+    let (expected, meta) = expected_len(ctx, engine.as_ref(), &src, args.range)?;
     let (result, written_to) = if dest == "-" {
         ctx.stdout_is_data = true;
         let mut out = std::io::stdout().lock();
-        let r = ctx.client.get(&src.bucket, &src.key, args.range, &mut out, &mut |_| {});
+        let r = fetch(
+            ctx,
+            engine.as_ref(),
+            &src,
+            args.range,
+            meta,
+            &mut out,
+            &mut |_| {},
+        );
         out.flush().map_err(|e| format!("stdout: {e}"))?;
         (r, "stdout".to_owned())
     } else {
@@ -229,26 +458,37 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
         let dest_path = PathBuf::from(&dest);
         let tmp_path = dest_path.with_file_name(format!(
             ".{}.hipobj-partial",
-            dest_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+            dest_path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
         ));
         let file = File::create(&tmp_path).map_err(|e| format!("{}: {e}", tmp_path.display()))?;
         let mut writer = std::io::BufWriter::with_capacity(1 << 20, file);
-        let expected = match args.range {
-            Some(ByteRange::Inclusive(a, b)) => b.saturating_sub(a) + 1,
-            _ => 0,
-        };
         let bar = progress_bar(ctx, expected.max(1), "get");
-        let r = ctx.client.get(&src.bucket, &src.key, args.range, &mut writer, &mut |n| {
-            if let Some(bar) = &bar {
-                bar.inc(n)
-            }
-        });
+        let r = fetch(
+            ctx,
+            engine.as_ref(),
+            &src,
+            args.range,
+            meta,
+            &mut writer,
+            &mut |n| {
+                if let Some(bar) = &bar {
+                    bar.inc(n)
+                }
+            },
+        );
         if let Some(bar) = bar {
             bar.finish_and_clear();
         }
-        let flushed = writer.into_inner().map_err(|e| e.into_error()).and_then(|f| f.sync_all());
+        let flushed = writer
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .and_then(|f| f.sync_all());
         match (&r, flushed) {
-            (Ok(_), Ok(())) => std::fs::rename(&tmp_path, &dest_path).map_err(|e| format!("{}: {e}", dest_path.display()))?,
+            (Ok(_), Ok(())) => std::fs::rename(&tmp_path, &dest_path)
+                .map_err(|e| format!("{}: {e}", dest_path.display()))?,
             (_, flush_result) => {
                 let _ = std::fs::remove_file(&tmp_path);
                 flush_result.map_err(|e| format!("{}: {e}", tmp_path.display()))?;
@@ -256,22 +496,28 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
         }
         (r, dest.clone())
     };
-    let result = result.map_err(|e| e.to_string())?;
+    let result = result?;
     summary(
         ctx,
         format!(
-            "download: s3://{}/{} -> {written_to} ({}, {}{})",
+            "download: s3://{}/{} -> {written_to} ({}, {}{}, path {})",
             src.bucket,
             src.key,
             format_bytes(result.bytes),
             rate(result.bytes, started),
-            if result.checksum_verified { ", crc64nvme verified" } else { "" }
+            if result.checksum_verified {
+                ", crc64nvme verified"
+            } else {
+                ""
+            },
+            result.paths.summary()
         ),
     );
     Ok(json!({
         "op": "get", "bucket": src.bucket, "key": src.key, "bytes": result.bytes, "dest": written_to,
-        "range": args.range.map(|r| r.to_header()), "etag": result.meta.etag,
-        "checksum_verified": result.checksum_verified, "seconds": started.elapsed().as_secs_f64(), "path": "http",
+        "range": args.range.map(|r| r.to_header()), "etag": result.etag,
+        "checksum_verified": result.checksum_verified, "seconds": started.elapsed().as_secs_f64(),
+        "path": result.paths.summary(), "paths": result.paths.to_json(), "note": result.note, "client": result.client,
     }))
 }
 
@@ -285,14 +531,20 @@ pub struct HeadArgs {
 /// Runs `head`.
 pub fn head(ctx: &mut Context, args: &HeadArgs) -> CommandResult {
     let src = S3Uri::parse_object(&args.src).map_err(|e| e.to_string())?;
-    let meta = ctx.client.head(&src.bucket, &src.key).map_err(|e| e.to_string())?;
+    let meta = ctx
+        .client
+        .head(&src.bucket, &src.key)
+        .map_err(|e| e.to_string())?;
     let value = json!({
         "bucket": src.bucket, "key": src.key, "content_length": meta.content_length, "etag": meta.etag,
         "last_modified": meta.last_modified, "content_type": meta.content_type,
         "checksum_crc64nvme": meta.checksum_crc64nvme, "version_id": meta.version_id,
     });
     if !ctx.json {
-        println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&value).unwrap_or_default()
+        );
     }
     Ok(value)
 }
@@ -312,14 +564,23 @@ pub fn ls(ctx: &mut Context, args: &LsArgs) -> CommandResult {
     let target = S3Uri::parse(&args.target).map_err(|e| e.to_string())?;
     let prefix = (!target.key.is_empty()).then_some(target.key.as_str());
     let delimiter = (!args.recursive).then_some("/");
-    let listing = ctx.client.list(&target.bucket, prefix, delimiter).map_err(|e| e.to_string())?;
+    let listing = ctx
+        .client
+        .list(&target.bucket, prefix, delimiter)
+        .map_err(|e| e.to_string())?;
     if !ctx.json {
         let mut out = std::io::stdout().lock();
         for p in &listing.common_prefixes {
             let _ = writeln!(out, "{:>30} {:>12}  {p}", "", "PRE");
         }
         for o in &listing.objects {
-            let _ = writeln!(out, "{:>30} {:>12}  {}", o.last_modified.as_deref().unwrap_or("-"), o.size, o.key);
+            let _ = writeln!(
+                out,
+                "{:>30} {:>12}  {}",
+                o.last_modified.as_deref().unwrap_or("-"),
+                o.size,
+                o.key
+            );
         }
     }
     let objects: Vec<Value> = listing
@@ -327,8 +588,10 @@ pub fn ls(ctx: &mut Context, args: &LsArgs) -> CommandResult {
         .iter()
         .map(|o| json!({"key": o.key, "size": o.size, "etag": o.etag, "last_modified": o.last_modified}))
         .collect();
-    Ok(json!({"bucket": target.bucket, "prefix": prefix, "objects": objects,
-              "common_prefixes": listing.common_prefixes, "pages": listing.pages}))
+    Ok(
+        json!({"bucket": target.bucket, "prefix": prefix, "objects": objects,
+              "common_prefixes": listing.common_prefixes, "pages": listing.pages}),
+    )
 }
 
 /// `hipobj rm s3://BUCKET/KEY`.
@@ -341,7 +604,9 @@ pub struct RmArgs {
 /// Runs `rm`.
 pub fn rm(ctx: &mut Context, args: &RmArgs) -> CommandResult {
     let target = S3Uri::parse_object(&args.target).map_err(|e| e.to_string())?;
-    ctx.client.delete(&target.bucket, &target.key).map_err(|e| e.to_string())?;
+    ctx.client
+        .delete(&target.bucket, &target.key)
+        .map_err(|e| e.to_string())?;
     summary(ctx, format!("delete: {target}"));
     Ok(json!({"op": "rm", "bucket": target.bucket, "key": target.key}))
 }
@@ -357,9 +622,14 @@ pub struct MbArgs {
 pub fn mb(ctx: &mut Context, args: &MbArgs) -> CommandResult {
     let target = S3Uri::parse(&args.target).map_err(|e| e.to_string())?;
     if !target.key.is_empty() {
-        return Err(format!("mb takes s3://BUCKET, not an object key ({})", args.target));
+        return Err(format!(
+            "mb takes s3://BUCKET, not an object key ({})",
+            args.target
+        ));
     }
-    ctx.client.create_bucket(&target.bucket).map_err(|e| e.to_string())?;
+    ctx.client
+        .create_bucket(&target.bucket)
+        .map_err(|e| e.to_string())?;
     summary(ctx, format!("make_bucket: {}", target.bucket));
     Ok(json!({"op": "mb", "bucket": target.bucket}))
 }

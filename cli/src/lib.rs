@@ -4,6 +4,7 @@ pub mod client;
 pub mod commands;
 pub mod debug_sigv4;
 pub mod embedded;
+pub mod engine_io;
 pub mod net;
 pub mod s3uri;
 pub mod serve;

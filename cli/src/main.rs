@@ -6,7 +6,11 @@ use hipobj_cli::commands::{self, GlobalArgs};
 use hipobj_cli::{bench, debug_sigv4, serve, topo};
 
 #[derive(Parser, Debug)]
-#[command(name = "hipobj", version, about = "RDMA-accelerated S3 client: object data straight into GPU or host memory")]
+#[command(
+    name = "hipobj",
+    version,
+    about = "RDMA-accelerated S3 client: object data straight into GPU or host memory"
+)]
 struct Cli {
     #[command(flatten)]
     global: GlobalArgs,
@@ -56,7 +60,12 @@ fn main() -> ExitCode {
     match &cli.command {
         Command::Bench(args) => {
             let g = &cli.global;
-            let args = args.clone().with_global(g.endpoint_url.clone(), g.region.clone(), g.json, g.no_progress);
+            let args = args.clone().with_global(
+                g.endpoint_url.clone(),
+                g.region.clone(),
+                g.json,
+                g.no_progress,
+            );
             if args.embedded {
                 exit(hipobj_cli::embedded::run(&args, &mut stdout, &mut stderr))
             } else {
@@ -65,9 +74,12 @@ fn main() -> ExitCode {
         }
         Command::Serve(args) => exit(serve::run(args, &mut stdout, &mut stderr)),
         Command::Topo(args) => exit(topo::run(args, &mut stdout, &mut stderr)),
-        Command::Debug(DebugCommand::Sigv4(args)) => {
-            exit(debug_sigv4::run(args, &mut std::io::stdin().lock(), &mut stdout, &mut stderr))
-        }
+        Command::Debug(DebugCommand::Sigv4(args)) => exit(debug_sigv4::run(
+            args,
+            &mut std::io::stdin().lock(),
+            &mut stdout,
+            &mut stderr,
+        )),
         Command::Put(args) => exit(commands::run(&cli.global, |ctx| commands::put(ctx, args))),
         Command::Get(args) => exit(commands::run(&cli.global, |ctx| commands::get(ctx, args))),
         Command::Head(args) => exit(commands::run(&cli.global, |ctx| commands::head(ctx, args))),

@@ -22,20 +22,31 @@ pub struct S3UriError {
 impl S3Uri {
     /// Parses `s3://bucket[/key]`.
     pub fn parse(input: &str) -> Result<Self, S3UriError> {
-        let err = |reason| S3UriError { input: input.to_owned(), reason };
-        let rest = input.strip_prefix("s3://").ok_or_else(|| err("missing s3:// scheme"))?;
+        let err = |reason| S3UriError {
+            input: input.to_owned(),
+            reason,
+        };
+        let rest = input
+            .strip_prefix("s3://")
+            .ok_or_else(|| err("missing s3:// scheme"))?;
         let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() {
             return Err(err("empty bucket name"));
         }
-        Ok(S3Uri { bucket: bucket.to_owned(), key: key.to_owned() })
+        Ok(S3Uri {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+        })
     }
 
     /// Parses and requires a non-empty key.
     pub fn parse_object(input: &str) -> Result<Self, S3UriError> {
         let uri = Self::parse(input)?;
         if uri.key.is_empty() {
-            return Err(S3UriError { input: input.to_owned(), reason: "missing object key" });
+            return Err(S3UriError {
+                input: input.to_owned(),
+                reason: "missing object key",
+            });
         }
         Ok(uri)
     }
@@ -53,7 +64,13 @@ mod tests {
 
     #[test]
     fn parses_buckets_and_keys() {
-        assert_eq!(S3Uri::parse("s3://b").unwrap(), S3Uri { bucket: "b".into(), key: "".into() });
+        assert_eq!(
+            S3Uri::parse("s3://b").unwrap(),
+            S3Uri {
+                bucket: "b".into(),
+                key: "".into()
+            }
+        );
         assert_eq!(S3Uri::parse("s3://b/a/b c").unwrap().key, "a/b c");
         assert!(S3Uri::parse("b/k").is_err());
         assert!(S3Uri::parse("s3:///k").is_err());

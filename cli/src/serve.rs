@@ -119,10 +119,7 @@ pub fn run(args: &ServeArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> 
             Ok(a) if !a.ip().is_unspecified() => a.ip(),
             _ => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
         };
-        match SoftTarget::start(
-            std::net::SocketAddr::new(ip, 0),
-            SoftLimits::default(),
-        ) {
+        match SoftTarget::start(std::net::SocketAddr::new(ip, 0), SoftLimits::default()) {
             Ok(t) => b = b.rdma_target(t),
             Err(e) => {
                 let _ = writeln!(stderr, "hipobj serve: soft fabric: {e}");

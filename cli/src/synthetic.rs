@@ -9,7 +9,16 @@ use std::io::{Read, Seek, SeekFrom};
 
 /// Tensor sizes cycled through when laying out the object: embedding rows, attention and MLP
 /// weights, norms — a spread from 4 KiB to 16 MiB like a real checkpoint's.
-const TENSOR_SIZES: [u64; 8] = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 2 << 20, 4 << 20, 16 << 20];
+const TENSOR_SIZES: [u64; 8] = [
+    4 << 10,
+    16 << 10,
+    64 << 10,
+    256 << 10,
+    1 << 20,
+    2 << 20,
+    4 << 20,
+    16 << 20,
+];
 
 /// One tensor: its name and byte range within the object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,12 +58,18 @@ impl SyntheticModel {
         let mut i = 0usize;
         while data_len < min_size {
             let len = TENSOR_SIZES[i % TENSOR_SIZES.len()];
-            let name = format!("model.layers.{}.t{}", i / TENSOR_SIZES.len(), i % TENSOR_SIZES.len());
+            let name = format!(
+                "model.layers.{}.t{}",
+                i / TENSOR_SIZES.len(),
+                i % TENSOR_SIZES.len()
+            );
             layout.push((name, data_len, len));
             data_len += len;
             i += 1;
         }
-        let mut json = String::from("{\"__metadata__\":{\"format\":\"pt\",\"generator\":\"hipobj bench --embedded\"}");
+        let mut json = String::from(
+            "{\"__metadata__\":{\"format\":\"pt\",\"generator\":\"hipobj bench --embedded\"}",
+        );
         for (name, start, len) in &layout {
             // bf16: two bytes per element, one row of len/2 elements.
             json.push_str(&format!(
@@ -71,8 +86,20 @@ impl SyntheticModel {
         let mut prefix = (json.len() as u64).to_le_bytes().to_vec();
         prefix.extend_from_slice(json.as_bytes());
         let base = prefix.len() as u64;
-        let tensors = layout.into_iter().map(|(name, start, len)| Tensor { name, offset: base + start, len }).collect();
-        Self { size: base + data_len, prefix, tensors, seed }
+        let tensors = layout
+            .into_iter()
+            .map(|(name, start, len)| Tensor {
+                name,
+                offset: base + start,
+                len,
+            })
+            .collect();
+        Self {
+            size: base + data_len,
+            prefix,
+            tensors,
+            seed,
+        }
     }
 
     /// Length of the header (8-byte length + JSON).
@@ -96,7 +123,11 @@ impl SyntheticModel {
         let (head, rest) = out.split_at_mut(lead);
         for (i, b) in head.iter_mut().enumerate() {
             let p = offset + i as u64;
-            *b = usize::try_from(p).ok().and_then(|i| self.prefix.get(i)).copied().unwrap_or_else(|| byte_at(p));
+            *b = usize::try_from(p)
+                .ok()
+                .and_then(|i| self.prefix.get(i))
+                .copied()
+                .unwrap_or_else(|| byte_at(p));
         }
         let mut pos = offset + lead as u64;
         let mut words = rest.chunks_exact_mut(8);
@@ -126,7 +157,10 @@ impl SyntheticModel {
 
     /// A reader over the whole object (for uploads).
     pub fn reader(&self) -> SyntheticReader<'_> {
-        SyntheticReader { model: self, pos: 0 }
+        SyntheticReader {
+            model: self,
+            pos: 0,
+        }
     }
 }
 
@@ -153,7 +187,9 @@ impl Seek for SyntheticReader<'_> {
             SeekFrom::End(d) => self.model.size.checked_add_signed(d),
             SeekFrom::Current(d) => self.pos.checked_add_signed(d),
         };
-        self.pos = new.ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "seek before start"))?;
+        self.pos = new.ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "seek before start")
+        })?;
         Ok(self.pos)
     }
 }
@@ -196,7 +232,13 @@ mod tests {
     fn word_fill_equals_byte_by_byte_definition() {
         let m = SyntheticModel::new(1 << 20, 9);
         let header = m.header_len();
-        for (offset, len) in [(0u64, 100usize), (header - 3, 29), (header + 5, 3), (header + 8, 64), (777_777, 1001)] {
+        for (offset, len) in [
+            (0u64, 100usize),
+            (header - 3, 29),
+            (header + 5, 3),
+            (header + 8, 64),
+            (777_777, 1001),
+        ] {
             let mut fast = vec![0u8; len];
             m.fill(offset, &mut fast);
             for (i, b) in fast.iter().enumerate() {

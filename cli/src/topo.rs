@@ -119,16 +119,37 @@ fn rdma_devices(t: &Topology) -> String {
         let closest_for: Vec<String> = t
             .gpus
             .iter()
-            .filter(|g| t.closest_nics(g.index).is_ok_and(|v| v.iter().any(|c| c.index == n.index)))
+            .filter(|g| {
+                t.closest_nics(g.index)
+                    .is_ok_and(|v| v.iter().any(|c| c.index == n.index))
+            })
             .map(|g| format!("GPU{}", g.index))
             .collect();
-        let numa = n.numa_node.map_or_else(|| "N/A".to_owned(), |v| v.to_string());
-        let closest = if closest_for.is_empty() { "-".to_owned() } else { closest_for.join(",") };
-        out.push_str(&format!("  {} (NIC{}): NUMA {numa}, closest NIC for {closest}\n", n.name, n.index));
+        let numa = n
+            .numa_node
+            .map_or_else(|| "N/A".to_owned(), |v| v.to_string());
+        let closest = if closest_for.is_empty() {
+            "-".to_owned()
+        } else {
+            closest_for.join(",")
+        };
+        out.push_str(&format!(
+            "  {} (NIC{}): NUMA {numa}, closest NIC for {closest}\n",
+            n.name, n.index
+        ));
         for p in &n.ports {
-            let rate = p.rate.as_deref().map(|r| format!(", {r}")).unwrap_or_default();
-            out.push_str(&format!("    port {}: {} {}{rate}\n", p.port, p.state, p.link_layer));
-            let Ok(port) = u8::try_from(p.port) else { continue };
+            let rate = p
+                .rate
+                .as_deref()
+                .map(|r| format!(", {r}"))
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "    port {}: {} {}{rate}\n",
+                p.port, p.state, p.link_layer
+            ));
+            let Ok(port) = u8::try_from(p.port) else {
+                continue;
+            };
             match engine::verbs::gid::read_table(&sys, &n.name, port) {
                 Ok(entries) => {
                     let best = engine::verbs::gid::choose(&entries);

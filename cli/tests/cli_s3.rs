@@ -61,7 +61,17 @@ fn put_get_ranges_ls_head_rm_round_trip() {
     // 20 MiB with 6 MiB parts: a multipart upload of 4 parts.
     let data = random_bytes(20 << 20, 7);
     let src = write(&dir.path().join("model.bin"), &data);
-    let put = ok(&server, &["put", &src, "s3://bucket-a/models/model.bin", "--part-size", "6MiB", "--json"]);
+    let put = ok(
+        &server,
+        &[
+            "put",
+            &src,
+            "s3://bucket-a/models/model.bin",
+            "--part-size",
+            "6MiB",
+            "--json",
+        ],
+    );
     let put: serde_json::Value = serde_json::from_str(put.trim()).unwrap();
     assert_eq!(put["parts"], 4, "{put}");
     assert_eq!(put["bytes"], 20 << 20);
@@ -76,7 +86,16 @@ fn put_get_ranges_ls_head_rm_round_trip() {
     ];
     for (range, expect) in cases {
         let dest = dir.path().join("range.out");
-        ok(&server, &["get", "s3://bucket-a/models/model.bin", dest.to_str().unwrap(), "--range", range]);
+        ok(
+            &server,
+            &[
+                "get",
+                "s3://bucket-a/models/model.bin",
+                dest.to_str().unwrap(),
+                "--range",
+                range,
+            ],
+        );
         let got = std::fs::read(&dest).unwrap();
         assert_eq!(got.len(), expect.len(), "range {range}");
         assert!(got == data[expect.clone()], "range {range}: bytes differ");
@@ -84,15 +103,30 @@ fn put_get_ranges_ls_head_rm_round_trip() {
 
     // Whole object, to a file and to stdout.
     let whole = dir.path().join("whole.out");
-    let get = ok(&server, &["get", "s3://bucket-a/models/model.bin", whole.to_str().unwrap(), "--json"]);
+    let get = ok(
+        &server,
+        &[
+            "get",
+            "s3://bucket-a/models/model.bin",
+            whole.to_str().unwrap(),
+            "--json",
+        ],
+    );
     assert!(std::fs::read(&whole).unwrap() == data);
     let get: serde_json::Value = serde_json::from_str(get.trim()).unwrap();
     assert_eq!(get["bytes"], 20 << 20);
 
     let small = random_bytes(1000, 3);
     let small_src = write(&dir.path().join("small.bin"), &small);
-    ok(&server, &["put", &small_src, "s3://bucket-a/small key+ü.bin"]);
-    let out = hipobj(&server, SECRET_KEY, &["get", "s3://bucket-a/small key+ü.bin", "-"]);
+    ok(
+        &server,
+        &["put", &small_src, "s3://bucket-a/small key+ü.bin"],
+    );
+    let out = hipobj(
+        &server,
+        SECRET_KEY,
+        &["get", "s3://bucket-a/small key+ü.bin", "-"],
+    );
     assert!(out.status.success());
     assert!(out.stdout == small);
 
@@ -105,14 +139,25 @@ fn put_get_ranges_ls_head_rm_round_trip() {
     assert_eq!(ls["objects"][0]["key"], "models/model.bin");
     assert_eq!(ls["objects"][0]["size"], 20 << 20);
 
-    let head = ok(&server, &["head", "s3://bucket-a/models/model.bin", "--json"]);
+    let head = ok(
+        &server,
+        &["head", "s3://bucket-a/models/model.bin", "--json"],
+    );
     let head: serde_json::Value = serde_json::from_str(head.trim()).unwrap();
     assert_eq!(head["content_length"], 20 << 20);
 
     ok(&server, &["rm", "s3://bucket-a/small key+ü.bin"]);
-    let out = hipobj(&server, SECRET_KEY, &["head", "s3://bucket-a/small key+ü.bin"]);
+    let out = hipobj(
+        &server,
+        SECRET_KEY,
+        &["head", "s3://bucket-a/small key+ü.bin"],
+    );
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("NoSuchKey"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("NoSuchKey"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -120,7 +165,11 @@ fn listing_follows_continuation_tokens() {
     let server = S3sFs::start();
     server.create_bucket_dir("many");
     for i in 0..1203 {
-        std::fs::write(server.root.path().join("many").join(format!("k{i:05}")), b"x").unwrap();
+        std::fs::write(
+            server.root.path().join("many").join(format!("k{i:05}")),
+            b"x",
+        )
+        .unwrap();
     }
     let ls = ok(&server, &["ls", "s3://many", "--json"]);
     let ls: serde_json::Value = serde_json::from_str(ls.trim()).unwrap();
@@ -146,8 +195,14 @@ fn errors_are_one_clear_line() {
         (&["get", "bucket/key"], "s3://"),
         (&["get", "s3://nobucket/key", "-"], "NoSuch"),
         (&["get", "s3://b/k", "-", "--range", "9-3"], "range"),
-        (&["put", "/nonexistent/file", "s3://b/k"], "/nonexistent/file"),
-        (&["put", "Cargo.toml", "s3://b/k", "--part-size", "1KiB"], "part-size"),
+        (
+            &["put", "/nonexistent/file", "s3://b/k"],
+            "/nonexistent/file",
+        ),
+        (
+            &["put", "Cargo.toml", "s3://b/k", "--part-size", "1KiB"],
+            "part-size",
+        ),
     ];
     for (args, needle) in cases {
         let out = hipobj(&server, SECRET_KEY, args);
@@ -163,7 +218,11 @@ fn errors_are_one_clear_line() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("connect"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("connect"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -175,15 +234,25 @@ fn checksums_round_trip_and_corruption_is_detected() {
     let src = write(&dir.path().join("w.bin"), &data);
     let put = ok(&server, &["put", &src, "s3://sums/w.bin", "--json"]);
     let put: serde_json::Value = serde_json::from_str(put.trim()).unwrap();
-    let expected = s3_lite::checksum::Checksum::compute(s3_lite::checksum::ChecksumAlgorithm::Crc64Nvme, &data);
+    let expected = s3_lite::checksum::Checksum::compute(
+        s3_lite::checksum::ChecksumAlgorithm::Crc64Nvme,
+        &data,
+    );
     assert_eq!(put["checksum_crc64nvme"], expected.to_base64());
 
     // With data on stdout, the JSON result goes to stderr so the data stream stays clean.
-    let out = hipobj(&server, SECRET_KEY, &["get", "s3://sums/w.bin", "-", "--json"]);
+    let out = hipobj(
+        &server,
+        SECRET_KEY,
+        &["get", "s3://sums/w.bin", "-", "--json"],
+    );
     assert!(out.status.success());
     assert!(out.stdout == data);
     let get: serde_json::Value = serde_json::from_slice(&out.stderr).unwrap();
-    assert_eq!(get["checksum_verified"], true, "the server returned the stored CRC64NVME and it matched");
+    assert_eq!(
+        get["checksum_verified"], true,
+        "the server returned the stored CRC64NVME and it matched"
+    );
 
     // Flip one byte of the stored object behind the server's back: the stored checksum no longer
     // matches, and the download must fail instead of delivering corrupt bytes.
@@ -192,8 +261,19 @@ fn checksums_round_trip_and_corruption_is_detected() {
     bytes[12345] ^= 0x40;
     std::fs::write(&stored, &bytes).unwrap();
     let dest = dir.path().join("corrupt.out");
-    let out = hipobj(&server, SECRET_KEY, &["get", "s3://sums/w.bin", dest.to_str().unwrap()]);
+    let out = hipobj(
+        &server,
+        SECRET_KEY,
+        &["get", "s3://sums/w.bin", dest.to_str().unwrap()],
+    );
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("checksum mismatch"), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(!dest.exists(), "no file is left under the final name after a failed download");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("checksum mismatch"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !dest.exists(),
+        "no file is left under the final name after a failed download"
+    );
 }

@@ -37,12 +37,27 @@ fn if_match_guards_ranged_reads() {
     let mut c = client(&server, SECRET_KEY);
     c.create_bucket("im-bucket").unwrap();
     let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
-    let put = c.put_single("im-bucket", "obj", &mut Cursor::new(&data), data.len() as u64, &mut |_| {}).unwrap();
+    let put = c
+        .put_single(
+            "im-bucket",
+            "obj",
+            &mut Cursor::new(&data),
+            data.len() as u64,
+            &mut |_| {},
+        )
+        .unwrap();
     let etag = put.etag.expect("PUT returns an ETag");
 
     let mut out = Vec::new();
     let got = c
-        .get_with("im-bucket", "obj", Some(ByteRange::Inclusive(10, 19)), Some(&etag), &mut out, &mut |_| {})
+        .get_with(
+            "im-bucket",
+            "obj",
+            Some(ByteRange::Inclusive(10, 19)),
+            Some(&etag),
+            &mut out,
+            &mut |_| {},
+        )
         .unwrap();
     assert_eq!(got.bytes, 10);
     assert_eq!(out, &data[10..20]);
@@ -60,21 +75,45 @@ fn abort_removes_the_upload() {
     // A failing multipart upload (the source is shorter than declared) is aborted by the client.
     let data = vec![7u8; 6 << 20];
     let err = c
-        .put_multipart("abort-bucket", "obj", &mut Cursor::new(&data), 12 << 20, 5 << 20, &mut |_| {})
+        .put_multipart(
+            "abort-bucket",
+            "obj",
+            &mut Cursor::new(&data),
+            12 << 20,
+            5 << 20,
+            &mut |_| {},
+        )
         .unwrap_err();
-    assert!(err.to_string().contains("shrank") || err.to_string().contains("ended"), "{err}");
+    assert!(
+        err.to_string().contains("shrank") || err.to_string().contains("ended"),
+        "{err}"
+    );
     let listing = c.list("abort-bucket", None, None).unwrap();
-    assert!(listing.objects.is_empty(), "nothing was completed: {:?}", listing.objects);
+    assert!(
+        listing.objects.is_empty(),
+        "nothing was completed: {:?}",
+        listing.objects
+    );
 
     // Explicit create, one part, abort: the upload id is gone afterwards.
-    let id = c.create_multipart("abort-bucket", "obj2", &Default::default()).unwrap();
-    c.upload_part_bytes("abort-bucket", "obj2", &id, 1, &[1u8; 1024]).unwrap();
+    let id = c
+        .create_multipart("abort-bucket", "obj2", &Default::default())
+        .unwrap();
+    c.upload_part_bytes("abort-bucket", "obj2", &id, 1, &[1u8; 1024])
+        .unwrap();
     c.abort_multipart("abort-bucket", "obj2", &id).unwrap();
-    let err = c.upload_part_bytes("abort-bucket", "obj2", &id, 2, &[1u8; 1024]).unwrap_err();
+    let err = c
+        .upload_part_bytes("abort-bucket", "obj2", &id, 2, &[1u8; 1024])
+        .unwrap_err();
     // S3 says NoSuchUpload; s3s-fs 0.14.1 says AccessDenied for an upload id it no longer knows.
     let code = s3_code(err);
     assert!(code == "NoSuchUpload" || code == "AccessDenied", "{code}");
-    assert!(c.list("abort-bucket", None, None).unwrap().objects.is_empty());
+    assert!(
+        c.list("abort-bucket", None, None)
+            .unwrap()
+            .objects
+            .is_empty()
+    );
 }
 
 #[test]
@@ -83,9 +122,17 @@ fn wrong_secret_and_missing_objects_are_typed_errors() {
     let mut good = client(&server, SECRET_KEY);
     good.create_bucket("typed-bucket").unwrap();
     let mut bad = client(&server, "wrong-secret");
-    assert_eq!(s3_code(bad.list("typed-bucket", None, None).unwrap_err()), "SignatureDoesNotMatch");
-    assert_eq!(s3_code(good.head("typed-bucket", "missing").unwrap_err()), "NoSuchKey");
+    assert_eq!(
+        s3_code(bad.list("typed-bucket", None, None).unwrap_err()),
+        "SignatureDoesNotMatch"
+    );
+    assert_eq!(
+        s3_code(good.head("typed-bucket", "missing").unwrap_err()),
+        "NoSuchKey"
+    );
     let mut out = Vec::new();
-    let err = good.get("typed-bucket", "missing", None, &mut out, &mut |_| {}).unwrap_err();
+    let err = good
+        .get("typed-bucket", "missing", None, &mut out, &mut |_| {})
+        .unwrap_err();
     assert_eq!(s3_code(err), "NoSuchKey");
 }

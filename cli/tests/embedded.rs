@@ -14,9 +14,19 @@ fn embedded_main_job_over_forced_http() {
 
 fn run(fabric: Option<&str>, want_path: &str) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hipobj"));
-    cmd.args(["bench", "--embedded", "--object-size", "24MiB", "--ops", "1000", "--concurrency", "8", "--json"])
-        .env_clear()
-        .env("HOME", "/nonexistent-home-for-tests");
+    cmd.args([
+        "bench",
+        "--embedded",
+        "--object-size",
+        "24MiB",
+        "--ops",
+        "1000",
+        "--concurrency",
+        "8",
+        "--json",
+    ])
+    .env_clear()
+    .env("HOME", "/nonexistent-home-for-tests");
     if let Some(f) = fabric {
         cmd.env("HIPOBJ_EMBEDDED_FABRIC", f);
     }

@@ -23,12 +23,14 @@ fn tls_front(backend: std::net::SocketAddr) -> (u16, String) {
     let pem = cert.pem();
     let cert_der = CertificateDer::from(cert.der().to_vec());
     let key_der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![cert_der], key_der)
-        .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![cert_der], key_der)
+    .unwrap();
     let config = Arc::new(config);
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -43,9 +45,13 @@ fn tls_front(backend: std::net::SocketAddr) -> (u16, String) {
 
 /// Copies bytes both ways between a TLS client and the plain backend until either side closes.
 fn relay(client: TcpStream, backend: std::net::SocketAddr, config: Arc<rustls::ServerConfig>) {
-    let Ok(conn) = rustls::ServerConnection::new(config) else { return };
+    let Ok(conn) = rustls::ServerConnection::new(config) else {
+        return;
+    };
     let mut tls = rustls::StreamOwned::new(conn, client);
-    let Ok(mut upstream) = TcpStream::connect(backend) else { return };
+    let Ok(mut upstream) = TcpStream::connect(backend) else {
+        return;
+    };
     let tick = Some(Duration::from_millis(2));
     let _ = tls.sock.set_read_timeout(tick);
     let _ = upstream.set_read_timeout(tick);
@@ -76,7 +82,12 @@ fn relay(client: TcpStream, backend: std::net::SocketAddr, config: Arc<rustls::S
 
 fn hipobj(port: u16, extra: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hipobj"))
-        .args(["ls", "s3://tls-bucket", "--endpoint-url", &format!("https://localhost:{port}")])
+        .args([
+            "ls",
+            "s3://tls-bucket",
+            "--endpoint-url",
+            &format!("https://localhost:{port}"),
+        ])
         .args(extra)
         .env_clear()
         .env("HOME", "/nonexistent-home-for-tests")
@@ -102,10 +113,18 @@ fn https_verifies_certificates_by_default_and_honours_ca_bundle() {
     assert!(stderr.to_lowercase().contains("certificate"), "{stderr}");
 
     let out = hipobj(port, &["--ca-bundle", bundle.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("hello.txt"));
 
     let out = hipobj(port, &["--insecure-skip-tls-verify"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("verification is disabled"));
 }

@@ -29,7 +29,9 @@ fn hgx_matrix_matches_expected_file() {
     assert_eq!(err, "");
     let expected = std::fs::read_to_string(fixtures().join("hgx-h100.topo.txt")).unwrap();
     // The matrix and legends are nvidia-smi's format; the RDMA device listing follows them.
-    let (matrix, rdma) = out.split_once("\nRDMA devices:\n").expect("an RDMA device section");
+    let (matrix, rdma) = out
+        .split_once("\nRDMA devices:\n")
+        .expect("an RDMA device section");
     assert_eq!(matrix, expected);
     assert_eq!(rdma.matches("closest NIC for GPU").count(), 8, "{rdma}");
 }

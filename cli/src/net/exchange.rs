@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use rustls::ClientConfig;
 use s3_lite::Request;
-use s3_lite::http::{BodyFraming, Event, HttpError, Limits, ResponseDecoder, ResponseHead, encode_request_head};
+use s3_lite::http::{
+    BodyFraming, Event, HttpError, Limits, ResponseDecoder, ResponseHead, encode_request_head,
+};
 use s3_lite::s3::{Endpoint, Scheme};
 
 use super::transport::{Stream, Timeouts};
@@ -103,7 +105,13 @@ impl ExchangeError {
     /// Whether retrying on a fresh connection may succeed (connection-level failures).
     pub fn is_retryable(&self) -> bool {
         matches!(self, ExchangeError::Io { .. })
-            || matches!(self, ExchangeError::Http { source: HttpError::UnexpectedEof | HttpError::EmptyResponse, .. })
+            || matches!(
+                self,
+                ExchangeError::Http {
+                    source: HttpError::UnexpectedEof | HttpError::EmptyResponse,
+                    ..
+                }
+            )
     }
 }
 
@@ -128,7 +136,13 @@ pub struct HttpClient {
 impl HttpClient {
     /// A client for `endpoint`; `tls` is required for `https://` endpoints.
     pub fn new(endpoint: Endpoint, tls: Option<Arc<ClientConfig>>, timeouts: Timeouts) -> Self {
-        Self { endpoint, tls, timeouts, limits: Limits::default(), idle: None }
+        Self {
+            endpoint,
+            tls,
+            timeouts,
+            limits: Limits::default(),
+            idle: None,
+        }
     }
 
     /// The endpoint requests go to.
@@ -146,10 +160,23 @@ impl HttpClient {
             Scheme::Https => self.tls.as_ref(),
             Scheme::Http => None,
         };
-        let stream = Stream::connect(host, self.endpoint.port, tls, self.timeouts).map_err(|source| {
-            ExchangeError::Io { context: format!("connect to {host}:{}", self.endpoint.port), source }
-        })?;
-        Ok((Connection { host: host.to_owned(), stream, buf: vec![0; IO_CHUNK], start: 0, end: 0 }, false))
+        let stream =
+            Stream::connect(host, self.endpoint.port, tls, self.timeouts).map_err(|source| {
+                ExchangeError::Io {
+                    context: format!("connect to {host}:{}", self.endpoint.port),
+                    source,
+                }
+            })?;
+        Ok((
+            Connection {
+                host: host.to_owned(),
+                stream,
+                buf: vec![0; IO_CHUNK],
+                start: 0,
+                end: 0,
+            },
+            false,
+        ))
     }
 
     /// Sends `req` with `body` to the server for `bucket` and streams the response body into
@@ -169,7 +196,8 @@ impl HttpClient {
         match self.exchange(conn, req, &mut body, sink) {
             Err((err, false)) if reused && replayable && err.is_retryable() => {
                 let (conn, _) = self.connection(&host)?;
-                self.exchange(conn, req, &mut body, sink).map_err(|(e, _)| e)
+                self.exchange(conn, req, &mut body, sink)
+                    .map_err(|(e, _)| e)
             }
             other => other.map_err(|(e, _)| e),
         }
@@ -183,40 +211,67 @@ impl HttpClient {
         body: &mut RequestBody<'_>,
         sink: &mut dyn BodySink,
     ) -> Result<ResponseHead, (ExchangeError, bool)> {
-        let io_err = |context: &str, source| (ExchangeError::Io { context: context.to_owned(), source }, false);
+        let io_err = |context: &str, source| {
+            (
+                ExchangeError::Io {
+                    context: context.to_owned(),
+                    source,
+                },
+                false,
+            )
+        };
         let framing = match body {
             RequestBody::None => BodyFraming::None,
             RequestBody::Bytes(b) => BodyFraming::Length(b.len() as u64),
             RequestBody::Reader(_, len) => BodyFraming::Length(*len),
         };
         let mut head = Vec::with_capacity(1024);
-        encode_request_head(req, framing, &mut head).map_err(|e| (ExchangeError::Encode(e), false))?;
+        encode_request_head(req, framing, &mut head)
+            .map_err(|e| (ExchangeError::Encode(e), false))?;
         match body {
             RequestBody::Bytes(b) if b.len() <= 64 * 1024 => {
                 head.extend_from_slice(b);
-                conn.stream.write_all(&head).map_err(|e| io_err("send request", e))?;
+                conn.stream
+                    .write_all(&head)
+                    .map_err(|e| io_err("send request", e))?;
             }
             RequestBody::Bytes(b) => {
-                conn.stream.write_all(&head).map_err(|e| io_err("send request", e))?;
-                conn.stream.write_all(b).map_err(|e| io_err("send request body", e))?;
+                conn.stream
+                    .write_all(&head)
+                    .map_err(|e| io_err("send request", e))?;
+                conn.stream
+                    .write_all(b)
+                    .map_err(|e| io_err("send request body", e))?;
             }
             RequestBody::Reader(reader, len) => {
-                conn.stream.write_all(&head).map_err(|e| io_err("send request", e))?;
+                conn.stream
+                    .write_all(&head)
+                    .map_err(|e| io_err("send request", e))?;
                 send_from_reader(&mut conn.stream, *reader, *len).map_err(|e| (e, false))?;
             }
-            RequestBody::None => conn.stream.write_all(&head).map_err(|e| io_err("send request", e))?,
+            RequestBody::None => conn
+                .stream
+                .write_all(&head)
+                .map_err(|e| io_err("send request", e))?,
         }
         conn.stream.flush().map_err(|e| io_err("send request", e))?;
 
-        let mut decoder = ResponseDecoder::new(self.limits, req.method.eq_ignore_ascii_case("HEAD"));
+        let mut decoder =
+            ResponseDecoder::new(self.limits, req.method.eq_ignore_ascii_case("HEAD"));
         let mut response_head: Option<ResponseHead> = None;
         let mut seen_bytes = false;
         loop {
             // Decode first: the decoder may have an event (End) without needing more input.
             let input = conn.buf.get(conn.start..conn.end).unwrap_or_default();
-            let decoded = decoder
-                .decode(input)
-                .map_err(|source| (ExchangeError::Http { host: conn.host.clone(), source }, seen_bytes))?;
+            let decoded = decoder.decode(input).map_err(|source| {
+                (
+                    ExchangeError::Http {
+                        host: conn.host.clone(),
+                        source,
+                    },
+                    seen_bytes,
+                )
+            })?;
             conn.start += decoded.consumed;
             match decoded.event {
                 Event::NeedMore => {}
@@ -226,7 +281,8 @@ impl HttpClient {
                     continue;
                 }
                 Event::Body(data) => {
-                    sink.accept(data).map_err(|e| (ExchangeError::Sink(e), true))?;
+                    sink.accept(data)
+                        .map_err(|e| (ExchangeError::Sink(e), true))?;
                     continue;
                 }
                 Event::End => break,
@@ -234,25 +290,44 @@ impl HttpClient {
             // NeedMore: the decoder has taken everything buffered; read more.
             conn.start = 0;
             conn.end = 0;
-            let n = conn
-                .stream
-                .read(&mut conn.buf)
-                .map_err(|e| (ExchangeError::Io { context: "read response".into(), source: timeout_is_timeout(e) }, seen_bytes))?;
+            let n = conn.stream.read(&mut conn.buf).map_err(|e| {
+                (
+                    ExchangeError::Io {
+                        context: "read response".into(),
+                        source: timeout_is_timeout(e),
+                    },
+                    seen_bytes,
+                )
+            })?;
             if n == 0 {
-                decoder
-                    .finish_on_eof()
-                    .map_err(|source| (ExchangeError::Http { host: conn.host.clone(), source }, seen_bytes))?;
+                decoder.finish_on_eof().map_err(|source| {
+                    (
+                        ExchangeError::Http {
+                            host: conn.host.clone(),
+                            source,
+                        },
+                        seen_bytes,
+                    )
+                })?;
                 // Body delimited by close: complete, and the connection is gone.
                 return response_head.ok_or((
-                    ExchangeError::Http { host: conn.host.clone(), source: HttpError::UnexpectedEof },
+                    ExchangeError::Http {
+                        host: conn.host.clone(),
+                        source: HttpError::UnexpectedEof,
+                    },
                     seen_bytes,
                 ));
             }
             seen_bytes = true;
             conn.end = n;
         }
-        let head = response_head
-            .ok_or((ExchangeError::Http { host: conn.host.clone(), source: HttpError::UnexpectedEof }, true))?;
+        let head = response_head.ok_or((
+            ExchangeError::Http {
+                host: conn.host.clone(),
+                source: HttpError::UnexpectedEof,
+            },
+            true,
+        ))?;
         // Leftover bytes after a complete response mean the server sent more than it framed:
         // never reuse such a connection.
         if decoder.is_reusable() && conn.start == conn.end {
@@ -262,21 +337,32 @@ impl HttpClient {
     }
 }
 
-fn send_from_reader(stream: &mut Stream, reader: &mut dyn Read, len: u64) -> Result<(), ExchangeError> {
+fn send_from_reader(
+    stream: &mut Stream,
+    reader: &mut dyn Read,
+    len: u64,
+) -> Result<(), ExchangeError> {
     let mut buf = vec![0u8; IO_CHUNK];
     let mut sent = 0u64;
     while sent < len {
         let want = usize::try_from((len - sent).min(IO_CHUNK as u64)).unwrap_or(IO_CHUNK);
         let piece = buf.get_mut(..want).unwrap_or_default();
-        let n = reader
-            .read(piece)
-            .map_err(|source| ExchangeError::Io { context: "read request body".into(), source })?;
+        let n = reader.read(piece).map_err(|source| ExchangeError::Io {
+            context: "read request body".into(),
+            source,
+        })?;
         if n == 0 {
-            return Err(ExchangeError::ShortBody { sent, declared: len });
+            return Err(ExchangeError::ShortBody {
+                sent,
+                declared: len,
+            });
         }
         stream
             .write_all(piece.get(..n).unwrap_or_default())
-            .map_err(|source| ExchangeError::Io { context: "send request body".into(), source })?;
+            .map_err(|source| ExchangeError::Io {
+                context: "send request body".into(),
+                source,
+            })?;
         sent += n as u64;
     }
     Ok(())

@@ -45,7 +45,10 @@ fn provider() -> Arc<CryptoProvider> {
 }
 
 fn roots_from_bundle(path: &Path) -> Result<RootCertStore, TlsError> {
-    let err = |reason: String| TlsError::CaBundle { path: path.to_owned(), reason };
+    let err = |reason: String| TlsError::CaBundle {
+        path: path.to_owned(),
+        reason,
+    };
     let mut roots = RootCertStore::empty();
     let iter = CertificateDer::pem_file_iter(path).map_err(|e| err(e.to_string()))?;
     for cert in iter {
@@ -61,7 +64,8 @@ fn roots_from_bundle(path: &Path) -> Result<RootCertStore, TlsError> {
 /// Builds the rustls client configuration for `options`.
 pub fn client_config(options: &TlsOptions) -> Result<Arc<ClientConfig>, TlsError> {
     let provider = provider();
-    let builder = ClientConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions()?;
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?;
     let config = if options.insecure_skip_verify {
         builder
             .dangerous()
@@ -72,7 +76,9 @@ pub fn client_config(options: &TlsOptions) -> Result<Arc<ClientConfig>, TlsError
     } else {
         let roots = match &options.ca_bundle {
             Some(path) => roots_from_bundle(path)?,
-            None => RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() },
+            None => RootCertStore {
+                roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+            },
         };
         builder.with_root_certificates(roots).with_no_client_auth()
     };
@@ -135,10 +141,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("empty.pem");
         std::fs::write(&path, "not a certificate\n").unwrap();
-        let err = client_config(&TlsOptions { ca_bundle: Some(path.clone()), ..Default::default() }).unwrap_err();
+        let err = client_config(&TlsOptions {
+            ca_bundle: Some(path.clone()),
+            ..Default::default()
+        })
+        .unwrap_err();
         assert!(err.to_string().contains("no certificates found"), "{err}");
         let missing = dir.path().join("missing.pem");
-        let err = client_config(&TlsOptions { ca_bundle: Some(missing), ..Default::default() }).unwrap_err();
+        let err = client_config(&TlsOptions {
+            ca_bundle: Some(missing),
+            ..Default::default()
+        })
+        .unwrap_err();
         assert!(err.to_string().contains("missing.pem"), "{err}");
     }
 }

@@ -23,7 +23,10 @@ pub struct Timeouts {
 
 impl Default for Timeouts {
     fn default() -> Self {
-        Self { connect: Duration::from_secs(5), io: Duration::from_secs(30) }
+        Self {
+            connect: Duration::from_secs(5),
+            io: Duration::from_secs(30),
+        }
     }
 }
 
@@ -39,13 +42,19 @@ impl std::fmt::Debug for Stream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Stream::Plain(s) => f.debug_tuple("Plain").field(&s.peer_addr().ok()).finish(),
-            Stream::Tls(s) => f.debug_tuple("Tls").field(&s.sock.peer_addr().ok()).finish(),
+            Stream::Tls(s) => f
+                .debug_tuple("Tls")
+                .field(&s.sock.peer_addr().ok())
+                .finish(),
         }
     }
 }
 
 fn connect_tcp(host: &str, port: u16, timeouts: Timeouts) -> io::Result<TcpStream> {
-    let mut last_err = io::Error::new(io::ErrorKind::NotFound, format!("{host}:{port} resolved to no address"));
+    let mut last_err = io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{host}:{port} resolved to no address"),
+    );
     for addr in (host, port).to_socket_addrs()? {
         #[allow(clippy::disallowed_methods)] // this module is the socket driver
         match TcpStream::connect_timeout(&addr, timeouts.connect) {
@@ -63,13 +72,22 @@ fn connect_tcp(host: &str, port: u16, timeouts: Timeouts) -> io::Result<TcpStrea
 
 impl Stream {
     /// Connects to `host:port`, with TLS when `tls` is given (SNI = `host`).
-    pub fn connect(host: &str, port: u16, tls: Option<&Arc<ClientConfig>>, timeouts: Timeouts) -> io::Result<Self> {
+    pub fn connect(
+        host: &str,
+        port: u16,
+        tls: Option<&Arc<ClientConfig>>,
+        timeouts: Timeouts,
+    ) -> io::Result<Self> {
         let tcp = connect_tcp(host, port, timeouts)?;
         match tls {
             None => Ok(Stream::Plain(tcp)),
             Some(config) => {
-                let name = ServerName::try_from(host.to_owned())
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("TLS server name {host:?}: {e}")))?;
+                let name = ServerName::try_from(host.to_owned()).map_err(|e| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("TLS server name {host:?}: {e}"),
+                    )
+                })?;
                 let conn = ClientConnection::new(config.clone(), name).map_err(io::Error::other)?;
                 let mut stream = StreamOwned::new(conn, tcp);
                 // Complete the handshake now so certificate errors surface at connect time.

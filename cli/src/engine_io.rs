@@ -1,0 +1,365 @@
+//! `hipobj get` / `hipobj put` on the engine (`--fabric auto|soft`).
+//!
+//! The engine moves payloads into and out of registered memory, over RDMA (the soft fabric
+//! today, verbs later) when the endpoint pairs and over the HTTP body otherwise; each completion
+//! names the path that carried its bytes, and the commands report them per path. The engine has
+//! no TLS, so only `http://` endpoints run here (`https://` keeps the blocking client), and no
+//! multipart yet, so large uploads keep the blocking multipart path.
+
+use std::io::Write;
+use std::time::Duration;
+
+use engine::{Engine, Fabric, RegisterOptions};
+use ring_api::opcode::{Put, RangeGet};
+use ring_api::{BufSlice, Cqe, DataPath};
+use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
+use s3_lite::credentials::Credentials;
+
+/// Bytes per range-get of a download.
+pub const CHUNK: u64 = 8 << 20;
+/// Range-gets in flight at once.
+pub const IN_FLIGHT: u64 = 4;
+/// How long one wait for a completion may last before the transfer is declared stalled
+/// (the engine's own per-attempt timeouts and retries run inside it).
+const STALL: Duration = Duration::from_secs(300);
+
+/// `--fabric`: which data path `get` and `put` use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FabricChoice {
+    /// RDMA when the endpoint pairs (learned once), HTTP on the engine otherwise.
+    Auto,
+    /// Always try the soft RDMA fabric first; per-request HTTP fallback still applies.
+    Soft,
+    /// The blocking HTTP client (today's behaviour; works with https:// and AWS).
+    #[default]
+    Http,
+}
+
+impl FabricChoice {
+    /// Parses `auto`, `soft` or `http`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "soft" => Ok(Self::Soft),
+            "http" => Ok(Self::Http),
+            other => Err(format!("--fabric {other:?}: expected auto, soft or http")),
+        }
+    }
+}
+
+/// The endpoint as the engine would reach it.
+#[derive(Debug, Clone)]
+pub struct EngineSite {
+    /// The endpoint URL.
+    pub url: String,
+    /// Signing identity.
+    pub credentials: Credentials,
+    /// Signature scope region.
+    pub region: String,
+}
+
+/// What the engine needs to reach the endpoint.
+#[derive(Debug, Clone)]
+pub struct EngineTarget {
+    /// `http://host:port`.
+    pub url: String,
+    /// Signing identity.
+    pub credentials: Credentials,
+    /// Signature scope region.
+    pub region: String,
+    /// Engine fabric (`Auto` or `Soft`).
+    pub fabric: Fabric,
+}
+
+impl EngineTarget {
+    /// The engine target for `choice`, or `None` when the blocking client must run
+    /// (`--fabric http`, or an endpoint the engine cannot speak to: anything but `http://`).
+    pub fn select(choice: FabricChoice, site: &EngineSite) -> Option<Self> {
+        let fabric = match choice {
+            FabricChoice::Http => return None,
+            FabricChoice::Auto => Fabric::Auto,
+            FabricChoice::Soft => Fabric::Soft,
+        };
+        let plain = site
+            .url
+            .get(..7)
+            .is_some_and(|s| s.eq_ignore_ascii_case("http://"));
+        plain.then(|| Self {
+            url: site.url.clone(),
+            credentials: site.credentials.clone(),
+            region: site.region.clone(),
+            fabric,
+        })
+    }
+
+    fn engine(&self, connections: usize) -> Result<Engine, String> {
+        Engine::builder()
+            .endpoint_url(&self.url)
+            .credentials(self.credentials.clone())
+            .region(&self.region)
+            .connections_per_worker(connections)
+            .fabric(self.fabric)
+            .build()
+            .map_err(|e| format!("engine: {e}"))
+    }
+}
+
+/// The name `--json` uses for a data path.
+#[must_use]
+pub fn path_name(p: Option<DataPath>) -> &'static str {
+    match p {
+        Some(DataPath::Http) => "http",
+        Some(DataPath::RdmaSoft) => "rdma-soft",
+        Some(DataPath::RdmaVerbs) => "rdma-verbs",
+        _ => "none",
+    }
+}
+
+/// Bytes carried per path, in first-seen order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PathBytes(pub Vec<(&'static str, u64)>);
+
+impl PathBytes {
+    fn add(&mut self, name: &'static str, bytes: u64) {
+        match self.0.iter_mut().find(|(p, _)| *p == name) {
+            Some((_, b)) => *b += bytes,
+            None => self.0.push((name, bytes)),
+        }
+    }
+
+    /// The one path that carried everything, or `mixed` when several did (`none`: no bytes).
+    #[must_use]
+    pub fn summary(&self) -> &'static str {
+        match self.0.as_slice() {
+            [] => "none",
+            [(p, _)] => p,
+            _ => "mixed",
+        }
+    }
+
+    /// `{"rdma-soft": bytes, ...}`.
+    #[must_use]
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::Value::Object(
+            self.0
+                .iter()
+                .map(|(p, b)| ((*p).to_owned(), (*b).into()))
+                .collect(),
+        )
+    }
+}
+
+fn failure(what: &str, c: &Cqe) -> String {
+    let code = c
+        .error_code()
+        .map_or_else(|| format!("result {}", c.result()), |e| format!("{e:?}"));
+    let class = c
+        .error_class()
+        .map_or_else(String::new, |k| format!(" ({k:?})"));
+    format!("{what} failed: {code}{class}")
+}
+
+/// Downloads bytes `first..first+len` of an object with parallel range-gets of [`CHUNK`]
+/// ([`IN_FLIGHT`] at once) into one registered ring of slots, and writes them to `out` in
+/// order. Returns the bytes per path and the CRC64NVME of everything written.
+pub fn download(
+    target: &EngineTarget,
+    bucket: &str,
+    key: &str,
+    first: u64,
+    len: u64,
+    out: &mut dyn Write,
+    on_bytes: &mut dyn FnMut(u64),
+) -> Result<(PathBytes, u64), String> {
+    let mut crc = Crc64Nvme::new();
+    let mut paths = PathBytes::default();
+    if len == 0 {
+        return Ok((paths, crc.finish()));
+    }
+    let chunks = len.div_ceil(CHUNK);
+    let depth = IN_FLIGHT.min(chunks);
+    let slot_len = CHUNK.min(len);
+    let engine = target.engine(usize::try_from(depth).unwrap_or(1))?;
+    let obj = engine.object(bucket, key).map_err(|e| e.to_string())?;
+    let ring_len =
+        usize::try_from(depth * slot_len).map_err(|_| "download ring too large for this host")?;
+    let buf = engine
+        .register_host(ring_len, RegisterOptions::pageable())
+        .map_err(|e| e.to_string())?;
+    let mut q = engine
+        .queue(u32::try_from(depth).unwrap_or(1))
+        .map_err(|e| e.to_string())?;
+    let chunk_len = |i: u64| CHUNK.min(len - i * CHUNK);
+    // Chunk i lives in slot i % depth; it is submitted only once chunk i - depth is written, so
+    // completions may arrive in any order and are still written in order.
+    let mut done = vec![false; usize::try_from(depth).unwrap_or(1)];
+    let mut cqes = vec![Cqe::default(); usize::try_from(depth * 2).unwrap_or(2)];
+    let (mut next_submit, mut next_write) = (0u64, 0u64);
+    while next_write < chunks {
+        while next_submit < chunks && next_submit < next_write + depth {
+            let slot = next_submit % depth;
+            let sqe = RangeGet::new(
+                obj,
+                first + next_submit * CHUNK,
+                BufSlice::new(buf, slot * slot_len, chunk_len(next_submit)),
+            )
+            .user_data(next_submit)
+            .build();
+            if q.push(&sqe).is_err() {
+                break;
+            }
+            next_submit += 1;
+        }
+        if q.wait(1, Some(STALL)) == 0 {
+            return Err(format!(
+                "download stalled: no completion in {} s",
+                STALL.as_secs()
+            ));
+        }
+        let n = q.reap(&mut cqes);
+        for c in cqes.iter().take(n) {
+            let i = c.user_data();
+            if i < next_write || i >= next_submit {
+                return Err(format!("completion for unknown chunk {i}"));
+            }
+            let want = chunk_len(i);
+            if !c.is_ok() {
+                return Err(failure(
+                    &format!("range-get {}+{want}", first + i * CHUNK),
+                    c,
+                ));
+            }
+            if c.bytes() != want {
+                return Err(format!(
+                    "range-get {}+{want}: {} bytes arrived",
+                    first + i * CHUNK,
+                    c.bytes()
+                ));
+            }
+            paths.add(path_name(c.path()), want);
+            if let Some(d) = done.get_mut(usize::try_from(i % depth).unwrap_or(0)) {
+                *d = true;
+            }
+        }
+        // Write every chunk that is next in order.
+        while next_write < chunks {
+            let slot = next_write % depth;
+            let Some(d) = done.get_mut(usize::try_from(slot).unwrap_or(0)) else {
+                break;
+            };
+            if !*d {
+                break;
+            }
+            *d = false;
+            let want = chunk_len(next_write);
+            let view = engine
+                .read(buf, slot * slot_len, want)
+                .map_err(|e| e.to_string())?;
+            crc.update(&view);
+            out.write_all(&view)
+                .map_err(|e| format!("writing the download: {e}"))?;
+            drop(view);
+            on_bytes(want);
+            next_write += 1;
+        }
+    }
+    Ok((paths, crc.finish()))
+}
+
+/// What a single-request upload on the engine did.
+#[derive(Debug, Clone)]
+pub struct Uploaded {
+    /// Bytes per path.
+    pub paths: PathBytes,
+    /// CRC64NVME of the uploaded bytes (base64; the engine sends it with RDMA PUTs and the
+    /// server's echo of it is part of the success proof).
+    pub checksum_crc64nvme: String,
+}
+
+/// Uploads `data` (non-empty) with one engine PUT from registered memory.
+pub fn upload(
+    target: &EngineTarget,
+    bucket: &str,
+    key: &str,
+    data: &[u8],
+) -> Result<Uploaded, String> {
+    if data.is_empty() {
+        return Err("the engine cannot PUT an empty buffer".into());
+    }
+    let engine = target.engine(1)?;
+    let obj = engine.object(bucket, key).map_err(|e| e.to_string())?;
+    let buf = engine
+        .register_host(data.len(), RegisterOptions::pageable())
+        .map_err(|e| e.to_string())?;
+    engine.copy_in(buf, 0, data).map_err(|e| e.to_string())?;
+    let mut q = engine.queue(1).map_err(|e| e.to_string())?;
+    let len = data.len() as u64;
+    q.push(
+        &Put::new(obj, BufSlice::new(buf, 0, len))
+            .user_data(1)
+            .build(),
+    )
+    .map_err(|e| format!("queueing the PUT: {e:?}"))?;
+    if q.wait(1, Some(STALL)) == 0 {
+        return Err(format!(
+            "upload stalled: no completion in {} s",
+            STALL.as_secs()
+        ));
+    }
+    let mut cqes = [Cqe::default()];
+    if q.reap(&mut cqes) != 1 {
+        return Err("upload: no completion".into());
+    }
+    let [c] = cqes;
+    if !c.is_ok() {
+        return Err(failure("PUT", &c));
+    }
+    let mut paths = PathBytes::default();
+    paths.add(path_name(c.path()), len);
+    let mut crc = Crc64Nvme::new();
+    crc.update(data);
+    Ok(Uploaded {
+        paths,
+        checksum_crc64nvme: encode_crc64nvme(crc.finish()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_http_endpoints_run_on_the_engine() {
+        let site = |url: &str| EngineSite {
+            url: url.into(),
+            credentials: Credentials::new("a", "b"),
+            region: "r".into(),
+        };
+        let plain = site("http://127.0.0.1:9000");
+        assert_eq!(
+            EngineTarget::select(FabricChoice::Soft, &plain).map(|t| t.fabric),
+            Some(Fabric::Soft)
+        );
+        assert_eq!(
+            EngineTarget::select(FabricChoice::Auto, &site("HTTP://h")).map(|t| t.fabric),
+            Some(Fabric::Auto)
+        );
+        assert!(
+            EngineTarget::select(FabricChoice::Soft, &site("https://s3.amazonaws.com")).is_none()
+        );
+        assert!(EngineTarget::select(FabricChoice::Http, &plain).is_none());
+    }
+
+    #[test]
+    fn path_bytes_aggregate_per_path() {
+        let mut p = PathBytes::default();
+        p.add("rdma-soft", 8);
+        p.add("rdma-soft", 2);
+        assert_eq!(p.summary(), "rdma-soft");
+        assert_eq!(p.to_json(), serde_json::json!({"rdma-soft": 10}));
+        p.add("http", 1);
+        assert_eq!(p.summary(), "mixed");
+        assert_eq!(FabricChoice::parse("soft"), Ok(FabricChoice::Soft));
+        assert!(FabricChoice::parse("verbs").is_err());
+    }
+}
