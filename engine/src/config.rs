@@ -117,6 +117,7 @@ pub struct EngineBuilder {
     pub(crate) quickack: bool,
     pub(crate) fabric: crate::fabric::rdma::Fabric,
     pub(crate) dialect: crate::fabric::rdma::Dialect,
+    pub(crate) dc_provider: Option<std::sync::Arc<dyn crate::fabric::rdma::DcTokenProvider>>,
 }
 
 impl Default for EngineBuilder {
@@ -136,6 +137,7 @@ impl Default for EngineBuilder {
             quickack: true,
             fabric: crate::fabric::rdma::Fabric::default(),
             dialect: crate::fabric::rdma::Dialect::default(),
+            dc_provider: None,
         }
     }
 }
@@ -241,6 +243,18 @@ impl EngineBuilder {
     #[must_use]
     pub fn dialect(mut self, dialect: crate::fabric::rdma::Dialect) -> Self {
         self.dialect = dialect;
+        self
+    }
+
+    /// Mints the cuObject DC descriptors `Dialect::CuObject` sends (on real hardware, a
+    /// wrapper around `cuMemObjGetRDMAToken`). Without a provider that dialect sends every op
+    /// over HTTP.
+    #[must_use]
+    pub fn dc_token_provider(
+        mut self,
+        provider: std::sync::Arc<dyn crate::fabric::rdma::DcTokenProvider>,
+    ) -> Self {
+        self.dc_provider = Some(provider);
         self
     }
 

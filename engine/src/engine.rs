@@ -119,7 +119,8 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
                 endpoint.clone(),
                 Arc::clone(&signer),
             )
-            .with_dialect(b.dialect),
+            .with_dialect(b.dialect)
+            .with_dc_provider(b.dc_provider.clone()),
         );
         workers.push(WorkerHandle::spawn(
             i,

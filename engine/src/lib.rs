@@ -60,7 +60,7 @@ mod worker;
 pub use config::{EngineBuilder, Placement, RetryPolicy};
 pub use engine::{Engine, Queue, WorkerInfo};
 pub use error::EngineError;
-pub use fabric::rdma::{Dialect, Fabric};
+pub use fabric::rdma::{DcOp, DcTokenError, DcTokenProvider, Dialect, Fabric};
 pub use fabric::soft;
 pub use memory::{BufferView, RegisterOptions};
 pub use sys::{monotonic_ns, process_cpu_time};

@@ -274,7 +274,23 @@ impl Conn {
                                 crc.as_deref(),
                             );
                             self.verdict = Some(v);
-                            p
+                            // An accepted RDMA GET: the bytes are already in the destination.
+                            // When the server names a checksum of them, verify before completing.
+                            match (p, op.buf.as_ref()) {
+                                (Plan::Finish(Outcome::Done { bytes, aux }), Some(buf)) => {
+                                    let landed = buf.bytes_from(0);
+                                    let landed = landed
+                                        .get(..usize::try_from(bytes).unwrap_or(usize::MAX))
+                                        .unwrap_or(landed);
+                                    match crate::fabric::rdma::cuobject::check_destination(
+                                        op.kind, &head, landed,
+                                    ) {
+                                        Ok(()) => Plan::Finish(Outcome::Done { bytes, aux }),
+                                        Err(code) => Plan::Finish(integrity(code)),
+                                    }
+                                }
+                                (p, _) => p,
+                            }
                         }
                         None => plan(op.kind, op.buf_len(), &head),
                     };

@@ -1,6 +1,8 @@
 //! The RDMA dialects, client side, over the soft fabric: `rc-persistent` (below) and
 //! `hipobj-rc-v2` ([`Dialect::RcV2`]: the per-op PREPARE / READY exchange in `v2`, its pure
-//! rules in `v2_wire`, entered through [`RdmaClient::exchange`]).
+//! rules in `v2_wire`, entered through [`RdmaClient::exchange`]), and the cuObject request
+//! shape ([`Dialect::CuObject`]: a provider-minted DC descriptor per op, `cuobject`; no pairing,
+//! same acceptance rules; DC itself never ran here — no hardware).
 //!
 //! Per worker and endpoint ([`RdmaClient`], owned by the worker's HTTP fabric): on first use a
 //! soft QP is created and paired with the server through the signed connect route
@@ -24,6 +26,7 @@
 //! tries.
 
 pub(crate) mod connect;
+pub(crate) mod cuobject;
 mod v2;
 mod v2_wire;
 pub(crate) mod verdict;
@@ -37,6 +40,7 @@ use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
 use s3_lite::s3::Endpoint;
 use s3_lite::sigv4::Signer;
 
+pub use self::cuobject::{DcOp, DcTokenError, DcTokenProvider};
 use self::verdict::Verdict;
 use crate::fabric::soft::{
     Access, CompletionQueue, MemoryRegion, ProtectionDomain, QpCaps, QpState, QueuePair,
@@ -74,6 +78,11 @@ pub enum Dialect {
     /// each time: what the Ceph fork, versitygw, elbencho and the ROCm reference serve. Two
     /// round trips per op, run on the worker thread (bounded by the op's deadline).
     RcV2,
+    /// cuObject (protocols.md §1, §2): one request per op carrying a DC descriptor minted by
+    /// the provider set with `EngineBuilder::dc_token_provider` (without one, ops go over
+    /// HTTP). Needs mlx5 DC hardware and a cuObject server; never exercised here beyond the
+    /// wire (docs/engine.md).
+    CuObject,
 }
 
 /// What the client knows about the endpoint.
@@ -102,7 +111,8 @@ struct Link {
 /// One operation's RDMA attempt.
 #[derive(Debug)]
 struct Attempt {
-    mr: MemoryRegion,
+    /// The soft window (`None` for cuObject: the provider owns the registration).
+    mr: Option<MemoryRegion>,
 }
 
 /// Headers to add to an attempt's request.
@@ -132,6 +142,8 @@ pub(crate) struct RdmaClient {
     dialect: Dialect,
     /// The hipobj-rc-v2 client's soft device (made on first use).
     v2: Option<v2::V2Device>,
+    /// Mints cuObject descriptors (dialect `CuObject`).
+    dc: Option<Arc<dyn cuobject::DcTokenProvider>>,
 }
 
 const MAX_DECLINES: u32 = 3;
@@ -159,12 +171,22 @@ impl RdmaClient {
             declines: 0,
             dialect: Dialect::RcPersistent,
             v2: None,
+            dc: None,
         }
     }
 
     /// Speaks `dialect` instead of `rc-persistent`.
     pub(crate) fn with_dialect(mut self, dialect: Dialect) -> Self {
         self.dialect = dialect;
+        self
+    }
+
+    /// The cuObject descriptor provider (dialect `CuObject`).
+    pub(crate) fn with_dc_provider(
+        mut self,
+        dc: Option<Arc<dyn cuobject::DcTokenProvider>>,
+    ) -> Self {
+        self.dc = dc;
         self
     }
 
@@ -313,7 +335,7 @@ impl RdmaClient {
         now: s3_lite::sigv4::AmzDate,
     ) -> Option<Prepared> {
         self.moved.remove(&key);
-        if self.dialect != Dialect::RcPersistent {
+        if !matches!(self.dialect, Dialect::RcPersistent | Dialect::CuObject) {
             return None;
         }
         if self.http_next.remove(&key) || matches!(self.state, State::Plain) {
@@ -321,6 +343,9 @@ impl RdmaClient {
         }
         if !matches!(op.kind, OpKind::Get | OpKind::RangeGet { .. } | OpKind::Put) {
             return None;
+        }
+        if self.dialect == Dialect::CuObject {
+            return self.prepare_dc(key, op);
         }
         let lease = op.buf.as_ref()?;
         let len = lease.len();
@@ -351,7 +376,35 @@ impl RdmaClient {
         if let Some(c) = &crc {
             headers.push(("x-amz-checksum-crc64nvme".to_owned(), c.clone()));
         }
-        self.attempts.insert(key, Attempt { mr });
+        self.attempts.insert(key, Attempt { mr: Some(mr) });
+        Some(Prepared { headers, crc })
+    }
+
+    /// cuObject: the provider's descriptor for the op's buffer range, as the standard
+    /// single-request protocol's `x-amz-rdma-token` (PUTs add their CRC64NVME). No pairing:
+    /// the descriptor names our DC target.
+    fn prepare_dc(&mut self, key: OpKey, op: &InFlight) -> Option<Prepared> {
+        let provider = self.dc.as_ref()?;
+        let lease = op.buf.as_ref()?;
+        let (ptr, n) = lease.raw_range()?;
+        let len = u64::try_from(n).ok().filter(|&l| l > 0)?;
+        let dir = if op.kind == OpKind::Put {
+            cuobject::DcOp::Put
+        } else {
+            cuobject::DcOp::Get
+        };
+        let token =
+            cuobject::mint_checked(provider.as_ref(), ptr.as_ptr().addr() as u64, len, dir).ok()?;
+        let mut headers = vec![(s3_lite::rdma::RDMA_TOKEN.to_owned(), token)];
+        let crc = (op.kind == OpKind::Put).then(|| {
+            let mut c = Crc64Nvme::new();
+            c.update(lease.bytes_from(0));
+            encode_crc64nvme(c.finish())
+        });
+        if let Some(c) = &crc {
+            headers.push(("x-amz-checksum-crc64nvme".to_owned(), c.clone()));
+        }
+        self.attempts.insert(key, Attempt { mr: None });
         Some(Prepared { headers, crc })
     }
 
@@ -403,12 +456,15 @@ impl RdmaClient {
     }
 
     fn end_window(&self, a: &Attempt) {
+        let Some(mr) = &a.mr else {
+            return;
+        };
         if let State::Paired(l) = &self.state {
-            let _ = l.pd.deregister(&a.mr);
+            let _ = l.pd.deregister(mr);
         } else {
             // The domain is gone with its link; deregistering through the region's own domain
             // handle is not possible then, but the link's QP (the only way in) is gone too.
-            let _ = &a.mr;
+            let _ = mr;
         }
     }
 

@@ -118,13 +118,14 @@ fn get_success(kind: OpKind, buf_len: u64, head: &ResponseHead) -> Plan {
         return integrity(ErrorCode::Protocol);
     }
     let pairs = head.headers.iter().map(|(n, v)| (n.as_str(), v.as_str()));
-    let moved = match s3_lite::rdma::bytes::from_headers(pairs) {
-        Ok(Some(b)) => b.count,
+    let (moved, total) = match s3_lite::rdma::bytes::from_headers(pairs) {
+        Ok(Some(b)) => (b.count, b.total),
         _ => return integrity(ErrorCode::Protocol),
     };
     let ok = match kind {
         OpKind::RangeGet { .. } => moved == buf_len,
-        _ => moved <= buf_len,
+        // A whole-object GET whose `N/total` says part of the object is missing is short.
+        _ => moved <= buf_len && total.is_none_or(|t| t == moved),
     };
     if !ok {
         // Short (or impossible) transfers are errors, never success.
@@ -171,6 +172,31 @@ mod tests {
             ],
         );
         assert_eq!(judge(RG, 50, &ceph, None).1, Verdict::Rdma);
+        // A whole-object GET: `N/total` must be complete (N == total), N ≤ destination.
+        let part = head(
+            200,
+            &[
+                ("x-amz-rdma-reply", "200"),
+                ("x-amz-rdma-bytes-transferred", "40/50"),
+                ("Content-Length", "0"),
+            ],
+        );
+        assert_eq!(
+            judge(OpKind::Get, 64, &part, None).0,
+            integrity(ErrorCode::Integrity)
+        );
+        let full = head(
+            200,
+            &[
+                ("x-amz-rdma-reply", "200"),
+                ("x-amz-rdma-bytes-transferred", "50/50"),
+                ("Content-Length", "0"),
+            ],
+        );
+        assert_eq!(
+            judge(OpKind::Get, 64, &full, None).0,
+            Plan::Finish(Outcome::Done { bytes: 50, aux: 0 })
+        );
         let short = head(
             206,
             &[
