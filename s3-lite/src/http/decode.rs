@@ -25,9 +25,8 @@
 //! without waiting for more bytes, which is what makes keep-alive reuse possible. Bytes after
 //! `End` belong to the next response; call [`ResponseDecoder::reset_for_next`] and continue.
 
-use super::chunked::{ChunkEvent, ChunkedDecoder};
+use super::body::{BodyDecoder, BodyStep};
 use super::error::HttpError;
-use super::framing::BodyFraming;
 use super::head::{HeadScanner, ResponseHead, parse_head};
 use super::limits::Limits;
 
@@ -58,9 +57,7 @@ pub struct Decoded<'a> {
 #[derive(Debug, Clone)]
 enum State {
     Head,
-    Length { remaining: u64 },
-    Chunked(Box<ChunkedDecoder>),
-    UntilClose,
+    Body(BodyDecoder),
     Done,
     Failed(HttpError),
 }
@@ -137,13 +134,13 @@ impl ResponseDecoder {
     pub fn finish_on_eof(&mut self) -> Result<(), HttpError> {
         let err = match &self.state {
             State::Done => return Ok(()),
-            State::UntilClose | State::Length { remaining: 0 } => {
+            State::Body(body) if body.ends_at_eof() => {
                 self.state = State::Done;
                 return Ok(());
             }
             State::Failed(e) => return Err(e.clone()),
             State::Head if !self.received_any => HttpError::EmptyResponse,
-            State::Head | State::Length { .. } | State::Chunked(_) => HttpError::UnexpectedEof,
+            State::Head | State::Body(_) => HttpError::UnexpectedEof,
         };
         self.state = State::Failed(err.clone());
         Err(err)
@@ -165,25 +162,11 @@ impl ResponseDecoder {
             State::Failed(e) => return Err(e.clone()),
             State::Done => (0, Event::End),
             State::Head => return self.head(input),
-            State::Length { remaining: 0 } => {
-                self.state = State::Done;
-                (0, Event::End)
-            }
-            State::Length { remaining } => {
-                let take = usize::try_from(*remaining).map_or(input.len(), |r| r.min(input.len()));
-                *remaining = remaining.saturating_sub(take as u64);
-                match input.get(..take) {
-                    Some(body) if take > 0 => (take, Event::Body(body)),
-                    _ => (input.len(), Event::NeedMore),
-                }
-            }
-            State::UntilClose if input.is_empty() => (0, Event::NeedMore),
-            State::UntilClose => (input.len(), Event::Body(input)),
-            State::Chunked(chunked) => match chunked.decode(input)? {
-                (n, ChunkEvent::NeedMore) => (n, Event::NeedMore),
-                (n, ChunkEvent::Data(d)) => (n, Event::Body(d)),
-                (n, ChunkEvent::End) => {
-                    self.trailers = chunked.take_trailers();
+            State::Body(body) => match body.step(input)? {
+                (n, BodyStep::NeedMore) => (n, Event::NeedMore),
+                (n, BodyStep::Data(d)) => (n, Event::Body(d)),
+                (n, BodyStep::End(trailers)) => {
+                    self.trailers = trailers;
                     self.state = State::Done;
                     (n, Event::End)
                 }
@@ -219,12 +202,7 @@ impl ResponseDecoder {
                 continue;
             }
             self.keep_alive = head.keep_alive;
-            self.state = match head.framing {
-                BodyFraming::None => State::Length { remaining: 0 },
-                BodyFraming::Length(n) => State::Length { remaining: n },
-                BodyFraming::Chunked => State::Chunked(Box::new(ChunkedDecoder::new(self.limits))),
-                BodyFraming::UntilClose => State::UntilClose,
-            };
+            self.state = State::Body(BodyDecoder::new(head.framing, self.limits));
             return Ok(Decoded {
                 consumed: pos,
                 event: Event::Head(head),

@@ -11,6 +11,7 @@
 //!   trailer section, enforced byte by byte while input is still partial.
 //! - [`ChunkedDecoder`]: the chunked-body state machine, usable on its own.
 
+mod body;
 pub mod chunked;
 pub mod decode;
 pub mod encode;

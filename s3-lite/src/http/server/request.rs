@@ -30,7 +30,7 @@
 
 use super::error::RequestError;
 use crate::Request;
-use crate::http::chunked::{ChunkEvent, ChunkedDecoder};
+use crate::http::body::{BodyDecoder, BodyStep};
 use crate::http::error::{HttpError, Malformed};
 use crate::http::framing::{self, BodyFraming};
 use crate::http::head::HeadScanner;
@@ -116,8 +116,7 @@ pub struct DecodedRequest<'a> {
 #[derive(Debug, Clone)]
 enum State {
     Head,
-    Length { remaining: u64 },
-    Chunked(Box<ChunkedDecoder>),
+    Body(BodyDecoder),
     Done,
     Failed(RequestError),
 }
@@ -192,10 +191,11 @@ impl RequestDecoder {
     /// [`RequestError::UnexpectedEof`] inside one.
     pub fn finish_on_eof(&mut self) -> Result<(), RequestError> {
         match &self.state {
-            State::Done | State::Length { remaining: 0 } => Ok(()),
+            State::Done => Ok(()),
+            State::Body(body) if body.ends_at_eof() => Ok(()),
             State::Head if !self.received_any => Ok(()),
             State::Failed(e) => Err(e.clone()),
-            State::Head | State::Length { .. } | State::Chunked(_) => {
+            State::Head | State::Body(_) => {
                 self.state = State::Failed(RequestError::UnexpectedEof);
                 Err(RequestError::UnexpectedEof)
             }
@@ -219,23 +219,11 @@ impl RequestDecoder {
             State::Failed(e) => return Err(e.clone()),
             State::Done => (0, RequestEvent::End),
             State::Head => return self.head(input),
-            State::Length { remaining: 0 } => {
-                self.state = State::Done;
-                (0, RequestEvent::End)
-            }
-            State::Length { remaining } => {
-                let take = usize::try_from(*remaining).map_or(input.len(), |r| r.min(input.len()));
-                *remaining = remaining.saturating_sub(take as u64);
-                match input.get(..take) {
-                    Some(body) if take > 0 => (take, RequestEvent::Body(body)),
-                    _ => (input.len(), RequestEvent::NeedMore),
-                }
-            }
-            State::Chunked(chunked) => match chunked.decode(input)? {
-                (n, ChunkEvent::NeedMore) => (n, RequestEvent::NeedMore),
-                (n, ChunkEvent::Data(d)) => (n, RequestEvent::Body(d)),
-                (n, ChunkEvent::End) => {
-                    self.trailers = chunked.take_trailers();
+            State::Body(body) => match body.step(input)? {
+                (n, BodyStep::NeedMore) => (n, RequestEvent::NeedMore),
+                (n, BodyStep::Data(d)) => (n, RequestEvent::Body(d)),
+                (n, BodyStep::End(trailers)) => {
+                    self.trailers = trailers;
                     self.state = State::Done;
                     (n, RequestEvent::End)
                 }
@@ -263,11 +251,12 @@ impl RequestDecoder {
         self.head_buf.clear();
         self.scanner = HeadScanner::default();
         self.keep_alive = head.keep_alive;
-        self.state = match head.framing {
-            BodyFraming::Length(n) => State::Length { remaining: n },
-            BodyFraming::Chunked => State::Chunked(Box::new(ChunkedDecoder::new(self.limits))),
-            _ => State::Length { remaining: 0 },
+        // A request without Content-Length or chunked coding has no body (never read-to-close).
+        let framing = match head.framing {
+            f @ (BodyFraming::Length(_) | BodyFraming::Chunked) => f,
+            _ => BodyFraming::None,
         };
+        self.state = State::Body(BodyDecoder::new(framing, self.limits));
         Ok(DecodedRequest {
             consumed: n,
             event: RequestEvent::Head(head),
