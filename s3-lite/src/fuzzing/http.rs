@@ -11,7 +11,7 @@ use crate::http::{
 };
 
 /// Limits small enough for fuzzed inputs to hit them.
-fn tight_limits() -> Limits {
+pub(crate) fn tight_limits() -> Limits {
     Limits {
         max_head_bytes: 512,
         max_headers: 8,
@@ -22,7 +22,7 @@ fn tight_limits() -> Limits {
 }
 
 /// Split lengths derived from the data (FNV-1a seeded xorshift), 1..=17 bytes each.
-fn derived_splits(data: &[u8]) -> Vec<usize> {
+pub(crate) fn derived_splits(data: &[u8]) -> Vec<usize> {
     let mut state = data.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
     });

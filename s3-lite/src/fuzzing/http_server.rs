@@ -8,37 +8,10 @@
 //! re-encoded with the client-side encoder and decoded again: the round trip must give back
 //! the same method, target, headers and framing.
 
+use super::http::{derived_splits, tight_limits};
 use crate::Request;
 use crate::http::server::{RequestDecoder, RequestError, RequestEvent, RequestHead};
 use crate::http::{BodyFraming, Limits, encode_request_head};
-
-fn tight_limits() -> Limits {
-    Limits {
-        max_head_bytes: 512,
-        max_headers: 8,
-        max_line_bytes: 128,
-        max_chunk_line_bytes: 32,
-        max_trailer_bytes: 128,
-    }
-}
-
-/// Split lengths derived from the data (FNV-1a seeded xorshift), 1..=17 bytes each.
-fn derived_splits(data: &[u8]) -> Vec<usize> {
-    let mut state = data.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    });
-    let mut splits = Vec::new();
-    let mut total = 0;
-    while total < data.len() {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        let n = usize::try_from(state % 17).unwrap_or(0) + 1;
-        splits.push(n);
-        total += n;
-    }
-    splits
-}
 
 #[derive(Debug, PartialEq)]
 struct Outcome {
