@@ -5,46 +5,21 @@
 #[path = "support/s3s_fs.rs"]
 mod s3s_fs;
 
-use std::process::{Command, Output};
+use std::process::Output;
 
+use cli::random_bytes;
 use s3s_fs::{ACCESS_KEY, S3sFs, SECRET_KEY};
 use serde_json::Value;
 
+#[path = "support/cli.rs"]
+mod cli;
+
 fn hipobj(server: &S3sFs, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hipobj"))
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", "/nonexistent-home-for-tests")
-        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ENDPOINT_URL", server.endpoint_url())
-        .output()
-        .expect("run hipobj")
+    cli::hipobj(&server.endpoint_url(), ACCESS_KEY, SECRET_KEY, args)
 }
 
 fn ok_json(server: &S3sFs, args: &[&str]) -> Value {
-    let out = hipobj(server, args);
-    assert!(
-        out.status.success(),
-        "hipobj {args:?} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
-}
-
-fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
+    serde_json::from_slice(&cli::succeeded(args, hipobj(server, args))).unwrap_or(Value::Null)
 }
 
 #[test]

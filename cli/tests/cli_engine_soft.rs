@@ -4,7 +4,7 @@
 //! that carried every byte; an upload above the threshold keeps the blocking multipart path and
 //! says `http`.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use hipobj_gateway::{Gateway, SoftLimits, SoftTarget};
 use serde_json::Value;
@@ -12,41 +12,16 @@ use serde_json::Value;
 const ACCESS: &str = "engine-cli-test";
 const SECRET: &str = "engine-cli-test-secret-0123456789";
 
+#[path = "support/cli.rs"]
+mod cli;
+use cli::random_bytes;
+
 fn hipobj(url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hipobj"))
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", "/nonexistent-home-for-tests")
-        .env("AWS_ACCESS_KEY_ID", ACCESS)
-        .env("AWS_SECRET_ACCESS_KEY", SECRET)
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ENDPOINT_URL", url)
-        .output()
-        .expect("run hipobj")
+    cli::hipobj(url, ACCESS, SECRET, args)
 }
 
 fn ok_json(url: &str, args: &[&str]) -> Value {
-    let out = hipobj(url, args);
-    assert!(
-        out.status.success(),
-        "hipobj {args:?} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
-}
-
-fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
+    serde_json::from_slice(&cli::succeeded(args, hipobj(url, args))).unwrap_or(Value::Null)
 }
 
 #[test]

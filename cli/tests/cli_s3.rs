@@ -1,50 +1,23 @@
 //! The `hipobj` binary against a real S3 server (s3s-fs) on 127.0.0.1: every object command,
 //! ranges of every form, a multipart upload of several parts, checksum round trips and failures.
 
+#[path = "support/cli.rs"]
+mod cli;
 #[path = "support/s3s_fs.rs"]
 mod s3s_fs;
 
 use std::path::Path;
 use std::process::{Command, Output};
 
+use cli::random_bytes;
 use s3s_fs::{ACCESS_KEY, S3sFs, SECRET_KEY};
 
 fn hipobj(server: &S3sFs, secret: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hipobj"))
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", "/nonexistent-home-for-tests")
-        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-        .env("AWS_SECRET_ACCESS_KEY", secret)
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ENDPOINT_URL", server.endpoint_url())
-        .output()
-        .expect("run hipobj")
+    cli::hipobj(&server.endpoint_url(), ACCESS_KEY, secret, args)
 }
 
 fn ok(server: &S3sFs, args: &[&str]) -> String {
-    let out = hipobj(server, SECRET_KEY, args);
-    assert!(
-        out.status.success(),
-        "hipobj {args:?} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    // xorshift: deterministic, incompressible enough for transfer tests.
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
+    String::from_utf8_lossy(&cli::succeeded(args, hipobj(server, SECRET_KEY, args))).into_owned()
 }
 
 fn write(path: &Path, data: &[u8]) -> String {

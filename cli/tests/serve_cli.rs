@@ -10,13 +10,24 @@
 mod serve;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use clap::Parser;
 use hipobj_gateway::{Gateway, RunningGateway};
 
 const ACCESS: &str = "cli-serve-key";
 const SECRET: &str = "cli-serve-secret";
+
+#[path = "support/cli.rs"]
+mod cli;
+
+fn hipobj(gw: &RunningGateway, secret: &str, args: &[&str]) -> Output {
+    cli::hipobj(&format!("http://{}", gw.local_addr()), ACCESS, secret, args)
+}
+
+fn ok(gw: &RunningGateway, args: &[&str]) -> String {
+    String::from_utf8_lossy(&cli::succeeded(args, hipobj(gw, SECRET, args))).into_owned()
+}
 
 fn gateway(root: &Path) -> RunningGateway {
     Gateway::builder()
@@ -25,30 +36,6 @@ fn gateway(root: &Path) -> RunningGateway {
         .credentials(ACCESS, SECRET)
         .start()
         .unwrap()
-}
-
-fn hipobj(gw: &RunningGateway, secret: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hipobj"))
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", "/nonexistent-home-for-tests")
-        .env("AWS_ACCESS_KEY_ID", ACCESS)
-        .env("AWS_SECRET_ACCESS_KEY", secret)
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ENDPOINT_URL", format!("http://{}", gw.local_addr()))
-        .output()
-        .expect("run hipobj")
-}
-
-fn ok(gw: &RunningGateway, args: &[&str]) -> String {
-    let out = hipobj(gw, SECRET, args);
-    assert!(
-        out.status.success(),
-        "hipobj {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]
