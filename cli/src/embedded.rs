@@ -24,7 +24,7 @@ use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use engine::{Engine, RegisterOptions, process_cpu_time};
-use hipobj_gateway::{Gateway, SoftLimits, SoftTarget};
+use hipobj_gateway::{Gateway, RcLimits, RcTarget};
 use rand::{Rng, SeedableRng};
 use ring_api::opcode::RangeGet;
 use ring_api::{BufSlice, Cqe, DataPath};
@@ -186,9 +186,9 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
     };
     let http_only =
         std::env::var("HIPOBJ_EMBEDDED_FABRIC").is_ok_and(|v| v.eq_ignore_ascii_case("http"));
-    let soft = SoftTarget::start(
+    let soft = RcTarget::start(
         "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?,
-        SoftLimits::default(),
+        RcLimits::default(),
     )
     .map_err(|e| format!("starting the soft fabric: {e}"))?;
     let gateway = Gateway::builder()

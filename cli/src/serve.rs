@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use hipobj_gateway::{Gateway, GetDecline, SoftLimits, SoftTarget};
+use hipobj_gateway::{Gateway, GetDecline, RcLimits, RcTarget};
 use s3_lite::credentials::Credentials;
 
 /// Which fabric carries RDMA payloads.
@@ -15,10 +15,11 @@ pub enum Fabric {
     /// No RDMA: requests with `x-amz-rdma-token` are declined (`x-amz-rdma-reply: 501`) and
     /// clients fall back to HTTP.
     None,
-    /// User-space RC emulation over TCP (`rc-persistent` dialect; the soft listener binds the
-    /// `--listen` IP on a free port and is advertised in connect replies).
+    /// User-space RC emulation over TCP (`rc-persistent` and hipobj-rc-v2; the soft listener
+    /// binds the `--listen` IP on a free port and is advertised in connect replies).
     Soft,
-    /// libibverbs RC queue pairs (not available yet).
+    /// libibverbs RC queue pairs on an RDMA device (`--rdma-device`, or the first one): a
+    /// RoCE NIC or Soft-RoCE (`rdma link add rxe0 type rxe netdev eth0`).
     Verbs,
 }
 
@@ -68,6 +69,9 @@ pub struct ServeArgs {
     /// RDMA fabric.
     #[arg(long, value_enum, default_value = "none")]
     pub fabric: Fabric,
+    /// The verbs device of `--fabric verbs` (default: the first one libibverbs lists).
+    #[arg(long)]
+    pub rdma_device: Option<String>,
     /// How a GET carrying an RDMA token that cannot be honoured is answered.
     #[arg(long, value_enum, default_value = "body")]
     pub rdma_get_decline: Decline,
@@ -81,13 +85,6 @@ pub struct ServeArgs {
 
 /// Runs the gateway until the process is killed; returns the exit code on failure to start.
 pub fn run(args: &ServeArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> i32 {
-    if args.fabric == Fabric::Verbs {
-        let _ = writeln!(
-            stderr,
-            "hipobj serve: --fabric verbs is not available yet (use --fabric soft or none)"
-        );
-        return 2;
-    }
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let (Some(access), Some(secret)) = (
         args.access_key.clone().or_else(|| env("AWS_ACCESS_KEY_ID")),
@@ -119,10 +116,22 @@ pub fn run(args: &ServeArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> 
             Ok(a) if !a.ip().is_unspecified() => a.ip(),
             _ => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
         };
-        match SoftTarget::start(std::net::SocketAddr::new(ip, 0), SoftLimits::default()) {
+        match RcTarget::start(std::net::SocketAddr::new(ip, 0), RcLimits::default()) {
             Ok(t) => b = b.rdma_target(t),
             Err(e) => {
                 let _ = writeln!(stderr, "hipobj serve: soft fabric: {e}");
+                return 1;
+            }
+        }
+    }
+    if args.fabric == Fabric::Verbs {
+        match RcTarget::start_verbs(args.rdma_device.as_deref(), RcLimits::default()) {
+            Ok(t) => {
+                let _ = writeln!(stdout, "rdma: verbs device {}", t.device_name());
+                b = b.rdma_target(t);
+            }
+            Err(e) => {
+                let _ = writeln!(stderr, "hipobj serve: --fabric verbs: {e}");
                 return 1;
             }
         }

@@ -6,7 +6,7 @@
 
 use std::process::Output;
 
-use hipobj_gateway::{Gateway, SoftLimits, SoftTarget};
+use hipobj_gateway::{Gateway, RcLimits, RcTarget};
 use serde_json::Value;
 
 const ACCESS: &str = "engine-cli-test";
@@ -27,7 +27,7 @@ fn ok_json(url: &str, args: &[&str]) -> Value {
 #[test]
 fn put_and_get_over_the_soft_fabric_are_byte_exact_and_named_rdma_soft() {
     let root = tempfile::tempdir().unwrap();
-    let soft = SoftTarget::start("127.0.0.1:0".parse().unwrap(), SoftLimits::default()).unwrap();
+    let soft = RcTarget::start("127.0.0.1:0".parse().unwrap(), RcLimits::default()).unwrap();
     let gateway = Gateway::builder()
         .listen("127.0.0.1:0")
         .root_dir(root.path())

@@ -61,6 +61,6 @@ pub use config::{EngineBuilder, Placement, RetryPolicy};
 pub use engine::{Engine, Queue, WorkerInfo};
 pub use error::EngineError;
 pub use fabric::rdma::{DcOp, DcTokenError, DcTokenProvider, Dialect, Fabric};
-pub use fabric::soft;
+pub use fabric::{rc, soft};
 pub use memory::{BufferView, RegisterOptions};
 pub use sys::{monotonic_ns, process_cpu_time};

@@ -11,7 +11,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use engine::{Dialect, Engine, Fabric, Placement, RegisterOptions, RetryPolicy};
-use hipobj_gateway::{Gateway, RunningGateway, SoftLimits, SoftTarget};
+use hipobj_gateway::{Gateway, RunningGateway, RcLimits, RcTarget};
 use raw::{ACCESS, SECRET, call};
 use ring_api::opcode::{Get, Put, RangeGet};
 use ring_api::{BufSlice, DataPath};
@@ -36,9 +36,9 @@ fn gateway(root: &std::path::Path, soft: bool) -> RunningGateway {
         .root_dir(root)
         .credentials(ACCESS, SECRET);
     if soft {
-        let t = SoftTarget::start(
+        let t = RcTarget::start(
             SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-            SoftLimits::default(),
+            RcLimits::default(),
         )
         .unwrap();
         b = b.rdma_target(t);

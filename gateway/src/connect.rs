@@ -1,12 +1,14 @@
-//! The `rc-persistent` connect route, `POST /.hipobj/rc/connect` (see [`crate::soft`]).
+//! The `rc-persistent` connect route, `POST /.hipobj/rc/connect` (see [`crate::target`]).
 //!
 //! Request (SigV4-signed like every request; every `x-amz-rdma-*` header must be signed,
 //! which [`crate::auth`] enforces): `x-amz-rdma-token: <88-hex client RC token>` (QPN, GID)
-//! and `x-amz-rdma-psn: <6 hex>` (the client's first send PSN). Answer `200` with
-//! `x-amz-rdma-reply: 200:<88-hex gateway token>`, `x-amz-rdma-psn`, `x-amz-rdma-qpn`,
-//! `x-amz-rdma-session` (the connection id, bound to the signing access key) and
-//! `x-amz-rdma-soft-addr` (where the client's QP dials). A gateway without connections answers
-//! `501` with `x-amz-rdma-reply: 501`, so the client learns to use HTTP.
+//! and `x-amz-rdma-psn: <6 hex>` (the client's first send PSN), optionally
+//! `x-amz-rdma-fabric: soft|verbs` (the client QP's fabric; a mismatch is declined). Answer
+//! `200` with `x-amz-rdma-reply: 200:<88-hex gateway token>`, `x-amz-rdma-psn`,
+//! `x-amz-rdma-qpn`, `x-amz-rdma-session` (the connection id, bound to the signing access key),
+//! `x-amz-rdma-fabric`, and on the soft fabric `x-amz-rdma-soft-addr` (where the client's QP
+//! dials). A gateway without connections, or of the other fabric, answers `501` with
+//! `x-amz-rdma-reply: 501`, so the client learns to use HTTP.
 
 use s3_lite::http::server::RequestHead;
 use s3_lite::rdma::{RcToken, v2};
@@ -50,6 +52,7 @@ pub fn handle(
         token: &token,
         psn: psn.get(),
         principal: &auth.access_key,
+        fabric: head.header(crate::target::FABRIC_HEADER),
     };
     let Some(reply) = shared.rdma.connect(&req)? else {
         let mut e = ApiError::not_implemented(
@@ -74,10 +77,14 @@ pub fn handle(
         ),
         (s3_lite::rdma::RDMA_SESSION.to_owned(), reply.session),
         (
-            crate::soft::SOFT_ADDR_HEADER.to_owned(),
-            reply.soft_addr.to_string(),
+            crate::target::FABRIC_HEADER.to_owned(),
+            reply.fabric.as_str().to_owned(),
         ),
     ];
+    let mut headers = headers;
+    if let Some(a) = reply.soft_addr {
+        headers.push((crate::target::SOFT_ADDR_HEADER.to_owned(), a.to_string()));
+    }
     out.head(200, headers, s3_lite::http::BodyFraming::Length(0))?;
     Ok(())
 }

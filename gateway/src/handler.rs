@@ -102,7 +102,7 @@ pub fn handle(
     out: &mut dyn Respond,
 ) -> Result<(), ApiError> {
     let auth = shared.auth.authenticate(head)?;
-    if head.path == crate::soft::CONNECT_PATH {
+    if head.path == crate::target::CONNECT_PATH {
         return crate::connect::handle(shared, head, &auth, out);
     }
     if head.path.starts_with("/.hipobj-rc/") {

@@ -34,11 +34,11 @@ pub mod handler;
 pub mod rdma;
 pub mod route;
 pub mod server;
-pub mod soft;
+pub mod target;
 pub mod time;
 pub mod xml;
 
 pub use error::ApiError;
 pub use rdma::{DataPath, GetDecline, NoFabric, RdmaTarget};
-pub use soft::{SoftLimits, SoftTarget};
+pub use target::{RcLimits, RcTarget};
 pub use server::{Config, Gateway, GatewayBuilder, RunningGateway, StartError};

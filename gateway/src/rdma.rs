@@ -17,7 +17,8 @@
 //!   `x-amz-rdma-bytes`, and `Content-Length: 0`. Backends do not change.
 //!
 //! Targets: [`NoFabric`] (`--fabric none`, declines everything) and
-//! [`crate::soft::SoftTarget`] (`--fabric soft`, the `rc-persistent` dialect).
+//! [`crate::target::RcTarget`] (`--fabric soft` or `--fabric verbs`: `rc-persistent` and
+//! hipobj-rc-v2 over `engine::rc`).
 
 use s3_lite::rdma::TokenKind;
 
@@ -75,6 +76,8 @@ pub struct ConnectRequest<'a> {
     pub psn: u32,
     /// The authenticated access key the connection is bound to.
     pub principal: &'a str,
+    /// The client QP's fabric (`x-amz-rdma-fabric`: `soft` / `verbs`), when sent.
+    pub fabric: Option<&'a str>,
 }
 
 /// What the gateway answers a successful pairing with.
@@ -88,7 +91,9 @@ pub struct ConnectReply {
     /// The connection id (`x-amz-rdma-session`, 32 hex).
     pub session: String,
     /// Where the client's QP dials (soft fabric only).
-    pub soft_addr: std::net::SocketAddr,
+    pub soft_addr: Option<std::net::SocketAddr>,
+    /// The gateway QP's fabric (`x-amz-rdma-fabric` in the reply).
+    pub fabric: engine::rc::RcKind,
 }
 
 /// One transfer over a fabric: an [`ObjectSink`] for GET (object bytes go to the client's
@@ -116,7 +121,7 @@ pub trait RdmaTarget: Send + Sync {
     /// connections (answered `501` with `x-amz-rdma-reply: 501`).
     /// The hipobj-rc-v2 session service (`/.hipobj-rc/*`), if this fabric has one; `None`
     /// answers those routes `501` with the unsupported marker.
-    fn rc_v2(&self) -> Option<&crate::soft::v2::RcV2> {
+    fn rc_v2(&self) -> Option<&crate::target::v2::RcV2> {
         None
     }
 

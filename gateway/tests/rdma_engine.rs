@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use engine::soft::{Access, QpCaps, RtrAttr, RtsAttr, SoftDevice, SoftPath};
 use engine::{Engine, Fabric, Placement, RegisterOptions, RetryPolicy};
-use hipobj_gateway::{Gateway, SoftLimits, SoftTarget};
+use hipobj_gateway::{Gateway, RcLimits, RcTarget};
 use raw::{ACCESS, SECRET, call};
 use ring_api::opcode::{Get, Put, RangeGet};
 use ring_api::{BufSlice, DataPath, ErrorClass};
@@ -37,10 +37,10 @@ fn crc64(data: &[u8]) -> String {
     encode_crc64nvme(c.finish())
 }
 
-fn soft_target() -> Arc<SoftTarget> {
-    SoftTarget::start(
+fn soft_target() -> Arc<RcTarget> {
+    RcTarget::start(
         SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        SoftLimits::default(),
+        RcLimits::default(),
     )
     .unwrap()
 }

@@ -14,7 +14,7 @@ use engine::soft::{
     Access, CompletionQueue, MemoryRegion, ProtectionDomain, QpCaps, QueuePair, SoftDevice,
     SoftPath,
 };
-use hipobj_gateway::{Gateway, SoftLimits, SoftTarget};
+use hipobj_gateway::{Gateway, RcLimits, RcTarget};
 use raw::{ACCESS, SECRET, call, now, req, send, signer};
 use s3_lite::rdma::{RcToken, Reply};
 use s3_lite::sigv4::PayloadHash;
@@ -130,9 +130,9 @@ impl Guarded {
 #[test]
 fn hostile_tokens_and_foreign_sessions_touch_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let target = SoftTarget::start(
+    let target = RcTarget::start(
         SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        SoftLimits::default(),
+        RcLimits::default(),
     )
     .unwrap();
     let gw = Gateway::builder()

@@ -15,7 +15,7 @@ use engine::soft::{
     Access, CompletionQueue, MemoryRegion, ProtectionDomain, QpCaps, QueuePair, RecvWr, RemoteAddr,
     SendOp, SendWr, Sge, SoftDevice, SoftPath, WcOpcode, WcStatus, WorkCompletion,
 };
-use hipobj_gateway::{Gateway, RunningGateway, SoftLimits, SoftTarget};
+use hipobj_gateway::{Gateway, RunningGateway, RcLimits, RcTarget};
 use raw::{ACCESS, SECRET, call, now, req, send, signer};
 use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
 use s3_lite::rdma::{RcToken, Reply};
@@ -24,9 +24,9 @@ use s3_lite::sigv4::PayloadHash;
 const OTHER: (&str, &str) = ("other-key", "other-secret");
 
 fn start(root: &std::path::Path) -> RunningGateway {
-    let t = SoftTarget::start(
+    let t = RcTarget::start(
         SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        SoftLimits::default(),
+        RcLimits::default(),
     )
     .unwrap();
     Gateway::builder()

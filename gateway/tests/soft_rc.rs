@@ -12,16 +12,16 @@ use engine::soft::{
     Access, CompletionQueue, MemoryRegion, ProtectionDomain, QpCaps, QueuePair, SoftDevice,
     SoftPath,
 };
-use hipobj_gateway::{Gateway, RunningGateway, SoftLimits, SoftTarget};
+use hipobj_gateway::{Gateway, RunningGateway, RcLimits, RcTarget};
 use raw::*;
 use s3_lite::checksum::{Checksum, ChecksumAlgorithm};
 use s3_lite::rdma::{RcToken, Reply};
 use s3_lite::sigv4::PayloadHash;
 
 fn start_soft(root: &std::path::Path) -> RunningGateway {
-    let t = SoftTarget::start(
+    let t = RcTarget::start(
         SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        SoftLimits::default(),
+        RcLimits::default(),
     )
     .unwrap();
     Gateway::builder()

@@ -8,6 +8,7 @@
 //! change when they arrive.
 
 pub(crate) mod http;
+pub mod rc;
 pub mod rdma;
 pub mod soft;
 

@@ -1,15 +1,19 @@
-//! `--fabric soft`: the gateway's RDMA target over `engine::soft` (RC semantics over TCP).
+//! `--fabric soft|verbs`: the gateway's RDMA target, written once over `engine::rc` — the soft
+//! fabric (RC semantics over TCP) or libibverbs (a real NIC, or Soft-RoCE).
 //!
 //! The `rc-persistent` dialect: a client pairs one RC queue pair with the gateway once, through
 //! the signed route `POST /.hipobj/rc/connect` ([`CONNECT_PATH`]): it presents its RC token
-//! (QPN, GID) and PSN, and gets the gateway's token, PSN, the soft listener address and a
-//! connection id (`x-amz-rdma-session`). The connection is bound to the access key that signed
-//! the connect request. Afterwards each GET / PUT / UploadPart is an ordinary S3 request
+//! (QPN, GID), its PSN and its fabric ([`FABRIC_HEADER`]), and gets the gateway's token, PSN,
+//! a connection id (`x-amz-rdma-session`) and, on the soft fabric, the listener address its QP
+//! dials. A client of the other fabric is declined (`501`), so it falls back to HTTP instead of
+//! timing out on a path that cannot exist. The connection is bound to the access key that
+//! signed the connect request. Afterwards each GET / PUT / UploadPart is an ordinary S3 request
 //! carrying `x-amz-rdma-token` (an 88-hex RC token naming the client's QPN, rkey, address and
 //! length) and the session header; the gateway RDMA-WRITEs the object bytes into the window
 //! (GET) or RDMA-READs the payload out of it (PUT) through its own staging buffers
-//! ([`transfer`]). The client's fabric checks rkey and bounds on every frame, so the gateway
-//! can never touch a byte outside the granted window.
+//! ([`transfer`]). The client's fabric checks rkey and bounds on every access (the soft
+//! fabric per frame, a NIC per packet against the registration), so the gateway can never
+//! touch a byte outside the granted window.
 //!
 //! Limits: connections overall and per principal, staging buffers overall (a spent pool is
 //! `503 SlowDown`), a deadline on every transfer. A connection whose QP failed is dropped; the
@@ -23,26 +27,51 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use engine::soft::{
-    Access, CompletionQueue, MemoryRegion, ProtectionDomain, QpCaps, QpState, QueuePair, RtrAttr,
-    RtsAttr, SoftDevice, SoftPath,
-};
+use engine::rc::{Access, RcCaps, RcDevice, RcKind, RcMr, RcPd, RcQp, SoftPath};
 use s3_lite::rdma::{RcToken, TokenKind, Transport};
 
 use crate::error::ApiError;
 use crate::rdma::{ConnectReply, ConnectRequest, DataPath, RdmaGrant, RdmaOp, RdmaTarget};
 
 pub use transfer::CHUNK;
-use transfer::{Demux, SoftGet, SoftPut};
+use transfer::{Demux, RcGet, RcPut};
 
 /// The signed pairing route of the `rc-persistent` dialect.
 pub const CONNECT_PATH: &str = "/.hipobj/rc/connect";
 /// Response header carrying the soft listener address (`ip:port`) the client's QP dials.
 pub const SOFT_ADDR_HEADER: &str = "x-amz-rdma-soft-addr";
+/// Request and response header naming the fabric of a QP (`soft` or `verbs`) on the connect
+/// route and on hipobj-rc-v2 PREPARE. Absent: the peer did not say (third-party v2 clients),
+/// and the gateway's own fabric is assumed.
+pub const FABRIC_HEADER: &str = "x-amz-rdma-fabric";
 
-/// Bounds of a [`SoftTarget`].
+/// Completion-queue entries of a paired connection (its send queue depth, with room).
+const CQ_DEPTH: u32 = 256;
+
+/// Declines a peer whose QP is on another fabric (`501` + `x-amz-rdma-reply: 501`).
+pub(crate) fn check_fabric(ours: RcKind, theirs: Option<&str>) -> Result<(), ApiError> {
+    let Some(theirs) = theirs else { return Ok(()) };
+    if RcKind::parse(theirs) == Some(ours) {
+        return Ok(());
+    }
+    let mut e = ApiError::not_implemented(format!(
+        "this gateway's RDMA fabric is {}, the client's QP is {:?}; use plain HTTP",
+        ours.as_str(),
+        theirs.trim()
+    ));
+    e.headers
+        .push((s3_lite::rdma::RDMA_REPLY.to_owned(), "501".to_owned()));
+    Err(e)
+}
+
+/// A random non-zero 24-bit PSN.
+pub(crate) fn random_psn() -> u32 {
+    engine::rc::random_psn()
+}
+
+/// Bounds of an [`RcTarget`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SoftLimits {
+pub struct RcLimits {
     /// Paired connections at once (a new connect beyond it is `503 SlowDown`).
     pub max_connections: usize,
     /// Paired connections per access key.
@@ -57,7 +86,7 @@ pub struct SoftLimits {
     pub v2: v2::V2Limits,
 }
 
-impl Default for SoftLimits {
+impl Default for RcLimits {
     fn default() -> Self {
         Self {
             max_connections: 256,
@@ -76,27 +105,27 @@ pub(crate) struct Conn {
     principal: String,
     client_qpn: u32,
     // Declared before the CQ it reports to (dropped first).
-    pub(crate) qp: QueuePair,
+    pub(crate) qp: RcQp,
     pub(crate) demux: Demux,
 }
 
 impl Conn {
     fn dead(&self) -> bool {
-        self.qp.state() == QpState::Err
+        self.qp.is_failed()
     }
 }
 
 /// Staging buffers shared by all transfers (registered once, reused).
 #[derive(Debug)]
 pub(crate) struct Pool {
-    pd: ProtectionDomain,
-    state: Mutex<(Vec<MemoryRegion>, usize)>,
+    pd: RcPd,
+    state: Mutex<(Vec<RcMr>, usize)>,
     max: usize,
 }
 
 impl Pool {
     /// A buffer, or `503 SlowDown` when `max` are in use.
-    pub(crate) fn take(&self) -> Result<MemoryRegion, ApiError> {
+    pub(crate) fn take(&self) -> Result<RcMr, ApiError> {
         let mut g = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(mr) = g.0.pop() {
             return Ok(mr);
@@ -115,36 +144,37 @@ impl Pool {
     }
 
     /// Returns a buffer no work request uses any more.
-    pub(crate) fn give(&self, mr: MemoryRegion) {
+    pub(crate) fn give(&self, mr: RcMr) {
         let mut g = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         g.0.push(mr);
     }
 
     /// Retires a buffer a failed work request may still reference (deregistered: the fabric
     /// finishes any access first and refuses later ones).
-    pub(crate) fn retire(&self, mr: &MemoryRegion) {
+    pub(crate) fn retire(&self, mr: RcMr) {
         let _ = self.pd.deregister(mr);
         let mut g = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         g.1 = g.1.saturating_sub(1);
     }
 }
 
-/// The soft fabric's target side (see the module docs).
+/// The RDMA target side of either fabric (see the module docs).
 #[derive(Debug)]
-pub struct SoftTarget {
+pub struct RcTarget {
     // Connections (their QPs) go before the device that owns the QPNs.
     conns: Mutex<HashMap<String, Arc<Conn>>>,
     pool: Arc<Pool>,
-    device: SoftDevice,
-    addr: SocketAddr,
-    limits: SoftLimits,
+    device: RcDevice,
+    /// The soft listener (soft fabric only).
+    addr: Option<SocketAddr>,
+    limits: RcLimits,
     v2: v2::RcV2,
 }
 
-impl SoftTarget {
+impl RcTarget {
     /// Starts the soft listener on `listen` (port 0 picks one). Its address is advertised in
     /// connect replies, so it must be reachable by clients (not `0.0.0.0`).
-    pub fn start(listen: SocketAddr, limits: SoftLimits) -> std::io::Result<Arc<Self>> {
+    pub fn start(listen: SocketAddr, limits: RcLimits) -> std::io::Result<Arc<Self>> {
         let ip = match listen.ip() {
             std::net::IpAddr::V4(ip) if !ip.is_unspecified() => ip,
             _ => {
@@ -154,9 +184,28 @@ impl SoftTarget {
                 ));
             }
         };
-        let device = SoftDevice::new(ip);
-        let addr = device.listen(listen)?;
-        let pd = device.alloc_pd();
+        let device = RcDevice::soft(ip);
+        let addr = device.listen(listen).map_err(std::io::Error::other)?;
+        Self::with_device(device, Some(addr), limits).map_err(std::io::Error::other)
+    }
+
+    /// Starts a target on the verbs device `name` (or the first one): `--fabric verbs`.
+    /// Fails with the verbs layer's actionable error when there is no libibverbs, no device
+    /// or no active port.
+    pub fn start_verbs(
+        name: Option<&str>,
+        limits: RcLimits,
+    ) -> Result<Arc<Self>, engine::rc::RcError> {
+        let device = RcDevice::open_verbs(name)?;
+        Self::with_device(device, None, limits)
+    }
+
+    fn with_device(
+        device: RcDevice,
+        addr: Option<SocketAddr>,
+        limits: RcLimits,
+    ) -> Result<Arc<Self>, engine::rc::RcError> {
+        let pd = device.alloc_pd()?;
         Ok(Arc::new(Self {
             conns: Mutex::new(HashMap::new()),
             pool: Arc::new(Pool {
@@ -171,9 +220,19 @@ impl SoftTarget {
         }))
     }
 
-    /// The soft listener address clients' QPs dial.
-    pub fn soft_addr(&self) -> SocketAddr {
+    /// The soft listener address clients' QPs dial (soft fabric only).
+    pub fn soft_addr(&self) -> Option<SocketAddr> {
         self.addr
+    }
+
+    /// The fabric this target runs on.
+    pub fn kind(&self) -> RcKind {
+        self.device.kind()
+    }
+
+    /// The device name (`soft:<ip>` or the verbs device, e.g. `rxe0`).
+    pub fn device_name(&self) -> String {
+        self.device.name()
     }
 
     /// Paired connections alive now.
@@ -223,9 +282,9 @@ fn no_such_session() -> ApiError {
     )
 }
 
-impl RdmaTarget for SoftTarget {
+impl RdmaTarget for RcTarget {
     fn fabric(&self) -> &'static str {
-        "soft"
+        self.device.kind().as_str()
     }
 
     fn rc_v2(&self) -> Option<&v2::RcV2> {
@@ -242,14 +301,14 @@ impl RdmaTarget for SoftTarget {
         let Some(conn) = self.lookup(grant.session, grant.principal, tok.token.qpn)? else {
             return Ok(None);
         };
-        let remote = engine::soft::RemoteAddr {
+        let remote = engine::rc::RemoteAddr {
             addr: tok.remote_addr(),
             rkey: tok.token.rkey,
         };
         let len = tok.size();
         let deadline = std::time::Instant::now() + self.limits.transfer_timeout;
         let path: Box<dyn DataPath> = match grant.op {
-            RdmaOp::Get => Box::new(SoftGet::new(
+            RdmaOp::Get => Box::new(RcGet::new(
                 conn,
                 Arc::clone(&self.pool),
                 remote,
@@ -264,7 +323,7 @@ impl RdmaTarget for SoftTarget {
                         "Your proposed upload exceeds the maximum allowed size",
                     ));
                 }
-                Box::new(SoftPut::new(
+                Box::new(RcPut::new(
                     conn,
                     Arc::clone(&self.pool),
                     remote,
@@ -283,6 +342,7 @@ impl RdmaTarget for SoftTarget {
                 "x-amz-rdma-token must be an RC token with a QPN and a GID",
             ));
         }
+        check_fabric(self.device.kind(), req.fabric)?;
         {
             let mut conns = self.conns();
             conns.retain(|_, c| !c.dead());
@@ -296,24 +356,19 @@ impl RdmaTarget for SoftTarget {
                 return Err(ApiError::slow_down());
             }
         }
-        let cq: Arc<CompletionQueue> = self.device.create_cq();
+        let fail = |e: engine::rc::RcError| ApiError::internal(format!("RC queue pair: {e}"));
+        let cq = self.device.create_cq(CQ_DEPTH).map_err(fail)?;
         let qp = self
             .device
-            .create_qp(&self.pool.pd, &cq, &cq, QpCaps::default());
-        let fail = |e: engine::soft::QpError| ApiError::internal(format!("soft QP: {e}"));
+            .create_qp(&self.pool.pd, &cq, &cq, RcCaps::default())
+            .map_err(fail)?;
         // The gateway's QP grants no remote access: it only initiates WRITE and READ.
         qp.modify_to_init(Access::NONE).map_err(fail)?;
-        let psn = loop {
-            let p = rand::random::<u32>() & 0x00ff_ffff;
-            if p != 0 {
-                break p;
-            }
-        };
-        let mut rtr = RtrAttr::from_token(client, req.psn, SoftPath::Accept);
-        rtr.connect_timeout = Duration::from_secs(10);
-        qp.modify_to_rtr(&rtr).map_err(fail)?;
-        qp.modify_to_rts(&RtsAttr::new(psn)).map_err(fail)?;
-        let token: RcToken = qp.local_token(None).map_err(ApiError::internal)?;
+        let psn = random_psn();
+        // Soft: the client dials our listener (10 s); verbs: the path is the client's GID.
+        let path = self.addr.map(|_| SoftPath::Accept);
+        qp.connect(client, req.psn, psn, path).map_err(fail)?;
+        let token: RcToken = qp.local_token(None).map_err(fail)?;
         let session = format!("{:032x}", rand::random::<u128>());
         let conn = Arc::new(Conn {
             principal: req.principal.to_owned(),
@@ -327,6 +382,7 @@ impl RdmaTarget for SoftTarget {
             psn,
             session,
             soft_addr: self.addr,
+            fabric: self.device.kind(),
         }))
     }
 }

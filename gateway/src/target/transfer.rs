@@ -1,6 +1,6 @@
-//! One GET or PUT over a paired soft connection: [`SoftGet`] is the backend's
+//! One GET or PUT over a paired connection (either fabric): [`RcGet`] is the backend's
 //! [`ObjectSink`] and RDMA-WRITEs what it receives into the client's window through two
-//! staging buffers (filling one while the other is on the wire); [`SoftPut`] is the body
+//! staging buffers (filling one while the other is on the wire); [`RcPut`] is the body
 //! source of a PUT and RDMA-READs the client's window chunk by chunk (the next READ runs while
 //! the previous chunk is hashed and spooled). Completions of the connection's shared CQ are
 //! routed to the waiting transfer by [`Demux`].
@@ -10,9 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use engine::soft::{
-    CompletionQueue, MemoryRegion, RemoteAddr, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
-};
+use engine::rc::{RcCq, RcMr, RemoteAddr, SendOp, SendWr, Sge, WcStatus, WorkCompletion};
 
 use super::{Conn, Pool};
 use crate::backend::{ObjectInfo, ObjectSink};
@@ -36,13 +34,13 @@ struct DemuxState {
 /// a condvar and are woken whenever completions are sorted.
 #[derive(Debug)]
 pub(crate) struct Demux {
-    cq: Arc<CompletionQueue>,
+    cq: RcCq,
     state: Mutex<DemuxState>,
     cv: Condvar,
 }
 
 impl Demux {
-    pub(crate) fn new(cq: Arc<CompletionQueue>) -> Self {
+    pub(crate) fn new(cq: RcCq) -> Self {
         Self {
             cq,
             state: Mutex::new(DemuxState::default()),
@@ -72,15 +70,17 @@ impl Demux {
             }
             st.polling = true;
             drop(st);
-            self.cq.wait(nap);
             let mut buf = [WorkCompletion::default(); 32];
             let mut got = Vec::new();
-            loop {
-                let n = self.cq.poll(&mut buf);
+            // A CQ that cannot be polled any more reads as "nothing yet": the waiters' own
+            // deadlines end the transfer and fail the connection.
+            let mut n = self.cq.poll_wait(&mut buf, nap).unwrap_or(0);
+            while n > 0 {
                 got.extend(buf.iter().take(n).map(|wc| (wc.wr_id, wc.status)));
                 if n < buf.len() {
                     break;
                 }
+                n = self.cq.poll(&mut buf).unwrap_or(0);
             }
             st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             st.polling = false;
@@ -107,14 +107,19 @@ fn complete(conn: &Conn, wr_id: u64, deadline: Instant) -> Result<(), ApiError> 
     match conn.demux.wait(wr_id, deadline) {
         Some(WcStatus::Success) => Ok(()),
         Some(WcStatus::RemoteAccessError) => {
-            // The client's fabric refused the access (rkey or bounds): its token is bad.
+            // The client's fabric refused the access (rkey or bounds): its token is bad. An
+            // RC error completion has failed the QP (mirrored for verbs' cached state).
+            conn.qp.modify_to_err();
             Err(ApiError::new(
                 400,
                 "InvalidArgument",
                 "the client refused the RDMA access (x-amz-rdma-token rkey or range not granted)",
             ))
         }
-        Some(s) => Err(transfer_failed(format!("completion {s:?}"))),
+        Some(s) => {
+            conn.qp.modify_to_err();
+            Err(transfer_failed(format!("completion {s:?}")))
+        }
         None => {
             // Nothing may land later: fail the connection (flushes and closes it).
             conn.qp.modify_to_err();
@@ -127,7 +132,7 @@ fn complete(conn: &Conn, wr_id: u64, deadline: Instant) -> Result<(), ApiError> 
     }
 }
 
-fn sge(mr: &MemoryRegion, len: usize) -> Sge {
+fn sge(mr: &RcMr, len: usize) -> Sge {
     Sge {
         addr: mr.addr(),
         length: u32::try_from(len).unwrap_or(u32::MAX),
@@ -136,13 +141,13 @@ fn sge(mr: &MemoryRegion, len: usize) -> Sge {
 }
 
 /// GET: object bytes → staging → RDMA WRITE into the client's window.
-pub(crate) struct SoftGet {
+pub(crate) struct RcGet {
     conn: Arc<Conn>,
     pool: Arc<Pool>,
     remote: RemoteAddr,
     window: u64,
     posted: u64,
-    bufs: [Option<MemoryRegion>; 2],
+    bufs: [Option<RcMr>; 2],
     pending: [Option<u64>; 2],
     cur: usize,
     fill: usize,
@@ -150,7 +155,7 @@ pub(crate) struct SoftGet {
     error: Option<ApiError>,
 }
 
-impl SoftGet {
+impl RcGet {
     pub(crate) fn new(
         conn: Arc<Conn>,
         pool: Arc<Pool>,
@@ -246,7 +251,7 @@ impl SoftGet {
     }
 }
 
-impl ObjectSink for SoftGet {
+impl ObjectSink for RcGet {
     fn begin(&mut self, info: &ObjectInfo, span: Option<(u64, u64)>) -> std::io::Result<()> {
         let len = match span {
             Some((a, b)) => b - a + 1,
@@ -269,13 +274,13 @@ impl ObjectSink for SoftGet {
     }
 }
 
-impl BodySource for SoftGet {
+impl BodySource for RcGet {
     fn next_chunk(&mut self) -> std::io::Result<Option<&[u8]>> {
         Ok(None)
     }
 }
 
-impl DataPath for SoftGet {
+impl DataPath for RcGet {
     fn finish(&mut self) -> Result<u64, ApiError> {
         if let Some(e) = self.error.take() {
             return Err(e);
@@ -291,7 +296,7 @@ impl DataPath for SoftGet {
     }
 }
 
-impl Drop for SoftGet {
+impl Drop for RcGet {
     fn drop(&mut self) {
         for (b, p) in self.bufs.iter_mut().zip(self.pending.iter()) {
             if let Some(mr) = b.take() {
@@ -299,7 +304,7 @@ impl Drop for SoftGet {
                     // A write may still read it: fail the connection first (its QP stops
                     // using the buffer), then retire the buffer.
                     self.conn.qp.modify_to_err();
-                    self.pool.retire(&mr);
+                    self.pool.retire(mr);
                 } else {
                     self.pool.give(mr);
                 }
@@ -309,21 +314,21 @@ impl Drop for SoftGet {
 }
 
 /// PUT / UploadPart: RDMA READ of the client's window → staging → the spool.
-pub(crate) struct SoftPut {
+pub(crate) struct RcPut {
     conn: Arc<Conn>,
     pool: Arc<Pool>,
     remote: RemoteAddr,
     total: u64,
     posted: u64,
     received: u64,
-    buf: Option<MemoryRegion>,
+    buf: Option<RcMr>,
     pending: Option<(u64, usize)>,
     out: Vec<u8>,
     deadline: Instant,
     error: Option<ApiError>,
 }
 
-impl SoftPut {
+impl RcPut {
     pub(crate) fn new(
         conn: Arc<Conn>,
         pool: Arc<Pool>,
@@ -390,7 +395,7 @@ impl SoftPut {
     }
 }
 
-impl BodySource for SoftPut {
+impl BodySource for RcPut {
     fn next_chunk(&mut self) -> std::io::Result<Option<&[u8]>> {
         // `body::receive` maps an I/O error to IncompleteBody; the real cause is kept for
         // `take_error`, which the handler prefers.
@@ -406,7 +411,7 @@ impl BodySource for SoftPut {
     }
 }
 
-impl ObjectSink for SoftPut {
+impl ObjectSink for RcPut {
     fn begin(&mut self, _info: &ObjectInfo, _span: Option<(u64, u64)>) -> std::io::Result<()> {
         Err(std::io::Error::other("not a GET transfer"))
     }
@@ -416,7 +421,7 @@ impl ObjectSink for SoftPut {
     }
 }
 
-impl DataPath for SoftPut {
+impl DataPath for RcPut {
     fn finish(&mut self) -> Result<u64, ApiError> {
         if let Some(e) = self.error.take() {
             return Err(e);
@@ -435,12 +440,12 @@ impl DataPath for SoftPut {
     }
 }
 
-impl Drop for SoftPut {
+impl Drop for RcPut {
     fn drop(&mut self) {
         if let Some(mr) = self.buf.take() {
             if self.pending.is_some() {
                 self.conn.qp.modify_to_err();
-                self.pool.retire(&mr);
+                self.pool.retire(mr);
             } else {
                 self.pool.give(mr);
             }

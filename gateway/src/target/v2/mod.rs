@@ -1,11 +1,13 @@
-//! hipobj-rc-v2 over the soft fabric (protocols.md §4): `POST /.hipobj-rc/prepare | ready |
-//! cancel`.
+//! hipobj-rc-v2 over either fabric (`engine::rc`; protocols.md §4): `POST /.hipobj-rc/prepare
+//! | ready | cancel`.
 //!
 //! PREPARE creates a single-use session owned by the signing access key: its own protection
 //! domain, QP and a staging region of exactly `size` bytes (so no other session can ever reach
 //! it, closing the pooled-staging risk of §4.11). The gateway's QP is taken to RTS at PREPARE
-//! towards the QPN in the client's token (the client dials `x-amz-rdma-soft-addr` when it takes
-//! its own QP to RTR); READY must name that same QPN. GET: at READY the object range is read
+//! towards the QPN in the client's token (on the soft fabric the client dials
+//! `x-amz-rdma-soft-addr` when it takes its own QP to RTR; on verbs the token's GID is the
+//! path); READY must name that same QPN. A PREPARE naming the other fabric in
+//! `x-amz-rdma-fabric` is declined `501` (unsupported). GET: at READY the object range is read
 //! into staging, then RDMA-WRITTEN to the client's `mr-addr`/`mr-rkey` in ≤ 1 MiB pieces, the
 //! last one a WRITE_WITH_IMM carrying the cookie. PUT: a RECV is posted at PREPARE (as Ceph
 //! does), READY waits for the client's WRITE_WITH_IMM into staging (IMM = cookie, length =
@@ -25,10 +27,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use engine::soft::{
-    Access, CompletionQueue, MemoryRegion, ProtectionDomain, QpCaps, QueuePair, RecvWr, RemoteAddr,
-    RtrAttr, RtsAttr, SoftDevice, SoftPath,
-};
+use engine::rc::{Access, RcCaps, RcCq, RcDevice, RcMr, RcPd, RcQp, RecvWr, RemoteAddr, SoftPath};
 use s3_lite::checksum::encode_crc64nvme;
 use s3_lite::http::BodyFraming;
 use s3_lite::http::server::RequestHead;
@@ -77,10 +76,11 @@ enum Phase {
 #[derive(Debug)]
 struct Session {
     // Drop order: the QP before its CQ, the staging region before its domain.
-    qp: QueuePair,
-    cq: Arc<CompletionQueue>,
-    staging: MemoryRegion,
-    pd: ProtectionDomain,
+    qp: RcQp,
+    cq: RcCq,
+    /// Always `Some` until `Drop` deregisters it.
+    staging: Option<RcMr>,
+    pd: RcPd,
     principal: String,
     cookie: u32,
     op: Op,
@@ -96,20 +96,33 @@ struct Session {
 impl Drop for Session {
     fn drop(&mut self) {
         self.qp.modify_to_err();
-        let _ = self.pd.deregister(&self.staging);
+        if let Some(mr) = self.staging.take() {
+            let _ = self.pd.deregister(mr);
+        }
     }
 }
 
-/// The v2 session table of a soft target.
+impl Session {
+    fn staging(&self) -> Result<&RcMr, ApiError> {
+        self.staging
+            .as_ref()
+            .ok_or_else(|| ApiError::internal("session staging already released"))
+    }
+}
+
+/// The v2 session table of an RDMA target.
 #[derive(Debug)]
 pub struct RcV2 {
     sessions: Mutex<HashMap<String, Arc<Session>>>,
-    device: SoftDevice,
-    soft_addr: SocketAddr,
+    device: RcDevice,
+    /// The soft listener clients dial (soft fabric only).
+    soft_addr: Option<SocketAddr>,
     limits: V2Limits,
 }
 
 const PROTO: &str = "x-amz-rdma-protocol";
+/// Completion-queue entries of a session (≤ 64 one-MiB WRITEs of a GET, or one RECV).
+const CQ_DEPTH: u32 = 128;
 
 fn unsupported(why: impl Into<String>) -> ApiError {
     let mut e = ApiError::not_implemented(why);
@@ -143,8 +156,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl RcV2 {
-    /// A v2 service whose sessions' QPs live on `device` (clients dial `soft_addr`).
-    pub fn new(device: SoftDevice, soft_addr: SocketAddr, limits: V2Limits) -> Self {
+    /// A v2 service whose sessions' QPs live on `device` (soft clients dial `soft_addr`).
+    pub fn new(device: RcDevice, soft_addr: Option<SocketAddr>, limits: V2Limits) -> Self {
         Self {
             sessions: Mutex::new(HashMap::new()),
             device,
@@ -188,6 +201,15 @@ impl RcV2 {
         out: &mut dyn Respond,
     ) -> Result<(), ApiError> {
         v2::check_protocol(head.header(PROTO).map(str::trim)).map_err(unsupported_of)?;
+        if let Some(theirs) = head.header(super::FABRIC_HEADER)
+            && engine::rc::RcKind::parse(theirs) != Some(self.device.kind())
+        {
+            return Err(unsupported(format!(
+                "this gateway's RDMA fabric is {}, the client's QP is {:?}",
+                self.device.kind().as_str(),
+                theirs.trim()
+            )));
+        }
         let tok = field(head, s3_lite::rdma::RDMA_TOKEN)?;
         let client = RcToken::decode(tok.split(':').next().unwrap_or_default()).map_err(bad)?;
         if client.transport != Transport::Rc || client.qpn == 0 || client.gid == [0; 16] {
@@ -231,10 +253,13 @@ impl RcV2 {
                 return Err(ApiError::slow_down());
             }
         }
-        let fail = |e: engine::soft::QpError| ApiError::internal(format!("soft QP: {e}"));
-        let pd = self.device.alloc_pd();
-        let cq = self.device.create_cq();
-        let qp = self.device.create_qp(&pd, &cq, &cq, QpCaps::default());
+        let fail = |e: engine::rc::RcError| ApiError::internal(format!("RC queue pair: {e}"));
+        let pd = self.device.alloc_pd().map_err(fail)?;
+        let cq = self.device.create_cq(CQ_DEPTH).map_err(fail)?;
+        let qp = self
+            .device
+            .create_qp(&pd, &cq, &cq, RcCaps::default())
+            .map_err(fail)?;
         let (qp_access, mr_access) = match op {
             Op::Get => (Access::NONE, Access::LOCAL_WRITE),
             Op::Put => (
@@ -244,28 +269,22 @@ impl RcV2 {
         };
         qp.modify_to_init(qp_access).map_err(fail)?;
         let len = usize::try_from(size).map_err(|_| too_large())?;
-        let staging = pd
-            .register_owned(len, mr_access)
-            .map_err(ApiError::internal)?;
+        let staging = pd.register_owned(len.max(1), mr_access).map_err(fail)?;
         if op == Op::Put {
             qp.post_recv(&RecvWr {
                 wr_id: 1,
                 sge: None,
             })
-            .map_err(|e| ApiError::internal(format!("soft RECV: {e}")))?;
+            .map_err(|e| ApiError::internal(format!("RECV: {e}")))?;
         }
-        let psn = loop {
-            let p = rand::random::<u32>() & 0x00ff_ffff;
-            if p != 0 {
-                break p;
-            }
-        };
-        let mut rtr = RtrAttr::from_token(&client, client_psn.get(), SoftPath::Accept);
-        rtr.connect_timeout = self.limits.prepare_ttl;
-        qp.modify_to_rtr(&rtr).map_err(fail)?;
-        qp.modify_to_rts(&RtsAttr::new(psn)).map_err(fail)?;
+        let psn = super::random_psn();
+        // Soft: the client dials our listener (within the default 10 s); verbs: the token's
+        // GID is the path.
+        let path = self.soft_addr.map(|_| SoftPath::Accept);
+        qp.connect(&client, client_psn.get(), psn, path)
+            .map_err(fail)?;
         let window = (op == Op::Put).then_some((&staging, 0, size));
-        let token = qp.local_token(window).map_err(ApiError::internal)?;
+        let token = qp.local_token(window).map_err(fail)?;
         let id = SessionId(rand::random::<[u8; 16]>()).encode();
         let mut headers = vec![
             (PROTO.to_owned(), v2::PROTOCOL.to_owned()),
@@ -283,10 +302,13 @@ impl RcV2 {
                 v2::encode_hex(u64::from(token.qpn)),
             ),
             (
-                super::SOFT_ADDR_HEADER.to_owned(),
-                self.soft_addr.to_string(),
+                super::FABRIC_HEADER.to_owned(),
+                self.device.kind().as_str().to_owned(),
             ),
         ];
+        if let Some(a) = self.soft_addr {
+            headers.push((super::SOFT_ADDR_HEADER.to_owned(), a.to_string()));
+        }
         if op == Op::Put {
             headers.push(("x-amz-rdma-mr-addr".into(), v2::encode_hex(staging.addr())));
             headers.push((
@@ -297,7 +319,7 @@ impl RcV2 {
         let session = Arc::new(Session {
             qp,
             cq,
-            staging,
+            staging: Some(staging),
             pd,
             principal: principal.to_owned(),
             cookie: cookie.0,

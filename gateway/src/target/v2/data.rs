@@ -5,9 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use engine::soft::{
-    MemoryRegion, RemoteAddr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
-};
+use engine::rc::{RcMr, RemoteAddr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
 use s3_lite::checksum::Crc64Nvme;
 use s3_lite::s3::ByteRange;
 use s3_lite::sigv4::PayloadHash;
@@ -31,8 +29,9 @@ impl RcV2 {
             if_match: None,
             head_only: false,
         };
+        let staging = s.staging()?;
         let mut sink = Staging {
-            mr: &s.staging,
+            mr: staging,
             pos: 0,
             crc: Crc64Nvme::new(),
             etag: String::new(),
@@ -60,12 +59,12 @@ impl RcV2 {
                 SendOp::Write(dst)
             };
             let sge = Sge {
-                addr: s.staging.addr() + off,
+                addr: staging.addr() + off,
                 length: len as u32,
-                lkey: s.staging.lkey(),
+                lkey: staging.lkey(),
             };
             s.qp.post_send(&SendWr::new(posted + 1, op, sge))
-                .map_err(|e| ApiError::internal(format!("soft post: {e}")))?;
+                .map_err(|e| ApiError::internal(format!("RDMA post: {e}")))?;
             posted += 1;
             off += len;
         }
@@ -95,9 +94,9 @@ impl RcV2 {
                 "The client's write did not carry the session cookie and the full size.",
             ));
         }
-        let bytes = s
-            .staging
-            .to_vec(0, s.size as usize)
+        let mut bytes = vec![0u8; usize::try_from(s.size).map_err(ApiError::internal)?];
+        s.staging()?
+            .read(0, &mut bytes)
             .map_err(ApiError::internal)?;
         let mut src = Once(Some(bytes.as_slice()));
         let opts = ReceiveOptions {
@@ -133,8 +132,9 @@ impl RcV2 {
                     "The RDMA transfer did not complete in time.",
                 ));
             }
-            s.cq.wait(left.min(Duration::from_millis(100)));
-            let k = s.cq.poll(&mut wcs);
+            let k =
+                s.cq.poll_wait(&mut wcs, left.min(Duration::from_millis(100)))
+                    .map_err(ApiError::internal)?;
             for c in wcs.iter().take(k) {
                 seen += 1;
                 if c.status != WcStatus::Success || !each(c) {
@@ -153,7 +153,7 @@ impl RcV2 {
 
 /// The GET sink: the object's bytes into the session's staging region.
 struct Staging<'a> {
-    mr: &'a MemoryRegion,
+    mr: &'a RcMr,
     pos: u64,
     crc: Crc64Nvme,
     etag: String,

@@ -1,0 +1,341 @@
+//! The four handles of the `rc` interface: protection domain, memory region, completion queue,
+//! queue pair. Each forwards to the fabric it wraps; see the parent module for the differences.
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use s3_lite::rdma::RcToken;
+
+use super::{Access, RcError, RcKind, RcPostError, RecvWr, SendWr, SoftPath, WorkCompletion, wc};
+use crate::fabric::soft;
+use crate::verbs;
+
+/// A protection domain.
+#[derive(Debug, Clone)]
+pub enum RcPd {
+    /// Soft fabric.
+    Soft(soft::ProtectionDomain),
+    /// Verbs.
+    Verbs(verbs::ProtectionDomain),
+}
+
+impl RcPd {
+    /// Which fabric.
+    #[must_use]
+    pub fn kind(&self) -> RcKind {
+        match self {
+            Self::Soft(_) => RcKind::Soft,
+            Self::Verbs(_) => RcKind::Verbs,
+        }
+    }
+
+    /// Registers `len` zeroed bytes owned by the registration (staging buffers).
+    pub fn register_owned(&self, len: usize, access: Access) -> Result<RcMr, RcError> {
+        Ok(match self {
+            Self::Soft(pd) => RcMr::Soft(pd.register_owned(len, access)?),
+            Self::Verbs(pd) => RcMr::Verbs(pd.register_owned(len, access.into())?),
+        })
+    }
+
+    /// Registers caller memory.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must stay valid until [`RcPd::deregister`] of the returned region has
+    /// returned, and while the region's rkey is advertised or a work request covers it the
+    /// caller must not access those bytes except through the region (the fabric writes them
+    /// from other threads or from the NIC).
+    #[allow(unsafe_code)]
+    pub unsafe fn register_raw(
+        &self,
+        ptr: NonNull<u8>,
+        len: usize,
+        access: Access,
+    ) -> Result<RcMr, RcError> {
+        Ok(match self {
+            // SAFETY: the caller's contract is both fabrics' contract for raw registration.
+            Self::Soft(pd) => RcMr::Soft(unsafe { pd.register_raw(ptr, len, access) }),
+            // SAFETY: as above.
+            Self::Verbs(pd) => RcMr::Verbs(unsafe { pd.register_raw(ptr, len, access.into()) }?),
+        })
+    }
+
+    /// Ends a registration. When this returns no peer access with its keys is in progress
+    /// and none will succeed (soft: the domain's fence; verbs: `ibv_dereg_mr`, which runs
+    /// here because the region is consumed and regions are never cloned by the dialects).
+    pub fn deregister(&self, mr: RcMr) -> Result<(), RcError> {
+        match (self, mr) {
+            (Self::Soft(pd), RcMr::Soft(mr)) => Ok(pd.deregister(&mr)?),
+            (Self::Verbs(_), RcMr::Verbs(mr)) => {
+                drop(mr);
+                Ok(())
+            }
+            (_, _) => Err(RcError::Mixed(
+                "a memory region",
+                "other",
+                self.kind().as_str(),
+            )),
+        }
+    }
+}
+
+/// A registered memory region.
+#[derive(Debug)]
+pub enum RcMr {
+    /// Soft fabric.
+    Soft(soft::MemoryRegion),
+    /// Verbs.
+    Verbs(verbs::MemoryRegion),
+}
+
+impl RcMr {
+    /// Start address (what peers add offsets to).
+    #[must_use]
+    pub fn addr(&self) -> u64 {
+        match self {
+            Self::Soft(m) => m.addr(),
+            Self::Verbs(m) => m.addr(),
+        }
+    }
+
+    /// Length in bytes.
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        match self {
+            Self::Soft(m) => m.len(),
+            Self::Verbs(m) => m.len(),
+        }
+    }
+
+    /// Whether the region is empty.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Local key (SGEs).
+    #[must_use]
+    pub fn lkey(&self) -> u32 {
+        match self {
+            Self::Soft(m) => m.lkey(),
+            Self::Verbs(m) => m.lkey(),
+        }
+    }
+
+    /// Remote key (tokens).
+    #[must_use]
+    pub fn rkey(&self) -> u32 {
+        match self {
+            Self::Soft(m) => m.rkey(),
+            Self::Verbs(m) => m.rkey(),
+        }
+    }
+
+    /// The SGE of `len` bytes at `off` (bounds-checked).
+    pub fn sge(&self, off: u64, len: u32) -> Result<super::Sge, RcError> {
+        off.checked_add(u64::from(len))
+            .filter(|&end| end <= self.len())
+            .ok_or(RcError::SoftMr(soft::MrError::Bounds))?;
+        Ok(super::Sge {
+            addr: self.addr() + off,
+            length: len,
+            lkey: self.lkey(),
+        })
+    }
+
+    /// Copies region bytes at `off` into `dst` (only while no work request covers them).
+    pub fn read(&self, off: u64, dst: &mut [u8]) -> Result<(), RcError> {
+        match self {
+            Self::Soft(m) => Ok(m.read(off, dst)?),
+            Self::Verbs(m) => Ok(m.read(off, dst)?),
+        }
+    }
+
+    /// Copies `src` into the region at `off` (only while no work request covers them).
+    pub fn write(&self, off: u64, src: &[u8]) -> Result<(), RcError> {
+        match self {
+            Self::Soft(m) => Ok(m.write(off, src)?),
+            Self::Verbs(m) => Ok(m.write(off, src)?),
+        }
+    }
+}
+
+/// A completion queue (shared by the QPs that report to it).
+#[derive(Debug, Clone)]
+pub enum RcCq {
+    /// Soft fabric.
+    Soft(Arc<soft::CompletionQueue>),
+    /// Verbs.
+    Verbs(Arc<verbs::CompletionQueue>),
+}
+
+impl RcCq {
+    /// Moves up to `out.len()` completions into `out`; never blocks.
+    pub fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize, RcError> {
+        match self {
+            Self::Soft(cq) => {
+                let mut buf = [soft::WorkCompletion::default(); 16];
+                let mut done = 0;
+                while done < out.len() {
+                    let want = (out.len() - done).min(buf.len());
+                    let n = cq.poll(buf.get_mut(..want).unwrap_or_default());
+                    for (dst, src) in out.iter_mut().skip(done).zip(buf.iter().take(n)) {
+                        *dst = wc::from_soft(src);
+                    }
+                    done += n;
+                    if n < want {
+                        break;
+                    }
+                }
+                Ok(done)
+            }
+            Self::Verbs(cq) => Ok(cq.poll(out)?),
+        }
+    }
+
+    /// Polls until at least one completion arrives or `timeout` passes. The soft CQ sleeps on
+    /// its condition variable; a verbs CQ (no completion channel here) spins briefly, then
+    /// naps in steps of up to 200 µs so an idle waiter does not take a core.
+    pub fn poll_wait(
+        &self,
+        out: &mut [WorkCompletion],
+        timeout: Duration,
+    ) -> Result<usize, RcError> {
+        let end = Instant::now() + timeout;
+        let mut round = 0u32;
+        loop {
+            let n = self.poll(out)?;
+            let now = Instant::now();
+            if n > 0 || now >= end {
+                return Ok(n);
+            }
+            match self {
+                Self::Soft(cq) => {
+                    cq.wait(end - now);
+                }
+                Self::Verbs(_) => {
+                    round = round.saturating_add(1);
+                    if round < 64 {
+                        std::thread::yield_now();
+                    } else {
+                        let nap = Duration::from_micros(u64::from(round.min(200)));
+                        std::thread::sleep(nap.min(end - now));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A reliable-connected queue pair.
+#[derive(Debug)]
+pub enum RcQp {
+    /// Soft fabric.
+    Soft(soft::QueuePair),
+    /// Verbs.
+    Verbs(verbs::QueuePair),
+}
+
+impl RcQp {
+    /// Which fabric.
+    #[must_use]
+    pub fn kind(&self) -> RcKind {
+        match self {
+            Self::Soft(_) => RcKind::Soft,
+            Self::Verbs(_) => RcKind::Verbs,
+        }
+    }
+
+    /// QP number.
+    #[must_use]
+    pub fn qpn(&self) -> u32 {
+        match self {
+            Self::Soft(q) => q.qpn(),
+            Self::Verbs(q) => q.qpn(),
+        }
+    }
+
+    /// Whether the QP is in the error state (soft: as the fabric saw it; verbs: as our calls
+    /// left it, or as a completion error reported through [`RcQp::note_completion`]).
+    #[must_use]
+    pub fn is_failed(&self) -> bool {
+        match self {
+            Self::Soft(q) => q.state() == soft::QpState::Err,
+            Self::Verbs(q) => matches!(q.state(), verbs::QpState::Err | verbs::QpState::Sqe),
+        }
+    }
+
+    /// Records a completion of this QP: a failed one (other than a flush) has moved a verbs
+    /// QP to `Err` in the device; mirror it so [`RcQp::is_failed`] sees it.
+    pub fn note_completion(&self, c: &WorkCompletion) {
+        if !c.is_ok() {
+            self.modify_to_err();
+        }
+    }
+
+    /// `Reset → Init` with the remote rights peers get on this QP.
+    pub fn modify_to_init(&self, access: Access) -> Result<(), RcError> {
+        match self {
+            Self::Soft(q) => Ok(q.modify_to_init(access)?),
+            Self::Verbs(q) => Ok(q.modify_to_init(access.into())?),
+        }
+    }
+
+    /// `Init → Rtr → Rts` towards the peer `peer` names. `path` is the soft fabric's TCP
+    /// path (required there, ignored by verbs).
+    pub fn connect(
+        &self,
+        peer: &RcToken,
+        rq_psn: u32,
+        sq_psn: u32,
+        path: Option<SoftPath>,
+    ) -> Result<(), RcError> {
+        match self {
+            Self::Soft(q) => {
+                Ok(q.connect(peer, rq_psn, sq_psn, path.ok_or(RcError::NoSoftPath)?)?)
+            }
+            Self::Verbs(q) => Ok(q.connect(peer, rq_psn, sq_psn)?),
+        }
+    }
+
+    /// Any state `→ Err`: outstanding work is flushed; nothing more moves.
+    pub fn modify_to_err(&self) {
+        match self {
+            Self::Soft(q) => q.modify_to_err(),
+            Self::Verbs(q) => {
+                let _ = q.modify_to_err();
+            }
+        }
+    }
+
+    /// This QP's RC token, advertising `window = (region, offset, len)` when given.
+    pub fn local_token(&self, window: Option<(&RcMr, u64, u64)>) -> Result<RcToken, RcError> {
+        match (self, window) {
+            (Self::Soft(q), None) => Ok(q.local_token(None)?),
+            (Self::Verbs(q), None) => Ok(q.local_token(None)?),
+            (Self::Soft(q), Some((RcMr::Soft(m), o, l))) => Ok(q.local_token(Some((m, o, l)))?),
+            (Self::Verbs(q), Some((RcMr::Verbs(m), o, l))) => Ok(q.local_token(Some((m, o, l)))?),
+            _ => Err(RcError::Mixed(
+                "a memory region",
+                "other",
+                self.kind().as_str(),
+            )),
+        }
+    }
+
+    /// Posts one send work request.
+    pub fn post_send(&self, wr: &SendWr) -> Result<(), RcPostError> {
+        match self {
+            Self::Soft(q) => Ok(q.post_send(wr)?),
+            Self::Verbs(q) => Ok(q.post_send(wr)?),
+        }
+    }
+
+    /// Posts one receive.
+    pub fn post_recv(&self, wr: &RecvWr) -> Result<(), RcPostError> {
+        match self {
+            Self::Soft(q) => Ok(q.post_recv(wr)?),
+            Self::Verbs(q) => Ok(q.post_recv(wr)?),
+        }
+    }
+}
