@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Superseded by run_lane.sh (engine-internal staging); kept because docs/gpu.md's CLI-side lane
+# numbers came from it.
 # The GPU lane's embedded runs on the device machine (NVIDIA H200), in one call:
 # `hipobj bench --embedded` into VRAM (--memory cuda, host-staged) and into host memory, the
 # same batches, plus the pinned host→device ceiling (examples/gpu_probe) measured in the same run.

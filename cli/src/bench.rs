@@ -6,8 +6,10 @@
 //! one: `main` copies the global values in with [`BenchArgs::with_global`].
 
 use std::io::{IsTerminal, Write};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use engine::gpu::{Backend, DeviceBuffer, GpuError, GpuRuntime};
 use engine::{Engine, Placement, RegisterOptions, process_cpu_time};
 use ring_api::opcode::{Head, RangeGet};
 use ring_api::{BufSlice, Cqe, ErrorCode};
@@ -49,15 +51,15 @@ pub struct BenchArgs {
     /// of `benches/side_by_side.sh`; reported as `warmup_ops`.
     #[arg(long)]
     pub warmup: Option<u64>,
-    /// Destination memory of --embedded: `host` (registered host memory), `cuda` / `hip` (VRAM
-    /// through pinned bounce buffers and async copies on a dedicated stream; fails with "no GPU
-    /// runtime" on hosts without one), `auto` (the GPU when a runtime and a device are present,
-    /// else host).
+    /// Destination memory: `host` (registered host memory), `cuda` / `hip` (VRAM, staged by
+    /// the engine through pinned bounce memory and async copies on its own stream, each
+    /// completion posted after its copy into VRAM; fails with "no GPU runtime" on hosts
+    /// without one), `auto` (the GPU when a runtime and a device are present, else host).
     #[arg(long, value_enum, default_value_t = MemoryKind::Host)]
     pub memory: MemoryKind,
     /// --embedded only: read the model front to back in ranges of exactly this size (the last
     /// one shorter), wrapping around until --ops, instead of the mixed whole-tensor/slice
-    /// workload. One registered slot per operation in flight is this large.
+    /// workload.
     #[arg(long, value_parser = parse_size)]
     pub range_size: Option<u64>,
     /// --embedded with host memory: copy each completed range into a host image of the object
@@ -65,10 +67,14 @@ pub struct BenchArgs {
     /// memory does, instead of verifying every range inline. Needs --object-size of RAM.
     #[arg(long)]
     pub verify_after: bool,
-    /// --embedded with GPU memory: one host → device copy per range, instead of merging ranges
-    /// that are adjacent in the bounce buffer and in VRAM into one copy (for comparison).
+    /// GPU memory: one host → device copy per range (`EngineBuilder::gpu_coalesce_limit(0)`),
+    /// instead of the engine merging ranges adjacent in bounce memory and VRAM (comparison).
     #[arg(long)]
     pub no_coalesce: bool,
+    /// GPU memory: microseconds a worker may wait in the same turn for small copies into VRAM
+    /// to finish (`EngineBuilder::gpu_poll_spin`; default: the engine's, 0 = never).
+    #[arg(long)]
+    pub gpu_spin_us: Option<u64>,
     /// Microseconds a worker keeps polling with operations in flight before it blocks
     /// (`EngineBuilder::spin`; default 0: lowest CPU per op on shared cores).
     #[arg(long, default_value_t = 0)]
@@ -98,6 +104,48 @@ pub enum MemoryKind {
     Hip,
     /// The GPU when a runtime with a device is present, else host.
     Auto,
+}
+
+/// The GPU runtime `--memory` asks for: `None` for host memory.
+///
+/// `cuda` / `hip` fail with a "no GPU runtime" message naming the reason when that runtime or a
+/// device is missing; `auto` falls back to host memory then.
+pub fn select_runtime(kind: MemoryKind) -> Result<Option<Arc<dyn GpuRuntime>>, String> {
+    fn need(
+        r: Result<Arc<dyn GpuRuntime>, GpuError>,
+        flag: &str,
+    ) -> Result<Option<Arc<dyn GpuRuntime>>, String> {
+        match r {
+            Ok(rt) if rt.device_count() > 0 => Ok(Some(rt)),
+            Ok(rt) => Err(format!(
+                "--memory {flag}: no GPU runtime: {} reports 0 devices",
+                rt.name()
+            )),
+            Err(e) => Err(format!("--memory {flag}: no GPU runtime: {e}")),
+        }
+    }
+    match kind {
+        MemoryKind::Host => Ok(None),
+        MemoryKind::Cuda => need(
+            engine::gpu::cuda::CudaRuntime::load().map(|r| Arc::new(r) as Arc<dyn GpuRuntime>),
+            "cuda",
+        ),
+        MemoryKind::Hip => need(
+            engine::gpu::hip::HipRuntime::load().map(|r| Arc::new(r) as Arc<dyn GpuRuntime>),
+            "hip",
+        ),
+        MemoryKind::Auto => Ok(engine::gpu::detect()),
+    }
+}
+
+/// The `memory` name of a runtime in reports.
+#[must_use]
+pub fn memory_name(rt: &dyn GpuRuntime) -> &'static str {
+    match rt.backend() {
+        Backend::Cuda => "cuda",
+        Backend::Hip => "hip",
+        _ => "gpu",
+    }
 }
 
 impl BenchArgs {
@@ -181,6 +229,12 @@ pub struct BenchReport {
     pub cpu_us_per_op: f64,
     /// Counts per error code (`EIO` style names).
     pub error_codes: Vec<(String, u64)>,
+    /// Destination memory (`host`, `cuda`, `hip`).
+    pub memory: &'static str,
+    /// GPU memory: range-gets the engine copied into VRAM (timed phase).
+    pub gpu_ranges: u64,
+    /// GPU memory: host → device copy launches for them (fewer when coalesced).
+    pub gpu_copies: u64,
 }
 
 /// Runs the benchmark; returns the exit code (0: every operation succeeded).
@@ -238,9 +292,31 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
         .ok_or("an s3://BUCKET/KEY URI is required without --embedded")?;
     let (bucket, key) = split_uri(uri)?;
     let (size, conc) = (args.size, u64::from(args.concurrency.max(1)));
+    let gpu = select_runtime(args.memory)?;
+    let total = conc
+        .checked_mul(size)
+        .and_then(|t| usize::try_from(t).ok())
+        .ok_or("--concurrency x --size too large")?;
+    // GPU memory: one VRAM slot per operation in flight. Declared before the engine, so it is
+    // freed after the engine (and every copy it queued) is gone.
+    let image = match &gpu {
+        Some(rt) => {
+            Some(DeviceBuffer::new(rt, 0, total).map_err(|e| format!("allocating VRAM: {e}"))?)
+        }
+        None => None,
+    };
     let mut builder = Engine::builder()
         .connections_per_worker(conc as usize)
         .spin(Duration::from_micros(args.spin_us));
+    if let Some(rt) = &gpu {
+        builder = builder.gpu(Arc::clone(rt));
+        if args.no_coalesce {
+            builder = builder.gpu_coalesce_limit(0);
+        }
+        if let Some(us) = args.gpu_spin_us {
+            builder = builder.gpu_poll_spin(Duration::from_micros(us));
+        }
+    }
     if let Some(url) = &args.endpoint_url {
         builder = builder.endpoint_url(url);
     }
@@ -253,18 +329,19 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
     let engine = builder.build().map_err(|e| e.to_string())?;
     let workers = engine.workers().len();
     let obj = engine.object(bucket, key).map_err(|e| e.to_string())?;
-    let total = conc
-        .checked_mul(size)
-        .and_then(|t| usize::try_from(t).ok())
-        .ok_or("--concurrency x --size too large")?;
     let opts = if args.pinned {
         RegisterOptions::pinned()
     } else {
         RegisterOptions::pageable()
     };
-    let buf = engine
-        .register_host(total, opts)
-        .map_err(|e| e.to_string())?;
+    let buf = match &image {
+        // SAFETY: `image` is a live allocation of the engine's runtime, `total` bytes long,
+        // declared before `engine` and so freed only after the engine is dropped; the app
+        // never touches the VRAM while range-gets into it are in flight.
+        Some(img) => unsafe { engine.register_device(img.ptr(), total) },
+        None => engine.register_host(total, opts),
+    }
+    .map_err(|e| e.to_string())?;
     // Fault the pages in before the timed phase, so it measures transfers, not page faults.
     let zeros = vec![0u8; total.min(16 << 20)];
     for start in (0..total).step_by(zeros.len().max(1)) {
@@ -311,11 +388,13 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
         b
     });
     let mut state = args.seed;
+    let staged0 = engine.gpu_staging().unwrap_or_default();
     let cpu0 = process_cpu_time();
     let t0 = Instant::now();
     let mut timed = run_phase(&mut q, &ctx, args.ops, &mut state, bar.as_ref())?;
     let elapsed = t0.elapsed().as_secs_f64();
     let cpu = (process_cpu_time().saturating_sub(cpu0)).as_secs_f64();
+    let staged = engine.gpu_staging().unwrap_or_default();
     if let Some(b) = bar {
         b.finish_and_clear();
     }
@@ -348,6 +427,9 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
         cpu_s: cpu,
         cpu_us_per_op: cpu * 1e6 / (done.max(1) as f64),
         error_codes: errors,
+        memory: gpu.as_deref().map_or("host", memory_name),
+        gpu_ranges: staged.ranges_to_device - staged0.ranges_to_device,
+        gpu_copies: staged.copies_to_device - staged0.copies_to_device,
     })
 }
 
@@ -487,6 +569,10 @@ fn print_table(r: &BenchReport, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out, "{:<12} {:>14}", "p999", human_us(r.p999_us))?;
     writeln!(out, "{:<12} {:>14.3}", "cpu s", r.cpu_s)?;
     writeln!(out, "{:<12} {:>14}", "cpu/op", human_us(r.cpu_us_per_op))?;
+    writeln!(out, "{:<12} {:>14}", "memory", r.memory)?;
+    if r.memory != "host" {
+        writeln!(out, "{:<12} {:>14}", "gpu copies", r.gpu_copies)?;
+    }
     for (name, n) in &r.error_codes {
         writeln!(out, "  error {name}: {n}")?;
     }

@@ -11,12 +11,14 @@
 //! range-get is one HTTP request whose bytes are RDMA-written into registered memory.
 //! `HIPOBJ_EMBEDDED_FABRIC=http` forces the HTTP body path (for comparison).
 //!
-//! `--memory cuda|hip|auto` puts the bytes into VRAM through the host-staged path of
-//! [`vram`]: the engine writes into pinned bounce memory, completed ranges are copied
-//! (coalesced) into a VRAM image of the object on a dedicated stream, a range counts as done
-//! when its copy's event has completed, and after the batch every written VRAM byte is read back
-//! and compared with the model. Then 16 pieces of the VRAM image are PUT from VRAM (copied back
-//! into bounce memory, PUT from there) and read back ([`vram::put_round_trip`]).
+//! Every range-get lands at its object offset in an image of the object. `--memory
+//! cuda|hip|auto` makes that image VRAM, registered with `Engine::register_device`: the engine
+//! stages each range through its pinned bounce mirror, copies it into VRAM on its own stream
+//! (coalescing adjacent ranges) and posts the completion only after that copy has finished.
+//! After the batch every written VRAM byte is read back and compared with the model; then 16
+//! pieces are PUT from VRAM through the engine ([`vram::put_round_trip`]) and a multipart
+//! object is uploaded with parts read out of VRAM ([`vram::upload_parts_from_vram`]), both read
+//! back and compared.
 
 use crate::vram;
 
@@ -38,7 +40,7 @@ use crate::net::transport::Timeouts;
 use crate::synthetic::SyntheticModel;
 use crate::units::format_bytes;
 
-/// Largest single range-get of the mixed workload: one registered slot per in-flight operation.
+/// Largest single range-get of the mixed workload (and largest piece of the PUT-from-VRAM check).
 const SLOT: u64 = 4 << 20;
 const BUCKET: &str = "models";
 const KEY: &str = "synthetic/model.safetensors";
@@ -82,15 +84,20 @@ pub struct EmbeddedReport {
     /// GB/s over the timed phase minus `inline_verify_s`: the transfer rate without the
     /// app's own verification, comparable between host and GPU memory.
     pub transfer_gb_per_s: f64,
-    /// GPU memory: host → device copy launches (fewer than `ops` when ranges were coalesced).
+    /// GPU memory: host → device copy launches the engine made in the timed phase (fewer than
+    /// `ops` when ranges were coalesced).
     pub gpu_copies: u64,
     /// GPU memory: whether adjacent ranges were merged into one copy.
     pub coalesce: bool,
-    /// GPU memory or --verify-after: seconds spent comparing (after reading VRAM back) after
-    /// the timed phase.
+    /// GPU memory or --verify-after: seconds spent comparing the image (VRAM read back, or
+    /// the registered host image) after the timed phase.
     pub verify_s: f64,
-    /// GPU memory: the PUT-from-VRAM check (pieces of the VRAM image PUT and read back).
+    /// GPU memory: the PUT-from-VRAM check (pieces of the VRAM image PUT through the engine,
+    /// which copies them out of VRAM, and read back).
     pub put_from_vram: Option<vram::PutReport>,
+    /// GPU memory: the UploadPart-from-VRAM check (a multipart object whose parts were read out
+    /// of VRAM, read back).
+    pub upload_part_from_vram: Option<vram::PutReport>,
     /// Bytes carried per path (`http`, `rdma-soft`, `rdma-verbs`).
     pub paths: Vec<(&'static str, u64)>,
 }
@@ -135,6 +142,14 @@ pub fn run(args: &BenchArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> 
             1
         }
     }
+}
+
+/// Whether `(offset, len)` overlaps a range-get in flight.
+fn overlaps_in_flight(slots: &[Option<(u64, u64, Instant)>], (o, l): (u64, u64)) -> bool {
+    slots
+        .iter()
+        .flatten()
+        .any(|&(so, sl, _)| o < so + sl && so < o + l)
 }
 
 /// The next range-get: sequential ranges of `--range-size`, else [`pick_range`].
@@ -248,33 +263,28 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
         b.finish_and_clear();
     }
 
-    // The engine, pointed at the gateway, one registered slot per operation in flight.
+    // The destination: an image of the whole object, a range landing at its object offset —
+    // VRAM registered as device memory (the engine stages it through pinned bounce memory and
+    // posts each completion after its copy into VRAM), or registered host memory.
     let conc = u64::from(args.concurrency.max(1));
-    let slot_len = args.range_size.unwrap_or(SLOT);
-    let total = conc
-        .checked_mul(slot_len)
-        .and_then(|t| usize::try_from(t).ok())
-        .ok_or("--concurrency x slot size too large")?;
-    // GPU memory: pinned bounce memory from the GPU runtime, registered with the engine, and a
-    // VRAM image of the object. Declared before the engine so that it is dropped after it, on every path.
-    let mut sink = match &gpu {
+    let image_len = usize::try_from(model.size).map_err(|_| "model too large for this host")?;
+    // Declared before the engine, so VRAM is freed only after the engine is gone.
+    let image = match &gpu {
         Some(rt) => {
-            let image = usize::try_from(model.size).map_err(|_| "model too large for this host")?;
-            let s = vram::VramSink::new(rt, total, image, !args.no_coalesce)
-                .map_err(|e| format!("allocating GPU memory: {e}"))?;
+            let img = engine::gpu::DeviceBuffer::new(rt, 0, image_len)
+                .map_err(|e| format!("allocating VRAM: {e}"))?;
             let _ = writeln!(
                 stderr,
-                "GPU memory: {} ({}), VRAM image {}, pinned bounce {}",
+                "GPU memory: {} ({}), VRAM image {} (engine-staged: pinned bounce mirror of the same size)",
                 rt.device_name(0).unwrap_or_default(),
                 rt.name(),
                 format_bytes(model.size),
-                format_bytes(total as u64)
             );
-            Some(s)
+            Some(img)
         }
         None => None,
     };
-    let engine = Engine::builder()
+    let mut builder = Engine::builder()
         .endpoint_url(&url)
         .credentials(credentials)
         .region("us-east-1")
@@ -283,28 +293,43 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
             engine::Fabric::Http
         } else {
             engine::Fabric::Soft
-        })
-        .build()
-        .map_err(|e| e.to_string())?;
+        });
+    if let Some(rt) = &gpu {
+        builder = builder.gpu(std::sync::Arc::clone(rt));
+        if args.no_coalesce {
+            builder = builder.gpu_coalesce_limit(0);
+        }
+        if let Some(us) = args.gpu_spin_us {
+            builder = builder.gpu_poll_spin(Duration::from_micros(us));
+        }
+    }
+    let engine = builder.build().map_err(|e| e.to_string())?;
     let obj = engine.object(BUCKET, KEY).map_err(|e| e.to_string())?;
-    let buf = match sink.as_mut() {
-        // SAFETY: the bounce memory is owned by `sink`, declared before `engine` and so dropped
-        // after it on every path (and explicitly only after `drop(engine)`), which stops the
-        // workers and aborts what is in flight before the memory is freed. The app reads a slot only after its range-get
-        // completed and lets the engine write it again only after the copy out of it finished.
-        Some(s) => unsafe { engine.register_raw(s.bounce_ptr(), s.bounce_len()) }
-            .map_err(|e| e.to_string())?,
+    let buf = match &image {
+        // SAFETY: `image` is a live VRAM allocation of the engine's runtime, `image_len` bytes,
+        // declared before `engine` and so freed after it on every path; the app reads VRAM only
+        // after every range-get into it has completed.
+        Some(img) => unsafe { engine.register_device(img.ptr(), image_len) },
         None => {
             let opts = if args.pinned {
                 RegisterOptions::pinned()
             } else {
                 RegisterOptions::pageable()
             };
-            engine
-                .register_host(total, opts)
-                .map_err(|e| e.to_string())?
+            engine.register_host(image_len, opts)
         }
-    };
+    }
+    .map_err(|e| e.to_string())?;
+    if image.is_none() {
+        // Fault the host pages in before the timed phase (the GPU mirror is pinned, so faulted).
+        let zeros = vec![0u8; image_len.min(16 << 20)];
+        for start in (0..image_len).step_by(zeros.len().max(1)) {
+            let n = zeros.len().min(image_len - start);
+            engine
+                .copy_in(buf, start as u64, &zeros[..n])
+                .map_err(|e| e.to_string())?;
+        }
+    }
     let mut q = engine
         .queue(u32::try_from(conc).unwrap_or(u32::MAX))
         .map_err(|e| e.to_string())?;
@@ -321,21 +346,12 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
     let mut lat_ns = Vec::with_capacity(usize::try_from(args.ops).unwrap_or(0));
     let (mut submitted, mut done, mut errors, mut verified) = (0u64, 0u64, 0u64, 0u64);
     let mut paths: Vec<(&'static str, u64)> = Vec::new();
-    let mut in_engine = 0u64;
-    let mut landed: Vec<vram::Landed> = Vec::new();
-    let mut copied: Vec<vram::Landed> = Vec::new();
     let mut spans: Vec<(u64, u64)> = Vec::new();
     let mut inline_verify = Duration::ZERO;
-    let mut host_image: Option<Vec<u8>> = if gpu.is_none() && args.verify_after {
-        Some(vec![
-            0u8;
-            usize::try_from(model.size)
-                .map_err(|_| "model too large for this host")?
-        ])
-    } else {
-        None
-    };
-    let mut last_progress = Instant::now();
+    // Verify after the timed phase: always for VRAM (it must be read back), on request for host.
+    let verify_after = image.is_some() || args.verify_after;
+    let staged0 = engine.gpu_staging().unwrap_or_default();
+    let mut pending: Option<(u64, u64)> = None;
     let cpu0 = process_cpu_time();
     let t0 = Instant::now();
     while done < args.ops {
@@ -343,29 +359,39 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
             let mut sq = q.submission();
             while submitted < args.ops {
                 let Some(slot) = free.pop() else { break };
-                let (offset, len) = next_range(&model, &mut rng, args.range_size, submitted);
-                let sqe = RangeGet::new(obj, offset, BufSlice::new(buf, slot * slot_len, len))
+                // Ranges in flight must not overlap (each holds an exclusive lease on its
+                // image bytes): re-pick a few times, else wait for completions.
+                let mut pick = pending
+                    .take()
+                    .unwrap_or_else(|| next_range(&model, &mut rng, args.range_size, submitted));
+                let mut tries = 0;
+                while overlaps_in_flight(&slots, pick) && tries < 16 {
+                    pick = next_range(&model, &mut rng, args.range_size, submitted);
+                    tries += 1;
+                }
+                if overlaps_in_flight(&slots, pick) {
+                    pending = Some(pick);
+                    free.push(slot);
+                    break;
+                }
+                let (offset, len) = pick;
+                let sqe = RangeGet::new(obj, offset, BufSlice::new(buf, offset, len))
                     .user_data(slot)
                     .build();
                 if sq.push(&sqe).is_err() {
+                    pending = Some(pick);
                     free.push(slot);
                     break;
                 }
                 slots[slot as usize] = Some((offset, len, Instant::now()));
                 submitted += 1;
-                in_engine += 1;
             }
         }
-        let progress_before = done;
-        // Block on the engine only when no copy is in flight that could free a slot sooner.
-        let copying = sink.as_ref().is_some_and(vram::VramSink::busy);
-        if in_engine > 0 {
-            let timeout = if copying {
-                Duration::from_micros(50)
-            } else {
-                Duration::from_secs(120)
-            };
-            q.wait(1, Some(timeout));
+        if q.wait(1, Some(Duration::from_secs(120))) == 0 {
+            return Err(format!(
+                "no completion within 120 s ({done} of {} done)",
+                args.ops
+            ));
         }
         let n = q.reap(&mut cqes);
         let now = Instant::now();
@@ -375,7 +401,9 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
             else {
                 return Err(format!("completion for unknown slot {slot}"));
             };
-            in_engine -= 1;
+            lat_ns.push(now.duration_since(started).as_nanos() as u64);
+            done += 1;
+            free.push(slot);
             if !(c.is_ok() && c.bytes() == len) {
                 if !c.is_ok() {
                     let _ = writeln!(
@@ -385,9 +413,6 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
                     );
                 }
                 errors += 1;
-                done += 1;
-                lat_ns.push(now.duration_since(started).as_nanos() as u64);
-                free.push(slot);
                 continue;
             }
             let name = path_name(c.path());
@@ -395,37 +420,12 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
                 Some((_, b)) => *b += len,
                 None => paths.push((name, len)),
             }
-            if sink.is_some() {
-                landed.push(vram::Landed {
-                    slot,
-                    bounce_off: slot * slot_len,
-                    offset,
-                    len,
-                    started,
-                });
-                continue;
-            }
-            lat_ns.push(now.duration_since(started).as_nanos() as u64);
-            done += 1;
-            if let Some(img) = host_image.as_mut() {
-                // Deferred verification: copy into the image now, compare after the batch.
-                let view = engine
-                    .read(buf, slot * slot_len, len)
-                    .map_err(|e| e.to_string())?;
-                let at = usize::try_from(offset).map_err(|_| "offset too large")?;
-                let dst = img
-                    .get_mut(at..at + view.len())
-                    .ok_or("range outside the host image")?;
-                dst.copy_from_slice(&view);
-                drop(view);
+            if verify_after {
                 spans.push((offset, len));
-                free.push(slot);
                 continue;
             }
             let tv = Instant::now();
-            let view = engine
-                .read(buf, slot * slot_len, len)
-                .map_err(|e| e.to_string())?;
+            let view = engine.read(buf, offset, len).map_err(|e| e.to_string())?;
             match model.first_mismatch(offset, &view) {
                 None => verified += len,
                 Some(i) => {
@@ -439,64 +439,82 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
             }
             drop(view);
             inline_verify += tv.elapsed();
-            free.push(slot);
         }
-        if let Some(s) = sink.as_mut() {
-            s.push(std::mem::take(&mut landed))
-                .map_err(|e| format!("copy into VRAM: {e}"))?;
-            // Nothing left in the engine: the next slot can only come from a finished copy.
-            s.poll(in_engine == 0, &mut copied)
-                .map_err(|e| format!("copy into VRAM: {e}"))?;
-            let now = Instant::now();
-            for l in copied.drain(..) {
-                lat_ns.push(now.duration_since(l.started).as_nanos() as u64);
-                done += 1;
-                spans.push((l.offset, l.len));
-                free.push(l.slot);
-            }
-            // Hand slots out in ascending order, so consecutive range-gets land in adjacent
-            // bounce slots and their copies can be merged.
-            free.sort_unstable_by(|a, b| b.cmp(a));
-        }
-        if done != progress_before || n > 0 {
-            last_progress = Instant::now();
-        } else if last_progress.elapsed() > Duration::from_secs(120) {
-            return Err(format!(
-                "no completion within 120 s ({done} of {} done)",
-                args.ops
-            ));
-        }
+        // Hand slots out in ascending order (tags only; the image offset is the object offset).
+        free.sort_unstable_by(|a, b| b.cmp(a));
         if let Some(b) = &ops_bar {
             b.set_position(done);
         }
     }
     let elapsed = t0.elapsed().as_secs_f64();
     let cpu_s = process_cpu_time().saturating_sub(cpu0).as_secs_f64();
+    let staged = engine.gpu_staging().unwrap_or_default();
+    let gpu_copies = staged.copies_to_device - staged0.copies_to_device;
     if let Some(b) = ops_bar {
         b.finish_and_clear();
     }
-    // PUT from VRAM: up to 16 pieces of what the GET phase put into VRAM, PUT from there and
-    // read back (GPU memory only; the bytes were copied back into bounce memory first).
-    let mut put_from_vram = None;
-    if let Some(s) = sink.as_mut() {
+    // Verify what the timed phase wrote: VRAM read back, or the registered host image.
+    let mut verify_s = 0.0;
+    if verify_after {
+        let tv = Instant::now();
+        let check = |off: u64, bytes: &[u8]| model.first_mismatch(off, bytes);
+        let failed = match &image {
+            Some(img) => vram::verify_image(img, &mut spans.clone(), &check)
+                .map_err(|e| format!("reading VRAM back: {e}"))?,
+            None => {
+                let mut failed = Vec::new();
+                for (o, l) in vram::merge_spans(&mut spans.clone()) {
+                    let view = engine.read(buf, o, l).map_err(|e| e.to_string())?;
+                    if check(o, &view).is_some() {
+                        failed.push((o, l));
+                    }
+                }
+                failed
+            }
+        };
+        verify_s = tv.elapsed().as_secs_f64();
+        for &(o, l) in &spans {
+            if failed.iter().any(|&(fo, fl)| o < fo + fl && fo < o + l) {
+                errors += 1;
+            } else {
+                verified += l;
+            }
+        }
+        for (o, l) in &failed {
+            let _ = writeln!(stderr, "image mismatch in object bytes {o}..{}", o + l);
+        }
+    }
+    // From VRAM (GPU memory only): 16 pieces of what the GET phase put into VRAM PUT through
+    // the engine (which copies them out of VRAM first), and a multipart object whose parts are
+    // read out of VRAM by UploadPart; both read back and compared.
+    let (mut put_from_vram, mut upload_part_from_vram) = (None, None);
+    if let Some(img) = &image {
+        let piece_max = args.range_size.unwrap_or(SLOT);
         let mut pieces = Vec::new();
         for (o, l) in vram::merge_spans(&mut spans.clone()) {
             let mut at = o;
-            while at < o + l && pieces.len() < 16 {
-                let n = (o + l - at).min(slot_len);
+            // At most 16, and no more than the queue holds (they are submitted at once).
+            while at < o + l && (pieces.len() as u64) < conc.min(16) {
+                let n = (o + l - at).min(piece_max);
                 pieces.push((at, n));
                 at += n;
             }
         }
+        let up_len = model.size.min(20 << 20);
+        let scratch_len = usize::try_from(piece_max.max(up_len)).map_err(|_| "piece too large")?;
+        let scratch = engine
+            .register_host(scratch_len, RegisterOptions::pageable())
+            .map_err(|e| e.to_string())?;
+        let check = |off: u64, b: &[u8]| model.first_mismatch(off, b);
         let r = vram::put_round_trip(
             &engine,
             &mut q,
             buf,
-            s,
+            scratch,
             BUCKET,
             "from-vram/",
             &pieces,
-            &|off, b| model.first_mismatch(off, b),
+            &check,
         )?;
         let _ = writeln!(
             stderr,
@@ -506,56 +524,36 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
             r.elapsed_s
         );
         put_from_vram = Some(r);
+        // The first `up_len` bytes of the model into VRAM (after the GET verification, which
+        // they cannot influence), then UploadPart from there in 8 MiB parts.
+        let mut head = vec![0u8; usize::try_from(up_len).map_err(|_| "too large")?];
+        model.fill(0, &mut head);
+        img.write(0, &head)
+            .map_err(|e| format!("writing VRAM for UploadPart: {e}"))?;
+        let r = vram::upload_parts_from_vram(
+            &engine,
+            &mut q,
+            &mut client,
+            img,
+            scratch,
+            BUCKET,
+            "from-vram/multipart",
+            (0, up_len, 8 << 20),
+            &check,
+        )?;
+        let _ = writeln!(
+            stderr,
+            "UploadPart from VRAM: {} parts, {} read back equal in {:.2} s",
+            r.parts,
+            format_bytes(r.verified),
+            r.elapsed_s
+        );
+        upload_part_from_vram = Some(r);
     }
     drop(q);
     drop(engine);
+    drop(image);
     gateway.shutdown();
-    // GPU memory: read every written VRAM byte back and compare it with the model.
-    let (mut verify_s, mut gpu_copies) = (0.0, 0);
-    if let Some(s) = sink.as_mut() {
-        let tv = Instant::now();
-        let failed = s
-            .verify(&mut spans.clone(), &|off, bytes| {
-                model.first_mismatch(off, bytes)
-            })
-            .map_err(|e| format!("reading VRAM back: {e}"))?;
-        verify_s = tv.elapsed().as_secs_f64();
-        gpu_copies = s.copies;
-        for &(o, l) in &spans {
-            if failed.iter().any(|&(fo, fl)| o < fo + fl && fo < o + l) {
-                errors += 1;
-            } else {
-                verified += l;
-            }
-        }
-        for (o, l) in &failed {
-            let _ = writeln!(stderr, "VRAM mismatch in object bytes {o}..{}", o + l);
-        }
-    }
-    drop(sink);
-    if let Some(img) = host_image.take() {
-        let tv = Instant::now();
-        let merged = vram::merge_spans(&mut spans.clone());
-        let failed: Vec<(u64, u64)> = merged
-            .into_iter()
-            .filter(|&(o, l)| {
-                let (o, l) = (o as usize, l as usize);
-                img.get(o..o + l)
-                    .is_none_or(|b| model.first_mismatch(o as u64, b).is_some())
-            })
-            .collect();
-        verify_s = tv.elapsed().as_secs_f64();
-        for &(o, l) in &spans {
-            if failed.iter().any(|&(fo, fl)| o < fo + fl && fo < o + l) {
-                errors += 1;
-            } else {
-                verified += l;
-            }
-        }
-        for (o, l) in &failed {
-            let _ = writeln!(stderr, "host image mismatch in object bytes {o}..{}", o + l);
-        }
-    }
     lat_ns.sort_unstable();
     let pct = |p: f64| {
         let i = ((lat_ns.len() as f64 * p).ceil() as usize).saturating_sub(1);
@@ -591,6 +589,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
         coalesce: gpu.is_some() && !args.no_coalesce,
         verify_s,
         put_from_vram,
+        upload_part_from_vram,
     })
 }
 
@@ -640,6 +639,22 @@ fn print_table(r: &EmbeddedReport, out: &mut dyn Write) -> std::io::Result<()> {
     if let Some(p) = &r.put_from_vram {
         let v = format!("{} obj, {} ok", p.objects, format_bytes(p.verified));
         writeln!(out, "  {:<22} {:>16}", "PUT from VRAM", v)?;
+    }
+    if let Some(p) = &r.upload_part_from_vram {
+        let v = format!("{} parts, {} ok", p.parts, format_bytes(p.verified));
+        writeln!(out, "  {:<22} {:>16}", "UploadPart from VRAM", v)?;
+    }
+    if r.memory != "host" {
+        let v = format!(
+            "{} ({})",
+            r.gpu_copies,
+            if r.coalesce {
+                "coalesced"
+            } else {
+                "one per range"
+            }
+        );
+        writeln!(out, "  {:<22} {:>16}", "copies into VRAM", v)?;
     }
     for (path, bytes) in &r.paths {
         writeln!(

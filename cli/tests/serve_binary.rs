@@ -67,6 +67,8 @@ fn serve_process_round_trip() {
             "/tmp/unused",
             "--fabric",
             "verbs",
+            "--rdma-device",
+            "no-such-rdma-device0",
             "--access-key",
             "k",
             "--secret-key",
@@ -74,6 +76,6 @@ fn serve_process_round_trip() {
         ])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not available yet"));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--fabric verbs:"));
 }

@@ -118,6 +118,9 @@ pub struct EngineBuilder {
     pub(crate) fabric: crate::fabric::rdma::Fabric,
     pub(crate) dialect: crate::fabric::rdma::Dialect,
     pub(crate) dc_provider: Option<std::sync::Arc<dyn crate::fabric::rdma::DcTokenProvider>>,
+    pub(crate) gpu: Option<std::sync::Arc<dyn crate::gpu::GpuRuntime>>,
+    pub(crate) gpu_coalesce_limit: u64,
+    pub(crate) gpu_poll_spin: Duration,
 }
 
 impl Default for EngineBuilder {
@@ -138,6 +141,9 @@ impl Default for EngineBuilder {
             fabric: crate::fabric::rdma::Fabric::default(),
             dialect: crate::fabric::rdma::Dialect::default(),
             dc_provider: None,
+            gpu: None,
+            gpu_coalesce_limit: crate::gpu::DEFAULT_COALESCE_LIMIT,
+            gpu_poll_spin: crate::gpu::DEFAULT_POLL_SPIN,
         }
     }
 }
@@ -225,10 +231,10 @@ impl EngineBuilder {
         self
     }
 
-    /// Which data path carries payloads: `Fabric::Http` (default), `Fabric::Soft` (RDMA over
-    /// the soft fabric through the `rc-persistent` connect route, with per-request HTTP
-    /// fallback) or `Fabric::Auto` (soft when the endpoint pairs, learned once per worker and
-    /// endpoint; see its docs for why it is not the default yet).
+    /// Which data path carries payloads: `Fabric::Auto` (default: soft when the endpoint
+    /// pairs, learned once per worker and endpoint, pairing off the worker thread), `Fabric::Soft`
+    /// (RDMA over the soft fabric through the `rc-persistent` connect route, with per-request
+    /// HTTP fallback) or `Fabric::Http` (payloads in the HTTP body only).
     #[must_use]
     pub fn fabric(mut self, fabric: crate::fabric::rdma::Fabric) -> Self {
         self.fabric = fabric;
@@ -264,6 +270,34 @@ impl EngineBuilder {
     #[must_use]
     pub fn quickack(mut self, on: bool) -> Self {
         self.quickack = on;
+        self
+    }
+
+    /// The GPU runtime whose device memory may be registered
+    /// ([`crate::Engine::register_device`]); without one, device registrations fail with
+    /// "no GPU runtime". Operations on device memory are staged through pinned bounce memory
+    /// inside the engine: a GET's completion is posted only after its bytes are in VRAM.
+    #[must_use]
+    pub fn gpu(mut self, runtime: std::sync::Arc<dyn crate::gpu::GpuRuntime>) -> Self {
+        self.gpu = Some(runtime);
+        self
+    }
+
+    /// Largest merged host ↔ device copy when staging many ranges of one device
+    /// registration that are adjacent (default [`crate::gpu::DEFAULT_COALESCE_LIMIT`]);
+    /// 0 copies every operation on its own.
+    #[must_use]
+    pub fn gpu_coalesce_limit(mut self, bytes: u64) -> Self {
+        self.gpu_coalesce_limit = bytes;
+        self
+    }
+
+    /// How long a worker may keep querying the events of small host → device copies (≤ 2 MiB
+    /// in flight) in the turn that queued them, so their completions are posted in that turn
+    /// rather than the next (default [`crate::gpu::DEFAULT_POLL_SPIN`], zero: never wait).
+    #[must_use]
+    pub fn gpu_poll_spin(mut self, spin: Duration) -> Self {
+        self.gpu_poll_spin = spin;
         self
     }
 

@@ -6,11 +6,13 @@
 use std::time::{Duration, Instant};
 
 use ring_api::{
-    BufSlice, Cqe, DataPath, Deadline, ErrorClass, ErrorCode, ObjectId, ObjectTable, Op, Sqe,
+    BufSlice, Cqe, DataPath, Deadline, ErrorClass, ErrorCode, ObjectId, ObjectName, ObjectTable,
+    Op, Sqe, UploadHandle,
 };
 
-use crate::inflight::{InFlight, OpKind, Phase};
+use crate::inflight::{InFlight, MultipartOp, OpKind, Phase};
 use crate::memory::{LeaseError, Registry};
+use crate::multipart::{UploadTable, uploads};
 
 /// Engine state dispatch reads.
 #[derive(Debug)]
@@ -44,8 +46,57 @@ fn local(user_data: u64, code: ErrorCode) -> Dispatch {
     Dispatch::Complete(Cqe::error(user_data, code, ErrorClass::Local))
 }
 
-/// Decodes `sqe` from queue `queue`.
+/// A multipart entry before its handle is looked up.
+#[derive(Debug, Clone, Copy)]
+enum MultipartReq {
+    Create,
+    Part(UploadHandle, u32),
+    Complete(UploadHandle, u32),
+    Abort(UploadHandle),
+}
+
+/// Resolves a multipart entry against the upload table (unknown or finished handle,
+/// other object, missing part: typed errors before anything goes on the wire).
+fn multipart_op(
+    table: &UploadTable,
+    req: MultipartReq,
+    name: &ObjectName,
+) -> Result<MultipartOp, ErrorCode> {
+    let op = match req {
+        MultipartReq::Create => MultipartOp::Create,
+        MultipartReq::Part(upload, part) => MultipartOp::Part {
+            upload,
+            part,
+            upload_id: table.upload_id(upload, name).map_err(|e| e.code())?,
+        },
+        MultipartReq::Complete(upload, n) => {
+            let (upload_id, parts) = table.completion(upload, name, n).map_err(|e| e.code())?;
+            MultipartOp::Complete {
+                upload,
+                upload_id,
+                parts: parts.into(),
+            }
+        }
+        MultipartReq::Abort(upload) => MultipartOp::Abort {
+            upload,
+            upload_id: table.upload_id(upload, name).map_err(|e| e.code())?,
+        },
+    };
+    Ok(op)
+}
+
+/// Decodes `sqe` from queue `queue` (multipart entries use the process's upload table).
 pub(crate) fn dispatch(sqe: &Sqe, queue: usize, ctx: &DispatchCtx<'_>) -> Dispatch {
+    dispatch_with(sqe, queue, ctx, uploads())
+}
+
+/// [`dispatch`] against the upload table `table`.
+pub(crate) fn dispatch_with(
+    sqe: &Sqe,
+    queue: usize,
+    ctx: &DispatchCtx<'_>,
+    table: &UploadTable,
+) -> Dispatch {
     let v = match sqe.validate() {
         Ok(v) => v,
         Err(e) => return Dispatch::Complete(e.to_cqe(sqe.user_data())),
@@ -58,6 +109,7 @@ pub(crate) fn dispatch(sqe: &Sqe, queue: usize, ctx: &DispatchCtx<'_>) -> Dispat
             .now
             .checked_add(Duration::from_nanos(ns.saturating_sub(ctx.now_mono_ns))),
     };
+    let mut mp = None;
     let (object, kind, slice, exclusive) = match v.op {
         Op::Nop => return Dispatch::Complete(Cqe::success(ud, 0, DataPath::None)),
         Op::Cancel { target } => {
@@ -74,11 +126,44 @@ pub(crate) fn dispatch(sqe: &Sqe, queue: usize, ctx: &DispatchCtx<'_>) -> Dispat
         } => (object, OpKind::RangeGet { offset }, Some(dst), true),
         Op::Head { object } => (object, OpKind::Head, None, false),
         Op::Put { object, src } => (object, OpKind::Put, Some(src).filter(|s| s.len > 0), false),
+        // Multipart requests travel with the kind `Head` (see `OpKind`) and their own step.
+        Op::CreateMultipart { object } => {
+            mp = Some(MultipartReq::Create);
+            (object, OpKind::Head, None, false)
+        }
+        Op::UploadPart {
+            object,
+            upload,
+            part,
+            src,
+        } => {
+            mp = Some(MultipartReq::Part(upload, part.get()));
+            (object, OpKind::Head, Some(src).filter(|s| s.len > 0), false)
+        }
+        Op::CompleteMultipart {
+            object,
+            upload,
+            parts,
+        } => {
+            mp = Some(MultipartReq::Complete(upload, parts.get()));
+            (object, OpKind::Head, None, false)
+        }
+        Op::AbortMultipart { object, upload } => {
+            mp = Some(MultipartReq::Abort(upload));
+            (object, OpKind::Head, None, false)
+        }
         _ => return local(ud, ErrorCode::Unsupported),
     };
     let Some(name) = resolve(ctx.objects, object) else {
         return local(ud, ErrorCode::BadHandle);
     };
+    let multipart = match mp.map(|r| multipart_op(table, r, &name)).transpose() {
+        Ok(m) => m,
+        Err(code) => return local(ud, code),
+    };
+    let idempotent = multipart
+        .as_ref()
+        .map_or(kind.idempotent(), MultipartOp::idempotent);
     let buf = match slice {
         None => None,
         Some(BufSlice { buf, offset, len }) => {
@@ -100,10 +185,11 @@ pub(crate) fn dispatch(sqe: &Sqe, queue: usize, ctx: &DispatchCtx<'_>) -> Dispat
         buf,
         deadline,
         attempts: 0,
-        may_retry: !v.no_retry && kind.idempotent(),
+        may_retry: !v.no_retry && idempotent,
         retried: false,
         free_retries: 0,
         phase: Phase::Ready,
+        multipart,
     })
 }
 
@@ -201,6 +287,68 @@ mod tests {
         assert!(matches!(
             dispatch(&Put::new(o, BufSlice::new(h, 50, 10)).build(), 0, &c),
             Dispatch::Start(_)
+        ));
+    }
+
+    #[test]
+    fn multipart_entries_resolve_their_handles() {
+        use ring_api::opcode::{AbortMultipart, CompleteMultipart, CreateMultipart, UploadPart};
+        use ring_api::{PartNumber, UploadHandle};
+        let (reg, objects, h, o) = setup();
+        let c = ctx(&reg, &objects);
+        let table = UploadTable::new();
+        let p = |n| PartNumber::new(n).unwrap();
+        let Dispatch::Start(create) =
+            dispatch_with(&CreateMultipart::new(o).build(), 0, &c, &table)
+        else {
+            panic!("create should start")
+        };
+        assert_eq!(create.multipart, Some(MultipartOp::Create));
+        assert!(!create.may_retry, "a lost Create answer is not repeated");
+        let unknown = UploadPart::new(o, UploadHandle(5), p(1), BufSlice::new(h, 0, 10)).build();
+        assert_eq!(
+            error_of(dispatch_with(&unknown, 0, &c, &table)),
+            (-9, Some(ErrorClass::Local))
+        );
+        let name = objects.resolve(o).unwrap();
+        let up = table.open(name, "id").unwrap();
+        let Dispatch::Start(part) = dispatch_with(
+            &UploadPart::new(o, up, p(2), BufSlice::new(h, 0, 10)).build(),
+            0,
+            &c,
+            &table,
+        ) else {
+            panic!("part should start")
+        };
+        assert!(part.sends_source() && part.may_retry && !part.head_only());
+        assert_eq!(part.buf_len(), 10);
+        table.record_part(up, 2, "\"e\"").unwrap();
+        // Part 1 was never uploaded.
+        assert_eq!(
+            error_of(dispatch_with(
+                &CompleteMultipart::new(o, up, p(2)).build(),
+                0,
+                &c,
+                &table
+            )),
+            (-22, Some(ErrorClass::Local))
+        );
+        let other = objects.intern("b", "other").unwrap();
+        assert_eq!(
+            error_of(dispatch_with(
+                &AbortMultipart::new(other, up).build(),
+                0,
+                &c,
+                &table
+            )),
+            (-22, Some(ErrorClass::Local))
+        );
+        assert!(matches!(
+            dispatch_with(&AbortMultipart::new(o, up).build(), 0, &c, &table),
+            Dispatch::Start(InFlight {
+                multipart: Some(MultipartOp::Abort { .. }),
+                ..
+            })
         ));
     }
 

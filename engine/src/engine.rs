@@ -17,8 +17,10 @@ use s3_lite::sigv4::Signer;
 use crate::config::{EngineBuilder, RetryPolicy};
 use crate::error::EngineError;
 use crate::fabric::http::HttpFabric;
+use crate::gpu::stager::GpuStaging;
+use crate::gpu::{DevicePtr, GpuRuntime, PointerKind, StagingCounters};
 use crate::memory::raw::RawMem;
-use crate::memory::{BufferView, RegisterOptions, Registry};
+use crate::memory::{BufferView, DeviceMirror, RegisterOptions, Registry};
 use crate::placement;
 use crate::worker::WorkerHandle;
 
@@ -31,6 +33,8 @@ pub(crate) struct Shared {
     pub(crate) default_deadline: Option<Duration>,
     pub(crate) attempt_timeout: Duration,
     pub(crate) spin: Duration,
+    /// GPU staging: the runtime, coalescing limit and counters (`None` without a runtime).
+    pub(crate) gpu: Option<GpuStaging>,
 }
 
 /// A running engine: registered memory, interned objects and worker threads.
@@ -101,6 +105,12 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
         default_deadline: b.default_deadline,
         attempt_timeout: b.attempt_timeout,
         spin: b.spin,
+        gpu: b.gpu.map(|rt| GpuStaging {
+            rt,
+            coalesce_limit: b.gpu_coalesce_limit,
+            poll_spin: b.gpu_poll_spin,
+            stats: Default::default(),
+        }),
     });
     let mut workers = Vec::with_capacity(cores.len());
     for (i, core) in cores.into_iter().enumerate() {
@@ -236,6 +246,74 @@ impl Engine {
         // SAFETY: forwarded to our caller's contract above.
         let mem = unsafe { RawMem::from_raw(ptr, len) };
         self.shared.registry.insert(mem)
+    }
+
+    /// The GPU runtime given to [`EngineBuilder::gpu`], if any.
+    #[must_use]
+    pub fn gpu(&self) -> Option<&Arc<dyn GpuRuntime>> {
+        self.shared.gpu.as_ref().map(|g| &g.rt)
+    }
+
+    /// Counters of the GPU staging (copies, merged copies, bytes, failures); `None` without a
+    /// GPU runtime.
+    #[must_use]
+    pub fn gpu_staging(&self) -> Option<StagingCounters> {
+        self.shared.gpu.as_ref().map(|g| g.stats.snapshot())
+    }
+
+    /// Registers `len` bytes of device memory at `ptr` as a destination of GET / RangeGet and a
+    /// source of PUT.
+    ///
+    /// The engine allocates `len` bytes of pinned host memory from the GPU runtime as the
+    /// registration's bounce mirror (byte `i` ↔ `ptr + i`); the fabric moves bytes into and
+    /// out of the mirror, and the worker copies them to VRAM on its own stream (merging
+    /// adjacent ranges) and posts a GET's completion only after that copy has finished; a
+    /// PUT's bytes are copied from VRAM before it starts. [`Engine::read`] and
+    /// [`Engine::copy_in`] on the handle see the mirror, not VRAM.
+    ///
+    /// Errors: [`EngineError::Unsupported`] "device memory: no GPU runtime" when the engine
+    /// was built without [`EngineBuilder::gpu`]; [`EngineError::Config`] when the runtime does
+    /// not see `ptr` as memory of device `ptr.ordinal`, or `len` is 0;
+    /// [`EngineError::Alloc`] when the pinned mirror cannot be allocated.
+    ///
+    /// # Safety
+    ///
+    /// `ptr..ptr+len` must lie inside one live device allocation of the engine's runtime until
+    /// [`Engine::deregister`] has returned `Ok` for the handle (or the engine is dropped), and
+    /// the caller must not use device bytes covered by an operation in flight until its
+    /// completion has been reaped.
+    #[allow(unsafe_code)]
+    pub unsafe fn register_device(
+        &self,
+        ptr: DevicePtr,
+        len: usize,
+    ) -> Result<BufHandle, EngineError> {
+        let gpu = self.shared.gpu.as_ref().ok_or(EngineError::Unsupported(
+            "device memory: no GPU runtime (build the engine with EngineBuilder::gpu)",
+        ))?;
+        if len == 0 {
+            return Err(EngineError::Config(
+                "cannot register an empty buffer".into(),
+            ));
+        }
+        let last = ptr
+            .offset(len as u64 - 1)
+            .ok_or_else(|| EngineError::Config("device range overflows".into()))?;
+        for p in [ptr, last] {
+            match gpu.rt.pointer_kind(p.addr) {
+                Ok(PointerKind::Device { ordinal }) if ordinal == ptr.ordinal => {}
+                other => {
+                    return Err(EngineError::Config(format!(
+                        "{:#x} is not memory of device {} ({other:?})",
+                        p.addr, ptr.ordinal
+                    )));
+                }
+            }
+        }
+        let mem = RawMem::alloc_gpu_pinned(&gpu.rt, len).map_err(|_| EngineError::Alloc { len })?;
+        self.shared
+            .registry
+            .insert_device(mem, DeviceMirror { dev: ptr })
     }
 
     /// Deregisters `handle`, waiting up to `timeout` for operations in flight on it and live

@@ -8,11 +8,19 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use ring_api::ObjectName;
+use ring_api::{ObjectName, UploadHandle};
+use s3_lite::s3::CompletedPart;
 
 use crate::memory::LeaseGuard;
 
 /// What an operation does on the wire.
+///
+/// Multipart operations carry [`InFlight::multipart`] and, for now, the kind `Head`: the
+/// RDMA dialects match this enum exhaustively and must never take a multipart request (a
+/// hipobj-rc-v2 `Put` would write the part as the whole object), and `Head` is the one kind
+/// they leave to plain HTTP. The HTTP fabric asks [`InFlight::head_only`] and
+/// [`InFlight::sends_source`] rather than comparing kinds, so the shape of a multipart
+/// request comes from `multipart`. (Own variants once the RDMA code handles them.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum OpKind {
     /// Whole object into the leased destination (its length is the capacity).
@@ -34,6 +42,47 @@ impl OpKind {
     /// repeated PUT of the same bytes leaves the same object (S3 PUT is last-writer-wins).
     pub(crate) fn idempotent(self) -> bool {
         true
+    }
+}
+
+/// A multipart step: what the request is and what its answer updates in the upload table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum MultipartOp {
+    /// `POST ?uploads`; the answer's upload id opens a handle (completion `aux`).
+    Create,
+    /// `PUT ?partNumber=part&uploadId=..` of the leased source; the answer's ETag is recorded.
+    Part {
+        /// The application's handle.
+        upload: UploadHandle,
+        /// 1..=10000.
+        part: u32,
+        /// S3 upload id of `upload`, read at dispatch.
+        upload_id: Arc<str>,
+    },
+    /// `POST ?uploadId=..` with the part list; success forgets the handle.
+    Complete {
+        /// The application's handle.
+        upload: UploadHandle,
+        /// S3 upload id of `upload`, read at dispatch.
+        upload_id: Arc<str>,
+        /// Parts `1..=n` with their recorded ETags (snapshot taken at dispatch).
+        parts: Arc<[CompletedPart]>,
+    },
+    /// `DELETE ?uploadId=..`; success (or the server no longer knowing it) forgets the handle.
+    Abort {
+        /// The application's handle.
+        upload: UploadHandle,
+        /// S3 upload id of `upload`, read at dispatch.
+        upload_id: Arc<str>,
+    },
+}
+
+impl MultipartOp {
+    /// Whether a failed attempt may be repeated. A part re-sent from the same pinned bytes
+    /// replaces itself; Complete and Abort name a fixed upload id. Create is not repeated: a
+    /// lost answer would leave an upload open on the server that nobody can name.
+    pub(crate) fn idempotent(&self) -> bool {
+        !matches!(self, Self::Create)
     }
 }
 
@@ -70,9 +119,24 @@ pub(crate) struct InFlight {
     /// Immediate retries after a stale keep-alive connection (bounded, see `Retry::Free`).
     pub(crate) free_retries: u8,
     pub(crate) phase: Phase,
+    /// The multipart step, for CreateMultipart / UploadPart / Complete / Abort.
+    pub(crate) multipart: Option<MultipartOp>,
 }
 
 impl InFlight {
+    /// Whether the response to this request has no body whatever its headers say (HEAD).
+    pub(crate) fn head_only(&self) -> bool {
+        self.kind == OpKind::Head && self.multipart.is_none()
+    }
+
+    /// Whether the request body is the leased source (PUT, UploadPart) when sent over HTTP.
+    pub(crate) fn sends_source(&self) -> bool {
+        match &self.multipart {
+            Some(m) => matches!(m, MultipartOp::Part { .. }),
+            None => self.kind == OpKind::Put,
+        }
+    }
+
     /// Length of the registered range the operation transfers.
     pub(crate) fn buf_len(&self) -> u64 {
         self.buf.as_ref().map_or(0, LeaseGuard::len)
@@ -190,6 +254,7 @@ mod tests {
             retried: false,
             free_retries: 0,
             phase: Phase::Ready,
+            multipart: None,
         }
     }
 

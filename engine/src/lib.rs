@@ -51,6 +51,7 @@ pub mod fuzzing;
 pub mod gpu;
 mod inflight;
 mod memory;
+mod multipart;
 mod placement;
 mod sys;
 mod timers;

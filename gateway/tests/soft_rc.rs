@@ -278,6 +278,30 @@ fn declines_and_principal_binding() {
     assert_eq!(r.status(), 501);
     assert_eq!(r.header("x-amz-rdma-reply"), Some("501"));
     plain.shutdown();
+
+    // A QP of the other fabric (verbs) cannot pair with the soft target: 501 + reply 501, so
+    // the client falls back instead of timing out on a path that cannot exist. Its own fabric
+    // named explicitly pairs, and the reply names the fabric.
+    let pair_as = |fabric: &str| {
+        signed(
+            a,
+            "POST",
+            "/.hipobj/rc/connect",
+            "",
+            &[
+                ("x-amz-rdma-token", c.token(0, 0)),
+                ("x-amz-rdma-psn", "000001".into()),
+                ("x-amz-rdma-fabric", fabric.into()),
+            ],
+            (ACCESS, SECRET),
+        )
+    };
+    let r = pair_as("verbs");
+    assert_eq!(r.status(), 501, "{}", r.text());
+    assert_eq!(r.header("x-amz-rdma-reply"), Some("501"));
+    let r = pair_as("soft");
+    assert_eq!(r.status(), 200, "{}", r.text());
+    assert_eq!(r.header("x-amz-rdma-fabric"), Some("soft"));
     gw.shutdown();
 }
 

@@ -29,6 +29,7 @@ mod error;
 mod handles;
 pub mod hip;
 mod runtime;
+pub(crate) mod stager;
 pub mod staging;
 mod types;
 
@@ -37,4 +38,5 @@ pub use dmabuf::DmabufRegion;
 pub use error::{Backend, GpuError};
 pub use handles::{DeviceBuffer, GpuEvent, GpuStream, PinnedBuffer};
 pub use runtime::GpuRuntime;
+pub use stager::{DEFAULT_COALESCE_LIMIT, DEFAULT_POLL_SPIN, StagingCounters};
 pub use types::{Capabilities, DevicePtr, PointerKind, RawEvent, RawStream};

@@ -12,11 +12,19 @@
 //! That is what makes [`crate::Engine::read`] safe: it can never observe bytes a worker is
 //! writing. Conflict checks scan the region's lease list, whose length is bounded by the
 //! operations in flight on that region.
+//!
+//! Device registrations ([`crate::Engine::register_device`]): the region's memory is pinned
+//! host memory from the GPU runtime, a *mirror* of a device range of the same length. The
+//! fabrics see only the mirror; the worker's stager (`gpu::stager`) copies a completed GET's
+//! bytes mirror → device before posting its completion, and a PUT's bytes device → mirror
+//! before starting it. The lease protocol covers both copies because the stager holds the
+//! operation (and so its lease) until the copy has finished.
 
 pub(crate) mod raw;
 
 use std::collections::HashMap;
 use std::ops::Deref;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
@@ -24,7 +32,30 @@ use std::time::{Duration, Instant};
 use ring_api::BufHandle;
 
 use crate::error::EngineError;
+use crate::gpu::DevicePtr;
 use raw::RawMem;
+
+/// The device range a device registration mirrors (byte `i` of the region ↔ `dev + i`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeviceMirror {
+    /// Device address of the region's byte 0.
+    pub(crate) dev: DevicePtr,
+}
+
+/// A leased range of a device registration: where its bounce bytes are and where they go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeviceSpan {
+    /// The registration (copies never merge across registrations).
+    pub(crate) handle: u32,
+    /// Offset of the range in the registration.
+    pub(crate) off: u64,
+    /// Bytes.
+    pub(crate) len: u64,
+    /// Host (bounce) address of the range's first byte.
+    pub(crate) host: NonNull<u8>,
+    /// Device address of the range's first byte.
+    pub(crate) dev: DevicePtr,
+}
 
 /// How [`crate::Engine::register_host`] allocates.
 #[non_exhaustive]
@@ -86,6 +117,7 @@ pub(crate) struct Region {
     leases: Mutex<Leases>,
     drained: Condvar,
     closing: AtomicBool,
+    device: Option<DeviceMirror>,
 }
 
 impl Region {
@@ -129,6 +161,8 @@ impl Region {
             id,
             off,
             len,
+            exclusive,
+            staged_out: AtomicBool::new(false),
         })
     }
 
@@ -151,9 +185,48 @@ pub(crate) struct LeaseGuard {
     /// INVARIANT: `off + len <= region.len()` (checked by `Region::lease`).
     off: u64,
     len: u64,
+    /// Whether the lease is exclusive (the operation writes the range: GET, RangeGet).
+    exclusive: bool,
+    /// Device registrations: the range's bytes have been copied device → bounce for this
+    /// operation (a PUT retried after a failed attempt is not copied again).
+    staged_out: AtomicBool,
 }
 
 impl LeaseGuard {
+    /// Where this range lives on the device, when the registration is a device mirror.
+    pub(crate) fn device_span(&self) -> Option<DeviceSpan> {
+        let mirror = self.region.device?;
+        let (host, len) = self.raw_range()?;
+        Some(DeviceSpan {
+            handle: self.region.handle.0,
+            off: self.off,
+            len: len as u64,
+            host,
+            dev: mirror.dev.offset(self.off)?,
+        })
+    }
+
+    /// Whether the operation holding this lease writes the range.
+    pub(crate) fn is_exclusive(&self) -> bool {
+        self.exclusive
+    }
+
+    /// Whether the device → bounce copy for this operation has completed.
+    pub(crate) fn is_staged_out(&self) -> bool {
+        self.staged_out.load(Ordering::Relaxed)
+    }
+
+    /// Records that the device → bounce copy for this operation has completed.
+    pub(crate) fn mark_staged_out(&self) {
+        self.staged_out.store(true, Ordering::Relaxed);
+    }
+
+    /// Another shared lease on the same range (held by the stager while it copies device →
+    /// bounce, so the bytes stay out of reach of writers even if the operation ends first).
+    pub(crate) fn share(&self) -> Result<LeaseGuard, LeaseError> {
+        self.region.lease(self.off, self.len, false)
+    }
+
     /// Length of the leased range.
     pub(crate) fn len(&self) -> u64 {
         self.len
@@ -240,6 +313,23 @@ impl Registry {
     }
 
     pub(crate) fn insert(&self, mem: RawMem) -> Result<BufHandle, EngineError> {
+        self.insert_with(mem, None)
+    }
+
+    /// Registers `mem` as the bounce mirror of the device range `mirror` (same length).
+    pub(crate) fn insert_device(
+        &self,
+        mem: RawMem,
+        mirror: DeviceMirror,
+    ) -> Result<BufHandle, EngineError> {
+        self.insert_with(mem, Some(mirror))
+    }
+
+    fn insert_with(
+        &self,
+        mem: RawMem,
+        device: Option<DeviceMirror>,
+    ) -> Result<BufHandle, EngineError> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         if id == 0 || id == u32::MAX {
             return Err(EngineError::Config("buffer handle space exhausted".into()));
@@ -251,6 +341,7 @@ impl Registry {
             leases: Mutex::new(Leases::default()),
             drained: Condvar::new(),
             closing: AtomicBool::new(false),
+            device,
         });
         self.map
             .write()

@@ -14,6 +14,9 @@
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::io;
 use std::ptr::NonNull;
+use std::sync::Arc;
+
+use crate::gpu::{GpuError, GpuRuntime};
 
 /// Page size used to align engine-owned allocations (and what `mlock` works in).
 pub(crate) const PAGE: usize = 4096;
@@ -27,6 +30,9 @@ pub(crate) struct RawMem {
     len: usize,
     /// `Some` when we allocated the memory and must free it with this layout.
     layout: Option<Layout>,
+    /// `Some` when the memory is pinned host memory from this GPU runtime
+    /// (`GpuRuntime::alloc_pinned`), freed with `free_pinned` on drop.
+    gpu: Option<Arc<dyn GpuRuntime>>,
     /// Whether `mlock` succeeded (so `munlock` on drop).
     locked: bool,
 }
@@ -51,6 +57,7 @@ impl RawMem {
             ptr,
             len,
             layout: Some(layout),
+            gpu: None,
             locked: false,
         };
         let mut warning = None;
@@ -79,8 +86,30 @@ impl RawMem {
             ptr,
             len,
             layout: None,
+            gpu: None,
             locked: false,
         }
+    }
+
+    /// Allocates `len` (> 0) bytes of pinned host memory from `rt` (page-locked and mapped
+    /// for DMA by the GPU's copy engines), zeroed: the bounce memory of a device registration.
+    pub(crate) fn alloc_gpu_pinned(rt: &Arc<dyn GpuRuntime>, len: usize) -> Result<Self, GpuError> {
+        if len == 0 {
+            return Err(GpuError::InvalidArgument("pinned buffer of 0 bytes".into()));
+        }
+        let raw = rt.alloc_pinned(len)?;
+        let ptr = NonNull::new(raw).ok_or_else(|| {
+            GpuError::InvalidArgument("runtime returned a null pinned buffer".into())
+        })?;
+        // SAFETY: `ptr` is a fresh allocation of `len` writable bytes owned by nobody else.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, len) };
+        Ok(Self {
+            ptr,
+            len,
+            layout: None,
+            gpu: Some(Arc::clone(rt)),
+            locked: false,
+        })
     }
 
     /// Length in bytes.
@@ -145,6 +174,12 @@ impl Drop for RawMem {
         if let Some(layout) = self.layout {
             // SAFETY: allocated by `alloc_zeroed` with exactly this layout, freed once.
             unsafe { dealloc(self.ptr.as_ptr(), layout) };
+        }
+        if let Some(rt) = self.gpu.take() {
+            // SAFETY: allocated by `rt.alloc_pinned` in `alloc_gpu_pinned`, freed once here;
+            // the last lease on the region is gone (we are dropping), and the worker's stager
+            // waits for every copy from or into it before it drops the lease it holds.
+            let _ = unsafe { rt.free_pinned(self.ptr.as_ptr()) };
         }
     }
 }

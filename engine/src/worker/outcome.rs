@@ -7,7 +7,8 @@ use ring_api::{Cqe, ErrorClass, ErrorCode};
 
 use super::event_loop::Worker;
 use crate::fabric::{Outcome, Retry};
-use crate::inflight::{OpKey, Phase};
+use crate::gpu::stager;
+use crate::inflight::{InFlight, OpKey, Phase};
 use crate::timers::TimerKind;
 
 /// Immediate retries allowed after stale keep-alive connections, per operation.
@@ -32,6 +33,29 @@ impl Worker {
                     key,
                     Cqe::error(0, ErrorCode::TimedOut, ErrorClass::Deadline),
                 );
+                started = true;
+                continue;
+            }
+            // A PUT from device memory: copy VRAM → bounce first (once per operation).
+            if let Some(buf) = op.buf.as_ref()
+                && !buf.is_exclusive()
+                && !buf.is_staged_out()
+                && let Some(span) = buf.device_span()
+            {
+                self.ready.pop_front();
+                let lease = buf.share();
+                match (self.shared.gpu.as_ref(), lease) {
+                    (Some(gpu), Ok(lease)) => {
+                        stager::with(gpu, |s| s.stage_out(key, span, lease));
+                    }
+                    (None, _) => self.finish(
+                        key,
+                        Cqe::error(0, ErrorCode::Unsupported, ErrorClass::Local),
+                    ),
+                    (_, Err(_)) => {
+                        self.finish(key, Cqe::error(0, ErrorCode::Busy, ErrorClass::Local));
+                    }
+                }
                 started = true;
                 continue;
             }
@@ -62,17 +86,95 @@ impl Worker {
     }
 
     /// Applies the outcomes fabrics reported.
+    ///
+    /// Then drives the GPU stager: queues the copies of device operations that finished or
+    /// are about to start this turn, posts the completions of GETs whose copy into VRAM has
+    /// finished, and readies PUTs whose bytes have come out of VRAM.
     pub(super) fn settle_done(&mut self, now: Instant) -> bool {
-        if self.done.is_empty() {
+        let mut progress = false;
+        if !self.done.is_empty() {
+            let done = std::mem::take(&mut self.done);
+            for &(key, outcome) in &done {
+                self.settle(key, outcome, now);
+            }
+            self.done = done;
+            self.done.clear();
+            progress = true;
+        }
+        progress | self.drive_stager(now)
+    }
+
+    /// One non-blocking round of the GPU stager (nothing to do, and no cost beyond a
+    /// thread-local lookup, when no device operation has been seen on this worker).
+    ///
+    /// While copies are in flight the worker must keep turning to query their events, but the
+    /// event loop only spins for fabric work: a timer due now (a `Deadline` entry, which
+    /// re-checks the operation's real deadline and so is harmless for any key) makes the
+    /// next `epoll_wait` return at once.
+    fn drive_stager(&mut self, now: Instant) -> bool {
+        let Some(gpu) = self.shared.gpu.as_ref() else {
             return false;
+        };
+        let mut fin = stager::Finished::default();
+        let state = stager::with_existing(|s| {
+            s.flush(&gpu.stats, &mut fin.done);
+            s.poll_briefly(&gpu.stats, &mut fin);
+            // A batch that finished frees room for GETs that waited.
+            s.flush(&gpu.stats, &mut fin.done);
+            (s.pending(), s.last_key())
+        });
+        let Some((pending, last_key)) = state else {
+            return false;
+        };
+        let progress = !fin.is_empty();
+        for (op, cqe) in fin.done {
+            let qi = op.queue;
+            // The lease (and with it the bounce range) is released before the completion is
+            // visible, as in `finish`.
+            drop(op);
+            self.post(qi, cqe);
         }
-        let done = std::mem::take(&mut self.done);
-        for &(key, outcome) in &done {
-            self.settle(key, outcome, now);
+        for key in fin.staged_out {
+            if let Some(op) = self.ops.get(key)
+                && op.phase == Phase::Ready
+            {
+                if let Some(buf) = op.buf.as_ref() {
+                    buf.mark_staged_out();
+                }
+                self.ready.push_back(key);
+            }
         }
-        self.done = done;
-        self.done.clear();
-        true
+        for key in fin.failed_out {
+            self.finish(key, Cqe::error(0, ErrorCode::Io, ErrorClass::Local));
+        }
+        if pending && let Some(key) = last_key {
+            self.timers.push(now, key, TimerKind::Deadline);
+        }
+        progress
+    }
+
+    /// A GET into device memory whose bytes are in bounce memory: instead of completing it,
+    /// hand it to the stager, which completes it once the copy into VRAM has finished.
+    /// Returns the operation back when it is not such a GET.
+    fn stage_in(&mut self, key: OpKey, cqe: Cqe) -> Option<Cqe> {
+        let span = self
+            .ops
+            .get(key)
+            .and_then(|op| op.buf.as_ref())
+            .filter(|b| b.is_exclusive())
+            .and_then(|b| b.device_span());
+        let Some(mut span) = span else {
+            return Some(cqe);
+        };
+        let Some(gpu) = self.shared.gpu.as_ref() else {
+            return Some(Cqe::error(0, ErrorCode::Unsupported, ErrorClass::Local));
+        };
+        let op = self.ops.remove(key)?;
+        // Only the bytes received are copied (a whole-object GET may fill less than its buffer).
+        span.len = span.len.min(cqe.bytes());
+        let cqe = final_cqe(&op, cqe);
+        stager::with(gpu, |s| s.land(key, span, op, cqe));
+        None
     }
 
     fn settle(&mut self, key: OpKey, outcome: Outcome, now: Instant) {
@@ -83,7 +185,9 @@ impl Worker {
             Outcome::Done { bytes, aux } => {
                 let path = self.fabric.path_of(key);
                 let cqe = Cqe::success(0, bytes, path).with_aux(aux);
-                self.finish(key, cqe);
+                if let Some(cqe) = self.stage_in(key, cqe) {
+                    self.finish(key, cqe);
+                }
             }
             Outcome::Failed { code, class, retry } => {
                 op.phase = Phase::Backoff;
@@ -180,18 +284,21 @@ impl Worker {
         let Some(op) = self.ops.remove(key) else {
             return;
         };
-        let mut cqe = Cqe::from_raw(
-            op.user_data,
-            cqe.result(),
-            cqe.flags(),
-            cqe.bytes(),
-            cqe.aux(),
-        );
-        if op.retried {
-            cqe = cqe.with_retried();
-        }
+        let cqe = final_cqe(&op, cqe);
         let qi = op.queue;
         drop(op);
         self.post(qi, cqe);
     }
+}
+
+/// `cqe` with the operation's tag and retry flag.
+fn final_cqe(op: &InFlight, cqe: Cqe) -> Cqe {
+    let cqe = Cqe::from_raw(
+        op.user_data,
+        cqe.result(),
+        cqe.flags(),
+        cqe.bytes(),
+        cqe.aux(),
+    );
+    if op.retried { cqe.with_retried() } else { cqe }
 }

@@ -12,7 +12,7 @@ use mio::net::TcpStream;
 use ring_api::{ErrorClass, ErrorCode};
 use s3_lite::http::{Event, HttpError, Limits, ResponseDecoder};
 
-use super::response::{Plan, plan};
+use super::response::{MAX_XML_ANSWER, Plan, finish_multipart, plan_for};
 use crate::fabric::{Outcome, Retry};
 use crate::inflight::InFlight;
 
@@ -57,6 +57,9 @@ pub(crate) struct Conn {
     received: u64,
     got_bytes: bool,
     err_body: Vec<u8>,
+    /// A multipart answer: the response's `ETag` and the collected XML body ([`Plan::Collect`]).
+    etag: Option<String>,
+    answer: Vec<u8>,
     /// Re-arm `TCP_QUICKACK` after every read (see `sys::set_quickack`).
     quickack: bool,
     /// This exchange carries an RDMA token: `Some(our PUT CRC)`; judged by `rdma::verdict`.
@@ -94,6 +97,8 @@ impl Conn {
             received: 0,
             got_bytes: false,
             err_body: Vec::new(),
+            etag: None,
+            answer: Vec::new(),
             quickack,
             rdma: None,
             verdict: None,
@@ -112,9 +117,16 @@ impl Conn {
         self.rdma = rdma;
         self.verdict = None;
         self.body_sent = 0;
-        self.body_len = body_len;
-        self.decoder =
-            ResponseDecoder::new(Limits::default(), op.kind == crate::inflight::OpKind::Head);
+        // The fabric sizes PUT bodies; a multipart request's body is decided by its step
+        // (UploadPart sends the leased source, the others none or an in-line head suffix).
+        self.body_len = match &op.multipart {
+            Some(_) if op.sends_source() && self.rdma.is_none() => op.buf_len(),
+            Some(_) => 0,
+            None => body_len,
+        };
+        self.decoder = ResponseDecoder::new(Limits::default(), op.head_only());
+        self.etag = None;
+        self.answer.clear();
         self.plan = None;
         self.received = 0;
         self.got_bytes = false;
@@ -292,8 +304,11 @@ impl Conn {
                                 (p, _) => p,
                             }
                         }
-                        None => plan(op.kind, op.buf_len(), &head),
+                        None => plan_for(op, &head),
                     };
+                    if op.multipart.is_some() {
+                        self.etag = head.header("etag").map(str::to_owned);
+                    }
                     if let Plan::Finish(o @ Outcome::Failed { .. }) = p {
                         // The body is of no use (wrong range, too large): drop the connection
                         // rather than read it.
@@ -323,6 +338,15 @@ impl Conn {
                         }
                         self.received += data.len() as u64;
                     }
+                    Some(Plan::Collect) => {
+                        if self.answer.len().saturating_add(data.len()) > MAX_XML_ANSWER {
+                            return Some(Step::Finished {
+                                outcome: integrity(ErrorCode::Protocol),
+                                reusable: false,
+                            });
+                        }
+                        self.answer.extend_from_slice(data);
+                    }
                     Some(Plan::Error(_)) => {
                         let room = MAX_ERROR_BODY.saturating_sub(self.err_body.len());
                         self.err_body.extend_from_slice(
@@ -331,12 +355,12 @@ impl Conn {
                     }
                     _ => {}
                 },
-                Event::End => return Some(self.finish()),
+                Event::End => return Some(self.finish(op)),
             }
         }
     }
 
-    fn finish(&mut self) -> Step {
+    fn finish(&mut self, op: &InFlight) -> Step {
         let reusable = self.decoder.is_reusable() && self.rstart == self.rend;
         if reusable {
             self.reused = true;
@@ -350,7 +374,19 @@ impl Conn {
                 },
             },
             Some(Plan::Finish(o) | Plan::Error(o)) => o,
+            Some(Plan::Collect) => Outcome::Done { bytes: 0, aux: 0 },
             None => integrity(ErrorCode::Protocol),
+        };
+        let outcome = match &op.multipart {
+            Some(step) => finish_multipart(
+                crate::multipart::uploads(),
+                &op.object,
+                step,
+                outcome,
+                self.etag.as_deref(),
+                &self.answer,
+            ),
+            None => outcome,
         };
         Step::Finished { outcome, reusable }
     }

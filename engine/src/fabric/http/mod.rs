@@ -5,6 +5,13 @@
 //! request queued behind it). Concurrency comes from up to `connections_per_worker`
 //! connections. Connections set `TCP_NODELAY` (a request head is one small write that must not
 //! wait for an ACK). Plain `http` only; `https` endpoints are refused at build time.
+//!
+//! Parked slots: with an RDMA dialect, an op may wait for work running off the worker thread
+//! (a pairing, its hipobj-rc-v2 exchange). It then holds a connection slot, marked `parked`
+//! (readiness on it is ignored: nothing was sent), until the dialect reports through its
+//! doorbell token ([`NOTIFY`]): the op's request is then built on that slot, or the op
+//! completes and the slot returns to the idle pool. So such ops count against the
+//! connection limit, which bounds how many exchange threads run at once.
 
 mod conn;
 mod request;
@@ -20,7 +27,7 @@ use s3_lite::sigv4::Signer;
 
 use self::conn::{Conn, Step};
 use self::request::DateCache;
-use super::rdma::RdmaClient;
+use super::rdma::{Admit, Event, NOTIFY, RdmaClient};
 use super::{Fabric, Finished, Outcome};
 use crate::inflight::{InFlight, OpKey, OpKind, Phase, Slab};
 
@@ -29,6 +36,8 @@ use crate::inflight::{InFlight, OpKey, OpKind, Phase, Slab};
 struct Slot {
     conn: Conn,
     op: Option<OpKey>,
+    /// Reserved for `op`, which waits for off-loop work (nothing on the wire yet).
+    parked: bool,
 }
 
 /// A worker's HTTP data path to one endpoint.
@@ -110,6 +119,7 @@ impl HttpFabric {
             *slot = Some(Slot {
                 conn: Conn::new(stream, self.read_buffer, self.quickack),
                 op: None,
+                parked: false,
             });
         }
         Some(Ok(idx))
@@ -156,6 +166,106 @@ impl HttpFabric {
             self.close(idx, io);
         }
     }
+
+    /// Builds `op`'s request on slot `idx` (free, or just un-parked) and drives it.
+    fn launch(
+        &mut self,
+        idx: usize,
+        key: OpKey,
+        op: &mut InFlight,
+        io: &mio::Registry,
+        done: &mut Finished,
+    ) {
+        let prepared = self.rdma.as_mut().and_then(|r| r.prepare(key, op));
+        let Some(Some(slot)) = self.slots.get_mut(idx) else {
+            if let Some(r) = self.rdma.as_mut() {
+                r.finish(key, None, false);
+            }
+            done.push((key, Outcome::transport(false)));
+            return;
+        };
+        let head = slot.conn.head_buf();
+        let extra = prepared.as_ref().map(|p| p.headers.as_slice());
+        if let Err(outcome) = request::encode(
+            &self.endpoint,
+            &self.signer,
+            &mut self.dates,
+            op,
+            extra,
+            head,
+        ) {
+            self.idle.push(idx);
+            if let Some(r) = self.rdma.as_mut() {
+                r.finish(key, None, false);
+            }
+            done.push((key, outcome));
+            return;
+        }
+        let body = if op.kind == OpKind::Put && prepared.is_none() {
+            op.buf_len()
+        } else {
+            0
+        };
+        slot.conn.begin(op, body, prepared.map(|p| p.crc));
+        slot.op = Some(key);
+        self.active += 1;
+        op.phase = Phase::Active { conn: idx };
+        let step = slot.conn.drive(op, true);
+        self.settle(idx, key, step, io, done);
+    }
+
+    /// The slot `key` holds parked, un-parked and released (`None` if it holds none).
+    fn unpark(&mut self, key: OpKey, op: &InFlight) -> Option<usize> {
+        let Phase::Active { conn: idx } = op.phase else {
+            return None;
+        };
+        let slot = self.slots.get_mut(idx)?.as_mut()?;
+        if slot.op != Some(key) || !slot.parked {
+            return None;
+        }
+        slot.parked = false;
+        slot.op = None;
+        self.active -= 1;
+        Some(idx)
+    }
+
+    /// The RDMA dialect's doorbell rang: resume or complete the parked ops it names.
+    fn on_offload(&mut self, ops: &mut Slab, io: &mio::Registry, done: &mut Finished) {
+        let Some(r) = self.rdma.as_mut() else {
+            return;
+        };
+        for ev in r.drain() {
+            match ev {
+                Event::Resume(key) => {
+                    let Some(op) = ops.get_mut(key) else {
+                        continue;
+                    };
+                    if let Some(idx) = self.unpark(key, op) {
+                        self.launch(idx, key, op, io, done);
+                    }
+                }
+                Event::Complete(key, outcome) => {
+                    let Some(op) = ops.get(key) else {
+                        continue;
+                    };
+                    if let Some(idx) = self.unpark(key, op) {
+                        // Readiness was ignored while parked: probe before pooling it.
+                        let healthy = self
+                            .slots
+                            .get_mut(idx)
+                            .and_then(Option::as_mut)
+                            .is_some_and(|s| s.conn.idle_is_healthy());
+                        if healthy {
+                            self.idle.push(idx);
+                        } else {
+                            self.close(idx, io);
+                        }
+                        done.push((key, outcome));
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl Fabric for HttpFabric {
@@ -170,14 +280,6 @@ impl Fabric for HttpFabric {
         io: &mio::Registry,
         done: &mut Finished,
     ) -> bool {
-        // hipobj-rc-v2 runs its own control exchange (blocking, bounded by the op's deadline);
-        // `None` means this op goes over this pool as usual.
-        if let (Some(r), Some(now)) = (self.rdma.as_mut(), self.dates.now())
-            && let Some(outcome) = r.exchange(key, op, now)
-        {
-            done.push((key, outcome));
-            return true;
-        }
         let idx = match self.idle.pop() {
             Some(i) => i,
             None => match self.open(io) {
@@ -189,45 +291,46 @@ impl Fabric for HttpFabric {
                 }
             },
         };
-        let prepared = match (self.rdma.as_mut(), self.dates.now()) {
-            (Some(r), Some(now)) => r.prepare(key, op, now),
-            _ => None,
-        };
-        let Some(Some(slot)) = self.slots.get_mut(idx) else {
-            done.push((key, Outcome::transport(false)));
-            return true;
-        };
-        let head = slot.conn.head_buf();
-        let extra = prepared.as_ref().map(|p| p.headers.as_slice());
-        if let Err(outcome) =
-            request::encode(&self.endpoint, &self.signer, &mut self.dates, op, extra, head)
-        {
-            self.idle.push(idx);
-            if let Some(r) = self.rdma.as_mut() {
-                r.finish(key, None, false);
+        // An RDMA dialect may need work off this thread first (pairing, a v2 exchange).
+        if let (Some(r), Some(now)) = (self.rdma.as_mut(), self.dates.now()) {
+            match r.admit(key, op, now, io) {
+                Admit::Now => {}
+                Admit::Parked => {
+                    if let Some(Some(slot)) = self.slots.get_mut(idx) {
+                        slot.op = Some(key);
+                        slot.parked = true;
+                        self.active += 1;
+                        op.phase = Phase::Active { conn: idx };
+                    } else {
+                        r.abort(key);
+                        done.push((key, Outcome::transport(false)));
+                    }
+                    return true;
+                }
+                Admit::Failed(outcome) => {
+                    self.idle.push(idx);
+                    done.push((key, outcome));
+                    return true;
+                }
             }
-            done.push((key, outcome));
-            return true;
         }
-        let body = if op.kind == OpKind::Put && prepared.is_none() {
-            op.buf_len()
-        } else {
-            0
-        };
-        slot.conn.begin(op, body, prepared.map(|p| p.crc));
-        slot.op = Some(key);
-        self.active += 1;
-        op.phase = Phase::Active { conn: idx };
-        let step = slot.conn.drive(op, true);
-        self.settle(idx, key, step, io, done);
+        self.launch(idx, key, op, io, done);
         true
     }
 
     fn on_ready(&mut self, token: Token, ops: &mut Slab, io: &mio::Registry, done: &mut Finished) {
+        if token == NOTIFY {
+            self.on_offload(ops, io, done);
+            return;
+        }
         let idx = token.0;
         let Some(Some(slot)) = self.slots.get_mut(idx) else {
             return;
         };
+        if slot.parked {
+            // Nothing sent yet; `launch` checks the connection when it writes.
+            return;
+        }
         let Some(key) = slot.op else {
             // An idle connection reported readiness: fine if nothing is there (a stale edge);
             // if the server closed it or sent bytes nobody asked for, it cannot be reused.
@@ -246,7 +349,11 @@ impl Fabric for HttpFabric {
 
     fn abort(&mut self, op: &InFlight, io: &mio::Registry) {
         if let Phase::Active { conn } = op.phase {
-            let key = self.slots.get(conn).and_then(Option::as_ref).and_then(|s| s.op);
+            let key = self
+                .slots
+                .get(conn)
+                .and_then(Option::as_ref)
+                .and_then(|s| s.op);
             self.close(conn, io);
             if let (Some(r), Some(key)) = (self.rdma.as_mut(), key) {
                 r.abort(key);

@@ -5,12 +5,19 @@
 //! longer than the destination, or a 200 answering a range that does not start at 0 completes
 //! with a typed error instead of silently short or misplaced data.
 
-use ring_api::{ErrorClass, ErrorCode};
+use ring_api::{ErrorClass, ErrorCode, ObjectName};
 use s3_lite::http::{BodyFraming, ResponseHead};
-use s3_lite::s3::ContentRange;
+use s3_lite::s3::{
+    ContentRange, ResponseError, parse_complete_multipart_upload, parse_initiate_multipart_upload,
+};
 
 use crate::fabric::{Outcome, Retry};
-use crate::inflight::OpKind;
+use crate::inflight::{InFlight, MultipartOp, OpKind};
+use crate::multipart::UploadTable;
+
+/// Largest XML answer (CreateMultipart, CompleteMultipart) read into memory. Both are a few
+/// hundred bytes; Complete may be padded with keep-alive whitespace before its document.
+pub(crate) const MAX_XML_ANSWER: usize = 256 * 1024;
 
 /// What to do with the body that follows a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +34,9 @@ pub(crate) enum Plan {
     Finish(Outcome),
     /// An error status: collect (a bounded prefix of) the body, then fail with this outcome.
     Error(Outcome),
+    /// A 2xx whose XML body is the answer (multipart Create / Complete): collect at most
+    /// [`MAX_XML_ANSWER`] bytes, then judge them with [`finish_multipart`].
+    Collect,
 }
 
 const fn fail(code: ErrorCode, class: ErrorClass) -> Plan {
@@ -56,6 +66,105 @@ fn body_len(head: &ResponseHead) -> Option<u64> {
         BodyFraming::Length(n) => Some(n),
         BodyFraming::None => Some(0),
         _ => None,
+    }
+}
+
+/// Decides how to treat the response to `op`.
+pub(crate) fn plan_for(op: &InFlight, head: &ResponseHead) -> Plan {
+    match &op.multipart {
+        Some(step) => multipart_plan(step, op.buf_len(), head),
+        None => plan(op.kind, op.buf_len(), head),
+    }
+}
+
+/// The plan for the response to a multipart step.
+fn multipart_plan(step: &MultipartOp, buf_len: u64, head: &ResponseHead) -> Plan {
+    if !(200..300).contains(&head.status) {
+        return Plan::Error(status_outcome(head.status));
+    }
+    match step {
+        MultipartOp::Create | MultipartOp::Complete { .. } => Plan::Collect,
+        MultipartOp::Part { .. } => Plan::Finish(Outcome::Done {
+            bytes: buf_len,
+            aux: 0,
+        }),
+        MultipartOp::Abort { .. } => Plan::Finish(Outcome::Done { bytes: 0, aux: 0 }),
+    }
+}
+
+/// The outcome of an S3 `<Error>` inside a 200 CompleteMultipart answer.
+fn complete_error(code: &str, retryable: bool) -> Outcome {
+    match code {
+        "NoSuchUpload" => Outcome::fail(ErrorCode::NotFound, ErrorClass::Client, Retry::No),
+        "AccessDenied" => Outcome::fail(ErrorCode::AccessDenied, ErrorClass::Client, Retry::No),
+        "SlowDown" => Outcome::fail(ErrorCode::SlowDown, ErrorClass::Server, Retry::Yes),
+        _ if retryable => Outcome::fail(ErrorCode::Remote, ErrorClass::Server, Retry::Yes),
+        // InvalidPart, InvalidPartOrder, EntityTooSmall, ...
+        _ => Outcome::fail(ErrorCode::InvalidArgument, ErrorClass::Client, Retry::No),
+    }
+}
+
+/// Applies the end of a multipart exchange to the upload table and returns the operation's
+/// outcome. `outcome` is what the HTTP exchange produced, `etag` the response's `ETag`
+/// header, `body` the collected answer of a [`Plan::Collect`].
+///
+/// - Create: the answer's upload id opens a handle, reported in `aux`.
+/// - UploadPart: the part's ETag is recorded (a 2xx without one is a protocol error: the part
+///   could never be completed).
+/// - Complete: a 200 whose body is an `<Error>` fails (typed by its S3 code); success forgets
+///   the handle.
+/// - Abort: success forgets the handle, and so does a 404 (the server no longer knows it).
+pub(crate) fn finish_multipart(
+    table: &UploadTable,
+    object: &std::sync::Arc<ObjectName>,
+    step: &MultipartOp,
+    outcome: Outcome,
+    etag: Option<&str>,
+    body: &[u8],
+) -> Outcome {
+    let protocol = Outcome::fail(ErrorCode::Protocol, ErrorClass::Integrity, Retry::No);
+    let Outcome::Done { bytes, .. } = outcome else {
+        if let (MultipartOp::Abort { upload, .. }, Outcome::Failed { code, .. }) = (step, outcome)
+            && code == ErrorCode::NotFound
+        {
+            table.remove(*upload);
+        }
+        return outcome;
+    };
+    match step {
+        MultipartOp::Create => match parse_initiate_multipart_upload(body) {
+            Ok(id) => match table.open(std::sync::Arc::clone(object), &id) {
+                Ok(h) => Outcome::Done {
+                    bytes: 0,
+                    aux: u64::from(h.0),
+                },
+                Err(e) => Outcome::fail(e.code(), ErrorClass::Local, Retry::No),
+            },
+            Err(_) => protocol,
+        },
+        MultipartOp::Part { upload, part, .. } => {
+            let Some(etag) = etag.map(str::trim).filter(|e| !e.is_empty()) else {
+                return protocol;
+            };
+            match table.record_part(*upload, *part, etag) {
+                Ok(()) => Outcome::Done { bytes, aux: 0 },
+                Err(e) => Outcome::fail(e.code(), ErrorClass::Local, Retry::No),
+            }
+        }
+        MultipartOp::Complete { upload, .. } => {
+            match parse_complete_multipart_upload(200, &[], body) {
+                Ok(_) => {
+                    table.remove(*upload);
+                    Outcome::Done { bytes: 0, aux: 0 }
+                }
+                Err(ResponseError::S3(e)) => complete_error(&e.code, e.is_retryable()),
+                Err(_) => protocol,
+            }
+        }
+        MultipartOp::Abort { upload, .. } => {
+            table.remove(*upload);
+            Outcome::Done { bytes: 0, aux: 0 }
+        }
     }
 }
 
@@ -261,6 +370,114 @@ mod tests {
             p(416),
             Plan::Error(Outcome::fail(
                 ErrorCode::RangeNotSatisfiable,
+                ErrorClass::Client,
+                Retry::No
+            ))
+        );
+    }
+
+    fn name() -> std::sync::Arc<ObjectName> {
+        std::sync::Arc::new(ObjectName {
+            bucket: "b".into(),
+            key: "k".into(),
+        })
+    }
+
+    #[test]
+    fn multipart_answers_update_the_table() {
+        use ring_api::UploadHandle;
+        let t = UploadTable::new();
+        let o = name();
+        let ok = Outcome::Done { bytes: 0, aux: 0 };
+        let create = finish_multipart(
+            &t,
+            &o,
+            &MultipartOp::Create,
+            ok,
+            None,
+            b"<InitiateMultipartUploadResult><Bucket>b</Bucket><Key>k</Key>\
+              <UploadId>up-1</UploadId></InitiateMultipartUploadResult>",
+        );
+        assert_eq!(create, Outcome::Done { bytes: 0, aux: 1 });
+        let h = UploadHandle(1);
+        let id: std::sync::Arc<str> = t.upload_id(h, &o).unwrap();
+        assert_eq!(&*id, "up-1");
+        let part = MultipartOp::Part {
+            upload: h,
+            part: 1,
+            upload_id: id.clone(),
+        };
+        let sent = Outcome::Done { bytes: 5, aux: 0 };
+        assert_eq!(
+            finish_multipart(&t, &o, &part, sent, None, b""),
+            Outcome::fail(ErrorCode::Protocol, ErrorClass::Integrity, Retry::No),
+            "a part without an ETag cannot be completed"
+        );
+        assert_eq!(
+            finish_multipart(&t, &o, &part, sent, Some("\"e1\""), b""),
+            sent
+        );
+        let (_, parts) = t.completion(h, &o, 1).unwrap();
+        let complete = MultipartOp::Complete {
+            upload: h,
+            upload_id: id.clone(),
+            parts: parts.into(),
+        };
+        // 200 and then an <Error> document: a failure, and the handle stays open.
+        let in_band = b"\n\n<Error><Code>InvalidPart</Code><Message>m</Message></Error>";
+        assert_eq!(
+            finish_multipart(&t, &o, &complete, ok, None, in_band),
+            Outcome::fail(ErrorCode::InvalidArgument, ErrorClass::Client, Retry::No)
+        );
+        let internal = b"<Error><Code>InternalError</Code><Message>m</Message></Error>";
+        assert_eq!(
+            finish_multipart(&t, &o, &complete, ok, None, internal),
+            Outcome::fail(ErrorCode::Remote, ErrorClass::Server, Retry::Yes)
+        );
+        assert_eq!(
+            finish_multipart(&t, &o, &complete, ok, None, b"<Bogus/>"),
+            Outcome::fail(ErrorCode::Protocol, ErrorClass::Integrity, Retry::No)
+        );
+        assert!(t.upload_id(h, &o).is_ok());
+        let done = b"<CompleteMultipartUploadResult><ETag>\"x-1\"</ETag>\
+                     </CompleteMultipartUploadResult>";
+        assert_eq!(finish_multipart(&t, &o, &complete, ok, None, done), ok);
+        assert!(
+            t.upload_id(h, &o).is_err(),
+            "completed handles are forgotten"
+        );
+        // Abort answered 404: the server forgot it, so do we.
+        let h2 = t.open(o.clone(), "up-2").unwrap();
+        let abort = MultipartOp::Abort {
+            upload: h2,
+            upload_id: "up-2".into(),
+        };
+        let gone = Outcome::fail(ErrorCode::NotFound, ErrorClass::Client, Retry::No);
+        assert_eq!(finish_multipart(&t, &o, &abort, gone, None, b""), gone);
+        assert_eq!(t.len(), 0);
+        // A part recorded after its upload was aborted is a typed error.
+        assert_eq!(
+            finish_multipart(&t, &o, &part, sent, Some("\"e\""), b""),
+            Outcome::fail(ErrorCode::BadHandle, ErrorClass::Local, Retry::No)
+        );
+    }
+
+    #[test]
+    fn multipart_heads_plan_by_step() {
+        let ok = head(200, &[("Content-Length", "120")]);
+        assert_eq!(multipart_plan(&MultipartOp::Create, 0, &ok), Plan::Collect);
+        let abort = MultipartOp::Abort {
+            upload: ring_api::UploadHandle(1),
+            upload_id: "u".into(),
+        };
+        assert_eq!(
+            multipart_plan(&abort, 0, &head(204, &[])),
+            Plan::Finish(Outcome::Done { bytes: 0, aux: 0 })
+        );
+        assert_eq!(
+            multipart_plan(&abort, 0, &head(404, &[("Content-Length", "0")])),
+            Plan::Error(Outcome::fail(
+                ErrorCode::NotFound,
                 ErrorClass::Client,
                 Retry::No
             ))

@@ -1,10 +1,14 @@
-//! The blocking pairing exchange of `rc-persistent`: one signed `POST /.hipobj/rc/connect`.
+//! The pairing of `rc-persistent`: a soft QP set up and paired with the server through one
+//! signed `POST /.hipobj/rc/connect`.
 //!
-//! Runs once per worker and endpoint (and again after the connection failed), off the
-//! per-operation path, so a plain blocking socket with timeouts is the simple choice.
+//! Runs once per worker and endpoint (and again after the connection failed) on a short-lived
+//! pairing thread of its own (`RdmaClient` spawns it, `offload` carries the result back to the
+//! worker's event loop), never on the worker thread: so a plain blocking socket with timeouts
+//! is the simple choice here. [`pair`] is the one place the paired [`Link`] is built.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use s3_lite::Request;
@@ -14,6 +18,10 @@ use s3_lite::http::{
 use s3_lite::rdma::{RcToken, Reply, v2};
 use s3_lite::s3::Endpoint;
 use s3_lite::sigv4::{PayloadHash, Signer};
+
+use crate::fabric::soft::{
+    Access, CompletionQueue, ProtectionDomain, QpCaps, QueuePair, SoftDevice, SoftPath,
+};
 
 /// The route (the gateway's `soft::CONNECT_PATH`).
 pub(crate) const CONNECT_PATH: &str = "/.hipobj/rc/connect";
@@ -37,14 +45,80 @@ pub(crate) enum ConnectError {
     Transport,
 }
 
-/// The longest a pairing may block its worker.
+/// The longest one pairing may take (on its own thread).
 pub(crate) const LIMIT: Duration = Duration::from_secs(5);
-/// Below this much time left, an op does not try to pair (it goes over HTTP).
-pub(crate) const MIN_LIMIT: Duration = Duration::from_millis(20);
 
-/// Sends the connect request and parses the answer, all within `limit` (the caller bounds it
-/// by [`LIMIT`] and the op's remaining deadline).
+/// A paired connection: our soft QP connected to the server's, and the session id the
+/// requests name. `Send`: built on the pairing thread, used on the worker.
+#[derive(Debug)]
+pub(crate) struct Link {
+    // Field order = drop order: the QP before the CQ and the device.
+    pub(crate) qp: QueuePair,
+    _cq: Arc<CompletionQueue>,
+    pub(crate) pd: ProtectionDomain,
+    _device: SoftDevice,
+    pub(crate) session: String,
+}
+
+/// Where and as whom to pair (everything the pairing thread needs, owned).
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub(crate) addr: SocketAddr,
+    pub(crate) endpoint: Endpoint,
+    pub(crate) signer: Arc<Signer>,
+    /// The address our soft device advertises.
+    pub(crate) local_ip: Ipv4Addr,
+}
+
+/// Builds a [`Link`]: a fresh soft device, domain, CQ and QP (INIT), the signed connect
+/// exchange with the server (within `limit`), then the QP connected to the server's. Blocking:
+/// runs on the pairing thread.
 pub(crate) fn pair(
+    target: &Target,
+    now: s3_lite::sigv4::AmzDate,
+    limit: Duration,
+) -> Result<Link, ConnectError> {
+    let device = SoftDevice::new(target.local_ip);
+    let pd = device.alloc_pd();
+    let cq = device.create_cq();
+    let qp = device.create_qp(&pd, &cq, &cq, QpCaps::default());
+    let t = ConnectError::Transport;
+    qp.modify_to_init(Access::REMOTE_READ | Access::REMOTE_WRITE | Access::LOCAL_WRITE)
+        .map_err(|_| t.clone())?;
+    let token = qp.local_token(None).map_err(|_| t.clone())?;
+    let psn = loop {
+        let p = rand::random::<u32>() & 0x00ff_ffff;
+        if p != 0 {
+            break p;
+        }
+    };
+    let peer = exchange(
+        target.addr,
+        &target.endpoint,
+        &target.signer,
+        now,
+        &token,
+        psn,
+        limit,
+    )?;
+    qp.connect(
+        &peer.token,
+        peer.psn,
+        psn,
+        SoftPath::Connect(peer.soft_addr),
+    )
+    .map_err(|_| t)?;
+    Ok(Link {
+        qp,
+        _cq: cq,
+        pd,
+        _device: device,
+        session: peer.session,
+    })
+}
+
+/// Sends the connect request and parses the answer, all within `limit`.
+fn exchange(
     addr: SocketAddr,
     endpoint: &Endpoint,
     signer: &Signer,
@@ -164,4 +238,15 @@ pub(crate) fn parse(head: &ResponseHead) -> Result<Paired, ConnectError> {
 /// [`read_head`] for the other blocking exchanges of this module's parent (hipobj-rc-v2).
 pub(crate) fn read_head_until(s: &mut TcpStream, end: Instant) -> Result<ResponseHead, ()> {
     read_head(s, end).map_err(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    /// The pairing thread hands its link to the worker.
+    #[test]
+    fn link_is_send() {
+        fn send<T: Send>() {}
+        send::<super::Link>();
+        send::<Result<super::Link, super::ConnectError>>();
+    }
 }

@@ -6,11 +6,23 @@
 //!
 //! Per worker and endpoint ([`RdmaClient`], owned by the worker's HTTP fabric): on first use a
 //! soft QP is created and paired with the server through the signed connect route
-//! ([`connect`]). Then each GET / RangeGet / PUT carries `x-amz-rdma-token` (an 88-hex RC
+//! ([`connect::pair`]). Then each GET / RangeGet / PUT carries `x-amz-rdma-token` (an 88-hex RC
 //! token naming our QPN and a window: the op's exact buffer range, registered with the soft
 //! domain for this one operation) and `x-amz-rdma-session`; PUTs also carry the payload's
 //! `x-amz-checksum-crc64nvme`. The server moves the bytes with RDMA WRITE / READ and answers
 //! on the same HTTP exchange; [`verdict::judge`] applies the acceptance rules.
+//!
+//! Nothing here blocks the worker thread. Pairing runs on a short-lived thread of its own
+//! (state `Pairing`), and each hipobj-rc-v2 exchange on an exchange thread; results come back
+//! through `offload` (a channel plus a socket-pair doorbell registered with the worker's
+//! poller), and the fabric resumes or completes the ops concerned. An op that arrives while
+//! pairing runs is parked on a reserved HTTP connection ([`Admit::Parked`]) until the pairing
+//! ends, for at most [`AUTO_PAIR_WAIT`] under `Auto` (then it and every later op go over HTTP
+//! until the pairing ends) and at most the pairing's own bound under `Soft` (which always
+//! wants RDMA first). Why park rather than send the first ops over HTTP at once: against a
+//! gateway, pairing takes about one round trip, so the first op gains the RDMA path for that
+//! price; against a plain S3 server the refusal also comes within a round trip; only a
+//! black-hole endpoint costs the (short) wait, and other ops of the worker never wait.
 //!
 //! Window lifetime: registered when the attempt starts, deregistered when it ends (success,
 //! failure, abort). Deregistration is the soft fabric's fence (it waits for an access in
@@ -20,13 +32,15 @@
 //!
 //! Fallback and learning ([`Fabric`]): `Auto` pairs once; an endpoint that refuses the connect
 //! route (a plain S3 server, a gateway without fabric) is remembered as HTTP-only, so it costs
-//! one round trip per worker, ever. An explicit `501` on an object request sends that request
-//! over HTTP and re-pairs on the next one; a reply-less answer marks the endpoint plain
-//! (`Auto`). `Soft` never stops trying RDMA (but still falls back per request); `Http` never
-//! tries.
+//! one round trip per worker, ever (on the pairing thread). An explicit `501` on an object
+//! request sends that request over HTTP and re-pairs on the next one; a reply-less answer
+//! marks the endpoint plain (`Auto`). `Soft` never stops trying RDMA (but still falls back per
+//! request); `Http` never tries.
 
+mod admit;
 pub(crate) mod connect;
 pub(crate) mod cuobject;
+pub(crate) mod offload;
 mod v2;
 mod v2_wire;
 pub(crate) mod verdict;
@@ -36,16 +50,18 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub(crate) use self::offload::NOTIFY;
+
 use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
 use s3_lite::s3::Endpoint;
 use s3_lite::sigv4::Signer;
 
+use self::connect::Link;
 pub use self::cuobject::{DcOp, DcTokenError, DcTokenProvider};
+use self::offload::Mailbox;
 use self::verdict::Verdict;
-use crate::fabric::soft::{
-    Access, CompletionQueue, MemoryRegion, ProtectionDomain, QpCaps, QpState, QueuePair,
-    SoftDevice, SoftPath,
-};
+use super::Outcome;
+use crate::fabric::soft::{Access, MemoryRegion, ProtectionDomain, QpState};
 use crate::inflight::{InFlight, OpKey, OpKind};
 
 /// Which data path the engine uses for payloads (`EngineBuilder::fabric`).
@@ -53,15 +69,14 @@ use crate::inflight::{InFlight, OpKey, OpKind};
 #[non_exhaustive]
 pub enum Fabric {
     /// RDMA (soft fabric, `rc-persistent`) when the endpoint pairs, learned once per worker
-    /// and endpoint; HTTP otherwise. Not the default yet: pairing is a blocking signed request
-    /// on the worker thread (bounded by 5 s), so against an unresponsive endpoint it would hold
-    /// up every operation of that worker. It becomes the default once pairing runs through the
-    /// worker's event loop.
+    /// and endpoint; HTTP otherwise (the default). Pairing runs off the worker thread, so an
+    /// unresponsive endpoint delays an op by at most 150 ms and never holds up the worker's
+    /// other operations; a plain S3 server costs one refused pairing per worker.
+    #[default]
     Auto,
     /// Always try the soft fabric first (per-request HTTP fallback still applies).
     Soft,
-    /// Payloads in the HTTP body only (the default).
-    #[default]
+    /// Payloads in the HTTP body only.
     Http,
 }
 
@@ -76,7 +91,8 @@ pub enum Dialect {
     RcPersistent,
     /// `hipobj-rc-v2` (protocols.md §4): PREPARE / READY on `/.hipobj-rc/` per op, a fresh QP
     /// each time: what the Ceph fork, versitygw, elbencho and the ROCm reference serve. Two
-    /// round trips per op, run on the worker thread (bounded by the op's deadline).
+    /// round trips per op, on an exchange thread per op (at most one per HTTP connection
+    /// slot of the worker), bounded by the op's deadline.
     RcV2,
     /// cuObject (protocols.md §1, §2): one request per op carrying a DC descriptor minted by
     /// the provider set with `EngineBuilder::dc_token_provider` (without one, ops go over
@@ -85,11 +101,20 @@ pub enum Dialect {
     CuObject,
 }
 
+/// How long an op waits for a pairing in progress under `Auto` before it goes over HTTP.
+pub(crate) const AUTO_PAIR_WAIT: Duration = Duration::from_millis(150);
+/// An op with less time than this left does not wait for a pairing (it goes over HTTP).
+pub(crate) const MIN_WAIT: Duration = Duration::from_millis(20);
+/// After a pairing that could not reach the endpoint, the next try waits this long.
+pub(crate) const RETRY_PAIR: Duration = Duration::from_secs(5);
+
 /// What the client knows about the endpoint.
 #[derive(Debug)]
 enum State {
     /// Not tried yet (or the pairing failed and may be retried).
     Unpaired,
+    /// A pairing thread runs (`epoch` names it); `slow`: its ops stopped waiting for it.
+    Pairing { epoch: u64, slow: bool },
     /// A paired connection.
     Paired(Box<Link>),
     /// The endpoint does not pair (Auto: for good).
@@ -98,21 +123,42 @@ enum State {
     RetryAt(Instant),
 }
 
-#[derive(Debug)]
-struct Link {
-    // Field order = drop order: the QP before the CQ and the device.
-    qp: QueuePair,
-    _cq: Arc<CompletionQueue>,
-    pd: ProtectionDomain,
-    _device: SoftDevice,
-    session: String,
-}
-
 /// One operation's RDMA attempt.
 #[derive(Debug)]
 struct Attempt {
-    /// The soft window (`None` for cuObject: the provider owns the registration).
-    mr: Option<MemoryRegion>,
+    /// The soft window and its domain (`None` for cuObject: the provider owns the
+    /// registration).
+    mr: Option<(ProtectionDomain, MemoryRegion)>,
+}
+
+/// A hipobj-rc-v2 exchange running on its thread.
+#[derive(Debug)]
+struct Running {
+    /// Names this attempt in the thread's report (a later attempt of the same op differs).
+    id: u64,
+    fence: v2::Fence,
+}
+
+/// How the fabric should carry an op ([`RdmaClient::admit`]).
+#[derive(Debug)]
+pub(crate) enum Admit {
+    /// Build the request now ([`RdmaClient::prepare`] adds RDMA headers if they apply).
+    Now,
+    /// Off-loop work runs for it (a pairing, its v2 exchange): keep its connection reserved
+    /// and wait for an [`Event`] naming it.
+    Parked,
+    /// The op failed before anything went on the wire.
+    Failed(Outcome),
+}
+
+/// What off-loop work reported ([`RdmaClient::drain`]).
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// Build the parked op's request now (pairing ended or was given up on, or its v2
+    /// exchange fell back to HTTP).
+    Resume(OpKey),
+    /// The parked op ended (its v2 exchange moved the bytes or failed).
+    Complete(OpKey, Outcome),
 }
 
 /// Headers to add to an attempt's request.
@@ -144,6 +190,18 @@ pub(crate) struct RdmaClient {
     v2: Option<v2::V2Device>,
     /// Mints cuObject descriptors (dialect `CuObject`).
     dc: Option<Arc<dyn cuobject::DcTokenProvider>>,
+    /// Results of off-loop work (made on first use, registered with the worker's poller).
+    mailbox: Option<Mailbox>,
+    /// The last pairing's number.
+    epoch: u64,
+    /// Ops parked until the pairing in progress ends.
+    waiters: Vec<OpKey>,
+    /// Whether ops wait for the next pairing: until one fails, and again once one succeeds
+    /// (so a black-hole endpoint costs the wait once, not on every retry).
+    hold_ops: bool,
+    /// hipobj-rc-v2 exchanges in progress.
+    running: HashMap<OpKey, Running>,
+    next_id: u64,
 }
 
 const MAX_DECLINES: u32 = 3;
@@ -172,6 +230,12 @@ impl RdmaClient {
             dialect: Dialect::RcPersistent,
             v2: None,
             dc: None,
+            mailbox: None,
+            epoch: 0,
+            waiters: Vec::new(),
+            hold_ops: true,
+            running: HashMap::new(),
+            next_id: 0,
         }
     }
 
@@ -197,143 +261,9 @@ impl RdmaClient {
         }
     }
 
-    /// Runs the whole hipobj-rc-v2 exchange for `op` (dialect `RcV2`), blocking the worker
-    /// for at most the op's remaining time. `Some(outcome)`: the op ended (the bytes moved
-    /// by RDMA, or it failed); `None`: send it over HTTP (another dialect, a non-data op, a
-    /// server that declined v2, too little time left).
-    pub(crate) fn exchange(
-        &mut self,
-        key: OpKey,
-        op: &InFlight,
-        now: s3_lite::sigv4::AmzDate,
-    ) -> Option<super::Outcome> {
-        self.moved.remove(&key);
-        if self.dialect != Dialect::RcV2 || matches!(self.state, State::Plain) {
-            return None;
-        }
-        if self.http_next.remove(&key) {
-            return None;
-        }
-        let left = op.deadline.map_or(v2::LIMIT, |d| {
-            d.saturating_duration_since(Instant::now()).min(v2::LIMIT)
-        });
-        if left < v2::MIN_LIMIT {
-            return None;
-        }
-        let ip = self.local_ip();
-        let dev = self.v2.get_or_insert_with(|| v2::V2Device::new(ip));
-        let ctx = v2::Ctx {
-            addr: self.addr,
-            endpoint: &self.endpoint,
-            signer: &self.signer,
-            now,
-            dev,
-        };
-        match v2::run(&ctx, op, Instant::now() + left)? {
-            v2::Exchange::Done { bytes } => {
-                self.moved.insert(key);
-                Some(super::Outcome::Done { bytes, aux: 0 })
-            }
-            v2::Exchange::Fallback { learn } => {
-                if learn && self.mode == Fabric::Auto {
-                    self.state = State::Plain;
-                }
-                None
-            }
-            v2::Exchange::Failed(o) => Some(o),
-        }
-    }
-
-    fn link(&mut self, now: s3_lite::sigv4::AmzDate, deadline: Option<Instant>) -> Option<&Link> {
-        if let State::Paired(l) = &self.state
-            && l.qp.state() == QpState::Err
-        {
-            self.state = State::Unpaired;
-        }
-        if let State::RetryAt(t) = self.state
-            && Instant::now() >= t
-        {
-            self.state = State::Unpaired;
-        }
-        if matches!(self.state, State::Unpaired) {
-            // Pairing blocks this worker: never longer than the op's remaining time (an op
-            // with too little left goes over HTTP and keeps its deadline; pairing waits for a
-            // later op).
-            let limit = match deadline {
-                Some(d) => d
-                    .saturating_duration_since(Instant::now())
-                    .min(connect::LIMIT),
-                None => connect::LIMIT,
-            };
-            if limit < connect::MIN_LIMIT {
-                return None;
-            }
-            self.state = match self.pair(now, limit) {
-                Ok(l) => State::Paired(Box::new(l)),
-                Err(connect::ConnectError::Declined(_)) if self.mode == Fabric::Auto => {
-                    State::Plain
-                }
-                Err(_) => State::RetryAt(Instant::now() + Duration::from_secs(5)),
-            };
-        }
-        match &self.state {
-            State::Paired(l) => Some(l),
-            _ => None,
-        }
-    }
-
-    fn pair(
-        &self,
-        now: s3_lite::sigv4::AmzDate,
-        limit: Duration,
-    ) -> Result<Link, connect::ConnectError> {
-        let device = SoftDevice::new(self.local_ip());
-        let pd = device.alloc_pd();
-        let cq = device.create_cq();
-        let qp = device.create_qp(&pd, &cq, &cq, QpCaps::default());
-        let t = connect::ConnectError::Transport;
-        qp.modify_to_init(Access::REMOTE_READ | Access::REMOTE_WRITE | Access::LOCAL_WRITE)
-            .map_err(|_| t.clone())?;
-        let token = qp.local_token(None).map_err(|_| t.clone())?;
-        let psn = loop {
-            let p = rand::random::<u32>() & 0x00ff_ffff;
-            if p != 0 {
-                break p;
-            }
-        };
-        let peer = connect::pair(
-            self.addr,
-            &self.endpoint,
-            &self.signer,
-            now,
-            &token,
-            psn,
-            limit,
-        )?;
-        qp.connect(
-            &peer.token,
-            peer.psn,
-            psn,
-            SoftPath::Connect(peer.soft_addr),
-        )
-        .map_err(|_| t)?;
-        Ok(Link {
-            qp,
-            _cq: cq,
-            pd,
-            _device: device,
-            session: peer.session,
-        })
-    }
-
     /// Sets up an RDMA attempt for `op` if the dialect applies: registers the op's buffer
     /// range as the window and returns the headers. `None`: send it over HTTP.
-    pub(crate) fn prepare(
-        &mut self,
-        key: OpKey,
-        op: &InFlight,
-        now: s3_lite::sigv4::AmzDate,
-    ) -> Option<Prepared> {
+    pub(crate) fn prepare(&mut self, key: OpKey, op: &InFlight) -> Option<Prepared> {
         self.moved.remove(&key);
         if !matches!(self.dialect, Dialect::RcPersistent | Dialect::CuObject) {
             return None;
@@ -354,7 +284,12 @@ impl RdmaClient {
             return None;
         }
         let access = Access::REMOTE_READ | Access::REMOTE_WRITE | Access::LOCAL_WRITE;
-        let link = self.link(now, op.deadline)?;
+        let State::Paired(link) = &self.state else {
+            return None;
+        };
+        if link.qp.state() == QpState::Err {
+            return None;
+        }
         // SAFETY: `ptr..ptr+n` is the op's leased range of a live engine registration: the
         // lease (held by `op` until its completion is staged) keeps the region's memory alive
         // and gives this op exclusive (GET) or shared read-only (PUT) use of the range; the
@@ -376,7 +311,12 @@ impl RdmaClient {
         if let Some(c) = &crc {
             headers.push(("x-amz-checksum-crc64nvme".to_owned(), c.clone()));
         }
-        self.attempts.insert(key, Attempt { mr: Some(mr) });
+        self.attempts.insert(
+            key,
+            Attempt {
+                mr: Some((link.pd.clone(), mr)),
+            },
+        );
         Some(Prepared { headers, crc })
     }
 
@@ -419,20 +359,24 @@ impl RdmaClient {
                 self.moved.insert(key);
                 self.declines = 0;
             }
+            // A pairing in progress is left to end on its own (its parked ops wait for it);
+            // its result decides the state.
             Some(Verdict::Declined) => {
                 self.http_next.insert(key);
                 self.declines += 1;
                 // The server lost our connection (restart, failure): pair again next time,
                 // unless it keeps declining.
-                self.state = if self.mode == Fabric::Auto && self.declines > MAX_DECLINES {
-                    State::Plain
-                } else {
-                    State::Unpaired
-                };
+                if !matches!(self.state, State::Pairing { .. }) {
+                    self.state = if self.mode == Fabric::Auto && self.declines > MAX_DECLINES {
+                        State::Plain
+                    } else {
+                        State::Unpaired
+                    };
+                }
             }
             Some(Verdict::Plain) => {
                 self.http_next.insert(key);
-                if self.mode == Fabric::Auto {
+                if self.mode == Fabric::Auto && !matches!(self.state, State::Pairing { .. }) {
                     self.state = State::Plain;
                 }
             }
@@ -444,9 +388,15 @@ impl RdmaClient {
         }
     }
 
-    /// Ends the window of an attempt being aborted (deadline, cancel): the connection is
-    /// failed first, so an access in progress stops at once, then the window is closed.
+    /// Ends whatever `key` has under way (deadline, cancel, attempt timeout): its wait for a
+    /// pairing; its v2 exchange's window (closed through the fence before this returns); or
+    /// the window of its `rc-persistent` attempt: the connection is failed first, so an
+    /// access in progress stops at once, then the window is closed.
     pub(crate) fn abort(&mut self, key: OpKey) {
+        self.waiters.retain(|&k| k != key);
+        if let Some(r) = self.running.remove(&key) {
+            r.fence.close();
+        }
         if let Some(a) = self.attempts.remove(&key) {
             if let State::Paired(l) = &self.state {
                 l.qp.modify_to_err();
@@ -455,16 +405,11 @@ impl RdmaClient {
         }
     }
 
+    /// Deregisters the attempt's window through its own domain (the link it was made on may
+    /// have been replaced meanwhile).
     fn end_window(&self, a: &Attempt) {
-        let Some(mr) = &a.mr else {
-            return;
-        };
-        if let State::Paired(l) = &self.state {
-            let _ = l.pd.deregister(mr);
-        } else {
-            // The domain is gone with its link; deregistering through the region's own domain
-            // handle is not possible then, but the link's QP (the only way in) is gone too.
-            let _ = mr;
+        if let Some((pd, mr)) = &a.mr {
+            let _ = pd.deregister(mr);
         }
     }
 
@@ -472,4 +417,14 @@ impl RdmaClient {
     pub(crate) fn took_rdma(&mut self, key: OpKey) -> bool {
         self.moved.remove(&key)
     }
+}
+
+/// Whether `op` can carry an `rc-persistent` window (a data op with a non-empty buffer).
+fn rc_eligible(op: &InFlight) -> bool {
+    matches!(op.kind, OpKind::Get | OpKind::RangeGet { .. } | OpKind::Put)
+        && op
+            .buf
+            .as_ref()
+            .and_then(|l| l.raw_range())
+            .is_some_and(|(_, n)| n > 0)
 }

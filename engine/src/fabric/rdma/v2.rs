@@ -1,4 +1,5 @@
-//! The `hipobj-rc-v2` client exchange over the soft fabric (protocols.md §4), blocking.
+//! The `hipobj-rc-v2` client exchange over the soft fabric (protocols.md §4), on an exchange
+//! thread of its own per op (never the worker thread).
 //!
 //! Per GET / RangeGet / PUT: a fresh QP (INIT) and CQ on the client's soft device, a random
 //! 24-bit PSN and 32-bit cookie (both non-zero), the op's buffer range registered as the
@@ -14,13 +15,21 @@
 //! RECV at PREPARE, and a soft responder without a RECV waits up to its `rnr_wait` (2 s) for
 //! one instead of failing, which covers a server posting it late.
 //!
-//! Limitation: the two round trips run on the worker thread (like `rc-persistent` pairing), so
-//! while one op's exchange runs, the worker's other ops wait. Everything is bounded by the op's
-//! remaining deadline (at most [`LIMIT`] without one); any failure after a session id was
-//! published sends one CANCEL, bounded by [`CANCEL_BUDGET`] and the remaining time.
+//! Threads and the window ([`launch`]): the QP, CQ and window are made on the worker, which
+//! keeps a [`Fence`] on them; everything that blocks (the two round trips, the data phase, the
+//! checksum of the bytes through the window, a CANCEL) runs on the exchange thread, which
+//! deregisters the window before it reports ([`Finished`], through `offload`). An abort
+//! (deadline, cancel, attempt timeout) closes the fence on the worker: the window is
+//! deregistered — which waits for an access in progress and refuses every later one — and the
+//! exchange's socket is shut down, so after `abort` returns no byte of the op's buffer is
+//! touched, and the thread ends at its next step. Everything is bounded by the op's remaining
+//! deadline (at most [`LIMIT`] without one); any failure after a session id was published
+//! sends one CANCEL, bounded by [`CANCEL_BUDGET`] and the remaining time.
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use ring_api::{ErrorClass, ErrorCode};
@@ -41,12 +50,14 @@ use crate::fabric::soft::{
 use crate::fabric::{Outcome, Retry};
 use crate::inflight::{InFlight, OpKind};
 
-/// The longest one exchange may block its worker when the op has no deadline.
+/// The longest one exchange may run when the op has no deadline.
 pub(crate) const LIMIT: Duration = Duration::from_secs(30);
 /// Below this much time left, an op does not try v2 (it goes over HTTP).
 pub(crate) const MIN_LIMIT: Duration = Duration::from_millis(20);
 /// The most one CANCEL may take (the hipObject client's 1 s).
 pub(crate) const CANCEL_BUDGET: Duration = Duration::from_secs(1);
+/// Chunk in which the exchange thread checksums the bytes through the window.
+const SUM_CHUNK: usize = 256 * 1024;
 
 /// How an exchange ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +69,9 @@ pub(crate) enum Exchange {
     /// The op failed (the outcome says how and whether to retry).
     Failed(Outcome),
 }
+
+/// What the exchange thread reports (the window is already deregistered).
+pub(crate) type Finished = Exchange;
 
 /// The client's soft device and domain (one per worker and endpoint, made on first use).
 #[derive(Debug)]
@@ -76,14 +90,13 @@ impl V2Device {
     }
 }
 
-/// Where and as whom the exchange runs.
-#[derive(Debug)]
-pub(crate) struct Ctx<'a> {
+/// Where and as whom the exchange runs (owned: it travels to the exchange thread).
+#[derive(Debug, Clone)]
+pub(crate) struct Job {
     pub(crate) addr: SocketAddr,
-    pub(crate) endpoint: &'a Endpoint,
-    pub(crate) signer: &'a Signer,
+    pub(crate) endpoint: Endpoint,
+    pub(crate) signer: Arc<Signer>,
     pub(crate) now: AmzDate,
-    pub(crate) dev: &'a V2Device,
 }
 
 const fn fail(code: ErrorCode, class: ErrorClass, retry: Retry) -> Exchange {
@@ -93,19 +106,74 @@ const fn fail(code: ErrorCode, class: ErrorClass, retry: Retry) -> Exchange {
 const TRANSPORT: Exchange = Exchange::Failed(Outcome::transport(false));
 const TIMED_OUT: Exchange = fail(ErrorCode::TimedOut, ErrorClass::Transport, Retry::Yes);
 
-/// One op's QP, CQ and window; dropping it fails the QP (stopping any access in progress)
-/// and deregisters the window (the fabric's fence: no later access can land).
-struct Wire<'a> {
-    qp: QueuePair,
-    cq: std::sync::Arc<CompletionQueue>,
+#[derive(Debug)]
+struct FenceInner {
+    pd: ProtectionDomain,
     mr: MemoryRegion,
-    pd: &'a ProtectionDomain,
+    aborted: AtomicBool,
+    /// The exchange's control connection, shut down on abort to end a blocked read at once.
+    stream: Mutex<Option<TcpStream>>,
 }
 
-impl Drop for Wire<'_> {
+/// The worker's hold on a running exchange's window.
+#[derive(Debug)]
+pub(crate) struct Fence(Arc<FenceInner>);
+
+impl Fence {
+    /// Ends the exchange's access to the op's buffer: when this returns no access is in
+    /// progress and none can start (the window is deregistered); the thread's socket is shut
+    /// down so it stops soon. Idempotent.
+    pub(crate) fn close(&self) {
+        let f = &self.0;
+        f.aborted.store(true, Ordering::Release);
+        if let Some(s) = f
+            .stream
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        let _ = f.pd.deregister(&f.mr);
+    }
+}
+
+/// One op's QP, CQ and window; dropping it fails the QP (stopping any access in progress)
+/// and deregisters the window (the fabric's fence: no later access can land).
+struct Wire {
+    qp: QueuePair,
+    cq: Arc<CompletionQueue>,
+    fence: Arc<FenceInner>,
+}
+
+impl Wire {
+    fn mr(&self) -> &MemoryRegion {
+        &self.fence.mr
+    }
+
+    fn aborted(&self) -> bool {
+        self.fence.aborted.load(Ordering::Acquire)
+    }
+
+    /// Hands the control connection to the fence; `false` once aborted.
+    fn keep(&self, s: &TcpStream) -> bool {
+        let mut slot = self
+            .fence
+            .stream
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if self.aborted() {
+            return false;
+        }
+        *slot = s.try_clone().ok();
+        true
+    }
+}
+
+impl Drop for Wire {
     fn drop(&mut self) {
         self.qp.modify_to_err();
-        let _ = self.pd.deregister(&self.mr);
+        let _ = self.fence.pd.deregister(&self.fence.mr);
     }
 }
 
@@ -118,19 +186,39 @@ fn nonzero(mask: u32) -> u32 {
     }
 }
 
-/// Runs the exchange for `op` before `end`. `None`: v2 does not apply to this op.
-pub(crate) fn run(ctx: &Ctx<'_>, op: &InFlight, end: Instant) -> Option<Exchange> {
+/// How [`launch`] went.
+#[derive(Debug)]
+pub(crate) enum Launch {
+    /// v2 does not apply to this op (or no thread could be started): send it over HTTP.
+    Http,
+    /// The op failed before anything went on the wire.
+    Failed(Outcome),
+    /// The exchange runs; `done` will be called once with its end.
+    Running(Fence),
+}
+
+/// Starts the exchange for `op` (to end before `end`) on a thread of its own; `done` receives
+/// its outcome there. The window is registered here, on the caller's thread, so the returned
+/// [`Fence`] covers it from the start.
+pub(crate) fn launch<F>(job: Job, dev: &V2Device, op: &InFlight, end: Instant, done: F) -> Launch
+where
+    F: FnOnce(Finished) + Send + 'static,
+{
     let (v2op, offset, exact) = match op.kind {
         OpKind::Get => (v2::Op::Get, 0, false),
         OpKind::RangeGet { offset } => (v2::Op::Get, offset, true),
         OpKind::Put => (v2::Op::Put, 0, true),
-        OpKind::Head => return None,
+        OpKind::Head => return Launch::Http,
     };
-    let lease = op.buf.as_ref()?;
+    let Some(lease) = op.buf.as_ref() else {
+        return Launch::Http;
+    };
     let size = lease.len();
-    let (ptr, n) = lease.raw_range()?;
+    let Some((ptr, n)) = lease.raw_range() else {
+        return Launch::Http;
+    };
     if size == 0 || size > v2::MAX_SIZE || n as u64 != size {
-        return None;
+        return Launch::Http;
     }
     let (qp_access, mr_access) = match v2op {
         v2::Op::Get => (
@@ -139,30 +227,32 @@ pub(crate) fn run(ctx: &Ctx<'_>, op: &InFlight, end: Instant) -> Option<Exchange
         ),
         v2::Op::Put => (Access::NONE, Access::LOCAL_WRITE),
     };
-    let cq = ctx.dev.device.create_cq();
-    let qp = ctx
-        .dev
-        .device
-        .create_qp(&ctx.dev.pd, &cq, &cq, QpCaps::default());
+    let cq = dev.device.create_cq();
+    let qp = dev.device.create_qp(&dev.pd, &cq, &cq, QpCaps::default());
     // SAFETY: `ptr..ptr+n` is the op's leased range of a live engine registration; the lease
-    // (held by `op` for the whole synchronous call) keeps the memory alive and gives this op
-    // exclusive (GET) or shared read-only (PUT) use of it. `Wire`'s drop deregisters the
-    // window before this function returns, so the registration never outlives the lease, and
-    // the engine touches the bytes (the checksum below) only after that.
+    // (held by `op` until the worker completes it) keeps the memory alive and gives this op
+    // exclusive (GET) or shared read-only (PUT) use of it. The worker completes the op only
+    // after the exchange thread reported (it deregisters the window first, `Wire`'s drop) or
+    // after closing the returned fence (`Fence::close` deregisters it), so no access through
+    // the registration outlives the lease.
     #[allow(unsafe_code)]
-    let mr = unsafe { ctx.dev.pd.register_raw(ptr, n, mr_access) };
+    let mr = unsafe { dev.pd.register_raw(ptr, n, mr_access) };
+    let fence = Arc::new(FenceInner {
+        pd: dev.pd.clone(),
+        mr,
+        aborted: AtomicBool::new(false),
+        stream: Mutex::new(None),
+    });
     let wire = Wire {
         qp,
         cq,
-        mr,
-        pd: &ctx.dev.pd,
+        fence: Arc::clone(&fence),
     };
     if wire.qp.modify_to_init(qp_access).is_err() {
-        return Some(TRANSPORT);
+        return Launch::Failed(Outcome::transport(false));
     }
-    let token = match wire.qp.local_token(None) {
-        Ok(t) => t,
-        Err(_) => return Some(TRANSPORT),
+    let Ok(token) = wire.qp.local_token(None) else {
+        return Launch::Failed(Outcome::transport(false));
     };
     let ask = Ask {
         token,
@@ -173,35 +263,75 @@ pub(crate) fn run(ctx: &Ctx<'_>, op: &InFlight, end: Instant) -> Option<Exchange
         size,
         offset,
     };
-    let out = exchange(ctx, &wire, &ask, exact, end);
-    // Fence the window before anyone reads the buffer.
-    drop(wire);
-    Some(match out {
+    let spawned = std::thread::Builder::new()
+        .name("hipobj-rc-v2".to_owned())
+        .spawn(move || done(run(&job, wire, &ask, exact, end)));
+    match spawned {
+        Ok(_) => Launch::Running(Fence(fence)),
+        // The closure (and with it the wire) is gone: the window is deregistered.
+        Err(_) => Launch::Http,
+    }
+}
+
+/// The exchange thread's whole job: PREPARE … FINAL, the checksum check through the window,
+/// the window closed, then (after a failure with a session) one CANCEL.
+fn run(job: &Job, wire: Wire, ask: &Ask, exact: bool, end: Instant) -> Finished {
+    let out = exchange(job, &wire, ask, exact, end);
+    let out = match out {
         Ok(Checked::Done {
             bytes,
             sums,
             session,
         }) => {
-            let data = lease.bytes_from(0);
-            let ok = usize::try_from(bytes)
-                .ok()
-                .and_then(|b| data.get(..b))
-                .is_some_and(|d| v2_wire::checksums_match(&sums, d));
-            if ok {
-                Exchange::Done { bytes }
+            if sums_match(wire.mr(), bytes, &sums) {
+                Ok(Exchange::Done { bytes })
             } else {
-                cancel(ctx, &session, end);
-                fail(ErrorCode::Integrity, ErrorClass::Integrity, Retry::No)
+                Err((
+                    fail(ErrorCode::Integrity, ErrorClass::Integrity, Retry::No),
+                    Some(session),
+                ))
             }
         }
-        Ok(Checked::Other(x)) => x,
+        Ok(Checked::Other(x)) => Ok(x),
+        Err(f) => Err(f),
+    };
+    // Fence the window before anything else.
+    drop(wire);
+    match out {
+        Ok(x) => x,
         Err((x, session)) => {
             if let Some(s) = session {
-                cancel(ctx, &s, end);
+                cancel(job, &s, end);
             }
             x
         }
-    })
+    }
+}
+
+/// Whether the checksums a FINAL carries match the first `bytes` bytes of the window (read
+/// through the registration, in chunks: a deregistered window reads as a mismatch).
+fn sums_match(mr: &MemoryRegion, bytes: u64, sums: &v2::RdmaChecksums) -> bool {
+    if sums.crc64nvme.is_none() && sums.crc32c.is_none() {
+        return true;
+    }
+    if bytes > mr.len() {
+        return false;
+    }
+    let mut check = v2_wire::SumCheck::default();
+    let mut chunk = vec![0u8; SUM_CHUNK];
+    let mut off = 0u64;
+    while off < bytes {
+        let n = usize::try_from((bytes - off).min(SUM_CHUNK as u64)).unwrap_or(SUM_CHUNK);
+        let Some(buf) = chunk.get_mut(..n) else {
+            return false;
+        };
+        if mr.read(off, buf).is_err() {
+            return false;
+        }
+        check.update(buf);
+        off += n as u64;
+    }
+    check.matches(sums)
 }
 
 /// A successful FINAL (before the checksum check) or an outcome that needs no CANCEL.
@@ -222,13 +352,7 @@ fn left(end: Instant) -> Option<Duration> {
 }
 
 /// PREPARE … FINAL. An `Err` names the session to cancel.
-fn exchange(
-    ctx: &Ctx<'_>,
-    w: &Wire<'_>,
-    ask: &Ask,
-    exact: bool,
-    end: Instant,
-) -> Result<Checked, Failure> {
+fn exchange(ctx: &Job, w: &Wire, ask: &Ask, exact: bool, end: Instant) -> Result<Checked, Failure> {
     let Some(headers) = v2_wire::prepare_headers(ask) else {
         return Err((TRANSPORT, None));
     };
@@ -237,6 +361,9 @@ fn exchange(
     };
     let mut s = TcpStream::connect_timeout(&ctx.addr, t).map_err(|_| (TRANSPORT, None))?;
     let _ = s.set_nodelay(true);
+    if !w.keep(&s) {
+        return Err((TRANSPORT, None));
+    }
     let head = call(ctx, &mut s, v2::PREPARE_PATH, &headers, end).map_err(|x| (x, None))?;
     let g = match v2_wire::prepare_answer(&head, ask.op) {
         PrepareAnswer::Granted(g) => g,
@@ -270,7 +397,7 @@ fn exchange(
             {
                 return Err((TRANSPORT, sid));
             }
-            Some((w.mr.addr(), w.mr.rkey()))
+            Some((w.mr().addr(), w.mr().rkey()))
         }
         v2::Op::Put => None,
     };
@@ -281,9 +408,9 @@ fn exchange(
             return Err((TRANSPORT, sid));
         };
         let sge = Sge {
-            addr: w.mr.addr(),
+            addr: w.mr().addr(),
             length: len,
-            lkey: w.mr.lkey(),
+            lkey: w.mr().lkey(),
         };
         let wr = SendWr::new(
             1,
@@ -352,7 +479,7 @@ fn wait_one(cq: &CompletionQueue, end: Instant) -> Option<WorkCompletion> {
 
 /// Signs and writes one body-less POST on `s`.
 fn send(
-    ctx: &Ctx<'_>,
+    ctx: &Job,
     s: &mut TcpStream,
     path: &str,
     headers: &[(String, String)],
@@ -376,7 +503,7 @@ fn send(
 
 /// [`send`], then reads the answer's head.
 fn call(
-    ctx: &Ctx<'_>,
+    ctx: &Job,
     s: &mut TcpStream,
     path: &str,
     headers: &[(String, String)],
@@ -388,7 +515,7 @@ fn call(
 
 /// One CANCEL on a fresh connection (the exchange's may be mid-answer), bounded by
 /// [`CANCEL_BUDGET`] and `end`; its outcome does not matter (the session also expires).
-fn cancel(ctx: &Ctx<'_>, session: &str, end: Instant) {
+fn cancel(ctx: &Job, session: &str, end: Instant) {
     let end = end.min(Instant::now() + CANCEL_BUDGET);
     let Some(t) = left(end) else {
         return;

@@ -233,15 +233,33 @@ pub(crate) fn judge_final(
     Ok(Final { bytes, sums })
 }
 
-/// Whether the FINAL's checksums (either generation, when present) match `data`.
+/// The checksums of the bytes we hold, fed in pieces (the exchange thread reads its window in
+/// chunks), compared with the FINAL's (either generation, when present).
+#[derive(Debug, Default)]
+pub(crate) struct SumCheck {
+    crc64: s3_lite::checksum::Crc64Nvme,
+    crc32: s3_lite::checksum::Crc32c,
+}
+
+impl SumCheck {
+    pub(crate) fn update(&mut self, data: &[u8]) {
+        self.crc64.update(data);
+        self.crc32.update(data);
+    }
+
+    /// Whether every checksum the FINAL carries equals ours.
+    pub(crate) fn matches(&self, sums: &RdmaChecksums) -> bool {
+        sums.crc64nvme.is_none_or(|v| v == self.crc64.finish())
+            && sums.crc32c.is_none_or(|v| v == self.crc32.finish())
+    }
+}
+
+/// Whether the FINAL's checksums match `data` (one piece).
+#[cfg(test)]
 pub(crate) fn checksums_match(sums: &RdmaChecksums, data: &[u8]) -> bool {
-    let crc64 = sums
-        .crc64nvme
-        .is_none_or(|v| v == s3_lite::checksum::Crc64Nvme::checksum(data));
-    let crc32 = sums
-        .crc32c
-        .is_none_or(|v| v == s3_lite::checksum::Crc32c::checksum(data));
-    crc64 && crc32
+    let mut c = SumCheck::default();
+    c.update(data);
+    c.matches(sums)
 }
 
 #[cfg(test)]
@@ -365,6 +383,15 @@ mod tests {
         assert_eq!(f.bytes, 18);
         assert!(checksums_match(&f.sums, data));
         assert!(!checksums_match(&f.sums, b"hello, rc-v2 worle"));
+        // In pieces: the same verdicts.
+        let mut c = SumCheck::default();
+        c.update(&data[..5]);
+        c.update(&data[5..]);
+        assert!(c.matches(&f.sums));
+        let mut c = SumCheck::default();
+        c.update(b"hello, rc-v2 worl");
+        c.update(b"e");
+        assert!(!c.matches(&f.sums));
         assert_eq!(
             judge_final(&good, false, 0x0bad_cafd, 18, true),
             Err(FinalError::Integrity)

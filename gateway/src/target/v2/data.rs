@@ -107,8 +107,12 @@ impl RcV2 {
         let spooled = crate::body::receive(&mut src, backend.spool_dir(), opts)?;
         crate::body::verify(&spooled, &[], &PayloadHash::Unsigned)?;
         let crc = spooled.crc64nvme;
-        let info: ObjectInfo =
-            backend.put_object(&s.bucket, &s.key, spooled, &PutMeta::default())?;
+        let info: ObjectInfo = match &s.part {
+            Some((upload_id, n)) => {
+                backend.upload_part(&s.bucket, &s.key, upload_id, *n, spooled)?
+            }
+            None => backend.put_object(&s.bucket, &s.key, spooled, &PutMeta::default())?,
+        };
         Ok((s.size, crc, info.etag))
     }
 

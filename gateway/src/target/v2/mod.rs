@@ -86,6 +86,8 @@ struct Session {
     op: Op,
     bucket: String,
     key: String,
+    /// `(upload id, part number)` of an UploadPart PUT.
+    part: Option<(String, u32)>,
     size: u64,
     offset: u64,
     client_qpn: u32,
@@ -221,11 +223,19 @@ impl RcV2 {
         let cookie = Cookie::parse_strict(field(head, "x-amz-rdma-cookie")?).map_err(bad)?;
         let op = Op::parse(field(head, "x-amz-rdma-op")?).map_err(bad)?;
         let target = Target::parse(op, field(head, "x-amz-rdma-target")?).map_err(bad)?;
-        if target.query != TargetQuery::None {
-            return Err(unsupported(
-                "versioned GETs and multipart parts are not served over hipobj-rc-v2 here",
-            ));
-        }
+        // Multipart over RC as versitygw serves it: a PUT target may name one part.
+        let part = match &target.query {
+            TargetQuery::None => None,
+            TargetQuery::Part {
+                upload_id,
+                part_number,
+            } if op == Op::Put => Some((upload_id.clone(), u32::from(*part_number))),
+            _ => {
+                return Err(unsupported(
+                    "versioned GETs are not served over hipobj-rc-v2 here",
+                ));
+            }
+        };
         let size = match v2::parse_size(field(head, "x-amz-rdma-size")?) {
             Ok(n) => n,
             Err(V2Error::TooLarge) => return Err(too_large()),
@@ -326,6 +336,7 @@ impl RcV2 {
             op,
             bucket: target.bucket,
             key: target.key,
+            part,
             size,
             offset,
             client_qpn: client.qpn,

@@ -1,0 +1,216 @@
+//! Admission of ops into the RDMA dialects, and the results of the work they run off the
+//! worker thread: `RdmaClient::admit` decides, without blocking, whether an op waits (for a
+//! pairing, started here when due, or for its hipobj-rc-v2 exchange, launched here), and
+//! `RdmaClient::drain` turns what the pairing and exchange threads reported through `offload`
+//! into per-op [`Event`]s for the fabric. The module docs of `rdma` say why ops wait for a
+//! pairing rather than go over HTTP at once.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::offload::{Mailbox, Msg, Poster};
+use super::{
+    AUTO_PAIR_WAIT, Admit, Dialect, Event, Fabric, MIN_WAIT, RETRY_PAIR, RdmaClient, Running,
+    State, connect, rc_eligible, v2,
+};
+use crate::fabric::Outcome;
+use crate::fabric::soft::QpState;
+use crate::inflight::{InFlight, OpKey};
+
+impl RdmaClient {
+    /// Decides, before its request is built, whether `op` waits for off-loop work: a pairing
+    /// (started here if due) or its hipobj-rc-v2 exchange (launched here). Never blocks.
+    pub(crate) fn admit(
+        &mut self,
+        key: OpKey,
+        op: &InFlight,
+        now: s3_lite::sigv4::AmzDate,
+        io: &mio::Registry,
+    ) -> Admit {
+        match self.dialect {
+            Dialect::RcPersistent => self.admit_rc(key, op, now, io),
+            Dialect::RcV2 => self.admit_v2(key, op, now, io),
+            Dialect::CuObject => Admit::Now,
+        }
+    }
+
+    fn admit_rc(
+        &mut self,
+        key: OpKey,
+        op: &InFlight,
+        now: s3_lite::sigv4::AmzDate,
+        io: &mio::Registry,
+    ) -> Admit {
+        if self.http_next.contains(&key) || !rc_eligible(op) {
+            return Admit::Now;
+        }
+        if let State::Paired(l) = &self.state
+            && l.qp.state() == QpState::Err
+        {
+            self.state = State::Unpaired;
+        }
+        if let State::RetryAt(t) = self.state
+            && Instant::now() >= t
+        {
+            self.state = State::Unpaired;
+        }
+        if matches!(self.state, State::Unpaired) {
+            self.start_pairing(now, io);
+        }
+        let wait = op
+            .deadline
+            .is_none_or(|d| d.saturating_duration_since(Instant::now()) >= MIN_WAIT);
+        match self.state {
+            State::Pairing { slow: false, .. } if wait => {
+                self.waiters.push(key);
+                Admit::Parked
+            }
+            _ => Admit::Now,
+        }
+    }
+
+    /// The doorbell's sending half (the mailbox is made and registered on first use).
+    fn poster(&mut self, io: &mio::Registry) -> Option<Poster> {
+        if self.mailbox.is_none() {
+            self.mailbox = Mailbox::new(io).ok();
+        }
+        self.mailbox.as_ref().map(Mailbox::poster)
+    }
+
+    /// Starts a pairing thread (and, under `Auto`, the timer that ends its ops' wait).
+    fn start_pairing(&mut self, now: s3_lite::sigv4::AmzDate, io: &mio::Registry) {
+        let retry = State::RetryAt(Instant::now() + RETRY_PAIR);
+        let Some(post) = self.poster(io) else {
+            self.state = retry;
+            return;
+        };
+        self.epoch += 1;
+        let epoch = self.epoch;
+        let target = connect::Target {
+            addr: self.addr,
+            endpoint: self.endpoint.clone(),
+            signer: Arc::clone(&self.signer),
+            local_ip: self.local_ip(),
+        };
+        let p = post.clone();
+        let spawned = std::thread::Builder::new()
+            .name("hipobj-rc-pair".to_owned())
+            .spawn(move || {
+                let result = connect::pair(&target, now, connect::LIMIT);
+                p.post(Msg::Paired { epoch, result });
+            });
+        if spawned.is_err() {
+            self.state = retry;
+            return;
+        }
+        // After a pairing that could not reach the endpoint, later ones run without holding
+        // ops (they go over HTTP until a link is up). Without the timer, Auto's ops do not
+        // wait at all.
+        let slow = !self.hold_ops
+            || (self.mode == Fabric::Auto
+                && std::thread::Builder::new()
+                    .name("hipobj-rc-pair-wait".to_owned())
+                    .spawn(move || {
+                        std::thread::sleep(AUTO_PAIR_WAIT);
+                        post.post(Msg::PairSlow { epoch });
+                    })
+                    .is_err());
+        self.state = State::Pairing { epoch, slow };
+    }
+
+    fn admit_v2(
+        &mut self,
+        key: OpKey,
+        op: &InFlight,
+        now: s3_lite::sigv4::AmzDate,
+        io: &mio::Registry,
+    ) -> Admit {
+        self.moved.remove(&key);
+        if matches!(self.state, State::Plain) || self.http_next.remove(&key) {
+            return Admit::Now;
+        }
+        let left = op.deadline.map_or(v2::LIMIT, |d| {
+            d.saturating_duration_since(Instant::now()).min(v2::LIMIT)
+        });
+        if left < v2::MIN_LIMIT {
+            return Admit::Now;
+        }
+        let Some(post) = self.poster(io) else {
+            return Admit::Now;
+        };
+        self.next_id += 1;
+        let id = self.next_id;
+        let job = v2::Job {
+            addr: self.addr,
+            endpoint: self.endpoint.clone(),
+            signer: Arc::clone(&self.signer),
+            now,
+        };
+        let ip = self.local_ip();
+        let dev = self.v2.get_or_insert_with(|| v2::V2Device::new(ip));
+        let done = move |result| post.post(Msg::Exchanged { key, id, result });
+        match v2::launch(job, dev, op, Instant::now() + left, done) {
+            v2::Launch::Http => Admit::Now,
+            v2::Launch::Failed(o) => Admit::Failed(o),
+            v2::Launch::Running(fence) => {
+                self.running.insert(key, Running { id, fence });
+                Admit::Parked
+            }
+        }
+    }
+
+    /// Takes what off-loop work reported (on the doorbell's readiness) and turns it into
+    /// per-op events.
+    pub(crate) fn drain(&mut self) -> Vec<Event> {
+        let Some(mb) = self.mailbox.as_mut() else {
+            return Vec::new();
+        };
+        let mut events = Vec::new();
+        for m in mb.drain() {
+            match m {
+                Msg::Paired { epoch, result } => {
+                    if !matches!(self.state, State::Pairing { epoch: e, .. } if e == epoch) {
+                        continue;
+                    }
+                    self.hold_ops = result.is_ok();
+                    self.state = match result {
+                        Ok(l) => State::Paired(Box::new(l)),
+                        Err(connect::ConnectError::Declined(_)) if self.mode == Fabric::Auto => {
+                            State::Plain
+                        }
+                        Err(_) => State::RetryAt(Instant::now() + RETRY_PAIR),
+                    };
+                    events.extend(self.waiters.drain(..).map(Event::Resume));
+                }
+                Msg::PairSlow { epoch } => {
+                    if let State::Pairing { epoch: e, slow } = &mut self.state
+                        && *e == epoch
+                    {
+                        *slow = true;
+                        events.extend(self.waiters.drain(..).map(Event::Resume));
+                    }
+                }
+                Msg::Exchanged { key, id, result } => {
+                    if self.running.get(&key).is_none_or(|r| r.id != id) {
+                        continue;
+                    }
+                    self.running.remove(&key);
+                    events.push(match result {
+                        v2::Exchange::Done { bytes } => {
+                            self.moved.insert(key);
+                            Event::Complete(key, Outcome::Done { bytes, aux: 0 })
+                        }
+                        v2::Exchange::Fallback { learn } => {
+                            if learn && self.mode == Fabric::Auto {
+                                self.state = State::Plain;
+                            }
+                            Event::Resume(key)
+                        }
+                        v2::Exchange::Failed(o) => Event::Complete(key, o),
+                    });
+                }
+            }
+        }
+        events
+    }
+}

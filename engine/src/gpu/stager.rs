@@ -1,0 +1,597 @@
+//! The worker's GPU stager: completions of operations on device registrations.
+//!
+//! A device registration ([`crate::Engine::register_device`]) is pinned host memory mirroring a
+//! device range. The fabrics move bytes into and out of the mirror exactly as for host memory;
+//! this module moves them between the mirror and VRAM, on the worker thread, without ever
+//! blocking it:
+//!
+//! - **GET / RangeGet**: when the fabric reports an operation done, the worker hands it here
+//!   ([`Stager::land`]) instead of completing it. At the end of the turn [`Stager::flush`] sorts
+//!   everything that landed by (device, registration, offset), merges ranges contiguous on both
+//!   sides into copies of at most the coalescing limit ([`super::coalesce::plan`]), queues the
+//!   host → device copies on the stager's own stream and records one event after them.
+//!   While two such batches are in flight, newly landed GETs wait for the next one, so a busy
+//!   copy engine makes batches larger instead of launches more numerous.
+//!   [`Stager::poll`] queries the events (`cuEventQuery`, non-blocking) and gives back the
+//!   operations whose copies have finished; only then does the worker post their completions
+//!   (CQE with the caller's `user_data`) and release their leases.
+//! - **PUT**: before the fabric starts an operation whose source is a device registration, the
+//!   worker hands it here ([`Stager::stage_out`]); the device → host copies are queued (merged
+//!   likewise) on a second stream at the end of the turn, and the operation goes back to the
+//!   ready queue once their event has completed. A retried PUT is not copied again.
+//!
+//! The stager lives in a thread local of the worker thread (one per worker, created on first
+//! use); on thread exit it waits for its streams before it drops the operations it holds, so no
+//! copy outlives the memory it touches.
+//!
+//! `#[allow(unsafe_code)]`: the asynchronous copies are `unsafe fn`s of the runtime; their
+//! contract is kept by holding each operation (hence its lease on the bounce range, and the
+//! registration) until the event recorded after its copy has completed.
+#![allow(unsafe_code)]
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use ring_api::{Cqe, ErrorClass, ErrorCode};
+
+use super::coalesce::{CopyRange, plan};
+use super::{DevicePtr, GpuError, GpuEvent, GpuRuntime, GpuStream};
+use crate::inflight::{InFlight, OpKey};
+use crate::memory::{DeviceSpan, LeaseGuard};
+
+/// Default upper bound of one merged copy: large enough for the copy engine's full rate
+/// (≥ 4 MiB reached 96% of the pinned ceiling on the H200), small enough that the first
+/// completions of a batch are not held back long.
+pub const DEFAULT_COALESCE_LIMIT: u64 = 8 << 20;
+
+/// Host → device batches in flight at once. While both are busy, landed GETs wait and join
+/// the next batch: the copy engine stays fed (one batch runs while the next is queued) and
+/// everything that lands meanwhile is merged into as few copies as the layout allows.
+const MAX_GET_BATCHES: usize = 2;
+
+/// Host → device bytes in flight up to which the worker waits for them in the same turn
+/// ([`Stager::poll_briefly`]): at ≥ 17 GB/s (64 KiB copies on the H200) 2 MiB take ≤ 120 µs,
+/// less than a loaded worker turn, so spinning on the event posts the completions one turn
+/// earlier for less worker time than the turn they would otherwise wait.
+const SPIN_BYTES: u64 = 2 << 20;
+
+/// Default upper bound of that wait (`EngineBuilder::gpu_poll_spin`): none. On the H200 lane
+/// (docs/gpu.md, 2026-11-30) a 150 µs spin gave no measurable gain for 64 KiB ranges over the
+/// soft fabric and cost throughput in one run, so it is opt-in.
+pub const DEFAULT_POLL_SPIN: std::time::Duration = std::time::Duration::ZERO;
+
+/// GPU staging configuration shared by the engine's workers.
+#[derive(Debug)]
+pub(crate) struct GpuStaging {
+    pub(crate) rt: Arc<dyn GpuRuntime>,
+    /// Largest merged copy in bytes; 0 = one copy per operation.
+    pub(crate) coalesce_limit: u64,
+    /// Longest in-turn wait for small copies ([`Stager::poll_briefly`]); zero = none.
+    pub(crate) poll_spin: std::time::Duration,
+    pub(crate) stats: StagingStats,
+}
+
+/// Counters of the engine's GPU staging, summed over workers.
+#[derive(Debug, Default)]
+pub(crate) struct StagingStats {
+    ranges_in: AtomicU64,
+    copies_in: AtomicU64,
+    bytes_in: AtomicU64,
+    ranges_out: AtomicU64,
+    copies_out: AtomicU64,
+    bytes_out: AtomicU64,
+    errors: AtomicU64,
+    last_error: Mutex<Option<GpuError>>,
+}
+
+impl StagingStats {
+    fn error(&self, e: GpuError) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        *self
+            .last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(e);
+    }
+
+    /// A snapshot.
+    pub(crate) fn snapshot(&self) -> StagingCounters {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        StagingCounters {
+            ranges_to_device: g(&self.ranges_in),
+            copies_to_device: g(&self.copies_in),
+            bytes_to_device: g(&self.bytes_in),
+            ranges_from_device: g(&self.ranges_out),
+            copies_from_device: g(&self.copies_out),
+            bytes_from_device: g(&self.bytes_out),
+            errors: g(&self.errors),
+            last_error: self
+                .last_error
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
+        }
+    }
+}
+
+/// What the engine's GPU staging has done so far ([`crate::Engine::gpu_staging`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct StagingCounters {
+    /// GET / RangeGet operations whose bytes were copied bounce → device.
+    pub ranges_to_device: u64,
+    /// Host → device copy launches for them (fewer than ranges when coalesced).
+    pub copies_to_device: u64,
+    /// Bytes copied host → device.
+    pub bytes_to_device: u64,
+    /// PUT operations whose bytes were copied device → bounce.
+    pub ranges_from_device: u64,
+    /// Device → host copy launches for them.
+    pub copies_from_device: u64,
+    /// Bytes copied device → host.
+    pub bytes_from_device: u64,
+    /// Copies or event queries that failed (their operations completed with `EIO`).
+    pub errors: u64,
+    /// The last such failure.
+    pub last_error: Option<GpuError>,
+}
+
+/// Operations whose copies were queued together, completed by one event.
+#[derive(Debug)]
+struct Batch<T> {
+    ordinal: u32,
+    event: GpuEvent,
+    items: Vec<T>,
+    /// Bytes the batch copies.
+    bytes: u64,
+}
+
+/// A PUT waiting for its device → host copy: its key and a shared lease of its own.
+#[derive(Debug)]
+struct Outgoing {
+    key: OpKey,
+    span: DeviceSpan,
+    _lease: LeaseGuard,
+}
+
+/// One worker's staging state.
+#[derive(Debug)]
+pub(crate) struct Stager {
+    rt: Arc<dyn GpuRuntime>,
+    coalesce_limit: u64,
+    poll_spin: std::time::Duration,
+    /// Streams per device ordinal: (ordinal, host → device, device → host).
+    streams: Vec<(u32, GpuStream, GpuStream)>,
+    spare_events: Vec<(u32, GpuEvent)>,
+    landed: Vec<(DeviceSpan, InFlight, Cqe)>,
+    gets: VecDeque<Batch<(InFlight, Cqe)>>,
+    leaving: Vec<Outgoing>,
+    puts: VecDeque<Batch<Outgoing>>,
+    /// PUTs whose device → host copy could not be queued (the worker fails them).
+    failed_out: Vec<OpKey>,
+    /// A key for the worker's keep-alive timer (see `worker::outcome`).
+    last_key: Option<OpKey>,
+}
+
+/// What [`Stager::poll`] found finished.
+#[derive(Debug, Default)]
+pub(crate) struct Finished {
+    /// GETs whose bytes are on the device (or whose copy failed: `EIO`), with their CQEs.
+    pub(crate) done: Vec<(InFlight, Cqe)>,
+    /// PUTs whose bytes are now in bounce memory: ready to start.
+    pub(crate) staged_out: Vec<OpKey>,
+    /// PUTs whose device → host copy failed: complete them with `EIO`.
+    pub(crate) failed_out: Vec<OpKey>,
+}
+
+impl Finished {
+    /// Whether anything finished.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.done.is_empty() && self.staged_out.is_empty() && self.failed_out.is_empty()
+    }
+}
+
+/// Merges overlapping spans of one registration (sorted by handle, offset) into their union,
+/// so bytes shared by two PUTs are copied once. Touching spans stay apart (the planner merges
+/// those within its limit).
+fn dedup_overlaps(spans: impl Iterator<Item = DeviceSpan>) -> Vec<DeviceSpan> {
+    let mut out: Vec<DeviceSpan> = Vec::new();
+    for s in spans {
+        if let Some(last) = out.last_mut()
+            && last.handle == s.handle
+            && last.off.saturating_add(last.len) > s.off
+        {
+            let end = (s.off.saturating_add(s.len)).max(last.off.saturating_add(last.len));
+            last.len = end - last.off;
+            continue;
+        }
+        out.push(s);
+    }
+    out
+}
+
+thread_local! {
+    static STAGER: RefCell<Option<Stager>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` on this thread's stager, creating it from `cfg` on first use.
+pub(crate) fn with<R>(cfg: &GpuStaging, f: impl FnOnce(&mut Stager) -> R) -> R {
+    STAGER.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let s = slot.get_or_insert_with(|| Stager::new(cfg));
+        f(s)
+    })
+}
+
+/// Runs `f` on this thread's stager if one exists (no device operation ever seen: `None`).
+pub(crate) fn with_existing<R>(f: impl FnOnce(&mut Stager) -> R) -> Option<R> {
+    STAGER.with(|cell| cell.borrow_mut().as_mut().map(f))
+}
+
+fn io_error(cqe_user_data: u64) -> Cqe {
+    Cqe::error(cqe_user_data, ErrorCode::Io, ErrorClass::Local)
+}
+
+impl Stager {
+    fn new(cfg: &GpuStaging) -> Self {
+        Self {
+            rt: Arc::clone(&cfg.rt),
+            coalesce_limit: cfg.coalesce_limit,
+            poll_spin: cfg.poll_spin,
+            streams: Vec::new(),
+            spare_events: Vec::new(),
+            landed: Vec::new(),
+            gets: VecDeque::new(),
+            leaving: Vec::new(),
+            puts: VecDeque::new(),
+            failed_out: Vec::new(),
+            last_key: None,
+        }
+    }
+
+    /// Whether copies are queued or in flight (the worker must keep polling).
+    pub(crate) fn pending(&self) -> bool {
+        !(self.landed.is_empty()
+            && self.gets.is_empty()
+            && self.leaving.is_empty()
+            && self.puts.is_empty()
+            && self.failed_out.is_empty())
+    }
+
+    /// A key the worker may arm its keep-alive timer with.
+    pub(crate) fn last_key(&self) -> Option<OpKey> {
+        self.last_key
+    }
+
+    /// A GET whose bytes are in bounce memory (`span`, already cut to the bytes received)
+    /// and whose completion is `cqe`, to be posted after the copy to the device.
+    pub(crate) fn land(&mut self, key: OpKey, span: DeviceSpan, op: InFlight, cqe: Cqe) {
+        self.last_key = Some(key);
+        self.landed.push((span, op, cqe));
+    }
+
+    /// A PUT (`key`) whose source must be copied device → bounce before it starts; `lease`
+    /// is a shared lease on the same range, held until the copy has finished.
+    pub(crate) fn stage_out(&mut self, key: OpKey, span: DeviceSpan, lease: LeaseGuard) {
+        self.last_key = Some(key);
+        self.leaving.push(Outgoing {
+            key,
+            span,
+            _lease: lease,
+        });
+    }
+
+    fn streams(&mut self, ordinal: u32) -> Result<&(u32, GpuStream, GpuStream), GpuError> {
+        let i = match self.streams.iter().position(|s| s.0 == ordinal) {
+            Some(i) => i,
+            None => {
+                let h2d = GpuStream::new(&self.rt, ordinal)?;
+                let d2h = GpuStream::new(&self.rt, ordinal)?;
+                self.streams.push((ordinal, h2d, d2h));
+                self.streams.len() - 1
+            }
+        };
+        self.streams
+            .get(i)
+            .ok_or_else(|| GpuError::InvalidArgument("stager stream table".into()))
+    }
+
+    fn event(&mut self, ordinal: u32) -> Result<GpuEvent, GpuError> {
+        match self.spare_events.iter().position(|e| e.0 == ordinal) {
+            Some(i) => Ok(self.spare_events.swap_remove(i).1),
+            None => GpuEvent::new(&self.rt, ordinal, false),
+        }
+    }
+
+    /// Merged copies for spans sorted by (ordinal, handle, offset), one ordinal.
+    fn plan(&self, spans: &[DeviceSpan]) -> Vec<CopyRange> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        while start < spans.len() {
+            let handle = spans.get(start).map_or(0, |s| s.handle);
+            let end = spans
+                .iter()
+                .skip(start)
+                .position(|s| s.handle != handle)
+                .map_or(spans.len(), |n| start + n);
+            let group: Vec<CopyRange> = spans
+                .get(start..end)
+                .unwrap_or_default()
+                .iter()
+                .map(|s| CopyRange {
+                    src: s.host.as_ptr() as u64,
+                    dst: s.dev.addr,
+                    len: s.len,
+                })
+                .collect();
+            if self.coalesce_limit == 0 {
+                out.extend(group.into_iter().filter(|c| c.len > 0));
+            } else {
+                out.extend(plan(&group, self.coalesce_limit));
+            }
+            start = end;
+        }
+        out
+    }
+
+    /// Queues the copies of everything landed or leaving this turn. Operations whose copies
+    /// could not be queued are returned in `failed` with an `EIO` completion.
+    pub(crate) fn flush(&mut self, stats: &StagingStats, failed: &mut Vec<(InFlight, Cqe)>) {
+        if !self.landed.is_empty() && self.gets.len() < MAX_GET_BATCHES {
+            let mut landed = std::mem::take(&mut self.landed);
+            landed.sort_by_key(|(s, ..)| (s.dev.ordinal, s.handle, s.off));
+            while !landed.is_empty() {
+                let ordinal = landed.first().map_or(0, |l| l.0.dev.ordinal);
+                let n = landed
+                    .iter()
+                    .position(|l| l.0.dev.ordinal != ordinal)
+                    .unwrap_or(landed.len());
+                let rest = landed.split_off(n);
+                let group = std::mem::replace(&mut landed, rest);
+                let spans: Vec<DeviceSpan> = group.iter().map(|g| g.0).collect();
+                let copies = self.plan(&spans);
+                let bytes: u64 = copies.iter().map(|c| c.len).sum();
+                match self.queue(ordinal, &copies, true) {
+                    Ok(event) => {
+                        stats
+                            .ranges_in
+                            .fetch_add(group.len() as u64, Ordering::Relaxed);
+                        stats
+                            .copies_in
+                            .fetch_add(copies.len() as u64, Ordering::Relaxed);
+                        stats.bytes_in.fetch_add(bytes, Ordering::Relaxed);
+                        self.gets.push_back(Batch {
+                            ordinal,
+                            event,
+                            items: group.into_iter().map(|(_, op, cqe)| (op, cqe)).collect(),
+                            bytes,
+                        });
+                    }
+                    Err(e) => {
+                        stats.error(e);
+                        failed.extend(
+                            group
+                                .into_iter()
+                                .map(|(_, op, cqe)| (op, io_error(cqe.user_data()))),
+                        );
+                    }
+                }
+            }
+        }
+        if !self.leaving.is_empty() {
+            let mut leaving = std::mem::take(&mut self.leaving);
+            leaving.sort_by_key(|o| (o.span.dev.ordinal, o.span.handle, o.span.off));
+            while !leaving.is_empty() {
+                let ordinal = leaving.first().map_or(0, |l| l.span.dev.ordinal);
+                let n = leaving
+                    .iter()
+                    .position(|l| l.span.dev.ordinal != ordinal)
+                    .unwrap_or(leaving.len());
+                let rest = leaving.split_off(n);
+                let group = std::mem::replace(&mut leaving, rest);
+                // Shared leases may overlap (two PUTs of the same bytes): copy each byte once.
+                let spans: Vec<DeviceSpan> = dedup_overlaps(group.iter().map(|g| g.span));
+                let copies = self.plan(&spans);
+                let bytes: u64 = copies.iter().map(|c| c.len).sum();
+                match self.queue(ordinal, &copies, false) {
+                    Ok(event) => {
+                        stats
+                            .ranges_out
+                            .fetch_add(group.len() as u64, Ordering::Relaxed);
+                        stats
+                            .copies_out
+                            .fetch_add(copies.len() as u64, Ordering::Relaxed);
+                        stats.bytes_out.fetch_add(bytes, Ordering::Relaxed);
+                        self.puts.push_back(Batch {
+                            ordinal,
+                            event,
+                            items: group,
+                            bytes,
+                        });
+                    }
+                    Err(e) => {
+                        stats.error(e);
+                        // Nothing was read by a fabric yet; the worker fails these keys.
+                        self.failed_out.extend(group.into_iter().map(|o| o.key));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Queues `copies` on the ordinal's stream for the direction and records an event.
+    fn queue(
+        &mut self,
+        ordinal: u32,
+        copies: &[CopyRange],
+        to_device: bool,
+    ) -> Result<GpuEvent, GpuError> {
+        let event = self.event(ordinal)?;
+        let rt = Arc::clone(&self.rt);
+        let (_, h2d, d2h) = self.streams(ordinal)?;
+        let stream = if to_device { h2d } else { d2h };
+        let result = (|| {
+            for c in copies {
+                let len = usize::try_from(c.len)
+                    .map_err(|_| GpuError::InvalidArgument("copy length".into()))?;
+                let dev = DevicePtr {
+                    addr: c.dst,
+                    ordinal,
+                };
+                let host = c.src as usize as *mut u8;
+                if to_device {
+                    // SAFETY: `host..+len` lies in the bounce mirror of a registration whose
+                    // operations (holding exclusive leases over exactly these bytes) the stager
+                    // keeps until the event recorded below has completed; `dev..+len` lies in
+                    // the device range the registration mirrors (checked at registration and by
+                    // the lease bounds), and merged copies never cross a registration.
+                    unsafe { rt.memcpy_h2d_async(dev, host, len, stream.raw())? };
+                } else {
+                    // SAFETY: as above with the roles swapped; the stager holds a shared lease
+                    // on the bounce bytes, which keeps every writer (GET) away until the event.
+                    unsafe { rt.memcpy_d2h_async(host, dev, len, stream.raw())? };
+                }
+            }
+            stream.record(&event)
+        })();
+        match result {
+            Ok(()) => Ok(event),
+            Err(e) => {
+                // Copies queued before the failure may still run: wait for them before the
+                // caller drops the operations (best effort; a broken context fails here too).
+                let _ = stream.synchronize();
+                Err(e)
+            }
+        }
+    }
+
+    /// Collects what has finished: batches whose event has completed (non-blocking query).
+    pub(crate) fn poll(&mut self, stats: &StagingStats, out: &mut Finished) {
+        out.failed_out.append(&mut self.failed_out);
+        let mut i = 0;
+        while i < self.gets.len() {
+            let state = self.gets.get(i).map(|b| b.event.is_complete());
+            match state {
+                Some(Ok(false)) => i += 1,
+                Some(Ok(true)) => {
+                    if let Some(b) = self.gets.remove(i) {
+                        self.spare_events.push((b.ordinal, b.event));
+                        out.done.extend(b.items);
+                    }
+                }
+                Some(Err(e)) => {
+                    stats.error(e);
+                    if let Some(b) = self.gets.remove(i) {
+                        self.sync_ordinal(b.ordinal);
+                        out.done.extend(
+                            b.items
+                                .into_iter()
+                                .map(|(op, cqe)| (op, io_error(cqe.user_data()))),
+                        );
+                    }
+                }
+                None => break,
+            }
+        }
+        let mut i = 0;
+        while i < self.puts.len() {
+            let state = self.puts.get(i).map(|b| b.event.is_complete());
+            match state {
+                Some(Ok(false)) => i += 1,
+                Some(Ok(true)) => {
+                    if let Some(b) = self.puts.remove(i) {
+                        self.spare_events.push((b.ordinal, b.event));
+                        out.staged_out.extend(b.items.into_iter().map(|o| o.key));
+                    }
+                }
+                Some(Err(e)) => {
+                    stats.error(e);
+                    if let Some(b) = self.puts.remove(i) {
+                        self.sync_ordinal(b.ordinal);
+                        out.failed_out.extend(b.items.into_iter().map(|o| o.key));
+                    }
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// [`Stager::poll`], then, while only a few small host → device copies are in flight
+    /// (≤ [`SPIN_BYTES`]), keeps querying their events for at most the configured spin
+    /// ([`DEFAULT_POLL_SPIN`]), so their
+    /// completions go out with this turn instead of the next one. Never a blocking sync: a
+    /// copy that takes longer is simply found done on a later turn.
+    pub(crate) fn poll_briefly(&mut self, stats: &StagingStats, out: &mut Finished) {
+        self.poll(stats, out);
+        let small = |s: &Self| {
+            !s.gets.is_empty() && s.gets.iter().map(|b| b.bytes).sum::<u64>() <= SPIN_BYTES
+        };
+        if self.poll_spin.is_zero() || !small(self) {
+            return;
+        }
+        let start = std::time::Instant::now();
+        while small(self) && start.elapsed() < self.poll_spin {
+            std::hint::spin_loop();
+            self.poll(stats, out);
+        }
+    }
+
+    /// Best-effort wait for both streams of `ordinal` (after a failed event query, before the
+    /// memory of the operations involved is released).
+    fn sync_ordinal(&self, ordinal: u32) {
+        for (o, h2d, d2h) in &self.streams {
+            if *o == ordinal {
+                let _ = h2d.synchronize();
+                let _ = d2h.synchronize();
+            }
+        }
+    }
+}
+
+impl Drop for Stager {
+    fn drop(&mut self) {
+        // Every queued copy must finish before the operations (and their leases on the bounce
+        // memory and registrations) are dropped with the fields below.
+        for (_, h2d, d2h) in &self.streams {
+            let _ = h2d.synchronize();
+            let _ = d2h.synchronize();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ptr::NonNull;
+
+    fn span(handle: u32, off: u64, len: u64) -> DeviceSpan {
+        DeviceSpan {
+            handle,
+            off,
+            len,
+            host: NonNull::new((0x1000 + off) as usize as *mut u8).unwrap(),
+            dev: DevicePtr {
+                addr: 0x9000_0000 + off,
+                ordinal: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn overlapping_put_sources_are_copied_once() {
+        let v = dedup_overlaps(
+            [
+                span(1, 0, 10),
+                span(1, 5, 10),
+                span(1, 15, 5),
+                span(2, 0, 4),
+            ]
+            .into_iter(),
+        );
+        assert_eq!(v.len(), 3);
+        assert_eq!((v[0].off, v[0].len), (0, 15));
+        assert_eq!((v[1].off, v[1].len), (15, 5));
+        assert_eq!((v[2].handle, v[2].len), (2, 4));
+    }
+}

@@ -1,0 +1,570 @@
+//! Engine-internal GPU staging, run on hosts without a GPU through a test double of the
+//! runtime: [`HostBackedTestGpu`] implements `GpuRuntime` with host memory standing in for
+//! device memory and a "copy engine" thread that executes each stream's queued copies in
+//! order, slowly, and can be paused. That makes the properties of the staging observable:
+//!
+//! - a GET into device memory completes only after its bytes are in (test-double) VRAM;
+//! - many adjacent range-gets are merged into few copy launches (and into one per range with
+//!   `gpu_coalesce_limit(0)`);
+//! - PUT from device memory sends the device's bytes (copied out before the PUT starts);
+//! - without a runtime, a device registration fails with a typed "no GPU runtime" error.
+#![allow(unsafe_code)]
+
+mod common;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use common::{S3sFs, builder, pattern, put_file};
+use engine::EngineError;
+use engine::gpu::{
+    Backend, Capabilities, DevicePtr, DmabufRegion, GpuError, GpuRuntime, PointerKind, RawEvent,
+    RawStream,
+};
+use numa::{GpuVendor, PciAddr};
+use ring_api::opcode::{Get, Put, RangeGet};
+use ring_api::{BufSlice, Cqe};
+
+/// One queued command of a test-double stream.
+#[derive(Debug)]
+enum Cmd {
+    Copy { dst: usize, src: usize, len: usize },
+    Record(usize),
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Device allocations: address → length (host memory from `Box<[u8]>`).
+    device: HashMap<u64, usize>,
+    /// Pinned allocations: address → length.
+    pinned: HashMap<usize, usize>,
+    streams: HashMap<usize, VecDeque<Cmd>>,
+    /// Event → recorded but not yet reached by its stream.
+    events: HashMap<usize, bool>,
+    next_handle: usize,
+    paused: bool,
+    stop: bool,
+}
+
+/// A `GpuRuntime` test double: host memory as "device" memory, a thread as the copy engine.
+#[derive(Debug)]
+struct HostBackedTestGpu {
+    state: Arc<(Mutex<State>, Condvar)>,
+    h2d_async: AtomicU64,
+    d2h_async: AtomicU64,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl HostBackedTestGpu {
+    /// `per_copy`: how long the copy engine takes per copy (so early completions would show).
+    fn new(per_copy: Duration) -> Arc<Self> {
+        let state = Arc::new((Mutex::new(State::default()), Condvar::new()));
+        let s = Arc::clone(&state);
+        let worker = std::thread::spawn(move || copy_engine(&s, per_copy));
+        Arc::new(Self {
+            state,
+            h2d_async: AtomicU64::new(0),
+            d2h_async: AtomicU64::new(0),
+            worker: Mutex::new(Some(worker)),
+        })
+    }
+
+    fn set_paused(&self, paused: bool) {
+        self.state.0.lock().unwrap().paused = paused;
+        self.state.1.notify_all();
+    }
+
+    fn handle(&self) -> usize {
+        let mut st = self.state.0.lock().unwrap();
+        st.next_handle += 1;
+        st.next_handle
+    }
+
+    fn push(&self, stream: RawStream, cmd: Cmd) -> Result<(), GpuError> {
+        let mut st = self.state.0.lock().unwrap();
+        st.streams
+            .get_mut(&stream.handle)
+            .ok_or_else(|| GpuError::InvalidArgument("unknown stream".into()))?
+            .push_back(cmd);
+        self.state.1.notify_all();
+        Ok(())
+    }
+
+    /// The "device" bytes at `ptr..ptr+len` (it is host memory).
+    fn device_bytes(&self, ptr: DevicePtr, len: usize) -> Vec<u8> {
+        // SAFETY: test-double device memory is host memory allocated by `alloc_device`.
+        unsafe { std::slice::from_raw_parts(ptr.addr as usize as *const u8, len).to_vec() }
+    }
+}
+
+impl Drop for HostBackedTestGpu {
+    fn drop(&mut self) {
+        self.state.0.lock().unwrap().stop = true;
+        self.state.1.notify_all();
+        if let Some(t) = self.worker.lock().unwrap().take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Executes queued commands, one stream entry at a time, in stream order.
+fn copy_engine(state: &(Mutex<State>, Condvar), per_copy: Duration) {
+    let (lock, cv) = state;
+    let mut st = lock.lock().unwrap();
+    loop {
+        if st.stop {
+            return;
+        }
+        let next = if st.paused {
+            None
+        } else {
+            st.streams.iter_mut().find_map(|(_, q)| q.pop_front())
+        };
+        let Some(cmd) = next else {
+            st = cv.wait_timeout(st, Duration::from_millis(5)).unwrap().0;
+            continue;
+        };
+        match cmd {
+            Cmd::Copy { dst, src, len } => {
+                drop(st);
+                std::thread::sleep(per_copy);
+                // SAFETY: the engine keeps both ranges alive until the event after this copy.
+                unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len) };
+                st = lock.lock().unwrap();
+            }
+            Cmd::Record(e) => {
+                st.events.insert(e, false);
+            }
+        }
+        cv.notify_all();
+    }
+}
+
+impl GpuRuntime for HostBackedTestGpu {
+    fn backend(&self) -> Backend {
+        Backend::Cuda
+    }
+    fn name(&self) -> String {
+        "host-backed test double".into()
+    }
+    fn vendor(&self) -> GpuVendor {
+        GpuVendor::Nvidia
+    }
+    fn version(&self) -> i32 {
+        0
+    }
+    fn device_count(&self) -> u32 {
+        1
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
+    fn device_name(&self, _: u32) -> Result<String, GpuError> {
+        Ok("test double".into())
+    }
+    fn pci_bus_id(&self, _: u32) -> Result<PciAddr, GpuError> {
+        Err(GpuError::InvalidArgument(
+            "test double has no PCI address".into(),
+        ))
+    }
+    fn pointer_kind(&self, addr: u64) -> Result<PointerKind, GpuError> {
+        let st = self.state.0.lock().unwrap();
+        let on_device = st
+            .device
+            .iter()
+            .any(|(&a, &l)| a <= addr && addr < a + l as u64);
+        Ok(if on_device {
+            PointerKind::Device { ordinal: 0 }
+        } else {
+            PointerKind::Unknown
+        })
+    }
+    fn alloc_device(&self, _ordinal: u32, len: usize) -> Result<DevicePtr, GpuError> {
+        let b: Box<[u8]> = vec![0u8; len].into_boxed_slice();
+        let addr = Box::into_raw(b) as *mut u8 as usize as u64;
+        self.state.0.lock().unwrap().device.insert(addr, len);
+        Ok(DevicePtr { addr, ordinal: 0 })
+    }
+    unsafe fn free_device(&self, ptr: DevicePtr) -> Result<(), GpuError> {
+        let len = self.state.0.lock().unwrap().device.remove(&ptr.addr);
+        let len = len.ok_or_else(|| GpuError::InvalidArgument("double free".into()))?;
+        let p = std::ptr::slice_from_raw_parts_mut(ptr.addr as usize as *mut u8, len);
+        // SAFETY: allocated by `alloc_device` as a boxed slice of this length.
+        drop(unsafe { Box::from_raw(p) });
+        Ok(())
+    }
+    fn alloc_pinned(&self, len: usize) -> Result<*mut u8, GpuError> {
+        let p = Box::into_raw(vec![0u8; len].into_boxed_slice()) as *mut u8;
+        self.state.0.lock().unwrap().pinned.insert(p as usize, len);
+        Ok(p)
+    }
+    unsafe fn free_pinned(&self, ptr: *mut u8) -> Result<(), GpuError> {
+        let len = self.state.0.lock().unwrap().pinned.remove(&(ptr as usize));
+        let len = len.ok_or_else(|| GpuError::InvalidArgument("double free".into()))?;
+        // SAFETY: allocated by `alloc_pinned` as a boxed slice of this length.
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) });
+        Ok(())
+    }
+    fn create_stream(&self, ordinal: u32) -> Result<RawStream, GpuError> {
+        let handle = self.handle();
+        self.state
+            .0
+            .lock()
+            .unwrap()
+            .streams
+            .insert(handle, VecDeque::new());
+        Ok(RawStream { handle, ordinal })
+    }
+    unsafe fn destroy_stream(&self, stream: RawStream) -> Result<(), GpuError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.stream_synchronize(stream)? };
+        self.state.0.lock().unwrap().streams.remove(&stream.handle);
+        Ok(())
+    }
+    unsafe fn stream_synchronize(&self, stream: RawStream) -> Result<(), GpuError> {
+        let (lock, cv) = &*self.state;
+        let mut st = lock.lock().unwrap();
+        // Synchronising a paused device would hang the test: unpause (as a real device would
+        // make progress).
+        st.paused = false;
+        cv.notify_all();
+        while st
+            .streams
+            .get(&stream.handle)
+            .is_some_and(|q| !q.is_empty())
+            || st.events.values().any(|&pending| pending)
+        {
+            st = cv.wait_timeout(st, Duration::from_millis(5)).unwrap().0;
+        }
+        Ok(())
+    }
+    fn create_event(&self, ordinal: u32, _timing: bool) -> Result<RawEvent, GpuError> {
+        let handle = self.handle();
+        self.state.0.lock().unwrap().events.insert(handle, false);
+        Ok(RawEvent { handle, ordinal })
+    }
+    unsafe fn destroy_event(&self, event: RawEvent) -> Result<(), GpuError> {
+        self.state.0.lock().unwrap().events.remove(&event.handle);
+        Ok(())
+    }
+    unsafe fn record_event(&self, event: RawEvent, stream: RawStream) -> Result<(), GpuError> {
+        self.state
+            .0
+            .lock()
+            .unwrap()
+            .events
+            .insert(event.handle, true);
+        self.push(stream, Cmd::Record(event.handle))
+    }
+    unsafe fn event_query(&self, event: RawEvent) -> Result<bool, GpuError> {
+        let st = self.state.0.lock().unwrap();
+        Ok(!st.events.get(&event.handle).copied().unwrap_or(false))
+    }
+    unsafe fn event_synchronize(&self, event: RawEvent) -> Result<(), GpuError> {
+        let (lock, cv) = &*self.state;
+        let mut st = lock.lock().unwrap();
+        while st.events.get(&event.handle).copied().unwrap_or(false) {
+            st = cv.wait_timeout(st, Duration::from_millis(5)).unwrap().0;
+        }
+        Ok(())
+    }
+    unsafe fn event_elapsed_ms(&self, _: RawEvent, _: RawEvent) -> Result<f32, GpuError> {
+        Ok(0.0)
+    }
+    unsafe fn memcpy_h2d_async(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        len: usize,
+        stream: RawStream,
+    ) -> Result<(), GpuError> {
+        self.h2d_async.fetch_add(1, Ordering::Relaxed);
+        let dst = dst.addr as usize;
+        self.push(
+            stream,
+            Cmd::Copy {
+                dst,
+                src: src as usize,
+                len,
+            },
+        )
+    }
+    unsafe fn memcpy_d2h_async(
+        &self,
+        dst: *mut u8,
+        src: DevicePtr,
+        len: usize,
+        stream: RawStream,
+    ) -> Result<(), GpuError> {
+        self.d2h_async.fetch_add(1, Ordering::Relaxed);
+        let src = src.addr as usize;
+        self.push(
+            stream,
+            Cmd::Copy {
+                dst: dst as usize,
+                src,
+                len,
+            },
+        )
+    }
+    unsafe fn memcpy_h2d(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        len: usize,
+    ) -> Result<(), GpuError> {
+        // SAFETY: caller's contract; "device" memory is host memory.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst.addr as usize as *mut u8, len) };
+        Ok(())
+    }
+    unsafe fn memcpy_d2h(&self, dst: *mut u8, src: DevicePtr, len: usize) -> Result<(), GpuError> {
+        // SAFETY: caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(src.addr as usize as *const u8, dst, len) };
+        Ok(())
+    }
+    fn export_dmabuf(&self, _: DevicePtr, _: usize) -> Result<DmabufRegion, GpuError> {
+        Err(GpuError::InvalidArgument(
+            "test double exports no dmabuf".into(),
+        ))
+    }
+}
+
+fn as_dyn(rt: &Arc<HostBackedTestGpu>) -> Arc<dyn GpuRuntime> {
+    Arc::clone(rt) as Arc<dyn GpuRuntime>
+}
+
+const K64: usize = 64 * 1024;
+
+/// Reaps `n` completions, calling `check` on each the moment it is reaped.
+fn reap(q: &mut engine::Queue, n: usize, mut check: impl FnMut(Cqe)) {
+    let limit = Instant::now() + Duration::from_secs(60);
+    let mut got = 0;
+    while got < n {
+        assert!(Instant::now() < limit, "only {got} of {n} completions");
+        q.wait(1, Some(Duration::from_millis(100)));
+        for c in q.completion() {
+            got += 1;
+            check(c);
+        }
+    }
+}
+
+#[test]
+fn range_gets_complete_only_after_their_copy_into_vram_and_are_coalesced() {
+    let server = S3sFs::start();
+    let n = 256usize;
+    let data = pattern(n * K64, 11);
+    put_file(&server, "bkt", "model.bin", &data);
+    let gpu = HostBackedTestGpu::new(Duration::from_micros(300));
+    let engine = builder(&server).gpu(as_dyn(&gpu)).build().unwrap();
+    let obj = engine.object("bkt", "model.bin").unwrap();
+    let dev = gpu.alloc_device(0, n * K64).unwrap();
+    // SAFETY: `dev` lives until the end of the test, after the engine is dropped.
+    let buf = unsafe { engine.register_device(dev, n * K64) }.unwrap();
+    let mut q = engine.queue(512).unwrap();
+
+    // Device paused: every range-get reaches bounce memory, none may complete.
+    gpu.set_paused(true);
+    for i in 0..n {
+        let off = (i * K64) as u64;
+        q.push(
+            &RangeGet::new(obj, off, BufSlice::new(buf, off, K64 as u64))
+                .user_data(i as u64)
+                .build(),
+        )
+        .unwrap();
+    }
+    let t = Instant::now();
+    while engine.gpu_staging().unwrap().ranges_to_device == 0 && t.elapsed().as_secs() < 30 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        q.wait(1, Some(Duration::from_millis(200))),
+        0,
+        "a completion was posted while its copy into VRAM had not run"
+    );
+    assert!(gpu.device_bytes(dev, n * K64).iter().all(|&b| b == 0));
+
+    gpu.set_paused(false);
+    let mut seen = vec![false; n];
+    reap(&mut q, n, |c| {
+        assert!(c.is_ok(), "range-get failed: {:?}", c.error_code());
+        assert_eq!(c.bytes(), K64 as u64);
+        let i = c.user_data() as usize;
+        assert!(!seen[i], "duplicate completion {i}");
+        seen[i] = true;
+        let dptr = dev.offset((i * K64) as u64).unwrap();
+        assert!(
+            gpu.device_bytes(dptr, K64) == data[i * K64..(i + 1) * K64],
+            "range {i} completed before its bytes were in VRAM"
+        );
+    });
+    assert_eq!(gpu.device_bytes(dev, n * K64), data);
+    let st = engine.gpu_staging().unwrap();
+    assert_eq!(st.ranges_to_device, n as u64);
+    assert_eq!(st.bytes_to_device, (n * K64) as u64);
+    assert_eq!(st.errors, 0);
+    assert_eq!(st.copies_to_device, gpu.h2d_async.load(Ordering::Relaxed));
+    // Two batches may go out before the copy engine is seen busy (each at most the ranges one
+    // turn landed, ≤ 32 connections); everything after them merges into contiguous runs split
+    // at the 8 MiB limit.
+    assert!(
+        st.copies_to_device <= 2 * 32 + (2 * 32 + 1) + 2,
+        "not coalesced: {st:?}"
+    );
+    eprintln!("{n} ranges of 64 KiB: {} copies", st.copies_to_device);
+    drop(q);
+    drop(engine);
+    // SAFETY: the engine (and every copy it queued) is gone.
+    unsafe { gpu.free_device(dev) }.unwrap();
+}
+
+#[test]
+fn without_coalescing_every_range_is_its_own_copy() {
+    let server = S3sFs::start();
+    let n = 64usize;
+    let data = pattern(n * K64, 5);
+    put_file(&server, "bkt", "obj", &data);
+    let gpu = HostBackedTestGpu::new(Duration::from_micros(50));
+    let engine = builder(&server)
+        .gpu(as_dyn(&gpu))
+        .gpu_coalesce_limit(0)
+        .build()
+        .unwrap();
+    let obj = engine.object("bkt", "obj").unwrap();
+    let dev = gpu.alloc_device(0, n * K64).unwrap();
+    // SAFETY: freed after the engine is dropped.
+    let buf = unsafe { engine.register_device(dev, n * K64) }.unwrap();
+    let mut q = engine.queue(128).unwrap();
+    gpu.set_paused(true);
+    for i in 0..n {
+        let off = (i * K64) as u64;
+        q.push(
+            &RangeGet::new(obj, off, BufSlice::new(buf, off, K64 as u64))
+                .user_data(i as u64)
+                .build(),
+        )
+        .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    gpu.set_paused(false);
+    reap(&mut q, n, |c| assert!(c.is_ok()));
+    assert_eq!(gpu.device_bytes(dev, n * K64), data);
+    let st = engine.gpu_staging().unwrap();
+    assert_eq!(
+        (st.ranges_to_device, st.copies_to_device),
+        (n as u64, n as u64)
+    );
+    drop(q);
+    drop(engine);
+    // SAFETY: the engine is gone.
+    unsafe { gpu.free_device(dev) }.unwrap();
+}
+
+#[test]
+fn put_from_vram_sends_the_device_bytes_and_a_whole_get_copies_only_what_arrived() {
+    let server = S3sFs::start();
+    server.create_bucket_dir("bkt");
+    let gpu = HostBackedTestGpu::new(Duration::from_micros(200));
+    let engine = builder(&server).gpu(as_dyn(&gpu)).build().unwrap();
+    let len = 3 << 20;
+    let dev = gpu.alloc_device(0, len).unwrap();
+    let data = pattern(len, 77);
+    // SAFETY: synchronous copy into our own test-double allocation.
+    unsafe { gpu.memcpy_h2d(dev, data.as_ptr(), len) }.unwrap();
+    // SAFETY: freed after the engine is dropped.
+    let buf = unsafe { engine.register_device(dev, len) }.unwrap();
+    let mut q = engine.queue(16).unwrap();
+    // Two PUTs sharing bytes (overlapping shared leases) and one of a disjoint range.
+    let parts = [(0usize, 2 << 20), (1 << 20, 1 << 20), (2 << 20, 1 << 20)];
+    for (i, &(off, n)) in parts.iter().enumerate() {
+        let obj = engine.object("bkt", &format!("from-vram/{i}")).unwrap();
+        q.push(
+            &Put::new(obj, BufSlice::new(buf, off as u64, n as u64))
+                .user_data(i as u64)
+                .build(),
+        )
+        .unwrap();
+    }
+    reap(&mut q, parts.len(), |c| {
+        assert!(c.is_ok(), "put failed: {:?}", c.error_code());
+    });
+    for (i, &(off, n)) in parts.iter().enumerate() {
+        let stored = std::fs::read(server.root.path().join(format!("bkt/from-vram/{i}"))).unwrap();
+        assert!(stored == data[off..off + n], "object {i} differs from VRAM");
+    }
+    let st = engine.gpu_staging().unwrap();
+    assert_eq!(st.ranges_from_device, 3);
+    assert!(st.bytes_from_device >= len as u64 && st.bytes_from_device <= (len + (1 << 20)) as u64);
+    assert_eq!(st.copies_from_device, gpu.d2h_async.load(Ordering::Relaxed));
+
+    // GET the 1 MiB object back whole into a 2 MiB device range: 1 MiB arrives and only that
+    // is copied; the rest of the device range keeps its bytes.
+    let dev2 = gpu.alloc_device(0, 2 << 20).unwrap();
+    // SAFETY: freed after the engine is dropped.
+    let buf2 = unsafe { engine.register_device(dev2, 2 << 20) }.unwrap();
+    let before = engine.gpu_staging().unwrap().bytes_to_device;
+    let obj = engine.object("bkt", "from-vram/2").unwrap();
+    q.push(
+        &Get::new(obj, BufSlice::new(buf2, 0, 2 << 20))
+            .user_data(9)
+            .build(),
+    )
+    .unwrap();
+    reap(&mut q, 1, |c| {
+        assert!(c.is_ok());
+        assert_eq!(c.bytes(), 1 << 20);
+        assert_eq!(c.user_data(), 9);
+    });
+    assert!(gpu.device_bytes(dev2, 1 << 20) == data[2 << 20..]);
+    assert_eq!(
+        engine.gpu_staging().unwrap().bytes_to_device - before,
+        1 << 20
+    );
+    drop(q);
+    drop(engine);
+    // SAFETY: the engine is gone.
+    unsafe {
+        gpu.free_device(dev).unwrap();
+        gpu.free_device(dev2).unwrap();
+    }
+}
+
+#[test]
+fn device_memory_without_a_runtime_or_outside_the_device_is_refused() {
+    let server = S3sFs::start();
+    let engine = builder(&server).build().unwrap();
+    assert!(engine.gpu().is_none());
+    assert!(engine.gpu_staging().is_none());
+    let fake = DevicePtr {
+        addr: 0x7000_0000,
+        ordinal: 0,
+    };
+    // SAFETY: refused before anything touches the address.
+    let err = unsafe { engine.register_device(fake, 4096) }.unwrap_err();
+    assert!(matches!(err, EngineError::Unsupported(_)), "{err:?}");
+    assert!(err.to_string().contains("no GPU runtime"), "{err}");
+
+    let gpu = HostBackedTestGpu::new(Duration::ZERO);
+    let engine = builder(&server).gpu(as_dyn(&gpu)).build().unwrap();
+    let dev = gpu.alloc_device(0, 4096).unwrap();
+    // A range running past the allocation, and host memory, are not device memory.
+    // SAFETY: refused before anything touches the addresses.
+    let past = unsafe { engine.register_device(dev, 8192) }.unwrap_err();
+    assert!(matches!(past, EngineError::Config(_)), "{past:?}");
+    let host = [0u8; 16];
+    let host_ptr = DevicePtr {
+        addr: host.as_ptr() as u64,
+        ordinal: 0,
+    };
+    // SAFETY: as above.
+    let err = unsafe { engine.register_device(host_ptr, 16) }.unwrap_err();
+    assert!(matches!(err, EngineError::Config(_)), "{err:?}");
+    drop(engine);
+    // SAFETY: never registered.
+    unsafe { gpu.free_device(dev) }.unwrap();
+}

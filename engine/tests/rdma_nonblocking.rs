@@ -1,0 +1,469 @@
+//! Pairing and hipobj-rc-v2 exchanges run off the worker thread: an endpoint that accepts the
+//! pairing request (or a PREPARE) and never answers it does not hold up the worker's other
+//! operations, and `Fabric::Auto` (the default) sends its ops over HTTP after a short wait.
+//! Also: an op aborted at its deadline while its v2 exchange is granted has its window closed,
+//! so the server's late RDMA WRITE is refused and no byte of the buffer changes.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use engine::soft::{
+    Access, QpCaps, RemoteAddr, RtrAttr, RtsAttr, SendOp, SendWr, Sge, SoftDevice, SoftPath,
+    WcStatus, WorkCompletion,
+};
+use engine::{Dialect, Engine, EngineBuilder, Fabric, Placement, RegisterOptions, RetryPolicy};
+use ring_api::opcode::{Head, Put, RangeGet};
+use ring_api::{BufSlice, Cqe, DataPath, ErrorCode};
+use s3_lite::credentials::Credentials;
+use s3_lite::rdma::RcToken;
+
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 13 + (i >> 8)) as u8).collect()
+}
+
+/// One request head: the request line under `:line`, then lower-cased headers.
+fn head_of(s: &mut TcpStream) -> Option<HashMap<String, String>> {
+    let mut raw = Vec::new();
+    let mut b = [0u8; 1];
+    while !raw.ends_with(b"\r\n\r\n") {
+        if s.read(&mut b).ok()? == 0 {
+            return None;
+        }
+        raw.push(b[0]);
+    }
+    let text = String::from_utf8(raw).ok()?;
+    let mut lines = text.split("\r\n");
+    let mut h = HashMap::new();
+    h.insert(":line".to_owned(), lines.next()?.to_owned());
+    for l in lines.filter(|l| !l.is_empty()) {
+        let (n, v) = l.split_once(':')?;
+        h.insert(n.trim().to_ascii_lowercase(), v.trim().to_owned());
+    }
+    Some(h)
+}
+
+fn answer(s: &mut TcpStream, status: u16, headers: &[(&str, String)], body: &[u8]) {
+    let mut out = format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\n", body.len());
+    for (n, v) in headers {
+        out.push_str(&format!("{n}: {v}\r\n"));
+    }
+    out.push_str("\r\n");
+    let _ = s.write_all(out.as_bytes());
+    let _ = s.write_all(body);
+}
+
+/// What the fake server saw.
+#[derive(Default)]
+struct Seen {
+    /// Requests it holds without answering (pairing / stalled PREPARE).
+    held: AtomicUsize,
+    /// Held connections the client closed.
+    held_closed: AtomicUsize,
+    /// Objects stored by PUT.
+    puts: Mutex<HashMap<String, Vec<u8>>>,
+}
+
+/// Holds `s` without answering until the client closes it.
+fn hold(mut s: TcpStream, seen: &Seen) {
+    seen.held.fetch_add(1, Ordering::SeqCst);
+    let mut b = [0u8; 64];
+    while matches!(s.read(&mut b), Ok(n) if n > 0) {}
+    seen.held_closed.fetch_add(1, Ordering::SeqCst);
+}
+
+/// A plain S3 answer for GET (with a range), HEAD and PUT.
+fn plain(s: &mut TcpStream, h: &HashMap<String, String>, data: &[u8], seen: &Seen) -> bool {
+    let line = &h[":line"];
+    let path = line.split(' ').nth(1).unwrap_or("").to_owned();
+    if line.starts_with("GET ") {
+        let range = h.get("range").cloned().unwrap_or_default();
+        let (a, b) = range.trim_start_matches("bytes=").split_once('-').unwrap();
+        let (a, b): (usize, usize) = (a.parse().unwrap(), b.parse().unwrap());
+        let cr = format!("bytes {a}-{b}/{}", data.len());
+        answer(s, 206, &[("Content-Range", cr)], &data[a..=b]);
+    } else if line.starts_with("HEAD ") {
+        let out = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nETag: \"h\"\r\n\r\n",
+            data.len()
+        );
+        let _ = s.write_all(out.as_bytes());
+    } else if line.starts_with("PUT ") {
+        let n: usize = h["content-length"].parse().unwrap();
+        let mut body = vec![0u8; n];
+        if s.read_exact(&mut body).is_err() {
+            return false;
+        }
+        seen.puts.lock().unwrap().insert(path, body);
+        answer(s, 200, &[("ETag", "\"p\"".to_owned())], b"");
+    } else {
+        answer(s, 400, &[], b"");
+    }
+    true
+}
+
+/// Serves `serve` on every connection of a fresh listener.
+fn server(serve: impl Fn(TcpStream) + Send + Sync + 'static) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    let serve = Arc::new(serve);
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let f = Arc::clone(&serve);
+            std::thread::spawn(move || f(s));
+        }
+    });
+    a
+}
+
+/// A plain S3 server whose connect route accepts the pairing request and never answers.
+fn black_hole_pairing(data: Arc<Vec<u8>>, seen: Arc<Seen>) -> SocketAddr {
+    server(move |mut s| {
+        while let Some(h) = head_of(&mut s) {
+            if h[":line"].starts_with("POST /.hipobj/rc/connect") {
+                hold(s, &seen);
+                return;
+            }
+            if !plain(&mut s, &h, &data, &seen) {
+                return;
+            }
+        }
+    })
+}
+
+fn builder(addr: SocketAddr) -> EngineBuilder {
+    Engine::builder()
+        .endpoint_url(format!("http://{addr}"))
+        .credentials(Credentials::new("k", "s"))
+        .region("us-east-1")
+        .placement(Placement::Workers(1))
+        .connections_per_worker(4)
+        .retry(RetryPolicy::new(
+            1,
+            Duration::from_millis(5),
+            Duration::from_millis(20),
+        ))
+}
+
+/// Waits for `n` completions (at most `limit`), returning them by `user_data`.
+fn reap(q: &mut engine::Queue, n: usize, limit: Duration) -> HashMap<u64, Cqe> {
+    let end = Instant::now() + limit;
+    let mut got = HashMap::new();
+    while got.len() < n && Instant::now() < end {
+        q.wait(1, Some(Duration::from_millis(20)));
+        for c in q.completion() {
+            got.insert(c.user_data(), c);
+        }
+    }
+    got
+}
+
+#[test]
+fn auto_is_the_default() {
+    assert_eq!(Fabric::default(), Fabric::Auto);
+}
+
+/// `Auto` (the default, not set here) against an endpoint whose pairing hangs: range-gets, a
+/// PUT and a HEAD of the same worker all complete over HTTP well under a second, byte-exact,
+/// while the pairing request is still held; a second batch does not wait at all.
+#[test]
+fn hanging_pairing_does_not_hold_up_http_ops() {
+    let data = Arc::new(pattern(600_000));
+    let seen = Arc::new(Seen::default());
+    let addr = black_hole_pairing(Arc::clone(&data), Arc::clone(&seen));
+    let engine = builder(addr).build().unwrap();
+    let buf = engine
+        .register_host(1 << 20, RegisterOptions::pageable())
+        .unwrap();
+    let src = engine
+        .register_host(64 * 1024, RegisterOptions::pageable())
+        .unwrap();
+    let payload = pattern(50_000);
+    engine.copy_in(src, 0, &payload).unwrap();
+    let obj = engine.object("bkt", "obj").unwrap();
+    let out = engine.object("bkt", "new").unwrap();
+    let mut q = engine.queue(16).unwrap();
+
+    for round in 0..2u64 {
+        let t = Instant::now();
+        let base = round * 10;
+        for i in 0..3u64 {
+            let off = i * 100_000 + round * 7;
+            q.push(
+                &RangeGet::new(obj, off, BufSlice::new(buf, i * 100_000, 90_000))
+                    .user_data(base + i)
+                    .build(),
+            )
+            .unwrap();
+        }
+        q.push(
+            &Put::new(out, BufSlice::new(src, 0, payload.len() as u64))
+                .user_data(base + 3)
+                .build(),
+        )
+        .unwrap();
+        q.push(&Head::new(obj).user_data(base + 4).build()).unwrap();
+        let got = reap(&mut q, 5, Duration::from_secs(10));
+        let took = t.elapsed();
+        assert_eq!(got.len(), 5, "round {round}: {got:?}");
+        assert!(
+            took < Duration::from_secs(1),
+            "round {round}: ops took {took:?} while pairing hangs"
+        );
+        for i in 0..5 {
+            let c = got[&(base + i)];
+            assert!(c.is_ok(), "round {round} op {i}: {c:?}");
+            assert_eq!(c.path(), Some(DataPath::Http), "round {round} op {i}");
+        }
+        for i in 0..3u64 {
+            let off = (i * 100_000 + round * 7) as usize;
+            let want = &data[off..off + 90_000];
+            let start = i * 100_000;
+            let have = engine.read(buf, start, 90_000).unwrap();
+            assert!(*have == *want, "round {round} range {i} bytes");
+        }
+        assert_eq!(got[&(base + 4)].aux(), data.len() as u64, "HEAD size");
+        assert_eq!(
+            seen.puts.lock().unwrap().get("/bkt/new"),
+            Some(&payload),
+            "round {round}: stored object"
+        );
+    }
+    // One pairing tried, still held (it is bounded by 5 s on its own thread).
+    assert_eq!(seen.held.load(Ordering::SeqCst), 1);
+    assert_eq!(seen.held_closed.load(Ordering::SeqCst), 0);
+}
+
+/// hipobj-rc-v2: PREPAREs naming `stall` are held unanswered; the others are refused (`501`),
+/// so those ops go over HTTP. A stalled PREPARE does not block the worker's other ops; at its
+/// deadline the stalled op ends `TimedOut` and its exchange connection is closed.
+#[test]
+fn stalled_prepare_does_not_block_other_ops() {
+    let data = Arc::new(pattern(400_000));
+    let seen = Arc::new(Seen::default());
+    let (d, sn) = (Arc::clone(&data), Arc::clone(&seen));
+    let addr = server(move |mut s| {
+        while let Some(h) = head_of(&mut s) {
+            if h[":line"].starts_with("POST /.hipobj-rc/prepare") {
+                if h.values().any(|v| v.contains("stall")) {
+                    hold(s, &sn);
+                    return;
+                }
+                answer(
+                    &mut s,
+                    501,
+                    &[("X-Amz-Rdma-Protocol-Status", "unsupported".to_owned())],
+                    b"",
+                );
+            } else if !plain(&mut s, &h, &d, &sn) {
+                return;
+            }
+        }
+    });
+    let engine = builder(addr)
+        .fabric(Fabric::Soft)
+        .dialect(Dialect::RcV2)
+        .build()
+        .unwrap();
+    let buf = engine
+        .register_host(1 << 20, RegisterOptions::pageable())
+        .unwrap();
+    let stall = engine.object("bkt", "stall").unwrap();
+    let fine = engine.object("bkt", "fine").unwrap();
+    let mut q = engine.queue(16).unwrap();
+
+    let t0 = Instant::now();
+    q.push(
+        &RangeGet::new(stall, 0, BufSlice::new(buf, 0, 100_000))
+            .user_data(1)
+            .deadline_ns(Duration::from_secs(2).as_nanos() as u64)
+            .build(),
+    )
+    .unwrap();
+    while seen.held.load(Ordering::SeqCst) == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "PREPARE never came");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let t = Instant::now();
+    for i in 0..3u64 {
+        q.push(
+            &RangeGet::new(
+                fine,
+                1000 * i,
+                BufSlice::new(buf, 200_000 * (i + 1), 100_000),
+            )
+            .user_data(10 + i)
+            .build(),
+        )
+        .unwrap();
+    }
+    q.push(&Head::new(fine).user_data(20).build()).unwrap();
+    let got = reap(&mut q, 4, Duration::from_secs(10));
+    let took = t.elapsed();
+    assert_eq!(got.len(), 4, "{got:?}");
+    assert!(!got.contains_key(&1), "the stalled op ended early: {got:?}");
+    assert!(took < Duration::from_secs(1), "ops took {took:?}");
+    for i in 0..3u64 {
+        let c = got[&(10 + i)];
+        assert!(c.is_ok(), "{c:?}");
+        assert_eq!(c.path(), Some(DataPath::Http));
+        let off = (1000 * i) as usize;
+        let have = engine.read(buf, 200_000 * (i + 1), 100_000).unwrap();
+        assert!(*have == data[off..off + 100_000], "range {i} bytes");
+    }
+    assert!(got[&20].is_ok());
+
+    // The stalled op ends at its deadline; its exchange's connection is shut down.
+    let got = reap(&mut q, 1, Duration::from_secs(10));
+    let c = got[&1];
+    assert_eq!(c.error_code(), Some(ErrorCode::TimedOut), "{c:?}");
+    let waited = t0.elapsed();
+    assert!(waited < Duration::from_secs(4), "deadline held: {waited:?}");
+    let t = Instant::now();
+    while seen.held_closed.load(Ordering::SeqCst) == 0 {
+        assert!(t.elapsed() < Duration::from_secs(2), "exchange not closed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A v2 server grants PREPARE and takes READY, then stalls until the client's op has ended
+/// (deadline), and only then RDMA-WRITEs the object into the window it was granted: the write
+/// must be refused and the buffer left as it was.
+#[test]
+fn aborted_v2_window_refuses_a_late_write() {
+    let data = Arc::new(pattern(200_000));
+    let status: Arc<Mutex<Option<WcStatus>>> = Arc::new(Mutex::new(None));
+    let ready = Arc::new(AtomicUsize::new(0));
+    let go = Arc::new(AtomicUsize::new(0));
+    let (d, st, rd, g) = (
+        Arc::clone(&data),
+        Arc::clone(&status),
+        Arc::clone(&ready),
+        Arc::clone(&go),
+    );
+    let addr = server(move |mut s| {
+        let dev = SoftDevice::new(Ipv4Addr::LOCALHOST);
+        let soft = dev
+            .listen(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+            .unwrap();
+        let pd = dev.alloc_pd();
+        let cq = dev.create_cq();
+        let qp = dev.create_qp(&pd, &cq, &cq, QpCaps::default());
+        let mut staging = None;
+        let mut cookie = 0u32;
+        while let Some(h) = head_of(&mut s) {
+            let line = h[":line"].clone();
+            if line.starts_with("POST /.hipobj-rc/prepare") {
+                let client = RcToken::decode(&h["x-amz-rdma-token"]).unwrap();
+                let psn = u32::from_str_radix(&h["x-amz-rdma-psn"], 16).unwrap();
+                cookie = u32::from_str_radix(&h["x-amz-rdma-cookie"], 16).unwrap();
+                let size: usize = h["x-amz-rdma-size"].parse().unwrap();
+                let off: usize = h["x-amz-rdma-offset"].parse().unwrap();
+                qp.modify_to_init(Access::NONE).unwrap();
+                let mr = pd.register_owned(size, Access::LOCAL_WRITE).unwrap();
+                mr.write(0, &d[off..off + size]).unwrap();
+                qp.modify_to_rtr(&RtrAttr::from_token(&client, psn, SoftPath::Accept))
+                    .unwrap();
+                qp.modify_to_rts(&RtsAttr::new(0x00_4242)).unwrap();
+                let tok = qp.local_token(None).unwrap();
+                let r = [
+                    ("x-amz-rdma-protocol", "hipobj-rc-v2".to_owned()),
+                    ("x-amz-rdma-reply", format!("200:{}", tok.encode())),
+                    (
+                        "x-amz-rdma-session",
+                        "0123456789abcdef0123456789abcdef".to_owned(),
+                    ),
+                    ("x-amz-rdma-psn", "004242".to_owned()),
+                    ("x-amz-rdma-qpn", format!("{:x}", tok.qpn)),
+                    ("x-amz-rdma-soft-addr", soft.to_string()),
+                ];
+                answer(&mut s, 200, &r, b"");
+                staging = Some(mr);
+            } else if line.starts_with("POST /.hipobj-rc/ready") {
+                rd.store(1, Ordering::SeqCst);
+                // Stall until the test says the client has given up on this op.
+                while g.load(Ordering::SeqCst) == 0 {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                let mr = staging.as_ref().unwrap();
+                let dst = RemoteAddr {
+                    addr: u64::from_str_radix(&h["x-amz-rdma-mr-addr"], 16).unwrap(),
+                    rkey: u32::from_str_radix(&h["x-amz-rdma-mr-rkey"], 16).unwrap(),
+                };
+                let sge = Sge {
+                    addr: mr.addr(),
+                    length: mr.len() as u32,
+                    lkey: mr.lkey(),
+                };
+                let posted = qp.post_send(&SendWr::new(1, SendOp::WriteWithImm(dst, cookie), sge));
+                let mut w = [WorkCompletion::default(); 1];
+                let end = Instant::now() + Duration::from_secs(5);
+                let got = if posted.is_ok() {
+                    loop {
+                        if cq.poll(&mut w) == 1 {
+                            break Some(w[0].status);
+                        }
+                        if Instant::now() > end {
+                            break None;
+                        }
+                        cq.wait(Duration::from_millis(50));
+                    }
+                } else {
+                    Some(WcStatus::WrFlushError)
+                };
+                *st.lock().unwrap() = got;
+                return;
+            } else if line.starts_with("POST /.hipobj-rc/cancel") {
+                answer(&mut s, 204, &[], b"");
+            } else {
+                answer(&mut s, 400, &[], b"");
+            }
+        }
+    });
+    let engine = builder(addr)
+        .fabric(Fabric::Soft)
+        .dialect(Dialect::RcV2)
+        .build()
+        .unwrap();
+    let len = 100_000usize;
+    let buf = engine
+        .register_host(1 << 20, RegisterOptions::pageable())
+        .unwrap();
+    let marker = vec![0xA5u8; len];
+    engine.copy_in(buf, 0, &marker).unwrap();
+    let obj = engine.object("bkt", "k").unwrap();
+    let mut q = engine.queue(4).unwrap();
+    q.push(
+        &RangeGet::new(obj, 1000, BufSlice::new(buf, 0, len as u64))
+            .user_data(1)
+            .deadline_ns(Duration::from_millis(600).as_nanos() as u64)
+            .build(),
+    )
+    .unwrap();
+    let got = reap(&mut q, 1, Duration::from_secs(10));
+    let c = got[&1];
+    assert_eq!(c.error_code(), Some(ErrorCode::TimedOut), "{c:?}");
+    assert_eq!(ready.load(Ordering::SeqCst), 1, "READY reached the server");
+    // The op is over; now the server writes into the window it was granted.
+    go.store(1, Ordering::SeqCst);
+    let t = Instant::now();
+    let s = loop {
+        if let Some(s) = *status.lock().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "server write never ended"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_ne!(s, WcStatus::Success, "a write after abort must be refused");
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        *engine.read(buf, 0, len as u64).unwrap() == marker[..],
+        "the aborted op's buffer changed"
+    );
+}
