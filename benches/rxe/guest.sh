@@ -37,14 +37,30 @@ done
 [ -n "$GIDX" ] || { bad "no RoCEv2 IPv4 GID on rxe0"; GIDX=1; }
 note "rxe0 up on $IP, RoCEv2 IPv4 GID index $GIDX"
 
+# The product across two VMs: `hipobj serve --fabric verbs` in the server VM, the engine's
+# matrix (both dialects, every RDMA op) in the client VM. The client says "done" on TCP 18700.
+GW_PORT=9000
+export HIPOBJ_TEST_ACCESS=gwtestkey HIPOBJ_TEST_SECRET=gwtestsecret/abcdef0123456789
 if [ $ROLE = server ]; then
   timeout 120 $BIN/verbs_rc_peer server 18600 rxe0 | tee /tmp/peer.txt
   grep -q VERBS_PEER_SERVER_OK /tmp/peer.txt || bad "verbs_rc_peer server"
+  mkdir -p /tmp/gwroot
+  timeout 400 $BIN/hipobj serve --fabric verbs --rdma-device rxe0 --listen $IP:$GW_PORT --root /tmp/gwroot \
+      --access-key $HIPOBJ_TEST_ACCESS --secret-key $HIPOBJ_TEST_SECRET > /tmp/serve.txt 2>&1 & GW=$!
+  listening $GW_PORT || bad "hipobj serve --fabric verbs did not listen"; cat /tmp/serve.txt
+  timeout 380 /run/busybox nc -l -p 18700 > /dev/null || bad "no 'done' from the client VM"
+  kill $GW 2>/dev/null; wait $GW 2>/dev/null
+  note "gateway log:"; cat /tmp/serve.txt
   finish
 elif [ $ROLE = client ]; then
   for i in $(seq 60); do ping -c1 -W1 192.0.2.1 >/dev/null 2>&1 && break; done
   timeout 120 $BIN/verbs_rc_peer client 192.0.2.1:18600 rxe0 | tee /tmp/peer.txt
   grep -q VERBS_PEER_CLIENT_OK /tmp/peer.txt || bad "verbs_rc_peer client"
+  for i in $(seq 120); do (echo > /dev/tcp/192.0.2.1/$GW_PORT) 2>/dev/null && break; sleep 0.5; done
+  ENGINE_TEST_NIC=rxe0 HIPOBJ_VERBS_GATEWAY=192.0.2.1:$GW_PORT RUST_BACKTRACE=1 \
+    timeout 300 $BIN/rdma_matrix --ignored --nocapture --test-threads=1 \
+      verbs_rc_persistent_all_ops verbs_rc_v2_all_ops || bad "rdma_matrix across two VMs"
+  echo done > /dev/tcp/192.0.2.1/18700 || bad "could not tell the server VM we are done"
   finish
 fi
 
@@ -61,6 +77,9 @@ timeout 120 $BIN/verbs_rc_peer client 127.0.0.1:18600 rxe0 2>&1 | tee /tmp/peer-
 wait $SRV; cat /tmp/peer-srv.txt
 grep -q VERBS_PEER_CLIENT_OK /tmp/peer-cli.txt || bad "verbs_rc_peer client"
 grep -q VERBS_PEER_SERVER_OK /tmp/peer-srv.txt || bad "verbs_rc_peer server"
+# The product in one VM: engine + in-process gateway, both dialects, every RDMA op, verbs.
+timeout 300 $BIN/rdma_matrix --ignored --nocapture --test-threads=1 \
+    verbs_rc_persistent_all_ops verbs_rc_v2_all_ops || bad "rdma_matrix over verbs"
 note "engine correctness tests took $(awk "BEGIN{print $(now) - $T}")s"
 
 # Same VM, same sizes: our RC WRITE goodput, then ib_write_bw's, twice over (interleaved, so a
@@ -70,6 +89,9 @@ T=$(now)
 for rep in 1 2; do
   $BIN/verbs_rxe --ignored --nocapture --test-threads=1 rc_write_goodput > /tmp/ours.txt 2>&1 || { bad "verbs_rxe goodput"; cat /tmp/ours.txt; }
   grep -o 'VERBS_WRITE_BW .*' /tmp/ours.txt | tee -a $OUT/ours.txt
+  # The whole product path: engine RANGE_GETs, rc-persistent, in-process gateway RDMA-WRITEs.
+  timeout 300 $BIN/rdma_matrix --ignored --nocapture --test-threads=1 verbs_get_goodput > /tmp/get.txt 2>&1 || { bad "rdma_matrix goodput"; cat /tmp/get.txt; }
+  grep -o 'VERBS_GET_BW .*' /tmp/get.txt | tee -a $OUT/ours.txt
   for s in 65536:$N64 1048576:$N1M; do
     size=${s%:*}; n=${s#*:}
     timeout 300 ib_write_bw -d rxe0 -x $GIDX -s $size -n $n -F > /tmp/srv.txt 2>&1 & SRV=$!

@@ -85,11 +85,13 @@ log "guest kernel $KVER"
 log "building engine verbs tests ($PROFILE)"
 BUILD_LOG="$WORK/cargo.log"
 { (cd "$REPO" && cargo test -p engine --profile "$PROFILE" --test verbs_rxe --test verbs_probe --no-run \
-      --message-format=json) && (cd "$REPO" && cargo build -p engine --profile "$PROFILE" \
-      --example verbs_rc_peer --message-format=json); } 2> "$BUILD_LOG" > "$WORK/cargo.json" \
-  || { tail -20 "$BUILD_LOG"; fatal "cargo build failed"; }
+      --message-format=json) && (cd "$REPO" && cargo test -p hipobj-gateway --profile "$PROFILE" \
+      --test rdma_matrix --no-run --message-format=json) && (cd "$REPO" && cargo build -p engine \
+      --profile "$PROFILE" --example verbs_rc_peer --message-format=json) && (cd "$REPO" && \
+      cargo build -p hipobj-cli --profile "$PROFILE" --bin hipobj --message-format=json); } \
+  2> "$BUILD_LOG" > "$WORK/cargo.json" || { tail -20 "$BUILD_LOG"; fatal "cargo build failed"; }
 BIN="$WORK/bin"; rm -rf "$BIN"; mkdir -p "$BIN"
-for name in verbs_rxe verbs_probe verbs_rc_peer; do
+for name in verbs_rxe verbs_probe verbs_rc_peer rdma_matrix hipobj; do
   exe=$(python3 -c '
 import json, sys
 for line in open(sys.argv[1]):
@@ -157,7 +159,7 @@ vm() {
     < /dev/null > "$WORK/vm-$name.log" 2>&1
 }
 guest_ok() { [ "$(cat "$WORK/out-$1/status" 2>/dev/null)" = 0 ] && grep -q LANE_GUEST_OK "$WORK/vm-$1.log"; }
-show() { grep -E '^\[vm |LANE_|test result|^test |diagnosis|VERBS_|IB_WRITE_BW|verified|panicked|device rxe0|^(server|client):|verbs_rc_peer' "$WORK/vm-$1.log" | sed "s/^/  $1 | /"; }
+show() { grep -E '^\[vm |LANE_|test result|^test |diagnosis|VERBS_|IB_WRITE_BW|verified|panicked|device rxe0|^(server|client):|verbs_rc_peer|^rdma: |^listening|hipobj serve' "$WORK/vm-$1.log" | sed "s/^/  $1 | /"; }
 
 log "phase 1: one VM ($ACCEL, $SMP vCPU, $MEM MiB)"
 P1=$(date +%s.%N)
@@ -188,6 +190,13 @@ for size in 65536 1048576; do
     echo "LANE_RATIO size=$size ours_MiBps=$ours ib_write_bw_MiBps=$ref ratio=$(awk -v a="$ours" -v b="$ref" 'BEGIN{printf "%.2f", (b > 0 ? a / b : 0)}')"
   else
     echo "LANE_RATIO size=$size missing (ours='$ours' ib_write_bw='$ref')"; PASS=1
+  fi
+  # The product path: engine RANGE_GET (HTTP request + gateway RDMA WRITE) vs ib_write_bw.
+  get=$(sed -n "s/^VERBS_GET_BW size=$size .*MiBps=\([0-9.]*\).*/\1/p" "$OUT/ours.txt" 2>/dev/null | sort -g | tail -n1)
+  if [ -n "$get" ] && [ -n "$ref" ]; then
+    echo "LANE_GET_RATIO size=$size get_MiBps=$get ib_write_bw_MiBps=$ref ratio=$(awk -v a="$get" -v b="$ref" 'BEGIN{printf "%.2f", (b > 0 ? a / b : 0)}')"
+  else
+    echo "LANE_GET_RATIO size=$size missing (get='$get' ib_write_bw='$ref')"; PASS=1
   fi
 done
 log "RESULT: $([ $PASS = 0 ] && echo PASS || echo FAIL) (total $(t)s)"

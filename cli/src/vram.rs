@@ -230,8 +230,9 @@ impl Seek for VramReader<'_> {
 
 /// UploadPart from VRAM, verified: `len` bytes of `image` from `off` become one multipart
 /// object in parts of `part_size`, each part read out of VRAM (device → host copy) by the
-/// control-plane client's UploadPart (the engine has no UploadPart operation yet); then the
-/// object is read back through the engine into `host` and compared.
+/// control-plane client's UploadPart (this check predates the engine's own UploadPart op, which
+/// stages device sources like PUT: `engine/tests/gpu_staging.rs`); then the object is read back
+/// through the engine into `host` and compared.
 #[allow(clippy::too_many_arguments)]
 pub fn upload_parts_from_vram(
     engine: &engine::Engine,

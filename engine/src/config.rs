@@ -117,6 +117,7 @@ pub struct EngineBuilder {
     pub(crate) quickack: bool,
     pub(crate) fabric: crate::fabric::rdma::Fabric,
     pub(crate) dialect: crate::fabric::rdma::Dialect,
+    pub(crate) verbs_device: Option<String>,
     pub(crate) dc_provider: Option<std::sync::Arc<dyn crate::fabric::rdma::DcTokenProvider>>,
     pub(crate) gpu: Option<std::sync::Arc<dyn crate::gpu::GpuRuntime>>,
     pub(crate) gpu_coalesce_limit: u64,
@@ -140,6 +141,7 @@ impl Default for EngineBuilder {
             quickack: true,
             fabric: crate::fabric::rdma::Fabric::default(),
             dialect: crate::fabric::rdma::Dialect::default(),
+            verbs_device: None,
             dc_provider: None,
             gpu: None,
             gpu_coalesce_limit: crate::gpu::DEFAULT_COALESCE_LIMIT,
@@ -231,17 +233,26 @@ impl EngineBuilder {
         self
     }
 
-    /// Which data path carries payloads: `Fabric::Auto` (default: soft when the endpoint
-    /// pairs, learned once per worker and endpoint, pairing off the worker thread), `Fabric::Soft`
-    /// (RDMA over the soft fabric through the `rc-persistent` connect route, with per-request
-    /// HTTP fallback) or `Fabric::Http` (payloads in the HTTP body only).
+    /// Which data path carries payloads: `Fabric::Auto` (default: RDMA when the endpoint pairs,
+    /// learned once per worker and endpoint, pairing off the worker thread; verbs when this host
+    /// has an RDMA device, else the soft fabric), `Fabric::Soft` (RDMA over the soft fabric,
+    /// per-request HTTP fallback), `Fabric::Verbs` (RDMA over libibverbs, see
+    /// [`EngineBuilder::verbs_device`]) or `Fabric::Http` (payloads in the HTTP body only).
     #[must_use]
     pub fn fabric(mut self, fabric: crate::fabric::rdma::Fabric) -> Self {
         self.fabric = fabric;
         self
     }
 
-    /// Which RDMA dialect the soft fabric speaks when `fabric` is `Soft` or `Auto`:
+    /// The RDMA device `Fabric::Verbs` / `Fabric::Auto` use (a libibverbs device name such as
+    /// `mlx5_0`, `bnxt_re0`, `ionic_0` or `rxe0`); default: the first one listed.
+    #[must_use]
+    pub fn verbs_device(mut self, name: impl Into<String>) -> Self {
+        self.verbs_device = Some(name.into());
+        self
+    }
+
+    /// Which RDMA dialect the client speaks when `fabric` is not `Http`:
     /// `Dialect::RcPersistent` (default; pairs once, one round trip per op) or `Dialect::RcV2`
     /// (`hipobj-rc-v2`: PREPARE / READY per op, as the Ceph fork, versitygw and elbencho
     /// serve; its two round trips block the worker, bounded by the op's deadline). A server

@@ -126,7 +126,8 @@ pub(crate) fn dispatch_with(
         } => (object, OpKind::RangeGet { offset }, Some(dst), true),
         Op::Head { object } => (object, OpKind::Head, None, false),
         Op::Put { object, src } => (object, OpKind::Put, Some(src).filter(|s| s.len > 0), false),
-        // Multipart requests travel with the kind `Head` (see `OpKind`) and their own step.
+        // Multipart control steps travel with the kind `Head` (no payload) and their step; an
+        // UploadPart is a `Put` of its source (the RDMA dialects name the part, see `OpKind`).
         Op::CreateMultipart { object } => {
             mp = Some(MultipartReq::Create);
             (object, OpKind::Head, None, false)
@@ -138,7 +139,7 @@ pub(crate) fn dispatch_with(
             src,
         } => {
             mp = Some(MultipartReq::Part(upload, part.get()));
-            (object, OpKind::Head, Some(src).filter(|s| s.len > 0), false)
+            (object, OpKind::Put, Some(src).filter(|s| s.len > 0), false)
         }
         Op::CompleteMultipart {
             object,
@@ -320,7 +321,8 @@ mod tests {
         ) else {
             panic!("part should start")
         };
-        assert!(part.sends_source() && part.may_retry && !part.head_only());
+        assert!(part.kind == OpKind::Put && part.may_retry && !part.head_only());
+        assert_eq!(part.part_target().map(|(_, n)| n), Some(2));
         assert_eq!(part.buf_len(), 10);
         table.record_part(up, 2, "\"e\"").unwrap();
         // Part 1 was never uploaded.

@@ -112,6 +112,8 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
             stats: Default::default(),
         }),
     });
+    // One verbs device for the engine (each worker's client makes its own QPs on it).
+    let verbs = crate::fabric::rdma::open_verbs(b.fabric, b.verbs_device.as_deref());
     let mut workers = Vec::with_capacity(cores.len());
     for (i, core) in cores.into_iter().enumerate() {
         let fabric = HttpFabric::new(
@@ -125,6 +127,7 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
         .with_rdma(
             crate::fabric::rdma::RdmaClient::new(
                 b.fabric,
+                verbs.clone(),
                 addr,
                 endpoint.clone(),
                 Arc::clone(&signer),

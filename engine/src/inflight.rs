@@ -15,12 +15,12 @@ use crate::memory::LeaseGuard;
 
 /// What an operation does on the wire.
 ///
-/// Multipart operations carry [`InFlight::multipart`] and, for now, the kind `Head`: the
-/// RDMA dialects match this enum exhaustively and must never take a multipart request (a
-/// hipobj-rc-v2 `Put` would write the part as the whole object), and `Head` is the one kind
-/// they leave to plain HTTP. The HTTP fabric asks [`InFlight::head_only`] and
-/// [`InFlight::sends_source`] rather than comparing kinds, so the shape of a multipart
-/// request comes from `multipart`. (Own variants once the RDMA code handles them.)
+/// Multipart operations carry [`InFlight::multipart`] (their step and upload). An UploadPart
+/// is a `Put` of its leased source: the RDMA dialects move it like a PUT and name the part
+/// from [`InFlight::part_target`] (the `rc-persistent` request is the UploadPart request
+/// itself; hipobj-rc-v2 puts `?uploadId=…&partNumber=N` in its target). The control steps
+/// (create, complete, abort) travel as `Head`, the kind every dialect leaves to HTTP. The
+/// HTTP fabric asks [`InFlight::head_only`] rather than comparing kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum OpKind {
     /// Whole object into the leased destination (its length is the capacity).
@@ -129,11 +129,21 @@ impl InFlight {
         self.kind == OpKind::Head && self.multipart.is_none()
     }
 
-    /// Whether the request body is the leased source (PUT, UploadPart) when sent over HTTP.
-    pub(crate) fn sends_source(&self) -> bool {
+    /// `(upload handle, part number)` of an UploadPart (where its ETag is recorded).
+    pub(crate) fn part_handle(&self) -> Option<(ring_api::UploadHandle, u32)> {
         match &self.multipart {
-            Some(m) => matches!(m, MultipartOp::Part { .. }),
-            None => self.kind == OpKind::Put,
+            Some(MultipartOp::Part { upload, part, .. }) => Some((*upload, *part)),
+            _ => None,
+        }
+    }
+
+    /// `(upload id, part number)` of an UploadPart.
+    pub(crate) fn part_target(&self) -> Option<(&str, u32)> {
+        match &self.multipart {
+            Some(MultipartOp::Part {
+                upload_id, part, ..
+            }) => Some((upload_id, *part)),
+            _ => None,
         }
     }
 

@@ -568,3 +568,66 @@ fn device_memory_without_a_runtime_or_outside_the_device_is_refused() {
     // SAFETY: never registered.
     unsafe { gpu.free_device(dev) }.unwrap();
 }
+
+#[test]
+fn upload_part_from_vram_sends_the_device_bytes() {
+    use ring_api::opcode::{CompleteMultipart, CreateMultipart, UploadPart};
+    use ring_api::{PartNumber, UploadHandle};
+    let server = S3sFs::start();
+    server.create_bucket_dir("bkt");
+    let gpu = HostBackedTestGpu::new(Duration::from_micros(200));
+    let engine = builder(&server).gpu(as_dyn(&gpu)).build().unwrap();
+    let parts = [5usize << 20, 1_234_567];
+    let len: usize = parts.iter().sum();
+    let dev = gpu.alloc_device(0, len).unwrap();
+    let data = pattern(len, 31);
+    // SAFETY: synchronous copy into our own test-double allocation.
+    unsafe { gpu.memcpy_h2d(dev, data.as_ptr(), len) }.unwrap();
+    // SAFETY: freed after the engine is dropped. The mirror starts zeroed, so only bytes copied
+    // out of VRAM can make the stored object equal `data`.
+    let buf = unsafe { engine.register_device(dev, len) }.unwrap();
+    let obj = engine.object("bkt", "mp/from-vram").unwrap();
+    let mut q = engine.queue(16).unwrap();
+    q.push(&CreateMultipart::new(obj).user_data(100).build())
+        .unwrap();
+    let mut handle = 0;
+    reap(&mut q, 1, |c| {
+        assert!(
+            c.is_ok(),
+            "create: {:?} {:?}",
+            c.error_code(),
+            c.error_class()
+        );
+        handle = u32::try_from(c.aux()).unwrap();
+    });
+    let h = UploadHandle(handle);
+    let mut off = 0u64;
+    for (i, &n) in parts.iter().enumerate() {
+        let pn = PartNumber::new(i as u32 + 1).unwrap();
+        q.push(
+            &UploadPart::new(obj, h, pn, BufSlice::new(buf, off, n as u64))
+                .user_data(i as u64 + 1)
+                .build(),
+        )
+        .unwrap();
+        off += n as u64;
+    }
+    reap(&mut q, parts.len(), |c| {
+        assert!(c.is_ok(), "part {}: {:?}", c.user_data(), c.error_code());
+    });
+    let last = PartNumber::new(parts.len() as u32).unwrap();
+    q.push(&CompleteMultipart::new(obj, h, last).user_data(200).build())
+        .unwrap();
+    reap(&mut q, 1, |c| {
+        assert!(c.is_ok(), "complete: {:?}", c.error_code())
+    });
+    let stored = std::fs::read(server.root.path().join("bkt/mp/from-vram")).unwrap();
+    assert!(stored == data, "multipart object differs from VRAM");
+    let st = engine.gpu_staging().unwrap();
+    assert_eq!(st.ranges_from_device, parts.len() as u64);
+    assert_eq!(st.bytes_from_device, len as u64);
+    drop(q);
+    drop(engine);
+    // SAFETY: the engine is gone.
+    unsafe { gpu.free_device(dev) }.unwrap();
+}

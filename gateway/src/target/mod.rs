@@ -61,6 +61,9 @@ pub(crate) fn check_fabric(ours: RcKind, theirs: Option<&str>) -> Result<(), Api
     ));
     e.headers
         .push((s3_lite::rdma::RDMA_REPLY.to_owned(), "501".to_owned()));
+    // Names ours, so a client that can make QPs of either fabric pairs again with ours.
+    e.headers
+        .push((FABRIC_HEADER.to_owned(), ours.as_str().to_owned()));
     Err(e)
 }
 

@@ -117,13 +117,9 @@ impl Conn {
         self.rdma = rdma;
         self.verdict = None;
         self.body_sent = 0;
-        // The fabric sizes PUT bodies; a multipart request's body is decided by its step
-        // (UploadPart sends the leased source, the others none or an in-line head suffix).
-        self.body_len = match &op.multipart {
-            Some(_) if op.sends_source() && self.rdma.is_none() => op.buf_len(),
-            Some(_) => 0,
-            None => body_len,
-        };
+        // The fabric sizes PUT and UploadPart bodies (the leased source, or none when RDMA
+        // moves it); the other multipart steps send none or an in-line head suffix.
+        self.body_len = body_len;
         self.decoder = ResponseDecoder::new(Limits::default(), op.head_only());
         self.etag = None;
         self.answer.clear();

@@ -362,10 +362,15 @@ impl Fabric for HttpFabric {
     }
 
     fn path_of(&mut self, key: OpKey) -> DataPath {
-        if self.rdma.as_mut().is_some_and(|r| r.took_rdma(key)) {
-            DataPath::RdmaSoft
-        } else {
-            DataPath::Http
+        match self.rdma.as_mut() {
+            Some(r) => {
+                if r.took_rdma(key) {
+                    r.rdma_path()
+                } else {
+                    DataPath::Http
+                }
+            }
+            None => DataPath::Http,
         }
     }
 

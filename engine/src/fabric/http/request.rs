@@ -47,9 +47,14 @@ fn empty() -> PayloadHash {
 }
 
 /// The unsigned multipart request of `op`. An UploadPart body is the leased source, sent from
-/// registered memory like a PUT's (`UNSIGNED-PAYLOAD`, for the same reason); Complete's small
-/// XML part list is signed and sent in-line after the head.
-fn multipart_request(ep: &Endpoint, op: &InFlight, step: &MultipartOp) -> Result<Built, Outcome> {
+/// registered memory like a PUT's (`UNSIGNED-PAYLOAD`, for the same reason; none when `rdma`
+/// moves it); Complete's small XML part list is signed and sent in-line after the head.
+fn multipart_request(
+    ep: &Endpoint,
+    op: &InFlight,
+    step: &MultipartOp,
+    rdma: bool,
+) -> Result<Built, Outcome> {
     let (bucket, key) = (&*op.object.bucket, &*op.object.key);
     let built = match step {
         MultipartOp::Create => create_multipart_upload(ep, bucket, key, &PutOptions::default())
@@ -57,7 +62,7 @@ fn multipart_request(ep: &Endpoint, op: &InFlight, step: &MultipartOp) -> Result
         MultipartOp::Part {
             part, upload_id, ..
         } => {
-            let len = op.buf_len();
+            let len = if rdma { 0 } else { op.buf_len() };
             upload_part(ep, bucket, key, upload_id, *part, len, &[])
                 .map(|r| (r, PayloadHash::Unsigned, BodyFraming::Length(len), None))
         }
@@ -78,7 +83,7 @@ fn multipart_request(ep: &Endpoint, op: &InFlight, step: &MultipartOp) -> Result
 /// the payload moves by RDMA, so a PUT is body-less (`Content-Length: 0`).
 fn request(ep: &Endpoint, op: &InFlight, rdma: bool) -> Result<Built, Outcome> {
     if let Some(step) = &op.multipart {
-        return multipart_request(ep, op, step);
+        return multipart_request(ep, op, step, rdma);
     }
     let (bucket, key) = (&*op.object.bucket, &*op.object.key);
     let built = match op.kind {

@@ -298,6 +298,28 @@ impl RcQp {
         }
     }
 
+    /// [`RcQp::connect`] with the soft fabric's dial bounded by `within` (a verbs connect
+    /// makes no round trip: only local state changes).
+    pub fn connect_within(
+        &self,
+        peer: &RcToken,
+        rq_psn: u32,
+        sq_psn: u32,
+        path: Option<SoftPath>,
+        within: Duration,
+    ) -> Result<(), RcError> {
+        match self {
+            Self::Soft(q) => {
+                let mut rtr =
+                    soft::RtrAttr::from_token(peer, rq_psn, path.ok_or(RcError::NoSoftPath)?);
+                rtr.connect_timeout = within;
+                q.modify_to_rtr(&rtr)?;
+                Ok(q.modify_to_rts(&soft::RtsAttr::new(sq_psn))?)
+            }
+            Self::Verbs(q) => Ok(q.connect(peer, rq_psn, sq_psn)?),
+        }
+    }
+
     /// Any state `→ Err`: outstanding work is flushed; nothing more moves.
     pub fn modify_to_err(&self) {
         match self {

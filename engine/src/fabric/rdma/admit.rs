@@ -14,7 +14,7 @@ use super::{
     State, connect, rc_eligible, v2,
 };
 use crate::fabric::Outcome;
-use crate::fabric::soft::QpState;
+use crate::fabric::rc::RcKind;
 use crate::inflight::{InFlight, OpKey};
 
 impl RdmaClient {
@@ -45,7 +45,7 @@ impl RdmaClient {
             return Admit::Now;
         }
         if let State::Paired(l) = &self.state
-            && l.qp.state() == QpState::Err
+            && l.qp.is_failed()
         {
             self.state = State::Unpaired;
         }
@@ -90,7 +90,7 @@ impl RdmaClient {
             addr: self.addr,
             endpoint: self.endpoint.clone(),
             signer: Arc::clone(&self.signer),
-            local_ip: self.local_ip(),
+            home: self.home.clone(),
         };
         let p = post.clone();
         let spawned = std::thread::Builder::new()
@@ -146,8 +146,15 @@ impl RdmaClient {
             signer: Arc::clone(&self.signer),
             now,
         };
-        let ip = self.local_ip();
-        let dev = self.v2.get_or_insert_with(|| v2::V2Device::new(ip));
+        if self.v2.is_none() {
+            match v2::V2Device::new(self.home.device()) {
+                Ok(d) => self.v2 = Some(d),
+                Err(_) => return Admit::Now,
+            }
+        }
+        let Some(dev) = self.v2.as_ref() else {
+            return Admit::Now;
+        };
         let done = move |result| post.post(Msg::Exchanged { key, id, result });
         match v2::launch(job, dev, op, Instant::now() + left, done) {
             v2::Launch::Http => Admit::Now,
@@ -175,9 +182,19 @@ impl RdmaClient {
                     self.hold_ops = result.is_ok();
                     self.state = match result {
                         Ok(l) => State::Paired(Box::new(l)),
-                        Err(connect::ConnectError::Declined(_)) if self.mode == Fabric::Auto => {
-                            State::Plain
+                        // Auto on a verbs host against a soft gateway: pair again over the
+                        // soft fabric (the next op; this one's waiters go over HTTP).
+                        Err(connect::ConnectError::OtherFabric(RcKind::Soft))
+                            if self.mode == Fabric::Auto && self.home.kind() != RcKind::Soft =>
+                        {
+                            self.home = connect::Home::Soft(self.local_ip());
+                            self.v2 = None;
+                            State::Unpaired
                         }
+                        Err(
+                            connect::ConnectError::Declined(_)
+                            | connect::ConnectError::OtherFabric(_),
+                        ) if self.mode == Fabric::Auto => State::Plain,
                         Err(_) => State::RetryAt(Instant::now() + RETRY_PAIR),
                     };
                     events.extend(self.waiters.drain(..).map(Event::Resume));

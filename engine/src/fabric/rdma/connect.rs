@@ -1,5 +1,6 @@
-//! The pairing of `rc-persistent`: a soft QP set up and paired with the server through one
-//! signed `POST /.hipobj/rc/connect`.
+//! The pairing of `rc-persistent`: an RC QP (soft fabric or verbs, [`Home`]) set up and paired
+//! with the server through one signed `POST /.hipobj/rc/connect`, which names our fabric in
+//! `x-amz-rdma-fabric` (a gateway of the other fabric declines, naming its own).
 //!
 //! Runs once per worker and endpoint (and again after the connection failed) on a short-lived
 //! pairing thread of its own (`RdmaClient` spawns it, `offload` carries the result back to the
@@ -8,6 +9,8 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+
+use crate::fabric::rc::{Access, RcCaps, RcCq, RcDevice, RcKind, RcPd, RcQp, SoftPath};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,10 +22,6 @@ use s3_lite::rdma::{RcToken, Reply, v2};
 use s3_lite::s3::Endpoint;
 use s3_lite::sigv4::{PayloadHash, Signer};
 
-use crate::fabric::soft::{
-    Access, CompletionQueue, ProtectionDomain, QpCaps, QueuePair, SoftDevice, SoftPath,
-};
-
 /// The route (the gateway's `soft::CONNECT_PATH`).
 pub(crate) const CONNECT_PATH: &str = "/.hipobj/rc/connect";
 
@@ -32,7 +31,38 @@ pub(crate) struct Paired {
     pub(crate) token: RcToken,
     pub(crate) psn: u32,
     pub(crate) session: String,
-    pub(crate) soft_addr: SocketAddr,
+    /// Where our QP dials (soft fabric only).
+    pub(crate) soft_addr: Option<SocketAddr>,
+}
+
+/// Response and request header naming a QP's fabric (the gateway's `FABRIC_HEADER`).
+pub(crate) const FABRIC_HEADER: &str = "x-amz-rdma-fabric";
+
+/// Where a client's QPs live.
+#[derive(Debug, Clone)]
+pub(crate) enum Home {
+    /// The soft fabric, a device on this IPv4 address (fresh per pairing).
+    Soft(Ipv4Addr),
+    /// A verbs device, opened once for the engine.
+    Verbs(RcDevice),
+}
+
+impl Home {
+    /// The device to make QPs on.
+    pub(crate) fn device(&self) -> RcDevice {
+        match self {
+            Self::Soft(ip) => RcDevice::soft(*ip),
+            Self::Verbs(d) => d.clone(),
+        }
+    }
+
+    /// Which fabric.
+    pub(crate) fn kind(&self) -> RcKind {
+        match self {
+            Self::Soft(_) => RcKind::Soft,
+            Self::Verbs(_) => RcKind::Verbs,
+        }
+    }
 }
 
 /// Why pairing did not happen.
@@ -41,6 +71,8 @@ pub(crate) enum ConnectError {
     /// The endpoint answered but does not pair (any status other than a well-formed 200):
     /// a plain S3 server, or a gateway without a fabric.
     Declined(u16),
+    /// The gateway pairs, but only QPs of this other fabric.
+    OtherFabric(RcKind),
     /// The endpoint could not be reached or the exchange broke (try again later).
     Transport,
 }
@@ -48,15 +80,15 @@ pub(crate) enum ConnectError {
 /// The longest one pairing may take (on its own thread).
 pub(crate) const LIMIT: Duration = Duration::from_secs(5);
 
-/// A paired connection: our soft QP connected to the server's, and the session id the
-/// requests name. `Send`: built on the pairing thread, used on the worker.
+/// A paired connection: our QP connected to the server's, and the session id the requests
+/// name. `Send`: built on the pairing thread, used on the worker.
 #[derive(Debug)]
 pub(crate) struct Link {
     // Field order = drop order: the QP before the CQ and the device.
-    pub(crate) qp: QueuePair,
-    _cq: Arc<CompletionQueue>,
-    pub(crate) pd: ProtectionDomain,
-    _device: SoftDevice,
+    pub(crate) qp: RcQp,
+    _cq: RcCq,
+    pub(crate) pd: RcPd,
+    _device: RcDevice,
     pub(crate) session: String,
 }
 
@@ -66,11 +98,15 @@ pub(crate) struct Target {
     pub(crate) addr: SocketAddr,
     pub(crate) endpoint: Endpoint,
     pub(crate) signer: Arc<Signer>,
-    /// The address our soft device advertises.
-    pub(crate) local_ip: Ipv4Addr,
+    /// Where our QP lives.
+    pub(crate) home: Home,
 }
 
-/// Builds a [`Link`]: a fresh soft device, domain, CQ and QP (INIT), the signed connect
+/// Completion-queue entries of a paired QP (the client posts nothing on it; room for the
+/// flush of an error).
+const CQ_DEPTH: u32 = 16;
+
+/// Builds a [`Link`]: a domain, CQ and QP (INIT) on the home device, the signed connect
 /// exchange with the server (within `limit`), then the QP connected to the server's. Blocking:
 /// runs on the pairing thread.
 pub(crate) fn pair(
@@ -78,36 +114,32 @@ pub(crate) fn pair(
     now: s3_lite::sigv4::AmzDate,
     limit: Duration,
 ) -> Result<Link, ConnectError> {
-    let device = SoftDevice::new(target.local_ip);
-    let pd = device.alloc_pd();
-    let cq = device.create_cq();
-    let qp = device.create_qp(&pd, &cq, &cq, QpCaps::default());
     let t = ConnectError::Transport;
+    let device = target.home.device();
+    let pd = device.alloc_pd().map_err(|_| t.clone())?;
+    let cq = device.create_cq(CQ_DEPTH).map_err(|_| t.clone())?;
+    let qp = device
+        .create_qp(&pd, &cq, &cq, RcCaps::default())
+        .map_err(|_| t.clone())?;
     qp.modify_to_init(Access::REMOTE_READ | Access::REMOTE_WRITE | Access::LOCAL_WRITE)
         .map_err(|_| t.clone())?;
     let token = qp.local_token(None).map_err(|_| t.clone())?;
-    let psn = loop {
-        let p = rand::random::<u32>() & 0x00ff_ffff;
-        if p != 0 {
-            break p;
-        }
-    };
+    let psn = crate::fabric::rc::random_psn();
     let peer = exchange(
         target.addr,
         &target.endpoint,
         &target.signer,
         now,
-        &token,
-        psn,
+        (&token, psn, device.kind()),
         limit,
     )?;
-    qp.connect(
-        &peer.token,
-        peer.psn,
-        psn,
-        SoftPath::Connect(peer.soft_addr),
-    )
-    .map_err(|_| t)?;
+    // Soft: our QP dials the gateway's listener; verbs: the token's GID is the path.
+    let path = match device.kind() {
+        RcKind::Soft => Some(SoftPath::Connect(peer.soft_addr.ok_or(t.clone())?)),
+        _ => None,
+    };
+    qp.connect(&peer.token, peer.psn, psn, path)
+        .map_err(|_| t)?;
     Ok(Link {
         qp,
         _cq: cq,
@@ -117,14 +149,14 @@ pub(crate) fn pair(
     })
 }
 
-/// Sends the connect request and parses the answer, all within `limit`.
+/// Sends the connect request for `(our token, our PSN, our fabric)` and parses the answer,
+/// all within `limit`.
 fn exchange(
     addr: SocketAddr,
     endpoint: &Endpoint,
     signer: &Signer,
     now: s3_lite::sigv4::AmzDate,
-    client: &RcToken,
-    psn: u32,
+    (client, psn, fabric): (&RcToken, u32, RcKind),
     limit: Duration,
 ) -> Result<Paired, ConnectError> {
     let end = Instant::now() + limit;
@@ -135,6 +167,7 @@ fn exchange(
         .map_err(|_| ConnectError::Transport)?
         .encode();
     req.add_header(s3_lite::rdma::RDMA_PSN, psn_hex);
+    req.add_header(FABRIC_HEADER, fabric.as_str());
     req.add_header("Content-Length", "0");
     signer
         .sign_headers(&mut req, &PayloadHash::Unsigned, now)
@@ -200,11 +233,15 @@ fn read_head(s: &mut TcpStream, end: Instant) -> Result<ResponseHead, ConnectErr
     head.ok_or(ConnectError::Transport)
 }
 
-/// The pure part: a 200 with `x-amz-rdma-reply: 200:<token>`, a PSN, a session id and the
-/// soft listener address; anything else declines.
+/// The pure part: a 200 with `x-amz-rdma-reply: 200:<token>`, a PSN, a session id and (soft
+/// fabric) the listener address; a decline naming another fabric is [`ConnectError::OtherFabric`];
+/// anything else declines.
 pub(crate) fn parse(head: &ResponseHead) -> Result<Paired, ConnectError> {
     let declined = ConnectError::Declined(head.status);
     if head.status != 200 {
+        if let Some(k) = head.header(FABRIC_HEADER).and_then(RcKind::parse) {
+            return Err(ConnectError::OtherFabric(k));
+        }
         return Err(declined);
     }
     let token = match head.header(s3_lite::rdma::RDMA_REPLY).map(Reply::parse) {
@@ -223,10 +260,10 @@ pub(crate) fn parse(head: &ResponseHead) -> Result<Paired, ConnectError> {
         .map(str::trim)
         .filter(|s| s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit()))
         .ok_or(declined.clone())?;
-    let soft_addr = head
-        .header("x-amz-rdma-soft-addr")
-        .and_then(|v| v.trim().parse::<SocketAddr>().ok())
-        .ok_or(declined)?;
+    let soft_addr = match head.header("x-amz-rdma-soft-addr") {
+        Some(v) => Some(v.trim().parse::<SocketAddr>().map_err(|_| declined)?),
+        None => None,
+    };
     Ok(Paired {
         token,
         psn: psn.get(),

@@ -1,15 +1,17 @@
-//! The RDMA dialects, client side, over the soft fabric: `rc-persistent` (below) and
+//! The RDMA dialects, client side, over either RC fabric (`crate::fabric::rc`: the soft fabric
+//! or verbs, chosen by [`Fabric`]): `rc-persistent` (below) and
 //! `hipobj-rc-v2` ([`Dialect::RcV2`]: the per-op PREPARE / READY exchange in `v2`, its pure
 //! rules in `v2_wire`, entered through [`RdmaClient::exchange`]), and the cuObject request
 //! shape ([`Dialect::CuObject`]: a provider-minted DC descriptor per op, `cuobject`; no pairing,
 //! same acceptance rules; DC itself never ran here — no hardware).
 //!
 //! Per worker and endpoint ([`RdmaClient`], owned by the worker's HTTP fabric): on first use a
-//! soft QP is created and paired with the server through the signed connect route
-//! ([`connect::pair`]). Then each GET / RangeGet / PUT carries `x-amz-rdma-token` (an 88-hex RC
-//! token naming our QPN and a window: the op's exact buffer range, registered with the soft
-//! domain for this one operation) and `x-amz-rdma-session`; PUTs also carry the payload's
-//! `x-amz-checksum-crc64nvme`. The server moves the bytes with RDMA WRITE / READ and answers
+//! QP is created on the client's device (`connect::Home`: a soft device, or the engine's verbs
+//! device) and paired with the server through the signed connect route ([`connect::pair`]).
+//! Then each GET / RangeGet / PUT / UploadPart carries `x-amz-rdma-token` (an 88-hex RC token
+//! naming our QPN and a window: the op's exact buffer range, registered for this one
+//! operation — `ibv_reg_mr` on verbs, so the NIC enforces the window's bounds) and
+//! `x-amz-rdma-session`; PUTs and parts also carry the payload's `x-amz-checksum-crc64nvme`. The server moves the bytes with RDMA WRITE / READ and answers
 //! on the same HTTP exchange; [`verdict::judge`] applies the acceptance rules.
 //!
 //! Nothing here blocks the worker thread. Pairing runs on a short-lived thread of its own
@@ -25,10 +27,11 @@
 //! black-hole endpoint costs the (short) wait, and other ops of the worker never wait.
 //!
 //! Window lifetime: registered when the attempt starts, deregistered when it ends (success,
-//! failure, abort). Deregistration is the soft fabric's fence (it waits for an access in
-//! progress and refuses every later one), so a late write after a failed GET cannot land —
-//! stronger than re-keying one long-lived registration, which would also break the other
-//! operations in flight on it.
+//! failure, abort). Deregistration is the fence (the soft fabric waits for an access in
+//! progress and refuses every later one; `ibv_dereg_mr` invalidates the rkey before it
+//! returns), so a late write after a failed GET cannot land — stronger than re-keying one
+//! long-lived registration, which would also break the other operations in flight on it. The
+//! price on verbs is one `ibv_reg_mr` / `ibv_dereg_mr` per op (tens of µs on a NIC).
 //!
 //! Fallback and learning ([`Fabric`]): `Auto` pairs once; an endpoint that refuses the connect
 //! route (a plain S3 server, a gateway without fabric) is remembered as HTTP-only, so it costs
@@ -61,23 +64,49 @@ pub use self::cuobject::{DcOp, DcTokenError, DcTokenProvider};
 use self::offload::Mailbox;
 use self::verdict::Verdict;
 use super::Outcome;
-use crate::fabric::soft::{Access, MemoryRegion, ProtectionDomain, QpState};
+use crate::fabric::rc::{Access, RcDevice, RcKind, RcMr, RcPd};
 use crate::inflight::{InFlight, OpKey, OpKind};
 
 /// Which data path the engine uses for payloads (`EngineBuilder::fabric`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Fabric {
-    /// RDMA (soft fabric, `rc-persistent`) when the endpoint pairs, learned once per worker
-    /// and endpoint; HTTP otherwise (the default). Pairing runs off the worker thread, so an
-    /// unresponsive endpoint delays an op by at most 150 ms and never holds up the worker's
-    /// other operations; a plain S3 server costs one refused pairing per worker.
+    /// RDMA when the endpoint pairs, learned once per worker and endpoint; HTTP otherwise (the
+    /// default). Over verbs when this host has an RDMA device with an active port (a gateway
+    /// that serves only the soft fabric makes the client pair again over it), else over the
+    /// soft fabric. Pairing runs off the worker thread, so an unresponsive endpoint delays an
+    /// op by at most 150 ms and never holds up the worker's other operations; a plain S3
+    /// server costs one refused pairing per worker.
     #[default]
     Auto,
     /// Always try the soft fabric first (per-request HTTP fallback still applies).
     Soft,
+    /// RDMA over libibverbs (`EngineBuilder::verbs_device`, else the first device), per-request
+    /// HTTP fallback. Without libibverbs or a usable device the engine says why once (stderr)
+    /// and carries payloads over HTTP.
+    Verbs,
     /// Payloads in the HTTP body only.
     Http,
+}
+
+/// Opens the verbs device `fabric` asks for: always for `Verbs` (a failure is reported once
+/// on stderr and `None` returned: the engine then uses HTTP), quietly for `Auto` (only when a
+/// device is there; `None` means the soft fabric), never otherwise.
+pub(crate) fn open_verbs(fabric: Fabric, name: Option<&str>) -> Option<RcDevice> {
+    match fabric {
+        Fabric::Verbs => match RcDevice::open_verbs(name) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                static ONCE: std::sync::Once = std::sync::Once::new();
+                ONCE.call_once(|| {
+                    eprintln!("hipobj: rdma: {e}; payloads go over HTTP");
+                });
+                None
+            }
+        },
+        Fabric::Auto if crate::verbs::probe().is_available() => RcDevice::open_verbs(name).ok(),
+        _ => None,
+    }
 }
 
 /// Which RDMA dialect the soft fabric speaks (`EngineBuilder::dialect`), used when the fabric is
@@ -126,9 +155,8 @@ enum State {
 /// One operation's RDMA attempt.
 #[derive(Debug)]
 struct Attempt {
-    /// The soft window and its domain (`None` for cuObject: the provider owns the
-    /// registration).
-    mr: Option<(ProtectionDomain, MemoryRegion)>,
+    /// The window and its domain (`None` for cuObject: the provider owns the registration).
+    mr: Option<(RcPd, RcMr)>,
 }
 
 /// A hipobj-rc-v2 exchange running on its thread.
@@ -173,6 +201,8 @@ pub(crate) struct Prepared {
 #[derive(Debug)]
 pub(crate) struct RdmaClient {
     mode: Fabric,
+    /// Where our QPs live (soft device or the engine's verbs device).
+    home: connect::Home,
     addr: SocketAddr,
     endpoint: Endpoint,
     signer: Arc<Signer>,
@@ -186,7 +216,7 @@ pub(crate) struct RdmaClient {
     /// Consecutive declines after (re-)pairing; beyond a few, Auto stops trying.
     declines: u32,
     dialect: Dialect,
-    /// The hipobj-rc-v2 client's soft device (made on first use).
+    /// The hipobj-rc-v2 client's device and domain (made on first use).
     v2: Option<v2::V2Device>,
     /// Mints cuObject descriptors (dialect `CuObject`).
     dc: Option<Arc<dyn cuobject::DcTokenProvider>>,
@@ -207,14 +237,30 @@ pub(crate) struct RdmaClient {
 const MAX_DECLINES: u32 = 3;
 
 impl RdmaClient {
+    /// A client for `addr`; `verbs`: the engine's verbs device ([`open_verbs`]), else the
+    /// soft fabric. `Fabric::Verbs` without a device carries payloads over HTTP.
     pub(crate) fn new(
         mode: Fabric,
+        verbs: Option<RcDevice>,
         addr: SocketAddr,
         endpoint: Endpoint,
         signer: Arc<Signer>,
     ) -> Self {
+        let mode = if mode == Fabric::Verbs && verbs.is_none() {
+            Fabric::Http
+        } else {
+            mode
+        };
+        let home = match verbs {
+            Some(d) => connect::Home::Verbs(d),
+            None => connect::Home::Soft(match addr.ip() {
+                std::net::IpAddr::V4(ip) => ip,
+                std::net::IpAddr::V6(_) => Ipv4Addr::LOCALHOST,
+            }),
+        };
         Self {
             mode,
+            home,
             addr,
             endpoint,
             signer,
@@ -287,18 +333,21 @@ impl RdmaClient {
         let State::Paired(link) = &self.state else {
             return None;
         };
-        if link.qp.state() == QpState::Err {
+        if link.qp.is_failed() {
             return None;
         }
         // SAFETY: `ptr..ptr+n` is the op's leased range of a live engine registration: the
         // lease (held by `op` until its completion is staged) keeps the region's memory alive
         // and gives this op exclusive (GET) or shared read-only (PUT) use of the range; the
-        // soft registration is deregistered in `finish` / `abort`, before the lease can be
-        // released, so it never outlives the memory. The engine touches the bytes only
-        // through the lease after completion.
+        // window is deregistered in `finish` / `abort`, before the lease can be released, so
+        // it never outlives the memory. The engine touches the bytes only through the lease
+        // after completion.
         #[allow(unsafe_code)]
-        let mr = unsafe { link.pd.register_raw(ptr, n, access) };
-        let token = link.qp.local_token(Some((&mr, 0, len))).ok()?;
+        let mr = unsafe { link.pd.register_raw(ptr, n, access) }.ok()?;
+        let Ok(token) = link.qp.local_token(Some((&mr, 0, len))) else {
+            let _ = link.pd.deregister(mr);
+            return None;
+        };
         let mut headers = vec![
             (s3_lite::rdma::RDMA_TOKEN.to_owned(), token.encode()),
             (s3_lite::rdma::RDMA_SESSION.to_owned(), link.session.clone()),
@@ -353,7 +402,7 @@ impl RdmaClient {
         let Some(a) = self.attempts.remove(&key) else {
             return;
         };
-        self.end_window(&a);
+        Self::end_window(a);
         match verdict {
             Some(Verdict::Rdma) if success => {
                 self.moved.insert(key);
@@ -401,14 +450,14 @@ impl RdmaClient {
             if let State::Paired(l) = &self.state {
                 l.qp.modify_to_err();
             }
-            self.end_window(&a);
+            Self::end_window(a);
         }
     }
 
     /// Deregisters the attempt's window through its own domain (the link it was made on may
     /// have been replaced meanwhile).
-    fn end_window(&self, a: &Attempt) {
-        if let Some((pd, mr)) = &a.mr {
+    fn end_window(a: Attempt) {
+        if let Some((pd, mr)) = a.mr {
             let _ = pd.deregister(mr);
         }
     }
@@ -416,6 +465,14 @@ impl RdmaClient {
     /// Whether the op's last attempt moved its bytes by RDMA (consumes the mark).
     pub(crate) fn took_rdma(&mut self, key: OpKey) -> bool {
         self.moved.remove(&key)
+    }
+
+    /// The completion flag of bytes this client moved by RDMA (its fabric).
+    pub(crate) fn rdma_path(&self) -> ring_api::DataPath {
+        match self.home.kind() {
+            RcKind::Verbs => ring_api::DataPath::RdmaVerbs,
+            _ => ring_api::DataPath::RdmaSoft,
+        }
     }
 }
 

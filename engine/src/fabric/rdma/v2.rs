@@ -1,7 +1,8 @@
-//! The `hipobj-rc-v2` client exchange over the soft fabric (protocols.md §4), on an exchange
+//! The `hipobj-rc-v2` client exchange over either RC fabric (protocols.md §4), on an exchange
 //! thread of its own per op (never the worker thread).
 //!
-//! Per GET / RangeGet / PUT: a fresh QP (INIT) and CQ on the client's soft device, a random
+//! Per GET / RangeGet / PUT / UploadPart (a PUT whose target names the part, as versitygw
+//! serves multipart over RC): a fresh QP (INIT) and CQ on the client's device, a random
 //! 24-bit PSN and 32-bit cookie (both non-zero), the op's buffer range registered as the
 //! window; signed `POST /.hipobj-rc/prepare`; the QP connected to the session's QP
 //! (`rq_psn` = server PSN, `sq_psn` = ours); GET posts the RECV for the completing
@@ -42,10 +43,9 @@ use s3_lite::sigv4::{AmzDate, PayloadHash, Signer};
 use super::connect::read_head_until;
 use super::v2_wire::{self, Ask, FinalError, PrepareAnswer};
 use crate::fabric::http::response::status_outcome;
-use crate::fabric::soft::{
-    Access, CompletionQueue, MemoryRegion, ProtectionDomain, QpCaps, QueuePair, RecvWr, RemoteAddr,
-    RtrAttr, RtsAttr, SendOp, SendWr, Sge, SoftDevice, SoftPath, WcOpcode, WcStatus,
-    WorkCompletion,
+use crate::fabric::rc::{
+    Access, RcCaps, RcCq, RcDevice, RcError, RcKind, RcMr, RcPd, RcQp, RecvWr, RemoteAddr, SendOp,
+    SendWr, Sge, SoftPath, WcOpcode, WcStatus, WorkCompletion,
 };
 use crate::fabric::{Outcome, Retry};
 use crate::inflight::{InFlight, OpKind};
@@ -73,22 +73,25 @@ pub(crate) enum Exchange {
 /// What the exchange thread reports (the window is already deregistered).
 pub(crate) type Finished = Exchange;
 
-/// The client's soft device and domain (one per worker and endpoint, made on first use).
+/// The client's device and domain (one per worker and endpoint, made on first use).
 #[derive(Debug)]
 pub(crate) struct V2Device {
-    pd: ProtectionDomain,
-    device: SoftDevice,
+    pd: RcPd,
+    device: RcDevice,
 }
 
 impl V2Device {
-    pub(crate) fn new(ip: std::net::Ipv4Addr) -> Self {
-        let device = SoftDevice::new(ip);
-        Self {
-            pd: device.alloc_pd(),
+    pub(crate) fn new(device: RcDevice) -> Result<Self, RcError> {
+        Ok(Self {
+            pd: device.alloc_pd()?,
             device,
-        }
+        })
     }
 }
+
+/// Completion-queue entries of one exchange's QP (one RECV or one WRITE_WITH_IMM, and the
+/// flush of an error).
+const CQ_DEPTH: u32 = 16;
 
 /// Where and as whom the exchange runs (owned: it travels to the exchange thread).
 #[derive(Debug, Clone)]
@@ -106,10 +109,22 @@ const fn fail(code: ErrorCode, class: ErrorClass, retry: Retry) -> Exchange {
 const TRANSPORT: Exchange = Exchange::Failed(Outcome::transport(false));
 const TIMED_OUT: Exchange = fail(ErrorCode::TimedOut, ErrorClass::Transport, Retry::Yes);
 
+/// The window's fixed fields (read without the lock).
+#[derive(Debug, Clone, Copy)]
+struct WindowKeys {
+    addr: u64,
+    len: u64,
+    lkey: u32,
+    rkey: u32,
+}
+
 #[derive(Debug)]
 struct FenceInner {
-    pd: ProtectionDomain,
-    mr: MemoryRegion,
+    pd: RcPd,
+    /// The window while registered; `None` once deregistered. Reads through it hold the lock,
+    /// so deregistration waits for a read in progress (the fence).
+    mr: Mutex<Option<RcMr>>,
+    keys: WindowKeys,
     aborted: AtomicBool,
     /// The exchange's control connection, shut down on abort to end a blocked read at once.
     stream: Mutex<Option<TcpStream>>,
@@ -134,21 +149,43 @@ impl Fence {
         {
             let _ = s.shutdown(Shutdown::Both);
         }
-        let _ = f.pd.deregister(&f.mr);
+        f.deregister();
+    }
+}
+
+impl FenceInner {
+    /// Deregisters the window (idempotent).
+    fn deregister(&self) {
+        let mr = self
+            .mr
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(mr) = mr {
+            let _ = self.pd.deregister(mr);
+        }
+    }
+
+    /// Copies window bytes at `off` into `dst`; `false` once deregistered.
+    fn read(&self, off: u64, dst: &mut [u8]) -> bool {
+        let g = self.mr.lock().unwrap_or_else(PoisonError::into_inner);
+        g.as_ref().is_some_and(|mr| mr.read(off, dst).is_ok())
     }
 }
 
 /// One op's QP, CQ and window; dropping it fails the QP (stopping any access in progress)
 /// and deregisters the window (the fabric's fence: no later access can land).
 struct Wire {
-    qp: QueuePair,
-    cq: Arc<CompletionQueue>,
+    qp: RcQp,
+    cq: RcCq,
     fence: Arc<FenceInner>,
+    /// The soft fabric needs the server's listener to dial; verbs only the token.
+    kind: RcKind,
 }
 
 impl Wire {
-    fn mr(&self) -> &MemoryRegion {
-        &self.fence.mr
+    fn keys(&self) -> WindowKeys {
+        self.fence.keys
     }
 
     fn aborted(&self) -> bool {
@@ -173,7 +210,7 @@ impl Wire {
 impl Drop for Wire {
     fn drop(&mut self) {
         self.qp.modify_to_err();
-        let _ = self.fence.pd.deregister(&self.fence.mr);
+        self.fence.deregister();
     }
 }
 
@@ -210,6 +247,17 @@ where
         OpKind::Put => (v2::Op::Put, 0, true),
         OpKind::Head => return Launch::Http,
     };
+    let mut target = Target::new(&*op.object.bucket, &*op.object.key);
+    let part_of = op.part_handle();
+    if let Some((upload_id, part)) = op.part_target() {
+        let Ok(part_number) = u16::try_from(part) else {
+            return Launch::Http;
+        };
+        target.query = v2::TargetQuery::Part {
+            upload_id: upload_id.to_owned(),
+            part_number,
+        };
+    }
     let Some(lease) = op.buf.as_ref() else {
         return Launch::Http;
     };
@@ -227,8 +275,12 @@ where
         ),
         v2::Op::Put => (Access::NONE, Access::LOCAL_WRITE),
     };
-    let cq = dev.device.create_cq();
-    let qp = dev.device.create_qp(&dev.pd, &cq, &cq, QpCaps::default());
+    let Ok(cq) = dev.device.create_cq(CQ_DEPTH) else {
+        return Launch::Http;
+    };
+    let Ok(qp) = dev.device.create_qp(&dev.pd, &cq, &cq, RcCaps::default()) else {
+        return Launch::Http;
+    };
     // SAFETY: `ptr..ptr+n` is the op's leased range of a live engine registration; the lease
     // (held by `op` until the worker completes it) keeps the memory alive and gives this op
     // exclusive (GET) or shared read-only (PUT) use of it. The worker completes the op only
@@ -236,10 +288,19 @@ where
     // after closing the returned fence (`Fence::close` deregisters it), so no access through
     // the registration outlives the lease.
     #[allow(unsafe_code)]
-    let mr = unsafe { dev.pd.register_raw(ptr, n, mr_access) };
+    let Ok(mr) = (unsafe { dev.pd.register_raw(ptr, n, mr_access) }) else {
+        return Launch::Http;
+    };
+    let keys = WindowKeys {
+        addr: mr.addr(),
+        len: mr.len(),
+        lkey: mr.lkey(),
+        rkey: mr.rkey(),
+    };
     let fence = Arc::new(FenceInner {
         pd: dev.pd.clone(),
-        mr,
+        mr: Mutex::new(Some(mr)),
+        keys,
         aborted: AtomicBool::new(false),
         stream: Mutex::new(None),
     });
@@ -247,6 +308,7 @@ where
         qp,
         cq,
         fence: Arc::clone(&fence),
+        kind: dev.device.kind(),
     };
     if wire.qp.modify_to_init(qp_access).is_err() {
         return Launch::Failed(Outcome::transport(false));
@@ -259,13 +321,14 @@ where
         psn: nonzero(0x00ff_ffff),
         cookie: nonzero(u32::MAX),
         op: v2op,
-        target: Target::new(&*op.object.bucket, &*op.object.key).encode(),
+        target: target.encode(),
         size,
         offset,
+        fabric: wire.kind,
     };
     let spawned = std::thread::Builder::new()
         .name("hipobj-rc-v2".to_owned())
-        .spawn(move || done(run(&job, wire, &ask, exact, end)));
+        .spawn(move || done(run(&job, wire, &ask, exact, end, part_of)));
     match spawned {
         Ok(_) => Launch::Running(Fence(fence)),
         // The closure (and with it the wire) is gone: the window is deregistered.
@@ -274,16 +337,38 @@ where
 }
 
 /// The exchange thread's whole job: PREPARE … FINAL, the checksum check through the window,
-/// the window closed, then (after a failure with a session) one CANCEL.
-fn run(job: &Job, wire: Wire, ask: &Ask, exact: bool, end: Instant) -> Finished {
+/// the window closed, then (after a failure with a session) one CANCEL. An UploadPart
+/// (`part`: its upload and number) records the part's ETag from the FINAL, as the HTTP path
+/// does from its answer.
+fn run(
+    job: &Job,
+    wire: Wire,
+    ask: &Ask,
+    exact: bool,
+    end: Instant,
+    part: Option<(ring_api::UploadHandle, u32)>,
+) -> Finished {
     let out = exchange(job, &wire, ask, exact, end);
     let out = match out {
         Ok(Checked::Done {
             bytes,
             sums,
             session,
+            etag,
         }) => {
-            if sums_match(wire.mr(), bytes, &sums) {
+            let recorded = match (part, etag) {
+                (None, _) => true,
+                (Some((h, n)), Some(e)) => {
+                    crate::multipart::uploads().record_part(h, n, &e).is_ok()
+                }
+                (Some(_), None) => false,
+            };
+            if !recorded {
+                Err((
+                    fail(ErrorCode::Protocol, ErrorClass::Integrity, Retry::No),
+                    None,
+                ))
+            } else if sums_match(&wire.fence, bytes, &sums) {
                 Ok(Exchange::Done { bytes })
             } else {
                 Err((
@@ -310,11 +395,11 @@ fn run(job: &Job, wire: Wire, ask: &Ask, exact: bool, end: Instant) -> Finished 
 
 /// Whether the checksums a FINAL carries match the first `bytes` bytes of the window (read
 /// through the registration, in chunks: a deregistered window reads as a mismatch).
-fn sums_match(mr: &MemoryRegion, bytes: u64, sums: &v2::RdmaChecksums) -> bool {
+fn sums_match(window: &FenceInner, bytes: u64, sums: &v2::RdmaChecksums) -> bool {
     if sums.crc64nvme.is_none() && sums.crc32c.is_none() {
         return true;
     }
-    if bytes > mr.len() {
+    if bytes > window.keys.len {
         return false;
     }
     let mut check = v2_wire::SumCheck::default();
@@ -325,7 +410,7 @@ fn sums_match(mr: &MemoryRegion, bytes: u64, sums: &v2::RdmaChecksums) -> bool {
         let Some(buf) = chunk.get_mut(..n) else {
             return false;
         };
-        if mr.read(off, buf).is_err() {
+        if !window.read(off, buf) {
             return false;
         }
         check.update(buf);
@@ -340,6 +425,7 @@ enum Checked {
         bytes: u64,
         sums: v2::RdmaChecksums,
         session: String,
+        etag: Option<String>,
     },
     Other(Exchange),
 }
@@ -365,7 +451,7 @@ fn exchange(ctx: &Job, w: &Wire, ask: &Ask, exact: bool, end: Instant) -> Result
         return Err((TRANSPORT, None));
     }
     let head = call(ctx, &mut s, v2::PREPARE_PATH, &headers, end).map_err(|x| (x, None))?;
-    let g = match v2_wire::prepare_answer(&head, ask.op) {
+    let g = match v2_wire::prepare_answer(&head, ask.op, w.kind) {
         PrepareAnswer::Granted(g) => g,
         PrepareAnswer::Unsupported { learn } => {
             return Ok(Checked::Other(Exchange::Fallback { learn }));
@@ -381,9 +467,13 @@ fn exchange(ctx: &Job, w: &Wire, ask: &Ask, exact: bool, end: Instant) -> Result
     let Some(t) = left(end) else {
         return Err((TIMED_OUT, sid));
     };
-    let mut rtr = RtrAttr::from_token(&g.token, g.psn, SoftPath::Connect(g.soft_addr));
-    rtr.connect_timeout = t;
-    if w.qp.modify_to_rtr(&rtr).is_err() || w.qp.modify_to_rts(&RtsAttr::new(ask.psn)).is_err() {
+    // Soft: our QP dials the session's listener within the time left; verbs: the token's
+    // GID is the path.
+    let path = g.soft_addr.map(SoftPath::Connect);
+    let connected =
+        w.qp.connect_within(&g.token, g.psn, ask.psn, path, t)
+            .is_ok();
+    if !connected {
         return Err((TRANSPORT, sid));
     }
     let window = match ask.op {
@@ -397,7 +487,7 @@ fn exchange(ctx: &Job, w: &Wire, ask: &Ask, exact: bool, end: Instant) -> Result
             {
                 return Err((TRANSPORT, sid));
             }
-            Some((w.mr().addr(), w.mr().rkey()))
+            Some((w.keys().addr, w.keys().rkey))
         }
         v2::Op::Put => None,
     };
@@ -408,9 +498,9 @@ fn exchange(ctx: &Job, w: &Wire, ask: &Ask, exact: bool, end: Instant) -> Result
             return Err((TRANSPORT, sid));
         };
         let sge = Sge {
-            addr: w.mr().addr(),
+            addr: w.keys().addr,
             length: len,
-            lkey: w.mr().lkey(),
+            lkey: w.keys().lkey,
         };
         let wr = SendWr::new(
             1,
@@ -446,6 +536,7 @@ fn exchange(ctx: &Job, w: &Wire, ask: &Ask, exact: bool, end: Instant) -> Result
         bytes: fin.bytes,
         sums: fin.sums,
         session: g.session,
+        etag: fin.etag,
     })
 }
 
@@ -466,14 +557,17 @@ fn final_failure(e: &FinalError) -> Exchange {
 }
 
 /// Waits for one completion before `end`.
-fn wait_one(cq: &CompletionQueue, end: Instant) -> Option<WorkCompletion> {
+fn wait_one(cq: &RcCq, end: Instant) -> Option<WorkCompletion> {
     let mut w = [WorkCompletion::default(); 1];
     loop {
-        if cq.poll(&mut w) == 1 {
+        let t = left(end)?;
+        if cq
+            .poll_wait(&mut w, t.min(Duration::from_millis(50)))
+            .ok()?
+            == 1
+        {
             return w.first().copied();
         }
-        let t = left(end)?;
-        cq.wait(t.min(Duration::from_millis(50)));
     }
 }
 

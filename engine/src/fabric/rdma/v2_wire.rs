@@ -31,6 +31,8 @@ pub(crate) struct Ask {
     pub(crate) target: String,
     pub(crate) size: u64,
     pub(crate) offset: u64,
+    /// Our QP's fabric (`x-amz-rdma-fabric`; our gateway declines the other one).
+    pub(crate) fabric: crate::fabric::rc::RcKind,
 }
 
 /// The PREPARE request's `x-amz-rdma-*` headers (all of them are signed by the caller).
@@ -44,6 +46,7 @@ pub(crate) fn prepare_headers(a: &Ask) -> Option<Vec<(String, String)>> {
         h("x-amz-rdma-target", a.target.clone()),
         h("x-amz-rdma-size", a.size.to_string()),
         h("x-amz-rdma-offset", a.offset.to_string()),
+        h(super::connect::FABRIC_HEADER, a.fabric.as_str()),
     ])
 }
 
@@ -83,8 +86,8 @@ pub(crate) struct Granted {
     pub(crate) psn: u32,
     /// The staging window (PUT): address and rkey.
     pub(crate) staging: Option<(u64, u32)>,
-    /// Where to dial the server's QP over the soft fabric.
-    pub(crate) soft_addr: SocketAddr,
+    /// Where to dial the server's QP over the soft fabric (`None` from a verbs server).
+    pub(crate) soft_addr: Option<SocketAddr>,
 }
 
 /// What a PREPARE answer means.
@@ -104,8 +107,12 @@ pub(crate) enum PrepareAnswer {
     },
 }
 
-/// Judges a PREPARE answer for `op`.
-pub(crate) fn prepare_answer(head: &ResponseHead, op: v2::Op) -> PrepareAnswer {
+/// Judges a PREPARE answer for `op` from a client whose QP is on `fabric`.
+pub(crate) fn prepare_answer(
+    head: &ResponseHead,
+    op: v2::Op,
+    fabric: crate::fabric::rc::RcKind,
+) -> PrepareAnswer {
     if head.status != 200 {
         let echoed = head.header(PROTOCOL).is_some();
         // 501 (ROCm reference, Ceph, elbencho, our gateway without fabric, versitygw stub):
@@ -157,13 +164,13 @@ pub(crate) fn prepare_answer(head: &ResponseHead, op: v2::Op) -> PrepareAnswer {
     if op == v2::Op::Put && staging.is_none() {
         return unusable(false);
     }
-    // A server on real verbs publishes no soft address: unreachable from this fabric.
-    let Some(soft_addr) = head
+    // A server on real verbs publishes no soft address: unreachable from the soft fabric.
+    let soft_addr = head
         .header(SOFT_ADDR)
-        .and_then(|v| v.trim().parse::<SocketAddr>().ok())
-    else {
+        .and_then(|v| v.trim().parse::<SocketAddr>().ok());
+    if fabric == crate::fabric::rc::RcKind::Soft && soft_addr.is_none() {
         return unusable(true);
-    };
+    }
     PrepareAnswer::Granted(Granted {
         token,
         session: sid,
@@ -185,10 +192,12 @@ pub(crate) enum FinalError {
 }
 
 /// A FINAL answer's claims: bytes moved and the checksums to compare with ours.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Final {
     pub(crate) bytes: u64,
     pub(crate) sums: RdmaChecksums,
+    /// The stored object's or part's ETag (`ETag`, else `x-amz-rdma-etag`), when named.
+    pub(crate) etag: Option<String>,
 }
 
 /// Judges a FINAL: 200 (204 for PUT), protocol echo, cookie echo equal to ours, and
@@ -230,7 +239,12 @@ pub(crate) fn judge_final(
     }
     let pairs = head.headers.iter().map(|(n, v)| (n.as_str(), v.trim()));
     let sums = RdmaChecksums::from_headers(pairs).map_err(|_| FinalError::Protocol)?;
-    Ok(Final { bytes, sums })
+    let etag = head
+        .header("etag")
+        .or_else(|| head.header("x-amz-rdma-etag"))
+        .map(|e| e.trim().to_owned())
+        .filter(|e| !e.is_empty() && e.len() <= 1024);
+    Ok(Final { bytes, sums, etag })
 }
 
 /// The checksums of the bytes we hold, fed in pieces (the exchange thread reads its window in
@@ -264,6 +278,7 @@ pub(crate) fn checksums_match(sums: &RdmaChecksums, data: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    const SOFT: crate::fabric::rc::RcKind = crate::fabric::rc::RcKind::Soft;
     use super::*;
     use crate::fabric::test_head as head;
     use s3_lite::checksum::{encode_crc32c, encode_crc64nvme};
@@ -304,13 +319,14 @@ mod tests {
 
     #[test]
     fn prepare_granted_parses_every_field() {
-        let PrepareAnswer::Granted(g) = prepare_answer(&granted_head(true), v2::Op::Put) else {
+        let PrepareAnswer::Granted(g) = prepare_answer(&granted_head(true), v2::Op::Put, SOFT)
+        else {
             panic!("not granted");
         };
         assert_eq!(g.psn, 0xABCDEF);
         assert_eq!(g.session, "00112233445566778899aabbccddeeff");
         assert_eq!(g.staging, Some((0x7f00_0000_1000, 0x55)));
-        assert_eq!(g.soft_addr, "127.0.0.1:4242".parse().unwrap());
+        assert_eq!(g.soft_addr, Some("127.0.0.1:4242".parse().unwrap()));
         assert_eq!(g.token.qpn, 0x1234);
     }
 
@@ -324,18 +340,18 @@ mod tests {
             ],
         );
         assert_eq!(
-            prepare_answer(&marker, v2::Op::Get),
+            prepare_answer(&marker, v2::Op::Get, SOFT),
             PrepareAnswer::Unsupported { learn: true }
         );
         // Capacity concerns this request only.
         let busy = head(503, &[("Content-Length", "0")]);
         assert_eq!(
-            prepare_answer(&busy, v2::Op::Get),
+            prepare_answer(&busy, v2::Op::Get, SOFT),
             PrepareAnswer::Unsupported { learn: false }
         );
         // A PUT grant without staging, and a grant without the soft address (a verbs server).
         assert!(matches!(
-            prepare_answer(&granted_head(false), v2::Op::Put),
+            prepare_answer(&granted_head(false), v2::Op::Put, SOFT),
             PrepareAnswer::Unusable {
                 session: Some(_),
                 learn: false
@@ -344,11 +360,19 @@ mod tests {
         let mut g = granted_head(false);
         g.headers.retain(|(n, _)| n != "x-amz-rdma-soft-addr");
         assert!(matches!(
-            prepare_answer(&g, v2::Op::Get),
+            prepare_answer(&g, v2::Op::Get, SOFT),
             PrepareAnswer::Unusable {
                 session: Some(_),
                 learn: true
             }
+        ));
+        // The same grant is what a verbs client needs (its path is the token's GID).
+        assert!(matches!(
+            prepare_answer(&g, v2::Op::Get, crate::fabric::rc::RcKind::Verbs),
+            PrepareAnswer::Granted(Granted {
+                soft_addr: None,
+                ..
+            })
         ));
         // QPN header disagreeing with the token.
         let mut g = granted_head(false);
@@ -358,7 +382,7 @@ mod tests {
             }
         }
         assert!(matches!(
-            prepare_answer(&g, v2::Op::Get),
+            prepare_answer(&g, v2::Op::Get, SOFT),
             PrepareAnswer::Unusable { .. }
         ));
     }
@@ -443,6 +467,7 @@ mod tests {
             target: "/b/k".into(),
             size: 77,
             offset: 5,
+            fabric: crate::fabric::rc::RcKind::Verbs,
         };
         let p = prepare_headers(&a).unwrap();
         let get = |n: &str| p.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
@@ -451,6 +476,7 @@ mod tests {
         assert_eq!(get("x-amz-rdma-op"), Some("GET"));
         assert_eq!(get("x-amz-rdma-size"), Some("77"));
         assert_eq!(get("x-amz-rdma-offset"), Some("5"));
+        assert_eq!(get("x-amz-rdma-fabric"), Some("verbs"));
         let r = ready_headers("s", 1, 0x2a, Some((0x1000, 0x9)));
         assert!(r.contains(&("x-amz-rdma-qpn".into(), "2a".into())));
         assert!(r.contains(&("x-amz-rdma-mr-addr".into(), "1000".into())));

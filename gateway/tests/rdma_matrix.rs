@@ -1,0 +1,316 @@
+//! Every RDMA operation in both RC dialects, on both fabrics, through the engine and this
+//! gateway: GET, RANGE_GET, PUT and UPLOAD_PART (+ complete), byte-exact, checksums compared,
+//! each completion naming the path that carried the bytes.
+//!
+//! - `soft_*`: the soft fabric, in-process gateway (every CI run).
+//! - `verbs_*` (`#[ignore]`d; hosts without an RDMA device cannot run them): libibverbs RC
+//!   queue pairs on `ENGINE_TEST_NIC` (default `rxe0`), run by the Soft-RoCE VM lane
+//!   (`benches/rxe/run-lane.sh`): with an in-process gateway on the same device (one VM), or
+//!   against `hipobj serve --fabric verbs` in another VM named by `HIPOBJ_VERBS_GATEWAY`
+//!   (`ip:port`; two VMs). `verbs_get_goodput` prints the GET rates the lane compares with
+//!   `ib_write_bw`.
+
+#[path = "support/raw.rs"]
+mod raw;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use engine::{Dialect, Engine, Fabric, Placement, RegisterOptions, RetryPolicy};
+use hipobj_gateway::{Gateway, RcLimits, RcTarget, RunningGateway};
+use raw::{ACCESS, SECRET, call};
+use ring_api::{PartNumber, UploadHandle};
+use ring_api::opcode::{CompleteMultipart, CreateMultipart, Get, Put, RangeGet, UploadPart};
+use ring_api::{BufSlice, Cqe, DataPath};
+use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
+use s3_lite::credentials::Credentials;
+
+const WAIT: Duration = Duration::from_secs(120);
+const MIB: u64 = 1 << 20;
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[1] ^ seed)
+        .collect()
+}
+
+fn crc64(data: &[u8]) -> String {
+    let mut c = Crc64Nvme::new();
+    c.update(data);
+    encode_crc64nvme(c.finish())
+}
+
+fn nic() -> String {
+    std::env::var("ENGINE_TEST_NIC").unwrap_or_else(|_| "rxe0".to_owned())
+}
+
+/// The gateway under test: in-process on `fabric`, or the remote one the two-VM lane names.
+struct Under {
+    addr: SocketAddr,
+    _gw: Option<RunningGateway>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+fn gateway(fabric: Fabric) -> Under {
+    if fabric == Fabric::Verbs
+        && let Ok(remote) = std::env::var("HIPOBJ_VERBS_GATEWAY")
+    {
+        let addr = remote
+            .trim()
+            .trim_start_matches("http://")
+            .parse()
+            .expect("HIPOBJ_VERBS_GATEWAY is ip:port");
+        return Under {
+            addr,
+            _gw: None,
+            _dir: None,
+        };
+    }
+    let target = match fabric {
+        Fabric::Verbs => RcTarget::start_verbs(Some(&nic()), RcLimits::default())
+            .expect("a verbs target on the test NIC"),
+        _ => RcTarget::start("127.0.0.1:0".parse().unwrap(), RcLimits::default()).unwrap(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::builder()
+        .listen("127.0.0.1:0")
+        .root_dir(dir.path())
+        .credentials(ACCESS, SECRET)
+        .rdma_target(target)
+        .start()
+        .unwrap();
+    Under {
+        addr: gw.local_addr(),
+        _gw: Some(gw),
+        _dir: Some(dir),
+    }
+}
+
+fn engine_for(addr: SocketAddr, fabric: Fabric, dialect: Dialect) -> Engine {
+    let mut b = Engine::builder()
+        .endpoint_url(format!("http://{addr}"))
+        .credentials(Credentials::new(ACCESS, SECRET))
+        .region("us-east-1")
+        .placement(Placement::Workers(1))
+        .retry(RetryPolicy::new(
+            2,
+            Duration::from_millis(5),
+            Duration::from_millis(50),
+        ))
+        .fabric(fabric)
+        .dialect(dialect);
+    if fabric == Fabric::Verbs {
+        b = b.verbs_device(nic());
+    }
+    b.build().unwrap()
+}
+
+fn expected_path(fabric: Fabric) -> DataPath {
+    if fabric == Fabric::Verbs {
+        DataPath::RdmaVerbs
+    } else {
+        DataPath::RdmaSoft
+    }
+}
+
+/// Pushes `sqe`, waits for its completion.
+fn run_one(q: &mut engine::Queue, sqe: ring_api::Sqe) -> Cqe {
+    q.push(&sqe).unwrap();
+    assert_eq!(q.wait(1, Some(WAIT)), 1, "no completion within {WAIT:?}");
+    q.completion().next().unwrap()
+}
+
+fn get_http(addr: SocketAddr, path: &str) -> Vec<u8> {
+    let r = call(addr, "GET", path, "", &[], b"");
+    assert_eq!(r.status(), 200, "GET {path}: {}", r.text());
+    r.body
+}
+
+fn matrix(fabric: Fabric, dialect: Dialect) {
+    let name = format!("{fabric:?}/{dialect:?}");
+    let gw = gateway(fabric);
+    let a = gw.addr;
+    let bucket = format!("mtx-{}", format!("{dialect:?}").to_lowercase());
+    let made = call(a, "PUT", &format!("/{bucket}"), "", &[], b"").status();
+    assert!(made == 200 || made == 409, "{name}: create bucket: {made}");
+    let path = expected_path(fabric);
+
+    // 3 MiB + a ragged tail: several 1 MiB RDMA pieces.
+    let data = pattern(3 * MIB as usize + 4321, 7);
+    let r = call(a, "PUT", &format!("/{bucket}/obj.bin"), "", &[], &data);
+    assert_eq!(r.status(), 200, "{name}: {}", r.text());
+
+    let engine = engine_for(a, fabric, dialect);
+    let buf = engine
+        .register_host(32 << 20, RegisterOptions::pageable())
+        .unwrap();
+    let mut q = engine.queue(16).unwrap();
+    let obj = engine.object(&bucket, "obj.bin").unwrap();
+
+    // GET (whole object).
+    let c = run_one(
+        &mut q,
+        Get::new(obj, BufSlice::new(buf, 0, 4 * MIB))
+            .user_data(1)
+            .build(),
+    );
+    assert!(c.is_ok(), "{name} GET: {c:?}");
+    assert_eq!(c.path(), Some(path), "{name} GET path");
+    assert_eq!(c.bytes(), data.len() as u64, "{name} GET bytes");
+    let whole = engine.read(buf, 0, data.len() as u64).unwrap().to_vec();
+    assert_eq!(crc64(&whole), crc64(&data), "{name}: GET checksum");
+    assert!(whole == data, "{name}: GET bytes differ");
+
+    // RANGE_GET at an unaligned offset.
+    let (off, len) = (1_000_001u64, 1_500_000u64);
+    let c = run_one(
+        &mut q,
+        RangeGet::new(obj, off, BufSlice::new(buf, 4 * MIB, len))
+            .user_data(2)
+            .build(),
+    );
+    assert!(c.is_ok(), "{name} RANGE_GET: {c:?}");
+    assert_eq!(c.path(), Some(path), "{name} RANGE_GET path");
+    let range = engine.read(buf, 4 * MIB, len).unwrap().to_vec();
+    let want = &data[off as usize..(off + len) as usize];
+    assert_eq!(crc64(&range), crc64(want), "{name}: RANGE_GET checksum");
+    assert!(range == want, "{name}: RANGE_GET bytes differ");
+
+    // PUT from registered memory, read back over HTTP.
+    let fresh = pattern(2 * MIB as usize + 17, 91);
+    engine.copy_in(buf, 8 * MIB, &fresh).unwrap();
+    let put_obj = engine.object(&bucket, "put/new.bin").unwrap();
+    let c = run_one(
+        &mut q,
+        Put::new(put_obj, BufSlice::new(buf, 8 * MIB, fresh.len() as u64))
+            .user_data(3)
+            .build(),
+    );
+    assert!(c.is_ok(), "{name} PUT: {c:?}");
+    assert_eq!(c.path(), Some(path), "{name} PUT path");
+    let back = get_http(a, &format!("/{bucket}/put/new.bin"));
+    assert_eq!(crc64(&back), crc64(&fresh), "{name}: PUT stored checksum");
+    assert!(back == fresh, "{name}: PUT stored bytes differ");
+
+    // UPLOAD_PART: 5 MiB + a ragged last part, then complete; read back over HTTP.
+    let parts = [pattern(5 * MIB as usize, 3), pattern(MIB as usize + 3, 4)];
+    let mp_obj = engine.object(&bucket, "mp/parts.bin").unwrap();
+    let c = run_one(&mut q, CreateMultipart::new(mp_obj).user_data(4).build());
+    assert!(c.is_ok(), "{name} CreateMultipart: {c:?}");
+    let upload = UploadHandle(u32::try_from(c.aux()).expect("handle fits u32"));
+    let mut at = 12 * MIB;
+    for (i, p) in parts.iter().enumerate() {
+        engine.copy_in(buf, at, p).unwrap();
+        let n = PartNumber::new(i as u32 + 1).unwrap();
+        let c = run_one(
+            &mut q,
+            UploadPart::new(mp_obj, upload, n, BufSlice::new(buf, at, p.len() as u64))
+                .user_data(10 + i as u64)
+                .build(),
+        );
+        assert!(c.is_ok(), "{name} UploadPart {}: {c:?}", i + 1);
+        assert_eq!(c.path(), Some(path), "{name} UploadPart {} path", i + 1);
+        assert_eq!(c.bytes(), p.len() as u64);
+        at += 8 * MIB;
+    }
+    let c = run_one(
+        &mut q,
+        CompleteMultipart::new(mp_obj, upload, PartNumber::new(2).unwrap())
+            .user_data(20)
+            .build(),
+    );
+    assert!(c.is_ok(), "{name} CompleteMultipart: {c:?}");
+    let want: Vec<u8> = parts.concat();
+    let back = get_http(a, &format!("/{bucket}/mp/parts.bin"));
+    assert_eq!(
+        crc64(&back),
+        crc64(&want),
+        "{name}: multipart stored checksum"
+    );
+    assert!(back == want, "{name}: multipart stored bytes differ");
+}
+
+#[test]
+fn soft_rc_persistent_all_ops() {
+    matrix(Fabric::Soft, Dialect::RcPersistent);
+}
+
+#[test]
+fn soft_rc_v2_all_ops() {
+    matrix(Fabric::Soft, Dialect::RcV2);
+}
+
+#[test]
+#[ignore = "needs an RDMA device (Soft-RoCE VM lane: benches/rxe/run-lane.sh)"]
+fn verbs_rc_persistent_all_ops() {
+    matrix(Fabric::Verbs, Dialect::RcPersistent);
+}
+
+#[test]
+#[ignore = "needs an RDMA device (Soft-RoCE VM lane: benches/rxe/run-lane.sh)"]
+fn verbs_rc_v2_all_ops() {
+    matrix(Fabric::Verbs, Dialect::RcV2);
+}
+
+/// RANGE_GET goodput over verbs (`rc-persistent`), 64 KiB and 1 MiB ranges, `depth` in
+/// flight: `VERBS_GET_BW size=… iters=… MiBps=…` lines for the lane (sizes and counts from
+/// `VERBS_BENCH_SIZES=size:count,…`).
+#[test]
+#[ignore = "needs an RDMA device (Soft-RoCE VM lane: benches/rxe/run-lane.sh)"]
+fn verbs_get_goodput() {
+    let sizes =
+        std::env::var("VERBS_BENCH_SIZES").unwrap_or_else(|_| "65536:1000,1048576:128".into());
+    let gw = gateway(Fabric::Verbs);
+    let a = gw.addr;
+    let made = call(a, "PUT", "/bench", "", &[], b"").status();
+    assert!(made == 200 || made == 409);
+    let data = pattern(16 * MIB as usize, 5);
+    assert_eq!(
+        call(a, "PUT", "/bench/src.bin", "", &[], &data).status(),
+        200
+    );
+    let engine = engine_for(a, Fabric::Verbs, Dialect::RcPersistent);
+    let depth = 8u64;
+    let buf = engine
+        .register_host((depth * MIB) as usize, RegisterOptions::pageable())
+        .unwrap();
+    let mut q = engine.queue(64).unwrap();
+    let obj = engine.object("bench", "src.bin").unwrap();
+    for spec in sizes.split(',') {
+        let (size, iters) = spec.split_once(':').expect("size:count");
+        let (size, iters): (u64, u64) = (size.parse().unwrap(), iters.parse().unwrap());
+        let slots = depth.min(iters);
+        let range_at = |i: u64| (i * size) % (data.len() as u64 - size);
+        let t = Instant::now();
+        let (mut sent, mut done) = (0u64, 0u64);
+        while done < iters {
+            while sent < iters && sent - done < slots {
+                let slot = sent % slots;
+                let sqe = RangeGet::new(obj, range_at(sent), BufSlice::new(buf, slot * MIB, size))
+                    .user_data(sent)
+                    .build();
+                q.push(&sqe).unwrap();
+                sent += 1;
+            }
+            assert!(q.wait(1, Some(WAIT)) >= 1, "goodput: no completion");
+            for c in q.completion() {
+                assert!(c.is_ok(), "goodput: {c:?}");
+                assert_eq!(c.path(), Some(DataPath::RdmaVerbs), "goodput path");
+                done += 1;
+            }
+        }
+        let secs = t.elapsed().as_secs_f64();
+        // Spot-check the last range of each slot against the source.
+        for i in iters.saturating_sub(slots)..iters {
+            let slot = i % slots;
+            let got = engine.read(buf, slot * MIB, size).unwrap().to_vec();
+            let at = range_at(i) as usize;
+            assert!(
+                got == data[at..at + size as usize],
+                "goodput: range {i} differs"
+            );
+        }
+        let mibps = (size * iters) as f64 / secs / MIB as f64;
+        println!("VERBS_GET_BW size={size} iters={iters} depth={slots} MiBps={mibps:.1}");
+    }
+}
