@@ -20,7 +20,7 @@ use crate::net::tls::TlsOptions;
 use crate::net::transport::Timeouts;
 use crate::s3uri::S3Uri;
 use crate::units::format_bytes;
-use engine_io::{EngineSite, EngineTarget, FabricChoice};
+use engine_io::{EngineSite, EngineTarget, FabricChoice, Selection};
 
 pub use crate::engine_io;
 
@@ -63,7 +63,7 @@ pub struct Context {
     pub progress: bool,
     /// Set when object data went to stdout: the JSON result then goes to stderr.
     pub stdout_is_data: bool,
-    /// The endpoint as the engine would reach it (`get`/`put` with `--fabric auto|soft`).
+    /// The endpoint as the engine would reach it (`get`/`put` with `--fabric auto|soft|verbs`).
     pub site: EngineSite,
 }
 
@@ -182,12 +182,26 @@ pub struct PutArgs {
     /// Part size of multipart uploads (5MiB..=5GiB, at most 10000 parts).
     #[arg(long, default_value = "8MiB", value_parser = parse_size)]
     pub part_size: u64,
-    /// Data path: `http` (the blocking client; works everywhere, https:// included), `soft`
-    /// (the engine over the soft RDMA fabric, HTTP fallback per request) or `auto` (the engine:
-    /// RDMA when the endpoint pairs, else HTTP). The engine speaks only http:// endpoints:
-    /// https:// keeps the blocking client.
-    #[arg(long, value_parser = FabricChoice::parse, default_value = "http")]
+    /// Data path: `auto` (default: one signed capability probe; the engine over RDMA when an
+    /// http:// endpoint advertises it, else the blocking client), `soft` (the engine over the
+    /// soft RDMA fabric, HTTP fallback per request), `verbs` (the engine over libibverbs) or
+    /// `http` (the blocking client). The engine speaks only http:// endpoints: https:// keeps
+    /// the blocking client.
+    #[arg(long, value_parser = FabricChoice::parse, default_value = "auto")]
     pub fabric: FabricChoice,
+    /// RDMA device for the verbs fabric (e.g. mlx5_0; default: the first with an active port).
+    /// Applies to `--fabric verbs` and `auto`.
+    #[arg(long)]
+    pub rdma_device: Option<String>,
+}
+
+/// Chooses the data path of `get`/`put` (`--fabric auto` probes the endpoint's capabilities
+/// once, on the blocking transport).
+fn select(ctx: &Context, choice: FabricChoice, device: Option<&str>) -> Result<Selection, String> {
+    let endpoint = ctx.client.endpoint().clone();
+    EngineTarget::select(choice, &ctx.site, device, |site| {
+        engine_io::probe(&endpoint, site)
+    })
 }
 
 /// Runs `put`.
@@ -206,7 +220,13 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
         .len();
     let started = Instant::now();
     let multipart = len > args.multipart_threshold;
-    let engine = EngineTarget::select(args.fabric, &ctx.site);
+    // `auto` sends no probe for an upload the engine could not carry anyway.
+    let selection = if args.fabric == FabricChoice::Auto && (multipart || len == 0) {
+        Selection::blocking()
+    } else {
+        select(ctx, args.fabric, args.rdma_device.as_deref())?
+    };
+    let engine = selection.target.clone();
     if let (Some(target), false, true) = (&engine, multipart, len > 0) {
         // One PUT from registered memory: the whole file fits under the multipart threshold.
         let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
@@ -234,6 +254,7 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
             "op": "put", "bucket": dest.bucket, "key": dest.key, "bytes": len, "parts": 1,
             "etag": Value::Null, "checksum_crc64nvme": up.checksum_crc64nvme,
             "seconds": started.elapsed().as_secs_f64(), "path": up.paths.summary(), "client": "engine", "paths": up.paths.to_json(),
+            "fabric_probe": selection.probe_json(),
         }));
     }
     let bar = progress_bar(ctx, len, "put");
@@ -282,6 +303,7 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
         "op": "put", "bucket": dest.bucket, "key": dest.key, "bytes": len, "parts": result.parts,
         "etag": result.etag, "checksum_crc64nvme": result.checksum_crc64nvme,
         "seconds": started.elapsed().as_secs_f64(), "path": "http", "paths": {"http": len}, "note": note, "client": "blocking",
+        "fabric_probe": selection.probe_json(),
     }))
 }
 
@@ -295,12 +317,17 @@ pub struct GetArgs {
     /// Only these bytes: A-B (inclusive), A- (to the end) or -N (the last N bytes).
     #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| ByteRange::parse_cli(s).map_err(|e| e.to_string()))]
     pub range: Option<ByteRange>,
-    /// Data path: `http` (the blocking client; works everywhere, https:// included), `soft`
-    /// (the engine over the soft RDMA fabric, HTTP fallback per request) or `auto` (the engine:
-    /// RDMA when the endpoint pairs, else HTTP). The engine speaks only http:// endpoints:
-    /// https:// keeps the blocking client.
-    #[arg(long, value_parser = FabricChoice::parse, default_value = "http")]
+    /// Data path: `auto` (default: one signed capability probe; the engine over RDMA when an
+    /// http:// endpoint advertises it, else the blocking client), `soft` (the engine over the
+    /// soft RDMA fabric, HTTP fallback per request), `verbs` (the engine over libibverbs) or
+    /// `http` (the blocking client). The engine speaks only http:// endpoints: https:// keeps
+    /// the blocking client.
+    #[arg(long, value_parser = FabricChoice::parse, default_value = "auto")]
     pub fabric: FabricChoice,
+    /// RDMA device for the verbs fabric (e.g. mlx5_0; default: the first with an active port).
+    /// Applies to `--fabric verbs` and `auto`.
+    #[arg(long)]
+    pub rdma_device: Option<String>,
 }
 
 /// What a download did, whichever path carried it.
@@ -436,7 +463,8 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
             .to_owned(),
     };
     let started = Instant::now();
-    let engine = EngineTarget::select(args.fabric, &ctx.site);
+    let selection = select(ctx, args.fabric, args.rdma_device.as_deref())?;
+    let engine = selection.target.clone();
     let (expected, meta) = expected_len(ctx, engine.as_ref(), &src, args.range)?;
     let (result, written_to) = if dest == "-" {
         ctx.stdout_is_data = true;
@@ -518,6 +546,7 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
         "range": args.range.map(|r| r.to_header()), "etag": result.etag,
         "checksum_verified": result.checksum_verified, "seconds": started.elapsed().as_secs_f64(),
         "path": result.paths.summary(), "paths": result.paths.to_json(), "note": result.note, "client": result.client,
+        "fabric_probe": selection.probe_json(),
     }))
 }
 

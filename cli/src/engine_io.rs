@@ -1,19 +1,33 @@
-//! `hipobj get` / `hipobj put` on the engine (`--fabric auto|soft`).
+//! `hipobj get` / `hipobj put` on the engine (`--fabric auto|soft|verbs`).
 //!
-//! The engine moves payloads into and out of registered memory, over RDMA (the soft fabric
-//! today, verbs later) when the endpoint pairs and over the HTTP body otherwise; each completion
-//! names the path that carried its bytes, and the commands report them per path. The engine has
-//! no TLS, so only `http://` endpoints run here (`https://` keeps the blocking client), and no
+//! The engine moves payloads into and out of registered memory, over RDMA (the soft fabric or
+//! verbs) when the endpoint pairs and over the HTTP body otherwise; each completion names the
+//! path that carried its bytes, and the commands report them per path. The engine has no TLS,
+//! so only `http://` endpoints run here (`https://` keeps the blocking client), and no
 //! multipart yet, so large uploads keep the blocking multipart path.
+//!
+//! `--fabric auto` (the default) asks the endpoint once per invocation, with one signed
+//! `GET /.hipobj/rc/capabilities` on the blocking transport, whether it carries payloads over
+//! RDMA. Only a `200` naming a fabric and the `rc-persistent` protocol selects the engine; any
+//! other answer (a plain S3 server's 4xx, a fabric-less gateway's 501, no answer) keeps the
+//! blocking client, whose TLS, multipart uploads and GET-checksum verification then apply as
+//! if RDMA did not exist.
 
 use std::io::Write;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use engine::{Engine, Fabric, RegisterOptions};
 use ring_api::opcode::{Put, RangeGet};
 use ring_api::{BufSlice, Cqe, DataPath};
+use s3_lite::Request;
 use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
 use s3_lite::credentials::Credentials;
+use s3_lite::http::ResponseHead;
+use s3_lite::s3::Endpoint;
+use s3_lite::sigv4::{AmzDate, PayloadHash, Signer};
+
+use crate::net::exchange::{BodySink, HttpClient, RequestBody};
+use crate::net::transport::Timeouts;
 
 /// Bytes per range-get of a download.
 pub const CHUNK: u64 = 8 << 20;
@@ -22,27 +36,43 @@ pub const IN_FLIGHT: u64 = 4;
 /// How long one wait for a completion may last before the transfer is declared stalled
 /// (the engine's own per-attempt timeouts and retries run inside it).
 const STALL: Duration = Duration::from_secs(300);
+/// The gateway's capability route.
+pub const CAPABILITIES_PATH: &str = "/.hipobj/rc/capabilities";
+/// Limits of the capability probe: it must cost little even against a slow server.
+pub const PROBE_TIMEOUTS: Timeouts = Timeouts {
+    connect: Duration::from_secs(2),
+    io: Duration::from_secs(5),
+};
+/// The most error-body bytes the probe keeps (only for the report; the rest is dropped).
+const PROBE_BODY_LIMIT: usize = 4096;
 
 /// `--fabric`: which data path `get` and `put` use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FabricChoice {
-    /// RDMA when the endpoint pairs (learned once), HTTP on the engine otherwise.
-    Auto,
-    /// Always try the soft RDMA fabric first; per-request HTTP fallback still applies.
-    Soft,
-    /// The blocking HTTP client (today's behaviour; works with https:// and AWS).
+    /// The engine when the endpoint is `http://` and advertises RDMA (one capability probe),
+    /// the blocking client otherwise.
     #[default]
+    Auto,
+    /// The engine, always trying the soft RDMA fabric first; per-request HTTP fallback applies.
+    Soft,
+    /// The engine over libibverbs (`--rdma-device`, else the first device); per-request HTTP
+    /// fallback applies.
+    Verbs,
+    /// The blocking HTTP client (works with https://, multipart, any S3 server).
     Http,
 }
 
 impl FabricChoice {
-    /// Parses `auto`, `soft` or `http`.
+    /// Parses `auto`, `soft`, `verbs` or `http`.
     pub fn parse(s: &str) -> Result<Self, String> {
         match s {
             "auto" => Ok(Self::Auto),
             "soft" => Ok(Self::Soft),
+            "verbs" => Ok(Self::Verbs),
             "http" => Ok(Self::Http),
-            other => Err(format!("--fabric {other:?}: expected auto, soft or http")),
+            other => Err(format!(
+                "--fabric {other:?}: expected auto, soft, verbs or http"
+            )),
         }
     }
 }
@@ -58,6 +88,161 @@ pub struct EngineSite {
     pub region: String,
 }
 
+impl EngineSite {
+    /// Whether the engine can speak to this endpoint (`http://`; it has no TLS).
+    #[must_use]
+    pub fn is_plain_http(&self) -> bool {
+        self.url
+            .get(..7)
+            .is_some_and(|s| s.eq_ignore_ascii_case("http://"))
+    }
+}
+
+/// What the capability probe learned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Capability {
+    /// `200` with `x-amz-rdma-protocol: rc-persistent` and this `x-amz-rdma-fabric`.
+    Rdma {
+        /// `soft` or `verbs`.
+        fabric: String,
+    },
+    /// Any other answer: the endpoint does not advertise RDMA (plain S3 answers 4xx, a
+    /// gateway without a fabric 501).
+    NotAdvertised {
+        /// The HTTP status.
+        status: u16,
+    },
+}
+
+/// Why the capability probe got no answer (the command then uses the blocking client).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProbeError {
+    /// The request could not be signed.
+    #[error("signing the capability probe: {0}")]
+    Sign(String),
+    /// Connecting, sending or reading the answer failed.
+    #[error("capability probe: {0}")]
+    Exchange(String),
+}
+
+/// Reads an answer's status and headers; a response body is dropped after a few KiB.
+struct Discard(usize);
+
+impl BodySink for Discard {
+    fn accept(&mut self, data: &[u8]) -> std::io::Result<()> {
+        self.0 = self.0.saturating_add(data.len()).min(PROBE_BODY_LIMIT);
+        Ok(())
+    }
+}
+
+/// Classifies the answer to the capability probe from its status and its
+/// `x-amz-rdma-fabric` and `x-amz-rdma-protocol` headers.
+#[must_use]
+pub fn classify(status: u16, fabric: Option<&str>, protocol: Option<&str>) -> Capability {
+    let fabric = fabric
+        .map(str::trim)
+        .filter(|f| matches!(*f, "soft" | "verbs"));
+    let protocol = protocol.is_some_and(|p| p.trim() == "rc-persistent");
+    match (status, fabric, protocol) {
+        (200, Some(f), true) => Capability::Rdma {
+            fabric: f.to_owned(),
+        },
+        (status, ..) => Capability::NotAdvertised { status },
+    }
+}
+
+fn classify_head(head: &ResponseHead) -> Capability {
+    classify(
+        head.status,
+        head.header("x-amz-rdma-fabric"),
+        head.header(s3_lite::rdma::RDMA_PROTOCOL),
+    )
+}
+
+fn now() -> Result<AmzDate, ProbeError> {
+    #[allow(clippy::disallowed_methods)] // the blocking driver owns the clock
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    AmzDate::from_unix_secs(secs).map_err(|e| ProbeError::Sign(format!("clock: {e}")))
+}
+
+/// Sends the one signed capability probe to `endpoint` (`http://` only) and classifies the
+/// answer.
+pub fn probe(endpoint: &Endpoint, site: &EngineSite) -> Result<Capability, ProbeError> {
+    let signer = Signer::new(site.credentials.clone(), site.region.clone(), "s3")
+        .map_err(|e| ProbeError::Sign(e.to_string()))?;
+    let mut req = Request::new("GET", CAPABILITIES_PATH);
+    req.add_header("Host", endpoint.host_header(None));
+    signer
+        .sign_headers(
+            &mut req,
+            &PayloadHash::Hex(s3_lite::sigv4::EMPTY_SHA256.to_owned()),
+            now()?,
+        )
+        .map_err(|e| ProbeError::Sign(e.to_string()))?;
+    let mut http = HttpClient::new(endpoint.clone(), None, PROBE_TIMEOUTS);
+    let head = http
+        .execute(&req, None, RequestBody::None, &mut Discard(0))
+        .map_err(|e| ProbeError::Exchange(e.to_string()))?;
+    Ok(classify_head(&head))
+}
+
+/// How the data path was chosen, for `--json` (`"fabric_probe"`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeOutcome {
+    /// The probe answered.
+    Answered(Capability),
+    /// The probe got no answer.
+    Failed(ProbeError),
+}
+
+impl ProbeOutcome {
+    /// `{"status": 200, "fabric": "soft"}`, `{"status": 404}` or `{"error": "..."}`.
+    #[must_use]
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            Self::Answered(Capability::Rdma { fabric }) => {
+                serde_json::json!({"status": 200, "fabric": fabric})
+            }
+            Self::Answered(Capability::NotAdvertised { status }) => {
+                serde_json::json!({"status": status})
+            }
+            Self::Failed(e) => serde_json::json!({"error": e.to_string()}),
+        }
+    }
+}
+
+/// The chosen data path: the engine target, or `None` for the blocking client.
+#[derive(Debug, Clone)]
+pub struct Selection {
+    /// Set when the engine carries the transfer.
+    pub target: Option<EngineTarget>,
+    /// What the capability probe said (`--fabric auto` against `http://` only).
+    pub probe: Option<ProbeOutcome>,
+}
+
+impl Selection {
+    /// The blocking client, no probe sent.
+    #[must_use]
+    pub fn blocking() -> Self {
+        Self {
+            target: None,
+            probe: None,
+        }
+    }
+
+    /// `"fabric_probe"` for `--json`: `null` when no probe was sent.
+    #[must_use]
+    pub fn probe_json(&self) -> serde_json::Value {
+        self.probe
+            .as_ref()
+            .map_or(serde_json::Value::Null, ProbeOutcome::to_json)
+    }
+}
+
 /// What the engine needs to reach the endpoint.
 #[derive(Debug, Clone)]
 pub struct EngineTarget {
@@ -67,40 +252,72 @@ pub struct EngineTarget {
     pub credentials: Credentials,
     /// Signature scope region.
     pub region: String,
-    /// Engine fabric (`Auto` or `Soft`).
+    /// Engine fabric (`Auto`, `Soft` or `Verbs`).
     pub fabric: Fabric,
+    /// `--rdma-device`: the verbs device to open (`Verbs`, `Auto`).
+    pub verbs_device: Option<String>,
 }
 
 impl EngineTarget {
-    /// The engine target for `choice`, or `None` when the blocking client must run
-    /// (`--fabric http`, or an endpoint the engine cannot speak to: anything but `http://`).
-    pub fn select(choice: FabricChoice, site: &EngineSite) -> Option<Self> {
-        let fabric = match choice {
-            FabricChoice::Http => return None,
-            FabricChoice::Auto => Fabric::Auto,
-            FabricChoice::Soft => Fabric::Soft,
+    /// Chooses the data path for `choice`. `http` and any endpoint but `http://` (the engine
+    /// has no TLS) keep the blocking client without a probe; `soft` and `verbs` run the engine
+    /// without one; `auto` calls `probe` once and runs the engine only when the endpoint
+    /// advertises RDMA. `verbs_device` (`--rdma-device`) is refused with `soft` and `http`.
+    pub fn select(
+        choice: FabricChoice,
+        site: &EngineSite,
+        verbs_device: Option<&str>,
+        probe: impl FnOnce(&EngineSite) -> Result<Capability, ProbeError>,
+    ) -> Result<Selection, String> {
+        let fabric = match (choice, verbs_device) {
+            (FabricChoice::Soft | FabricChoice::Http, Some(_)) => {
+                return Err(
+                    "--rdma-device applies to --fabric verbs or auto (the verbs fabric)".into(),
+                );
+            }
+            (FabricChoice::Http, None) => return Ok(Selection::blocking()),
+            (FabricChoice::Auto, _) => Fabric::Auto,
+            (FabricChoice::Soft, None) => Fabric::Soft,
+            (FabricChoice::Verbs, _) => Fabric::Verbs,
         };
-        let plain = site
-            .url
-            .get(..7)
-            .is_some_and(|s| s.eq_ignore_ascii_case("http://"));
-        plain.then(|| Self {
+        if !site.is_plain_http() {
+            return Ok(Selection::blocking());
+        }
+        let target = Self {
             url: site.url.clone(),
             credentials: site.credentials.clone(),
             region: site.region.clone(),
             fabric,
+            verbs_device: verbs_device.map(str::to_owned),
+        };
+        if choice != FabricChoice::Auto {
+            return Ok(Selection {
+                target: Some(target),
+                probe: None,
+            });
+        }
+        let outcome = match probe(site) {
+            Ok(c) => ProbeOutcome::Answered(c),
+            Err(e) => ProbeOutcome::Failed(e),
+        };
+        let advertised = matches!(outcome, ProbeOutcome::Answered(Capability::Rdma { .. }));
+        Ok(Selection {
+            target: advertised.then_some(target),
+            probe: Some(outcome),
         })
     }
 
     fn engine(&self, connections: usize) -> Result<Engine, String> {
-        Engine::builder()
+        let mut b = Engine::builder()
             .endpoint_url(&self.url)
             .credentials(self.credentials.clone())
             .region(&self.region)
             .connections_per_worker(connections)
-            .fabric(self.fabric)
-            .build()
-            .map_err(|e| format!("engine: {e}"))
+            .fabric(self.fabric);
+        if let Some(name) = &self.verbs_device {
+            b = b.verbs_device(name.clone());
+        }
+        b.build().map_err(|e| format!("engine: {e}"))
     }
 }
 
@@ -328,26 +545,123 @@ pub fn upload(
 mod tests {
     use super::*;
 
-    #[test]
-    fn only_plain_http_endpoints_run_on_the_engine() {
-        let site = |url: &str| EngineSite {
+    fn site(url: &str) -> EngineSite {
+        EngineSite {
             url: url.into(),
             credentials: Credentials::new("a", "b"),
             region: "r".into(),
-        };
+        }
+    }
+
+    fn soft_gateway(_: &EngineSite) -> Result<Capability, ProbeError> {
+        Ok(Capability::Rdma {
+            fabric: "soft".into(),
+        })
+    }
+
+    fn never(_: &EngineSite) -> Result<Capability, ProbeError> {
+        panic!("no probe may be sent for this choice")
+    }
+
+    fn fabric(sel: &Selection) -> Option<Fabric> {
+        sel.target.as_ref().map(|t| t.fabric)
+    }
+
+    #[test]
+    fn auto_runs_the_engine_only_on_plain_http_that_advertises_rdma() {
         let plain = site("http://127.0.0.1:9000");
+        let sel = EngineTarget::select(FabricChoice::Auto, &plain, None, soft_gateway).unwrap();
+        assert_eq!(fabric(&sel), Some(Fabric::Auto));
         assert_eq!(
-            EngineTarget::select(FabricChoice::Soft, &plain).map(|t| t.fabric),
-            Some(Fabric::Soft)
+            sel.probe_json(),
+            serde_json::json!({"status": 200, "fabric": "soft"})
         );
+        // A plain S3 server: the probe's 404 keeps the blocking client.
+        let sel = EngineTarget::select(FabricChoice::Auto, &site("HTTP://h"), None, |_| {
+            Ok(Capability::NotAdvertised { status: 404 })
+        })
+        .unwrap();
+        assert_eq!(fabric(&sel), None);
+        assert_eq!(sel.probe_json(), serde_json::json!({"status": 404}));
+        // No answer at all: the blocking client, which then reports the real failure.
+        let sel = EngineTarget::select(FabricChoice::Auto, &plain, None, |_| {
+            Err(ProbeError::Exchange("refused".into()))
+        })
+        .unwrap();
+        assert_eq!(fabric(&sel), None);
         assert_eq!(
-            EngineTarget::select(FabricChoice::Auto, &site("HTTP://h")).map(|t| t.fabric),
-            Some(Fabric::Auto)
+            sel.probe_json(),
+            serde_json::json!({"error": "capability probe: refused"})
         );
+        // https:// is never probed (the engine has no TLS).
+        let tls = site("https://s3.amazonaws.com");
+        let sel = EngineTarget::select(FabricChoice::Auto, &tls, None, never).unwrap();
+        assert!(sel.target.is_none() && sel.probe.is_none());
+    }
+
+    #[test]
+    fn explicit_choices_skip_the_probe() {
+        let plain = site("http://127.0.0.1:9000");
+        let soft = EngineTarget::select(FabricChoice::Soft, &plain, None, never).unwrap();
+        assert_eq!(fabric(&soft), Some(Fabric::Soft));
+        let verbs = EngineTarget::select(FabricChoice::Verbs, &plain, Some("mlx5_0"), never)
+            .unwrap()
+            .target
+            .unwrap();
+        assert_eq!(
+            (verbs.fabric, verbs.verbs_device.as_deref()),
+            (Fabric::Verbs, Some("mlx5_0"))
+        );
+        let http = EngineTarget::select(FabricChoice::Http, &plain, None, never).unwrap();
+        assert!(http.target.is_none() && http.probe.is_none());
+        let tls = site("https://s3.amazonaws.com");
         assert!(
-            EngineTarget::select(FabricChoice::Soft, &site("https://s3.amazonaws.com")).is_none()
+            EngineTarget::select(FabricChoice::Soft, &tls, None, never)
+                .unwrap()
+                .target
+                .is_none()
         );
-        assert!(EngineTarget::select(FabricChoice::Http, &plain).is_none());
+        assert!(EngineTarget::select(FabricChoice::Soft, &plain, Some("mlx5_0"), never).is_err());
+        assert!(EngineTarget::select(FabricChoice::Http, &plain, Some("mlx5_0"), never).is_err());
+    }
+
+    #[test]
+    fn only_a_200_naming_fabric_and_protocol_advertises_rdma() {
+        let rc = Some("rc-persistent");
+        assert_eq!(
+            classify(200, Some("verbs"), rc),
+            Capability::Rdma {
+                fabric: "verbs".into()
+            }
+        );
+        assert_eq!(
+            classify(200, Some(" soft "), rc),
+            Capability::Rdma {
+                fabric: "soft".into()
+            }
+        );
+        // A gateway without a fabric, or a plain S3 server (.hipobj is no valid bucket).
+        assert_eq!(
+            classify(501, None, None),
+            Capability::NotAdvertised { status: 501 }
+        );
+        assert_eq!(
+            classify(404, Some("soft"), rc),
+            Capability::NotAdvertised { status: 404 }
+        );
+        // A 200 that names no known fabric or protocol (some proxy answering everything).
+        for (fabric, protocol) in [
+            (None, None),
+            (Some("none"), rc),
+            (Some("soft"), None),
+            (Some("soft"), Some("hipobj-rc-v2")),
+        ] {
+            assert_eq!(
+                classify(200, fabric, protocol),
+                Capability::NotAdvertised { status: 200 },
+                "{fabric:?} {protocol:?}"
+            );
+        }
     }
 
     #[test]
@@ -360,6 +674,8 @@ mod tests {
         p.add("http", 1);
         assert_eq!(p.summary(), "mixed");
         assert_eq!(FabricChoice::parse("soft"), Ok(FabricChoice::Soft));
-        assert!(FabricChoice::parse("verbs").is_err());
+        assert_eq!(FabricChoice::parse("verbs"), Ok(FabricChoice::Verbs));
+        assert_eq!(FabricChoice::default(), FabricChoice::Auto);
+        assert!(FabricChoice::parse("rdma").is_err());
     }
 }

@@ -2,7 +2,8 @@
 //! fabric: uploads under the multipart threshold and downloads (whole, ranged, several 8 MiB
 //! chunks in flight) run on the engine, byte-exact, and `--json` names `rdma-soft` as the path
 //! that carried every byte; an upload above the threshold keeps the blocking multipart path and
-//! says `http`.
+//! says `http`. The default `--fabric auto` probes the gateway's capabilities once and runs
+//! the engine when it advertises the soft fabric, the blocking client when it has none.
 
 use std::process::Output;
 
@@ -174,8 +175,9 @@ fn put_and_get_over_the_soft_fabric_are_byte_exact_and_named_rdma_soft() {
         "multipart object downloaded over the engine differs"
     );
 
-    // The default (--fabric http) keeps the blocking client.
-    let out = dir.path().join("http.out");
+    // The default (--fabric auto): one signed capability probe, the gateway advertises the
+    // soft fabric, and the engine carries the bytes over it.
+    let out = dir.path().join("auto.out");
     let get = ok_json(
         &url,
         &[
@@ -185,6 +187,126 @@ fn put_and_get_over_the_soft_fabric_are_byte_exact_and_named_rdma_soft() {
             out.to_str().unwrap(),
         ],
     );
-    assert_eq!(get["path"], "http", "{get}");
+    assert_eq!(
+        (get["client"].as_str(), get["path"].as_str()),
+        (Some("engine"), Some("rdma-soft")),
+        "{get}"
+    );
+    assert_eq!(
+        get["fabric_probe"],
+        serde_json::json!({"status": 200, "fabric": "soft"}),
+        "{get}"
+    );
+    assert_eq!(get["checksum_verified"], true, "{get}");
     assert!(std::fs::read(&out).unwrap() == data);
+    let small = dir.path().join("small.bin");
+    std::fs::write(&small, &data[..4096]).unwrap();
+    let put = ok_json(
+        &url,
+        &[
+            "--json",
+            "put",
+            small.to_str().unwrap(),
+            "s3://soft/m/small.bin",
+        ],
+    );
+    assert_eq!(
+        (put["client"].as_str(), put["path"].as_str()),
+        (Some("engine"), Some("rdma-soft")),
+        "{put}"
+    );
+    let back = hipobj(
+        &url,
+        &["get", "s3://soft/m/small.bin", "-", "--fabric", "http"],
+    );
+    assert!(
+        back.status.success() && back.stdout == data[..4096],
+        "small PUT stored other bytes"
+    );
+
+    // --fabric http keeps the blocking client and sends no probe.
+    let out = dir.path().join("http.out");
+    let get = ok_json(
+        &url,
+        &[
+            "--json",
+            "get",
+            "s3://soft/m/model.bin",
+            out.to_str().unwrap(),
+            "--fabric",
+            "http",
+        ],
+    );
+    assert_eq!(get["path"], "http", "{get}");
+    assert_eq!(get["client"], "blocking", "{get}");
+    assert_eq!(get["fabric_probe"], Value::Null, "{get}");
+    assert!(std::fs::read(&out).unwrap() == data);
+}
+
+#[test]
+fn default_auto_against_a_gateway_without_a_fabric_uses_the_blocking_client() {
+    let root = tempfile::tempdir().unwrap();
+    let gateway = Gateway::builder()
+        .listen("127.0.0.1:0")
+        .root_dir(root.path())
+        .credentials(ACCESS, SECRET.to_owned())
+        .start()
+        .unwrap();
+    let url = format!("http://{}", gateway.local_addr());
+    let dir = tempfile::tempdir().unwrap();
+    let mb = hipobj(&url, &["mb", "s3://plain"]);
+    assert!(
+        mb.status.success(),
+        "{}",
+        String::from_utf8_lossy(&mb.stderr)
+    );
+    let data = random_bytes(100_000, 3);
+    let src = dir.path().join("f.bin");
+    std::fs::write(&src, &data).unwrap();
+    let put = ok_json(
+        &url,
+        &["--json", "put", src.to_str().unwrap(), "s3://plain/f.bin"],
+    );
+    assert_eq!(
+        (put["client"].as_str(), put["path"].as_str()),
+        (Some("blocking"), Some("http")),
+        "{put}"
+    );
+    assert_eq!(
+        put["fabric_probe"],
+        serde_json::json!({"status": 501}),
+        "{put}"
+    );
+    let out = dir.path().join("f.out");
+    let get = ok_json(
+        &url,
+        &["--json", "get", "s3://plain/f.bin", out.to_str().unwrap()],
+    );
+    assert_eq!(
+        (get["client"].as_str(), get["path"].as_str()),
+        (Some("blocking"), Some("http")),
+        "{get}"
+    );
+    assert_eq!(
+        get["fabric_probe"],
+        serde_json::json!({"status": 501}),
+        "{get}"
+    );
+    assert_eq!(get["checksum_verified"], true, "{get}");
+    assert!(std::fs::read(&out).unwrap() == data);
+
+    // A wrong secret: the probe is refused like any request (403), the blocking client then
+    // reports the real error.
+    let bad = cli::hipobj(
+        &url,
+        ACCESS,
+        "wrong-secret",
+        &["get", "s3://plain/f.bin", "-"],
+    );
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("SignatureDoesNotMatch"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
 }

@@ -1,5 +1,6 @@
 //! The `hipobj` binary against a real S3 server (s3s-fs) on 127.0.0.1: every object command,
-//! ranges of every form, a multipart upload of several parts, checksum round trips and failures.
+//! ranges of every form, a multipart upload of several parts, checksum round trips and failures;
+//! the default `--fabric auto` keeps the blocking client against it (it advertises no RDMA).
 
 #[path = "support/cli.rs"]
 mod cli;
@@ -212,6 +213,15 @@ fn checksums_round_trip_and_corruption_is_detected() {
         &data,
     );
     assert_eq!(put["checksum_crc64nvme"], expected.to_base64());
+    // The default `--fabric auto` asked s3s-fs once whether it speaks RDMA; a plain S3 server
+    // answers the capability probe with an error, so the blocking client carried the bytes.
+    assert_eq!(
+        (put["client"].as_str(), put["path"].as_str()),
+        (Some("blocking"), Some("http")),
+        "{put}"
+    );
+    let probed = put["fabric_probe"]["status"].as_u64().unwrap_or(0);
+    assert!((400..500).contains(&probed), "{put}");
 
     // With data on stdout, the JSON result goes to stderr so the data stream stays clean.
     let out = hipobj(
@@ -225,6 +235,17 @@ fn checksums_round_trip_and_corruption_is_detected() {
     assert_eq!(
         get["checksum_verified"], true,
         "the server returned the stored CRC64NVME and it matched"
+    );
+    assert_eq!(
+        (get["client"].as_str(), get["path"].as_str()),
+        (Some("blocking"), Some("http")),
+        "{get}"
+    );
+    assert!(
+        get["fabric_probe"]["status"]
+            .as_u64()
+            .is_some_and(|s| s != 200),
+        "{get}"
     );
 
     // Flip one byte of the stored object behind the server's back: the stored checksum no longer

@@ -180,9 +180,10 @@ pub fn receive(
         return Err(incomplete());
     }
     if let Some(expected) = opts.decoded_len.filter(|_| opts.aws_chunked)
-        && expected != h.len {
-            return Err(incomplete().with_detail("DecodedContentLength", expected.to_string()));
-        }
+        && expected != h.len
+    {
+        return Err(incomplete().with_detail("DecodedContentLength", expected.to_string()));
+    }
     let file = writer
         .into_inner()
         .map_err(|e| ApiError::internal(e.error()))?;
@@ -223,15 +224,16 @@ pub fn verify(
     payload: &PayloadHash,
 ) -> Result<Echo, ApiError> {
     if let PayloadHash::Hex(declared) = payload
-        && !declared.eq_ignore_ascii_case(&hex(&body.sha256)) {
-            return Err(ApiError::new(
-                400,
-                "XAmzContentSHA256Mismatch",
-                "The provided 'x-amz-content-sha256' header does not match what was computed.",
-            )
-            .with_detail("ClientComputedContentSHA256", declared.clone())
-            .with_detail("S3ComputedContentSHA256", hex(&body.sha256)));
-        }
+        && !declared.eq_ignore_ascii_case(&hex(&body.sha256))
+    {
+        return Err(ApiError::new(
+            400,
+            "XAmzContentSHA256Mismatch",
+            "The provided 'x-amz-content-sha256' header does not match what was computed.",
+        )
+        .with_detail("ClientComputedContentSHA256", declared.clone())
+        .with_detail("S3ComputedContentSHA256", hex(&body.sha256)));
+    }
     let find = |name: &str| {
         headers
             .iter()
@@ -240,13 +242,14 @@ pub fn verify(
             .map(|(_, v)| v.trim().to_owned())
     };
     if let Some(md5) = find("content-md5")
-        && md5 != STANDARD.encode(body.md5) {
-            return Err(ApiError::new(
-                400,
-                "BadDigest",
-                "The Content-MD5 you specified did not match what we received.",
-            ));
-        }
+        && md5 != STANDARD.encode(body.md5)
+    {
+        return Err(ApiError::new(
+            400,
+            "BadDigest",
+            "The Content-MD5 you specified did not match what we received.",
+        ));
+    }
     let mut echo = Vec::new();
     let checks: [(&str, String); 4] = [
         ("x-amz-checksum-crc64nvme", encode_crc64nvme(body.crc64nvme)),

@@ -105,6 +105,9 @@ pub fn handle(
     if head.path == crate::target::CONNECT_PATH {
         return crate::connect::handle(shared, head, &auth, out);
     }
+    if head.path == crate::capabilities::CAPABILITIES_PATH {
+        return crate::capabilities::handle(shared, head, out);
+    }
     if head.path.starts_with("/.hipobj-rc/") {
         // The hipobj-rc-v2 control routes (protocols.md §4.2), served by the fabric when it
         // can; otherwise answered as a v2 server with RC disabled does (§4.9: 501 + the

@@ -27,6 +27,7 @@
 pub mod auth;
 pub mod backend;
 pub mod body;
+pub mod capabilities;
 pub mod conn;
 pub mod connect;
 pub mod error;

@@ -453,9 +453,10 @@ fn worker(shared: &Arc<Shared>, rx: &Mutex<mpsc::Receiver<TcpStream>>) {
         let Ok(stream) = next else { return };
         shared.busy.fetch_add(1, Ordering::AcqRel);
         if !shared.is_shutting_down()
-            && let Ok(_buffer) = shared.reserve(conn::IO_BUF) {
-                conn::serve(shared, stream);
-            }
+            && let Ok(_buffer) = shared.reserve(conn::IO_BUF)
+        {
+            conn::serve(shared, stream);
+        }
         shared.busy.fetch_sub(1, Ordering::AcqRel);
         shared.active.fetch_sub(1, Ordering::AcqRel);
     }

@@ -7,5 +7,8 @@ pub use s3_lite::sigv4::{http_date, iso8601};
 
 /// Seconds since the Unix epoch (0 if the clock is before it).
 pub fn now_secs() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }

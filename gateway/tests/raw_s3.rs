@@ -434,3 +434,73 @@ fn full_gateway_answers_503_slowdown() {
     assert!(ok, "slot was released");
     gw.shutdown();
 }
+
+#[test]
+fn capability_route_advertises_the_fabric_only_when_signed() {
+    const PATH: &str = "/.hipobj/rc/capabilities";
+    let dir = tempfile::tempdir().unwrap();
+
+    // Fabric none: signed → 501 with the RDMA reply marker, so a client keeps plain HTTP.
+    let plain = start(dir.path());
+    let a = plain.local_addr();
+    let r = call(a, "GET", PATH, "", &[], b"");
+    assert_eq!(
+        (r.status(), r.code().as_str(), r.header("x-amz-rdma-reply")),
+        (501, "NotImplemented", Some("501")),
+        "{}",
+        r.text()
+    );
+    assert_eq!(r.header("x-amz-rdma-fabric"), None);
+    plain.shutdown();
+
+    // Soft fabric: signed → 200 naming the fabric, the protocol and both dialects.
+    let soft = hipobj_gateway::RcTarget::start(
+        "127.0.0.1:0".parse().unwrap(),
+        hipobj_gateway::RcLimits::default(),
+    )
+    .unwrap();
+    let gw = hipobj_gateway::Gateway::builder()
+        .listen("127.0.0.1:0")
+        .root_dir(dir.path())
+        .credentials(ACCESS, SECRET)
+        .rdma_target(soft)
+        .start()
+        .unwrap();
+    let a = gw.local_addr();
+    let r = call(a, "GET", PATH, "", &[], b"");
+    assert_eq!(r.status(), 200, "{}", r.text());
+    assert_eq!(r.header("x-amz-rdma-fabric"), Some("soft"));
+    assert_eq!(r.header("x-amz-rdma-protocol"), Some("rc-persistent"));
+    assert_eq!(
+        r.header("x-amz-rdma-dialects"),
+        Some("rc-persistent,hipobj-rc-v2")
+    );
+    assert!(r.body.is_empty());
+
+    // Unsigned → 403, and the answer gives nothing of the fabric away.
+    let r = send(a, &req(a, "GET", PATH, ""), b"");
+    assert_eq!(
+        (r.status(), r.code().as_str()),
+        (403, "AccessDenied"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(r.header("x-amz-rdma-fabric"), None);
+
+    // Signed with a wrong secret → 403 SignatureDoesNotMatch.
+    let mut q = req(a, "GET", PATH, "");
+    signer(ACCESS, "not-the-secret")
+        .sign_headers(&mut q, &PayloadHash::of_body(b""), now())
+        .unwrap();
+    let r = send(a, &q, b"");
+    assert_eq!(
+        (r.status(), r.code().as_str()),
+        (403, "SignatureDoesNotMatch"),
+        "{}",
+        r.text()
+    );
+
+    // Another method → 405.
+    assert_eq!(call(a, "PUT", PATH, "", &[], b"").status(), 405);
+    gw.shutdown();
+}

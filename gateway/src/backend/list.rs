@@ -47,9 +47,10 @@ pub fn paginate<'k>(
             continue;
         }
         if let Some(a) = after.as_deref()
-            && key <= a {
-                continue;
-            }
+            && key <= a
+        {
+            continue;
+        }
         let prefix_of_key = delim.and_then(|d| {
             let rest = key.get(query.prefix.len()..)?;
             rest.find(d).map(|i| {

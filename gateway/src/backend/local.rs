@@ -195,13 +195,15 @@ impl LocalDir {
                 if sub.starts_with(want) || want.starts_with(&sub) {
                     self.walk(&entry.path(), &sub, want, out)?;
                 }
-            } else if ty.is_file() && name.ends_with(DATA_TAG)
-                && let Some(c) = keymap::data_component(name) {
-                    let key = format!("{key_prefix}{c}");
-                    if key.starts_with(want) {
-                        out.push(key);
-                    }
+            } else if ty.is_file()
+                && name.ends_with(DATA_TAG)
+                && let Some(c) = keymap::data_component(name)
+            {
+                let key = format!("{key_prefix}{c}");
+                if key.starts_with(want) {
+                    out.push(key);
                 }
+            }
         }
         Ok(())
     }
@@ -470,9 +472,10 @@ impl Backend for LocalDir {
                 return Err(invalid_part(p.part_number, "ETag differs"));
             }
             if let Some(c) = &p.crc64nvme
-                && decode_crc64nvme(c).ok() != Some(r.crc64nvme) {
-                    return Err(invalid_part(p.part_number, "ChecksumCRC64NVME differs"));
-                }
+                && decode_crc64nvme(c).ok() != Some(r.crc64nvme)
+            {
+                return Err(invalid_part(p.part_number, "ChecksumCRC64NVME differs"));
+            }
             if i + 1 < parts.len() && r.size < self.min_part_size {
                 return Err(ApiError::new(
                     400,
@@ -510,13 +513,14 @@ impl Backend for LocalDir {
         }
         let crc64_b64 = encode_crc64nvme(crc64);
         if let Some(w) = whole_crc64nvme
-            && w != crc64_b64 {
-                return Err(ApiError::new(
-                    400,
-                    "BadDigest",
-                    "The CRC64NVME you specified did not match the calculated checksum.",
-                ));
-            }
+            && w != crc64_b64
+        {
+            return Err(ApiError::new(
+                400,
+                "BadDigest",
+                "The CRC64NVME you specified did not match the calculated checksum.",
+            ));
+        }
         // Concatenate into one temporary file, then install it like a PutObject.
         let mut out = tempfile::Builder::new()
             .prefix("complete-")

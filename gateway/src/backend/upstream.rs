@@ -236,14 +236,15 @@ impl Upstream {
             match d.event {
                 Event::Head(h) => {
                     if (200..300).contains(&h.status)
-                        && let Collect::Object { sink, head_only } = collect {
-                            let (info, span) = object_info(&h).map_err(|e| (e, true))?;
-                            sink.begin(&info, span.filter(|_| h.status == 206))
-                                .map_err(|e| (ApiError::from(e), true))?;
-                            if *head_only && req.method != "HEAD" {
-                                return Err((ApiError::internal("head-only GET"), true));
-                            }
+                        && let Collect::Object { sink, head_only } = collect
+                    {
+                        let (info, span) = object_info(&h).map_err(|e| (e, true))?;
+                        sink.begin(&info, span.filter(|_| h.status == 206))
+                            .map_err(|e| (ApiError::from(e), true))?;
+                        if *head_only && req.method != "HEAD" {
+                            return Err((ApiError::internal("head-only GET"), true));
                         }
+                    }
                     response = Some(h);
                     continue;
                 }

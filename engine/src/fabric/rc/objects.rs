@@ -194,7 +194,7 @@ impl RcCq {
     }
 
     /// Polls until at least one completion arrives or `timeout` passes. The soft CQ sleeps on
-    /// its condition variable; a verbs CQ (no completion channel here) spins briefly, then
+    /// its condition variable; a verbs CQ (no completion channel here) yields a few times, then
     /// naps in steps of up to 200 µs so an idle waiter does not take a core.
     pub fn poll_wait(
         &self,
@@ -214,6 +214,8 @@ impl RcCq {
                     cq.wait(end - now);
                 }
                 Self::Verbs(_) => {
+                    // A few yields first (a completion usually follows within µs on a NIC),
+                    // then naps growing to 200 µs so an idle waiter does not take a core.
                     round = round.saturating_add(1);
                     if round < 64 {
                         std::thread::yield_now();

@@ -1,0 +1,60 @@
+//! The capability route, `GET /.hipobj/rc/capabilities`: one cheap, signed question a client
+//! asks before choosing its data path ("does this endpoint carry payloads over RDMA?").
+//!
+//! A plain S3 server answers the same request with an error (the path names the invalid
+//! bucket `.hipobj`), so a client that treats anything but `200` as "no RDMA" pays one small
+//! round trip against any S3 store and never uploads twice. This gateway answers (after
+//! SigV4 authentication, like every route):
+//!
+//! - with a fabric: `200`, `x-amz-rdma-fabric: soft|verbs`, `x-amz-rdma-protocol:
+//!   rc-persistent` and `x-amz-rdma-dialects` (the pairing dialects served: `rc-persistent`,
+//!   plus `hipobj-rc-v2` when the fabric has the v2 session service), empty body;
+//! - with fabric `none`: `501 NotImplemented` with `x-amz-rdma-reply: 501`.
+
+use s3_lite::http::server::RequestHead;
+
+use crate::error::ApiError;
+use crate::handler::Respond;
+use crate::server::Shared;
+
+/// The route's path.
+pub const CAPABILITIES_PATH: &str = "/.hipobj/rc/capabilities";
+/// Header listing the pairing dialects this gateway serves, comma-separated.
+pub const DIALECTS_HEADER: &str = "x-amz-rdma-dialects";
+/// The v2 dialect's name in [`DIALECTS_HEADER`].
+pub const DIALECT_V2: &str = "hipobj-rc-v2";
+
+/// Handles the capability route (already authenticated).
+pub fn handle(shared: &Shared, head: &RequestHead, out: &mut dyn Respond) -> Result<(), ApiError> {
+    if head.method != "GET" && head.method != "HEAD" {
+        return Err(ApiError::new(
+            405,
+            "MethodNotAllowed",
+            "The specified method is not allowed against this resource.",
+        ));
+    }
+    let fabric = shared.rdma.fabric();
+    if fabric == "none" {
+        let mut e = ApiError::not_implemented(
+            "this gateway has no RDMA fabric (fabric none); use plain HTTP",
+        );
+        e.headers
+            .push((s3_lite::rdma::RDMA_REPLY.to_owned(), "501".to_owned()));
+        return Err(e);
+    }
+    let mut dialects = crate::connect::PROTOCOL.to_owned();
+    if shared.rdma.rc_v2().is_some() {
+        dialects.push(',');
+        dialects.push_str(DIALECT_V2);
+    }
+    let headers = vec![
+        (crate::target::FABRIC_HEADER.to_owned(), fabric.to_owned()),
+        (
+            s3_lite::rdma::RDMA_PROTOCOL.to_owned(),
+            crate::connect::PROTOCOL.to_owned(),
+        ),
+        (DIALECTS_HEADER.to_owned(), dialects),
+    ];
+    out.head(200, headers, s3_lite::http::BodyFraming::Length(0))?;
+    Ok(())
+}
