@@ -11,6 +11,8 @@
 
 #[path = "../../gateway/tests/support/raw.rs"]
 mod raw;
+#[path = "../../gateway/tests/support/rig.rs"]
+mod rig;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
@@ -23,9 +25,9 @@ use engine::{
 };
 use hipobj_gateway::{Gateway, RunningGateway};
 use raw::{ACCESS, SECRET, call};
+use rig::{crc64, pattern};
 use ring_api::opcode::{Get, Put, RangeGet};
 use ring_api::{BufSlice, DataPath, ErrorClass};
-use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
 use s3_lite::credentials::Credentials;
 use s3_lite::rdma::descriptor::DescriptorWithSuffix;
 
@@ -51,29 +53,8 @@ impl DcTokenProvider for FakeDc {
     }
 }
 
-fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n)
-        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[2] ^ seed)
-        .collect()
-}
-
-fn crc64(d: &[u8]) -> String {
-    let mut c = Crc64Nvme::new();
-    c.update(d);
-    encode_crc64nvme(c.finish())
-}
-
 fn engine_for(addr: SocketAddr, dc: Arc<FakeDc>) -> Engine {
-    Engine::builder()
-        .endpoint_url(format!("http://{addr}"))
-        .credentials(Credentials::new(ACCESS, SECRET))
-        .region("us-east-1")
-        .placement(Placement::Workers(1))
-        .retry(RetryPolicy::new(
-            2,
-            Duration::from_millis(5),
-            Duration::from_millis(50),
-        ))
+    rig::engine_builder(addr)
         .fabric(Fabric::Soft)
         .dialect(Dialect::CuObject)
         .dc_token_provider(dc)

@@ -6,29 +6,18 @@
 
 #[path = "../../gateway/tests/support/raw.rs"]
 mod raw;
+#[path = "../../gateway/tests/support/rig.rs"]
+mod rig;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use engine::{Dialect, Engine, Fabric, Placement, RegisterOptions, RetryPolicy};
-use hipobj_gateway::{Gateway, RunningGateway, RcLimits, RcTarget};
+use engine::{Dialect, Engine, Fabric, RegisterOptions};
+use hipobj_gateway::{Gateway, RcLimits, RcTarget, RunningGateway};
 use raw::{ACCESS, SECRET, call};
+use rig::{crc64, pattern};
 use ring_api::opcode::{Get, Put, RangeGet};
 use ring_api::{BufSlice, DataPath};
-use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
-use s3_lite::credentials::Credentials;
-
-fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n)
-        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[2] ^ seed)
-        .collect()
-}
-
-fn crc64(d: &[u8]) -> String {
-    let mut c = Crc64Nvme::new();
-    c.update(d);
-    encode_crc64nvme(c.finish())
-}
 
 fn gateway(root: &std::path::Path, soft: bool) -> RunningGateway {
     let mut b = Gateway::builder()
@@ -47,16 +36,7 @@ fn gateway(root: &std::path::Path, soft: bool) -> RunningGateway {
 }
 
 fn engine_for(addr: SocketAddr, fabric: Fabric) -> Engine {
-    Engine::builder()
-        .endpoint_url(format!("http://{addr}"))
-        .credentials(Credentials::new(ACCESS, SECRET))
-        .region("us-east-1")
-        .placement(Placement::Workers(1))
-        .retry(RetryPolicy::new(
-            2,
-            Duration::from_millis(5),
-            Duration::from_millis(50),
-        ))
+    rig::engine_builder(addr)
         .fabric(fabric)
         .dialect(Dialect::RcV2)
         .build()

@@ -6,6 +6,8 @@
 
 #[path = "support/raw.rs"]
 mod raw;
+#[path = "support/rig.rs"]
+mod rig;
 #[path = "../../cli/tests/support/s3s_fs.rs"]
 mod s3s_fs;
 
@@ -15,27 +17,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use engine::soft::{Access, QpCaps, RtrAttr, RtsAttr, SoftDevice, SoftPath};
-use engine::{Engine, Fabric, Placement, RegisterOptions, RetryPolicy};
+use engine::{Engine, Fabric, RegisterOptions, RetryPolicy};
 use hipobj_gateway::{Gateway, RcLimits, RcTarget};
 use raw::{ACCESS, SECRET, call};
+use rig::{crc64, pattern};
 use ring_api::opcode::{Get, Put, RangeGet};
 use ring_api::{BufSlice, DataPath, ErrorClass};
-use s3_lite::checksum::encode_crc64nvme;
 use s3_lite::credentials::Credentials;
 use s3_lite::rdma::RcToken;
 use s3s_fs::S3sFs;
-
-fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n)
-        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[1] ^ seed)
-        .collect()
-}
-
-fn crc64(data: &[u8]) -> String {
-    let mut c = s3_lite::checksum::Crc64Nvme::new();
-    c.update(data);
-    encode_crc64nvme(c.finish())
-}
 
 fn soft_target() -> Arc<RcTarget> {
     RcTarget::start(
@@ -46,11 +36,7 @@ fn soft_target() -> Arc<RcTarget> {
 }
 
 fn engine_for(addr: SocketAddr, fabric: Fabric) -> Engine {
-    Engine::builder()
-        .endpoint_url(format!("http://{addr}"))
-        .credentials(Credentials::new(ACCESS, SECRET))
-        .region("us-east-1")
-        .placement(Placement::Workers(1))
+    rig::engine_builder(addr)
         .retry(RetryPolicy::new(
             3,
             Duration::from_millis(5),

@@ -12,33 +12,21 @@
 
 #[path = "support/raw.rs"]
 mod raw;
+#[path = "support/rig.rs"]
+mod rig;
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use engine::{Dialect, Engine, Fabric, Placement, RegisterOptions, RetryPolicy};
+use engine::{Dialect, Engine, Fabric, RegisterOptions};
 use hipobj_gateway::{Gateway, RcLimits, RcTarget, RunningGateway};
 use raw::{ACCESS, SECRET, call};
+use rig::{WAIT, crc64, pattern, run_one};
 use ring_api::opcode::{CompleteMultipart, CreateMultipart, Get, Put, RangeGet, UploadPart};
-use ring_api::{BufSlice, Cqe, DataPath};
+use ring_api::{BufSlice, DataPath};
 use ring_api::{PartNumber, UploadHandle};
-use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
-use s3_lite::credentials::Credentials;
 
-const WAIT: Duration = Duration::from_secs(120);
 const MIB: u64 = 1 << 20;
-
-fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n)
-        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[1] ^ seed)
-        .collect()
-}
-
-fn crc64(data: &[u8]) -> String {
-    let mut c = Crc64Nvme::new();
-    c.update(data);
-    encode_crc64nvme(c.finish())
-}
 
 fn nic() -> String {
     std::env::var("ENGINE_TEST_NIC").unwrap_or_else(|_| "rxe0".to_owned())
@@ -87,18 +75,7 @@ fn gateway(fabric: Fabric) -> Under {
 }
 
 fn engine_for(addr: SocketAddr, fabric: Fabric, dialect: Dialect) -> Engine {
-    let mut b = Engine::builder()
-        .endpoint_url(format!("http://{addr}"))
-        .credentials(Credentials::new(ACCESS, SECRET))
-        .region("us-east-1")
-        .placement(Placement::Workers(1))
-        .retry(RetryPolicy::new(
-            2,
-            Duration::from_millis(5),
-            Duration::from_millis(50),
-        ))
-        .fabric(fabric)
-        .dialect(dialect);
+    let mut b = rig::engine_builder(addr).fabric(fabric).dialect(dialect);
     if fabric == Fabric::Verbs {
         b = b.verbs_device(nic());
     }
@@ -111,13 +88,6 @@ fn expected_path(fabric: Fabric) -> DataPath {
     } else {
         DataPath::RdmaSoft
     }
-}
-
-/// Pushes `sqe`, waits for its completion.
-fn run_one(q: &mut engine::Queue, sqe: ring_api::Sqe) -> Cqe {
-    q.push(&sqe).unwrap();
-    assert_eq!(q.wait(1, Some(WAIT)), 1, "no completion within {WAIT:?}");
-    q.completion().next().unwrap()
 }
 
 fn get_http(addr: SocketAddr, path: &str) -> Vec<u8> {

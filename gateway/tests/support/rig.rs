@@ -1,0 +1,52 @@
+//! What the engine-against-gateway tests share: a deterministic payload, its CRC64NVME, and an
+//! engine builder pointed at a test gateway (one worker, the raw-request credentials, quick
+//! retries). Included with `#[path]` by gateway and engine tests; each uses what it needs.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use engine::{Engine, EngineBuilder, Placement, RetryPolicy};
+use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
+use s3_lite::credentials::Credentials;
+
+use super::raw::{ACCESS, SECRET};
+
+/// `n` bytes that differ with `seed` and never repeat with a short period.
+pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[1] ^ seed)
+        .collect()
+}
+
+/// Base64 CRC64NVME of `data` (the form S3 headers carry).
+pub fn crc64(data: &[u8]) -> String {
+    let mut c = Crc64Nvme::new();
+    c.update(data);
+    encode_crc64nvme(c.finish())
+}
+
+/// An engine for the gateway at `addr`: one worker, `ACCESS`/`SECRET`, two quick retries.
+/// Callers add the fabric, dialect or provider and build.
+pub fn engine_builder(addr: SocketAddr) -> EngineBuilder {
+    Engine::builder()
+        .endpoint_url(format!("http://{addr}"))
+        .credentials(Credentials::new(ACCESS, SECRET))
+        .region("us-east-1")
+        .placement(Placement::Workers(1))
+        .retry(RetryPolicy::new(
+            2,
+            Duration::from_millis(5),
+            Duration::from_millis(50),
+        ))
+}
+
+/// The longest a test op may take (generous: the VM lane runs under emulation).
+pub const WAIT: Duration = Duration::from_secs(120);
+
+/// Pushes `sqe` and waits (at most [`WAIT`]) for its completion.
+pub fn run_one(q: &mut engine::Queue, sqe: ring_api::Sqe) -> ring_api::Cqe {
+    q.push(&sqe).unwrap();
+    assert_eq!(q.wait(1, Some(WAIT)), 1, "no completion within {WAIT:?}");
+    q.completion().next().unwrap()
+}
