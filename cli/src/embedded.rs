@@ -17,8 +17,8 @@
 //! (coalescing adjacent ranges) and posts the completion only after that copy has finished.
 //! After the batch every written VRAM byte is read back and compared with the model; then 16
 //! pieces are PUT from VRAM through the engine ([`vram::put_round_trip`]) and a multipart
-//! object is uploaded with parts read out of VRAM ([`vram::upload_parts_from_vram`]), both read
-//! back and compared.
+//! object is uploaded with the engine's UploadPart from the device registration
+//! ([`vram::upload_parts_from_vram`]), both read back and compared.
 
 use crate::vram;
 
@@ -485,8 +485,8 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
         }
     }
     // From VRAM (GPU memory only): 16 pieces of what the GET phase put into VRAM PUT through
-    // the engine (which copies them out of VRAM first), and a multipart object whose parts are
-    // read out of VRAM by UploadPart; both read back and compared.
+    // the engine (which copies them out of VRAM first), and a multipart object uploaded with
+    // the engine's UploadPart from the device registration; both read back and compared.
     let (mut put_from_vram, mut upload_part_from_vram) = (None, None);
     if let Some(img) = &image {
         let piece_max = args.range_size.unwrap_or(SLOT);
@@ -533,12 +533,12 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
         let r = vram::upload_parts_from_vram(
             &engine,
             &mut q,
-            &mut client,
-            img,
+            buf,
             scratch,
             BUCKET,
             "from-vram/multipart",
-            (0, up_len, 8 << 20),
+            // 8 MiB parts, fewer when the queue holds fewer entries (all are in flight at once).
+            (0, up_len, (8u64 << 20).max(up_len.div_ceil(conc.max(1)))),
             &check,
         )?;
         let _ = writeln!(

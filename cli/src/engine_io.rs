@@ -43,8 +43,8 @@ pub const PROBE_TIMEOUTS: Timeouts = Timeouts {
     connect: Duration::from_secs(2),
     io: Duration::from_secs(5),
 };
-/// The most error-body bytes the probe keeps (only for the report; the rest is dropped).
-const PROBE_BODY_LIMIT: usize = 4096;
+/// The most response-body bytes the probe accepts (an S3 error document is far smaller).
+const PROBE_BODY_LIMIT: usize = 64 * 1024;
 
 /// `--fabric`: which data path `get` and `put` use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -127,12 +127,18 @@ pub enum ProbeError {
     Exchange(String),
 }
 
-/// Reads an answer's status and headers; a response body is dropped after a few KiB.
+/// Drops the probe's response body, refusing more than [`PROBE_BODY_LIMIT`] bytes so a server
+/// that streams without end cannot hold the command (the probe then fails: blocking client).
 struct Discard(usize);
 
 impl BodySink for Discard {
     fn accept(&mut self, data: &[u8]) -> std::io::Result<()> {
-        self.0 = self.0.saturating_add(data.len()).min(PROBE_BODY_LIMIT);
+        self.0 = self.0.saturating_add(data.len());
+        if self.0 > PROBE_BODY_LIMIT {
+            return Err(std::io::Error::other(format!(
+                "answer body over {PROBE_BODY_LIMIT} bytes"
+            )));
+        }
         Ok(())
     }
 }
@@ -662,6 +668,14 @@ mod tests {
                 "{fabric:?} {protocol:?}"
             );
         }
+    }
+
+    #[test]
+    fn the_probe_refuses_an_endless_body() {
+        let mut d = Discard(0);
+        assert!(d.accept(&vec![0; PROBE_BODY_LIMIT - 1]).is_ok());
+        assert!(d.accept(&[0]).is_ok());
+        assert!(d.accept(&[0]).is_err());
     }
 
     #[test]

@@ -6,9 +6,8 @@
 //! own stream (merging adjacent ranges) and posts the completion only when that copy has
 //! finished. This module owns what the app still does with VRAM: reading the image back to
 //! verify it ([`verify_image`]), and the PUT- and UploadPart-from-VRAM checks
-//! ([`put_round_trip`], [`upload_parts_from_vram`]).
+//! ([`put_round_trip`], [`upload_parts_from_vram`], both through the engine's own ops).
 
-use std::io::{Read, Seek, SeekFrom};
 use std::time::Instant;
 
 use engine::gpu::{DeviceBuffer, GpuError};
@@ -178,83 +177,100 @@ pub fn put_round_trip(
     Ok(report)
 }
 
-/// `Read + Seek` over `len` bytes of a VRAM buffer from `base`: each read is a synchronous
-/// device → host copy of the bytes asked for.
-pub struct VramReader<'a> {
-    image: &'a DeviceBuffer,
-    base: u64,
-    len: u64,
-    pos: u64,
-}
-
-impl<'a> VramReader<'a> {
-    /// A reader over `image[base..base + len]`.
-    #[must_use]
-    pub fn new(image: &'a DeviceBuffer, base: u64, len: u64) -> Self {
-        Self {
-            image,
-            base,
-            len,
-            pos: 0,
-        }
-    }
-}
-
-impl Read for VramReader<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = (self.len.saturating_sub(self.pos)).min(buf.len() as u64) as usize;
-        if n == 0 {
-            return Ok(0);
-        }
-        let off = usize::try_from(self.base + self.pos).map_err(std::io::Error::other)?;
-        let dst = buf
-            .get_mut(..n)
-            .ok_or_else(|| std::io::Error::other("short buffer"))?;
-        self.image.read(off, dst).map_err(std::io::Error::other)?;
-        self.pos += n as u64;
-        Ok(n)
-    }
-}
-
-impl Seek for VramReader<'_> {
-    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
-        let next = match to {
-            SeekFrom::Start(p) => Some(p),
-            SeekFrom::End(d) => self.len.checked_add_signed(d),
-            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
-        };
-        self.pos = next.ok_or_else(|| std::io::Error::other("seek out of range"))?;
-        Ok(self.pos)
-    }
-}
-
-/// UploadPart from VRAM, verified: `len` bytes of `image` from `off` become one multipart
-/// object in parts of `part_size`, each part read out of VRAM (device → host copy) by the
-/// control-plane client's UploadPart (this check predates the engine's own UploadPart op, which
-/// stages device sources like PUT: `engine/tests/gpu_staging.rs`); then the object is read back
-/// through the engine into `host` and compared.
+/// UploadPart from VRAM through the engine's own multipart ops, verified: `len` bytes of the
+/// device registration `dev` from `off` become one multipart object `key` — CreateMultipart,
+/// then one UploadPart per `part_size` piece (the last may be shorter) whose source is the
+/// device registration itself (the engine copies each part VRAM → bounce before it sends it,
+/// as for PUT), all parts in flight at once, then CompleteMultipart. The bounce mirror of the
+/// range is zeroed first, so only bytes the engine copied out of VRAM can make the check pass.
+/// The object is read back through the engine into `host` (≥ `len`) and compared with
+/// `mismatch(offset, bytes)`. No other operation may be in flight on `dev` meanwhile, and the
+/// queue must hold `len / part_size + 1` entries.
 #[allow(clippy::too_many_arguments)]
 pub fn upload_parts_from_vram(
     engine: &engine::Engine,
     q: &mut engine::Queue,
-    client: &mut crate::client::S3Client,
-    image: &DeviceBuffer,
+    dev: ring_api::BufHandle,
     host: ring_api::BufHandle,
     bucket: &str,
     key: &str,
     (off, len, part_size): (u64, u64, u64),
     mismatch: &dyn Fn(u64, &[u8]) -> Option<usize>,
 ) -> Result<PutReport, String> {
+    use ring_api::opcode::{AbortMultipart, CompleteMultipart, CreateMultipart, UploadPart};
+    use ring_api::{BufSlice, PartNumber, UploadHandle};
+    if part_size == 0 || len == 0 {
+        return Err("UploadPart from VRAM: empty part size or length".into());
+    }
     let t0 = Instant::now();
-    let mut reader = VramReader::new(image, off, len);
-    let r = client
-        .put_multipart(bucket, key, &mut reader, len, part_size, &mut |_| {})
-        .map_err(|e| format!("UploadPart from VRAM: {e}"))?;
+    let wipe = vec![0u8; usize::try_from(len).map_err(|_| "upload too large")?];
+    engine.copy_in(dev, off, &wipe).map_err(|e| e.to_string())?;
+    drop(wipe);
     let obj = engine.object(bucket, key).map_err(|e| e.to_string())?;
+    q.push(&CreateMultipart::new(obj).build())
+        .map_err(|e| e.to_string())?;
+    let c = one(q, "CreateMultipart")?;
+    if !c.is_ok() {
+        return Err(format!("CreateMultipart: {:?}", c.error_code()));
+    }
+    let handle = UploadHandle(
+        u32::try_from(c.aux()).map_err(|_| format!("CreateMultipart: handle {}", c.aux()))?,
+    );
+    let parts = len.div_ceil(part_size);
+    let result = (|| {
+        let mut sizes = Vec::new();
+        for i in 0..parts {
+            let at = i * part_size;
+            let n = part_size.min(len - at);
+            let number = u32::try_from(i + 1)
+                .ok()
+                .and_then(PartNumber::new)
+                .ok_or_else(|| format!("part {} out of range", i + 1))?;
+            q.push(
+                &UploadPart::new(obj, handle, number, BufSlice::new(dev, off + at, n))
+                    .user_data(i + 1)
+                    .build(),
+            )
+            .map_err(|e| e.to_string())?;
+            sizes.push(n);
+        }
+        for _ in 0..parts {
+            let c = one(q, "UploadPart")?;
+            let want = usize::try_from(c.user_data())
+                .ok()
+                .and_then(|i| sizes.get(i.wrapping_sub(1)).copied());
+            if !c.is_ok() || Some(c.bytes()) != want {
+                return Err(format!(
+                    "UploadPart {} from VRAM: {:?}, {} bytes (want {want:?})",
+                    c.user_data(),
+                    c.error_code(),
+                    c.bytes()
+                ));
+            }
+        }
+        let last = u32::try_from(parts)
+            .ok()
+            .and_then(PartNumber::new)
+            .ok_or("too many parts")?;
+        q.push(&CompleteMultipart::new(obj, handle, last).build())
+            .map_err(|e| e.to_string())?;
+        let c = one(q, "CompleteMultipart")?;
+        if !c.is_ok() {
+            return Err(format!("CompleteMultipart: {:?}", c.error_code()));
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        // Best effort: do not leave the upload's parts on the server.
+        if q.push(&AbortMultipart::new(obj, handle).build()).is_ok() {
+            let _ = one(q, "AbortMultipart");
+        }
+        return Err(e);
+    }
     get_back(engine, q, host, obj, off, len, mismatch)?;
     Ok(PutReport {
         objects: 1,
-        parts: u64::from(r.parts),
+        parts,
         bytes: len,
         verified: len,
         elapsed_s: t0.elapsed().as_secs_f64(),

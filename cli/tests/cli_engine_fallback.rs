@@ -40,7 +40,7 @@ fn auto_against_a_plain_s3_server_falls_back_to_http_byte_exact() {
             src.to_str().unwrap(),
             "s3://plain/k/f.bin",
             "--fabric",
-            "auto",
+            "soft",
         ],
     );
     assert_eq!(put["path"], "http", "{put}");
@@ -62,7 +62,7 @@ fn auto_against_a_plain_s3_server_falls_back_to_http_byte_exact() {
             "s3://plain/k/f.bin",
             out.to_str().unwrap(),
             "--fabric",
-            "auto",
+            "soft",
         ],
     );
     assert_eq!(get["path"], "http", "{get}");
@@ -84,7 +84,7 @@ fn auto_against_a_plain_s3_server_falls_back_to_http_byte_exact() {
             "--range",
             "8388000-8389000",
             "--fabric",
-            "auto",
+            "soft",
         ],
     );
     assert_eq!(get["path"], "http", "{get}");

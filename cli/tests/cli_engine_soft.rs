@@ -224,6 +224,44 @@ fn put_and_get_over_the_soft_fabric_are_byte_exact_and_named_rdma_soft() {
         "small PUT stored other bytes"
     );
 
+    // --fabric verbs naming a device this host does not have: the engine says why once and
+    // carries the bytes in HTTP bodies, byte-exact; --rdma-device is refused with soft.
+    let out = dir.path().join("verbs.out");
+    let get = ok_json(
+        &url,
+        &[
+            "--json",
+            "get",
+            "s3://soft/m/model.bin",
+            out.to_str().unwrap(),
+            "--fabric",
+            "verbs",
+            "--rdma-device",
+            "no-such-rdma-dev9",
+        ],
+    );
+    assert_eq!(
+        (get["client"].as_str(), get["path"].as_str()),
+        (Some("engine"), Some("http")),
+        "{get}"
+    );
+    assert_eq!(get["fabric_probe"], Value::Null, "{get}");
+    assert!(std::fs::read(&out).unwrap() == data);
+    let refused = hipobj(
+        &url,
+        &[
+            "get",
+            "s3://soft/m/model.bin",
+            "-",
+            "--fabric",
+            "soft",
+            "--rdma-device",
+            "x",
+        ],
+    );
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--rdma-device"));
+
     // --fabric http keeps the blocking client and sends no probe.
     let out = dir.path().join("http.out");
     let get = ok_json(
