@@ -238,7 +238,8 @@ fn verbs_get_goodput() {
 /// the lane's numbers to mean anything).
 #[test]
 fn soft_get_goodput_loop() {
-    goodput(Fabric::Soft, "65536:64,1048576:16", "SOFT_GET_BW");
+    let sizes = std::env::var("SOFT_BENCH_SIZES").unwrap_or_else(|_| "65536:64,1048576:16".into());
+    goodput(Fabric::Soft, &sizes, "SOFT_GET_BW");
 }
 
 fn goodput(fabric: Fabric, sizes: &str, label: &str) {
