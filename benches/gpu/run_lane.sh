@@ -9,8 +9,9 @@
 #   2. hipobj bench --embedded (in-process gateway, soft RDMA fabric) into VRAM and into host
 #      memory, the same batches: 10,000 mixed-size range-gets of a 1 GiB model (every byte read
 #      back from VRAM and compared; then PUT and UploadPart from VRAM, read back and compared),
-#      10,000 x 64 KiB with and without coalescing (and with a 150 us in-turn event spin, and a
-#      second pair for run-to-run spread), 256 x 16 MiB of a 4 GiB model;
+#      10,000 x 64 KiB with and without coalescing (and a second pair for run-to-run spread),
+#      256 x 16 MiB of a 4 GiB model (two pairs); each GPU run reports the staging wait (mean and
+#      longest time from a range landing in bounce memory to its completion);
 #   (the 2026-11-30 runs in docs/gpu.md had the spin on by default and ran '-ns' rows with 0)
 #   3. plain hipobj bench against `hipobj serve` (soft fabric) with --memory cuda and host.
 # Writes lane-<stamp>.{log,jsonl}, gpu_probe-<stamp>.json, nvidia-smi-<stamp>.csv to $OUT (or
@@ -58,13 +59,13 @@ if "bytes_verified" in r:
     print(f"   memory {r['memory']:<5} {r['workload']:<10} ops {r['ops']} errors {r['errors']} "
           f"verified {r['bytes_verified']/2**20:.0f} MiB in {r['elapsed_s']:.3f} s: {r['gb_per_s']:.2f} GB/s "
           f"{r['ops_per_s']:.0f} ops/s; p50 {r['p50_us']:.0f} us p99 {r['p99_us']:.0f} us; cpu {r['cpu_s']:.1f} s; "
-          f"copies {r['gpu_copies']} coalesce {r['coalesce']}; verify {r['verify_s']:.2f} s; upload {r['upload_s']:.1f} s; paths {r['paths']}")
+          f"copies {r['gpu_copies']} coalesce {r['coalesce']}; stage wait mean/max {r.get('gpu_stage_us')} us; verify {r['verify_s']:.2f} s; upload {r['upload_s']:.1f} s; paths {r['paths']}")
     for k in ("put_from_vram", "upload_part_from_vram"):
         if r.get(k): print(f"   {k}: {r[k]}")
 else:
     print(f"   memory {r['memory']:<5} size {r['size']} ops {r['ops']} errors {r['errors']}: {r['gb_per_s']:.2f} GB/s "
           f"{r['ops_per_s']:.0f} ops/s p50 {r['p50_us']:.0f} us p99 {r['p99_us']:.0f} us; copies {r['gpu_copies']} "
-          f"of {r['gpu_ranges']} ranges; errors {r['error_codes']}")
+          f"of {r['gpu_ranges']} ranges; stage wait mean/max {r.get('gpu_stage_us')} us; errors {r['error_codes']}")
 PY
 }
 
@@ -109,12 +110,13 @@ RUNS=(
   'host-mixed  --memory host --pinned --verify-after --object-size 1GiB --ops 10000'
   'cuda-64k    --memory cuda --object-size 1GiB --ops 10000 --range-size 64KiB'
   'cuda-64k-nc --memory cuda --object-size 1GiB --ops 10000 --range-size 64KiB --no-coalesce'
-  'cuda-64k-sp --memory cuda --object-size 1GiB --ops 10000 --range-size 64KiB --gpu-spin-us 150'
   'host-64k    --memory host --pinned --verify-after --object-size 1GiB --ops 10000 --range-size 64KiB'
   'cuda-64k-2  --memory cuda --object-size 1GiB --ops 10000 --range-size 64KiB'
   'host-64k-2  --memory host --pinned --verify-after --object-size 1GiB --ops 10000 --range-size 64KiB'
   'cuda-16m    --memory cuda --object-size 4GiB --ops 256 --range-size 16MiB'
   'host-16m    --memory host --pinned --verify-after --object-size 4GiB --ops 256 --range-size 16MiB'
+  'cuda-16m-2  --memory cuda --object-size 4GiB --ops 256 --range-size 16MiB'
+  'host-16m-2  --memory host --pinned --verify-after --object-size 4GiB --ops 256 --range-size 16MiB'
 )
 for r in "${RUNS[@]}"; do
   name=${r%% *}
@@ -133,7 +135,6 @@ if want plain; then
   "${cli[@]}" mb s3://lane >>"$log" 2>&1 && "${cli[@]}" put /tmp/lane-obj s3://lane/obj >>"$log" 2>&1 \
     || { echo "   upload for plain bench failed" | tee -a "$log"; rc=1; }
   plain plain-cuda-64k s3://lane/obj --size 64KiB --ops 10000 --concurrency 16 --memory cuda
-  plain plain-cuda-64k-sp s3://lane/obj --size 64KiB --ops 10000 --concurrency 16 --memory cuda --gpu-spin-us 150
   plain plain-host-64k s3://lane/obj --size 64KiB --ops 10000 --concurrency 16 --memory host --pinned
   plain plain-cuda-16m s3://lane/obj --size 16MiB --ops 256 --concurrency 16 --memory cuda
   kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null

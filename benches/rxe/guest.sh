@@ -89,6 +89,7 @@ T=$(now)
 for rep in 1 2; do
   $BIN/verbs_rxe --ignored --nocapture --test-threads=1 rc_write_goodput > /tmp/ours.txt 2>&1 || { bad "verbs_rxe goodput"; cat /tmp/ours.txt; }
   grep -o 'VERBS_WRITE_BW .*' /tmp/ours.txt | tee -a $OUT/ours.txt
+  grep -o 'VERBS_REG_DEREG .*' /tmp/ours.txt
   # The whole product path: engine RANGE_GETs, rc-persistent, in-process gateway RDMA-WRITEs.
   timeout 300 $BIN/rdma_matrix --ignored --nocapture --test-threads=1 verbs_get_goodput > /tmp/get.txt 2>&1 || { bad "rdma_matrix goodput"; cat /tmp/get.txt; }
   grep -o 'VERBS_GET_BW .*' /tmp/get.txt | tee -a $OUT/ours.txt

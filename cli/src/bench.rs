@@ -235,6 +235,30 @@ pub struct BenchReport {
     pub gpu_ranges: u64,
     /// GPU memory: host → device copy launches for them (fewer when coalesced).
     pub gpu_copies: u64,
+    /// GPU memory: mean time (µs) from a range's bytes landing in the engine's bounce memory to
+    /// its completion being posted (the copy into VRAM and the worker noticing it), and the
+    /// longest such time (timed phase; the longest is over the engine's life).
+    pub gpu_stage_us: (f64, f64),
+}
+
+/// Mean and longest staging wait in µs between two snapshots of the engine's counters
+/// (`(0, 0)` without GPU staging).
+#[must_use]
+pub fn stage_wait_us(
+    before: &engine::gpu::StagingCounters,
+    after: &engine::gpu::StagingCounters,
+) -> (f64, f64) {
+    let n = after
+        .ranges_to_device
+        .saturating_sub(before.ranges_to_device);
+    let ns = after.stage_wait_ns.saturating_sub(before.stage_wait_ns);
+    if n == 0 {
+        return (0.0, 0.0);
+    }
+    (
+        ns as f64 / n as f64 / 1e3,
+        after.stage_wait_max_ns as f64 / 1e3,
+    )
 }
 
 /// Runs the benchmark; returns the exit code (0: every operation succeeded).
@@ -430,6 +454,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
         memory: gpu.as_deref().map_or("host", memory_name),
         gpu_ranges: staged.ranges_to_device - staged0.ranges_to_device,
         gpu_copies: staged.copies_to_device - staged0.copies_to_device,
+        gpu_stage_us: stage_wait_us(&staged0, &staged),
     })
 }
 

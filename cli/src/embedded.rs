@@ -87,6 +87,10 @@ pub struct EmbeddedReport {
     /// GPU memory: host → device copy launches the engine made in the timed phase (fewer than
     /// `ops` when ranges were coalesced).
     pub gpu_copies: u64,
+    /// GPU memory: mean time (µs) from a range's bytes landing in the engine's bounce memory to
+    /// its completion being posted (the copy into VRAM and the worker noticing it), and the
+    /// longest such time (timed phase; the longest is over the engine's life).
+    pub gpu_stage_us: (f64, f64),
     /// GPU memory: whether adjacent ranges were merged into one copy.
     pub coalesce: bool,
     /// GPU memory or --verify-after: seconds spent comparing the image (VRAM read back, or
@@ -450,6 +454,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
     let cpu_s = process_cpu_time().saturating_sub(cpu0).as_secs_f64();
     let staged = engine.gpu_staging().unwrap_or_default();
     let gpu_copies = staged.copies_to_device - staged0.copies_to_device;
+    let gpu_stage_us = crate::bench::stage_wait_us(&staged0, &staged);
     if let Some(b) = ops_bar {
         b.finish_and_clear();
     }
@@ -586,6 +591,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
         inline_verify_s,
         transfer_gb_per_s: verified as f64 / 1e9 / (elapsed - inline_verify_s).max(1e-9),
         gpu_copies,
+        gpu_stage_us,
         coalesce: gpu.is_some() && !args.no_coalesce,
         verify_s,
         put_from_vram,

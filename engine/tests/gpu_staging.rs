@@ -6,6 +6,7 @@
 //! - a GET into device memory completes only after its bytes are in (test-double) VRAM;
 //! - many adjacent range-gets are merged into few copy launches (and into one per range with
 //!   `gpu_coalesce_limit(0)`);
+//! - a completion is posted when its own copy has finished, not the last copy of its batch;
 //! - PUT from device memory sends the device's bytes (copied out before the PUT starts);
 //! - without a runtime, a device registration fails with a typed "no GPU runtime" error.
 #![allow(unsafe_code)]
@@ -459,6 +460,78 @@ fn without_coalescing_every_range_is_its_own_copy() {
         (st.ranges_to_device, st.copies_to_device),
         (n as u64, n as u64)
     );
+    drop(q);
+    drop(engine);
+    // SAFETY: the engine is gone.
+    unsafe { gpu.free_device(dev) }.unwrap();
+}
+
+/// Large ranges (each longer than the coalescing limit, as 16 MiB ranges are with the default
+/// 8 MiB) that land together form one batch of several copies. Each completion must be posted
+/// when *its* copy has finished, not when the batch's last copy has: at every reap, at most
+/// one range more than those completed may already be in VRAM (the copy engine takes 60 ms
+/// per copy, the worker notices a finished copy within microseconds). With one event per
+/// batch, a batch of k ranges shows k − 1 ranges in VRAM but not completed.
+#[test]
+fn each_large_range_completes_when_its_own_copy_has_finished() {
+    const MIB: usize = 1 << 20;
+    let server = S3sFs::start();
+    let n = 16usize;
+    let data = pattern(n * MIB, 23);
+    put_file(&server, "bkt", "large.bin", &data);
+    let gpu = HostBackedTestGpu::new(Duration::from_millis(60));
+    let engine = builder(&server)
+        .gpu(as_dyn(&gpu))
+        .gpu_coalesce_limit((MIB / 2) as u64)
+        .build()
+        .unwrap();
+    let obj = engine.object("bkt", "large.bin").unwrap();
+    let dev = gpu.alloc_device(0, n * MIB).unwrap();
+    // SAFETY: freed after the engine is dropped.
+    let buf = unsafe { engine.register_device(dev, n * MIB) }.unwrap();
+    let mut q = engine.queue(64).unwrap();
+    gpu.set_paused(true);
+    for i in 0..n {
+        let off = (i * MIB) as u64;
+        q.push(
+            &RangeGet::new(obj, off, BufSlice::new(buf, off, MIB as u64))
+                .user_data(i as u64)
+                .build(),
+        )
+        .unwrap();
+    }
+    // Let every range land in bounce memory while the copy engine is stopped.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(q.wait(1, Some(Duration::from_millis(1))), 0);
+    gpu.set_paused(false);
+    let in_vram = |i: usize| {
+        gpu.device_bytes(dev.offset((i * MIB) as u64).unwrap(), MIB) == data[i * MIB..(i + 1) * MIB]
+    };
+    let mut done = 0usize;
+    let mut worst_lag = 0usize;
+    reap(&mut q, n, |c| {
+        assert!(c.is_ok(), "range-get failed: {:?}", c.error_code());
+        let i = c.user_data() as usize;
+        assert!(
+            in_vram(i),
+            "range {i} completed before its bytes were in VRAM"
+        );
+        done += 1;
+        let copied = (0..n).filter(|&j| in_vram(j)).count();
+        worst_lag = worst_lag.max(copied.saturating_sub(done));
+    });
+    assert!(
+        worst_lag <= 1,
+        "completions held back behind later copies: {worst_lag} ranges were in VRAM but not completed"
+    );
+    let st = engine.gpu_staging().unwrap();
+    assert_eq!(
+        (st.ranges_to_device, st.copies_to_device),
+        (n as u64, n as u64)
+    );
+    // The first ranges waited through the pause: the staging wait counter saw it.
+    assert!(st.stage_wait_max_ns >= 200_000_000, "{st:?}");
+    assert!(st.stage_wait_ns >= st.stage_wait_max_ns);
     drop(q);
     drop(engine);
     // SAFETY: the engine is gone.

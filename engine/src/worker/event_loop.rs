@@ -82,7 +82,8 @@ impl Worker {
             // Work this turn created for the next one (an immediate retry queued to start).
             // Anything else that can still move announces itself: submissions through the
             // park handshake, sockets through epoll, retries and deadlines through the timer.
-            let more = self.ready.len() > ready_before || !self.done.is_empty();
+            let more =
+                self.ready.len() > ready_before || !self.done.is_empty() || self.stager_pending();
             self.publish();
             self.drop_closed_queues();
             if progress {

@@ -107,11 +107,9 @@ impl Worker {
     /// One non-blocking round of the GPU stager (nothing to do, and no cost beyond a
     /// thread-local lookup, when no device operation has been seen on this worker).
     ///
-    /// While copies are in flight the worker must keep turning to query their events, but the
-    /// event loop only spins for fabric work: a timer due now (a `Deadline` entry, which
-    /// re-checks the operation's real deadline and so is harmless for any key) makes the
-    /// next `epoll_wait` return at once.
-    fn drive_stager(&mut self, now: Instant) -> bool {
+    /// While copies are in flight the worker keeps turning to query their events
+    /// ([`Worker::stager_pending`] makes the event loop poll without sleeping).
+    fn drive_stager(&mut self, _now: Instant) -> bool {
         let Some(gpu) = self.shared.gpu.as_ref() else {
             return false;
         };
@@ -121,11 +119,10 @@ impl Worker {
             s.poll_briefly(&gpu.stats, &mut fin);
             // A batch that finished frees room for GETs that waited.
             s.flush(&gpu.stats, &mut fin.done);
-            (s.pending(), s.last_key())
         });
-        let Some((pending, last_key)) = state else {
+        if state.is_none() {
             return false;
-        };
+        }
         let progress = !fin.is_empty();
         for (op, cqe) in fin.done {
             let qi = op.queue;
@@ -147,10 +144,13 @@ impl Worker {
         for key in fin.failed_out {
             self.finish(key, Cqe::error(0, ErrorCode::Io, ErrorClass::Local));
         }
-        if pending && let Some(key) = last_key {
-            self.timers.push(now, key, TimerKind::Deadline);
-        }
         progress
+    }
+
+    /// Whether the GPU stager has copies in flight (the event loop then polls instead of
+    /// sleeping, so their completions are posted as soon as the copies finish).
+    pub(super) fn stager_pending(&self) -> bool {
+        self.shared.gpu.is_some() && stager::with_existing(|s| s.pending()).unwrap_or(false)
     }
 
     /// A GET into device memory whose bytes are in bounce memory: instead of completing it,
@@ -173,7 +173,7 @@ impl Worker {
         // Only the bytes received are copied (a whole-object GET may fill less than its buffer).
         span.len = span.len.min(cqe.bytes());
         let cqe = final_cqe(&op, cqe);
-        stager::with(gpu, |s| s.land(key, span, op, cqe));
+        stager::with(gpu, |s| s.land(span, op, cqe));
         None
     }
 
