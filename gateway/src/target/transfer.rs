@@ -27,16 +27,19 @@ static NEXT_WR: AtomicU64 = AtomicU64::new(1);
 struct DemuxState {
     done: HashMap<u64, WcStatus>,
     polling: bool,
+    /// The threads waiting, by the work request each waits for.
+    waiting: HashMap<u64, Arc<Condvar>>,
 }
 
 /// Routes completions of one CQ to the threads waiting for them (several gateway threads
-/// may run transfers on the same connection at once). One waiter polls; the others sleep on
-/// a condvar and are woken whenever completions are sorted.
+/// may run transfers on the same connection at once). One waiter polls; each other waiter
+/// sleeps on a condvar of its own and is woken only when its completion is sorted (or to take
+/// over polling), so a connection with many transfers in flight does not wake them all for
+/// every completion.
 #[derive(Debug)]
 pub(crate) struct Demux {
     cq: RcCq,
     state: Mutex<DemuxState>,
-    cv: Condvar,
 }
 
 impl Demux {
@@ -44,25 +47,25 @@ impl Demux {
         Self {
             cq,
             state: Mutex::new(DemuxState::default()),
-            cv: Condvar::new(),
         }
     }
 
     /// The status of `wr_id`, or `None` when `deadline` passes first.
     fn wait(&self, wr_id: u64, deadline: Instant) -> Option<WcStatus> {
+        let cv = Arc::new(Condvar::new());
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        loop {
+        st.waiting.insert(wr_id, Arc::clone(&cv));
+        let status = loop {
             if let Some(s) = st.done.remove(&wr_id) {
-                return Some(s);
+                break Some(s);
             }
             let now = Instant::now();
             if now >= deadline {
-                return None;
+                break None;
             }
             let nap = (deadline - now).min(Duration::from_millis(100));
             if st.polling {
-                st = self
-                    .cv
+                st = cv
                     .wait_timeout(st, nap)
                     .unwrap_or_else(PoisonError::into_inner)
                     .0;
@@ -84,9 +87,21 @@ impl Demux {
             }
             st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             st.polling = false;
-            st.done.extend(got);
-            self.cv.notify_all();
+            for (id, status) in got {
+                if let Some(w) = st.waiting.get(&id) {
+                    w.notify_one();
+                }
+                st.done.insert(id, status);
+            }
+        };
+        st.waiting.remove(&wr_id);
+        // Leaving: if nobody polls, wake one waiter to take over.
+        if !st.polling
+            && let Some(w) = st.waiting.values().next()
+        {
+            w.notify_one();
         }
+        status
     }
 }
 
