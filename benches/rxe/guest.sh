@@ -3,11 +3,12 @@
 # Kernel command line: lane.role=single|server|client, lane.bin=<test binaries>,
 # lane.iters64k=N, lane.iters1m=N. Results go to /laneout (the host's $WORK/out-<vm>).
 OUT=/laneout; [ -d $OUT ] || OUT=/tmp
-ROLE=single; BIN=; N64=1000; N1M=128
+ROLE=single; BIN=; N64=1000; N1M=128; PERF=0
 for w in $(cat /proc/cmdline); do
   case $w in
     lane.role=*) ROLE=${w#lane.role=};; lane.bin=*) BIN=${w#lane.bin=};;
     lane.iters64k=*) N64=${w#lane.iters64k=};; lane.iters1m=*) N1M=${w#lane.iters1m=};;
+    lane.perf=*) PERF=${w#lane.perf=};; lane.getworkers=*) GET_WORKERS=${w#lane.getworkers=};;
   esac
 done
 now() { cut -d' ' -f1 /proc/uptime; }
@@ -91,7 +92,7 @@ for rep in 1 2; do
   grep -o 'VERBS_WRITE_BW .*' /tmp/ours.txt | tee -a $OUT/ours.txt
   grep -o 'VERBS_REG_DEREG .*' /tmp/ours.txt
   # The whole product path: engine RANGE_GETs, rc-persistent, in-process gateway RDMA-WRITEs.
-  timeout 300 $BIN/rdma_matrix --ignored --nocapture --test-threads=1 verbs_get_goodput > /tmp/get.txt 2>&1 || { bad "rdma_matrix goodput"; cat /tmp/get.txt; }
+  VERBS_GET_WORKERS=${GET_WORKERS:-1} timeout 300 $BIN/rdma_matrix --ignored --nocapture --test-threads=1 verbs_get_goodput > /tmp/get.txt 2>&1 || { bad "rdma_matrix goodput"; cat /tmp/get.txt; }
   grep -o 'VERBS_GET_BW .*' /tmp/get.txt | tee -a $OUT/ours.txt
   for s in 65536:$N64 1048576:$N1M; do
     size=${s%:*}; n=${s#*:}
@@ -104,4 +105,10 @@ for rep in 1 2; do
   done
 done
 note "goodput comparison took $(awk "BEGIN{print $(now) - $T}")s"
+if [ "$PERF" = 1 ]; then
+  # LANE_PERF=1: a system-wide profile of the 64 KiB GET loop (kernel symbols copied out).
+  VERBS_BENCH_SIZES=65536:1000 perf record -a -g -o $OUT/perf.data \
+    $BIN/rdma_matrix --ignored --nocapture --test-threads=1 verbs_get_goodput > /tmp/perf.txt 2>&1
+  grep -o 'VERBS_GET_BW .*' /tmp/perf.txt; cp /proc/kallsyms $OUT/kallsyms 2>/dev/null
+fi
 finish

@@ -19,6 +19,7 @@
 #   LANE_PROFILE   cargo profile of the test binaries (default release)
 #   LANE_TWO_VM=0  skip phase 2 (two VMs)
 #   LANE_SKIP_APT=1  do not apt-get (packages already there)
+#   LANE_PERF=1    also profile the 64 KiB GET loop with perf (out-single/perf.data)
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 LANE=$REPO/benches/rxe
@@ -151,7 +152,7 @@ vm() {
   rm -rf "$out"; mkdir -p "$out"
   timeout 540 qemu-system-x86_64 $QACCEL -smp "$smp" -m "$MEM" -nodefaults -display none -no-reboot \
     -kernel "$KERNEL" -initrd "$WORK/initramfs.gz" \
-    -append "console=ttyS0 panic=-1 quiet loglevel=3 lane.kdir=$WORK/kernel lane.script=$LANE/guest.sh lane.role=$role lane.bin=$BIN lane.iters64k=$N64 lane.iters1m=$N1M" \
+    -append "console=ttyS0 panic=-1 quiet loglevel=3 lane.kdir=$WORK/kernel lane.script=$LANE/guest.sh lane.role=$role lane.bin=$BIN lane.iters64k=$N64 lane.iters1m=$N1M lane.perf=${LANE_PERF:-0} lane.getworkers=${LANE_GET_WORKERS:-1}" \
     -serial stdio \
     -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
     -virtfs local,path="$out",mount_tag=laneout,security_model=none \

@@ -252,7 +252,19 @@ fn goodput(fabric: Fabric, sizes: &str, label: &str) {
         call(a, "PUT", "/bench/src.bin", "", &[], &data).status(),
         200
     );
-    let engine = engine_for(a, fabric, Dialect::RcPersistent);
+    // `VERBS_GET_WORKERS`: engine workers (each pairs its own QP with the gateway).
+    let workers = std::env::var("VERBS_GET_WORKERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let mut b = rig::engine_builder(a)
+        .placement(engine::Placement::Workers(workers))
+        .fabric(fabric)
+        .dialect(Dialect::RcPersistent);
+    if fabric == Fabric::Verbs {
+        b = b.verbs_device(nic());
+    }
+    let engine = b.build().unwrap();
     let depth: u64 = std::env::var("VERBS_GET_DEPTH")
         .ok()
         .and_then(|v| v.parse().ok())
