@@ -27,10 +27,76 @@ pub fn soft_frame(data: &[u8]) {
     }
 }
 
+/// A server's answer to each RDMA exchange, as the client judges it: the bytes are decoded as
+/// a response head (as the HTTP fabric would), then the `rc-persistent` connect answer, the
+/// hipobj-rc-v2 PREPARE answer (both fabrics) and FINAL, and the acceptance verdict of every
+/// operation kind (with and without a PUT checksum, with a destination that the named
+/// checksums are checked against) must each end in a value, never a panic. Cross-checks: a
+/// verdict that finishes a GET never claims more bytes than the buffer holds.
+pub fn rdma_answers(data: &[u8]) {
+    use crate::fabric::rc::RcKind;
+    use crate::fabric::rdma::{connect, cuobject, v2_wire, verdict};
+    use crate::inflight::OpKind;
+    use s3_lite::http::{Event, Limits, ResponseDecoder};
+    use s3_lite::rdma::v2::Op;
+
+    let (seed, wire) = data.split_first().map_or((0, data), |(s, w)| (*s, w));
+    let mut dec = ResponseDecoder::new(Limits::default(), false);
+    let Ok(d) = dec.decode(wire) else { return };
+    let Event::Head(head) = d.event else { return };
+    let _ = connect::parse(&head);
+    for fabric in [RcKind::Soft, RcKind::Verbs] {
+        for op in [Op::Get, Op::Put] {
+            let _ = v2_wire::prepare_answer(&head, op, fabric);
+        }
+    }
+    let size = u64::from(seed) * 4099 + 1;
+    for (put, exact) in [(false, false), (false, true), (true, true)] {
+        let _ = v2_wire::judge_final(&head, put, u32::from(seed) * 0x0101_0101, size, exact);
+    }
+    let dest = vec![seed; (size as usize).min(64 * 1024)];
+    for kind in [
+        OpKind::Get,
+        OpKind::RangeGet { offset: 7 },
+        OpKind::Put,
+        OpKind::Head,
+    ] {
+        for crc in [None, Some("AAAAAAAAAAA=")] {
+            let (plan, _) = verdict::judge(kind, dest.len() as u64, &head, crc);
+            if let crate::fabric::http::response::Plan::Finish(crate::fabric::Outcome::Done {
+                bytes,
+                ..
+            }) = plan
+                && matches!(kind, OpKind::Get | OpKind::RangeGet { .. })
+            {
+                assert!(
+                    bytes <= dest.len() as u64,
+                    "a GET verdict claimed {bytes} bytes"
+                );
+            }
+        }
+        let _ = cuobject::check_destination(kind, &head, &dest);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::fabric::soft::frame::Header;
+
+    #[test]
+    fn rdma_answers_take_garbage_and_real_answers() {
+        rdma_answers(&[]);
+        rdma_answers(b"\x05HTTP/1.1 200 OK\r\n\r\n");
+        let granted = "\x09HTTP/1.1 200 OK\r\nx-amz-rdma-protocol: hipobj-rc-v2\r\n\
+            x-amz-rdma-reply: 200:xyz\r\nx-amz-rdma-session: 00112233445566778899aabbccddeeff\r\n\
+            x-amz-rdma-psn: abcdef\r\nx-amz-rdma-qpn: 1234\r\nx-amz-rdma-bytes-transferred: 99999999\r\n\
+            x-amz-rdma-fabric: verbs\r\nContent-Length: 0\r\n\r\n";
+        rdma_answers(granted.as_bytes());
+        let declined = "\x01HTTP/1.1 501 Not Implemented\r\nx-amz-rdma-reply: 501\r\n\
+            x-amz-rdma-fabric: soft\r\nContent-Length: 0\r\n\r\n";
+        rdma_answers(declined.as_bytes());
+    }
 
     #[test]
     fn soft_frame_accepts_garbage_and_valid_frames() {

@@ -32,6 +32,7 @@ const TARGETS: &[(&str, &str)] = targets![
     "ring_ops",
     "request_head",
     "soft_frame",
+    "rdma_answers",
 ];
 
 fn files_in(dir: &Path) -> Vec<PathBuf> {

@@ -45,7 +45,7 @@ pub(crate) mod connect;
 pub(crate) mod cuobject;
 pub(crate) mod offload;
 mod v2;
-mod v2_wire;
+pub(crate) mod v2_wire;
 pub(crate) mod verdict;
 
 use std::collections::{HashMap, HashSet};
