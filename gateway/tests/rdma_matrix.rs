@@ -14,6 +14,8 @@
 mod raw;
 #[path = "support/rig.rs"]
 mod rig;
+#[path = "../../cli/tests/support/s3s_fs.rs"]
+mod s3s_fs;
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -37,9 +39,35 @@ struct Under {
     addr: SocketAddr,
     _gw: Option<RunningGateway>,
     _dir: Option<tempfile::TempDir>,
+    /// The real S3 store behind an `--upstream` gateway.
+    upstream: Option<s3s_fs::S3sFs>,
+}
+
+impl Under {
+    /// What the store holds under `bucket/key`: read from the upstream store's own files when
+    /// there is one (not what the gateway says), else through the gateway over HTTP.
+    fn stored(&self, bucket: &str, key: &str) -> Vec<u8> {
+        match &self.upstream {
+            Some(up) => std::fs::read(up.root.path().join(bucket).join(key)).unwrap(),
+            None => get_http(self.addr, &format!("/{bucket}/{key}")),
+        }
+    }
+}
+
+/// The backend behind the gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Store {
+    /// `--root DIR`.
+    Directory,
+    /// `--upstream` to s3s-fs (a real S3 server, from .tools).
+    Upstream,
 }
 
 fn gateway(fabric: Fabric) -> Under {
+    gateway_on(fabric, Store::Directory)
+}
+
+fn gateway_on(fabric: Fabric, store: Store) -> Under {
     if fabric == Fabric::Verbs
         && let Ok(remote) = std::env::var("HIPOBJ_VERBS_GATEWAY")
     {
@@ -52,6 +80,7 @@ fn gateway(fabric: Fabric) -> Under {
             addr,
             _gw: None,
             _dir: None,
+            upstream: None,
         };
     }
     let target = match fabric {
@@ -60,17 +89,28 @@ fn gateway(fabric: Fabric) -> Under {
         _ => RcTarget::start("127.0.0.1:0".parse().unwrap(), RcLimits::default()).unwrap(),
     };
     let dir = tempfile::tempdir().unwrap();
-    let gw = Gateway::builder()
+    let builder = Gateway::builder()
         .listen("127.0.0.1:0")
-        .root_dir(dir.path())
         .credentials(ACCESS, SECRET)
-        .rdma_target(target)
-        .start()
-        .unwrap();
+        .rdma_target(target);
+    let (builder, upstream) = match store {
+        Store::Directory => (builder.root_dir(dir.path()), None),
+        Store::Upstream => {
+            let up = s3s_fs::S3sFs::start();
+            let creds =
+                s3_lite::credentials::Credentials::new(s3s_fs::ACCESS_KEY, s3s_fs::SECRET_KEY);
+            (
+                builder.upstream(up.endpoint_url(), creds, "us-east-1"),
+                Some(up),
+            )
+        }
+    };
+    let gw = builder.start().unwrap();
     Under {
         addr: gw.local_addr(),
         _gw: Some(gw),
         _dir: Some(dir),
+        upstream,
     }
 }
 
@@ -97,8 +137,12 @@ fn get_http(addr: SocketAddr, path: &str) -> Vec<u8> {
 }
 
 fn matrix(fabric: Fabric, dialect: Dialect) {
-    let name = format!("{fabric:?}/{dialect:?}");
-    let gw = gateway(fabric);
+    matrix_on(fabric, dialect, Store::Directory);
+}
+
+fn matrix_on(fabric: Fabric, dialect: Dialect, store: Store) {
+    let name = format!("{fabric:?}/{dialect:?}/{store:?}");
+    let gw = gateway_on(fabric, store);
     let a = gw.addr;
     let bucket = format!("mtx-{}", format!("{dialect:?}").to_lowercase());
     let made = call(a, "PUT", &format!("/{bucket}"), "", &[], b"").status();
@@ -158,7 +202,7 @@ fn matrix(fabric: Fabric, dialect: Dialect) {
     );
     assert!(c.is_ok(), "{name} PUT: {c:?}");
     assert_eq!(c.path(), Some(path), "{name} PUT path");
-    let back = get_http(a, &format!("/{bucket}/put/new.bin"));
+    let back = gw.stored(&bucket, "put/new.bin");
     assert_eq!(crc64(&back), crc64(&fresh), "{name}: PUT stored checksum");
     assert!(back == fresh, "{name}: PUT stored bytes differ");
 
@@ -191,7 +235,7 @@ fn matrix(fabric: Fabric, dialect: Dialect) {
     );
     assert!(c.is_ok(), "{name} CompleteMultipart: {c:?}");
     let want: Vec<u8> = parts.concat();
-    let back = get_http(a, &format!("/{bucket}/mp/parts.bin"));
+    let back = gw.stored(&bucket, "mp/parts.bin");
     assert_eq!(
         crc64(&back),
         crc64(&want),
@@ -208,6 +252,18 @@ fn soft_rc_persistent_all_ops() {
 #[test]
 fn soft_rc_v2_all_ops() {
     matrix(Fabric::Soft, Dialect::RcV2);
+}
+
+/// The same operations with the gateway bridging to a real S3 server (s3s-fs), checked
+/// against the files that server stores.
+#[test]
+fn soft_rc_persistent_all_ops_upstream() {
+    matrix_on(Fabric::Soft, Dialect::RcPersistent, Store::Upstream);
+}
+
+#[test]
+fn soft_rc_v2_all_ops_upstream() {
+    matrix_on(Fabric::Soft, Dialect::RcV2, Store::Upstream);
 }
 
 #[test]
