@@ -1,5 +1,6 @@
 //! The `hipobj` command-line tool, as a library so integration tests can drive its pieces.
 pub mod bench;
+pub mod capability;
 pub mod client;
 pub mod commands;
 pub mod debug_sigv4;
