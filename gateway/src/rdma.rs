@@ -1,4 +1,4 @@
-//! The RDMA seam: where the soft and verbs fabrics will plug in.
+//! The RDMA seam: where the soft and verbs fabrics plug in.
 //!
 //! A request carrying `x-amz-rdma-token` (authenticated, every `x-amz-rdma-*` header signed)
 //! is classified ([`s3_lite::rdma::classify`]); a malformed token is answered `400

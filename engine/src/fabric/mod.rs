@@ -1,11 +1,11 @@
 //! Fabrics: how the bytes of an operation move.
 //!
 //! A worker hands each started operation to a [`Fabric`] and learns about progress through
-//! readiness events on tokens the fabric registered with the worker's `mio` poller. Today
-//! there is one fabric, [`http::HttpFabric`] (payload in the HTTP body). The RDMA fabrics of
-//! later issues (`soft`: RC semantics emulated over TCP; `verbs`: libibverbs) implement the
-//! same trait, and completions name the fabric in their [`DataPath`] flag, so callers do not
-//! change when they arrive.
+//! readiness events on tokens the fabric registered with the worker's `mio` poller. The one
+//! `Fabric` is [`http::HttpFabric`]: every operation is an S3 request; when its RDMA client
+//! ([`rdma`], over [`rc`]: the soft fabric or verbs) applies, the request carries a token and
+//! the payload moves by RDMA instead of in the body. Completions name the path in their
+//! [`DataPath`] flag (`Http`, `RdmaSoft`, `RdmaVerbs`), so callers never change with it.
 
 pub(crate) mod http;
 pub mod rc;
