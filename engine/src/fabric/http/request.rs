@@ -104,8 +104,9 @@ fn request(ep: &Endpoint, op: &InFlight, rdma: bool) -> Result<Built, Outcome> {
         }
         OpKind::Head => head_object(ep, bucket, key, &GetOptions::default())
             .map(|r| (r, empty(), BodyFraming::None)),
-        // UNSIGNED-PAYLOAD: hashing the body would read all of it once more before sending;
-        // TCP's checksum and the S3 ETag cover the body over plain HTTP, as with RDMA.
+        // UNSIGNED-PAYLOAD: hashing the body would read all of it once more before sending.
+        // Over plain HTTP nothing beyond TCP's checksum covers the body today (the RDMA path
+        // sends a CRC64NVME the server must echo).
         OpKind::Put => {
             let len = if rdma { 0 } else { op.buf_len() };
             put_object(ep, bucket, key, len, &PutOptions::default())
