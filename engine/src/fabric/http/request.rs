@@ -4,6 +4,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use ring_api::{ErrorClass, ErrorCode};
 use s3_lite::Request;
+use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
 use s3_lite::http::{BodyFraming, encode_request_head};
 use s3_lite::s3::{
     ByteRange, Endpoint, GetOptions, PutOptions, abort_multipart_upload, complete_multipart_upload,
@@ -104,12 +105,22 @@ fn request(ep: &Endpoint, op: &InFlight, rdma: bool) -> Result<Built, Outcome> {
         }
         OpKind::Head => head_object(ep, bucket, key, &GetOptions::default())
             .map(|r| (r, empty(), BodyFraming::None)),
-        // UNSIGNED-PAYLOAD: hashing the body would read all of it once more before sending.
-        // Over plain HTTP nothing beyond TCP's checksum covers the body today (the RDMA path
-        // sends a CRC64NVME the server must echo).
+        // UNSIGNED-PAYLOAD (a SHA-256 of the body would cost far more than sending it); the
+        // body's CRC64NVME goes in `x-amz-checksum-crc64nvme` instead, so the server refuses a
+        // body that changed on the way (`BadDigest`) rather than storing it. (Over RDMA the
+        // dialect sends the same checksum and checks the server's echo.)
         OpKind::Put => {
             let len = if rdma { 0 } else { op.buf_len() };
-            put_object(ep, bucket, key, len, &PutOptions::default())
+            let mut opts = PutOptions::default();
+            if !rdma && let Some(lease) = op.buf.as_ref() {
+                let mut c = Crc64Nvme::new();
+                c.update(lease.bytes_from(0));
+                opts.checksums.push((
+                    "x-amz-checksum-crc64nvme".to_owned(),
+                    encode_crc64nvme(c.finish()),
+                ));
+            }
+            put_object(ep, bucket, key, len, &opts)
                 .map(|r| (r, PayloadHash::Unsigned, BodyFraming::Length(len)))
         }
     };

@@ -1,0 +1,136 @@
+//! An engine PUT over plain HTTP carries the body's CRC64NVME, so a body damaged on the way is
+//! refused by the server instead of stored: a relay between the engine and the gateway flips
+//! one byte of the first PUT body it forwards. The PUT must not complete as stored, and no
+//! object with the damaged bytes may exist; the same PUT without the relay stores exactly.
+
+#[path = "../../gateway/tests/support/raw.rs"]
+mod raw;
+#[path = "../../gateway/tests/support/rig.rs"]
+mod rig;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use engine::{Fabric, RegisterOptions};
+use hipobj_gateway::Gateway;
+use raw::{ACCESS, SECRET, call};
+use rig::{pattern, run_one};
+use ring_api::BufSlice;
+use ring_api::opcode::Put;
+
+/// Relays every connection to `backend`; in the first request carrying a body it flips the
+/// byte `at` bytes after the end of the request head.
+fn flipping_relay(backend: SocketAddr, at: usize) -> (SocketAddr, Arc<AtomicBool>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let flipped = Arc::new(AtomicBool::new(false));
+    let f = Arc::clone(&flipped);
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { return };
+            let flipped = Arc::clone(&f);
+            std::thread::spawn(move || {
+                let Ok(mut server) = TcpStream::connect(backend) else {
+                    return;
+                };
+                let (Ok(mut s_read), Ok(mut c_write)) = (server.try_clone(), client.try_clone())
+                else {
+                    return;
+                };
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut s_read, &mut c_write);
+                    let _ = c_write.shutdown(Shutdown::Both);
+                });
+                // Bytes of the current request seen so far (up to the flip point).
+                let mut seen: Vec<u8> = Vec::new();
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = match client.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    let chunk = &mut buf[..n];
+                    if !flipped.load(Ordering::SeqCst) {
+                        let base = seen.len();
+                        seen.extend_from_slice(chunk);
+                        if let Some(h) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let target = h + 4 + at;
+                            if target >= base && target < base + n {
+                                chunk[target - base] ^= 0x01;
+                                flipped.store(true, Ordering::SeqCst);
+                            }
+                        }
+                    }
+                    if server.write_all(chunk).is_err() {
+                        break;
+                    }
+                }
+                let _ = server.shutdown(Shutdown::Write);
+            });
+        }
+    });
+    (addr, flipped)
+}
+
+#[test]
+fn a_put_body_damaged_on_the_way_is_refused_not_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::builder()
+        .listen("127.0.0.1:0")
+        .root_dir(dir.path())
+        .credentials(ACCESS, SECRET)
+        .start()
+        .unwrap();
+    let a = gw.local_addr();
+    assert_eq!(call(a, "PUT", "/sum", "", &[], b"").status(), 200);
+    let data = pattern(300_000, 21);
+    let (relay, flipped) = flipping_relay(a, 123_456);
+
+    let engine = rig::engine_builder(relay)
+        .fabric(Fabric::Http)
+        .build()
+        .unwrap();
+    let buf = engine
+        .register_host(1 << 20, RegisterOptions::pageable())
+        .unwrap();
+    engine.copy_in(buf, 0, &data).unwrap();
+    let mut q = engine.queue(4).unwrap();
+    let obj = engine.object("sum", "damaged").unwrap();
+    let put = Put::new(obj, BufSlice::new(buf, 0, data.len() as u64))
+        .no_retry()
+        .build();
+    let c = run_one(&mut q, put);
+    assert!(
+        flipped.load(Ordering::SeqCst),
+        "the relay never flipped a byte"
+    );
+    assert!(!c.is_ok(), "a damaged body was reported stored: {c:?}");
+    // Nothing damaged was stored.
+    let r = call(a, "GET", "/sum/damaged", "", &[], b"");
+    assert_eq!(
+        r.status(),
+        404,
+        "an object was stored: {} bytes",
+        r.body.len()
+    );
+
+    // The same PUT straight to the gateway stores the exact bytes.
+    let direct = rig::engine_builder(a).fabric(Fabric::Http).build().unwrap();
+    let buf2 = direct
+        .register_host(1 << 20, RegisterOptions::pageable())
+        .unwrap();
+    direct.copy_in(buf2, 0, &data).unwrap();
+    let mut q2 = direct.queue(4).unwrap();
+    let obj2 = direct.object("sum", "exact").unwrap();
+    let c = run_one(
+        &mut q2,
+        Put::new(obj2, BufSlice::new(buf2, 0, data.len() as u64)).build(),
+    );
+    assert!(c.is_ok(), "{c:?}");
+    let r = call(a, "GET", "/sum/exact", "", &[], b"");
+    assert_eq!(r.status(), 200);
+    assert!(r.body == data);
+    gw.shutdown();
+}
