@@ -81,6 +81,9 @@ grep -q VERBS_PEER_SERVER_OK /tmp/peer-srv.txt || bad "verbs_rc_peer server"
 # The product in one VM: engine + in-process gateway, both dialects, every RDMA op, verbs.
 timeout 300 $BIN/rdma_matrix --ignored --nocapture --test-threads=1 \
     verbs_rc_persistent_all_ops verbs_rc_v2_all_ops || bad "rdma_matrix over verbs"
+# Hostile tokens against the verbs gateway: the device refuses every access outside the grant.
+timeout 300 $BIN/rdma_hostile --ignored --nocapture --test-threads=1 \
+    verbs_hostile_tokens_and_foreign_sessions_touch_nothing || bad "rdma_hostile over verbs"
 note "engine correctness tests took $(awk "BEGIN{print $(now) - $T}")s"
 
 # Same VM, same sizes: our RC WRITE goodput, then ib_write_bw's, twice over (interleaved, so a

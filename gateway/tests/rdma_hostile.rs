@@ -1,19 +1,17 @@
-//! Hostile `rc-persistent` requests, crafted by hand and signed with s3-lite's signer, against
-//! `--fabric soft`: tokens reaching outside the client's registration, a wrong rkey, a session
-//! of another principal. The registration sits in the middle of three pages of canaries, so
-//! "no byte outside the window is touched" is checked on the bytes around it too.
+//! Hostile `rc-persistent` requests, crafted by hand and signed with s3-lite's signer: tokens
+//! reaching outside the client's registration, a wrong rkey, a session of another principal.
+//! The registration sits in the middle of three pages of canaries, so "no byte outside the
+//! window is touched" is checked on the bytes around it too. On the soft fabric (CI) the
+//! client's fabric refuses the access; on verbs (`#[ignore]`d, the Soft-RoCE VM lane) the
+//! device does.
 
 #[path = "support/raw.rs"]
 mod raw;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::ptr::NonNull;
-use std::sync::Arc;
 
-use engine::soft::{
-    Access, CompletionQueue, MemoryRegion, ProtectionDomain, QpCaps, QueuePair, SoftDevice,
-    SoftPath,
-};
+use engine::rc::{Access, RcCaps, RcCq, RcDevice, RcMr, RcPd, RcQp, SoftPath};
 use hipobj_gateway::{Gateway, RcLimits, RcTarget};
 use raw::{ACCESS, SECRET, call, now, req, send, signer};
 use s3_lite::rdma::{RcToken, Reply};
@@ -39,33 +37,47 @@ fn signed(
     send(a, &q, b"")
 }
 
+/// The client's device: the soft fabric, or verbs on `ENGINE_TEST_NIC` (default `rxe0`).
+fn device(verbs: bool) -> RcDevice {
+    if verbs {
+        let nic = std::env::var("ENGINE_TEST_NIC").unwrap_or_else(|_| "rxe0".to_owned());
+        RcDevice::open_verbs(Some(&nic)).expect("a verbs device")
+    } else {
+        RcDevice::soft(Ipv4Addr::LOCALHOST)
+    }
+}
+
 /// A paired client whose registration is the middle page of three canary pages.
 struct Guarded {
     // Drop order: the QP and the registration before the memory.
-    qp: QueuePair,
-    _cq: Arc<CompletionQueue>,
-    pd: ProtectionDomain,
-    mr: MemoryRegion,
+    qp: RcQp,
+    _cq: RcCq,
+    pd: RcPd,
+    /// The registration until `check` ends it.
+    mr: Option<RcMr>,
+    /// Its address and rkey.
+    keys: (u64, u32),
     session: String,
-    _dev: SoftDevice,
+    _dev: RcDevice,
     buf: Box<[u8]>,
 }
 
 impl Guarded {
-    fn pair(a: SocketAddr) -> Self {
+    fn pair(a: SocketAddr, verbs: bool) -> Self {
         let mut buf = vec![CANARY; 3 * PAGE].into_boxed_slice();
-        let dev = SoftDevice::new(Ipv4Addr::LOCALHOST);
-        let pd = dev.alloc_pd();
-        let cq = dev.create_cq();
-        let qp = dev.create_qp(&pd, &cq, &cq, QpCaps::default());
+        let dev = device(verbs);
+        let pd = dev.alloc_pd().unwrap();
+        let cq = dev.create_cq(16).unwrap();
+        let qp = dev.create_qp(&pd, &cq, &cq, RcCaps::default()).unwrap();
         let access = Access::REMOTE_READ | Access::REMOTE_WRITE | Access::LOCAL_WRITE;
         qp.modify_to_init(access).unwrap();
         let ptr = NonNull::new(buf.as_mut_ptr().wrapping_add(PAGE)).unwrap();
         // SAFETY: the middle page of `buf` lives in this struct and outlives the registration
-        // (deregistered in `Drop` before the fields drop); the test reads `buf` only after the
-        // exchange that could access it has been answered (the gateway answers after its
+        // (deregistered in `check`, or dropped before `buf`); the test reads `buf` only after
+        // the exchange that could access it has been answered (the gateway answers after its
         // transfer ended) and after deregistering in `check`.
-        let mr = unsafe { pd.register_raw(ptr, PAGE, access) };
+        let mr = unsafe { pd.register_raw(ptr, PAGE, access) }.unwrap();
+        let keys = (mr.addr(), mr.rkey());
         let psn = 0x777u32;
         let tok = qp.local_token(None).unwrap();
         let r = signed(
@@ -75,6 +87,7 @@ impl Guarded {
             &[
                 ("x-amz-rdma-token", tok.encode()),
                 ("x-amz-rdma-psn", format!("{psn:06x}")),
+                ("x-amz-rdma-fabric", dev.kind().as_str().to_owned()),
             ],
             (ACCESS, SECRET),
         );
@@ -87,14 +100,16 @@ impl Guarded {
             other => panic!("{other:?}"),
         };
         let spsn = u32::from_str_radix(r.header("x-amz-rdma-psn").unwrap(), 16).unwrap();
-        let soft: SocketAddr = r.header("x-amz-rdma-soft-addr").unwrap().parse().unwrap();
-        qp.connect(&server, spsn, psn, SoftPath::Connect(soft))
-            .unwrap();
+        let path = r
+            .header("x-amz-rdma-soft-addr")
+            .map(|v| SoftPath::Connect(v.parse().unwrap()));
+        qp.connect(&server, spsn, psn, path).unwrap();
         Self {
             qp,
             _cq: cq,
             pd,
-            mr,
+            mr: Some(mr),
+            keys,
             session: r.header("x-amz-rdma-session").unwrap().to_owned(),
             _dev: dev,
             buf,
@@ -102,7 +117,7 @@ impl Guarded {
     }
 
     fn token(&self, addr: u64, len: u64, rkey: u32) -> String {
-        let mut t: RcToken = self.qp.local_token(Some((&self.mr, 0, 1))).unwrap();
+        let mut t: RcToken = self.qp.local_token(None).unwrap();
         t.addr = addr;
         t.length = len;
         t.rkey = rkey;
@@ -111,8 +126,10 @@ impl Guarded {
 
     /// Ends the registration (the fence: no access can run after it) and checks every
     /// byte of the three pages; `window` = bytes expected in the middle page.
-    fn check(self, window: Option<&[u8]>) {
-        let _ = self.pd.deregister(&self.mr);
+    fn check(mut self, window: Option<&[u8]>) {
+        if let Some(mr) = self.mr.take() {
+            self.pd.deregister(mr).unwrap();
+        }
         let (before, rest) = self.buf.split_at(PAGE);
         let (mid, after) = rest.split_at(PAGE);
         assert!(before.iter().all(|&b| b == CANARY), "page before touched");
@@ -129,12 +146,27 @@ impl Guarded {
 
 #[test]
 fn hostile_tokens_and_foreign_sessions_touch_nothing() {
+    hostile(false);
+}
+
+#[test]
+#[ignore = "needs an RDMA device (Soft-RoCE VM lane: benches/rxe/run-lane.sh)"]
+fn verbs_hostile_tokens_and_foreign_sessions_touch_nothing() {
+    hostile(true);
+}
+
+fn hostile(verbs: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let target = RcTarget::start(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        RcLimits::default(),
-    )
-    .unwrap();
+    let target = if verbs {
+        let nic = std::env::var("ENGINE_TEST_NIC").unwrap_or_else(|_| "rxe0".to_owned());
+        RcTarget::start_verbs(Some(&nic), RcLimits::default()).unwrap()
+    } else {
+        RcTarget::start(
+            SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            RcLimits::default(),
+        )
+        .unwrap()
+    };
     let gw = Gateway::builder()
         .listen("127.0.0.1:0")
         .root_dir(dir.path())
@@ -150,28 +182,29 @@ fn hostile_tokens_and_foreign_sessions_touch_nothing() {
     let n = data.len() as u64;
 
     // GET tokens: (start, rkey tweak) relative to the registration.
-    type Case = (&'static str, fn(&MemoryRegion) -> (u64, u64, u32));
+    // (registration address, rkey) → (token address, length, rkey).
+    type Case = (&'static str, fn((u64, u32)) -> (u64, u64, u32));
     let cases: [Case; 5] = [
-        ("straddles the start", |m| {
-            (m.addr() - 4096, n_of(), m.rkey())
+        ("straddles the start", |(at, rkey)| {
+            (at - 4096, n_of(), rkey)
         }),
-        ("straddles the end", |m| {
-            (m.addr() + PAGE as u64 - 100, n_of(), m.rkey())
+        ("straddles the end", |(at, rkey)| {
+            (at + PAGE as u64 - 100, n_of(), rkey)
         }),
-        ("entirely after", |m| {
-            (m.addr() + PAGE as u64 + 8, n_of(), m.rkey())
+        ("entirely after", |(at, rkey)| {
+            (at + PAGE as u64 + 8, n_of(), rkey)
         }),
-        ("entirely before", |m| {
-            (m.addr() - PAGE as u64, n_of(), m.rkey())
+        ("entirely before", |(at, rkey)| {
+            (at - PAGE as u64, n_of(), rkey)
         }),
-        ("wrong rkey", |m| (m.addr(), n_of(), m.rkey() ^ 0x0101)),
+        ("wrong rkey", |(at, rkey)| (at, n_of(), rkey ^ 0x0101)),
     ];
     fn n_of() -> u64 {
         (PAGE / 2) as u64
     }
     for (what, f) in cases {
-        let c = Guarded::pair(a);
-        let (addr, len, rkey) = f(&c.mr);
+        let c = Guarded::pair(a, verbs);
+        let (addr, len, rkey) = f(c.keys);
         assert_eq!(len, n);
         let h = [
             ("x-amz-rdma-token", c.token(addr, len, rkey)),
@@ -184,12 +217,9 @@ fn hostile_tokens_and_foreign_sessions_touch_nothing() {
     }
 
     // PUT reading from outside the registration: refused, nothing stored.
-    let c = Guarded::pair(a);
+    let c = Guarded::pair(a, verbs);
     let h = [
-        (
-            "x-amz-rdma-token",
-            c.token(c.mr.addr() - 4096, 8192, c.mr.rkey()),
-        ),
+        ("x-amz-rdma-token", c.token(c.keys.0 - 4096, 8192, c.keys.1)),
         ("x-amz-rdma-session", c.session.clone()),
         ("x-amz-checksum-crc64nvme", "AAAAAAAAAAA=".to_owned()),
         ("Content-Length", "0".to_owned()),
@@ -201,15 +231,15 @@ fn hostile_tokens_and_foreign_sessions_touch_nothing() {
 
     // Another principal presenting this client's session: refused like an unknown session,
     // nothing written; the owner's connection still works afterwards.
-    let c = Guarded::pair(a);
+    let c = Guarded::pair(a, verbs);
     let h = [
-        ("x-amz-rdma-token", c.token(c.mr.addr(), n, c.mr.rkey())),
+        ("x-amz-rdma-token", c.token(c.keys.0, n, c.keys.1)),
         ("x-amz-rdma-session", c.session.clone()),
     ];
     let r = signed(a, "GET", "/bkt/obj", &h, ("other-key", "other-secret"));
     assert_eq!((r.status(), r.code().as_str()), (404, "NoSuchRdmaSession"));
     let h2 = [
-        ("x-amz-rdma-token", c.token(c.mr.addr(), n, c.mr.rkey())),
+        ("x-amz-rdma-token", c.token(c.keys.0, n, c.keys.1)),
         ("x-amz-rdma-session", c.session.clone()),
         ("Content-Length", "0".to_owned()),
     ];
