@@ -79,6 +79,13 @@ pub struct BenchArgs {
     /// (`EngineBuilder::spin`; default 0: lowest CPU per op on shared cores).
     #[arg(long, default_value_t = 0)]
     pub spin_us: u64,
+    /// Data path of a plain run: `auto` (RDMA when the endpoint pairs: verbs with an RDMA
+    /// device, else the soft fabric; HTTP against plain S3), `soft`, `verbs` or `http`.
+    #[arg(long, default_value = "auto", value_parser = crate::engine_io::FabricChoice::parse)]
+    pub fabric: crate::engine_io::FabricChoice,
+    /// The RDMA device of `--fabric verbs|auto` (default: the first one libibverbs lists).
+    #[arg(long)]
+    pub rdma_device: Option<String>,
     /// S3 endpoint (copied from the global --endpoint-url).
     #[arg(skip)]
     pub endpoint_url: Option<String>,
@@ -229,6 +236,9 @@ pub struct BenchReport {
     pub cpu_us_per_op: f64,
     /// Counts per error code (`EIO` style names).
     pub error_codes: Vec<(String, u64)>,
+    /// Payload bytes per path that carried them (`http`, `rdma-soft`, `rdma-verbs`), timed
+    /// phase.
+    pub paths: Vec<(String, u64)>,
     /// Destination memory (`host`, `cuda`, `hip`).
     pub memory: &'static str,
     /// GPU memory: range-gets the engine copied into VRAM (timed phase).
@@ -331,7 +341,16 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
     };
     let mut builder = Engine::builder()
         .connections_per_worker(conc as usize)
-        .spin(Duration::from_micros(args.spin_us));
+        .spin(Duration::from_micros(args.spin_us))
+        .fabric(match args.fabric {
+            crate::engine_io::FabricChoice::Auto => engine::Fabric::Auto,
+            crate::engine_io::FabricChoice::Soft => engine::Fabric::Soft,
+            crate::engine_io::FabricChoice::Verbs => engine::Fabric::Verbs,
+            crate::engine_io::FabricChoice::Http => engine::Fabric::Http,
+        });
+    if let Some(d) = &args.rdma_device {
+        builder = builder.verbs_device(d.clone());
+    }
     if let Some(rt) = &gpu {
         builder = builder.gpu(Arc::clone(rt));
         if args.no_coalesce {
@@ -424,6 +443,12 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
     }
     let _ = stderr.flush();
     let (done, ok_bytes, errors) = (timed.done, timed.ok_bytes, timed.errors);
+    let paths = timed
+        .paths
+        .0
+        .iter()
+        .map(|(p, b)| ((*p).to_owned(), *b))
+        .collect();
     let lat_ns = &mut timed.lat_ns;
     lat_ns.sort_unstable();
     let pct = |p: f64| -> f64 {
@@ -451,6 +476,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
         cpu_s: cpu,
         cpu_us_per_op: cpu * 1e6 / (done.max(1) as f64),
         error_codes: errors,
+        paths,
         memory: gpu.as_deref().map_or("host", memory_name),
         gpu_ranges: staged.ranges_to_device - staged0.ranges_to_device,
         gpu_copies: staged.copies_to_device - staged0.copies_to_device,
@@ -486,6 +512,7 @@ struct Phase {
 struct PhaseResult {
     done: u64,
     ok_bytes: u64,
+    paths: crate::engine_io::PathBytes,
     errors: Vec<(String, u64)>,
     lat_ns: Vec<u64>,
 }
@@ -505,6 +532,7 @@ fn run_phase(
     let mut lat_ns: Vec<u64> = Vec::with_capacity(usize::try_from(ops).unwrap_or(0));
     let mut cqes = vec![Cqe::default(); conc as usize];
     let (mut submitted, mut done, mut ok_bytes) = (0u64, 0u64, 0u64);
+    let mut paths = crate::engine_io::PathBytes::default();
     let mut errors: Vec<(String, u64)> = Vec::new();
     while done < ops {
         if submitted < ops && !free.is_empty() {
@@ -543,6 +571,7 @@ fn run_phase(
             done += 1;
             if c.is_ok() {
                 ok_bytes += c.bytes();
+                paths.add(crate::engine_io::path_name(c.path()), c.bytes());
             } else {
                 let name = code_name(c);
                 match errors.iter_mut().find(|(n, _)| *n == name) {
@@ -558,6 +587,7 @@ fn run_phase(
     Ok(PhaseResult {
         done,
         ok_bytes,
+        paths,
         errors,
         lat_ns,
     })
@@ -595,6 +625,14 @@ fn print_table(r: &BenchReport, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out, "{:<12} {:>14.3}", "cpu s", r.cpu_s)?;
     writeln!(out, "{:<12} {:>14}", "cpu/op", human_us(r.cpu_us_per_op))?;
     writeln!(out, "{:<12} {:>14}", "memory", r.memory)?;
+    for (path, bytes) in &r.paths {
+        writeln!(
+            out,
+            "{:<12} {:>14}",
+            format!("path {path}"),
+            format!("{bytes} B")
+        )?;
+    }
     if r.memory != "host" {
         writeln!(out, "{:<12} {:>14}", "gpu copies", r.gpu_copies)?;
     }
