@@ -81,8 +81,8 @@ pub struct BenchArgs {
     pub spin_us: u64,
     /// Data path of a plain run: `auto` (RDMA when the endpoint pairs: verbs with an RDMA
     /// device, else the soft fabric; HTTP against plain S3), `soft`, `verbs` or `http`.
-    #[arg(long, default_value = "auto", value_parser = crate::engine_io::FabricChoice::parse)]
-    pub fabric: crate::engine_io::FabricChoice,
+    #[arg(long, value_enum, default_value_t = BenchFabric::Auto)]
+    pub fabric: BenchFabric,
     /// The RDMA device of `--fabric verbs|auto` (default: the first one libibverbs lists).
     #[arg(long)]
     pub rdma_device: Option<String>,
@@ -98,6 +98,31 @@ pub struct BenchArgs {
     /// Never draw a progress bar (copied from the global --no-progress).
     #[arg(skip)]
     pub no_progress: bool,
+}
+
+/// `--fabric` of a plain run: which data path the engine uses.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum BenchFabric {
+    /// RDMA when the endpoint pairs (verbs with an RDMA device, else the soft fabric), HTTP
+    /// against a plain S3 server.
+    #[default]
+    Auto,
+    /// The soft RDMA fabric first (per-request HTTP fallback).
+    Soft,
+    /// libibverbs (`--rdma-device`, else the first device); without one, HTTP.
+    Verbs,
+    /// HTTP bodies only.
+    Http,
+}
+
+/// The name a completion's path goes by in reports.
+fn path_name(p: Option<ring_api::DataPath>) -> &'static str {
+    match p {
+        Some(ring_api::DataPath::Http) => "http",
+        Some(ring_api::DataPath::RdmaSoft) => "rdma-soft",
+        Some(ring_api::DataPath::RdmaVerbs) => "rdma-verbs",
+        _ => "none",
+    }
 }
 
 /// Where `--embedded` puts the bytes (`--memory`).
@@ -343,10 +368,10 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
         .connections_per_worker(conc as usize)
         .spin(Duration::from_micros(args.spin_us))
         .fabric(match args.fabric {
-            crate::engine_io::FabricChoice::Auto => engine::Fabric::Auto,
-            crate::engine_io::FabricChoice::Soft => engine::Fabric::Soft,
-            crate::engine_io::FabricChoice::Verbs => engine::Fabric::Verbs,
-            crate::engine_io::FabricChoice::Http => engine::Fabric::Http,
+            BenchFabric::Auto => engine::Fabric::Auto,
+            BenchFabric::Soft => engine::Fabric::Soft,
+            BenchFabric::Verbs => engine::Fabric::Verbs,
+            BenchFabric::Http => engine::Fabric::Http,
         });
     if let Some(d) = &args.rdma_device {
         builder = builder.verbs_device(d.clone());
@@ -445,7 +470,6 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
     let (done, ok_bytes, errors) = (timed.done, timed.ok_bytes, timed.errors);
     let paths = timed
         .paths
-        .0
         .iter()
         .map(|(p, b)| ((*p).to_owned(), *b))
         .collect();
@@ -512,7 +536,7 @@ struct Phase {
 struct PhaseResult {
     done: u64,
     ok_bytes: u64,
-    paths: crate::engine_io::PathBytes,
+    paths: Vec<(&'static str, u64)>,
     errors: Vec<(String, u64)>,
     lat_ns: Vec<u64>,
 }
@@ -532,7 +556,7 @@ fn run_phase(
     let mut lat_ns: Vec<u64> = Vec::with_capacity(usize::try_from(ops).unwrap_or(0));
     let mut cqes = vec![Cqe::default(); conc as usize];
     let (mut submitted, mut done, mut ok_bytes) = (0u64, 0u64, 0u64);
-    let mut paths = crate::engine_io::PathBytes::default();
+    let mut paths: Vec<(&'static str, u64)> = Vec::new();
     let mut errors: Vec<(String, u64)> = Vec::new();
     while done < ops {
         if submitted < ops && !free.is_empty() {
@@ -571,7 +595,11 @@ fn run_phase(
             done += 1;
             if c.is_ok() {
                 ok_bytes += c.bytes();
-                paths.add(crate::engine_io::path_name(c.path()), c.bytes());
+                let name = path_name(c.path());
+                match paths.iter_mut().find(|(p, _)| *p == name) {
+                    Some((_, b)) => *b += c.bytes(),
+                    None => paths.push((name, c.bytes())),
+                }
             } else {
                 let name = code_name(c);
                 match errors.iter_mut().find(|(n, _)| *n == name) {

@@ -205,8 +205,7 @@ pub fn path_name(p: Option<DataPath>) -> &'static str {
 pub struct PathBytes(pub Vec<(&'static str, u64)>);
 
 impl PathBytes {
-    /// Adds `bytes` carried by `name`.
-    pub fn add(&mut self, name: &'static str, bytes: u64) {
+    fn add(&mut self, name: &'static str, bytes: u64) {
         match self.0.iter_mut().find(|(p, _)| *p == name) {
             Some((_, b)) => *b += bytes,
             None => self.0.push((name, bytes)),

@@ -31,6 +31,7 @@ pub mod hip;
 mod runtime;
 pub(crate) mod stager;
 pub mod staging;
+mod staging_stats;
 mod types;
 
 pub use detect::{NoGpuRuntime, detect, try_detect};

@@ -31,8 +31,8 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use ring_api::{Cqe, ErrorClass, ErrorCode};
 
@@ -40,6 +40,9 @@ use super::coalesce::{CopyRange, plan};
 use super::{DevicePtr, GpuError, GpuEvent, GpuRuntime, GpuStream};
 use crate::inflight::{InFlight, OpKey};
 use crate::memory::{DeviceSpan, LeaseGuard};
+
+pub use super::staging_stats::StagingCounters;
+pub(crate) use super::staging_stats::{GpuStaging, StagingStats};
 
 /// Default upper bound of one merged copy: large enough for the copy engine's full rate
 /// (≥ 4 MiB reached 96% of the pinned ceiling on the H200), small enough that the first
@@ -61,98 +64,6 @@ const SPIN_BYTES: u64 = 2 << 20;
 /// (docs/gpu.md, 2026-11-30) a 150 µs spin gave no measurable gain for 64 KiB ranges over the
 /// soft fabric and cost throughput in one run, so it is opt-in.
 pub const DEFAULT_POLL_SPIN: std::time::Duration = std::time::Duration::ZERO;
-
-/// GPU staging configuration shared by the engine's workers.
-#[derive(Debug)]
-pub(crate) struct GpuStaging {
-    pub(crate) rt: Arc<dyn GpuRuntime>,
-    /// Largest merged copy in bytes; 0 = one copy per operation.
-    pub(crate) coalesce_limit: u64,
-    /// Longest in-turn wait for small copies ([`Stager::poll_briefly`]); zero = none.
-    pub(crate) poll_spin: std::time::Duration,
-    pub(crate) stats: StagingStats,
-}
-
-/// Counters of the engine's GPU staging, summed over workers.
-#[derive(Debug, Default)]
-pub(crate) struct StagingStats {
-    ranges_in: AtomicU64,
-    copies_in: AtomicU64,
-    bytes_in: AtomicU64,
-    ranges_out: AtomicU64,
-    copies_out: AtomicU64,
-    bytes_out: AtomicU64,
-    errors: AtomicU64,
-    last_error: Mutex<Option<GpuError>>,
-    wait_ns: AtomicU64,
-    wait_max_ns: AtomicU64,
-}
-
-impl StagingStats {
-    /// A GET's time from landing in bounce memory to its completion being posted.
-    fn waited(&self, d: std::time::Duration) {
-        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        self.wait_ns.fetch_add(ns, Ordering::Relaxed);
-        self.wait_max_ns.fetch_max(ns, Ordering::Relaxed);
-    }
-
-    fn error(&self, e: GpuError) {
-        self.errors.fetch_add(1, Ordering::Relaxed);
-        *self
-            .last_error
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(e);
-    }
-
-    /// A snapshot.
-    pub(crate) fn snapshot(&self) -> StagingCounters {
-        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        StagingCounters {
-            ranges_to_device: g(&self.ranges_in),
-            copies_to_device: g(&self.copies_in),
-            bytes_to_device: g(&self.bytes_in),
-            ranges_from_device: g(&self.ranges_out),
-            copies_from_device: g(&self.copies_out),
-            bytes_from_device: g(&self.bytes_out),
-            errors: g(&self.errors),
-            stage_wait_ns: g(&self.wait_ns),
-            stage_wait_max_ns: g(&self.wait_max_ns),
-            last_error: self
-                .last_error
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone(),
-        }
-    }
-}
-
-/// What the engine's GPU staging has done so far ([`crate::Engine::gpu_staging`]).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct StagingCounters {
-    /// GET / RangeGet operations whose bytes were copied bounce → device.
-    pub ranges_to_device: u64,
-    /// Host → device copy launches for them (fewer than ranges when coalesced).
-    pub copies_to_device: u64,
-    /// Bytes copied host → device.
-    pub bytes_to_device: u64,
-    /// PUT operations whose bytes were copied device → bounce.
-    pub ranges_from_device: u64,
-    /// Device → host copy launches for them.
-    pub copies_from_device: u64,
-    /// Bytes copied device → host.
-    pub bytes_from_device: u64,
-    /// Copies or event queries that failed (their operations completed with `EIO`).
-    pub errors: u64,
-    /// Sum over staged GETs of the time from their bytes landing in bounce memory to their
-    /// completion being posted (copy queueing, the copy, and the worker noticing its event):
-    /// what the staging adds to a GET's latency. Divide by `ranges_to_device` for the mean.
-    pub stage_wait_ns: u64,
-    /// The longest such wait.
-    pub stage_wait_max_ns: u64,
-    /// The last such failure.
-    pub last_error: Option<GpuError>,
-}
 
 /// Host → device bytes after which the stager records an event between the copies of one
 /// batch, so an operation completes when *its* copy has finished, not when the last copy of

@@ -1,0 +1,100 @@
+//! What the engine's GPU staging is configured with and has done: the configuration the
+//! workers share ([`GpuStaging`]) and its counters ([`StagingStats`], read as
+//! [`StagingCounters`] through [`crate::Engine::gpu_staging`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use super::{GpuError, GpuRuntime};
+
+/// GPU staging configuration shared by the engine's workers.
+#[derive(Debug)]
+pub(crate) struct GpuStaging {
+    pub(crate) rt: Arc<dyn GpuRuntime>,
+    /// Largest merged copy in bytes; 0 = one copy per operation.
+    pub(crate) coalesce_limit: u64,
+    /// Longest in-turn wait for small copies (`Stager::poll_briefly`); zero = none.
+    pub(crate) poll_spin: std::time::Duration,
+    pub(crate) stats: StagingStats,
+}
+
+/// Counters of the engine's GPU staging, summed over workers.
+#[derive(Debug, Default)]
+pub(crate) struct StagingStats {
+    pub(crate) ranges_in: AtomicU64,
+    pub(crate) copies_in: AtomicU64,
+    pub(crate) bytes_in: AtomicU64,
+    pub(crate) ranges_out: AtomicU64,
+    pub(crate) copies_out: AtomicU64,
+    pub(crate) bytes_out: AtomicU64,
+    pub(crate) errors: AtomicU64,
+    pub(crate) last_error: Mutex<Option<GpuError>>,
+    pub(crate) wait_ns: AtomicU64,
+    pub(crate) wait_max_ns: AtomicU64,
+}
+
+impl StagingStats {
+    /// A GET's time from landing in bounce memory to its completion being posted.
+    pub(crate) fn waited(&self, d: std::time::Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.wait_ns.fetch_add(ns, Ordering::Relaxed);
+        self.wait_max_ns.fetch_max(ns, Ordering::Relaxed);
+    }
+
+    pub(crate) fn error(&self, e: GpuError) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        *self
+            .last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(e);
+    }
+
+    /// A snapshot.
+    pub(crate) fn snapshot(&self) -> StagingCounters {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        StagingCounters {
+            ranges_to_device: g(&self.ranges_in),
+            copies_to_device: g(&self.copies_in),
+            bytes_to_device: g(&self.bytes_in),
+            ranges_from_device: g(&self.ranges_out),
+            copies_from_device: g(&self.copies_out),
+            bytes_from_device: g(&self.bytes_out),
+            errors: g(&self.errors),
+            stage_wait_ns: g(&self.wait_ns),
+            stage_wait_max_ns: g(&self.wait_max_ns),
+            last_error: self
+                .last_error
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
+        }
+    }
+}
+
+/// What the engine's GPU staging has done so far ([`crate::Engine::gpu_staging`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct StagingCounters {
+    /// GET / RangeGet operations whose bytes were copied bounce → device.
+    pub ranges_to_device: u64,
+    /// Host → device copy launches for them (fewer than ranges when coalesced).
+    pub copies_to_device: u64,
+    /// Bytes copied host → device.
+    pub bytes_to_device: u64,
+    /// PUT operations whose bytes were copied device → bounce.
+    pub ranges_from_device: u64,
+    /// Device → host copy launches for them.
+    pub copies_from_device: u64,
+    /// Bytes copied device → host.
+    pub bytes_from_device: u64,
+    /// Copies or event queries that failed (their operations completed with `EIO`).
+    pub errors: u64,
+    /// Sum over staged GETs of the time from their bytes landing in bounce memory to their
+    /// completion being posted (copy queueing, the copy, and the worker noticing its event):
+    /// what the staging adds to a GET's latency. Divide by `ranges_to_device` for the mean.
+    pub stage_wait_ns: u64,
+    /// The longest such wait.
+    pub stage_wait_max_ns: u64,
+    /// The last such failure.
+    pub last_error: Option<GpuError>,
+}
