@@ -120,7 +120,11 @@ impl S3sFs {
                 return false;
             }
             if TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok() {
-                return true;
+                // The port was free when probed, but another test's listener may have taken
+                // it since: then s3s-fs fails to bind and exits while our connect reached the
+                // other server. Still alive a moment later means the listener is s3s-fs.
+                std::thread::sleep(Duration::from_millis(150));
+                return matches!(self.child.try_wait(), Ok(None));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
