@@ -124,41 +124,39 @@ impl HeadScanner {
     }
 }
 
-/// Parses a complete head (as delimited by [`HeadScanner`]) and derives its framing.
-pub(crate) fn parse_head(
-    buf: &[u8],
-    limits: &Limits,
-    method_is_head: bool,
-) -> Result<ResponseHead, HttpError> {
-    // Header slots on the stack for the usual limit; the heap only for larger configured limits.
-    let mut stack_slots = [httparse::EMPTY_HEADER; 128];
-    let mut heap_slots;
-    let slots: &mut [httparse::Header<'_>] = if limits.max_headers <= stack_slots.len() {
-        stack_slots.get_mut(..limits.max_headers).unwrap_or_default()
-    } else {
-        heap_slots = vec![httparse::EMPTY_HEADER; limits.max_headers];
-        &mut heap_slots
-    };
-    let mut resp = httparse::Response::new(slots);
-    let n = match resp.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return Err(HttpError::Malformed(Malformed::Framing)),
-        Err(httparse::Error::TooManyHeaders) => {
-            return Err(HttpError::TooManyHeaders {
-                limit: limits.max_headers,
-            });
-        }
-        Err(e) => return Err(HttpError::Malformed(e.into())),
-    };
-    if n != buf.len() {
-        return Err(HttpError::Malformed(Malformed::Framing));
+/// Runs `f` with `max` empty `httparse` header slots (for a request or a response head): on
+/// the stack for the usual limit, on the heap only for larger configured limits.
+pub(crate) fn with_header_slots<'b, R>(
+    max: usize,
+    f: impl FnOnce(&mut [httparse::Header<'b>]) -> R,
+) -> R {
+    let mut stack: [httparse::Header<'b>; 128] = [httparse::EMPTY_HEADER; 128];
+    match stack.get_mut(..max) {
+        Some(slots) => f(slots),
+        None => f(&mut vec![httparse::EMPTY_HEADER; max]),
     }
-    let (Some(status), Some(version_minor)) = (resp.code, resp.version) else {
-        return Err(HttpError::Malformed(Malformed::Status));
-    };
-    let reason = resp.reason.unwrap_or_default().to_owned();
-    let headers: Vec<(String, String)> = resp
-        .headers
+}
+
+/// Judges `httparse`'s result for a complete head of `len` bytes: it must be exactly one
+/// complete head within the header limit.
+pub(crate) fn check_parsed(
+    parsed: httparse::Result<usize>,
+    len: usize,
+    limits: &Limits,
+) -> Result<(), HttpError> {
+    match parsed {
+        Ok(httparse::Status::Complete(n)) if n == len => Ok(()),
+        Ok(_) => Err(HttpError::Malformed(Malformed::Framing)),
+        Err(httparse::Error::TooManyHeaders) => Err(HttpError::TooManyHeaders {
+            limit: limits.max_headers,
+        }),
+        Err(e) => Err(HttpError::Malformed(e.into())),
+    }
+}
+
+/// Header fields as owned `(name, value)` pairs (a non-UTF-8 value is kept lossily).
+pub(crate) fn owned_headers(headers: &[httparse::Header<'_>]) -> Vec<(String, String)> {
+    headers
         .iter()
         .map(|h| {
             (
@@ -166,7 +164,32 @@ pub(crate) fn parse_head(
                 String::from_utf8_lossy(h.value).into_owned(),
             )
         })
-        .collect();
+        .collect()
+}
+
+/// Parses a complete head (as delimited by [`HeadScanner`]) and derives its framing.
+pub(crate) fn parse_head(
+    buf: &[u8],
+    limits: &Limits,
+    method_is_head: bool,
+) -> Result<ResponseHead, HttpError> {
+    with_header_slots(limits.max_headers, |slots| {
+        let mut resp = httparse::Response::new(slots);
+        check_parsed(resp.parse(buf), buf.len(), limits)?;
+        head_of(&resp, method_is_head)
+    })
+}
+
+/// The owned head of a parsed response, with its framing.
+fn head_of(
+    resp: &httparse::Response<'_, '_>,
+    method_is_head: bool,
+) -> Result<ResponseHead, HttpError> {
+    let (Some(status), Some(version_minor)) = (resp.code, resp.version) else {
+        return Err(HttpError::Malformed(Malformed::Status));
+    };
+    let reason = resp.reason.unwrap_or_default().to_owned();
+    let headers = owned_headers(resp.headers);
     if status == 101 {
         return Err(HttpError::SwitchingProtocols);
     }

@@ -33,7 +33,7 @@ use crate::Request;
 use crate::http::body::{BodyDecoder, BodyStep};
 use crate::http::error::{HttpError, Malformed};
 use crate::http::framing::{self, BodyFraming};
-use crate::http::head::HeadScanner;
+use crate::http::head::{HeadScanner, check_parsed, owned_headers, with_header_slots};
 use crate::http::limits::Limits;
 
 /// A parsed request line and header block.
@@ -271,33 +271,15 @@ fn is_target_byte(b: u8) -> bool {
 
 /// Parses a complete request head (as delimited by the scanner) and derives its framing.
 pub(crate) fn parse_request_head(buf: &[u8], limits: &Limits) -> Result<RequestHead, RequestError> {
-    let mut stack_slots = [httparse::EMPTY_HEADER; 128];
-    let mut heap_slots;
-    let slots: &mut [httparse::Header<'_>] = if limits.max_headers <= stack_slots.len() {
-        stack_slots
-            .get_mut(..limits.max_headers)
-            .unwrap_or_default()
-    } else {
-        heap_slots = vec![httparse::EMPTY_HEADER; limits.max_headers];
-        &mut heap_slots
-    };
-    let mut req = httparse::Request::new(slots);
-    let n = match req.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => {
-            return Err(HttpError::Malformed(Malformed::Framing).into());
-        }
-        Err(httparse::Error::TooManyHeaders) => {
-            return Err(HttpError::TooManyHeaders {
-                limit: limits.max_headers,
-            }
-            .into());
-        }
-        Err(e) => return Err(HttpError::Malformed(e.into()).into()),
-    };
-    if n != buf.len() {
-        return Err(HttpError::Malformed(Malformed::Framing).into());
-    }
+    with_header_slots(limits.max_headers, |slots| {
+        let mut req = httparse::Request::new(slots);
+        check_parsed(req.parse(buf), buf.len(), limits)?;
+        head_of(&req)
+    })
+}
+
+/// The owned head of a parsed request, checked (target, `Host`) and with its framing.
+fn head_of(req: &httparse::Request<'_, '_>) -> Result<RequestHead, RequestError> {
     let (Some(method), Some(target), Some(version_minor)) = (req.method, req.path, req.version)
     else {
         return Err(HttpError::Malformed(Malformed::Token).into());
@@ -306,16 +288,7 @@ pub(crate) fn parse_request_head(buf: &[u8], limits: &Limits) -> Result<RequestH
         return Err(RequestError::InvalidTarget);
     }
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let headers: Vec<(String, String)> = req
-        .headers
-        .iter()
-        .map(|h| {
-            (
-                h.name.to_owned(),
-                String::from_utf8_lossy(h.value).into_owned(),
-            )
-        })
-        .collect();
+    let headers = owned_headers(req.headers);
     let hosts = headers
         .iter()
         .filter(|(n, _)| n.eq_ignore_ascii_case("host"))
