@@ -1,15 +1,11 @@
-//! The engine's `rc-persistent` client (`Fabric::Soft`) against this gateway over the soft
-//! fabric: the matrix (GET, RANGE_GET, PUT × directory backend, upstream bridge in front of
-//! s3s-fs), byte-exact with checksums compared and the path named `RdmaSoft`; and faults: the
-//! gateway shut down mid-batch, and a hand-rolled server whose replies lie about the bytes
-//! transferred.
+//! Faults of the engine's `rc-persistent` client (`Fabric::Soft`) against this gateway over the
+//! soft fabric: the gateway shut down mid-batch, and a hand-rolled server whose replies lie
+//! about the bytes transferred. (The operation matrix, both backends, is `rdma_matrix.rs`.)
 
 #[path = "support/raw.rs"]
 mod raw;
 #[path = "support/rig.rs"]
 mod rig;
-#[path = "../../cli/tests/support/s3s_fs.rs"]
-mod s3s_fs;
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -20,12 +16,10 @@ use engine::soft::{Access, QpCaps, RtrAttr, RtsAttr, SoftDevice, SoftPath};
 use engine::{Engine, Fabric, RegisterOptions, RetryPolicy};
 use hipobj_gateway::{Gateway, RcLimits, RcTarget};
 use raw::{ACCESS, SECRET, call};
-use rig::{crc64, pattern};
-use ring_api::opcode::{Get, Put, RangeGet};
-use ring_api::{BufSlice, DataPath, ErrorClass};
-use s3_lite::credentials::Credentials;
+use rig::pattern;
+use ring_api::opcode::{Get, RangeGet};
+use ring_api::{BufSlice, ErrorClass};
 use s3_lite::rdma::RcToken;
-use s3s_fs::S3sFs;
 
 fn soft_target() -> Arc<RcTarget> {
     RcTarget::start(
@@ -45,126 +39,6 @@ fn engine_for(addr: SocketAddr, fabric: Fabric) -> Engine {
         .fabric(fabric)
         .build()
         .unwrap()
-}
-
-/// GET / RANGE_GET / PUT through `gw` with the engine on the soft fabric; `stored` reads the
-/// object as the backend holds it (to check what a PUT left there).
-fn run_matrix(name: &str, gw: SocketAddr, stored: &dyn Fn(&str) -> Vec<u8>) {
-    // 3 MiB + a ragged tail: several soft frames (1 MiB each).
-    let data = pattern(3 * (1 << 20) + 4321, 7);
-    let r = call(gw, "PUT", "/mtx/obj.bin", "", &[], &data);
-    assert_eq!(r.status(), 200, "{name}: {}", r.text());
-    let engine = engine_for(gw, Fabric::Soft);
-    let buf = engine
-        .register_host(16 << 20, RegisterOptions::pageable())
-        .unwrap();
-    let mut q = engine.queue(16).unwrap();
-    let obj = engine.object("mtx", "obj.bin").unwrap();
-    q.push(
-        &Get::new(obj, BufSlice::new(buf, 0, 4 << 20))
-            .user_data(1)
-            .build(),
-    )
-    .unwrap();
-    q.push(
-        &RangeGet::new(obj, 1_000_001, BufSlice::new(buf, 4 << 20, 1_500_000))
-            .user_data(2)
-            .build(),
-    )
-    .unwrap();
-    assert_eq!(q.wait(2, Some(Duration::from_secs(30))), 2);
-    let mut got: Vec<_> = q.completion().collect();
-    got.sort_by_key(|c| c.user_data());
-    for c in &got {
-        assert!(c.is_ok(), "{name}: {c:?}");
-        assert_eq!(c.path(), Some(DataPath::RdmaSoft), "{name}: {c:?}");
-    }
-    assert_eq!(got[0].bytes(), data.len() as u64);
-    assert_eq!(got[1].bytes(), 1_500_000);
-    let whole = engine.read(buf, 0, data.len() as u64).unwrap().to_vec();
-    assert_eq!(crc64(&whole), crc64(&data), "{name}: GET checksum");
-    assert!(whole == data, "{name}: GET bytes");
-    let range = engine.read(buf, 4 << 20, 1_500_000).unwrap().to_vec();
-    let want = &data[1_000_001..2_500_001];
-    assert_eq!(crc64(&range), crc64(want), "{name}: RANGE_GET checksum");
-    assert!(range == want, "{name}: RANGE_GET bytes");
-
-    // PUT from registered memory: stored byte-exact, with our CRC64NVME.
-    let fresh = pattern(2 * (1 << 20) + 17, 91);
-    engine.copy_in(buf, 8 << 20, &fresh).unwrap();
-    let put_obj = engine.object("mtx", "put/new.bin").unwrap();
-    q.push(
-        &Put::new(put_obj, BufSlice::new(buf, 8 << 20, fresh.len() as u64))
-            .user_data(3)
-            .build(),
-    )
-    .unwrap();
-    assert_eq!(q.wait(1, Some(Duration::from_secs(30))), 1);
-    let c = q.completion().next().unwrap();
-    assert!(c.is_ok(), "{name} put: {c:?}");
-    assert_eq!(c.path(), Some(DataPath::RdmaSoft), "{name} put");
-    assert_eq!(c.bytes(), fresh.len() as u64);
-    let back = stored("put/new.bin");
-    assert_eq!(back.len(), fresh.len(), "{name}: stored length");
-    assert_eq!(crc64(&back), crc64(&fresh), "{name}: stored checksum");
-    assert!(back == fresh, "{name}: stored bytes");
-    // The gateway's own record of the checksum agrees.
-    let r = call(
-        gw,
-        "HEAD",
-        "/mtx/put/new.bin",
-        "",
-        &[("x-amz-checksum-mode", "ENABLED")],
-        b"",
-    );
-    assert_eq!(r.status(), 200, "{name}");
-    if let Some(v) = r.header("x-amz-checksum-crc64nvme") {
-        assert_eq!(v, crc64(&fresh), "{name}: gateway checksum");
-    }
-}
-
-#[test]
-fn matrix_directory_backend() {
-    let dir = tempfile::tempdir().unwrap();
-    let gw = Gateway::builder()
-        .listen("127.0.0.1:0")
-        .root_dir(dir.path())
-        .credentials(ACCESS, SECRET)
-        .rdma_target(soft_target())
-        .start()
-        .unwrap();
-    let a = gw.local_addr();
-    assert_eq!(call(a, "PUT", "/mtx", "", &[], b"").status(), 200);
-    run_matrix("directory", a, &|key| {
-        let r = call(a, "GET", &format!("/mtx/{key}"), "", &[], b"");
-        assert_eq!(r.status(), 200);
-        r.body
-    });
-    gw.shutdown();
-}
-
-#[test]
-fn matrix_upstream_s3s_fs_backend() {
-    let up = S3sFs::start();
-    up.create_bucket_dir("mtx");
-    let gw = Gateway::builder()
-        .listen("127.0.0.1:0")
-        .upstream(
-            up.endpoint_url(),
-            Credentials::new(s3s_fs::ACCESS_KEY, s3s_fs::SECRET_KEY),
-            "us-east-1",
-        )
-        .credentials(ACCESS, SECRET)
-        .rdma_target(soft_target())
-        .start()
-        .unwrap();
-    let a = gw.local_addr();
-    let root = up.root.path().to_owned();
-    // What the upstream store itself holds (not what the gateway says).
-    run_matrix("upstream", a, &|key| {
-        std::fs::read(root.join("mtx").join(key)).unwrap()
-    });
-    gw.shutdown();
 }
 
 /// The gateway goes away mid-batch: every op completes within its deadline, each with

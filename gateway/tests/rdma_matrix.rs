@@ -203,8 +203,22 @@ fn matrix_on(fabric: Fabric, dialect: Dialect, store: Store) {
     assert!(c.is_ok(), "{name} PUT: {c:?}");
     assert_eq!(c.path(), Some(path), "{name} PUT path");
     let back = gw.stored(&bucket, "put/new.bin");
+    assert_eq!(back.len(), fresh.len(), "{name}: PUT stored length");
     assert_eq!(crc64(&back), crc64(&fresh), "{name}: PUT stored checksum");
     assert!(back == fresh, "{name}: PUT stored bytes differ");
+    // The gateway's own record of the checksum agrees.
+    let r = call(
+        a,
+        "HEAD",
+        &format!("/{bucket}/put/new.bin"),
+        "",
+        &[("x-amz-checksum-mode", "ENABLED")],
+        b"",
+    );
+    assert_eq!(r.status(), 200, "{name}: HEAD");
+    if let Some(v) = r.header("x-amz-checksum-crc64nvme") {
+        assert_eq!(v, crc64(&fresh), "{name}: gateway checksum");
+    }
 
     // UPLOAD_PART: 5 MiB + a ragged last part, then complete; read back over HTTP.
     let parts = [pattern(5 * MIB as usize, 3), pattern(MIB as usize + 3, 4)];
