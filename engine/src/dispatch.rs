@@ -191,6 +191,7 @@ pub(crate) fn dispatch_with(
         free_retries: 0,
         phase: Phase::Ready,
         multipart,
+        source_crc: std::cell::OnceCell::new(),
     })
 }
 

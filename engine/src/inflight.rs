@@ -121,12 +121,31 @@ pub(crate) struct InFlight {
     pub(crate) phase: Phase,
     /// The multipart step, for CreateMultipart / UploadPart / Complete / Abort.
     pub(crate) multipart: Option<MultipartOp>,
+    /// The base64 CRC64NVME of a PUT's source, computed once on first use
+    /// ([`InFlight::source_crc64`]): every attempt, RDMA or HTTP, sends the same value.
+    pub(crate) source_crc: std::cell::OnceCell<String>,
 }
 
 impl InFlight {
     /// Whether the response to this request has no body whatever its headers say (HEAD).
     pub(crate) fn head_only(&self) -> bool {
         self.kind == OpKind::Head && self.multipart.is_none()
+    }
+
+    /// The base64 CRC64NVME of a PUT's (or UploadPart's) source bytes; `None` for other ops
+    /// and empty PUTs. The source is read-only while the op holds its lease, so one
+    /// computation serves every attempt.
+    pub(crate) fn source_crc64(&self) -> Option<&str> {
+        if self.kind != OpKind::Put {
+            return None;
+        }
+        let lease = self.buf.as_ref()?;
+        let crc = self.source_crc.get_or_init(|| {
+            let mut c = s3_lite::checksum::Crc64Nvme::new();
+            c.update(lease.bytes_from(0));
+            s3_lite::checksum::encode_crc64nvme(c.finish())
+        });
+        Some(crc)
     }
 
     /// `(upload handle, part number)` of an UploadPart (where its ETag is recorded).
@@ -265,6 +284,7 @@ mod tests {
             free_retries: 0,
             phase: Phase::Ready,
             multipart: None,
+            source_crc: std::cell::OnceCell::new(),
         }
     }
 

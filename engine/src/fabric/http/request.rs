@@ -4,7 +4,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use ring_api::{ErrorClass, ErrorCode};
 use s3_lite::Request;
-use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
 use s3_lite::http::{BodyFraming, encode_request_head};
 use s3_lite::s3::{
     ByteRange, Endpoint, GetOptions, PutOptions, abort_multipart_upload, complete_multipart_upload,
@@ -112,13 +111,9 @@ fn request(ep: &Endpoint, op: &InFlight, rdma: bool) -> Result<Built, Outcome> {
         OpKind::Put => {
             let len = if rdma { 0 } else { op.buf_len() };
             let mut opts = PutOptions::default();
-            if !rdma && let Some(lease) = op.buf.as_ref() {
-                let mut c = Crc64Nvme::new();
-                c.update(lease.bytes_from(0));
-                opts.checksums.push((
-                    "x-amz-checksum-crc64nvme".to_owned(),
-                    encode_crc64nvme(c.finish()),
-                ));
+            if !rdma && let Some(crc) = op.source_crc64() {
+                opts.checksums
+                    .push(("x-amz-checksum-crc64nvme".to_owned(), crc.to_owned()));
             }
             put_object(ep, bucket, key, len, &opts)
                 .map(|r| (r, PayloadHash::Unsigned, BodyFraming::Length(len)))
@@ -183,6 +178,7 @@ mod tests {
             free_retries: 0,
             phase: Phase::Ready,
             multipart: Some(multipart),
+            source_crc: std::cell::OnceCell::new(),
         }
     }
 

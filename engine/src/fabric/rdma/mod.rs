@@ -55,7 +55,6 @@ use std::time::{Duration, Instant};
 
 pub(crate) use self::offload::NOTIFY;
 
-use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
 use s3_lite::s3::Endpoint;
 use s3_lite::sigv4::Signer;
 
@@ -352,11 +351,7 @@ impl RdmaClient {
             (s3_lite::rdma::RDMA_TOKEN.to_owned(), token.encode()),
             (s3_lite::rdma::RDMA_SESSION.to_owned(), link.session.clone()),
         ];
-        let crc = (op.kind == OpKind::Put).then(|| {
-            let mut c = Crc64Nvme::new();
-            c.update(lease.bytes_from(0));
-            encode_crc64nvme(c.finish())
-        });
+        let crc = op.source_crc64().map(str::to_owned);
         if let Some(c) = &crc {
             headers.push(("x-amz-checksum-crc64nvme".to_owned(), c.clone()));
         }
@@ -385,11 +380,7 @@ impl RdmaClient {
         let token =
             cuobject::mint_checked(provider.as_ref(), ptr.as_ptr().addr() as u64, len, dir).ok()?;
         let mut headers = vec![(s3_lite::rdma::RDMA_TOKEN.to_owned(), token)];
-        let crc = (op.kind == OpKind::Put).then(|| {
-            let mut c = Crc64Nvme::new();
-            c.update(lease.bytes_from(0));
-            encode_crc64nvme(c.finish())
-        });
+        let crc = op.source_crc64().map(str::to_owned);
         if let Some(c) = &crc {
             headers.push(("x-amz-checksum-crc64nvme".to_owned(), c.clone()));
         }
