@@ -115,13 +115,23 @@ pub enum BenchFabric {
     Http,
 }
 
-/// The name a completion's path goes by in reports.
-fn path_name(p: Option<ring_api::DataPath>) -> &'static str {
+/// The name a completion's path goes by in reports and `--json` (the one naming of the CLI:
+/// `get`/`put`, `bench` and `bench --embedded` all use it).
+#[must_use]
+pub fn path_name(p: Option<ring_api::DataPath>) -> &'static str {
     match p {
         Some(ring_api::DataPath::Http) => "http",
         Some(ring_api::DataPath::RdmaSoft) => "rdma-soft",
         Some(ring_api::DataPath::RdmaVerbs) => "rdma-verbs",
         _ => "none",
+    }
+}
+
+/// Adds `bytes` carried by the path `name` to per-path totals kept in first-seen order.
+pub fn add_path_bytes(paths: &mut Vec<(&'static str, u64)>, name: &'static str, bytes: u64) {
+    match paths.iter_mut().find(|(p, _)| *p == name) {
+        Some((_, b)) => *b += bytes,
+        None => paths.push((name, bytes)),
     }
 }
 
@@ -595,11 +605,7 @@ fn run_phase(
             done += 1;
             if c.is_ok() {
                 ok_bytes += c.bytes();
-                let name = path_name(c.path());
-                match paths.iter_mut().find(|(p, _)| *p == name) {
-                    Some((_, b)) => *b += c.bytes(),
-                    None => paths.push((name, c.bytes())),
-                }
+                add_path_bytes(&mut paths, path_name(c.path()), c.bytes());
             } else {
                 let name = code_name(c);
                 match errors.iter_mut().find(|(n, _)| *n == name) {

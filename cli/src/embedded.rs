@@ -29,7 +29,7 @@ use engine::{Engine, RegisterOptions, process_cpu_time};
 use hipobj_gateway::{Gateway, RcLimits, RcTarget};
 use rand::{Rng, SeedableRng};
 use ring_api::opcode::RangeGet;
-use ring_api::{BufSlice, Cqe, DataPath};
+use ring_api::{BufSlice, Cqe};
 use s3_lite::credentials::Credentials;
 use s3_lite::s3::Endpoint;
 
@@ -104,15 +104,6 @@ pub struct EmbeddedReport {
     pub upload_part_from_vram: Option<vram::PutReport>,
     /// Bytes carried per path (`http`, `rdma-soft`, `rdma-verbs`).
     pub paths: Vec<(&'static str, u64)>,
-}
-
-fn path_name(p: Option<DataPath>) -> &'static str {
-    match p {
-        Some(DataPath::Http) => "http",
-        Some(DataPath::RdmaSoft) => "rdma-soft",
-        Some(DataPath::RdmaVerbs) => "rdma-verbs",
-        _ => "none",
-    }
 }
 
 fn bar(len: u64, template: &str, show: bool) -> Option<indicatif::ProgressBar> {
@@ -419,11 +410,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
                 errors += 1;
                 continue;
             }
-            let name = path_name(c.path());
-            match paths.iter_mut().find(|(p, _)| *p == name) {
-                Some((_, b)) => *b += len,
-                None => paths.push((name, len)),
-            }
+            crate::bench::add_path_bytes(&mut paths, crate::bench::path_name(c.path()), len);
             if verify_after {
                 spans.push((offset, len));
                 continue;

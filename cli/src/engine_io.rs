@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use engine::{Engine, Fabric, RegisterOptions};
 use ring_api::opcode::{Put, RangeGet};
-use ring_api::{BufSlice, Cqe, DataPath};
+use ring_api::{BufSlice, Cqe};
 use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
 use s3_lite::credentials::Credentials;
 
@@ -189,16 +189,7 @@ impl EngineTarget {
     }
 }
 
-/// The name `--json` uses for a data path.
-#[must_use]
-pub fn path_name(p: Option<DataPath>) -> &'static str {
-    match p {
-        Some(DataPath::Http) => "http",
-        Some(DataPath::RdmaSoft) => "rdma-soft",
-        Some(DataPath::RdmaVerbs) => "rdma-verbs",
-        _ => "none",
-    }
-}
+pub use crate::bench::path_name;
 
 /// Bytes carried per path, in first-seen order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -206,10 +197,7 @@ pub struct PathBytes(pub Vec<(&'static str, u64)>);
 
 impl PathBytes {
     fn add(&mut self, name: &'static str, bytes: u64) {
-        match self.0.iter_mut().find(|(p, _)| *p == name) {
-            Some((_, b)) => *b += bytes,
-            None => self.0.push((name, bytes)),
-        }
+        crate::bench::add_path_bytes(&mut self.0, name, bytes);
     }
 
     /// The one path that carried everything, or `mixed` when several did (`none`: no bytes).

@@ -67,11 +67,6 @@ pub(crate) fn check_fabric(ours: RcKind, theirs: Option<&str>) -> Result<(), Api
     Err(e)
 }
 
-/// A random non-zero 24-bit PSN.
-pub(crate) fn random_psn() -> u32 {
-    engine::rc::random_psn()
-}
-
 /// Bounds of an [`RcTarget`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RcLimits {
@@ -367,7 +362,7 @@ impl RdmaTarget for RcTarget {
             .map_err(fail)?;
         // The gateway's QP grants no remote access: it only initiates WRITE and READ.
         qp.modify_to_init(Access::NONE).map_err(fail)?;
-        let psn = random_psn();
+        let psn = engine::rc::random_psn();
         // Soft: the client dials our listener (10 s); verbs: the path is the client's GID.
         let path = self.addr.map(|_| SoftPath::Accept);
         qp.connect(client, req.psn, psn, path).map_err(fail)?;

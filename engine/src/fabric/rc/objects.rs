@@ -292,12 +292,8 @@ impl RcQp {
         sq_psn: u32,
         path: Option<SoftPath>,
     ) -> Result<(), RcError> {
-        match self {
-            Self::Soft(q) => {
-                Ok(q.connect(peer, rq_psn, sq_psn, path.ok_or(RcError::NoSoftPath)?)?)
-            }
-            Self::Verbs(q) => Ok(q.connect(peer, rq_psn, sq_psn)?),
-        }
+        // The soft fabric's default dial bound (its `RtrAttr::from_token`).
+        self.connect_within(peer, rq_psn, sq_psn, path, Duration::from_secs(10))
     }
 
     /// [`RcQp::connect`] with the soft fabric's dial bounded by `within` (a verbs connect

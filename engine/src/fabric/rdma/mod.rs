@@ -252,10 +252,7 @@ impl RdmaClient {
         };
         let home = match verbs {
             Some(d) => connect::Home::Verbs(d),
-            None => connect::Home::Soft(match addr.ip() {
-                std::net::IpAddr::V4(ip) => ip,
-                std::net::IpAddr::V6(_) => Ipv4Addr::LOCALHOST,
-            }),
+            None => connect::Home::Soft(soft_ip(addr)),
         };
         Self {
             mode,
@@ -300,10 +297,7 @@ impl RdmaClient {
     }
 
     fn local_ip(&self) -> Ipv4Addr {
-        match self.addr.ip() {
-            std::net::IpAddr::V4(ip) => ip,
-            std::net::IpAddr::V6(_) => Ipv4Addr::LOCALHOST,
-        }
+        soft_ip(self.addr)
     }
 
     /// Sets up an RDMA attempt for `op` if the dialect applies: registers the op's buffer
@@ -464,6 +458,14 @@ impl RdmaClient {
             RcKind::Verbs => ring_api::DataPath::RdmaVerbs,
             _ => ring_api::DataPath::RdmaSoft,
         }
+    }
+}
+
+/// The IPv4 address a soft device for the endpoint `addr` advertises (its GID).
+fn soft_ip(addr: SocketAddr) -> Ipv4Addr {
+    match addr.ip() {
+        std::net::IpAddr::V4(ip) => ip,
+        std::net::IpAddr::V6(_) => Ipv4Addr::LOCALHOST,
     }
 }
 

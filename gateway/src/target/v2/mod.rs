@@ -287,7 +287,7 @@ impl RcV2 {
             })
             .map_err(|e| ApiError::internal(format!("RECV: {e}")))?;
         }
-        let psn = super::random_psn();
+        let psn = engine::rc::random_psn();
         // Soft: the client dials our listener (within the default 10 s); verbs: the token's
         // GID is the path.
         let path = self.soft_addr.map(|_| SoftPath::Accept);
