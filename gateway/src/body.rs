@@ -112,6 +112,16 @@ fn too_large(max: u64) -> ApiError {
     .with_detail("MaxSizeAllowed", max.to_string())
 }
 
+/// A body that stopped arriving: S3's `RequestTimeout` when the connection was too slow
+/// (the gateway's body-progress check), else `IncompleteBody`.
+fn body_read_error(e: std::io::Error) -> ApiError {
+    if e.kind() == std::io::ErrorKind::TimedOut {
+        ApiError::new(400, "RequestTimeout", e.to_string())
+    } else {
+        incomplete()
+    }
+}
+
 fn incomplete() -> ApiError {
     ApiError::new(
         400,
@@ -134,7 +144,7 @@ pub fn receive(
         .aws_chunked
         .then(|| ChunkedDecoder::new(Limits::default()));
     let mut ended = false;
-    while let Some(raw) = source.next_chunk().map_err(|_| incomplete())? {
+    while let Some(raw) = source.next_chunk().map_err(body_read_error)? {
         let Some(dec) = chunked.as_mut() else {
             if h.len + raw.len() as u64 > opts.max_len {
                 return Err(too_large(opts.max_len));

@@ -1,4 +1,6 @@
-//! One client connection: read requests with the sans-IO decoder, answer them, keep alive.
+//! One request on a client connection: the head was collected by the gate ([`crate::gate`]);
+//! here the body is read with the sans-IO decoder, the request answered, and a keep-alive
+//! connection handed back.
 
 use std::cell::Cell;
 use std::io::{ErrorKind, Read, Write};
@@ -12,6 +14,7 @@ use s3_lite::http::server::{
 
 use crate::body::BodySource;
 use crate::error::ApiError;
+use crate::gate::{Parked, Ready};
 use crate::handler::{self, Respond};
 use crate::server::Shared;
 use crate::time::{http_date, now_secs};
@@ -20,8 +23,6 @@ use crate::time::{http_date, now_secs};
 pub const IO_BUF: usize = 256 * 1024;
 /// A request body left unread by the handler is drained (to keep the connection) up to this.
 const MAX_DRAIN: u64 = 8 << 20;
-/// How often an idle keep-alive connection checks for shutdown and for queued connections.
-const IDLE_SLICE: Duration = Duration::from_millis(100);
 
 struct Reader {
     stream: TcpStream,
@@ -55,6 +56,49 @@ struct ConnBody<'a> {
     writer: &'a mut TcpStream,
     expect_continue: bool,
     state: &'a Cell<BodyState>,
+    progress: Progress,
+}
+
+/// The body must keep moving: at least `min_bytes` (or the rest of the body) in every
+/// `window`, so a client trickling a byte now and then cannot hold a worker.
+struct Progress {
+    window: Duration,
+    min_bytes: u64,
+    since: Instant,
+    bytes: u64,
+}
+
+impl Progress {
+    fn new(shared: &Shared) -> Self {
+        Self {
+            window: shared.config.io_timeout,
+            min_bytes: shared.config.min_body_progress,
+            since: Instant::now(),
+            bytes: 0,
+        }
+    }
+
+    /// Counts bytes that arrived; fails when a whole window passed with too few.
+    fn arrived(&mut self, n: usize) -> std::io::Result<()> {
+        self.bytes += n as u64;
+        if self.since.elapsed() < self.window {
+            return Ok(());
+        }
+        if self.bytes < self.min_bytes {
+            return Err(std::io::Error::new(
+                ErrorKind::TimedOut,
+                format!(
+                    "request body too slow: {} bytes in {} s (at least {} needed)",
+                    self.bytes,
+                    self.window.as_secs(),
+                    self.min_bytes
+                ),
+            ));
+        }
+        self.since = Instant::now();
+        self.bytes = 0;
+        Ok(())
+    }
 }
 
 impl BodySource for ConnBody<'_> {
@@ -97,12 +141,14 @@ impl BodySource for ConnBody<'_> {
                     ));
                 }
                 RequestEvent::NeedMore => {
-                    if self.reader.fill()? == 0 {
+                    let n = self.reader.fill()?;
+                    if n == 0 {
                         return Err(std::io::Error::new(
                             ErrorKind::UnexpectedEof,
                             "client closed inside the body",
                         ));
                     }
+                    self.progress.arrived(n)?;
                 }
             }
         }
@@ -188,199 +234,149 @@ fn write_error(out: &mut Responder<'_>, err: &ApiError, resource: &str) -> std::
     out.body(&body)
 }
 
-/// Answers a connection the gateway cannot take (`503 SlowDown`) and closes it.
+/// A complete error response (head with `Connection: close`, then the S3 error document), for
+/// answers written outside a [`Responder`]: refusals and the gate's head errors.
+pub(crate) fn error_response(err: &ApiError, resource: &str, request_id: &str) -> Vec<u8> {
+    let body = err.to_xml(resource, request_id);
+    let mut headers = err.headers.clone();
+    headers.push(("Content-Type".to_owned(), "application/xml".to_owned()));
+    headers.push(("x-amz-request-id".to_owned(), request_id.to_owned()));
+    headers.push(("Date".to_owned(), http_date(now_secs())));
+    if err.status == 503 {
+        headers.push(("Retry-After".to_owned(), "1".to_owned()));
+    }
+    headers.push(("Connection".to_owned(), "close".to_owned()));
+    let mut out = Vec::with_capacity(512 + body.len());
+    let framing = BodyFraming::Length(body.len() as u64);
+    if encode_response_head(
+        err.status,
+        reason_phrase(err.status),
+        &headers,
+        framing,
+        &mut out,
+    )
+    .is_err()
+    {
+        return Vec::new();
+    }
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Answers a connection the gateway cannot hold (`503 SlowDown`) and closes it.
 pub fn reject(mut stream: TcpStream, request_id: &str) {
+    let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
     let _ = stream.set_write_timeout(Some(Duration::from_millis(500)));
     // Read what the client sent first (bounded) so closing does not reset the connection
     // before the answer is read.
     let mut scratch = [0u8; 4096];
     let _ = stream.read(&mut scratch);
-    let err = ApiError::slow_down();
-    let body = err.to_xml("/", request_id);
-    let headers = vec![
-        ("Content-Type".to_owned(), "application/xml".to_owned()),
-        ("x-amz-request-id".to_owned(), request_id.to_owned()),
-        ("Retry-After".to_owned(), "1".to_owned()),
-        ("Connection".to_owned(), "close".to_owned()),
-    ];
-    let mut out = Vec::new();
-    if encode_response_head(
-        503,
-        "Slow Down",
-        &headers,
-        BodyFraming::Length(body.len() as u64),
-        &mut out,
-    )
-    .is_ok()
-    {
-        out.extend_from_slice(&body);
-        let _ = stream.write_all(&out);
-    }
+    let _ = stream.write_all(&error_response(&ApiError::slow_down(), "/", request_id));
     let _ = stream.shutdown(std::net::Shutdown::Write);
     let _ = stream.read(&mut scratch);
 }
 
-/// Waits for the next request head. `None`: the connection ends (EOF, idle timeout,
-/// shutdown, pressure, or an error already answered).
-fn read_head(
-    shared: &Shared,
-    r: &mut Reader,
-    dec: &mut RequestDecoder,
-    w: &mut TcpStream,
-) -> Option<RequestHead> {
-    let idle_since = Instant::now();
-    loop {
-        let input = r.buf.get(r.start..r.end).unwrap_or_default();
-        match dec.decode(input) {
-            Ok(d) => {
-                r.start += d.consumed;
-                match d.event {
-                    RequestEvent::Head(h) => return Some(h),
-                    RequestEvent::NeedMore => {}
-                    _ => return None,
-                }
-            }
-            Err(e) => {
-                let status = e.status();
-                let err = ApiError::new(
-                    status,
-                    if status == 431 {
-                        "RequestHeaderSectionTooLarge"
-                    } else {
-                        "BadRequest"
-                    },
-                    e.to_string(),
-                );
-                let id = shared.request_id();
-                let state = Cell::new(BodyState {
-                    done: true,
-                    continue_sent: false,
-                });
-                let mut out = Responder {
-                    writer: w,
-                    request_id: &id,
-                    keep_alive: false,
-                    started: false,
-                    drainable: false,
-                    state: &state,
-                    is_head: false,
-                };
-                let _ = write_error(&mut out, &err, "/");
-                return None;
-            }
-        }
-        let started = dec.has_started();
-        let timeout = if started {
-            shared.config.io_timeout
-        } else {
-            IDLE_SLICE
-        };
-        let _ = r.stream.set_read_timeout(Some(timeout));
-        match r.fill() {
-            Ok(0) => return None,
-            Ok(_) => {}
-            Err(e)
-                if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) && !started =>
-            {
-                if shared.is_shutting_down()
-                    || shared.has_queued()
-                    || idle_since.elapsed() >= shared.config.idle_timeout
-                {
-                    return None;
-                }
-            }
-            Err(_) => return None,
-        }
-    }
+/// Answers a request the worker cannot take on (e.g. the buffer budget is spent) and closes.
+pub(crate) fn refuse(shared: &Shared, ready: Ready, err: &ApiError) {
+    let mut stream = ready.stream;
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_write_timeout(Some(shared.config.io_timeout));
+    let _ = stream.write_all(&error_response(
+        err,
+        &resource_of(&ready.head),
+        &shared.request_id(),
+    ));
+    let _ = stream.shutdown(std::net::Shutdown::Write);
 }
 
-/// Serves one connection until it closes.
-pub fn serve(shared: &Shared, stream: TcpStream) {
+/// Serves the request whose head the gate collected. Returns the connection for its next
+/// request when it stays open.
+pub(crate) fn serve(shared: &Shared, ready: Ready) -> Option<Parked> {
+    let Ready {
+        stream,
+        head,
+        mut dec,
+        pending,
+    } = ready;
+    stream.set_nonblocking(false).ok()?;
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(shared.config.io_timeout));
-    let Ok(mut writer) = stream.try_clone() else {
-        return;
-    };
+    let _ = stream.set_read_timeout(Some(shared.config.io_timeout));
+    let mut writer = stream.try_clone().ok()?;
+    let mut buf = vec![0; IO_BUF.max(pending.len())];
+    buf.get_mut(..pending.len())?.copy_from_slice(&pending);
     let mut reader = Reader {
         stream,
-        buf: vec![0; IO_BUF],
+        buf,
         start: 0,
-        end: 0,
+        end: pending.len(),
     };
-    let mut dec = RequestDecoder::new(shared.config.http_limits);
-    loop {
-        let Some(head) = read_head(shared, &mut reader, &mut dec, &mut writer) else {
-            return;
+    let request_id = shared.request_id();
+    let state = Cell::new(BodyState {
+        done: dec.is_done(),
+        continue_sent: false,
+    });
+    let drainable = !head.expect_continue && head.content_length().is_some_and(|n| n <= MAX_DRAIN);
+    let keep_alive = head.keep_alive && !shared.is_shutting_down();
+    let resource = resource_of(&head);
+    let (keep, fatal) = {
+        let mut body = ConnBody {
+            reader: &mut reader,
+            dec: &mut dec,
+            writer: &mut writer,
+            expect_continue: head.expect_continue,
+            state: &state,
+            progress: Progress::new(shared),
         };
-        let _ = reader
-            .stream
-            .set_read_timeout(Some(shared.config.io_timeout));
-        let request_id = shared.request_id();
-        let state = Cell::new(BodyState {
-            done: dec.is_done(),
-            continue_sent: false,
-        });
-        let drainable =
-            !head.expect_continue && head.content_length().is_some_and(|n| n <= MAX_DRAIN);
-        let keep_alive = head.keep_alive && !shared.is_shutting_down();
-        let resource = resource_of(&head);
-        let (keep, fatal) = {
-            let mut body = ConnBody {
-                reader: &mut reader,
-                dec: &mut dec,
-                writer: &mut writer,
-                expect_continue: head.expect_continue,
-                state: &state,
-            };
-            let mut w2 = match body.writer.try_clone() {
-                Ok(w) => w,
-                Err(_) => return,
-            };
-            let mut out = Responder {
-                writer: &mut w2,
-                request_id: &request_id,
-                keep_alive,
-                started: false,
-                drainable,
-                state: &state,
-                is_head: head.method == "HEAD",
-            };
-            let result = handler::handle(shared, &head, &mut body, &mut out);
-            let fatal = match result {
-                Ok(()) => false,
-                Err(e) if !out.started => write_error(&mut out, &e, &resource).is_err(),
-                Err(_) => true, // the head is out: the only honest signal left is closing
-            };
-            if !out.started {
-                return;
-            }
-            (out.keep_alive, fatal)
+        let mut w2 = body.writer.try_clone().ok()?;
+        let mut out = Responder {
+            writer: &mut w2,
+            request_id: &request_id,
+            keep_alive,
+            started: false,
+            drainable,
+            state: &state,
+            is_head: head.method == "HEAD",
         };
-        if fatal || !keep {
-            let _ = writer.flush();
-            let _ = writer.shutdown(std::net::Shutdown::Write);
-            return;
+        let result = handler::handle(shared, &head, &mut body, &mut out);
+        let fatal = match result {
+            Ok(()) => false,
+            Err(e) if !out.started => write_error(&mut out, &e, &resource).is_err(),
+            Err(_) => true, // the head is out: the only honest signal left is closing
+        };
+        if !out.started {
+            return None;
         }
-        // Drain whatever the handler left unread, then take the next request.
-        if !state.get().done {
-            let mut body = ConnBody {
-                reader: &mut reader,
-                dec: &mut dec,
-                writer: &mut writer,
-                expect_continue: false,
-                state: &state,
-            };
-            loop {
-                match body.next_chunk() {
-                    Ok(Some(_)) => {}
-                    Ok(None) => break,
-                    Err(_) => return,
-                }
+        (out.keep_alive, fatal)
+    };
+    if fatal || !keep {
+        let _ = writer.flush();
+        let _ = writer.shutdown(std::net::Shutdown::Write);
+        return None;
+    }
+    // Drain whatever the handler left unread, then hand the connection back.
+    if !state.get().done {
+        let mut body = ConnBody {
+            reader: &mut reader,
+            dec: &mut dec,
+            writer: &mut writer,
+            expect_continue: false,
+            state: &state,
+            progress: Progress::new(shared),
+        };
+        loop {
+            match body.next_chunk() {
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(_) => return None,
             }
-        }
-        if dec.reset_for_next().is_err() {
-            return;
         }
     }
+    dec.reset_for_next().ok()?;
+    let pending = reader.buf.get(reader.start..reader.end)?.to_vec();
+    Some(Parked {
+        stream: reader.stream,
+        pending,
+    })
 }

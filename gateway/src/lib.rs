@@ -31,6 +31,7 @@ pub mod capabilities;
 pub mod conn;
 pub mod connect;
 pub mod error;
+mod gate;
 pub mod handler;
 pub mod rdma;
 pub mod route;

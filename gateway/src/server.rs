@@ -1,12 +1,14 @@
-//! The gateway itself: configuration, the builder, the accept loop and the worker pool.
+//! The gateway itself: configuration, the builder, the head gate and the worker pool.
 //!
-//! Threads: one acceptor and a fixed pool of `threads` workers. A worker serves one
-//! connection at a time, keep-alive included; connections beyond the busy workers wait in a
-//! queue, and once `max_connections` are accepted (served + queued) a new connection is
-//! answered `503 SlowDown` and closed. An idle keep-alive connection gives its worker up as
-//! soon as another connection is waiting, so idle clients cannot starve new ones. Each
-//! connection reserves its read buffer from `max_buffered_bytes` (as do in-memory XML bodies);
-//! when the budget is spent new connections get 503 too.
+//! Threads: one head gate ([`crate::gate`]) and a fixed pool of `threads` workers. The gate
+//! accepts connections and collects request heads without blocking; a worker gets a
+//! connection only with a complete head, serves that one request (body and response) and
+//! gives a keep-alive connection back to the gate. Slow or idle clients therefore hold no
+//! worker. `max_connections` bounds the connections held (waiting in the gate + served); at
+//! capacity the gate evicts an idle or half-sent connection, and refuses with `503 SlowDown`
+//! only when every connection is inside a request. A request being served reserves its read
+//! buffer from `max_buffered_bytes` (as do in-memory XML bodies); when the budget is spent the
+//! request gets 503 too.
 
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
@@ -25,6 +27,7 @@ use crate::backend::local::LocalDir;
 use crate::backend::upstream::{Upstream, UpstreamError};
 use crate::conn;
 use crate::error::ApiError;
+use crate::gate::{Gate, GateHandle, Ready};
 use crate::rdma::{GetDecline, NoFabric, RdmaTarget};
 
 /// Runtime settings (all have defaults; see [`GatewayBuilder`]).
@@ -47,7 +50,12 @@ pub struct Config {
     pub virtual_host_suffix: Option<String>,
     /// Per read/write timeout inside a request.
     pub io_timeout: Duration,
-    /// How long an idle keep-alive connection is kept.
+    /// The whole request head must arrive within this time of its first byte (else 408).
+    pub head_timeout: Duration,
+    /// A request body must deliver at least this many bytes (or the rest of the body) in every
+    /// `io_timeout` window, else the request fails and the connection closes.
+    pub min_body_progress: u64,
+    /// How long an idle connection (no byte of a request) is kept.
     pub idle_timeout: Duration,
     /// HTTP parsing limits.
     pub http_limits: Limits,
@@ -66,6 +74,8 @@ impl Default for Config {
             region: "us-east-1".into(),
             virtual_host_suffix: None,
             io_timeout: Duration::from_secs(30),
+            head_timeout: Duration::from_secs(20),
+            min_body_progress: 64 * 1024,
             idle_timeout: Duration::from_secs(60),
             http_limits: Limits::default(),
             get_decline: GetDecline::Body,
@@ -242,6 +252,25 @@ impl GatewayBuilder {
         self
     }
 
+    /// Deadline for a whole request head, from its first byte (default 20 s).
+    pub fn head_timeout(mut self, d: Duration) -> Self {
+        self.config.head_timeout = d;
+        self
+    }
+
+    /// Per read/write timeout inside a request, and the window of `min_body_progress`
+    /// (default 30 s).
+    pub fn io_timeout(mut self, d: Duration) -> Self {
+        self.config.io_timeout = d;
+        self
+    }
+
+    /// Bytes a request body must deliver per `io_timeout` window (default 64 KiB).
+    pub fn min_body_progress(mut self, bytes: u64) -> Self {
+        self.config.min_body_progress = bytes;
+        self
+    }
+
     /// How a GET with an RDMA token is declined.
     pub fn get_decline(mut self, mode: GetDecline) -> Self {
         self.config.get_decline = mode;
@@ -310,32 +339,32 @@ impl GatewayBuilder {
             config: cfg,
             shutting_down: AtomicBool::new(false),
             active: AtomicUsize::new(0),
-            busy: AtomicUsize::new(0),
+            rejecting: Arc::new(AtomicUsize::new(0)),
             buffered: AtomicU64::new(0),
             next_id: AtomicU64::new(seed >> 16),
         });
-        let (tx, rx) = mpsc::channel::<TcpStream>();
-        let rx = Arc::new(Mutex::new(rx));
+        let (to_workers, from_gate) = mpsc::channel::<Ready>();
+        let (gate, handle) =
+            Gate::new(listener, shared.clone(), to_workers).map_err(io("set up the head gate"))?;
+        let from_gate = Arc::new(Mutex::new(from_gate));
         let mut workers = Vec::with_capacity(shared.config.threads);
         for i in 0..shared.config.threads {
-            let (shared, rx) = (shared.clone(), rx.clone());
+            let (shared, from_gate, handle) = (shared.clone(), from_gate.clone(), handle.clone());
             let h = std::thread::Builder::new()
                 .name(format!("hipobj-gw-{i}"))
-                .spawn(move || worker(&shared, &rx))
+                .spawn(move || worker(&shared, &from_gate, &handle))
                 .map_err(io("spawn worker"))?;
             workers.push(h);
         }
-        let acceptor = {
-            let shared = shared.clone();
-            std::thread::Builder::new()
-                .name("hipobj-gw-accept".into())
-                .spawn(move || accept_loop(&shared, &listener, &tx))
-                .map_err(io("spawn acceptor"))?
-        };
+        let gate_thread = std::thread::Builder::new()
+            .name("hipobj-gw-gate".into())
+            .spawn(move || gate.run())
+            .map_err(io("spawn the head gate"))?;
         Ok(RunningGateway {
             shared,
             local_addr,
-            acceptor: Some(acceptor),
+            gate: Some(gate_thread),
+            gate_handle: handle,
             workers,
         })
     }
@@ -348,10 +377,10 @@ pub struct Shared {
     pub(crate) rdma: Arc<dyn RdmaTarget>,
     pub(crate) config: Config,
     shutting_down: AtomicBool,
-    /// Connections accepted and not finished (served + queued).
-    active: AtomicUsize,
-    /// Connections being served.
-    busy: AtomicUsize,
+    /// Connections held: waiting in the gate, queued for a worker or being served.
+    pub(crate) active: AtomicUsize,
+    /// Refusals being answered right now (each on a short-lived thread, at most 16).
+    rejecting: Arc<AtomicUsize>,
     buffered: AtomicU64,
     next_id: AtomicU64,
 }
@@ -378,9 +407,36 @@ impl Shared {
         self.shutting_down.load(Ordering::Acquire)
     }
 
-    /// Whether accepted connections are waiting for a worker.
-    pub(crate) fn has_queued(&self) -> bool {
-        self.active.load(Ordering::Acquire) > self.busy.load(Ordering::Acquire)
+    /// Whether `max_connections` are held.
+    pub(crate) fn is_full(&self) -> bool {
+        self.active.load(Ordering::Acquire) >= self.config.max_connections
+    }
+
+    pub(crate) fn connection_started(&self) {
+        self.active.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn connection_ended(&self) {
+        self.active.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Answers a connection the gateway cannot hold (`503 SlowDown`) from a short-lived
+    /// thread, at most 16 at once; beyond that the connection is just closed.
+    pub(crate) fn reject(&self, stream: TcpStream) {
+        if self.rejecting.fetch_add(1, Ordering::AcqRel) >= 16 {
+            self.rejecting.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        let (id, counter) = (self.request_id(), self.rejecting.clone());
+        let spawned = std::thread::Builder::new()
+            .name("hipobj-gw-reject".into())
+            .spawn(move || {
+                conn::reject(stream, &id);
+                counter.fetch_sub(1, Ordering::AcqRel);
+            });
+        if spawned.is_err() {
+            self.rejecting.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 
     /// Reserves `bytes` of the buffer budget, or 503 SlowDown.
@@ -409,56 +465,27 @@ impl Shared {
     }
 }
 
-fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener, tx: &mpsc::Sender<TcpStream>) {
-    let rejecting = Arc::new(AtomicUsize::new(0));
-    for stream in listener.incoming() {
-        if shared.is_shutting_down() {
-            return;
-        }
-        let Ok(stream) = stream else { continue };
-        let full = shared.active.load(Ordering::Acquire) >= shared.config.max_connections
-            || shared.buffered.load(Ordering::Acquire) + conn::IO_BUF as u64
-                > shared.config.max_buffered_bytes;
-        if full {
-            // Answer from a short-lived thread (at most 16 at once; beyond that just close).
-            if rejecting.fetch_add(1, Ordering::AcqRel) < 16 {
-                let (id, counter) = (shared.request_id(), rejecting.clone());
-                let spawned = std::thread::Builder::new()
-                    .name("hipobj-gw-reject".into())
-                    .spawn(move || {
-                        conn::reject(stream, &id);
-                        counter.fetch_sub(1, Ordering::AcqRel);
-                    });
-                if spawned.is_err() {
-                    rejecting.fetch_sub(1, Ordering::AcqRel);
-                }
-            } else {
-                rejecting.fetch_sub(1, Ordering::AcqRel);
-            }
-            continue;
-        }
-        shared.active.fetch_add(1, Ordering::AcqRel);
-        if tx.send(stream).is_err() {
-            return;
-        }
-    }
-}
-
-fn worker(shared: &Arc<Shared>, rx: &Mutex<mpsc::Receiver<TcpStream>>) {
+/// A worker: serves one request at a time for connections whose head the gate collected,
+/// and gives keep-alive connections back to the gate.
+fn worker(shared: &Arc<Shared>, from_gate: &Mutex<mpsc::Receiver<Ready>>, gate: &GateHandle) {
     loop {
         let next = {
-            let guard = rx.lock().unwrap_or_else(|e| e.into_inner());
+            let guard = from_gate.lock().unwrap_or_else(|e| e.into_inner());
             guard.recv()
         };
-        let Ok(stream) = next else { return };
-        shared.busy.fetch_add(1, Ordering::AcqRel);
-        if !shared.is_shutting_down()
-            && let Ok(_buffer) = shared.reserve(conn::IO_BUF)
-        {
-            conn::serve(shared, stream);
+        let Ok(ready) = next else { return };
+        let parked = match shared.reserve(conn::IO_BUF) {
+            Ok(_buffer) if !shared.is_shutting_down() => conn::serve(shared, ready),
+            Ok(_) => None,
+            Err(e) => {
+                conn::refuse(shared, ready, &e);
+                None
+            }
+        };
+        match parked {
+            Some(p) => gate.park(p),
+            None => shared.connection_ended(),
         }
-        shared.busy.fetch_sub(1, Ordering::AcqRel);
-        shared.active.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -466,7 +493,8 @@ fn worker(shared: &Arc<Shared>, rx: &Mutex<mpsc::Receiver<TcpStream>>) {
 pub struct RunningGateway {
     shared: Arc<Shared>,
     local_addr: SocketAddr,
-    acceptor: Option<JoinHandle<()>>,
+    gate: Option<JoinHandle<()>>,
+    gate_handle: GateHandle,
     workers: Vec<JoinHandle<()>>,
 }
 
@@ -497,9 +525,8 @@ impl RunningGateway {
 
     fn stop(&mut self) {
         self.shared.shutting_down.store(true, Ordering::Release);
-        // Wake the acceptor blocked in accept().
-        let _ = TcpStream::connect_timeout(&self.local_addr, Duration::from_secs(1));
-        if let Some(a) = self.acceptor.take() {
+        self.gate_handle.wake();
+        if let Some(a) = self.gate.take() {
             let _ = a.join();
         }
         for w in self.workers.drain(..) {
@@ -509,7 +536,7 @@ impl RunningGateway {
 
     /// Blocks until the gateway stops (for `hipobj serve`).
     pub fn wait(mut self) {
-        if let Some(a) = self.acceptor.take() {
+        if let Some(a) = self.gate.take() {
             let _ = a.join();
         }
     }
