@@ -1,6 +1,6 @@
-//! Completion queues (`ibv_cq`) and work completions, shaped like the soft fabric's
-//! (`poll(&mut [WorkCompletion])`, `WcStatus`, `WcOpcode`, `imm_data: Option<u32>` in host
-//! order). Verbs adds the statuses the soft fabric never produces and the vendor error.
+//! Completion queues (`ibv_cq`); completions come out in the RC vocabulary
+//! ([`crate::fabric::rc::wr`]: `WorkCompletion`, `WcStatus`, `WcOpcode`, `imm_data` in host
+//! order), converted from the C values here.
 #![allow(unsafe_code)]
 
 use std::ptr::NonNull;
@@ -11,144 +11,55 @@ use super::context::Context;
 use super::error::Error;
 use super::result;
 use super::sys;
+use crate::fabric::rc::wr::{WcOpcode, WcStatus, WorkCompletion};
 
-/// Completion status (`enum ibv_wc_status`); the first ten carry the soft fabric's names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum WcStatus {
-    /// `IBV_WC_SUCCESS`.
-    #[default]
-    Success,
-    /// `IBV_WC_LOC_LEN_ERR`.
-    LocalLengthError,
-    /// `IBV_WC_LOC_PROT_ERR`: lkey, bounds or access of the SGE.
-    LocalProtectionError,
-    /// `IBV_WC_WR_FLUSH_ERR`: the QP entered the error state first.
-    WrFlushError,
-    /// `IBV_WC_REM_ACCESS_ERR`: the peer refused rkey, bounds or access.
-    RemoteAccessError,
-    /// `IBV_WC_REM_INV_REQ_ERR`.
-    RemoteInvalidRequest,
-    /// `IBV_WC_REM_OP_ERR`.
-    RemoteOperationError,
-    /// `IBV_WC_RETRY_EXC_ERR`: no ACK within timeout × retry_cnt (peer QP not in RTR, path).
-    RetryExceeded,
-    /// `IBV_WC_RNR_RETRY_EXC_ERR`: the peer had no RECV posted.
-    RnrRetryExceeded,
-    /// `IBV_WC_BAD_RESP_ERR`.
-    BadResponse,
-    /// `IBV_WC_LOC_QP_OP_ERR`.
-    LocalQpOperationError,
-    /// `IBV_WC_LOC_ACCESS_ERR`.
-    LocalAccessError,
-    /// `IBV_WC_REM_INV_RD_REQ_ERR`.
-    RemoteInvalidReadRequest,
-    /// `IBV_WC_FATAL_ERR`.
-    Fatal,
-    /// `IBV_WC_GENERAL_ERR`.
-    General,
-    /// Any other value (MW, EEC, tag matching).
-    Other(u32),
-}
-
-impl WcStatus {
-    /// From the C value.
-    #[must_use]
-    pub const fn from_raw(v: u32) -> Self {
-        match v {
-            0 => Self::Success,
-            1 => Self::LocalLengthError,
-            2 => Self::LocalQpOperationError,
-            4 => Self::LocalProtectionError,
-            5 => Self::WrFlushError,
-            7 => Self::BadResponse,
-            8 => Self::LocalAccessError,
-            9 => Self::RemoteInvalidRequest,
-            10 => Self::RemoteAccessError,
-            11 => Self::RemoteOperationError,
-            12 => Self::RetryExceeded,
-            13 => Self::RnrRetryExceeded,
-            15 => Self::RemoteInvalidReadRequest,
-            19 => Self::Fatal,
-            21 => Self::General,
-            other => Self::Other(other),
-        }
+/// The neutral status of a C `enum ibv_wc_status` value.
+#[must_use]
+pub const fn status_from_raw(v: u32) -> WcStatus {
+    match v {
+        0 => WcStatus::Success,
+        1 => WcStatus::LocalLengthError,
+        2 => WcStatus::LocalQpOperationError,
+        4 => WcStatus::LocalProtectionError,
+        5 => WcStatus::WrFlushError,
+        7 => WcStatus::BadResponse,
+        8 => WcStatus::LocalAccessError,
+        9 => WcStatus::RemoteInvalidRequest,
+        10 => WcStatus::RemoteAccessError,
+        11 => WcStatus::RemoteOperationError,
+        12 => WcStatus::RetryExceeded,
+        13 => WcStatus::RnrRetryExceeded,
+        15 => WcStatus::RemoteInvalidReadRequest,
+        19 => WcStatus::Fatal,
+        21 => WcStatus::General,
+        other => WcStatus::Other(other),
     }
 }
 
-/// What a completion reports (`enum ibv_wc_opcode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum WcOpcode {
-    /// `IBV_WC_RDMA_WRITE` (with or without immediate).
-    #[default]
-    RdmaWrite,
-    /// `IBV_WC_RDMA_READ`.
-    RdmaRead,
-    /// `IBV_WC_SEND`.
-    Send,
-    /// `IBV_WC_RECV`: a RECV consumed by a SEND.
-    Recv,
-    /// `IBV_WC_RECV_RDMA_WITH_IMM`: a RECV consumed by a WRITE_WITH_IMM.
-    RecvRdmaWithImm,
-    /// Anything else (atomics, MW bind, TSO...).
-    Other(u32),
-}
-
-impl WcOpcode {
-    /// From the C value.
-    #[must_use]
-    pub const fn from_raw(v: u32) -> Self {
-        match v {
-            sys::IBV_WC_SEND => Self::Send,
-            sys::IBV_WC_RDMA_WRITE => Self::RdmaWrite,
-            sys::IBV_WC_RDMA_READ => Self::RdmaRead,
-            sys::IBV_WC_RECV => Self::Recv,
-            sys::IBV_WC_RECV_RDMA_WITH_IMM => Self::RecvRdmaWithImm,
-            other => Self::Other(other),
-        }
+/// The neutral opcode of a C `enum ibv_wc_opcode` value.
+#[must_use]
+pub const fn opcode_from_raw(v: u32) -> WcOpcode {
+    match v {
+        sys::IBV_WC_SEND => WcOpcode::Send,
+        sys::IBV_WC_RDMA_WRITE => WcOpcode::RdmaWrite,
+        sys::IBV_WC_RDMA_READ => WcOpcode::RdmaRead,
+        sys::IBV_WC_RECV => WcOpcode::Recv,
+        sys::IBV_WC_RECV_RDMA_WITH_IMM => WcOpcode::RecvRdmaWithImm,
+        other => WcOpcode::Other(other),
     }
 }
 
-/// One completion.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct WorkCompletion {
-    /// The work request's `wr_id`.
-    pub wr_id: u64,
-    /// Outcome.
-    pub status: WcStatus,
-    /// Kind. Only meaningful on success for send-side completions (verbs leaves it undefined
-    /// on error).
-    pub opcode: WcOpcode,
-    /// Bytes (receives: the message length).
-    pub byte_len: u32,
-    /// Immediate data in host order, when `IBV_WC_WITH_IMM` is set.
-    pub imm_data: Option<u32>,
-    /// The local QP.
-    pub qp_num: u32,
-    /// Vendor-specific error detail.
-    pub vendor_err: u32,
-}
-
-impl WorkCompletion {
-    /// From the C struct.
-    #[must_use]
-    pub fn from_raw(wc: &sys::ibv_wc) -> Self {
-        Self {
-            wr_id: wc.wr_id,
-            status: WcStatus::from_raw(wc.status),
-            opcode: WcOpcode::from_raw(wc.opcode),
-            byte_len: wc.byte_len,
-            imm_data: (wc.wc_flags & sys::IBV_WC_WITH_IMM != 0).then(|| u32::from_be(wc.imm_data)),
-            qp_num: wc.qp_num,
-            vendor_err: wc.vendor_err,
-        }
-    }
-
-    /// Whether the work request succeeded.
-    #[must_use]
-    pub fn is_ok(&self) -> bool {
-        self.status == WcStatus::Success
+/// A completion from the C struct.
+#[must_use]
+pub fn completion_from_raw(wc: &sys::ibv_wc) -> WorkCompletion {
+    WorkCompletion {
+        wr_id: wc.wr_id,
+        status: status_from_raw(wc.status),
+        opcode: opcode_from_raw(wc.opcode),
+        byte_len: wc.byte_len,
+        imm_data: (wc.wc_flags & sys::IBV_WC_WITH_IMM != 0).then(|| u32::from_be(wc.imm_data)),
+        qp_num: wc.qp_num,
+        vendor_err: wc.vendor_err,
     }
 }
 
@@ -203,7 +114,7 @@ impl CompletionQueue {
             // SAFETY: the CQ is live (INVARIANT).
             let n = unsafe { result::poll_cq(self.cq, buf) }.map_err(Error::PollCq)?;
             for (dst, src) in out.iter_mut().skip(done).zip(raw.iter().take(n)) {
-                *dst = WorkCompletion::from_raw(src);
+                *dst = completion_from_raw(src);
             }
             done += n;
             if n < want {
@@ -251,17 +162,17 @@ mod tests {
             wc_flags: sys::IBV_WC_WITH_IMM,
             ..Default::default()
         };
-        let c = WorkCompletion::from_raw(&wc);
+        let c = completion_from_raw(&wc);
         assert_eq!(c.imm_data, Some(0x1234_5678));
         assert_eq!(c.opcode, WcOpcode::RecvRdmaWithImm);
         assert!(c.is_ok());
         wc.wc_flags = 0;
         wc.status = 12;
-        let c = WorkCompletion::from_raw(&wc);
+        let c = completion_from_raw(&wc);
         assert_eq!((c.imm_data, c.status), (None, WcStatus::RetryExceeded));
-        assert_eq!(WcStatus::from_raw(5), WcStatus::WrFlushError);
-        assert_eq!(WcStatus::from_raw(10), WcStatus::RemoteAccessError);
-        assert_eq!(WcStatus::from_raw(22), WcStatus::Other(22));
-        assert_eq!(WcOpcode::from_raw(2), WcOpcode::RdmaRead);
+        assert_eq!(status_from_raw(5), WcStatus::WrFlushError);
+        assert_eq!(status_from_raw(10), WcStatus::RemoteAccessError);
+        assert_eq!(status_from_raw(22), WcStatus::Other(22));
+        assert_eq!(opcode_from_raw(2), WcOpcode::RdmaRead);
     }
 }

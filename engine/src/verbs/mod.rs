@@ -34,9 +34,11 @@ mod sys;
 pub mod token;
 pub mod vendor;
 
-pub use crate::fabric::soft::{RecvWr, RemoteAddr, SendOp, SendWr, Sge};
+pub use crate::fabric::rc::wr::{
+    RecvWr, RemoteAddr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+};
 pub use context::{Context, api_available};
-pub use cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+pub use cq::CompletionQueue;
 pub use error::{Error, PostError, Unavailable};
 pub use mr::{Access, MemoryRegion, ProtectionDomain};
 pub use post::PostBatch;

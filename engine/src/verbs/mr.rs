@@ -22,9 +22,9 @@ use super::error::Error;
 use super::result;
 use super::sys;
 use super::token::Window;
-use crate::fabric::soft;
+use crate::fabric::rc::wr;
 
-/// Access rights (`IBV_ACCESS_*`), the same constants as the soft fabric's `Access`.
+/// Access rights as the C `IBV_ACCESS_*` bits (from the neutral [`wr::Access`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Access(i32);
 
@@ -70,13 +70,14 @@ impl BitOr for Access {
     }
 }
 
-impl From<soft::Access> for Access {
-    fn from(a: soft::Access) -> Self {
+impl From<wr::Access> for Access {
+    fn from(a: wr::Access) -> Self {
         let mut out = Access::NONE;
         for (s, v) in [
-            (soft::Access::LOCAL_WRITE, Access::LOCAL_WRITE),
-            (soft::Access::REMOTE_WRITE, Access::REMOTE_WRITE),
-            (soft::Access::REMOTE_READ, Access::REMOTE_READ),
+            (wr::Access::LOCAL_WRITE, Access::LOCAL_WRITE),
+            (wr::Access::REMOTE_WRITE, Access::REMOTE_WRITE),
+            (wr::Access::REMOTE_READ, Access::REMOTE_READ),
+            (wr::Access::RELAXED_ORDERING, Access::RELAXED_ORDERING),
         ] {
             if a.contains(s) {
                 out = out | v;
@@ -397,9 +398,9 @@ impl MemoryRegion {
     }
 
     /// A local buffer for a work request: `len` bytes at `off` (bounds-checked).
-    pub fn sge(&self, off: u64, len: u32) -> Result<soft::Sge, Error> {
+    pub fn sge(&self, off: u64, len: u32) -> Result<wr::Sge, Error> {
         let w = self.window(off, u64::from(len))?;
-        Ok(soft::Sge {
+        Ok(wr::Sge {
             addr: w.addr,
             length: len,
             lkey: self.lkey(),
@@ -423,8 +424,8 @@ impl MemoryRegion {
 
     /// The remote address of `off` in this region, as a peer would name it.
     #[must_use]
-    pub fn remote(&self, off: u64) -> soft::RemoteAddr {
-        soft::RemoteAddr {
+    pub fn remote(&self, off: u64) -> wr::RemoteAddr {
+        wr::RemoteAddr {
             addr: self.addr().wrapping_add(off),
             rkey: self.rkey(),
         }

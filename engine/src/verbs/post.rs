@@ -8,7 +8,7 @@ use super::error::PostError;
 use super::qp::QueuePair;
 use super::result;
 use super::sys;
-use crate::fabric::soft::{SendOp, SendWr};
+use crate::fabric::rc::wr::{SendOp, SendWr};
 
 pub(crate) fn translate_send(
     wr: &SendWr,
@@ -152,7 +152,7 @@ impl<'qp> PostBatch<'qp> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fabric::soft::{RemoteAddr, Sge};
+    use crate::fabric::rc::wr::{RemoteAddr, Sge};
 
     #[test]
     fn send_work_requests_translate_to_the_c_fields() {

@@ -20,7 +20,7 @@ use super::qp_state::{self, AttrMask, AttrValues, QpState};
 use super::result;
 use super::sys;
 use super::token::{self, QpAddress};
-use crate::fabric::soft::{RecvWr, SendWr};
+use crate::fabric::rc::wr::{RecvWr, SendWr};
 
 /// Queue sizes and the port (`ibv_qp_init_attr.cap`, one SGE per request).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

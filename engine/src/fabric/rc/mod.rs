@@ -6,10 +6,8 @@
 //! - [`RcDevice::open_verbs`]: libibverbs (`crate::verbs`) on a real NIC or Soft-RoCE.
 //!
 //! Each handle ([`RcPd`], [`RcMr`], [`RcCq`], [`RcQp`]) is an enum over the two fabrics' own
-//! RAII types, with the methods the dialects use and nothing else. Work requests are the
-//! shared [`SendWr`] / [`RecvWr`] types; completions are reported as the verbs
-//! [`WorkCompletion`] (its status set is the superset: the soft fabric's statuses map onto
-//! it one to one, see [`wc`]).
+//! RAII types, with the methods the dialects use and nothing else. Work requests,
+//! access rights and completions are one vocabulary ([`wr`]) that both devices speak.
 //!
 //! Where the fabrics differ, the difference is named here and nowhere else:
 //! - connection set-up: the soft fabric needs a TCP path ([`SoftPath`]: dial the peer's
@@ -25,15 +23,15 @@
 //!   window is its own registration (what the client dialects do).
 
 mod objects;
-pub mod wc;
+pub mod wr;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 pub use objects::{RcCq, RcMr, RcPd, RcQp};
 
-pub use crate::fabric::soft::{Access, RecvWr, RemoteAddr, SendOp, SendWr, Sge, SoftPath};
-pub use crate::verbs::{WcOpcode, WcStatus, WorkCompletion};
+pub use crate::fabric::soft::SoftPath;
+pub use wr::{Access, RecvWr, RemoteAddr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
 
 use crate::fabric::soft::SoftDevice;
 use crate::verbs;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use s3_lite::rdma::RcToken;
 
-use super::{Access, RcError, RcKind, RcPostError, RecvWr, SendWr, SoftPath, WorkCompletion, wc};
+use super::{Access, RcError, RcKind, RcPostError, RecvWr, SendWr, SoftPath, WorkCompletion};
 use crate::fabric::soft;
 use crate::verbs;
 
@@ -173,22 +173,7 @@ impl RcCq {
     /// Moves up to `out.len()` completions into `out`; never blocks.
     pub fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize, RcError> {
         match self {
-            Self::Soft(cq) => {
-                let mut buf = [soft::WorkCompletion::default(); 16];
-                let mut done = 0;
-                while done < out.len() {
-                    let want = (out.len() - done).min(buf.len());
-                    let n = cq.poll(buf.get_mut(..want).unwrap_or_default());
-                    for (dst, src) in out.iter_mut().skip(done).zip(buf.iter().take(n)) {
-                        *dst = wc::from_soft(src);
-                    }
-                    done += n;
-                    if n < want {
-                        break;
-                    }
-                }
-                Ok(done)
-            }
+            Self::Soft(cq) => Ok(cq.poll(out)),
             Self::Verbs(cq) => Ok(cq.poll(out)?),
         }
     }

@@ -37,9 +37,11 @@ mod wr;
 
 pub use cq::CompletionQueue;
 pub use device::{MAX_HANDSHAKES, SoftDevice};
-pub use mr::{Access, MemoryRegion, MrError, ProtectionDomain};
+pub use mr::{MemoryRegion, MrError, ProtectionDomain};
 pub use pair::{Endpoint, loopback_pair};
 pub use qp::{
     MAX_RD_ATOMIC, PostError, QpCaps, QpError, QpState, QueuePair, RtrAttr, RtsAttr, SoftPath,
 };
-pub use wr::{RecvWr, RemoteAddr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
+pub use wr::{
+    Access, RecvWr, RemoteAddr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+};

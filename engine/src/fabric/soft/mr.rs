@@ -13,40 +13,11 @@
 //!   reads never race a remote write (Rust's aliasing rules hold without trusting the peer).
 
 use std::collections::HashMap;
-use std::ops::BitOr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
 
 use super::raw::RegionMem;
-use super::wr::WcStatus;
-
-/// Access rights of a region (verbs `IBV_ACCESS_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Access(u8);
-
-impl Access {
-    /// No rights beyond local reads (sources of WRITE / SEND).
-    pub const NONE: Access = Access(0);
-    /// Local work requests may write it (RDMA READ destinations, RECV buffers).
-    pub const LOCAL_WRITE: Access = Access(1);
-    /// Peers may RDMA WRITE into it.
-    pub const REMOTE_WRITE: Access = Access(2);
-    /// Peers may RDMA READ from it.
-    pub const REMOTE_READ: Access = Access(4);
-
-    /// Whether every right in `other` is granted.
-    #[must_use]
-    pub const fn contains(self, other: Access) -> bool {
-        self.0 & other.0 == other.0
-    }
-}
-
-impl BitOr for Access {
-    type Output = Access;
-    fn bitor(self, rhs: Access) -> Access {
-        Access(self.0 | rhs.0)
-    }
-}
+use super::wr::{Access, WcStatus};
 
 /// Why a region operation failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -13,7 +13,8 @@ use std::time::Duration;
 use s3_lite::rdma::RcToken;
 
 use super::frame::PSN_MASK;
-use super::mr::{Access, MemoryRegion, MrError};
+use super::mr::{MemoryRegion, MrError};
+use super::wr::Access;
 use super::shared::{Posted, PostedRecv, QpShared, Shut, send_opcode};
 use super::wr::{RecvWr, SendOp, SendWr, WcOpcode, WcStatus};
 

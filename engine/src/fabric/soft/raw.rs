@@ -19,7 +19,8 @@ use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
 
-use super::mr::{Access, MemoryRegion, ProtectionDomain};
+use super::mr::{MemoryRegion, ProtectionDomain};
+use super::wr::Access;
 
 const PAGE: usize = 4096;
 

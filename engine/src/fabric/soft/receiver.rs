@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::frame::{HEADER_LEN, Header, NakCode, Opcode, PSN_MASK, decode_header};
-use super::mr::{Access, Granted};
+use super::mr::Granted;
+use super::wr::Access;
 use super::qp::{MAX_RD_ATOMIC, QpState};
 use super::shared::{QpShared, Resp, Shut};
 use super::wr::{WcOpcode, WcStatus};

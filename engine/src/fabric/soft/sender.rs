@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::frame::{FIRST, Header, LAST, NakCode, Opcode};
-use super::mr::{Access, Granted};
+use super::mr::Granted;
+use super::wr::Access;
 use super::qp::{MAX_RD_ATOMIC, QpState};
 use super::shared::{Core, Outstanding, Posted, QpShared, ReadDst, Resp, Shut, send_opcode};
 use super::wr::{SendOp, WcStatus};

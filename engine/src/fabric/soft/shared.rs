@@ -15,7 +15,8 @@ use s3_lite::rdma::{RcToken, Transport};
 
 use super::cq::CompletionQueue;
 use super::frame::PSN_MASK;
-use super::mr::{Access, MrInner, ProtectionDomain};
+use super::mr::{MrInner, ProtectionDomain};
+use super::wr::Access;
 use super::qp::{QpCaps, QpState};
 use super::wr::{RecvWr, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion};
 
@@ -158,6 +159,7 @@ impl QpShared {
             byte_len: 0,
             imm_data: None,
             qp_num: self.qpn,
+            vendor_err: 0,
         }
     }
 
