@@ -183,6 +183,7 @@ impl Worker {
         };
         match outcome {
             Outcome::Done { bytes, aux } => {
+                self.shared.retry_budget.on_success();
                 let path = self.fabric.path_of(key);
                 let cqe = Cqe::success(0, bytes, path).with_aux(aux);
                 if let Some(cqe) = self.stage_in(key, cqe) {
@@ -198,14 +199,18 @@ impl Worker {
                     self.ready.push_front(key);
                     return;
                 }
-                let policy = self.shared.retry;
-                if retry != Retry::No && op.may_retry && op.attempts < policy.max_attempts {
-                    let wait = policy.jittered(op.attempts, rand::random::<f64>());
-                    let at = now + wait;
-                    if op.deadline.is_none_or(|d| at < d) {
+                if retry != Retry::No && op.may_retry {
+                    let granted = self.shared.retry_budget.next_retry(
+                        &self.shared.retry,
+                        op.attempts,
+                        class == ErrorClass::Transport,
+                        rand::random::<f64>(),
+                        op.deadline.map(|d| d.saturating_duration_since(now)),
+                    );
+                    if let Ok(wait) = granted {
                         op.retried = true;
                         let next = op.attempts + 1;
-                        self.timers.push(at, key, TimerKind::Backoff(next));
+                        self.timers.push(now + wait, key, TimerKind::Backoff(next));
                         return;
                     }
                 }
