@@ -522,13 +522,18 @@ impl S3Client {
     ) -> Result<String, ClientError> {
         let req = s3::create_multipart_upload(self.endpoint(), bucket, key, opts)?;
         let mut body = Vec::new();
-        self.send(
-            req,
-            Some(bucket),
-            empty_payload(),
-            RequestBody::None,
-            &mut body,
-        )?;
+        // Retried like the idempotent ops: at worst a repeat leaves an unused upload id.
+        self.retrying(|c| {
+            body.clear();
+            c.send(
+                req.clone(),
+                Some(bucket),
+                empty_payload(),
+                RequestBody::None,
+                &mut body,
+            )
+            .map_err(|e| (e, true))
+        })?;
         s3::parse_initiate_multipart_upload(&body).map_err(ClientError::response)
     }
 
@@ -691,13 +696,22 @@ impl S3Client {
             &[(HEADER_CRC64NVME.into(), whole.clone())],
         )?;
         let mut response = Vec::new();
-        let head = self.send(
-            req,
-            Some(bucket),
-            PayloadHash::of_body(&body),
-            RequestBody::Bytes(&body),
-            &mut response,
-        )?;
+        // Retried only after an S3 error answer (SlowDown, 5xx: the server did not complete);
+        // after a lost connection the upload may have completed, and a repeat would fail.
+        let head = self.retrying(|c| {
+            response.clear();
+            c.send(
+                req.clone(),
+                Some(bucket),
+                PayloadHash::of_body(&body),
+                RequestBody::Bytes(&body),
+                &mut response,
+            )
+            .map_err(|e| {
+                let answered = matches!(e, ClientError::S3(_));
+                (e, answered)
+            })
+        })?;
         let done = s3::parse_complete_multipart_upload(head.status, &head.headers, &response)
             .map_err(|e| match e {
                 s3::ResponseError::S3(e) => ClientError::S3(e),
