@@ -8,7 +8,7 @@ use ring_api::{Cqe, ErrorClass, ErrorCode};
 use super::event_loop::Worker;
 use crate::fabric::{Outcome, Retry};
 use crate::gpu::stager;
-use crate::inflight::{InFlight, OpKey, Phase};
+use crate::inflight::{InFlight, MultipartOp, OpKey, Phase};
 use crate::timers::TimerKind;
 
 /// Immediate retries allowed after stale keep-alive connections, per operation.
@@ -184,6 +184,25 @@ impl Worker {
         match outcome {
             Outcome::Done { bytes, aux } => {
                 self.shared.retry_budget.on_success();
+                // What we sent as an UploadPart, whatever path moved it: Complete checks
+                // the object against it.
+                if let Some((upload, part)) = op.part_handle()
+                    && let Some(crc) = op.source_crc64().and_then(decode_crc64nvme)
+                {
+                    let _ = crate::multipart::uploads().record_part_source(
+                        upload,
+                        part,
+                        op.buf_len(),
+                        crc,
+                    );
+                }
+                // A CompleteMultipart whose answer named no checksum: HEAD the object.
+                if let Some(expect) = op.verify_stored.take() {
+                    op.multipart = Some(MultipartOp::VerifyStored { expect });
+                    op.phase = Phase::Ready;
+                    self.ready.push_front(key);
+                    return;
+                }
                 let path = self.fabric.path_of(key);
                 let cqe = Cqe::success(0, bytes, path).with_aux(aux);
                 if let Some(cqe) = self.stage_in(key, cqe) {
@@ -306,4 +325,15 @@ fn final_cqe(op: &InFlight, cqe: Cqe) -> Cqe {
         cqe.aux(),
     );
     if op.retried { cqe.with_retried() } else { cqe }
+}
+
+/// The CRC64NVME in a base64 checksum value.
+fn decode_crc64nvme(b64: &str) -> Option<u64> {
+    match s3_lite::checksum::Checksum::from_base64(
+        s3_lite::checksum::ChecksumAlgorithm::Crc64Nvme,
+        b64,
+    ) {
+        Ok(s3_lite::checksum::Checksum::Crc64Nvme(v)) => Some(v),
+        _ => None,
+    }
 }
