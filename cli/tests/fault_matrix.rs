@@ -210,8 +210,9 @@ fn run_row(server: &Server, dir: &Path, i: usize, r: &Row, seeded: &[u8]) -> Opt
         }
     };
     eprintln!(
-        "{label}: exit {:?} in {took:?}{}",
+        "{label}: exit {:?} in {took:?} verified_by {}{}",
         out.status.code(),
+        json["verified_by"],
         stderr.lines().next().map(|l| format!(" ({l})")).unwrap_or_default()
     );
     violation.map(|v| format!("{label}: {v}"))
