@@ -467,9 +467,9 @@ impl S3Client {
             parts: 1,
             bytes: len,
             verified_by: proof.map(|p| p.name().to_owned()),
-            unverified: proof.is_none().then(|| {
-                "the PUT answer echoed no checksum and its ETag is not an MD5".to_owned()
-            }),
+            unverified: proof
+                .is_none()
+                .then(|| "the PUT answer echoed no checksum and its ETag is not an MD5".to_owned()),
         })
     }
 

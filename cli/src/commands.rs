@@ -304,7 +304,8 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
             meta.checksum_type.as_deref(),
         )
         .map_err(|e| e.to_string())?;
-        let by_etag = judge_put("PUT", &digest, None, meta.etag.as_deref()).map_err(|e| e.to_string())?;
+        let by_etag =
+            judge_put("PUT", &digest, None, meta.etag.as_deref()).map_err(|e| e.to_string())?;
         let proof = stored.or(by_etag).map(|p| p.name());
         let verdict = upload_verdict(
             args.verify,
@@ -323,12 +324,15 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
                 up.paths.summary()
             ),
         );
-        return Ok(merge(json!({
-            "op": "put", "bucket": dest.bucket, "key": dest.key, "bytes": len, "parts": 1,
-            "etag": meta.etag, "sent_crc64nvme": up.checksum_crc64nvme,
-            "seconds": started.elapsed().as_secs_f64(), "path": up.paths.summary(), "client": "engine", "paths": up.paths.to_json(),
-            "fabric_probe": selection.probe_json(),
-        }), verdict));
+        return Ok(merge(
+            json!({
+                "op": "put", "bucket": dest.bucket, "key": dest.key, "bytes": len, "parts": 1,
+                "etag": meta.etag, "sent_crc64nvme": up.checksum_crc64nvme,
+                "seconds": started.elapsed().as_secs_f64(), "path": up.paths.summary(), "client": "engine", "paths": up.paths.to_json(),
+                "fabric_probe": selection.probe_json(),
+            }),
+            verdict,
+        ));
     }
     let bar = progress_bar(ctx, len, "put");
     let mut on_bytes = |n: u64| {
@@ -382,13 +386,16 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
         }
     });
     let retries = ctx.client.retry_stats();
-    Ok(merge(json!({
-        "op": "put", "bucket": dest.bucket, "key": dest.key, "bytes": len, "parts": result.parts,
-        "etag": result.etag, "sent_crc64nvme": result.sent_crc64nvme,
-        "seconds": started.elapsed().as_secs_f64(), "path": "http", "paths": {"http": len}, "note": note, "client": "blocking",
-        "fabric_probe": selection.probe_json(),
-        "retries": retries.retries, "retries_refused_by_budget": retries.refused_by_budget,
-    }), verdict))
+    Ok(merge(
+        json!({
+            "op": "put", "bucket": dest.bucket, "key": dest.key, "bytes": len, "parts": result.parts,
+            "etag": result.etag, "sent_crc64nvme": result.sent_crc64nvme,
+            "seconds": started.elapsed().as_secs_f64(), "path": "http", "paths": {"http": len}, "note": note, "client": "blocking",
+            "fabric_probe": selection.probe_json(),
+            "retries": retries.retries, "retries_refused_by_budget": retries.refused_by_budget,
+        }),
+        verdict,
+    ))
 }
 
 /// `hipobj get s3://BUCKET/KEY [FILE|-] [--range A-B]`.

@@ -30,9 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use s3_lite::http::{
-    BodyFraming, Event, Limits, RequestDecoder, RequestEvent, ResponseDecoder,
-};
+use s3_lite::http::{BodyFraming, Event, Limits, RequestDecoder, RequestEvent, ResponseDecoder};
 
 /// `hipobj debug relay`.
 #[derive(clap::Args, Debug)]
@@ -61,7 +59,11 @@ pub fn run(args: &RelayArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
             }
         }
         Err(e) => {
-            let _ = writeln!(err, "hipobj: error: relay {} -> {}: {e}", args.listen, args.to);
+            let _ = writeln!(
+                err,
+                "hipobj: error: relay {} -> {}: {e}",
+                args.listen, args.to
+            );
             1
         }
     }
@@ -390,11 +392,9 @@ fn requests(
                     let has_body = !matches!(head.framing, BodyFraming::None)
                         && head.content_length() != Some(0);
                     may_flip = has_body;
-                    answering = faults.take(|k| (k == FaultKind::SlowDown).then_some(()))
-                        == Some(());
-                    if !answering
-                        && let Ok(mut m) = methods.lock()
-                    {
+                    answering =
+                        faults.take(|k| (k == FaultKind::SlowDown).then_some(())) == Some(());
+                    if !answering && let Ok(mut m) = methods.lock() {
                         m.push_back(head.method.eq_ignore_ascii_case("HEAD"));
                     }
                 }
@@ -404,7 +404,9 @@ fn requests(
                     if may_flip
                         && !answering
                         && let Some(at) = faults.take(|k| match k {
-                            FaultKind::FlipRequest(at) if at >= body_offset && at < body_offset + len => {
+                            FaultKind::FlipRequest(at)
+                                if at >= body_offset && at < body_offset + len =>
+                            {
                                 Some(at)
                             }
                             _ => None,
@@ -583,7 +585,7 @@ fn responses(
                         let nth = faults.responses_with_body.fetch_add(1, Ordering::SeqCst) + 1;
                         st.flip = faults.take(|k| match k {
                             FaultKind::Flip(at) if body_len.is_none_or(|l| at < l) => Some(at),
-                            FaultKind::FlipEvery(every) if nth % every == 0 => Some(0),
+                            FaultKind::FlipEvery(every) if nth.is_multiple_of(every) => Some(0),
                             _ => None,
                         });
                         if let BodyFraming::Length(cl) = head.framing

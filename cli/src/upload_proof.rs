@@ -104,7 +104,11 @@ pub struct IntegrityMismatch {
     pub got: String,
 }
 
-fn mismatch(what: impl Into<String>, expected: impl Into<String>, got: impl Into<String>) -> IntegrityMismatch {
+fn mismatch(
+    what: impl Into<String>,
+    expected: impl Into<String>,
+    got: impl Into<String>,
+) -> IntegrityMismatch {
     IntegrityMismatch {
         what: what.into(),
         expected: expected.into(),
@@ -177,7 +181,11 @@ pub fn judge_multipart_etag(
     if bare(etag).eq_ignore_ascii_case(&ours) {
         Ok(Some(Proof::EtagMd5))
     } else {
-        Err(mismatch("multipart ETag (MD5 of the part MD5s)", ours, bare(etag)))
+        Err(mismatch(
+            "multipart ETag (MD5 of the part MD5s)",
+            ours,
+            bare(etag),
+        ))
     }
 }
 
@@ -228,7 +236,10 @@ mod tests {
         let d = SourceDigest::of(b"hello");
         assert_eq!(d.md5_hex(), "5d41402abc4b2a76b9719d911017c592");
         let good = format!("\"{}\"", d.md5_hex());
-        assert_eq!(judge_put("part 1", &d, None, Some(&good)), Ok(Some(Proof::EtagMd5)));
+        assert_eq!(
+            judge_put("part 1", &d, None, Some(&good)),
+            Ok(Some(Proof::EtagMd5))
+        );
         let bad = "\"00000000000000000000000000000000\"";
         let err = judge_put("part 3", &d, None, Some(bad)).unwrap_err();
         assert_eq!(err.what, "part 3 ETag (MD5)");
@@ -270,8 +281,14 @@ mod tests {
             Ok(Some(Proof::StoredChecksum))
         );
         assert_eq!(judge_stored(10, crc, Some(10), None, None), Ok(None));
-        assert_eq!(judge_stored(10, crc, Some(10), Some(&ours), Some("COMPOSITE")), Ok(None));
-        assert_eq!(judge_stored(10, crc, Some(0), None, None).unwrap_err().what, "stored size");
+        assert_eq!(
+            judge_stored(10, crc, Some(10), Some(&ours), Some("COMPOSITE")),
+            Ok(None)
+        );
+        assert_eq!(
+            judge_stored(10, crc, Some(0), None, None).unwrap_err().what,
+            "stored size"
+        );
         assert!(judge_stored(10, crc, Some(10), Some("AAAAAAAAAAA="), None).is_err());
     }
 }

@@ -39,7 +39,10 @@ fn rig(faults: Vec<Fault>) -> (S3sFs, Relay, Vec<u8>) {
     server.create_bucket_dir(BUCKET);
     let data: Vec<u8> = (0..LEN).map(|i| (i * 7 % 251) as u8).collect();
     server.put_file(BUCKET, "obj", &data);
-    let to = server.endpoint_url().trim_start_matches("http://").to_owned();
+    let to = server
+        .endpoint_url()
+        .trim_start_matches("http://")
+        .to_owned();
     let relay = Relay::start("127.0.0.1:0", &to, faults).unwrap();
     (server, relay, data)
 }
@@ -47,7 +50,10 @@ fn rig(faults: Vec<Fault>) -> (S3sFs, Relay, Vec<u8>) {
 fn one(e: &Engine, sqe: ring_api::Sqe) -> Cqe {
     let mut q = e.queue(4).unwrap();
     q.push(&sqe).unwrap();
-    assert!(q.wait(1, Some(Duration::from_secs(30))) > 0, "no completion");
+    assert!(
+        q.wait(1, Some(Duration::from_secs(30))) > 0,
+        "no completion"
+    );
     q.completion().next().unwrap()
 }
 
@@ -59,10 +65,15 @@ fn get(e: &Engine) -> (Cqe, Vec<u8>) {
 }
 
 fn put(e: &Engine, data: &[u8]) -> Cqe {
-    let buf = e.register_host(data.len(), RegisterOptions::pageable()).unwrap();
+    let buf = e
+        .register_host(data.len(), RegisterOptions::pageable())
+        .unwrap();
     e.copy_in(buf, 0, data).unwrap();
     let obj = e.object(BUCKET, "up").unwrap();
-    one(e, Put::new(obj, BufSlice::new(buf, 0, data.len() as u64)).build())
+    one(
+        e,
+        Put::new(obj, BufSlice::new(buf, 0, data.len() as u64)).build(),
+    )
 }
 
 #[test]
@@ -93,7 +104,10 @@ fn a_storm_of_slowdowns_ends_with_slowdown() {
     // Four attempts: three retries, all answered by the relay.
     assert_eq!(e.retry_stats().retries, 3);
     assert_eq!(
-        relay.stats().slowdowns.load(std::sync::atomic::Ordering::SeqCst),
+        relay
+            .stats()
+            .slowdowns
+            .load(std::sync::atomic::Ordering::SeqCst),
         4
     );
 }

@@ -143,14 +143,31 @@ fn run_row(server: &Server, dir: &Path, i: usize, r: &Row, seeded: &[u8]) -> Opt
             let key = format!("s3://{BUCKET}/put-{i}");
             let (out, took) = hipobj(
                 &relay.url(),
-                &["put", src.to_str().unwrap(), &key, "--fabric", "http", "--json"],
+                &[
+                    "put",
+                    src.to_str().unwrap(),
+                    &key,
+                    "--fabric",
+                    "http",
+                    "--json",
+                ],
             );
             let direct = server.url();
             let back = dir.join(format!("back-{i}.bin"));
             let check = Box::new(move || {
-                let args = ["get", key.as_str(), back.to_str().unwrap(), "--fabric", "http"];
+                let args = [
+                    "get",
+                    key.as_str(),
+                    back.to_str().unwrap(),
+                    "--fabric",
+                    "http",
+                ];
                 let (o, _) = hipobj(&direct, &args);
-                let stored = o.status.success().then(|| std::fs::read(&back).ok()).flatten();
+                let stored = o
+                    .status
+                    .success()
+                    .then(|| std::fs::read(&back).ok())
+                    .flatten();
                 (stored.as_deref() != Some(&bytes[..]))
                     .then(|| "exit 0 but the stored object differs (false success)".to_owned())
             }) as Box<dyn Fn() -> Option<String>>;
@@ -160,7 +177,14 @@ fn run_row(server: &Server, dir: &Path, i: usize, r: &Row, seeded: &[u8]) -> Opt
             let dest: PathBuf = dir.join(format!("got-{i}.bin"));
             let (out, took) = hipobj(
                 &relay.url(),
-                &["get", &format!("s3://{BUCKET}/seeded"), dest.to_str().unwrap(), "--fabric", "http", "--json"],
+                &[
+                    "get",
+                    &format!("s3://{BUCKET}/seeded"),
+                    dest.to_str().unwrap(),
+                    "--fabric",
+                    "http",
+                    "--json",
+                ],
             );
             let want = seeded.to_vec();
             let ok = out.status.success();
@@ -170,7 +194,9 @@ fn run_row(server: &Server, dir: &Path, i: usize, r: &Row, seeded: &[u8]) -> Opt
                     (true, f) if f.as_deref() != Some(&want[..]) => {
                         Some("exit 0 but the file differs (false success)".to_owned())
                     }
-                    (false, Some(_)) => Some("failed but left a file under the final name".to_owned()),
+                    (false, Some(_)) => {
+                        Some("failed but left a file under the final name".to_owned())
+                    }
                     _ => None,
                 }
             }) as Box<dyn Fn() -> Option<String>>;
@@ -196,9 +222,9 @@ fn run_row(server: &Server, dir: &Path, i: usize, r: &Row, seeded: &[u8]) -> Opt
             }
         }
         (Expect::Ok { .. }, false) => Some(format!("expected success, failed: {stderr}")),
-        (Expect::Fails(_), true) => {
-            Some(format!("exit 0 where a failure was expected (false success?): {json}"))
-        }
+        (Expect::Fails(_), true) => Some(format!(
+            "exit 0 where a failure was expected (false success?): {json}"
+        )),
         (Expect::Fails(text), false) => {
             if !stderr.contains(text) {
                 Some(format!("failed without {text:?}: {stderr}"))
@@ -213,7 +239,11 @@ fn run_row(server: &Server, dir: &Path, i: usize, r: &Row, seeded: &[u8]) -> Opt
         "{label}: exit {:?} in {took:?} verified_by {}{}",
         out.status.code(),
         json["verified_by"],
-        stderr.lines().next().map(|l| format!(" ({l})")).unwrap_or_default()
+        stderr
+            .lines()
+            .next()
+            .map(|l| format!(" ({l})"))
+            .unwrap_or_default()
     );
     violation.map(|v| format!("{label}: {v}"))
 }
@@ -224,9 +254,18 @@ fn matrix(gateway: bool) {
     let seeded = data(200_000, 7);
     let seed_src = dir.path().join("seeded.bin");
     std::fs::write(&seed_src, &seeded).unwrap();
-    cli::succeeded(&["mb"], hipobj(&server.url(), &["mb", &format!("s3://{BUCKET}")]).0);
+    cli::succeeded(
+        &["mb"],
+        hipobj(&server.url(), &["mb", &format!("s3://{BUCKET}")]).0,
+    );
     let key = format!("s3://{BUCKET}/seeded");
-    let args = ["put", seed_src.to_str().unwrap(), key.as_str(), "--fabric", "http"];
+    let args = [
+        "put",
+        seed_src.to_str().unwrap(),
+        key.as_str(),
+        "--fabric",
+        "http",
+    ];
     cli::succeeded(&args, hipobj(&server.url(), &args).0);
     let violations: Vec<String> = rows()
         .iter()
@@ -254,6 +293,10 @@ fn matrix_against_the_gateway() {
 /// The relay's own kinds are all exercised by some row or by tests/relay.rs.
 #[test]
 fn every_row_parses() {
-    assert!(rows().iter().all(|r| !r.faults.is_empty() || r.expect != Expect::Fails("")));
+    assert!(
+        rows()
+            .iter()
+            .all(|r| !r.faults.is_empty() || r.expect != Expect::Fails(""))
+    );
     let _ = FaultKind::SlowDown;
 }

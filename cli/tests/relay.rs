@@ -43,14 +43,23 @@ fn rig(faults: Vec<Fault>) -> (S3sFs, Relay, Vec<u8>) {
     server.create_bucket_dir(BUCKET);
     let bytes = data(64 * 1024);
     server.put_file(BUCKET, "obj", &bytes);
-    let to = server.endpoint_url().trim_start_matches("http://").to_owned();
+    let to = server
+        .endpoint_url()
+        .trim_start_matches("http://")
+        .to_owned();
     let relay = Relay::start("127.0.0.1:0", &to, faults).unwrap();
     (server, relay, bytes)
 }
 
 fn range_get(c: &mut S3Client, a: u64, b: u64) -> Result<Vec<u8>, ClientError> {
     let mut out = Vec::new();
-    c.get(BUCKET, "obj", Some(ByteRange::Inclusive(a, b)), &mut out, &mut |_| {})?;
+    c.get(
+        BUCKET,
+        "obj",
+        Some(ByteRange::Inclusive(a, b)),
+        &mut out,
+        &mut |_| {},
+    )?;
     Ok(out)
 }
 
@@ -68,7 +77,13 @@ fn fault_specs_parse_and_bad_ones_are_refused() {
         Fault::parse("latency=150").unwrap(),
         Fault::always(FaultKind::Latency(Duration::from_millis(150)))
     );
-    for bad in ["flip", "flip=-1", "nonsense=3", "slowdown=3", "reset-after=1,times=x"] {
+    for bad in [
+        "flip",
+        "flip=-1",
+        "nonsense=3",
+        "slowdown=3",
+        "reset-after=1,times=x",
+    ] {
         assert!(Fault::parse(bad).is_err(), "{bad} must be refused");
     }
 }
@@ -78,15 +93,27 @@ fn without_faults_the_relay_is_faithful_and_keeps_connections_alive() {
     let (_server, relay, bytes) = rig(Vec::new());
     let mut c = client(&relay.url());
     let upload = data(300_000);
-    c.put_single(BUCKET, "up", &mut Cursor::new(&upload), upload.len() as u64, &mut |_| {})
-        .unwrap();
+    c.put_single(
+        BUCKET,
+        "up",
+        &mut Cursor::new(&upload),
+        upload.len() as u64,
+        &mut |_| {},
+    )
+    .unwrap();
     let mut back = Vec::new();
     c.get(BUCKET, "up", None, &mut back, &mut |_| {}).unwrap();
     assert_eq!(back, upload);
     assert_eq!(range_get(&mut c, 10, 20_000).unwrap(), bytes[10..=20_000]);
-    assert_eq!(c.head(BUCKET, "obj").unwrap().content_length, Some(64 * 1024));
+    assert_eq!(
+        c.head(BUCKET, "obj").unwrap().content_length,
+        Some(64 * 1024)
+    );
     let stats = relay.stats();
-    assert_eq!(stats.connections.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(
+        stats.connections.load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
     assert_eq!(stats.responses.load(std::sync::atomic::Ordering::SeqCst), 4);
     assert_eq!(stats.faults(), 0);
 }
@@ -175,7 +202,13 @@ fn flip_request_damages_the_uploaded_body() {
     let upload = data(100_000);
     // The single PUT carries its CRC64NVME: s3s-fs refuses the damaged body.
     match c
-        .put_single(BUCKET, "flipped", &mut Cursor::new(&upload), 100_000, &mut |_| {})
+        .put_single(
+            BUCKET,
+            "flipped",
+            &mut Cursor::new(&upload),
+            100_000,
+            &mut |_| {},
+        )
         .unwrap_err()
     {
         ClientError::S3(e) => assert_eq!(e.code, "BadDigest"),

@@ -140,7 +140,10 @@ mod tests {
         let p = RetryPolicy::new(3, Duration::from_millis(10), Duration::from_secs(1));
         assert!(b.next_retry(&p, 1, false, 0.5, None).is_ok());
         assert!(b.next_retry(&p, 2, false, 0.5, None).is_ok());
-        assert_eq!(b.next_retry(&p, 3, false, 0.5, None), Err(NoRetry::Attempts));
+        assert_eq!(
+            b.next_retry(&p, 3, false, 0.5, None),
+            Err(NoRetry::Attempts)
+        );
         assert_eq!(b.stats().retries, 2);
     }
 
@@ -153,7 +156,8 @@ mod tests {
             Ok(Duration::from_millis(50))
         );
         assert_eq!(
-            b.next_retry(&p, 2, false, 0.999_999, None).map(|d| d.as_millis()),
+            b.next_retry(&p, 2, false, 0.999_999, None)
+                .map(|d| d.as_millis()),
             Ok(199)
         );
         // Capped at 300 ms from the third retry on.

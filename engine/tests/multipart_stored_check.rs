@@ -86,7 +86,9 @@ fn serve(mut s: TcpStream, says: &PeerSays, heads: &AtomicUsize) {
         };
         let mut pos = 0;
         loop {
-            let Ok(d) = dec.decode(&buf[pos..n]) else { return };
+            let Ok(d) = dec.decode(&buf[pos..n]) else {
+                return;
+            };
             pos += d.consumed;
             match d.event {
                 RequestEvent::Head(h) => head = Some(h),
@@ -133,7 +135,11 @@ fn upload_to(peer: &Peer, data: &[u8]) -> Cqe {
         .credentials(Credentials::new("k", "s"))
         .region("us-east-1")
         .placement(Placement::Workers(1))
-        .retry(RetryPolicy::new(2, Duration::from_millis(5), Duration::from_millis(20)))
+        .retry(RetryPolicy::new(
+            2,
+            Duration::from_millis(5),
+            Duration::from_millis(20),
+        ))
         .build()
         .unwrap();
     let src = engine
@@ -143,18 +149,26 @@ fn upload_to(peer: &Peer, data: &[u8]) -> Cqe {
     let obj = engine.object("bkt", "k").unwrap();
     let mut q = engine.queue(8).unwrap();
     let wait = |q: &mut engine::Queue| {
-        assert!(q.wait(1, Some(Duration::from_secs(20))) > 0, "no completion");
+        assert!(
+            q.wait(1, Some(Duration::from_secs(20))) > 0,
+            "no completion"
+        );
         q.completion().next().unwrap()
     };
-    q.push(&CreateMultipart::new(obj).user_data(1).build()).unwrap();
+    q.push(&CreateMultipart::new(obj).user_data(1).build())
+        .unwrap();
     let c = wait(&mut q);
     assert!(c.is_ok(), "create: {:?}", c.error_code());
     let h = UploadHandle(u32::try_from(c.aux()).unwrap());
     let len = data.len() as u64;
     for (n, (off, l)) in [(0, PART), (PART, len - PART)].into_iter().enumerate() {
         let part = PartNumber::new(n as u32 + 1).unwrap();
-        q.push(&UploadPart::new(obj, h, part, BufSlice::new(src, off, l)).user_data(2).build())
-            .unwrap();
+        q.push(
+            &UploadPart::new(obj, h, part, BufSlice::new(src, off, l))
+                .user_data(2)
+                .build(),
+        )
+        .unwrap();
         let c = wait(&mut q);
         assert!(c.is_ok(), "part {}: {:?}", n + 1, c.error_code());
     }
@@ -183,7 +197,12 @@ fn a_peer_that_stored_zero_bytes_is_an_integrity_error() {
         stored_crc: None,
     });
     let c = upload_to(&p, &data());
-    assert!(integrity(&c), "Complete must fail: {:?} {:?}", c.error_code(), c.error_class());
+    assert!(
+        integrity(&c),
+        "Complete must fail: {:?} {:?}",
+        c.error_code(),
+        c.error_class()
+    );
     assert_eq!(p.heads.load(Ordering::SeqCst), 1, "one HEAD after Complete");
 }
 
@@ -205,7 +224,11 @@ fn a_complete_answer_naming_another_checksum_is_an_integrity_error() {
         stored_crc: None,
     });
     assert!(integrity(&upload_to(&p, &data())));
-    assert_eq!(p.heads.load(Ordering::SeqCst), 0, "the answer decided: no HEAD");
+    assert_eq!(
+        p.heads.load(Ordering::SeqCst),
+        0,
+        "the answer decided: no HEAD"
+    );
 }
 
 #[test]

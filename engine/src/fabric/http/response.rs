@@ -110,7 +110,11 @@ fn verify_stored_plan(expect: ExpectedObject, head: &ResponseHead) -> Plan {
 /// Whether a CompleteMultipart answer must be followed by a HEAD: it succeeded, we know what
 /// the object must be, and the answer named no full-object CRC64NVME (a named one was
 /// compared by [`finish_multipart`]).
-pub(crate) fn needs_stored_check(step: &MultipartOp, outcome: Outcome, body: &[u8]) -> Option<ExpectedObject> {
+pub(crate) fn needs_stored_check(
+    step: &MultipartOp,
+    outcome: Outcome,
+    body: &[u8],
+) -> Option<ExpectedObject> {
     let MultipartOp::Complete {
         expect: Some(expect),
         ..
