@@ -20,7 +20,7 @@ use crate::net::tls::TlsOptions;
 use crate::net::transport::Timeouts;
 use crate::s3uri::S3Uri;
 use crate::units::format_bytes;
-use crate::upload_proof::{SourceDigest, judge_put, judge_stored};
+use crate::upload_proof::{SourceDigest, judge_put, judge_stored, upload_verdict};
 use engine_io::{EngineSite, EngineTarget, FabricChoice, Selection};
 
 pub use crate::engine_io;
@@ -192,23 +192,6 @@ impl VerifyArgs {
     }
 }
 
-/// The JSON fields and the exit decision of an upload's verification: `Err` when a proof was
-/// required and none was found.
-fn upload_verdict(
-    verify: VerifyArgs,
-    verified_by: Option<&str>,
-    unverified: Option<&str>,
-) -> Result<Value, String> {
-    match (verified_by, verify.required()) {
-        (Some(by), _) => Ok(json!({"verified": true, "verified_by": by})),
-        (None, false) => Ok(json!({"verified": false, "unverified_reason": unverified})),
-        (None, true) => Err(format!(
-            "upload unverified: {} (the object may be stored; --no-verify accepts this)",
-            unverified.unwrap_or("the server's answers proved nothing")
-        )),
-    }
-}
-
 /// Adds the fields of `extra` (an object) to `value` (an object).
 fn merge(mut value: Value, extra: Value) -> Value {
     if let (Some(v), Value::Object(e)) = (value.as_object_mut(), extra) {
@@ -308,7 +291,7 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
             judge_put("PUT", &digest, None, meta.etag.as_deref()).map_err(|e| e.to_string())?;
         let proof = stored.or(by_etag).map(|p| p.name());
         let verdict = upload_verdict(
-            args.verify,
+            args.verify.required(),
             proof,
             Some("HEAD after the PUT named no CRC64NVME and no MD5 ETag"),
         )?;
@@ -329,7 +312,7 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
                 "op": "put", "bucket": dest.bucket, "key": dest.key, "bytes": len, "parts": 1,
                 "etag": meta.etag, "sent_crc64nvme": up.checksum_crc64nvme,
                 "seconds": started.elapsed().as_secs_f64(), "path": up.paths.summary(), "client": "engine", "paths": up.paths.to_json(),
-                "fabric_probe": selection.probe_json(),
+                "fabric_probe": selection.probe_json(), "retries": up.retries,
             }),
             verdict,
         ));
@@ -358,7 +341,7 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
     }
     let result = result.map_err(|e| e.to_string())?;
     let verdict = upload_verdict(
-        args.verify,
+        args.verify.required(),
         result.verified_by.as_deref(),
         result.unverified.as_deref(),
     )?;
@@ -638,7 +621,8 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
         "checksum_verified": result.checksum_verified, "seconds": started.elapsed().as_secs_f64(),
         "path": result.paths.summary(), "paths": result.paths.to_json(), "note": result.note, "client": result.client,
         "fabric_probe": selection.probe_json(),
-        "retries": ctx.client.retry_stats().retries,
+        // The blocking client's retries (the engine's downloads do not report theirs yet).
+        "retries": (result.client == "blocking").then(|| ctx.client.retry_stats().retries),
     }))
 }
 

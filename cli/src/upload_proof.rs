@@ -223,6 +223,26 @@ pub fn judge_stored(
     }
 }
 
+/// The `--json` fields and the exit decision of an upload: `Err` (exit 1) when a proof was
+/// `required` and none was found; with `required` unset an unproven upload is reported as
+/// `"verified": false` with the reason.
+pub fn upload_verdict(
+    required: bool,
+    verified_by: Option<&str>,
+    unverified: Option<&str>,
+) -> Result<serde_json::Value, String> {
+    match (verified_by, required) {
+        (Some(by), _) => Ok(serde_json::json!({"verified": true, "verified_by": by})),
+        (None, false) => {
+            Ok(serde_json::json!({"verified": false, "unverified_reason": unverified}))
+        }
+        (None, true) => Err(format!(
+            "upload unverified: {} (the object may be stored; --no-verify accepts this)",
+            unverified.unwrap_or("the server's answers proved nothing")
+        )),
+    }
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -270,6 +290,20 @@ mod tests {
         );
         assert!(judge_multipart_etag(&parts[..1], Some(&etag)).is_err());
         assert_eq!(judge_multipart_etag(&parts, Some("\"abc\"")), Ok(None));
+    }
+
+    #[test]
+    fn an_unproven_upload_fails_unless_verification_is_waived() {
+        let err = upload_verdict(true, None, Some("no echo")).unwrap_err();
+        assert!(err.contains("upload unverified: no echo"), "{err}");
+        let waived = upload_verdict(false, None, Some("no echo")).unwrap();
+        assert_eq!(waived["verified"], false);
+        assert_eq!(waived["unverified_reason"], "no echo");
+        let proven = upload_verdict(true, Some("etag-md5"), None).unwrap();
+        assert_eq!(
+            (proven["verified"].as_bool(), proven["verified_by"].as_str()),
+            (Some(true), Some("etag-md5"))
+        );
     }
 
     #[test]
