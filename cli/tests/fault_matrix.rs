@@ -14,7 +14,7 @@ mod s3s_fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hipobj_cli::relay::{Fault, FaultKind, Relay};
+use hipobj_cli::relay::{Fault, Relay};
 use hipobj_gateway::{Gateway, RunningGateway};
 use s3s_fs::{ACCESS_KEY, S3sFs, SECRET_KEY};
 
@@ -290,13 +290,48 @@ fn matrix_against_the_gateway() {
     matrix(true);
 }
 
-/// The relay's own kinds are all exercised by some row or by tests/relay.rs.
+/// A server whose PUT answer proves nothing (no echoed checksum, no ETag: the relay drops
+/// both): `put` exits 1 saying the upload is unverified, unless `--no-verify`, which reports
+/// `"verified": false`.
 #[test]
-fn every_row_parses() {
+fn an_unproven_upload_exits_non_zero_unless_waived() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = S3sFs::start();
+    server.create_bucket_dir(BUCKET);
+    let to = server
+        .endpoint_url()
+        .trim_start_matches("http://")
+        .to_owned();
+    let faults = ["drop-header=etag", "drop-header=x-amz-checksum-crc64nvme"]
+        .map(|f| Fault::parse(f).unwrap())
+        .to_vec();
+    let relay = Relay::start("127.0.0.1:0", &to, faults).unwrap();
+    let src = dir.path().join("small.bin");
+    std::fs::write(&src, data(100_000, 3)).unwrap();
+    let args = [
+        "put",
+        src.to_str().unwrap(),
+        "s3://matrix/small",
+        "--fabric",
+        "http",
+        "--json",
+    ];
+    let (out, _) = hipobj(&relay.url(), &args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "exit 0 for an unproven upload");
+    assert!(stderr.contains("upload unverified"), "{stderr}");
+    let waived = [&args[..], &["--no-verify"]].concat();
+    let (out, _) = hipobj(&relay.url(), &waived);
     assert!(
-        rows()
-            .iter()
-            .all(|r| !r.faults.is_empty() || r.expect != Expect::Fails(""))
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    let _ = FaultKind::SlowDown;
+    let json = json_of(&out);
+    assert_eq!(json["verified"], false, "{json}");
+    assert!(json["unverified_reason"].is_string(), "{json}");
+    assert!(
+        json.get("checksum_crc64nvme").is_none(),
+        "a local checksum named as if verified"
+    );
 }

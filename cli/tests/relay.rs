@@ -219,6 +219,15 @@ fn flip_request_damages_the_uploaded_body() {
 }
 
 #[test]
+fn drop_header_removes_the_field_from_response_heads() {
+    let (_server, relay, _bytes) = rig(vec![Fault::always(FaultKind::DropHeader("etag".into()))]);
+    let mut c = client(&relay.url());
+    let meta = c.head(BUCKET, "obj").unwrap();
+    assert_eq!(meta.etag, None);
+    assert_eq!(meta.content_length, Some(64 * 1024));
+}
+
+#[test]
 fn latency_delays_each_response() {
     let (_server, relay, _bytes) = rig(vec![Fault::always(FaultKind::Latency(
         Duration::from_millis(300),
