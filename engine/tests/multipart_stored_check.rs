@@ -28,6 +28,8 @@ struct PeerSays {
     stored_len: u64,
     /// `x-amz-checksum-crc64nvme` of its HEAD answer.
     stored_crc: Option<String>,
+    /// `x-amz-checksum-crc64nvme` echoed in its UploadPart answers.
+    part_crc: Option<String>,
 }
 
 struct Peer {
@@ -48,10 +50,13 @@ fn answer(method: &str, query: &str, says: &PeerSays, heads: &AtomicUsize) -> St
              <UploadId>upload-1</UploadId></InitiateMultipartUploadResult>"
                 .into(),
         ),
-        "PUT" if query.contains("partNumber") => {
-            "HTTP/1.1 200 OK\r\nETag: \"0123456789abcdef0123456789abcdef\"\r\nContent-Length: 0\r\n\r\n"
-                .into()
-        }
+        "PUT" if query.contains("partNumber") => format!(
+            "HTTP/1.1 200 OK\r\nETag: \"0123456789abcdef0123456789abcdef\"\r\n{}Content-Length: 0\r\n\r\n",
+            says.part_crc
+                .as_deref()
+                .map(|c| format!("x-amz-checksum-crc64nvme: {c}\r\n"))
+                .unwrap_or_default()
+        ),
         "POST" if query.contains("uploadId") => xml(format!(
             "<CompleteMultipartUploadResult><Bucket>b</Bucket><Key>k</Key>\
              <ETag>\"00000000000000000000000000000000-2\"</ETag>{}</CompleteMultipartUploadResult>",
@@ -67,7 +72,9 @@ fn answer(method: &str, query: &str, says: &PeerSays, heads: &AtomicUsize) -> St
                 says.stored_len,
                 says.stored_crc
                     .as_deref()
-                    .map(|c| format!("x-amz-checksum-crc64nvme: {c}\r\nx-amz-checksum-type: FULL_OBJECT\r\n"))
+                    .map(|c| format!(
+                        "x-amz-checksum-crc64nvme: {c}\r\nx-amz-checksum-type: FULL_OBJECT\r\n"
+                    ))
                     .unwrap_or_default()
             )
         }
@@ -128,7 +135,8 @@ fn crc(data: &[u8]) -> String {
     encode_crc64nvme(c.finish())
 }
 
-/// Uploads two parts (5 MiB + 1 MiB) and completes; returns the Complete's completion.
+/// Uploads two parts (5 MiB + 1 MiB) and completes; returns the Complete's completion, or
+/// the first part's that failed.
 fn upload_to(peer: &Peer, data: &[u8]) -> Cqe {
     let engine = Engine::builder()
         .endpoint_url(format!("http://{}", peer.addr))
@@ -170,7 +178,9 @@ fn upload_to(peer: &Peer, data: &[u8]) -> Cqe {
         )
         .unwrap();
         let c = wait(&mut q);
-        assert!(c.is_ok(), "part {}: {:?}", n + 1, c.error_code());
+        if !c.is_ok() {
+            return c;
+        }
     }
     q.push(
         &CompleteMultipart::new(obj, h, PartNumber::new(2).unwrap())
@@ -195,6 +205,7 @@ fn a_peer_that_stored_zero_bytes_is_an_integrity_error() {
         complete_crc: None,
         stored_len: 0,
         stored_crc: None,
+        part_crc: None,
     });
     let c = upload_to(&p, &data());
     assert!(
@@ -212,6 +223,7 @@ fn a_stored_checksum_other_than_ours_is_an_integrity_error() {
         complete_crc: None,
         stored_len: 6 << 20,
         stored_crc: Some(crc(b"something else")),
+        part_crc: None,
     });
     assert!(integrity(&upload_to(&p, &data())));
 }
@@ -222,6 +234,7 @@ fn a_complete_answer_naming_another_checksum_is_an_integrity_error() {
         complete_crc: Some(crc(b"something else")),
         stored_len: 6 << 20,
         stored_crc: None,
+        part_crc: None,
     });
     assert!(integrity(&upload_to(&p, &data())));
     assert_eq!(
@@ -238,6 +251,7 @@ fn the_right_size_and_checksum_complete_ok() {
         complete_crc: None,
         stored_len: d.len() as u64,
         stored_crc: Some(crc(&d)),
+        part_crc: None,
     });
     let c = upload_to(&p, &d);
     assert!(c.is_ok(), "{:?} {:?}", c.error_code(), c.error_class());
@@ -247,7 +261,21 @@ fn the_right_size_and_checksum_complete_ok() {
         complete_crc: Some(crc(&d)),
         stored_len: 0,
         stored_crc: None,
+        part_crc: None,
     });
     assert!(upload_to(&p, &d).is_ok());
     assert_eq!(p.heads.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn a_part_answer_echoing_another_checksum_is_an_integrity_error() {
+    let p = peer(PeerSays {
+        complete_crc: None,
+        stored_len: 6 << 20,
+        stored_crc: None,
+        part_crc: Some(crc(b"something else")),
+    });
+    let c = upload_to(&p, &data());
+    assert!(integrity(&c), "{:?} {:?}", c.error_code(), c.error_class());
+    assert_eq!(c.user_data(), 2, "the part fails, not the Complete");
 }
