@@ -238,3 +238,40 @@ fn latency_delays_each_response() {
     c.head(BUCKET, "obj").unwrap();
     assert!(started.elapsed() >= Duration::from_millis(600));
 }
+
+/// `hipobj debug relay` as a process: it prints the address it listens on and relays.
+#[test]
+fn the_binary_prints_its_address_and_relays() {
+    use std::io::BufRead;
+    let (server, _relay, _bytes) = rig(Vec::new());
+    let to = server
+        .endpoint_url()
+        .trim_start_matches("http://")
+        .to_owned();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hipobj"))
+        .args(["debug", "relay", "--to", &to, "--fault", "latency=1"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .strip_prefix("listening on ")
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    let mut c = client(&format!("http://{addr}"));
+    let head = c.head(BUCKET, "obj");
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert_eq!(head.unwrap().content_length, Some(64 * 1024));
+    // A bad fault is refused with a message, before listening.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hipobj"))
+        .args(["debug", "relay", "--to", &to, "--fault", "explode=1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown fault"));
+}
