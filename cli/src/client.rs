@@ -4,9 +4,23 @@
 //! full-object value on Complete), so a server that stores something other than what we sent
 //! answers `BadDigest` instead of keeping corrupt data. Downloads of a whole object ask for the
 //! stored checksum (`x-amz-checksum-mode: ENABLED`) and compare it with the bytes received.
+//!
+//! An upload succeeds only with a proof that the server holds what we sent
+//! ([`crate::upload_proof`]): each PUT and UploadPart also carries `Content-MD5`, its answer is
+//! judged (echoed checksum, MD5 ETag), and a multipart upload is checked after Complete (its
+//! checksum, its MD5-of-MD5s ETag, and a HEAD for the stored size and checksum). A difference
+//! is [`ClientError::Integrity`]; an answer that proves nothing is reported as unverified.
+//!
+//! Idempotent requests (GET before any body byte arrived, HEAD, PUT and UploadPart, whose
+//! bytes we still hold) are retried after `503 SlowDown`, 5xx and connection failures, with
+//! the engine's backoff and retry budget ([`engine::retry`]).
 
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use engine::RetryPolicy;
+use engine::retry::{RetryBudget, RetryStats};
 
 use s3_lite::Request;
 use s3_lite::checksum::{Checksum, ChecksumAlgorithm, Crc64Nvme, HEADER_CRC64NVME};
@@ -21,6 +35,10 @@ use s3_lite::sigv4::{AmzDate, PayloadHash, Signer};
 use crate::net::exchange::{BodySink, ExchangeError, HttpClient, RequestBody, WriteSink};
 use crate::net::tls::{TlsOptions, client_config};
 use crate::net::transport::Timeouts;
+use crate::upload_proof::{
+    DigestPass, IntegrityMismatch, Proof, SourceDigest, judge_multipart_etag, judge_put,
+    judge_stored,
+};
 
 /// Error bodies larger than this are cut (the XML parser has its own, larger bound).
 const MAX_ERROR_BODY: usize = 64 * 1024;
@@ -67,6 +85,9 @@ pub enum ClientError {
     /// TLS configuration failed.
     #[error(transparent)]
     Tls(#[from] crate::net::tls::TlsError),
+    /// The server's answer shows it holds something other than what we sent.
+    #[error(transparent)]
+    Integrity(#[from] IntegrityMismatch),
 }
 
 impl ClientError {
@@ -106,18 +127,36 @@ pub struct GetResult {
 pub struct PutResult {
     /// The object's ETag.
     pub etag: Option<String>,
-    /// CRC64NVME of the uploaded bytes (base64), as sent and accepted.
-    pub checksum_crc64nvme: String,
+    /// CRC64NVME of the bytes we sent (base64): ours, proven only when `verified_by` says so.
+    pub sent_crc64nvme: String,
     /// Number of parts (1 for a single PUT).
     pub parts: u32,
     /// Bytes uploaded.
     pub bytes: u64,
+    /// What proved the server holds our bytes (e.g. `checksum-echoed`; for a multipart upload
+    /// the parts' and the object's proof); `None`: unverified, see `unverified`.
+    pub verified_by: Option<String>,
+    /// Why the upload is unverified (the server's answers proved nothing).
+    pub unverified: Option<String>,
 }
 
 /// A blocking S3 client for one endpoint.
 pub struct S3Client {
     http: HttpClient,
     signer: Signer,
+    retry: RetryPolicy,
+    budget: Arc<RetryBudget>,
+    /// Bound on one operation including its retries.
+    op_deadline: Duration,
+}
+
+/// Whether a failure may go away on a retry: `Some(transport)` when it may.
+fn transient(e: &ClientError) -> Option<bool> {
+    match e {
+        ClientError::S3(e) if e.is_retryable() => Some(false),
+        ClientError::Exchange(e) if e.is_retryable() => Some(true),
+        _ => None,
+    }
 }
 
 /// Writes into a `Vec` up to a bound and drops the rest (error bodies).
@@ -165,7 +204,66 @@ impl S3Client {
         Ok(Self {
             http: HttpClient::new(settings.endpoint, tls, settings.timeouts),
             signer,
+            retry: RetryPolicy::default(),
+            budget: Arc::new(RetryBudget::default()),
+            op_deadline: Duration::from_secs(120),
         })
+    }
+
+    /// The same client with another retry policy (`RetryPolicy::none()`: never retry).
+    #[must_use]
+    pub fn with_retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// The same client with another bound on one operation including its retries (default
+    /// 120 s): no retry starts whose backoff would end after it.
+    #[must_use]
+    pub fn with_op_deadline(mut self, deadline: Duration) -> Self {
+        self.op_deadline = deadline;
+        self
+    }
+
+    /// Retries so far (and those the budget refused).
+    pub fn retry_stats(&self) -> RetryStats {
+        self.budget.stats()
+    }
+
+    /// Runs `attempt` until it succeeds, fails for good, or the policy, the operation's
+    /// deadline or the budget stop the retries. `attempt` returns its error with whether a
+    /// retry is safe (a GET that delivered body bytes is not).
+    fn retrying<T>(
+        &mut self,
+        mut attempt: impl FnMut(&mut Self) -> Result<T, (ClientError, bool)>,
+    ) -> Result<T, ClientError> {
+        #[allow(clippy::disallowed_methods)] // the blocking driver owns the clock
+        let started = Instant::now();
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let (err, safe) = match attempt(self) {
+                Ok(v) => {
+                    self.budget.on_success();
+                    return Ok(v);
+                }
+                Err(e) => e,
+            };
+            let Some(transport) = transient(&err).filter(|_| safe) else {
+                return Err(err);
+            };
+            let left = self.op_deadline.saturating_sub(started.elapsed());
+            match self.budget.next_retry(
+                &self.retry,
+                attempts,
+                transport,
+                rand::random::<f64>(),
+                Some(left),
+            ) {
+                Ok(wait) => std::thread::sleep(wait),
+                Err(_) => return Err(err),
+            }
+        }
     }
 
     /// The endpoint.
@@ -221,13 +319,16 @@ impl S3Client {
             ..Default::default()
         };
         let req = s3::head_object(self.endpoint(), bucket, key, &opts)?;
-        let head = self.send(
-            req,
-            Some(bucket),
-            empty_payload(),
-            RequestBody::None,
-            &mut Vec::new(),
-        )?;
+        let head = self.retrying(|c| {
+            c.send(
+                req.clone(),
+                Some(bucket),
+                empty_payload(),
+                RequestBody::None,
+                &mut Vec::new(),
+            )
+            .map_err(|e| (e, true))
+        })?;
         ObjectMeta::from_headers(&head.headers).map_err(ClientError::response)
     }
 
@@ -261,24 +362,28 @@ impl S3Client {
         let req = s3::get_object(self.endpoint(), bucket, key, &opts)?;
         let mut crc = Crc64Nvme::new();
         let mut received = 0u64;
-        let mut progress = |n: u64| {
-            received += n;
-            on_bytes(n)
-        };
-        let mut sink = HashingSink {
-            crc: &mut crc,
-            inner: WriteSink {
-                writer: dest,
-                on_bytes: &mut progress,
-            },
-        };
-        let head = self.send(
-            req,
-            Some(bucket),
-            empty_payload(),
-            RequestBody::None,
-            &mut sink,
-        )?;
+        let head = self.retrying(|c| {
+            // Only an attempt that delivered no body byte may be repeated.
+            let mut progress = |n: u64| {
+                received += n;
+                on_bytes(n)
+            };
+            let mut sink = HashingSink {
+                crc: &mut crc,
+                inner: WriteSink {
+                    writer: &mut *dest,
+                    on_bytes: &mut progress,
+                },
+            };
+            let r = c.send(
+                req.clone(),
+                Some(bucket),
+                empty_payload(),
+                RequestBody::None,
+                &mut sink,
+            );
+            r.map_err(|e| (e, received == 0))
+        })?;
         let meta = ObjectMeta::from_headers(&head.headers).map_err(ClientError::response)?;
         check_length(&meta, range, received)?;
         let whole_object = match meta.content_range {
@@ -315,7 +420,9 @@ impl S3Client {
         })
     }
 
-    /// PutObject of `len` bytes from `source` (read twice: once for the checksum, once to send).
+    /// PutObject of `len` bytes from `source` (read twice: once for the digests, once to
+    /// send; again on a retry). Sends CRC64NVME and `Content-MD5`; the answer is judged
+    /// ([`crate::upload_proof::judge_put`]).
     pub fn put_single<R: Read + Seek>(
         &mut self,
         bucket: &str,
@@ -324,37 +431,51 @@ impl S3Client {
         len: u64,
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<PutResult, ClientError> {
-        let crc = crc_of_range(source, 0, len)?;
-        let checksum = Checksum::Crc64Nvme(crc).to_base64();
+        let digest = digest_of_range(source, 0, len)?;
+        let checksum = Checksum::Crc64Nvme(digest.crc64nvme).to_base64();
         let opts = PutOptions {
             checksums: vec![(HEADER_CRC64NVME.into(), checksum.clone())],
             ..Default::default()
         };
-        let req = s3::put_object(self.endpoint(), bucket, key, len, &opts)?;
-        seek(source, 0)?;
-        let mut reader = ProgressReader {
-            inner: source.take(len),
-            on_bytes,
-        };
-        let head = self.send(
-            req,
-            Some(bucket),
-            PayloadHash::Unsigned,
-            RequestBody::Reader(&mut reader, len),
-            &mut Vec::new(),
-        )?;
+        let mut req = s3::put_object(self.endpoint(), bucket, key, len, &opts)?;
+        req.add_header("Content-MD5", digest.content_md5());
+        let head = self.retrying(|c| {
+            seek(source, 0).map_err(|e| (e, false))?;
+            let mut reader = ProgressReader {
+                inner: (&mut *source).take(len),
+                on_bytes: &mut *on_bytes,
+            };
+            c.send(
+                req.clone(),
+                Some(bucket),
+                PayloadHash::Unsigned,
+                RequestBody::Reader(&mut reader, len),
+                &mut Vec::new(),
+            )
+            .map_err(|e| (e, true))
+        })?;
         let meta = ObjectMeta::from_headers(&head.headers).map_err(ClientError::response)?;
-        verify_echoed_checksum(&meta, &checksum)?;
+        let proof = judge_put(
+            "PUT",
+            &digest,
+            meta.checksum_crc64nvme.as_deref(),
+            meta.etag.as_deref(),
+        )?;
         Ok(PutResult {
             etag: meta.etag,
-            checksum_crc64nvme: checksum,
+            sent_crc64nvme: checksum,
             parts: 1,
             bytes: len,
+            verified_by: proof.map(|p| p.name().to_owned()),
+            unverified: proof
+                .is_none()
+                .then(|| "the PUT answer echoed no checksum and its ETag is not an MD5".to_owned()),
         })
     }
 
     /// Multipart upload of `len` bytes from `source` in parts of `part_size`; aborted on failure
-    /// so no orphaned parts stay behind.
+    /// so no orphaned parts stay behind. Each part is judged as it is acknowledged, the object
+    /// after Complete ([`S3Client::judge_completed`]).
     pub fn put_multipart<R: Read + Seek>(
         &mut self,
         bucket: &str,
@@ -384,7 +505,8 @@ impl S3Client {
         match self.upload_parts(bucket, key, &upload_id, source, len, part_size, on_bytes) {
             Ok(result) => Ok(result),
             Err(e) => {
-                // Best effort: the original error is what the user needs to see.
+                // Best effort: the original error is what the user needs to see. (After a
+                // failed check of a completed upload there is nothing left to abort.)
                 let _ = self.abort_multipart(bucket, key, &upload_id);
                 Err(e)
             }
@@ -400,13 +522,18 @@ impl S3Client {
     ) -> Result<String, ClientError> {
         let req = s3::create_multipart_upload(self.endpoint(), bucket, key, opts)?;
         let mut body = Vec::new();
-        self.send(
-            req,
-            Some(bucket),
-            empty_payload(),
-            RequestBody::None,
-            &mut body,
-        )?;
+        // Retried like the idempotent ops: at worst a repeat leaves an unused upload id.
+        self.retrying(|c| {
+            body.clear();
+            c.send(
+                req.clone(),
+                Some(bucket),
+                empty_payload(),
+                RequestBody::None,
+                &mut body,
+            )
+            .map_err(|e| (e, true))
+        })?;
         s3::parse_initiate_multipart_upload(&body).map_err(ClientError::response)
     }
 
@@ -428,7 +555,8 @@ impl S3Client {
         Ok(())
     }
 
-    /// UploadPart of an in-memory part (with its CRC64NVME); returns the part's ETag.
+    /// UploadPart of an in-memory part (with its CRC64NVME and `Content-MD5`); returns the
+    /// part's ETag and what proved the part (`None`: the answer proved nothing).
     pub fn upload_part_bytes(
         &mut self,
         bucket: &str,
@@ -436,28 +564,75 @@ impl S3Client {
         upload_id: &str,
         part_number: u32,
         data: &[u8],
-    ) -> Result<String, ClientError> {
-        let checksum = Checksum::Crc64Nvme(Crc64Nvme::checksum(data)).to_base64();
-        let req = s3::upload_part(
+    ) -> Result<(String, Option<Proof>), ClientError> {
+        let digest = SourceDigest::of(data);
+        let mut cursor = std::io::Cursor::new(data);
+        self.upload_part(
+            bucket,
+            key,
+            upload_id,
+            part_number,
+            &mut cursor,
+            0,
+            &digest,
+            data.len() as u64,
+            &mut |_| {},
+        )
+    }
+
+    /// One UploadPart of `len` bytes at `offset` of `source` whose digests are `digest`,
+    /// retried while we still hold the bytes; judges the answer.
+    #[allow(clippy::too_many_arguments)]
+    fn upload_part<R: Read + Seek>(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part_number: u32,
+        source: &mut R,
+        offset: u64,
+        digest: &SourceDigest,
+        len: u64,
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<(String, Option<Proof>), ClientError> {
+        let checksum = Checksum::Crc64Nvme(digest.crc64nvme).to_base64();
+        let mut req = s3::upload_part(
             self.endpoint(),
             bucket,
             key,
             upload_id,
             part_number,
-            data.len() as u64,
-            &[(HEADER_CRC64NVME.into(), checksum.clone())],
+            len,
+            &[(HEADER_CRC64NVME.into(), checksum)],
         )?;
-        let head = self.send(
-            req,
-            Some(bucket),
-            PayloadHash::Unsigned,
-            RequestBody::Bytes(data),
-            &mut Vec::new(),
-        )?;
+        req.add_header("Content-MD5", digest.content_md5());
+        let head = self.retrying(|c| {
+            seek(source, offset).map_err(|e| (e, false))?;
+            let mut reader = ProgressReader {
+                inner: (&mut *source).take(len),
+                on_bytes: &mut *on_bytes,
+            };
+            c.send(
+                req.clone(),
+                Some(bucket),
+                PayloadHash::Unsigned,
+                RequestBody::Reader(&mut reader, len),
+                &mut Vec::new(),
+            )
+            .map_err(|e| (e, true))
+        })?;
         let meta = ObjectMeta::from_headers(&head.headers).map_err(ClientError::response)?;
-        verify_echoed_checksum(&meta, &checksum)?;
-        meta.etag
-            .ok_or_else(|| ClientError::Response(format!("UploadPart {part_number}: no ETag")))
+        let what = format!("part {part_number}");
+        let proof = judge_put(
+            &what,
+            digest,
+            meta.checksum_crc64nvme.as_deref(),
+            meta.etag.as_deref(),
+        )?;
+        let etag = meta
+            .etag
+            .ok_or_else(|| ClientError::Response(format!("UploadPart {part_number}: no ETag")))?;
+        Ok((etag, proof))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -472,50 +647,42 @@ impl S3Client {
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<PutResult, ClientError> {
         let mut parts = Vec::new();
+        let mut part_md5s = Vec::new();
+        let mut unproven_parts = Vec::new();
+        let mut part_proofs = Vec::new();
         let mut whole_crc = 0u64;
         let mut offset = 0u64;
         let mut part_number = 1u32;
         while offset < len {
             let this_len = part_size.min(len - offset);
-            let crc = crc_of_range(source, offset, this_len)?;
+            let digest = digest_of_range(source, offset, this_len)?;
             whole_crc = if offset == 0 {
-                crc
+                digest.crc64nvme
             } else {
-                Crc64Nvme::combine(whole_crc, crc, this_len)
+                Crc64Nvme::combine(whole_crc, digest.crc64nvme, this_len)
             };
-            let checksum = Checksum::Crc64Nvme(crc).to_base64();
-            let req = s3::upload_part(
-                self.endpoint(),
+            let (etag, proof) = self.upload_part(
                 bucket,
                 key,
                 upload_id,
                 part_number,
+                source,
+                offset,
+                &digest,
                 this_len,
-                &[(HEADER_CRC64NVME.into(), checksum.clone())],
+                &mut *on_bytes,
             )?;
-            seek(source, offset)?;
-            let mut reader = ProgressReader {
-                inner: (&mut *source).take(this_len),
-                on_bytes: &mut *on_bytes,
-            };
-            let head = self.send(
-                req,
-                Some(bucket),
-                PayloadHash::Unsigned,
-                RequestBody::Reader(&mut reader, this_len),
-                &mut Vec::new(),
-            )?;
-            let meta = ObjectMeta::from_headers(&head.headers).map_err(ClientError::response)?;
-            verify_echoed_checksum(&meta, &checksum)?;
-            let etag = meta.etag.ok_or_else(|| {
-                ClientError::Response(format!("UploadPart {part_number}: no ETag"))
-            })?;
+            match proof {
+                Some(p) => part_proofs.push(p),
+                None => unproven_parts.push(part_number),
+            }
             parts.push(CompletedPart {
                 part_number,
                 etag,
-                checksum_crc64nvme: Some(checksum),
+                checksum_crc64nvme: Some(Checksum::Crc64Nvme(digest.crc64nvme).to_base64()),
                 checksum_crc32c: None,
             });
+            part_md5s.push(digest.md5);
             offset += this_len;
             part_number += 1;
         }
@@ -529,33 +696,113 @@ impl S3Client {
             &[(HEADER_CRC64NVME.into(), whole.clone())],
         )?;
         let mut response = Vec::new();
-        let head = self.send(
-            req,
-            Some(bucket),
-            PayloadHash::of_body(&body),
-            RequestBody::Bytes(&body),
-            &mut response,
-        )?;
+        // Retried only after an S3 error answer (SlowDown, 5xx: the server did not complete);
+        // after a lost connection the upload may have completed, and a repeat would fail.
+        let head = self.retrying(|c| {
+            response.clear();
+            c.send(
+                req.clone(),
+                Some(bucket),
+                PayloadHash::of_body(&body),
+                RequestBody::Bytes(&body),
+                &mut response,
+            )
+            .map_err(|e| {
+                let answered = matches!(e, ClientError::S3(_));
+                (e, answered)
+            })
+        })?;
         let done = s3::parse_complete_multipart_upload(head.status, &head.headers, &response)
             .map_err(|e| match e {
                 s3::ResponseError::S3(e) => ClientError::S3(e),
                 other => ClientError::response(other),
             })?;
-        if let Some(server) = done.checksum_crc64nvme.as_deref()
-            && !server.contains('-')
-            && server != whole
-        {
-            return Err(ClientError::ChecksumMismatch {
-                expected: whole,
-                actual: server.to_owned(),
-            });
-        }
+        let object_proof = self.judge_completed(
+            bucket,
+            key,
+            len,
+            whole_crc,
+            &part_md5s,
+            done.checksum_crc64nvme.as_deref(),
+            done.etag.as_deref(),
+        )?;
+        let parts_proof = match (part_proofs.first(), unproven_parts.is_empty()) {
+            (Some(first), true) if part_proofs.iter().all(|p| p == first) => {
+                Some(first.name().to_owned())
+            }
+            (Some(_), true) => Some("mixed".to_owned()),
+            _ => None,
+        };
+        let (verified_by, unverified) = match (parts_proof, object_proof) {
+            (Some(p), Some(o)) => (Some(format!("parts: {p}; object: {}", o.name())), None),
+            (None, _) => (
+                None,
+                Some(format!(
+                    "the answers to parts {unproven_parts:?} echoed no checksum and their ETags are not MD5s"
+                )),
+            ),
+            (Some(_), None) => (
+                None,
+                Some(
+                    "Complete and HEAD named no full-object checksum and no MD5-of-MD5s ETag (the stored size matched)"
+                        .to_owned(),
+                ),
+            ),
+        };
         Ok(PutResult {
             etag: done.etag,
-            checksum_crc64nvme: whole,
+            sent_crc64nvme: whole,
             parts: parts.len() as u32,
             bytes: len,
+            verified_by,
+            unverified,
         })
+    }
+
+    /// After CompleteMultipartUpload: the object the server assembled must be ours. Its
+    /// full-object CRC64NVME when Complete names one; else its ETag when it is the MD5 of our
+    /// part MD5s; and when Complete named no checksum, a HEAD for the stored size (and the
+    /// stored CRC64NVME where the server keeps one). `Ok(None)`: the size matched but nothing
+    /// proved the content.
+    #[allow(clippy::too_many_arguments)]
+    pub fn judge_completed(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        len: u64,
+        crc64nvme: u64,
+        part_md5s: &[[u8; 16]],
+        completed_crc64nvme: Option<&str>,
+        completed_etag: Option<&str>,
+    ) -> Result<Option<Proof>, ClientError> {
+        let ours = s3_lite::checksum::encode_crc64nvme(crc64nvme);
+        let mut proof = None;
+        if let Some(server) = completed_crc64nvme.filter(|c| !c.contains('-')) {
+            if server != ours {
+                return Err(IntegrityMismatch {
+                    what: "CompleteMultipartUpload CRC64NVME".into(),
+                    expected: ours,
+                    got: server.to_owned(),
+                }
+                .into());
+            }
+            proof = Some(Proof::ChecksumEchoed);
+        }
+        if let Some(p) = judge_multipart_etag(part_md5s, completed_etag)? {
+            proof = proof.or(Some(p));
+        }
+        if completed_crc64nvme.is_none() {
+            let meta = self.head_with(bucket, key, true)?;
+            let stored = judge_stored(
+                len,
+                crc64nvme,
+                meta.content_length,
+                meta.checksum_crc64nvme.as_deref(),
+                meta.checksum_type.as_deref(),
+            )?;
+            proof = stored.or(proof);
+        }
+        Ok(proof)
     }
 
     /// ListObjectsV2, following continuation tokens until the listing ends.
@@ -694,9 +941,14 @@ fn seek<R: Seek>(source: &mut R, offset: u64) -> Result<(), ClientError> {
         })
 }
 
-fn crc_of_range<R: Read + Seek>(source: &mut R, offset: u64, len: u64) -> Result<u64, ClientError> {
+/// CRC64NVME and MD5 of `len` bytes at `offset` of `source`, in one pass.
+fn digest_of_range<R: Read + Seek>(
+    source: &mut R,
+    offset: u64,
+    len: u64,
+) -> Result<SourceDigest, ClientError> {
     seek(source, offset)?;
-    let mut crc = Crc64Nvme::new();
+    let mut pass = DigestPass::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut left = len;
     while left > 0 {
@@ -715,20 +967,10 @@ fn crc_of_range<R: Read + Seek>(source: &mut R, offset: u64, len: u64) -> Result
                 ),
             });
         }
-        crc.update(piece.get(..n).unwrap_or_default());
+        pass.update(piece.get(..n).unwrap_or_default());
         left -= n as u64;
     }
-    Ok(crc.finish())
-}
-
-fn verify_echoed_checksum(meta: &ObjectMeta, sent: &str) -> Result<(), ClientError> {
-    match meta.checksum_crc64nvme.as_deref() {
-        Some(echoed) if echoed != sent => Err(ClientError::ChecksumMismatch {
-            expected: sent.to_owned(),
-            actual: echoed.to_owned(),
-        }),
-        _ => Ok(()),
-    }
+    Ok(pass.finish())
 }
 
 fn check_length(

@@ -20,6 +20,7 @@ use crate::net::tls::TlsOptions;
 use crate::net::transport::Timeouts;
 use crate::s3uri::S3Uri;
 use crate::units::format_bytes;
+use crate::upload_proof::{SourceDigest, judge_put, judge_stored, upload_verdict};
 use engine_io::{EngineSite, EngineTarget, FabricChoice, Selection};
 
 pub use crate::engine_io;
@@ -169,6 +170,36 @@ fn rate(bytes: u64, started: Instant) -> String {
     format!("{}/s", format_bytes((bytes as f64 / secs) as u64))
 }
 
+/// `--verify` / `--no-verify`: one definition for every command that moves object data.
+///
+/// Verification is on by default: a transfer whose bytes nothing proved (see
+/// docs/protocol.md) ends with exit code 1 and says why. `--no-verify` accepts such a transfer;
+/// the result then says `"verified": false`. A proven mismatch fails either way.
+#[derive(Args, Debug, Clone, Copy, Default)]
+pub struct VerifyArgs {
+    /// Require a proof that the server holds (or sent) exactly our bytes (the default).
+    #[arg(long, overrides_with = "no_verify")]
+    pub verify: bool,
+    /// Accept a transfer that could not be proven (it is reported as unverified).
+    #[arg(long, overrides_with = "verify")]
+    pub no_verify: bool,
+}
+
+impl VerifyArgs {
+    /// Whether an unproven transfer is an error.
+    pub fn required(&self) -> bool {
+        !self.no_verify
+    }
+}
+
+/// Adds the fields of `extra` (an object) to `value` (an object).
+fn merge(mut value: Value, extra: Value) -> Value {
+    if let (Some(v), Value::Object(e)) = (value.as_object_mut(), extra) {
+        v.extend(e);
+    }
+    value
+}
+
 /// `hipobj put FILE s3://BUCKET/KEY`.
 #[derive(Args, Debug)]
 pub struct PutArgs {
@@ -193,6 +224,8 @@ pub struct PutArgs {
     /// Applies to `--fabric verbs` and `auto`.
     #[arg(long)]
     pub rdma_device: Option<String>,
+    #[command(flatten)]
+    pub verify: VerifyArgs,
 }
 
 /// Chooses the data path of `get`/`put` (`--fabric auto` probes the endpoint's capabilities
@@ -239,23 +272,50 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
             ));
         }
         let up = engine_io::upload(target, &dest.bucket, &dest.key, &data)?;
+        // The engine's completion says the server accepted the PUT; a HEAD says what it holds
+        // (size, the stored CRC64NVME or an MD5 ETag).
+        let digest = SourceDigest::of(&data);
+        let meta = ctx
+            .client
+            .head_with(&dest.bucket, &dest.key, true)
+            .map_err(|e| e.to_string())?;
+        let stored = judge_stored(
+            len,
+            digest.crc64nvme,
+            meta.content_length,
+            meta.checksum_crc64nvme.as_deref(),
+            meta.checksum_type.as_deref(),
+        )
+        .map_err(|e| e.to_string())?;
+        let by_etag =
+            judge_put("PUT", &digest, None, meta.etag.as_deref()).map_err(|e| e.to_string())?;
+        let proof = stored.or(by_etag).map(|p| p.name());
+        let verdict = upload_verdict(
+            args.verify.required(),
+            proof,
+            Some("HEAD after the PUT named no CRC64NVME and no MD5 ETag"),
+        )?;
         summary(
             ctx,
             format!(
-                "upload: {} -> {dest} ({}, 1 part, {}, crc64nvme {}, path {})",
+                "upload: {} -> {dest} ({}, 1 part, {}, sent crc64nvme {}, {}, path {})",
                 args.file.display(),
                 format_bytes(len),
                 rate(len, started),
                 up.checksum_crc64nvme,
+                proof.map_or("UNVERIFIED".to_owned(), |p| format!("verified by {p}")),
                 up.paths.summary()
             ),
         );
-        return Ok(json!({
-            "op": "put", "bucket": dest.bucket, "key": dest.key, "bytes": len, "parts": 1,
-            "etag": Value::Null, "checksum_crc64nvme": up.checksum_crc64nvme,
-            "seconds": started.elapsed().as_secs_f64(), "path": up.paths.summary(), "client": "engine", "paths": up.paths.to_json(),
-            "fabric_probe": selection.probe_json(),
-        }));
+        return Ok(merge(
+            json!({
+                "op": "put", "bucket": dest.bucket, "key": dest.key, "bytes": len, "parts": 1,
+                "etag": meta.etag, "sent_crc64nvme": up.checksum_crc64nvme,
+                "seconds": started.elapsed().as_secs_f64(), "path": up.paths.summary(), "client": "engine", "paths": up.paths.to_json(),
+                "fabric_probe": selection.probe_json(), "retries": up.retries,
+            }),
+            verdict,
+        ));
     }
     let bar = progress_bar(ctx, len, "put");
     let mut on_bytes = |n: u64| {
@@ -280,16 +340,25 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
         bar.finish_and_clear();
     }
     let result = result.map_err(|e| e.to_string())?;
+    let verdict = upload_verdict(
+        args.verify.required(),
+        result.verified_by.as_deref(),
+        result.unverified.as_deref(),
+    )?;
     summary(
         ctx,
         format!(
-            "upload: {} -> {dest} ({}, {} part{}, {}, crc64nvme {})",
+            "upload: {} -> {dest} ({}, {} part{}, {}, sent crc64nvme {}, {})",
             args.file.display(),
             format_bytes(len),
             result.parts,
             if result.parts == 1 { "" } else { "s" },
             rate(len, started),
-            result.checksum_crc64nvme
+            result.sent_crc64nvme,
+            result
+                .verified_by
+                .as_deref()
+                .map_or("UNVERIFIED".to_owned(), |p| format!("verified by {p}")),
         ),
     );
     let note = engine.as_ref().map(|_| {
@@ -299,12 +368,17 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
             "the engine cannot PUT an empty object: it went through the HTTP client"
         }
     });
-    Ok(json!({
-        "op": "put", "bucket": dest.bucket, "key": dest.key, "bytes": len, "parts": result.parts,
-        "etag": result.etag, "checksum_crc64nvme": result.checksum_crc64nvme,
-        "seconds": started.elapsed().as_secs_f64(), "path": "http", "paths": {"http": len}, "note": note, "client": "blocking",
-        "fabric_probe": selection.probe_json(),
-    }))
+    let retries = ctx.client.retry_stats();
+    Ok(merge(
+        json!({
+            "op": "put", "bucket": dest.bucket, "key": dest.key, "bytes": len, "parts": result.parts,
+            "etag": result.etag, "sent_crc64nvme": result.sent_crc64nvme,
+            "seconds": started.elapsed().as_secs_f64(), "path": "http", "paths": {"http": len}, "note": note, "client": "blocking",
+            "fabric_probe": selection.probe_json(),
+            "retries": retries.retries, "retries_refused_by_budget": retries.refused_by_budget,
+        }),
+        verdict,
+    ))
 }
 
 /// `hipobj get s3://BUCKET/KEY [FILE|-] [--range A-B]`.
@@ -547,6 +621,8 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
         "checksum_verified": result.checksum_verified, "seconds": started.elapsed().as_secs_f64(),
         "path": result.paths.summary(), "paths": result.paths.to_json(), "note": result.note, "client": result.client,
         "fabric_probe": selection.probe_json(),
+        // The blocking client's retries (the engine's downloads do not report theirs yet).
+        "retries": (result.client == "blocking").then(|| ctx.client.retry_stats().retries),
     }))
 }
 

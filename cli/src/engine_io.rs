@@ -347,6 +347,8 @@ pub struct Uploaded {
     /// CRC64NVME of the uploaded bytes (base64; the engine sends it with RDMA PUTs and the
     /// server's echo of it is part of the success proof).
     pub checksum_crc64nvme: String,
+    /// Retries the engine made (`Engine::retry_stats`).
+    pub retries: u64,
 }
 
 /// Uploads `data` (non-empty) with one engine PUT from registered memory.
@@ -394,6 +396,7 @@ pub fn upload(
     Ok(Uploaded {
         paths,
         checksum_crc64nvme: encode_crc64nvme(crc.finish()),
+        retries: engine.retry_stats().retries,
     })
 }
 

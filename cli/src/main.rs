@@ -3,7 +3,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use hipobj_cli::commands::{self, GlobalArgs};
-use hipobj_cli::{bench, debug_sigv4, serve, topo};
+use hipobj_cli::{bench, debug_sigv4, relay, serve, topo};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -47,6 +47,9 @@ enum Command {
 enum DebugCommand {
     /// Show exactly how a raw HTTP request (on stdin) is signed with SigV4.
     Sigv4(debug_sigv4::Sigv4Args),
+    /// Relay TCP connections to a server, injecting faults (latency, resets, truncation,
+    /// stalls, flipped bytes, a rewritten Content-Length, 503 SlowDown).
+    Relay(relay::RelayArgs),
 }
 
 fn exit(code: i32) -> ExitCode {
@@ -80,6 +83,9 @@ fn main() -> ExitCode {
             &mut stdout,
             &mut stderr,
         )),
+        Command::Debug(DebugCommand::Relay(args)) => {
+            exit(relay::run(args, &mut stdout, &mut stderr))
+        }
         Command::Put(args) => exit(commands::run(&cli.global, |ctx| commands::put(ctx, args))),
         Command::Get(args) => exit(commands::run(&cli.global, |ctx| commands::get(ctx, args))),
         Command::Head(args) => exit(commands::run(&cli.global, |ctx| commands::head(ctx, args))),

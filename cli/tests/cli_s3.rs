@@ -212,7 +212,9 @@ fn checksums_round_trip_and_corruption_is_detected() {
         s3_lite::checksum::ChecksumAlgorithm::Crc64Nvme,
         &data,
     );
-    assert_eq!(put["checksum_crc64nvme"], expected.to_base64());
+    assert_eq!(put["sent_crc64nvme"], expected.to_base64());
+    // s3s-fs echoes the CRC64NVME of a PutObject: the upload is proven, not just sent.
+    assert_eq!(put["verified"], true, "{put}");
     // The default `--fabric auto` asked s3s-fs once whether it speaks RDMA; a plain S3 server
     // answers the capability probe with an error, so the blocking client carried the bytes.
     assert_eq!(

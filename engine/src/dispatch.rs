@@ -75,6 +75,7 @@ fn multipart_op(
                 upload,
                 upload_id,
                 parts: parts.into(),
+                expect: table.expected_object(upload, n),
             }
         }
         MultipartReq::Abort(upload) => MultipartOp::Abort {
@@ -192,6 +193,7 @@ pub(crate) fn dispatch_with(
         phase: Phase::Ready,
         multipart,
         source_crc: std::cell::OnceCell::new(),
+        verify_stored: std::cell::Cell::new(None),
     })
 }
 

@@ -30,6 +30,8 @@ pub(crate) struct Shared {
     pub(crate) registry: Registry,
     pub(crate) objects: ObjectTable,
     pub(crate) retry: RetryPolicy,
+    /// Retries of every worker draw on this one budget.
+    pub(crate) retry_budget: crate::retry::RetryBudget,
     pub(crate) default_deadline: Option<Duration>,
     pub(crate) attempt_timeout: Duration,
     pub(crate) spin: Duration,
@@ -102,6 +104,7 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
         registry: Registry::new(),
         objects: ObjectTable::new(),
         retry: b.retry,
+        retry_budget: crate::retry::RetryBudget::default(),
         default_deadline: b.default_deadline,
         attempt_timeout: b.attempt_timeout,
         spin: b.spin,
@@ -255,6 +258,12 @@ impl Engine {
     #[must_use]
     pub fn gpu(&self) -> Option<&Arc<dyn GpuRuntime>> {
         self.shared.gpu.as_ref().map(|g| &g.rt)
+    }
+
+    /// Retries granted and refused (budget empty) so far, over every worker and queue.
+    #[must_use]
+    pub fn retry_stats(&self) -> crate::retry::RetryStats {
+        self.shared.retry_budget.stats()
     }
 
     /// Counters of the GPU staging (copies, merged copies, bytes, failures); `None` without a

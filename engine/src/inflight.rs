@@ -67,6 +67,15 @@ pub(crate) enum MultipartOp {
         upload_id: Arc<str>,
         /// Parts `1..=n` with their recorded ETags (snapshot taken at dispatch).
         parts: Arc<[CompletedPart]>,
+        /// The object the parts we sent make (`None` if a part's source was not recorded):
+        /// the completed object is checked against it.
+        expect: Option<crate::multipart::ExpectedObject>,
+    },
+    /// `HEAD` of the object after a CompleteMultipart whose answer named no full-object
+    /// checksum: the stored size (and CRC64NVME, where the server keeps one) must be `expect`.
+    VerifyStored {
+        /// What was sent.
+        expect: crate::multipart::ExpectedObject,
     },
     /// `DELETE ?uploadId=..`; success (or the server no longer knowing it) forgets the handle.
     Abort {
@@ -124,12 +133,19 @@ pub(crate) struct InFlight {
     /// The base64 CRC64NVME of a PUT's source, computed once on first use
     /// ([`InFlight::source_crc64`]): every attempt, RDMA or HTTP, sends the same value.
     pub(crate) source_crc: std::cell::OnceCell<String>,
+    /// Set when a CompleteMultipart succeeded without naming a full-object checksum: the
+    /// worker then turns the operation into [`MultipartOp::VerifyStored`].
+    pub(crate) verify_stored: std::cell::Cell<Option<crate::multipart::ExpectedObject>>,
 }
 
 impl InFlight {
     /// Whether the response to this request has no body whatever its headers say (HEAD).
     pub(crate) fn head_only(&self) -> bool {
-        self.kind == OpKind::Head && self.multipart.is_none()
+        self.kind == OpKind::Head
+            && matches!(
+                self.multipart,
+                None | Some(MultipartOp::VerifyStored { .. })
+            )
     }
 
     /// The base64 CRC64NVME of a PUT's (or UploadPart's) source bytes; `None` for other ops
@@ -285,6 +301,7 @@ mod tests {
             phase: Phase::Ready,
             multipart: None,
             source_crc: std::cell::OnceCell::new(),
+            verify_stored: std::cell::Cell::new(None),
         }
     }
 

@@ -53,6 +53,7 @@ mod inflight;
 mod memory;
 mod multipart;
 mod placement;
+pub mod retry;
 mod sys;
 mod timers;
 pub mod verbs;

@@ -67,6 +67,18 @@ struct Upload {
     upload_id: Arc<str>,
     /// ETag (quotes included, as the server sent it) by part number.
     parts: BTreeMap<u32, String>,
+    /// `(length, CRC64NVME)` of the bytes we sent as each part (last successful upload), so
+    /// the completed object can be checked against them whatever path moved the parts.
+    sources: BTreeMap<u32, (u64, u64)>,
+}
+
+/// What a completed upload must be: the length and full-object CRC64NVME of its parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ExpectedObject {
+    /// Bytes.
+    pub(crate) len: u64,
+    /// CRC64NVME of all of them.
+    pub(crate) crc64nvme: u64,
 }
 
 /// Upload handle -> open upload.
@@ -137,6 +149,7 @@ impl UploadTable {
                 object,
                 upload_id: Arc::from(upload_id),
                 parts: BTreeMap::new(),
+                sources: BTreeMap::new(),
             },
         );
         Ok(UploadHandle(h))
@@ -173,6 +186,45 @@ impl UploadTable {
         let u = t.uploads.get_mut(&h.0).ok_or(UploadError::Unknown)?;
         u.parts.insert(part, etag.to_owned());
         Ok(())
+    }
+
+    /// Records what we sent as part `part` of `h`: its length and CRC64NVME.
+    pub(crate) fn record_part_source(
+        &self,
+        h: UploadHandle,
+        part: u32,
+        len: u64,
+        crc64nvme: u64,
+    ) -> Result<(), UploadError> {
+        if !(1..=MAX_PARTS).contains(&part) {
+            return Err(UploadError::PartNumber(part));
+        }
+        let mut t = self.lock();
+        let u = t.uploads.get_mut(&h.0).ok_or(UploadError::Unknown)?;
+        u.sources.insert(part, (len, crc64nvme));
+        Ok(())
+    }
+
+    /// The object parts `1..=parts` of `h` make: their total length and combined CRC64NVME;
+    /// `None` when the source of a part was not recorded.
+    pub(crate) fn expected_object(&self, h: UploadHandle, parts: u32) -> Option<ExpectedObject> {
+        let t = self.lock();
+        let u = t.uploads.get(&h.0)?;
+        let mut acc: Option<ExpectedObject> = None;
+        for n in 1..=parts {
+            let &(len, crc) = u.sources.get(&n)?;
+            acc = Some(match acc {
+                None => ExpectedObject {
+                    len,
+                    crc64nvme: crc,
+                },
+                Some(a) => ExpectedObject {
+                    len: a.len.checked_add(len)?,
+                    crc64nvme: s3_lite::checksum::Crc64Nvme::combine(a.crc64nvme, crc, len),
+                },
+            });
+        }
+        acc
     }
 
     /// The upload id and the part list `1..=parts` of `h` for CompleteMultipart; fails with

@@ -8,7 +8,7 @@ use ring_api::{Cqe, ErrorClass, ErrorCode};
 use super::event_loop::Worker;
 use crate::fabric::{Outcome, Retry};
 use crate::gpu::stager;
-use crate::inflight::{InFlight, OpKey, Phase};
+use crate::inflight::{InFlight, MultipartOp, OpKey, Phase};
 use crate::timers::TimerKind;
 
 /// Immediate retries allowed after stale keep-alive connections, per operation.
@@ -183,6 +183,26 @@ impl Worker {
         };
         match outcome {
             Outcome::Done { bytes, aux } => {
+                self.shared.retry_budget.on_success();
+                // What we sent as an UploadPart, whatever path moved it: Complete checks
+                // the object against it.
+                if let Some((upload, part)) = op.part_handle()
+                    && let Some(crc) = op.source_crc64().and_then(decode_crc64nvme)
+                {
+                    let _ = crate::multipart::uploads().record_part_source(
+                        upload,
+                        part,
+                        op.buf_len(),
+                        crc,
+                    );
+                }
+                // A CompleteMultipart whose answer named no checksum: HEAD the object.
+                if let Some(expect) = op.verify_stored.take() {
+                    op.multipart = Some(MultipartOp::VerifyStored { expect });
+                    op.phase = Phase::Ready;
+                    self.ready.push_front(key);
+                    return;
+                }
                 let path = self.fabric.path_of(key);
                 let cqe = Cqe::success(0, bytes, path).with_aux(aux);
                 if let Some(cqe) = self.stage_in(key, cqe) {
@@ -198,14 +218,18 @@ impl Worker {
                     self.ready.push_front(key);
                     return;
                 }
-                let policy = self.shared.retry;
-                if retry != Retry::No && op.may_retry && op.attempts < policy.max_attempts {
-                    let wait = policy.jittered(op.attempts, rand::random::<f64>());
-                    let at = now + wait;
-                    if op.deadline.is_none_or(|d| at < d) {
+                if retry != Retry::No && op.may_retry {
+                    let granted = self.shared.retry_budget.next_retry(
+                        &self.shared.retry,
+                        op.attempts,
+                        class == ErrorClass::Transport,
+                        rand::random::<f64>(),
+                        op.deadline.map(|d| d.saturating_duration_since(now)),
+                    );
+                    if let Ok(wait) = granted {
                         op.retried = true;
                         let next = op.attempts + 1;
-                        self.timers.push(at, key, TimerKind::Backoff(next));
+                        self.timers.push(now + wait, key, TimerKind::Backoff(next));
                         return;
                     }
                 }
@@ -301,4 +325,15 @@ fn final_cqe(op: &InFlight, cqe: Cqe) -> Cqe {
         cqe.aux(),
     );
     if op.retried { cqe.with_retried() } else { cqe }
+}
+
+/// The CRC64NVME in a base64 checksum value.
+fn decode_crc64nvme(b64: &str) -> Option<u64> {
+    match s3_lite::checksum::Checksum::from_base64(
+        s3_lite::checksum::ChecksumAlgorithm::Crc64Nvme,
+        b64,
+    ) {
+        Ok(s3_lite::checksum::Checksum::Crc64Nvme(v)) => Some(v),
+        _ => None,
+    }
 }

@@ -12,7 +12,7 @@ use mio::net::TcpStream;
 use ring_api::{ErrorClass, ErrorCode};
 use s3_lite::http::{Event, HttpError, Limits, ResponseDecoder};
 
-use super::response::{MAX_XML_ANSWER, Plan, finish_multipart, plan_for};
+use super::response::{MAX_XML_ANSWER, Plan, finish_multipart, needs_stored_check, plan_for};
 use crate::fabric::{Outcome, Retry};
 use crate::inflight::InFlight;
 
@@ -374,14 +374,19 @@ impl Conn {
             None => integrity(ErrorCode::Protocol),
         };
         let outcome = match &op.multipart {
-            Some(step) => finish_multipart(
-                crate::multipart::uploads(),
-                &op.object,
-                step,
-                outcome,
-                self.etag.as_deref(),
-                &self.answer,
-            ),
+            Some(step) => {
+                let outcome = finish_multipart(
+                    crate::multipart::uploads(),
+                    &op.object,
+                    step,
+                    outcome,
+                    self.etag.as_deref(),
+                    &self.answer,
+                );
+                op.verify_stored
+                    .set(needs_stored_check(step, outcome, &self.answer));
+                outcome
+            }
             None => outcome,
         };
         Step::Finished { outcome, reusable }

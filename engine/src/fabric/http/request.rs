@@ -75,6 +75,13 @@ fn multipart_request(
         }),
         MultipartOp::Abort { upload_id, .. } => abort_multipart_upload(ep, bucket, key, upload_id)
             .map(|r| (r, empty(), BodyFraming::None, None)),
+        MultipartOp::VerifyStored { .. } => {
+            let opts = GetOptions {
+                checksum_mode: true,
+                ..GetOptions::default()
+            };
+            head_object(ep, bucket, key, &opts).map(|r| (r, empty(), BodyFraming::None, None))
+        }
     };
     built.map_err(|_| local(ErrorCode::InvalidArgument))
 }
@@ -179,6 +186,7 @@ mod tests {
             phase: Phase::Ready,
             multipart: Some(multipart),
             source_crc: std::cell::OnceCell::new(),
+            verify_stored: std::cell::Cell::new(None),
         }
     }
 
@@ -226,6 +234,7 @@ mod tests {
             upload: UploadHandle(1),
             upload_id: id.clone(),
             parts,
+            expect: None,
         });
         let body = "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
                     <Part><ETag>\"e\"</ETag><PartNumber>1</PartNumber></Part>\

@@ -13,7 +13,8 @@ use s3_lite::s3::{
 
 use crate::fabric::{Outcome, Retry};
 use crate::inflight::{InFlight, MultipartOp, OpKind};
-use crate::multipart::UploadTable;
+use crate::multipart::{ExpectedObject, UploadTable};
+use s3_lite::checksum::{HEADER_CRC64NVME, encode_crc64nvme};
 
 /// Largest XML answer (CreateMultipart, CompleteMultipart) read into memory. Both are a few
 /// hundred bytes; Complete may be padded with keep-alive whitespace before its document.
@@ -71,10 +72,64 @@ fn body_len(head: &ResponseHead) -> Option<u64> {
 
 /// Decides how to treat the response to `op`.
 pub(crate) fn plan_for(op: &InFlight, head: &ResponseHead) -> Plan {
+    // A PUT or UploadPart answer that echoes a CRC64NVME other than the one we sent: the
+    // server holds other bytes than ours.
+    if op.kind == OpKind::Put
+        && (200..300).contains(&head.status)
+        && let (Some(echoed), Some(sent)) = (head.header(HEADER_CRC64NVME), op.source_crc64())
+        && echoed.trim() != sent
+    {
+        return fail(ErrorCode::Integrity, ErrorClass::Integrity);
+    }
     match &op.multipart {
         Some(step) => multipart_plan(step, op.buf_len(), head),
         None => plan(op.kind, op.buf_len(), head),
     }
+}
+
+/// Judges the HEAD after a CompleteMultipart ([`MultipartOp::VerifyStored`]): the stored
+/// size must be what we sent, and so must the stored full-object CRC64NVME when the server
+/// names one (a composite value proves nothing and is not compared).
+fn verify_stored_plan(expect: ExpectedObject, head: &ResponseHead) -> Plan {
+    if head.content_length() != Some(expect.len) {
+        return fail(ErrorCode::Integrity, ErrorClass::Integrity);
+    }
+    let composite = head
+        .header("x-amz-checksum-type")
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("COMPOSITE"));
+    if let Some(stored) = head.header(HEADER_CRC64NVME).map(str::trim)
+        && !composite
+        && !stored.contains('-')
+        && stored != encode_crc64nvme(expect.crc64nvme)
+    {
+        return fail(ErrorCode::Integrity, ErrorClass::Integrity);
+    }
+    Plan::Finish(Outcome::Done { bytes: 0, aux: 0 })
+}
+
+/// Whether a CompleteMultipart answer must be followed by a HEAD: it succeeded, we know what
+/// the object must be, and the answer named no full-object CRC64NVME (a named one was
+/// compared by [`finish_multipart`]).
+pub(crate) fn needs_stored_check(
+    step: &MultipartOp,
+    outcome: Outcome,
+    body: &[u8],
+) -> Option<ExpectedObject> {
+    let MultipartOp::Complete {
+        expect: Some(expect),
+        ..
+    } = step
+    else {
+        return None;
+    };
+    if !matches!(outcome, Outcome::Done { .. }) {
+        return None;
+    }
+    let named = parse_complete_multipart_upload(200, &[], body)
+        .ok()
+        .and_then(|d| d.checksum_crc64nvme)
+        .is_some_and(|c| !c.contains('-'));
+    (!named).then_some(*expect)
 }
 
 /// The plan for the response to a multipart step.
@@ -89,6 +144,7 @@ fn multipart_plan(step: &MultipartOp, buf_len: u64, head: &ResponseHead) -> Plan
             aux: 0,
         }),
         MultipartOp::Abort { .. } => Plan::Finish(Outcome::Done { bytes: 0, aux: 0 }),
+        MultipartOp::VerifyStored { expect } => verify_stored_plan(*expect, head),
     }
 }
 
@@ -151,11 +207,19 @@ pub(crate) fn finish_multipart(
                 Err(e) => Outcome::fail(e.code(), ErrorClass::Local, Retry::No),
             }
         }
-        MultipartOp::Complete { upload, .. } => {
+        MultipartOp::Complete { upload, expect, .. } => {
             match parse_complete_multipart_upload(200, &[], body) {
-                Ok(_) => {
+                Ok(done) => {
                     table.remove(*upload);
-                    Outcome::Done { bytes: 0, aux: 0 }
+                    // The server's full-object CRC64NVME must be that of the parts we sent.
+                    match (expect, done.checksum_crc64nvme.as_deref()) {
+                        (Some(e), Some(c))
+                            if !c.contains('-') && c.trim() != encode_crc64nvme(e.crc64nvme) =>
+                        {
+                            Outcome::fail(ErrorCode::Integrity, ErrorClass::Integrity, Retry::No)
+                        }
+                        _ => Outcome::Done { bytes: 0, aux: 0 },
+                    }
                 }
                 Err(ResponseError::S3(e)) => complete_error(&e.code, e.is_retryable()),
                 Err(_) => protocol,
@@ -165,6 +229,7 @@ pub(crate) fn finish_multipart(
             table.remove(*upload);
             Outcome::Done { bytes: 0, aux: 0 }
         }
+        MultipartOp::VerifyStored { .. } => outcome,
     }
 }
 
@@ -422,6 +487,7 @@ mod tests {
             upload: h,
             upload_id: id.clone(),
             parts: parts.into(),
+            expect: None,
         };
         // 200 and then an <Error> document: a failure, and the handle stays open.
         let in_band = b"\n\n<Error><Code>InvalidPart</Code><Message>m</Message></Error>";
