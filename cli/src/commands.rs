@@ -174,7 +174,7 @@ fn rate(bytes: u64, started: Instant) -> String {
 pub struct PutArgs {
     /// Local file to upload.
     pub file: PathBuf,
-    /// Destination, s3://BUCKET/KEY.
+    /// Destination, s3://BUCKET/KEY; s3://BUCKET/PREFIX/ or s3://BUCKET appends the file's name.
     pub dest: String,
     /// Files larger than this are uploaded in parts.
     #[arg(long, default_value = "16MiB", value_parser = parse_size)]
@@ -206,7 +206,7 @@ fn select(ctx: &Context, choice: FabricChoice, device: Option<&str>) -> Result<S
 
 /// Runs `put`.
 pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
-    let dest = S3Uri::parse_object(&args.dest).map_err(|e| e.to_string())?;
+    let dest = S3Uri::parse_upload_dest(&args.dest, &args.file).map_err(|e| e.to_string())?;
     if !(5 << 20..=5 << 30).contains(&args.part_size) {
         return Err(format!(
             "--part-size {} is outside S3's 5 MiB..5 GiB",
@@ -312,7 +312,8 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
 pub struct GetArgs {
     /// Source, s3://BUCKET/KEY.
     pub src: String,
-    /// Destination file, or `-` for stdout (default: the key's last path segment).
+    /// Destination file, a directory (an existing one, or any path ending in `/`: writes
+    /// DIR/NAME, NAME being the key's last path segment), or `-` for stdout (default: ./NAME).
     pub dest: Option<String>,
     /// Only these bytes: A-B (inclusive), A- (to the end) or -N (the last N bytes).
     #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| ByteRange::parse_cli(s).map_err(|e| e.to_string()))]
@@ -449,19 +450,34 @@ fn fetch(
     })
 }
 
+/// Where `get` writes, named as `aws s3 cp` names it: no destination is `./NAME`, a directory
+/// (existing, or any path ending in `/`) is `DIR/NAME`, NAME being the key's last path segment
+/// (`download` for a key ending in `/`; `get` creates a missing `DIR/`); `-` and any other path
+/// are used as given.
+fn local_destination(dest: Option<&str>, key: &str) -> String {
+    let name = key
+        .rsplit('/')
+        .next()
+        .filter(|s| !s.is_empty())
+        .unwrap_or("download");
+    match dest {
+        None => name.to_owned(),
+        Some("-") => "-".to_owned(),
+        Some(d) if d.ends_with('/') || std::path::Path::new(d).is_dir() => {
+            std::path::Path::new(d).join(name).to_string_lossy().into_owned()
+        }
+        Some(d) => d.to_owned(),
+    }
+}
+
 /// Runs `get`.
 pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
     let src = S3Uri::parse_object(&args.src).map_err(|e| e.to_string())?;
-    let dest = match &args.dest {
-        Some(d) => d.clone(),
-        None => src
-            .key
-            .rsplit('/')
-            .next()
-            .filter(|s| !s.is_empty())
-            .unwrap_or("download")
-            .to_owned(),
-    };
+    let dest = local_destination(args.dest.as_deref(), &src.key);
+    if let Some(dir) = args.dest.as_deref().filter(|d| d.ends_with('/')) {
+        // `aws s3 cp s3://b/k new/` creates `new/`.
+        std::fs::create_dir_all(dir).map_err(|e| format!("{dir}: {e}"))?;
+    }
     let started = Instant::now();
     let selection = select(ctx, args.fabric, args.rdma_device.as_deref())?;
     let engine = selection.target.clone();
@@ -491,7 +507,9 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default()
         ));
-        let file = File::create(&tmp_path).map_err(|e| format!("{}: {e}", tmp_path.display()))?;
+        // Removed on failure, on drop and on SIGINT/SIGTERM (crate::interrupt).
+        let (partial, file) = crate::interrupt::PartialFile::create(tmp_path.clone())
+            .map_err(|e| format!("{}: {e}", tmp_path.display()))?;
         let mut writer = std::io::BufWriter::with_capacity(1 << 20, file);
         let bar = progress_bar(ctx, expected.max(1), "get");
         let r = fetch(
@@ -515,10 +533,11 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
             .map_err(|e| e.into_error())
             .and_then(|f| f.sync_all());
         match (&r, flushed) {
-            (Ok(_), Ok(())) => std::fs::rename(&tmp_path, &dest_path)
+            (Ok(_), Ok(())) => partial
+                .persist(&dest_path)
                 .map_err(|e| format!("{}: {e}", dest_path.display()))?,
             (_, flush_result) => {
-                let _ = std::fs::remove_file(&tmp_path);
+                drop(partial);
                 flush_result.map_err(|e| format!("{}: {e}", tmp_path.display()))?;
             }
         }

@@ -6,6 +6,7 @@ pub mod commands;
 pub mod debug_sigv4;
 pub mod embedded;
 pub mod engine_io;
+pub mod interrupt;
 pub mod net;
 pub mod s3uri;
 pub mod serve;
