@@ -7,10 +7,7 @@ cd "$(dirname "$0")/../.."
 ROOT=$PWD
 export PATH="$ROOT/.tools/bin:$HOME/.cargo/bin:$PATH"
 
-if ! command -v s3s-fs >/dev/null 2>&1; then
-    echo "== installing the s3s-fs test server (once, about 3 minutes)"
-    cargo install --locked s3s-fs@0.14.1 --features binary --root "$ROOT/.tools"
-fi
+./benches/scripts/install-s3s-fs.sh
 # HIPOBJ=path/to/hipobj uses an existing binary instead of building the release one.
 if [ -z "${HIPOBJ:-}" ]; then
     echo "== building hipobj (release)"

@@ -6,6 +6,9 @@
 # test, which then fails when libamdhip64 is missing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# The S3 server the tests start (s3s-fs); installed into .tools/ once when missing.
+./benches/scripts/install-s3s-fs.sh
+export PATH="$PWD/.tools/bin:$HOME/.cargo/bin:$PATH"
 LOG=$(mktemp)
 trap 'rm -f "$LOG"' EXIT
 cargo test --workspace --locked "$@" 2>&1 | tee "$LOG"

@@ -77,8 +77,14 @@ fn build_context(global: &GlobalArgs) -> Result<Context, String> {
         endpoint_url: global.endpoint_url.clone(),
         ..Default::default()
     };
-    let resolved =
-        credentials::resolve(&overrides, &ProcessEnvironment).map_err(|e| e.to_string())?;
+    let resolved = credentials::resolve(&overrides, &ProcessEnvironment).map_err(|e| match e {
+        credentials::CredentialsError::NoCredentials { .. } => format!(
+            "{e}. Like the aws CLI, client commands take no key flags: export AWS_ACCESS_KEY_ID \
+             and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), or name a profile of \
+             ~/.aws/credentials with --profile NAME or AWS_PROFILE"
+        ),
+        other => other.to_string(),
+    })?;
     let url = resolved
         .endpoint_url
         .clone()

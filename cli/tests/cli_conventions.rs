@@ -83,3 +83,33 @@ fn get_into_a_directory_writes_the_key_name() {
     ok(&server, &["get", "s3://conv/models/layer.bin", path(&file)]);
     assert_eq!(std::fs::read(&file).unwrap(), data);
 }
+
+/// Runs `hipobj args...` with no credentials anywhere (no AWS_* variables, no ~/.aws).
+fn hipobj_without_credentials(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_hipobj"))
+        .args(args)
+        .env_clear()
+        .env("HOME", "/nonexistent-home-for-tests")
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_no_credentials_error_names_only_what_client_commands_accept() {
+    let out = hipobj_without_credentials(&["ls", "s3://b"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.starts_with("hipobj: error: no credentials"), "{stderr}");
+    assert!(stderr.contains("AWS_ACCESS_KEY_ID"), "{stderr}");
+    // Every flag the message names is one `ls` accepts.
+    let help = String::from_utf8_lossy(&hipobj_without_credentials(&["ls", "--help"]).stdout)
+        .into_owned();
+    for flag in stderr
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|w| w.starts_with("--"))
+    {
+        assert!(help.contains(flag), "the error names {flag}, which `ls` rejects: {stderr}");
+    }
+    assert!(stderr.contains("--profile"), "{stderr}");
+}
