@@ -585,22 +585,40 @@ pub struct HeadArgs {
 /// Runs `head`.
 pub fn head(ctx: &mut Context, args: &HeadArgs) -> CommandResult {
     let src = S3Uri::parse_object(&args.src).map_err(|e| e.to_string())?;
+    // `x-amz-checksum-mode: ENABLED`: servers name the stored checksum only when asked.
     let meta = ctx
         .client
-        .head(&src.bucket, &src.key)
+        .head_with(&src.bucket, &src.key, true)
         .map_err(|e| e.to_string())?;
     let value = json!({
-        "bucket": src.bucket, "key": src.key, "content_length": meta.content_length, "etag": meta.etag,
-        "last_modified": meta.last_modified, "content_type": meta.content_type,
-        "checksum_crc64nvme": meta.checksum_crc64nvme, "version_id": meta.version_id,
+        "op": "head", "bucket": src.bucket, "key": src.key, "content_length": meta.content_length,
+        "etag": meta.etag, "last_modified": meta.last_modified, "content_type": meta.content_type,
+        "checksum_crc64nvme": meta.checksum_crc64nvme, "checksum_type": meta.checksum_type,
+        "version_id": meta.version_id,
     });
     if !ctx.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&value).unwrap_or_default()
-        );
+        print_fields(&value);
     }
     Ok(value)
+}
+
+/// Prints a JSON object's fields as `name: value` lines (strings unquoted, nulls left out, `op`
+/// omitted): the human form of a command's result.
+fn print_fields(value: &Value) {
+    let Some(fields) = value.as_object() else {
+        return;
+    };
+    let mut out = std::io::stdout().lock();
+    for (name, v) in fields {
+        let text = match v {
+            Value::Null => continue,
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        if name != "op" {
+            let _ = writeln!(out, "{name}: {text}");
+        }
+    }
 }
 
 /// `hipobj ls s3://BUCKET[/PREFIX]`.

@@ -117,11 +117,11 @@ pub fn run(
         Ok(v) => (0, v),
         Err(Failure::Malformed(msg)) => {
             // Best effort: a closed stderr must not turn a clear exit code into a panic.
-            let _ = writeln!(stderr, "hipobj debug sigv4: {msg}");
+            let _ = writeln!(stderr, "hipobj: error: {msg}");
             (2, json!({ "error": msg }))
         }
         Err(Failure::Unsupported(why)) => {
-            let _ = writeln!(stderr, "hipobj debug sigv4: unsupported: {why}");
+            let _ = writeln!(stderr, "hipobj: error: unsupported: {why}");
             (3, json!({ "unsupported": why }))
         }
     };
@@ -130,7 +130,7 @@ pub fn run(
         .and_then(|()| stdout.flush())
         .is_err()
     {
-        let _ = writeln!(stderr, "hipobj debug sigv4: cannot write to stdout");
+        let _ = writeln!(stderr, "hipobj: error: cannot write to stdout");
         return if code == 0 { 1 } else { code };
     }
     code

@@ -7,6 +7,7 @@ pub mod debug_sigv4;
 pub mod embedded;
 pub mod engine_io;
 pub mod interrupt;
+pub mod json_out;
 pub mod net;
 pub mod s3uri;
 pub mod serve;

@@ -55,8 +55,10 @@ fn exit(code: i32) -> ExitCode {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let mut stdout = std::io::stdout().lock();
-    let mut stderr = std::io::stderr().lock();
+    // Object commands take no lock on stdout/stderr for their whole run: the signal thread
+    // (hipobj_cli::interrupt) must be able to report an interrupted download.
+    let stdout = || std::io::stdout().lock();
+    let stderr = || std::io::stderr().lock();
     match &cli.command {
         Command::Bench(args) => {
             let g = &cli.global;
@@ -67,18 +69,18 @@ fn main() -> ExitCode {
                 g.no_progress,
             );
             if args.embedded {
-                exit(hipobj_cli::embedded::run(&args, &mut stdout, &mut stderr))
+                exit(hipobj_cli::embedded::run(&args, &mut stdout(), &mut stderr()))
             } else {
-                exit(bench::run(&args, &mut stdout, &mut stderr))
+                exit(bench::run(&args, &mut stdout(), &mut stderr()))
             }
         }
-        Command::Serve(args) => exit(serve::run(args, &mut stdout, &mut stderr)),
-        Command::Topo(args) => exit(topo::run(args, &mut stdout, &mut stderr)),
+        Command::Serve(args) => exit(serve::run(args, &mut stdout(), &mut stderr())),
+        Command::Topo(args) => exit(topo::run(args, &mut stdout(), &mut stderr())),
         Command::Debug(DebugCommand::Sigv4(args)) => exit(debug_sigv4::run(
             args,
             &mut std::io::stdin().lock(),
-            &mut stdout,
-            &mut stderr,
+            &mut stdout(),
+            &mut stderr(),
         )),
         Command::Put(args) => exit(commands::run(&cli.global, |ctx| commands::put(ctx, args))),
         Command::Get(args) => exit(commands::run(&cli.global, |ctx| commands::get(ctx, args))),
