@@ -245,6 +245,12 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
             ));
         }
         let up = engine_io::upload(target, &dest.bucket, &dest.key, &data)?;
+        // The engine's PUT completion carries no ETag: a HEAD reads the one the server stored.
+        let etag = ctx
+            .client
+            .head(&dest.bucket, &dest.key)
+            .map_err(|e| format!("HEAD after the upload: {e}"))?
+            .etag;
         summary(
             ctx,
             format!(
@@ -258,7 +264,7 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
         );
         return Ok(json!({
             "op": "put", "bucket": dest.bucket, "key": dest.key, "bytes": len, "parts": 1,
-            "etag": Value::Null, "checksum_crc64nvme": up.checksum_crc64nvme,
+            "etag": etag, "checksum_crc64nvme": up.checksum_crc64nvme,
             "seconds": started.elapsed().as_secs_f64(), "path": up.paths.summary(), "client": "engine", "paths": up.paths.to_json(),
             "fabric_probe": selection.probe_json(),
         }));

@@ -97,7 +97,7 @@ fn hipobj_without_credentials(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn the_no_credentials_error_names_only_what_client_commands_accept() {
-    let out = hipobj_without_credentials(&["ls", "s3://b"]);
+    let out = hipobj_without_credentials(&["ls", "s3://bkt"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.starts_with("hipobj: error: no credentials"), "{stderr}");
@@ -112,4 +112,88 @@ fn the_no_credentials_error_names_only_what_client_commands_accept() {
         assert!(help.contains(flag), "the error names {flag}, which `ls` rejects: {stderr}");
     }
     assert!(stderr.contains("--profile"), "{stderr}");
+}
+
+#[test]
+fn engine_put_names_its_etag_and_head_prints_text_with_the_checksum() {
+    use hipobj_gateway::{Gateway, RcLimits, RcTarget};
+    let root = tempfile::tempdir().unwrap();
+    let soft = RcTarget::start("127.0.0.1:0".parse().unwrap(), RcLimits::default()).unwrap();
+    let gateway = Gateway::builder()
+        .listen("127.0.0.1:0")
+        .root_dir(root.path())
+        .credentials(ACCESS_KEY, SECRET_KEY.to_owned())
+        .rdma_target(soft)
+        .start()
+        .unwrap();
+    let url = format!("http://{}", gateway.local_addr());
+    let run = |args: &[&str]| {
+        let out = cli::hipobj(&url, ACCESS_KEY, SECRET_KEY, args);
+        String::from_utf8_lossy(&cli::succeeded(args, out)).into_owned()
+    };
+    run(&["mb", "s3://gwb"]);
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("t.bin");
+    std::fs::write(&src, cli::random_bytes(100_000, 3)).unwrap();
+
+    let put = run(&["put", path(&src), "s3://gwb/t.bin", "--fabric", "soft", "--json"]);
+    let put: serde_json::Value = serde_json::from_str(put.trim()).unwrap();
+    assert_eq!(put["client"], "engine", "{put}");
+    assert!(put["etag"].as_str().is_some_and(|e| e.len() > 2), "{put}");
+    let crc = put["checksum_crc64nvme"].as_str().unwrap().to_owned();
+
+    // Without --json: `name: value` lines, not JSON; the stored CRC64NVME is shown.
+    let text = run(&["head", "s3://gwb/t.bin"]);
+    assert!(serde_json::from_str::<serde_json::Value>(&text).is_err(), "{text}");
+    assert!(text.lines().any(|l| l == "content_length: 100000"), "{text}");
+    assert!(text.lines().any(|l| l == format!("checksum_crc64nvme: {crc}")), "{text}");
+    assert!(text.contains(&format!("etag: {}", put["etag"].as_str().unwrap())), "{text}");
+
+    let json = run(&["head", "s3://gwb/t.bin", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    assert_eq!(json["checksum_crc64nvme"], crc.as_str(), "{json}");
+    assert_eq!(json["etag"], put["etag"], "{json}");
+    gateway.shutdown();
+}
+
+fn stderr_of(endpoint: &str, args: &[&str]) -> String {
+    let out = cli::hipobj(endpoint, ACCESS_KEY, SECRET_KEY, args);
+    assert_eq!(out.status.code(), Some(1), "{args:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn connection_errors_are_one_clear_line() {
+    // A closed port: "connect to" once, the OS reason once.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let err = stderr_of(&format!("http://{closed}"), &["ls", "s3://bkt"]);
+    assert!(err.starts_with("hipobj: error: connect to "), "{err}");
+    assert_eq!(err.matches("connect to").count(), 1, "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+
+    // https:// against a plain-HTTP server says what is wrong.
+    let server = S3sFs::start();
+    let err = stderr_of(&format!("https://{}", server.addr), &["ls", "s3://bkt"]);
+    assert!(err.contains("the server did not answer TLS; is the endpoint http://?"), "{err}");
+}
+
+#[test]
+fn every_subcommand_reports_errors_with_one_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing");
+    let cases: [&[&str]; 4] = [
+        &["serve", "--listen", "127.0.0.1:99999", "--root", path(dir.path()), "--access-key", "a", "--secret-key", "b"],
+        &["topo", "--sysfs-root", path(&missing)],
+        &["bench", "s3://bkt/k", "--endpoint-url", "http://127.0.0.1:9"],
+        &["put", path(&missing), "s3://bkt/k"],
+    ];
+    for args in cases {
+        let out = cli::hipobj("http://127.0.0.1:9", ACCESS_KEY, SECRET_KEY, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(err.starts_with("hipobj: error: "), "{args:?}: {err}");
+    }
 }
