@@ -1,4 +1,4 @@
-//! The object commands (`put`, `get`, `head`, `ls`, `rm`, `mb`): argument parsing, output and
+//! The object commands (`put`, `get`, `head`, `ls`, `rm`, `mb`, `rb`): argument parsing, output and
 //! exit codes. Each command returns a JSON value (printed with `--json`) and prints a human
 //! summary otherwise; every failure becomes one line on stderr and exit code 1.
 
@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use crate::bench::parse_size;
 use crate::client::{ClientSettings, S3Client};
+pub use crate::client_args::ClientArgs;
 use crate::net::tls::TlsOptions;
 use crate::net::transport::Timeouts;
 use crate::s3uri::S3Uri;
@@ -23,35 +24,6 @@ use crate::units::format_bytes;
 use engine_io::{EngineSite, EngineTarget, FabricChoice, Selection};
 
 pub use crate::engine_io;
-
-/// Options every object command takes.
-#[derive(Args, Debug, Clone, Default)]
-pub struct GlobalArgs {
-    /// S3 endpoint, e.g. http://127.0.0.1:9000 (default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, profile).
-    #[arg(long, global = true)]
-    pub endpoint_url: Option<String>,
-    /// Region of the signature scope (default: AWS_REGION, AWS_DEFAULT_REGION, profile, us-east-1).
-    #[arg(long, global = true)]
-    pub region: Option<String>,
-    /// Profile in ~/.aws/credentials and ~/.aws/config (default: AWS_PROFILE, "default").
-    #[arg(long, global = true)]
-    pub profile: Option<String>,
-    /// Print results as JSON on stdout.
-    #[arg(long, global = true)]
-    pub json: bool,
-    /// Never draw a progress bar.
-    #[arg(long, global = true)]
-    pub no_progress: bool,
-    /// PEM file of CA certificates to trust for https:// endpoints.
-    #[arg(long, global = true)]
-    pub ca_bundle: Option<PathBuf>,
-    /// Accept any TLS certificate (testing only: the server's identity is not checked).
-    #[arg(long, global = true)]
-    pub insecure_skip_tls_verify: bool,
-    /// Bucket addressing: path (/bucket/key), virtual (bucket.host/key) or auto.
-    #[arg(long, global = true, value_parser = ["auto", "path", "virtual"], default_value = "auto")]
-    pub addressing_style: String,
-}
 
 /// What a command needs: a connected client and how to print.
 pub struct Context {
@@ -70,11 +42,11 @@ pub struct Context {
 /// A command's failure: one line for stderr.
 pub type CommandResult = Result<Value, String>;
 
-fn build_context(global: &GlobalArgs) -> Result<Context, String> {
+fn build_context(global: &ClientArgs) -> Result<Context, String> {
     let overrides = Overrides {
         profile: global.profile.clone(),
-        region: global.region.clone(),
-        endpoint_url: global.endpoint_url.clone(),
+        region: global.endpoint.region.clone(),
+        endpoint_url: global.endpoint.endpoint_url.clone(),
         ..Default::default()
     };
     let resolved = credentials::resolve(&overrides, &ProcessEnvironment).map_err(|e| match e {
@@ -89,7 +61,7 @@ fn build_context(global: &GlobalArgs) -> Result<Context, String> {
         .endpoint_url
         .clone()
         .unwrap_or_else(|| format!("https://s3.{}.amazonaws.com", resolved.region));
-    let style = match global.addressing_style.as_str() {
+    let style = match global.addressing_style.as_deref().unwrap_or("auto") {
         "path" => AddressingStyle::Path,
         "virtual" => AddressingStyle::VirtualHost,
         _ => AddressingStyle::Auto,
@@ -118,10 +90,11 @@ fn build_context(global: &GlobalArgs) -> Result<Context, String> {
         region: settings.region.clone(),
     };
     let client = S3Client::new(settings).map_err(|e| e.to_string())?;
-    let progress = !global.json && !global.no_progress && std::io::stderr().is_terminal();
+    let progress =
+        !global.output.json && !global.output.no_progress && std::io::stderr().is_terminal();
     Ok(Context {
         client,
-        json: global.json,
+        json: global.output.json,
         progress,
         stdout_is_data: false,
         site,
@@ -129,7 +102,7 @@ fn build_context(global: &GlobalArgs) -> Result<Context, String> {
 }
 
 /// Builds the context, runs `command`, prints its result or its error; returns the exit code.
-pub fn run(global: &GlobalArgs, command: impl FnOnce(&mut Context) -> CommandResult) -> i32 {
+pub fn run(global: &ClientArgs, command: impl FnOnce(&mut Context) -> CommandResult) -> i32 {
     let result = build_context(global).and_then(|mut ctx| {
         let value = command(&mut ctx)?;
         if ctx.json && ctx.stdout_is_data {
@@ -199,6 +172,8 @@ pub struct PutArgs {
     /// Applies to `--fabric verbs` and `auto`.
     #[arg(long)]
     pub rdma_device: Option<String>,
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 /// Chooses the data path of `get`/`put` (`--fabric auto` probes the endpoint's capabilities
@@ -327,8 +302,9 @@ pub struct GetArgs {
     /// Destination file, a directory (an existing one, or any path ending in `/`: writes
     /// DIR/NAME, NAME being the key's last path segment), or `-` for stdout (default: ./NAME).
     pub dest: Option<String>,
-    /// Only these bytes: A-B (inclusive), A- (to the end) or -N (the last N bytes).
-    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| ByteRange::parse_cli(s).map_err(|e| e.to_string()))]
+    /// Only these bytes: A-B (inclusive), A- (to the end) or -N (the last N bytes); the HTTP
+    /// form `bytes=A-B` (aws s3api's `--range`) is accepted too.
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_range)]
     pub range: Option<ByteRange>,
     /// Data path: `auto` (default: one signed capability probe; the engine over RDMA when an
     /// http:// endpoint advertises it, else the blocking client), `soft` (the engine over the
@@ -341,6 +317,13 @@ pub struct GetArgs {
     /// Applies to `--fabric verbs` and `auto`.
     #[arg(long)]
     pub rdma_device: Option<String>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `--range`: `A-B`, `A-`, `-N`, or the same after `bytes=` (as `aws s3api get-object --range`).
+fn parse_range(s: &str) -> Result<ByteRange, String> {
+    ByteRange::parse_cli(s.strip_prefix("bytes=").unwrap_or(s)).map_err(|e| e.to_string())
 }
 
 /// What a download did, whichever path carried it.
@@ -586,6 +569,8 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
 pub struct HeadArgs {
     /// The object, s3://BUCKET/KEY.
     pub src: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 /// Runs `head`.
@@ -627,19 +612,45 @@ fn print_fields(value: &Value) {
     }
 }
 
-/// `hipobj ls s3://BUCKET[/PREFIX]`.
+/// `hipobj ls [s3://[BUCKET[/PREFIX]]]`.
 #[derive(Args, Debug)]
 pub struct LsArgs {
-    /// s3://BUCKET or s3://BUCKET/PREFIX.
-    pub target: String,
+    /// s3://BUCKET or s3://BUCKET/PREFIX; none (or `s3://`) lists the buckets.
+    pub target: Option<String>,
     /// List every key under the prefix instead of rolling up at `/`.
     #[arg(long, short = 'r')]
     pub recursive: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `hipobj ls` or `hipobj ls s3://`: the buckets, as `aws s3 ls` prints them.
+fn ls_buckets(ctx: &mut Context) -> CommandResult {
+    let buckets = ctx.client.list_buckets().map_err(|e| e.to_string())?;
+    if !ctx.json {
+        let mut out = std::io::stdout().lock();
+        for b in &buckets {
+            let _ = writeln!(
+                out,
+                "{:>30}  {}",
+                b.creation_date.as_deref().unwrap_or("-"),
+                b.name
+            );
+        }
+    }
+    let buckets: Vec<Value> = buckets
+        .iter()
+        .map(|b| json!({"name": b.name, "creation_date": b.creation_date}))
+        .collect();
+    Ok(json!({"op": "ls", "buckets": buckets}))
 }
 
 /// Runs `ls`.
 pub fn ls(ctx: &mut Context, args: &LsArgs) -> CommandResult {
-    let target = S3Uri::parse(&args.target).map_err(|e| e.to_string())?;
+    let Some(arg) = args.target.as_deref().filter(|t| *t != "s3://") else {
+        return ls_buckets(ctx);
+    };
+    let target = S3Uri::parse(arg).map_err(|e| e.to_string())?;
     let prefix = (!target.key.is_empty()).then_some(target.key.as_str());
     let delimiter = (!args.recursive).then_some("/");
     let listing = ctx
@@ -667,7 +678,7 @@ pub fn ls(ctx: &mut Context, args: &LsArgs) -> CommandResult {
         .map(|o| json!({"key": o.key, "size": o.size, "etag": o.etag, "last_modified": o.last_modified}))
         .collect();
     Ok(
-        json!({"bucket": target.bucket, "prefix": prefix, "objects": objects,
+        json!({"op": "ls", "bucket": target.bucket, "prefix": prefix, "objects": objects,
               "common_prefixes": listing.common_prefixes, "pages": listing.pages}),
     )
 }
@@ -677,6 +688,8 @@ pub fn ls(ctx: &mut Context, args: &LsArgs) -> CommandResult {
 pub struct RmArgs {
     /// The object, s3://BUCKET/KEY.
     pub target: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 /// Runs `rm`.
@@ -694,6 +707,8 @@ pub fn rm(ctx: &mut Context, args: &RmArgs) -> CommandResult {
 pub struct MbArgs {
     /// The bucket, s3://BUCKET.
     pub target: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 /// Runs `mb`.
@@ -710,4 +725,60 @@ pub fn mb(ctx: &mut Context, args: &MbArgs) -> CommandResult {
         .map_err(|e| e.to_string())?;
     summary(ctx, format!("make_bucket: {}", target.bucket));
     Ok(json!({"op": "mb", "bucket": target.bucket}))
+}
+
+/// `hipobj rb s3://BUCKET [--force]`.
+#[derive(Args, Debug)]
+pub struct RbArgs {
+    /// The bucket, s3://BUCKET.
+    pub target: String,
+    /// Delete every object in the bucket first (otherwise a bucket that is not empty is refused).
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Runs `rb`.
+pub fn rb(ctx: &mut Context, args: &RbArgs) -> CommandResult {
+    let target = S3Uri::parse(&args.target).map_err(|e| e.to_string())?;
+    if !target.key.is_empty() {
+        return Err(format!(
+            "rb takes s3://BUCKET, not an object key ({})",
+            args.target
+        ));
+    }
+    // Checked here too: not every server refuses to delete a bucket that holds objects
+    // (s3s-fs 0.14 deletes it with them).
+    let listing = ctx
+        .client
+        .list(&target.bucket, None, None)
+        .map_err(|e| e.to_string())?;
+    if !args.force && !listing.objects.is_empty() {
+        return Err(format!(
+            "s3://{} is not empty ({} objects): `hipobj rb --force` deletes them first",
+            target.bucket,
+            listing.objects.len()
+        ));
+    }
+    let mut deleted = 0u64;
+    if args.force {
+        for o in &listing.objects {
+            ctx.client
+                .delete(&target.bucket, &o.key)
+                .map_err(|e| format!("s3://{}/{}: {e}", target.bucket, o.key))?;
+            summary(ctx, format!("delete: s3://{}/{}", target.bucket, o.key));
+            deleted += 1;
+        }
+    }
+    ctx.client.delete_bucket(&target.bucket).map_err(|e| {
+        let e = e.to_string();
+        if e.contains("BucketNotEmpty") {
+            format!("{e} (`hipobj rb --force` deletes its objects first)")
+        } else {
+            e
+        }
+    })?;
+    summary(ctx, format!("remove_bucket: {}", target.bucket));
+    Ok(json!({"op": "rb", "bucket": target.bucket, "objects_deleted": deleted}))
 }

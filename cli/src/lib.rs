@@ -2,6 +2,7 @@
 pub mod bench;
 pub mod capability;
 pub mod client;
+pub mod client_args;
 pub mod commands;
 pub mod debug_sigv4;
 pub mod embedded;

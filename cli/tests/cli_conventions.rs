@@ -197,3 +197,97 @@ fn every_subcommand_reports_errors_with_one_prefix() {
         assert!(err.starts_with("hipobj: error: "), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn client_flags_belong_to_client_commands_before_or_after_them() {
+    let server = S3sFs::start();
+    server.create_bucket_dir("flags");
+    server.put_file("flags", "k", b"0123456789abcdef");
+    // After the command (as `aws s3 ... --endpoint-url`) and before it (as aws's global options).
+    let after = ok(&server, &["ls", "s3://flags", "--json"]);
+    let before = ok(&server, &["--json", "ls", "s3://flags"]);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(after.trim()).unwrap()["objects"][0]["key"],
+        "k"
+    );
+    assert_eq!(after, before);
+
+    // Commands that are not clients do not offer them.
+    let out = cli::hipobj(&server.endpoint_url(), ACCESS_KEY, SECRET_KEY, &["serve", "--json"]);
+    assert_eq!(out.status.code(), Some(2), "serve --json must be a usage error");
+    let out = cli::hipobj(
+        &server.endpoint_url(),
+        ACCESS_KEY,
+        SECRET_KEY,
+        &["--endpoint-url", "http://x", "topo"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.starts_with("hipobj: error: `topo` takes no client flags"), "{err}");
+    let help = |cmd: &str| {
+        let out = cli::hipobj(&server.endpoint_url(), ACCESS_KEY, SECRET_KEY, &[cmd, "--help"]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let h = help("serve");
+    assert!(!h.contains("--endpoint-url") && !h.contains("--json"), "{h}");
+    let h = help("topo");
+    assert!(!h.contains("--endpoint-url") && !h.contains("--ca-bundle"), "{h}");
+    for cmd in ["put", "get", "head", "ls", "rm", "mb", "rb"] {
+        let h = help(cmd);
+        assert!(h.contains("--endpoint-url") && h.contains("--json"), "{cmd}: {h}");
+    }
+}
+
+#[test]
+fn range_takes_the_http_form_too() {
+    let server = S3sFs::start();
+    server.create_bucket_dir("rng");
+    server.put_file("rng", "k", b"0123456789abcdef");
+    let dir = tempfile::tempdir().unwrap();
+    for (range, want) in [("bytes=0-9", &b"0123456789"[..]), ("bytes=-3", b"def"), ("2-4", b"234")] {
+        let dest = dir.path().join("r");
+        ok(&server, &["get", "s3://rng/k", path(&dest), "--range", range]);
+        assert_eq!(std::fs::read(&dest).unwrap(), want, "--range {range}");
+    }
+}
+
+#[test]
+fn ls_lists_buckets_and_rb_refuses_non_empty_unless_forced() {
+    let server = S3sFs::start();
+    ok(&server, &["mb", "s3://first-bucket"]);
+    ok(&server, &["mb", "s3://second-bucket"]);
+    for args in [&["ls"][..], &["ls", "s3://"]] {
+        let text = ok(&server, args);
+        assert!(text.contains("first-bucket") && text.contains("second-bucket"), "{text}");
+    }
+    let json = ok(&server, &["ls", "s3://", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    let names: Vec<&str> = json["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["first-bucket", "second-bucket"], "{json}");
+
+    server.put_file("first-bucket", "a/b.bin", b"x");
+    server.put_file("first-bucket", "c.bin", b"y");
+    let out = cli::hipobj(
+        &server.endpoint_url(),
+        ACCESS_KEY,
+        SECRET_KEY,
+        &["rb", "s3://first-bucket"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("not empty (2 objects)") && err.contains("--force"), "{err}");
+    assert!(object_on_disk(&server, "first-bucket", "c.bin").is_some());
+
+    let forced = ok(&server, &["rb", "s3://first-bucket", "--force", "--json"]);
+    let forced: serde_json::Value = serde_json::from_str(forced.trim()).unwrap();
+    assert_eq!(forced["objects_deleted"], 2, "{forced}");
+    ok(&server, &["rb", "s3://second-bucket"]);
+    let json = ok(&server, &["ls", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    assert_eq!(json["buckets"], serde_json::json!([]), "{json}");
+}
