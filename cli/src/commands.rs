@@ -180,9 +180,19 @@ pub struct PutArgs {
 /// once, on the blocking transport).
 fn select(ctx: &Context, choice: FabricChoice, device: Option<&str>) -> Result<Selection, String> {
     let endpoint = ctx.client.endpoint().clone();
-    EngineTarget::select(choice, &ctx.site, device, |site| {
+    let selection = EngineTarget::select(choice, &ctx.site, device, |site| {
         engine_io::probe(&endpoint, site)
-    })
+    })?;
+    tracing::info!(
+        "data path: --fabric {choice:?} -> {} client (capability probe: {})",
+        if selection.target.is_some() {
+            "engine"
+        } else {
+            "blocking HTTP"
+        },
+        selection.probe_json()
+    );
+    Ok(selection)
 }
 
 /// Runs `put`.

@@ -13,6 +13,10 @@ use hipobj_cli::{bench, debug_sigv4, serve, topo};
     about = "RDMA-accelerated S3 client: object data straight into GPU or host memory"
 )]
 struct Cli {
+    /// Log to stderr: -v requests, retries and data-path decisions (and `serve`'s access log,
+    /// one line per request), -vv more detail, -vvv everything.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     /// Client flags given before the command (as the aws CLI allows); the same flags after it win.
     #[command(flatten, next_help_heading = "Client options (put, get, head, ls, rm, mb, rb; endpoint and output ones for bench)")]
     client: ClientArgs,
@@ -74,12 +78,28 @@ fn refuse_client_flags(command: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// `-v`: tracing events at INFO and above (DEBUG with -vv, TRACE with -vvv) to stderr.
+fn init_logging(verbose: u8) {
+    let level = match verbose {
+        0 => return,
+        1 => tracing::Level::INFO,
+        2 => tracing::Level::DEBUG,
+        _ => tracing::Level::TRACE,
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // Object commands take no lock on stdout/stderr for their whole run: the signal thread
-    // (hipobj_cli::interrupt) must be able to report an interrupted download.
-    let stdout = || std::io::stdout().lock();
-    let stderr = || std::io::stderr().lock();
+    init_logging(cli.verbose);
+    // No command holds the stdout/stderr lock for its whole run: other threads write too (the
+    // signal thread of hipobj_cli::interrupt, `-v` logging from the gateway's and engine's
+    // threads), and would block on it.
+    let stdout = std::io::stdout;
+    let stderr = std::io::stderr;
     let before = &cli.client;
     let name = match &cli.command {
         Command::Serve(_) => "serve",

@@ -291,3 +291,52 @@ fn ls_lists_buckets_and_rb_refuses_non_empty_unless_forced() {
     let json: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
     assert_eq!(json["buckets"], serde_json::json!([]), "{json}");
 }
+
+#[test]
+fn verbose_shows_requests_and_path_decisions_and_serve_logs_each_request() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_hipobj"))
+        .args(["serve", "-v", "--listen", "127.0.0.1:0", "--root"])
+        .arg(dir.path().join("root"))
+        .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
+        .env_clear()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(serve.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line.trim().strip_prefix("listening on ").unwrap().to_owned();
+
+    let quiet = cli::hipobj(&url, ACCESS_KEY, SECRET_KEY, &["mb", "s3://verbose-b"]);
+    assert!(quiet.status.success());
+    assert!(!String::from_utf8_lossy(&quiet.stderr).contains("GET"), "no -v: no log");
+    let src = dir.path().join("v.bin");
+    std::fs::write(&src, b"verbose").unwrap();
+    let out = cli::hipobj(
+        &url,
+        ACCESS_KEY,
+        SECRET_KEY,
+        &["-v", "put", path(&src), "s3://verbose-b/v.bin"],
+    );
+    assert!(out.status.success());
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("data path: --fabric Auto"), "{log}");
+    assert!(log.contains("PUT /verbose-b/v.bin -> 200"), "{log}");
+    let out = cli::hipobj(&url, ACCESS_KEY, SECRET_KEY, &["ls", "s3://verbose-b", "--verbose"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("GET /verbose-b?"), "--verbose");
+
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let mut access = String::new();
+    serve.stderr.take().unwrap().read_to_string(&mut access).unwrap();
+    let lines: Vec<&str> = access.lines().filter(|l| l.contains("hipobj::access")).collect();
+    // mb, the put's capability probe... : every request one line, with its status.
+    assert!(lines.iter().any(|l| l.contains("PUT /verbose-b 200")), "{access}");
+    assert!(lines.iter().any(|l| l.contains("PUT /verbose-b/v.bin 200")), "{access}");
+    assert!(lines.iter().any(|l| l.contains("GET /verbose-b?") && l.contains(" 200 ")), "{access}");
+}
