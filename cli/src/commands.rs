@@ -468,9 +468,10 @@ fn local_destination(dest: Option<&str>, key: &str) -> String {
     match dest {
         None => name.to_owned(),
         Some("-") => "-".to_owned(),
-        Some(d) if d.ends_with('/') || std::path::Path::new(d).is_dir() => {
-            std::path::Path::new(d).join(name).to_string_lossy().into_owned()
-        }
+        Some(d) if d.ends_with('/') || std::path::Path::new(d).is_dir() => std::path::Path::new(d)
+            .join(name)
+            .to_string_lossy()
+            .into_owned(),
         Some(d) => d.to_owned(),
     }
 }

@@ -18,7 +18,10 @@ struct Cli {
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
     /// Client flags given before the command (as the aws CLI allows); the same flags after it win.
-    #[command(flatten, next_help_heading = "Client options (put, get, head, ls, rm, mb, rb; endpoint and output ones for bench)")]
+    #[command(
+        flatten,
+        next_help_heading = "Client options (put, get, head, ls, rm, mb, rb; endpoint and output ones for bench)"
+    )]
     client: ClientArgs,
     #[command(subcommand)]
     command: Command,
@@ -126,7 +129,11 @@ fn main() -> ExitCode {
                 output.no_progress,
             );
             if args.embedded {
-                exit(hipobj_cli::embedded::run(&args, &mut stdout(), &mut stderr()))
+                exit(hipobj_cli::embedded::run(
+                    &args,
+                    &mut stdout(),
+                    &mut stderr(),
+                ))
             } else {
                 exit(bench::run(&args, &mut stdout(), &mut stderr()))
             }
@@ -139,12 +146,26 @@ fn main() -> ExitCode {
             &mut stdout(),
             &mut stderr(),
         )),
-        Command::Put(a) => exit(commands::run(&a.client.or(before), |ctx| commands::put(ctx, a))),
-        Command::Get(a) => exit(commands::run(&a.client.or(before), |ctx| commands::get(ctx, a))),
-        Command::Head(a) => exit(commands::run(&a.client.or(before), |ctx| commands::head(ctx, a))),
-        Command::Ls(a) => exit(commands::run(&a.client.or(before), |ctx| commands::ls(ctx, a))),
-        Command::Rm(a) => exit(commands::run(&a.client.or(before), |ctx| commands::rm(ctx, a))),
-        Command::Mb(a) => exit(commands::run(&a.client.or(before), |ctx| commands::mb(ctx, a))),
-        Command::Rb(a) => exit(commands::run(&a.client.or(before), |ctx| commands::rb(ctx, a))),
+        Command::Put(a) => exit(commands::run(&a.client.or(before), |ctx| {
+            commands::put(ctx, a)
+        })),
+        Command::Get(a) => exit(commands::run(&a.client.or(before), |ctx| {
+            commands::get(ctx, a)
+        })),
+        Command::Head(a) => exit(commands::run(&a.client.or(before), |ctx| {
+            commands::head(ctx, a)
+        })),
+        Command::Ls(a) => exit(commands::run(&a.client.or(before), |ctx| {
+            commands::ls(ctx, a)
+        })),
+        Command::Rm(a) => exit(commands::run(&a.client.or(before), |ctx| {
+            commands::rm(ctx, a)
+        })),
+        Command::Mb(a) => exit(commands::run(&a.client.or(before), |ctx| {
+            commands::mb(ctx, a)
+        })),
+        Command::Rb(a) => exit(commands::run(&a.client.or(before), |ctx| {
+            commands::rb(ctx, a)
+        })),
     }
 }

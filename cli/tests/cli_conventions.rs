@@ -39,7 +39,10 @@ fn put_to_a_prefix_or_bucket_appends_the_file_name() {
         Some(&data[..]),
         "s3://conv/dir/ must write dir/weights.bin"
     );
-    ok(&server, &["put", path(&src), "s3://conv/a/b/", "--fabric", "http"]);
+    ok(
+        &server,
+        &["put", path(&src), "s3://conv/a/b/", "--fabric", "http"],
+    );
     assert!(object_on_disk(&server, "conv", "a/b/weights.bin").is_some());
 
     let put = ok(&server, &["put", path(&src), "s3://conv/", "--json"]);
@@ -67,12 +70,18 @@ fn get_into_a_directory_writes_the_key_name() {
     let dir = tempfile::tempdir().unwrap();
 
     // An existing directory, without a trailing slash.
-    ok(&server, &["get", "s3://conv/models/layer.bin", path(dir.path())]);
+    ok(
+        &server,
+        &["get", "s3://conv/models/layer.bin", path(dir.path())],
+    );
     assert_eq!(std::fs::read(dir.path().join("layer.bin")).unwrap(), data);
 
     // A new directory named with a trailing slash is created.
     let fresh = format!("{}/fresh/", path(dir.path()));
-    let get = ok(&server, &["get", "s3://conv/models/layer.bin", &fresh, "--json"]);
+    let get = ok(
+        &server,
+        &["get", "s3://conv/models/layer.bin", &fresh, "--json"],
+    );
     let get: serde_json::Value = serde_json::from_str(get.trim()).unwrap();
     let written = dir.path().join("fresh/layer.bin");
     assert_eq!(get["dest"], path(&written), "{get}");
@@ -100,16 +109,22 @@ fn the_no_credentials_error_names_only_what_client_commands_accept() {
     let out = hipobj_without_credentials(&["ls", "s3://bkt"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.starts_with("hipobj: error: no credentials"), "{stderr}");
+    assert!(
+        stderr.starts_with("hipobj: error: no credentials"),
+        "{stderr}"
+    );
     assert!(stderr.contains("AWS_ACCESS_KEY_ID"), "{stderr}");
     // Every flag the message names is one `ls` accepts.
-    let help = String::from_utf8_lossy(&hipobj_without_credentials(&["ls", "--help"]).stdout)
-        .into_owned();
+    let help =
+        String::from_utf8_lossy(&hipobj_without_credentials(&["ls", "--help"]).stdout).into_owned();
     for flag in stderr
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
         .filter(|w| w.starts_with("--"))
     {
-        assert!(help.contains(flag), "the error names {flag}, which `ls` rejects: {stderr}");
+        assert!(
+            help.contains(flag),
+            "the error names {flag}, which `ls` rejects: {stderr}"
+        );
     }
     assert!(stderr.contains("--profile"), "{stderr}");
 }
@@ -136,7 +151,14 @@ fn engine_put_names_its_etag_and_head_prints_text_with_the_checksum() {
     let src = dir.path().join("t.bin");
     std::fs::write(&src, cli::random_bytes(100_000, 3)).unwrap();
 
-    let put = run(&["put", path(&src), "s3://gwb/t.bin", "--fabric", "soft", "--json"]);
+    let put = run(&[
+        "put",
+        path(&src),
+        "s3://gwb/t.bin",
+        "--fabric",
+        "soft",
+        "--json",
+    ]);
     let put: serde_json::Value = serde_json::from_str(put.trim()).unwrap();
     assert_eq!(put["client"], "engine", "{put}");
     assert!(put["etag"].as_str().is_some_and(|e| e.len() > 2), "{put}");
@@ -144,10 +166,23 @@ fn engine_put_names_its_etag_and_head_prints_text_with_the_checksum() {
 
     // Without --json: `name: value` lines, not JSON; the stored CRC64NVME is shown.
     let text = run(&["head", "s3://gwb/t.bin"]);
-    assert!(serde_json::from_str::<serde_json::Value>(&text).is_err(), "{text}");
-    assert!(text.lines().any(|l| l == "content_length: 100000"), "{text}");
-    assert!(text.lines().any(|l| l == format!("checksum_crc64nvme: {crc}")), "{text}");
-    assert!(text.contains(&format!("etag: {}", put["etag"].as_str().unwrap())), "{text}");
+    assert!(
+        serde_json::from_str::<serde_json::Value>(&text).is_err(),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l == "content_length: 100000"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l == format!("checksum_crc64nvme: {crc}")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("etag: {}", put["etag"].as_str().unwrap())),
+        "{text}"
+    );
 
     let json = run(&["head", "s3://gwb/t.bin", "--json"]);
     let json: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
@@ -177,7 +212,10 @@ fn connection_errors_are_one_clear_line() {
     // https:// against a plain-HTTP server says what is wrong.
     let server = S3sFs::start();
     let err = stderr_of(&format!("https://{}", server.addr), &["ls", "s3://bkt"]);
-    assert!(err.contains("the server did not answer TLS; is the endpoint http://?"), "{err}");
+    assert!(
+        err.contains("the server did not answer TLS; is the endpoint http://?"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -185,9 +223,24 @@ fn every_subcommand_reports_errors_with_one_prefix() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing");
     let cases: [&[&str]; 4] = [
-        &["serve", "--listen", "127.0.0.1:99999", "--root", path(dir.path()), "--access-key", "a", "--secret-key", "b"],
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:99999",
+            "--root",
+            path(dir.path()),
+            "--access-key",
+            "a",
+            "--secret-key",
+            "b",
+        ],
         &["topo", "--sysfs-root", path(&missing)],
-        &["bench", "s3://bkt/k", "--endpoint-url", "http://127.0.0.1:9"],
+        &[
+            "bench",
+            "s3://bkt/k",
+            "--endpoint-url",
+            "http://127.0.0.1:9",
+        ],
         &["put", path(&missing), "s3://bkt/k"],
     ];
     for args in cases {
@@ -213,8 +266,17 @@ fn client_flags_belong_to_client_commands_before_or_after_them() {
     assert_eq!(after, before);
 
     // Commands that are not clients do not offer them.
-    let out = cli::hipobj(&server.endpoint_url(), ACCESS_KEY, SECRET_KEY, &["serve", "--json"]);
-    assert_eq!(out.status.code(), Some(2), "serve --json must be a usage error");
+    let out = cli::hipobj(
+        &server.endpoint_url(),
+        ACCESS_KEY,
+        SECRET_KEY,
+        &["serve", "--json"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "serve --json must be a usage error"
+    );
     let out = cli::hipobj(
         &server.endpoint_url(),
         ACCESS_KEY,
@@ -223,18 +285,35 @@ fn client_flags_belong_to_client_commands_before_or_after_them() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.starts_with("hipobj: error: `topo` takes no client flags"), "{err}");
+    assert!(
+        err.starts_with("hipobj: error: `topo` takes no client flags"),
+        "{err}"
+    );
     let help = |cmd: &str| {
-        let out = cli::hipobj(&server.endpoint_url(), ACCESS_KEY, SECRET_KEY, &[cmd, "--help"]);
+        let out = cli::hipobj(
+            &server.endpoint_url(),
+            ACCESS_KEY,
+            SECRET_KEY,
+            &[cmd, "--help"],
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let h = help("serve");
-    assert!(!h.contains("--endpoint-url") && !h.contains("--json"), "{h}");
+    assert!(
+        !h.contains("--endpoint-url") && !h.contains("--json"),
+        "{h}"
+    );
     let h = help("topo");
-    assert!(!h.contains("--endpoint-url") && !h.contains("--ca-bundle"), "{h}");
+    assert!(
+        !h.contains("--endpoint-url") && !h.contains("--ca-bundle"),
+        "{h}"
+    );
     for cmd in ["put", "get", "head", "ls", "rm", "mb", "rb"] {
         let h = help(cmd);
-        assert!(h.contains("--endpoint-url") && h.contains("--json"), "{cmd}: {h}");
+        assert!(
+            h.contains("--endpoint-url") && h.contains("--json"),
+            "{cmd}: {h}"
+        );
     }
 }
 
@@ -244,9 +323,16 @@ fn range_takes_the_http_form_too() {
     server.create_bucket_dir("rng");
     server.put_file("rng", "k", b"0123456789abcdef");
     let dir = tempfile::tempdir().unwrap();
-    for (range, want) in [("bytes=0-9", &b"0123456789"[..]), ("bytes=-3", b"def"), ("2-4", b"234")] {
+    for (range, want) in [
+        ("bytes=0-9", &b"0123456789"[..]),
+        ("bytes=-3", b"def"),
+        ("2-4", b"234"),
+    ] {
         let dest = dir.path().join("r");
-        ok(&server, &["get", "s3://rng/k", path(&dest), "--range", range]);
+        ok(
+            &server,
+            &["get", "s3://rng/k", path(&dest), "--range", range],
+        );
         assert_eq!(std::fs::read(&dest).unwrap(), want, "--range {range}");
     }
 }
@@ -258,7 +344,10 @@ fn ls_lists_buckets_and_rb_refuses_non_empty_unless_forced() {
     ok(&server, &["mb", "s3://second-bucket"]);
     for args in [&["ls"][..], &["ls", "s3://"]] {
         let text = ok(&server, args);
-        assert!(text.contains("first-bucket") && text.contains("second-bucket"), "{text}");
+        assert!(
+            text.contains("first-bucket") && text.contains("second-bucket"),
+            "{text}"
+        );
     }
     let json = ok(&server, &["ls", "s3://", "--json"]);
     let json: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
@@ -280,7 +369,10 @@ fn ls_lists_buckets_and_rb_refuses_non_empty_unless_forced() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("not empty (2 objects)") && err.contains("--force"), "{err}");
+    assert!(
+        err.contains("not empty (2 objects)") && err.contains("--force"),
+        "{err}"
+    );
     assert!(object_on_disk(&server, "first-bucket", "c.bin").is_some());
 
     let forced = ok(&server, &["rb", "s3://first-bucket", "--force", "--json"]);
@@ -310,11 +402,18 @@ fn verbose_shows_requests_and_path_decisions_and_serve_logs_each_request() {
     BufReader::new(serve.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let url = line.trim().strip_prefix("listening on ").unwrap().to_owned();
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_owned();
 
     let quiet = cli::hipobj(&url, ACCESS_KEY, SECRET_KEY, &["mb", "s3://verbose-b"]);
     assert!(quiet.status.success());
-    assert!(!String::from_utf8_lossy(&quiet.stderr).contains("GET"), "no -v: no log");
+    assert!(
+        !String::from_utf8_lossy(&quiet.stderr).contains("GET"),
+        "no -v: no log"
+    );
     let src = dir.path().join("v.bin");
     std::fs::write(&src, b"verbose").unwrap();
     let out = cli::hipobj(
@@ -327,16 +426,43 @@ fn verbose_shows_requests_and_path_decisions_and_serve_logs_each_request() {
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(log.contains("data path: --fabric Auto"), "{log}");
     assert!(log.contains("PUT /verbose-b/v.bin -> 200"), "{log}");
-    let out = cli::hipobj(&url, ACCESS_KEY, SECRET_KEY, &["ls", "s3://verbose-b", "--verbose"]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("GET /verbose-b?"), "--verbose");
+    let out = cli::hipobj(
+        &url,
+        ACCESS_KEY,
+        SECRET_KEY,
+        &["ls", "s3://verbose-b", "--verbose"],
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("GET /verbose-b?"),
+        "--verbose"
+    );
 
     let _ = serve.kill();
     let _ = serve.wait();
     let mut access = String::new();
-    serve.stderr.take().unwrap().read_to_string(&mut access).unwrap();
-    let lines: Vec<&str> = access.lines().filter(|l| l.contains("hipobj::access")).collect();
+    serve
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut access)
+        .unwrap();
+    let lines: Vec<&str> = access
+        .lines()
+        .filter(|l| l.contains("hipobj::access"))
+        .collect();
     // mb, the put's capability probe... : every request one line, with its status.
-    assert!(lines.iter().any(|l| l.contains("PUT /verbose-b 200")), "{access}");
-    assert!(lines.iter().any(|l| l.contains("PUT /verbose-b/v.bin 200")), "{access}");
-    assert!(lines.iter().any(|l| l.contains("GET /verbose-b?") && l.contains(" 200 ")), "{access}");
+    assert!(
+        lines.iter().any(|l| l.contains("PUT /verbose-b 200")),
+        "{access}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("PUT /verbose-b/v.bin 200")),
+        "{access}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("GET /verbose-b?") && l.contains(" 200 ")),
+        "{access}"
+    );
 }

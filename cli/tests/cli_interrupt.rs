@@ -164,7 +164,11 @@ fn interrupted_get_leaves_nothing(signal: &str, code: i32, extra: &[&str]) {
         .read_to_string(&mut stderr)
         .unwrap();
     let exit = exit.unwrap_or_else(|| panic!("hipobj ignored {signal}: {stderr}"));
-    assert_eq!(exit.code(), Some(code), "{signal}: {exit:?}, stderr: {stderr}");
+    assert_eq!(
+        exit.code(),
+        Some(code),
+        "{signal}: {exit:?}, stderr: {stderr}"
+    );
     assert!(!partial.exists(), "{signal} left {}", partial.display());
     assert!(!dest.exists(), "{signal} left a file under the final name");
     assert!(dir_is_empty(dir.path()), "{signal} left files behind");

@@ -9,7 +9,8 @@ use engine::gpu::staging::{self, StagedCopier};
 use engine::gpu::{self, DeviceBuffer, GpuEvent, GpuRuntime, GpuStream, PinnedBuffer, PointerKind};
 
 fn runtime() -> Arc<dyn GpuRuntime> {
-    gpu::try_detect().unwrap_or_else(|e| panic!("this test needs a GPU (benches/gpu/run_on_device.sh): {e}"))
+    gpu::try_detect()
+        .unwrap_or_else(|e| panic!("this test needs a GPU (benches/gpu/run_on_device.sh): {e}"))
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {

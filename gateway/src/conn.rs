@@ -428,7 +428,9 @@ mod access_log_tests {
     #[test]
     fn presigned_signatures_are_redacted() {
         assert_eq!(
-            super::loggable_query("list-type=2&X-Amz-Signature=abc&x-amz-security-token=t&X-Amz-Credential=AK%2Fx"),
+            super::loggable_query(
+                "list-type=2&X-Amz-Signature=abc&x-amz-security-token=t&X-Amz-Credential=AK%2Fx"
+            ),
             "list-type=2&X-Amz-Signature=REDACTED&x-amz-security-token=REDACTED&X-Amz-Credential=AK%2Fx"
         );
         assert_eq!(super::loggable_query(""), "");

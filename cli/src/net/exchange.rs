@@ -210,13 +210,13 @@ impl HttpClient {
         &mut self,
         req: &Request,
         bucket: Option<&str>,
-        mut body: &mut RequestBody<'_>,
+        body: &mut RequestBody<'_>,
         sink: &mut dyn BodySink,
     ) -> Result<ResponseHead, ExchangeError> {
         let host = self.endpoint.connect_host(bucket);
         let replayable = !matches!(body, RequestBody::Reader(..));
         let (conn, reused) = self.connection(&host)?;
-        match self.exchange(conn, req, &mut body, sink) {
+        match self.exchange(conn, req, body, sink) {
             Err((err, false)) if reused && replayable && err.is_retryable() => {
                 tracing::info!(
                     "{} {}: the reused connection failed before any answer ({err}); retrying on a fresh one",
@@ -224,8 +224,7 @@ impl HttpClient {
                     req.path
                 );
                 let (conn, _) = self.connection(&host)?;
-                self.exchange(conn, req, &mut body, sink)
-                    .map_err(|(e, _)| e)
+                self.exchange(conn, req, body, sink).map_err(|(e, _)| e)
             }
             other => other.map_err(|(e, _)| e),
         }

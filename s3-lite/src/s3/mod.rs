@@ -20,12 +20,12 @@ pub mod ops;
 pub mod range;
 mod xml;
 
+pub use buckets::{BucketEntry, parse_list_buckets};
 pub use endpoint::{
     AddressingStyle, BuildError, Endpoint, EndpointError, Scheme, is_dns_compatible,
     validate_bucket, validate_key,
 };
 pub use error::{ErrorDocument, ParseError, ResponseError, S3Error, parse_error, parse_error_xml};
-pub use buckets::{BucketEntry, parse_list_buckets};
 pub use list::{ListObjectsV2Page, ObjectEntry, parse_list_objects_v2};
 pub use meta::ObjectMeta;
 pub use multipart::{
