@@ -1,6 +1,6 @@
-//! The object commands (`put`, `get`, `head`, `ls`, `rm`, `mb`, `rb`): argument parsing, output and
-//! exit codes. Each command returns a JSON value (printed with `--json`) and prints a human
-//! summary otherwise; every failure becomes one line on stderr and exit code 1.
+//! The object commands (`put`, `get`, `head`, `ls`, `rm`, `mb`, `rb`): argument parsing, output
+//! and exit codes. Each command returns a JSON value (printed with `--json`) and prints a human
+//! summary otherwise; every failure becomes one line on stderr and exit code 1 (docs/cli.md).
 
 use std::fs::File;
 use std::io::{IsTerminal, Read, Write};
