@@ -48,7 +48,7 @@ log="$DEST/capi-cuda-$stamp.log"
   echo "== capi C programs (HIPOBJ_REQUIRE_GPU=1)"
 } 2>&1 | tee "$log"
 [ -x "$(command -v cc)" ] || export HIPOBJ_PREBUILT_C_DIR=$PWD/$BIN
-HIPOBJ_REQUIRE_GPU=1 HIPOBJ_CAPI_DIR=$PWD/capi "$BIN/c_programs" --test-threads=1 --nocapture --skip token_helpers_linked_statically 2>&1 | tee -a "$log"
+HIPOBJ_REQUIRE_GPU=1 HIPOBJ_CAPI_DIR=$PWD/capi "$BIN/c_programs" --include-ignored --test-threads=1 --nocapture --skip token_helpers_linked_statically 2>&1 | tee -a "$log"
 rc=${PIPESTATUS[0]}
 echo "== rc $rc" | tee -a "$log"
 exit "$rc"

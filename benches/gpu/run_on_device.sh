@@ -26,7 +26,7 @@ nvidia-smi --query-gpu=name,pci.bus_id,driver_version,memory.total,clocks.sm,clo
 uname -r; nproc; grep MemTotal /proc/meminfo
 
 echo "== gpu integration tests"
-HIPOBJ_REQUIRE_GPU=1 "$BIN/gpu_cuda" --test-threads=1 2>&1 | tee "$DEST/gpu_cuda-tests-$stamp.log"
+HIPOBJ_REQUIRE_GPU=1 "$BIN/gpu_cuda" --include-ignored --test-threads=1 2>&1 | tee "$DEST/gpu_cuda-tests-$stamp.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 
 echo "== gpu_probe"

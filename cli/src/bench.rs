@@ -272,7 +272,8 @@ pub struct BenchReport {
     /// Counts per error code (`EIO` style names).
     pub error_codes: Vec<(String, u64)>,
     /// Payload bytes per path that carried them (`http`, `rdma-soft`, `rdma-verbs`), timed
-    /// phase.
+    /// phase. JSON `{"http": n, ...}`.
+    #[serde(serialize_with = "crate::json_out::serialize_paths")]
     pub paths: Vec<(String, u64)>,
     /// Destination memory (`host`, `cuda`, `hip`).
     pub memory: &'static str,
@@ -316,13 +317,13 @@ pub fn run(args: &BenchArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> 
                 print_table(&report, stdout)
             };
             if let Err(e) = printed {
-                let _ = writeln!(stderr, "hipobj bench: writing the report: {e}");
+                let _ = writeln!(stderr, "hipobj: error: writing the report: {e}");
                 return 1;
             }
             i32::from(report.errors > 0)
         }
         Err(msg) => {
-            let _ = writeln!(stderr, "hipobj bench: {msg}");
+            let _ = writeln!(stderr, "hipobj: error: {msg}");
             1
         }
     }

@@ -872,6 +872,27 @@ impl S3Client {
         self.send(req, Some(bucket), payload, body, &mut Vec::new())?;
         Ok(())
     }
+
+    /// ListBuckets: every bucket the credentials own, in the server's order.
+    pub fn list_buckets(&mut self) -> Result<Vec<s3::BucketEntry>, ClientError> {
+        let req = s3::list_buckets(self.endpoint());
+        let mut body = Vec::new();
+        self.send(req, None, empty_payload(), RequestBody::None, &mut body)?;
+        s3::parse_list_buckets(&body).map_err(ClientError::response)
+    }
+
+    /// DeleteBucket (the server refuses a bucket that is not empty).
+    pub fn delete_bucket(&mut self, bucket: &str) -> Result<(), ClientError> {
+        let req = s3::delete_bucket(self.endpoint(), bucket)?;
+        self.send(
+            req,
+            Some(bucket),
+            empty_payload(),
+            RequestBody::None,
+            &mut Vec::new(),
+        )?;
+        Ok(())
+    }
 }
 
 /// All pages of a listing.

@@ -1,6 +1,6 @@
-//! The object commands (`put`, `get`, `head`, `ls`, `rm`, `mb`): argument parsing, output and
-//! exit codes. Each command returns a JSON value (printed with `--json`) and prints a human
-//! summary otherwise; every failure becomes one line on stderr and exit code 1.
+//! The object commands (`put`, `get`, `head`, `ls`, `rm`, `mb`, `rb`): argument parsing, output
+//! and exit codes. Each command returns a JSON value (printed with `--json`) and prints a human
+//! summary otherwise; every failure becomes one line on stderr and exit code 1 (docs/cli.md).
 
 use std::fs::File;
 use std::io::{IsTerminal, Read, Write};
@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use crate::bench::parse_size;
 use crate::client::{ClientSettings, S3Client};
+pub use crate::client_args::ClientArgs;
 use crate::net::tls::TlsOptions;
 use crate::net::transport::Timeouts;
 use crate::s3uri::S3Uri;
@@ -24,35 +25,6 @@ use crate::upload_proof::{SourceDigest, judge_put, judge_stored, upload_verdict}
 use engine_io::{EngineSite, EngineTarget, FabricChoice, Selection};
 
 pub use crate::engine_io;
-
-/// Options every object command takes.
-#[derive(Args, Debug, Clone, Default)]
-pub struct GlobalArgs {
-    /// S3 endpoint, e.g. http://127.0.0.1:9000 (default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, profile).
-    #[arg(long, global = true)]
-    pub endpoint_url: Option<String>,
-    /// Region of the signature scope (default: AWS_REGION, AWS_DEFAULT_REGION, profile, us-east-1).
-    #[arg(long, global = true)]
-    pub region: Option<String>,
-    /// Profile in ~/.aws/credentials and ~/.aws/config (default: AWS_PROFILE, "default").
-    #[arg(long, global = true)]
-    pub profile: Option<String>,
-    /// Print results as JSON on stdout.
-    #[arg(long, global = true)]
-    pub json: bool,
-    /// Never draw a progress bar.
-    #[arg(long, global = true)]
-    pub no_progress: bool,
-    /// PEM file of CA certificates to trust for https:// endpoints.
-    #[arg(long, global = true)]
-    pub ca_bundle: Option<PathBuf>,
-    /// Accept any TLS certificate (testing only: the server's identity is not checked).
-    #[arg(long, global = true)]
-    pub insecure_skip_tls_verify: bool,
-    /// Bucket addressing: path (/bucket/key), virtual (bucket.host/key) or auto.
-    #[arg(long, global = true, value_parser = ["auto", "path", "virtual"], default_value = "auto")]
-    pub addressing_style: String,
-}
 
 /// What a command needs: a connected client and how to print.
 pub struct Context {
@@ -71,20 +43,26 @@ pub struct Context {
 /// A command's failure: one line for stderr.
 pub type CommandResult = Result<Value, String>;
 
-fn build_context(global: &GlobalArgs) -> Result<Context, String> {
+fn build_context(global: &ClientArgs) -> Result<Context, String> {
     let overrides = Overrides {
         profile: global.profile.clone(),
-        region: global.region.clone(),
-        endpoint_url: global.endpoint_url.clone(),
+        region: global.endpoint.region.clone(),
+        endpoint_url: global.endpoint.endpoint_url.clone(),
         ..Default::default()
     };
-    let resolved =
-        credentials::resolve(&overrides, &ProcessEnvironment).map_err(|e| e.to_string())?;
+    let resolved = credentials::resolve(&overrides, &ProcessEnvironment).map_err(|e| match e {
+        credentials::CredentialsError::NoCredentials { .. } => format!(
+            "{e}. Like the aws CLI, client commands take no key flags: export AWS_ACCESS_KEY_ID \
+             and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), or name a profile of \
+             ~/.aws/credentials with --profile NAME or AWS_PROFILE"
+        ),
+        other => other.to_string(),
+    })?;
     let url = resolved
         .endpoint_url
         .clone()
         .unwrap_or_else(|| format!("https://s3.{}.amazonaws.com", resolved.region));
-    let style = match global.addressing_style.as_str() {
+    let style = match global.addressing_style.as_deref().unwrap_or("auto") {
         "path" => AddressingStyle::Path,
         "virtual" => AddressingStyle::VirtualHost,
         _ => AddressingStyle::Auto,
@@ -113,10 +91,11 @@ fn build_context(global: &GlobalArgs) -> Result<Context, String> {
         region: settings.region.clone(),
     };
     let client = S3Client::new(settings).map_err(|e| e.to_string())?;
-    let progress = !global.json && !global.no_progress && std::io::stderr().is_terminal();
+    let progress =
+        !global.output.json && !global.output.no_progress && std::io::stderr().is_terminal();
     Ok(Context {
         client,
-        json: global.json,
+        json: global.output.json,
         progress,
         stdout_is_data: false,
         site,
@@ -124,7 +103,7 @@ fn build_context(global: &GlobalArgs) -> Result<Context, String> {
 }
 
 /// Builds the context, runs `command`, prints its result or its error; returns the exit code.
-pub fn run(global: &GlobalArgs, command: impl FnOnce(&mut Context) -> CommandResult) -> i32 {
+pub fn run(global: &ClientArgs, command: impl FnOnce(&mut Context) -> CommandResult) -> i32 {
     let result = build_context(global).and_then(|mut ctx| {
         let value = command(&mut ctx)?;
         if ctx.json && ctx.stdout_is_data {
@@ -205,7 +184,7 @@ fn merge(mut value: Value, extra: Value) -> Value {
 pub struct PutArgs {
     /// Local file to upload.
     pub file: PathBuf,
-    /// Destination, s3://BUCKET/KEY.
+    /// Destination, s3://BUCKET/KEY; s3://BUCKET/PREFIX/ or s3://BUCKET appends the file's name.
     pub dest: String,
     /// Files larger than this are uploaded in parts.
     #[arg(long, default_value = "16MiB", value_parser = parse_size)]
@@ -226,20 +205,32 @@ pub struct PutArgs {
     pub rdma_device: Option<String>,
     #[command(flatten)]
     pub verify: VerifyArgs,
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 /// Chooses the data path of `get`/`put` (`--fabric auto` probes the endpoint's capabilities
 /// once, on the blocking transport).
 fn select(ctx: &Context, choice: FabricChoice, device: Option<&str>) -> Result<Selection, String> {
     let endpoint = ctx.client.endpoint().clone();
-    EngineTarget::select(choice, &ctx.site, device, |site| {
+    let selection = EngineTarget::select(choice, &ctx.site, device, |site| {
         engine_io::probe(&endpoint, site)
-    })
+    })?;
+    tracing::info!(
+        "data path: --fabric {choice:?} -> {} client (capability probe: {})",
+        if selection.target.is_some() {
+            "engine"
+        } else {
+            "blocking HTTP"
+        },
+        selection.probe_json()
+    );
+    Ok(selection)
 }
 
 /// Runs `put`.
 pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
-    let dest = S3Uri::parse_object(&args.dest).map_err(|e| e.to_string())?;
+    let dest = S3Uri::parse_upload_dest(&args.dest, &args.file).map_err(|e| e.to_string())?;
     if !(5 << 20..=5 << 30).contains(&args.part_size) {
         return Err(format!(
             "--part-size {} is outside S3's 5 MiB..5 GiB",
@@ -386,10 +377,12 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
 pub struct GetArgs {
     /// Source, s3://BUCKET/KEY.
     pub src: String,
-    /// Destination file, or `-` for stdout (default: the key's last path segment).
+    /// Destination file, a directory (an existing one, or any path ending in `/`: writes
+    /// DIR/NAME, NAME being the key's last path segment), or `-` for stdout (default: ./NAME).
     pub dest: Option<String>,
-    /// Only these bytes: A-B (inclusive), A- (to the end) or -N (the last N bytes).
-    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| ByteRange::parse_cli(s).map_err(|e| e.to_string()))]
+    /// Only these bytes: A-B (inclusive), A- (to the end) or -N (the last N bytes); the HTTP
+    /// form `bytes=A-B` (aws s3api's `--range`) is accepted too.
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_range)]
     pub range: Option<ByteRange>,
     /// Data path: `auto` (default: one signed capability probe; the engine over RDMA when an
     /// http:// endpoint advertises it, else the blocking client), `soft` (the engine over the
@@ -402,6 +395,13 @@ pub struct GetArgs {
     /// Applies to `--fabric verbs` and `auto`.
     #[arg(long)]
     pub rdma_device: Option<String>,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `--range`: `A-B`, `A-`, `-N`, or the same after `bytes=` (as `aws s3api get-object --range`).
+fn parse_range(s: &str) -> Result<ByteRange, String> {
+    ByteRange::parse_cli(s.strip_prefix("bytes=").unwrap_or(s)).map_err(|e| e.to_string())
 }
 
 /// What a download did, whichever path carried it.
@@ -523,19 +523,35 @@ fn fetch(
     })
 }
 
+/// Where `get` writes, named as `aws s3 cp` names it: no destination is `./NAME`, a directory
+/// (existing, or any path ending in `/`) is `DIR/NAME`, NAME being the key's last path segment
+/// (`download` for a key ending in `/`; `get` creates a missing `DIR/`); `-` and any other path
+/// are used as given.
+fn local_destination(dest: Option<&str>, key: &str) -> String {
+    let name = key
+        .rsplit('/')
+        .next()
+        .filter(|s| !s.is_empty())
+        .unwrap_or("download");
+    match dest {
+        None => name.to_owned(),
+        Some("-") => "-".to_owned(),
+        Some(d) if d.ends_with('/') || std::path::Path::new(d).is_dir() => std::path::Path::new(d)
+            .join(name)
+            .to_string_lossy()
+            .into_owned(),
+        Some(d) => d.to_owned(),
+    }
+}
+
 /// Runs `get`.
 pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
     let src = S3Uri::parse_object(&args.src).map_err(|e| e.to_string())?;
-    let dest = match &args.dest {
-        Some(d) => d.clone(),
-        None => src
-            .key
-            .rsplit('/')
-            .next()
-            .filter(|s| !s.is_empty())
-            .unwrap_or("download")
-            .to_owned(),
-    };
+    let dest = local_destination(args.dest.as_deref(), &src.key);
+    if let Some(dir) = args.dest.as_deref().filter(|d| d.ends_with('/')) {
+        // `aws s3 cp s3://b/k new/` creates `new/`.
+        std::fs::create_dir_all(dir).map_err(|e| format!("{dir}: {e}"))?;
+    }
     let started = Instant::now();
     let selection = select(ctx, args.fabric, args.rdma_device.as_deref())?;
     let engine = selection.target.clone();
@@ -565,7 +581,9 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default()
         ));
-        let file = File::create(&tmp_path).map_err(|e| format!("{}: {e}", tmp_path.display()))?;
+        // Removed on failure, on drop and on SIGINT/SIGTERM (crate::interrupt).
+        let (partial, file) = crate::interrupt::PartialFile::create(tmp_path.clone())
+            .map_err(|e| format!("{}: {e}", tmp_path.display()))?;
         let mut writer = std::io::BufWriter::with_capacity(1 << 20, file);
         let bar = progress_bar(ctx, expected.max(1), "get");
         let r = fetch(
@@ -589,10 +607,11 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
             .map_err(|e| e.into_error())
             .and_then(|f| f.sync_all());
         match (&r, flushed) {
-            (Ok(_), Ok(())) => std::fs::rename(&tmp_path, &dest_path)
+            (Ok(_), Ok(())) => partial
+                .persist(&dest_path)
                 .map_err(|e| format!("{}: {e}", dest_path.display()))?,
             (_, flush_result) => {
-                let _ = std::fs::remove_file(&tmp_path);
+                drop(partial);
                 flush_result.map_err(|e| format!("{}: {e}", tmp_path.display()))?;
             }
         }
@@ -631,42 +650,88 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
 pub struct HeadArgs {
     /// The object, s3://BUCKET/KEY.
     pub src: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 /// Runs `head`.
 pub fn head(ctx: &mut Context, args: &HeadArgs) -> CommandResult {
     let src = S3Uri::parse_object(&args.src).map_err(|e| e.to_string())?;
+    // `x-amz-checksum-mode: ENABLED`: servers name the stored checksum only when asked.
     let meta = ctx
         .client
-        .head(&src.bucket, &src.key)
+        .head_with(&src.bucket, &src.key, true)
         .map_err(|e| e.to_string())?;
     let value = json!({
-        "bucket": src.bucket, "key": src.key, "content_length": meta.content_length, "etag": meta.etag,
-        "last_modified": meta.last_modified, "content_type": meta.content_type,
-        "checksum_crc64nvme": meta.checksum_crc64nvme, "version_id": meta.version_id,
+        "op": "head", "bucket": src.bucket, "key": src.key, "content_length": meta.content_length,
+        "etag": meta.etag, "last_modified": meta.last_modified, "content_type": meta.content_type,
+        "checksum_crc64nvme": meta.checksum_crc64nvme, "checksum_type": meta.checksum_type,
+        "version_id": meta.version_id,
     });
     if !ctx.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&value).unwrap_or_default()
-        );
+        print_fields(&value);
     }
     Ok(value)
 }
 
-/// `hipobj ls s3://BUCKET[/PREFIX]`.
+/// Prints a JSON object's fields as `name: value` lines (strings unquoted, nulls left out, `op`
+/// omitted): the human form of a command's result.
+fn print_fields(value: &Value) {
+    let Some(fields) = value.as_object() else {
+        return;
+    };
+    let mut out = std::io::stdout().lock();
+    for (name, v) in fields {
+        let text = match v {
+            Value::Null => continue,
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        if name != "op" {
+            let _ = writeln!(out, "{name}: {text}");
+        }
+    }
+}
+
+/// `hipobj ls [s3://[BUCKET[/PREFIX]]]`.
 #[derive(Args, Debug)]
 pub struct LsArgs {
-    /// s3://BUCKET or s3://BUCKET/PREFIX.
-    pub target: String,
+    /// s3://BUCKET or s3://BUCKET/PREFIX; none (or `s3://`) lists the buckets.
+    pub target: Option<String>,
     /// List every key under the prefix instead of rolling up at `/`.
     #[arg(long, short = 'r')]
     pub recursive: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `hipobj ls` or `hipobj ls s3://`: the buckets, as `aws s3 ls` prints them.
+fn ls_buckets(ctx: &mut Context) -> CommandResult {
+    let buckets = ctx.client.list_buckets().map_err(|e| e.to_string())?;
+    if !ctx.json {
+        let mut out = std::io::stdout().lock();
+        for b in &buckets {
+            let _ = writeln!(
+                out,
+                "{:>30}  {}",
+                b.creation_date.as_deref().unwrap_or("-"),
+                b.name
+            );
+        }
+    }
+    let buckets: Vec<Value> = buckets
+        .iter()
+        .map(|b| json!({"name": b.name, "creation_date": b.creation_date}))
+        .collect();
+    Ok(json!({"op": "ls", "buckets": buckets}))
 }
 
 /// Runs `ls`.
 pub fn ls(ctx: &mut Context, args: &LsArgs) -> CommandResult {
-    let target = S3Uri::parse(&args.target).map_err(|e| e.to_string())?;
+    let Some(arg) = args.target.as_deref().filter(|t| *t != "s3://") else {
+        return ls_buckets(ctx);
+    };
+    let target = S3Uri::parse(arg).map_err(|e| e.to_string())?;
     let prefix = (!target.key.is_empty()).then_some(target.key.as_str());
     let delimiter = (!args.recursive).then_some("/");
     let listing = ctx
@@ -694,7 +759,7 @@ pub fn ls(ctx: &mut Context, args: &LsArgs) -> CommandResult {
         .map(|o| json!({"key": o.key, "size": o.size, "etag": o.etag, "last_modified": o.last_modified}))
         .collect();
     Ok(
-        json!({"bucket": target.bucket, "prefix": prefix, "objects": objects,
+        json!({"op": "ls", "bucket": target.bucket, "prefix": prefix, "objects": objects,
               "common_prefixes": listing.common_prefixes, "pages": listing.pages}),
     )
 }
@@ -704,6 +769,8 @@ pub fn ls(ctx: &mut Context, args: &LsArgs) -> CommandResult {
 pub struct RmArgs {
     /// The object, s3://BUCKET/KEY.
     pub target: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 /// Runs `rm`.
@@ -721,6 +788,8 @@ pub fn rm(ctx: &mut Context, args: &RmArgs) -> CommandResult {
 pub struct MbArgs {
     /// The bucket, s3://BUCKET.
     pub target: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 /// Runs `mb`.
@@ -737,4 +806,60 @@ pub fn mb(ctx: &mut Context, args: &MbArgs) -> CommandResult {
         .map_err(|e| e.to_string())?;
     summary(ctx, format!("make_bucket: {}", target.bucket));
     Ok(json!({"op": "mb", "bucket": target.bucket}))
+}
+
+/// `hipobj rb s3://BUCKET [--force]`.
+#[derive(Args, Debug)]
+pub struct RbArgs {
+    /// The bucket, s3://BUCKET.
+    pub target: String,
+    /// Delete every object in the bucket first (otherwise a bucket that is not empty is refused).
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Runs `rb`.
+pub fn rb(ctx: &mut Context, args: &RbArgs) -> CommandResult {
+    let target = S3Uri::parse(&args.target).map_err(|e| e.to_string())?;
+    if !target.key.is_empty() {
+        return Err(format!(
+            "rb takes s3://BUCKET, not an object key ({})",
+            args.target
+        ));
+    }
+    // Checked here too: not every server refuses to delete a bucket that holds objects
+    // (s3s-fs 0.14 deletes it with them).
+    let listing = ctx
+        .client
+        .list(&target.bucket, None, None)
+        .map_err(|e| e.to_string())?;
+    if !args.force && !listing.objects.is_empty() {
+        return Err(format!(
+            "s3://{} is not empty ({} objects): `hipobj rb --force` deletes them first",
+            target.bucket,
+            listing.objects.len()
+        ));
+    }
+    let mut deleted = 0u64;
+    if args.force {
+        for o in &listing.objects {
+            ctx.client
+                .delete(&target.bucket, &o.key)
+                .map_err(|e| format!("s3://{}/{}: {e}", target.bucket, o.key))?;
+            summary(ctx, format!("delete: s3://{}/{}", target.bucket, o.key));
+            deleted += 1;
+        }
+    }
+    ctx.client.delete_bucket(&target.bucket).map_err(|e| {
+        let e = e.to_string();
+        if e.contains("BucketNotEmpty") {
+            format!("{e} (`hipobj rb --force` deletes its objects first)")
+        } else {
+            e
+        }
+    })?;
+    summary(ctx, format!("remove_bucket: {}", target.bucket));
+    Ok(json!({"op": "rb", "bucket": target.bucket, "objects_deleted": deleted}))
 }

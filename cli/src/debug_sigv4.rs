@@ -40,7 +40,8 @@ pub enum Mode {
 pub enum ContentSha256 {
     /// Hash the body and add no header.
     Omit,
-    /// Hash the body and add `X-Amz-Content-Sha256` (header-mode default).
+    /// Hash the body and add `X-Amz-Content-Sha256` (header-mode default; refused in query
+    /// mode: a presigned request carries no such header).
     Header,
     /// Sign `UNSIGNED-PAYLOAD` (query-mode default); header mode also adds the header.
     Unsigned,
@@ -117,11 +118,11 @@ pub fn run(
         Ok(v) => (0, v),
         Err(Failure::Malformed(msg)) => {
             // Best effort: a closed stderr must not turn a clear exit code into a panic.
-            let _ = writeln!(stderr, "hipobj debug sigv4: {msg}");
+            let _ = writeln!(stderr, "hipobj: error: {msg}");
             (2, json!({ "error": msg }))
         }
         Err(Failure::Unsupported(why)) => {
-            let _ = writeln!(stderr, "hipobj debug sigv4: unsupported: {why}");
+            let _ = writeln!(stderr, "hipobj: error: unsupported: {why}");
             (3, json!({ "unsupported": why }))
         }
     };
@@ -130,7 +131,7 @@ pub fn run(
         .and_then(|()| stdout.flush())
         .is_err()
     {
-        let _ = writeln!(stderr, "hipobj debug sigv4: cannot write to stdout");
+        let _ = writeln!(stderr, "hipobj: error: cannot write to stdout");
         return if code == 0 { 1 } else { code };
     }
     code
@@ -161,6 +162,13 @@ fn execute(args: &Sigv4Args, stdin: &mut dyn Read) -> Result<Value, Failure> {
     if args.expires.is_some() && args.mode != Mode::Query {
         return Err(Failure::Unsupported(
             "--expires applies only to --mode query".into(),
+        ));
+    }
+    if args.mode == Mode::Query && args.content_sha256 == Some(ContentSha256::Header) {
+        return Err(Failure::Unsupported(
+            "--content-sha256 header: a presigned (query) request carries no x-amz-content-sha256 \
+             header; it signs UNSIGNED-PAYLOAD (the default) or the body's hash (omit)"
+                .into(),
         ));
     }
     let now = AmzDate::parse(&args.date).map_err(|e| Failure::Malformed(format!("--date: {e}")))?;
@@ -195,11 +203,9 @@ fn execute(args: &Sigv4Args, stdin: &mut dyn Read) -> Result<Value, Failure> {
         (None, ContentSha256::Unsigned) => PayloadHash::Unsigned,
         (None, ContentSha256::Omit | ContentSha256::Header) => PayloadHash::of_body(body),
     };
-    let add_header = declared.is_none()
-        && match args.mode {
-            Mode::Header => choice != ContentSha256::Omit,
-            Mode::Query => choice == ContentSha256::Header,
-        };
+    // Only header signing adds the header; a presigned request never does.
+    let add_header =
+        declared.is_none() && args.mode == Mode::Header && choice != ContentSha256::Omit;
     let token_mode = if args.omit_session_token {
         SessionTokenMode::AppendedUnsigned
     } else {
@@ -216,9 +222,6 @@ fn execute(args: &Sigv4Args, stdin: &mut dyn Read) -> Result<Value, Failure> {
             (out, req)
         }
         Mode::Query => {
-            if add_header {
-                req.add_header("X-Amz-Content-Sha256", payload.as_str());
-            }
             let p = signer.presign_with(
                 &req,
                 &payload,

@@ -102,7 +102,8 @@ pub struct EmbeddedReport {
     /// GPU memory: the UploadPart-from-VRAM check (a multipart object whose parts were read out
     /// of VRAM, read back).
     pub upload_part_from_vram: Option<vram::PutReport>,
-    /// Bytes carried per path (`http`, `rdma-soft`, `rdma-verbs`).
+    /// Bytes carried per path (`http`, `rdma-soft`, `rdma-verbs`); JSON `{"http": n, ...}`.
+    #[serde(serialize_with = "crate::json_out::serialize_paths")]
     pub paths: Vec<(&'static str, u64)>,
 }
 
@@ -127,13 +128,13 @@ pub fn run(args: &BenchArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> 
                 print_table(&report, stdout)
             };
             if let Err(e) = printed {
-                let _ = writeln!(stderr, "hipobj bench --embedded: writing the report: {e}");
+                let _ = writeln!(stderr, "hipobj: error: writing the report: {e}");
                 return 1;
             }
             i32::from(report.errors > 0)
         }
         Err(msg) => {
-            let _ = writeln!(stderr, "hipobj bench --embedded: {msg}");
+            let _ = writeln!(stderr, "hipobj: error: {msg}");
             1
         }
     }
@@ -606,7 +607,7 @@ fn print_table(r: &EmbeddedReport, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out)?;
     writeln!(
         out,
-        "hipobj bench --embedded: {} range-gets of a {} model ({} tensors)",
+        "hipobj: error: {} range-gets of a {} model ({} tensors)",
         r.ops,
         format_bytes(r.object_size),
         r.tensors

@@ -2,10 +2,13 @@
 pub mod bench;
 pub mod capability;
 pub mod client;
+pub mod client_args;
 pub mod commands;
 pub mod debug_sigv4;
 pub mod embedded;
 pub mod engine_io;
+pub mod interrupt;
+pub mod json_out;
 pub mod net;
 pub mod relay;
 pub mod s3uri;

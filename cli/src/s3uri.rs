@@ -1,4 +1,6 @@
-//! `s3://bucket/key` arguments.
+//! `s3://bucket/key` arguments, and how `put` names an object the way `aws s3 cp` does.
+
+use std::path::Path;
 
 /// A parsed `s3://BUCKET[/KEY]` argument.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +52,24 @@ impl S3Uri {
         }
         Ok(uri)
     }
+
+    /// The object that uploading `file` to `input` writes, named as `aws s3 cp` and s5cmd name
+    /// it: `s3://BUCKET/KEY` is that key; a destination ending in `/` (`s3://BUCKET/dir/`) or
+    /// naming only the bucket (`s3://BUCKET`, `s3://BUCKET/`) gets the file's name appended.
+    pub fn parse_upload_dest(input: &str, file: &Path) -> Result<Self, S3UriError> {
+        let mut uri = Self::parse(input)?;
+        if uri.key.is_empty() || uri.key.ends_with('/') {
+            let name = file
+                .file_name()
+                .and_then(|n| n.to_str())
+                .ok_or_else(|| S3UriError {
+                    input: input.to_owned(),
+                    reason: "the source has no file name to append: name the key (s3://BUCKET/KEY)",
+                })?;
+            uri.key.push_str(name);
+        }
+        Ok(uri)
+    }
 }
 
 impl std::fmt::Display for S3Uri {
@@ -76,5 +96,19 @@ mod tests {
         assert!(S3Uri::parse("s3:///k").is_err());
         assert!(S3Uri::parse_object("s3://b/").is_err());
         assert!(S3Uri::parse_object("s3://b").is_err());
+    }
+
+    #[test]
+    fn upload_destinations_follow_aws_cp() {
+        let f = Path::new("/tmp/x/model.bin");
+        let key = |d: &str| S3Uri::parse_upload_dest(d, f).unwrap().key;
+        assert_eq!(key("s3://b/dir/"), "dir/model.bin");
+        assert_eq!(key("s3://b/a/b/"), "a/b/model.bin");
+        assert_eq!(key("s3://b/"), "model.bin");
+        assert_eq!(key("s3://b"), "model.bin");
+        assert_eq!(key("s3://b/dir/other.bin"), "dir/other.bin");
+        assert_eq!(key("s3://b/dir"), "dir");
+        assert!(S3Uri::parse_upload_dest("s3://b/", Path::new("/")).is_err());
+        assert!(S3Uri::parse_upload_dest("b/", f).is_err());
     }
 }

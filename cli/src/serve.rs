@@ -94,7 +94,7 @@ pub fn run(args: &ServeArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> 
     ) else {
         let _ = writeln!(
             stderr,
-            "hipobj serve: --access-key and --secret-key are required (or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)"
+            "hipobj: error: --access-key and --secret-key are required (or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)"
         );
         return 2;
     };
@@ -119,7 +119,7 @@ pub fn run(args: &ServeArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> 
         match RcTarget::start(std::net::SocketAddr::new(ip, 0), RcLimits::default()) {
             Ok(t) => b = b.rdma_target(t),
             Err(e) => {
-                let _ = writeln!(stderr, "hipobj serve: soft fabric: {e}");
+                let _ = writeln!(stderr, "hipobj: error: soft fabric: {e}");
                 return 1;
             }
         }
@@ -131,7 +131,7 @@ pub fn run(args: &ServeArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> 
                 b = b.rdma_target(t);
             }
             Err(e) => {
-                let _ = writeln!(stderr, "hipobj serve: --fabric verbs: {e}");
+                let _ = writeln!(stderr, "hipobj: error: --fabric verbs: {e}");
                 return 1;
             }
         }
@@ -148,7 +148,7 @@ pub fn run(args: &ServeArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> 
         _ => {
             let _ = writeln!(
                 stderr,
-                "hipobj serve: give exactly one of --root DIR or --upstream URL"
+                "hipobj: error: give exactly one of --root DIR or --upstream URL"
             );
             return 2;
         }
@@ -156,7 +156,7 @@ pub fn run(args: &ServeArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> 
     let gw = match b.start() {
         Ok(gw) => gw,
         Err(e) => {
-            let _ = writeln!(stderr, "hipobj serve: {e}");
+            let _ = writeln!(stderr, "hipobj: error: {e}");
             return 1;
         }
     };

@@ -48,7 +48,7 @@ pub fn run(args: &TopoArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> i
         Ok(()) => 0,
         Err(msg) => {
             // Nothing more can be done if stderr itself fails.
-            let _ = writeln!(stderr, "hipobj topo: {msg}");
+            let _ = writeln!(stderr, "hipobj: error: {msg}");
             1
         }
     }

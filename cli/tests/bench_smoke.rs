@@ -45,7 +45,7 @@ fn bench_prints_json_against_s3s_fs() {
     assert_eq!(v["object_size"], 256 << 10);
     // s3s-fs knows nothing of RDMA: the default `--fabric auto` learns that and every byte
     // goes over HTTP.
-    assert_eq!(v["paths"], serde_json::json!([["http", 100 * 4096]]), "{v}");
+    assert_eq!(v["paths"], serde_json::json!({"http": 100 * 4096}), "{v}");
 }
 
 /// Against our gateway with the soft fabric, the default `--fabric auto` pairs and the bytes
@@ -108,7 +108,7 @@ fn bench_names_the_path_that_carried_the_bytes() {
         assert_eq!(v["errors"], 0, "{v}");
         assert_eq!(
             v["paths"],
-            serde_json::json!([[path, 64 * 4096]]),
+            serde_json::json!({path: 64 * 4096}),
             "--fabric {fabric}: {v}"
         );
     }

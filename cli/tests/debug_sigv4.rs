@@ -444,6 +444,8 @@ fn unsupported_options_exit_3_with_a_reason() {
     let cases: &[(&[&str], &[u8])] = &[
         (&["--expires", "60"], b"GET /x HTTP/1.1\nHost: h\n\n"),
         (&["--mode", "query", "--chunk-signature", EMPTY_SHA256], b"x"),
+        // A presigned request carries no x-amz-content-sha256 header (issue 18).
+        (&["--mode", "query", "--content-sha256", "header"], b"GET /x HTTP/1.1\nHost: h\n\n"),
         (&["--content-sha256", "omit", "--chunk-signature", EMPTY_SHA256], b"x"),
         (&[], b"GET /x HTTP/2\nHost: h\n\n"),
         (&[], b"GET http://h/x HTTP/1.1\nHost: h\n\n"),

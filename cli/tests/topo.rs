@@ -108,7 +108,7 @@ fn bad_root_is_exit_1_with_message() {
     assert_eq!(code, 1);
     assert_eq!(out, "");
     assert!(
-        err.starts_with("hipobj topo: /nonexistent/hipobj-topo: "),
+        err.starts_with("hipobj: error: /nonexistent/hipobj-topo: "),
         "{err}"
     );
 }

@@ -5,6 +5,9 @@ mod common;
 #[allow(dead_code, unreachable_pub)]
 #[path = "../../cli/src/bench.rs"]
 mod bench;
+/// The `--json` shapes bench.rs refers to as `crate::json_out`.
+#[path = "../../cli/src/json_out.rs"]
+mod json_out;
 
 use clap::Parser;
 use common::{S3sFs, pattern, put_file, s3s_fs};

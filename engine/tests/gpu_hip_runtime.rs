@@ -2,8 +2,9 @@
 //! GPU: every required symbol resolves, the version reads, optional symbols newer than the
 //! runtime are reported, and the "no AMD device" path yields a typed error.
 //!
-//! Skipped (with a message) when the library is not installed, unless `HIPOBJ_REQUIRE_HIP=1`,
-//! which CI sets after `apt-get install libamdhip64-5`.
+//! `#[ignore]`d, so the runner reports it as ignored where the library may be missing; run with
+//! `--ignored`. `benches/scripts/test.sh` runs it when `HIPOBJ_REQUIRE_HIP=1`, which `.ci/run`
+//! sets after `apt-get install libamdhip64-5`; a missing library then fails it.
 
 use engine::gpu::hip::{self, HipRuntime, decode::HipVersion};
 use engine::gpu::{Backend, GpuError};
@@ -12,20 +13,12 @@ fn has_amd_gpu() -> bool {
     std::path::Path::new("/dev/kfd").exists()
 }
 
-fn require() -> bool {
-    std::env::var("HIPOBJ_REQUIRE_HIP").is_ok_and(|v| v == "1")
-}
-
 #[test]
+#[ignore = "needs libamdhip64 (apt-get install libamdhip64-5); test.sh runs it with HIPOBJ_REQUIRE_HIP=1"]
 fn real_hip_runtime_loads_and_reports_no_device() {
-    let probe = match hip::probe() {
-        Ok(p) => p,
-        Err(e @ GpuError::LibraryNotFound { .. }) if !require() => {
-            eprintln!("SKIPPED: HIP runtime not installed ({e}); apt-get install libamdhip64-5");
-            return;
-        }
-        Err(e) => panic!("loading libamdhip64 failed: {e}"),
-    };
+    let probe = hip::probe().unwrap_or_else(|e| {
+        panic!("loading libamdhip64 failed (apt-get install libamdhip64-5): {e}")
+    });
     eprintln!("{probe:#?}");
 
     // Version: HIP_VERSION encoding, ROCm 5 or newer.

@@ -27,6 +27,7 @@ const TARGETS: &[(&str, &str)] = targets![
     "chunked_body",
     "error_xml",
     "list_objects_v2",
+    "list_buckets",
     "sigv4_authorization",
     "sigv4_canonical",
     "ring_ops",

@@ -165,6 +165,8 @@ struct Responder<'a> {
     drainable: bool,
     state: &'a Cell<BodyState>,
     is_head: bool,
+    /// The status sent (for the access log).
+    status: u16,
 }
 
 impl Respond for Responder<'_> {
@@ -177,6 +179,7 @@ impl Respond for Responder<'_> {
         if !self.state.get().done && !self.drainable {
             self.keep_alive = false;
         }
+        self.status = status;
         headers.push(("x-amz-request-id".into(), self.request_id.to_owned()));
         headers.push(("x-amz-id-2".into(), self.request_id.to_owned()));
         headers.push(("Date".into(), http_date(now_secs())));
@@ -214,6 +217,26 @@ impl Respond for Responder<'_> {
     fn started(&self) -> bool {
         self.started
     }
+}
+
+/// The query for the access log, with presigned-URL signatures and session tokens replaced by
+/// `REDACTED` (they let the URL be replayed until it expires).
+fn loggable_query(query: &str) -> String {
+    query
+        .split('&')
+        .map(|pair| {
+            let name = pair.split('=').next().unwrap_or("");
+            let secret = ["x-amz-signature", "x-amz-security-token"]
+                .iter()
+                .any(|s| name.eq_ignore_ascii_case(s));
+            if secret {
+                format!("{name}=REDACTED")
+            } else {
+                pair.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("&")
 }
 
 fn resource_of(head: &RequestHead) -> String {
@@ -338,13 +361,27 @@ pub(crate) fn serve(shared: &Shared, ready: Ready) -> Option<Parked> {
             drainable,
             state: &state,
             is_head: head.method == "HEAD",
+            status: 0,
         };
+        let started = Instant::now();
         let result = handler::handle(shared, &head, &mut body, &mut out);
         let fatal = match result {
             Ok(()) => false,
             Err(e) if !out.started => write_error(&mut out, &e, &resource).is_err(),
             Err(_) => true, // the head is out: the only honest signal left is closing
         };
+        // The access log: one line per request (`hipobj serve -v` shows it on stderr).
+        tracing::info!(
+            target: "hipobj::access",
+            "{} {}{}{} {} {} {:.1}ms",
+            head.method,
+            head.path,
+            if head.query.is_empty() { "" } else { "?" },
+            loggable_query(&head.query),
+            if out.started { out.status } else { 0 },
+            request_id,
+            started.elapsed().as_secs_f64() * 1e3,
+        );
         if !out.started {
             return None;
         }
@@ -379,4 +416,18 @@ pub(crate) fn serve(shared: &Shared, ready: Ready) -> Option<Parked> {
         stream: reader.stream,
         pending,
     })
+}
+
+#[cfg(test)]
+mod access_log_tests {
+    #[test]
+    fn presigned_signatures_are_redacted() {
+        assert_eq!(
+            super::loggable_query(
+                "list-type=2&X-Amz-Signature=abc&x-amz-security-token=t&X-Amz-Credential=AK%2Fx"
+            ),
+            "list-type=2&X-Amz-Signature=REDACTED&x-amz-security-token=REDACTED&X-Amz-Credential=AK%2Fx"
+        );
+        assert_eq!(super::loggable_query(""), "");
+    }
 }

@@ -125,6 +125,11 @@ pub fn gateway(root: &Path) -> hipobj_gateway::RunningGateway {
 /// Runs `exe` with `args` in an environment without AWS settings (HOME points at an empty
 /// directory, so no profile is read by accident), loading the library from [`lib_dir`].
 pub fn run(exe: &Path, args: &[&str], home: &Path) -> Output {
+    run_with_env(exe, args, home, &[])
+}
+
+/// [`run`] with extra environment variables.
+pub fn run_with_env(exe: &Path, args: &[&str], home: &Path, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(exe);
     cmd.args(args);
     for (k, _) in std::env::vars() {
@@ -136,6 +141,7 @@ pub fn run(exe: &Path, args: &[&str], home: &Path) -> Output {
     // cargo's LD_LIBRARY_PATH lists target/<profile>/ too, where a stale uplifted copy of the
     // library may sit; LD_LIBRARY_PATH would win over the program's RUNPATH.
     cmd.env_remove("LD_LIBRARY_PATH");
+    cmd.envs(env.iter().copied());
     cmd.output().expect("running the C program")
 }
 

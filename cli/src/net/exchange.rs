@@ -190,14 +190,41 @@ impl HttpClient {
         mut body: RequestBody<'_>,
         sink: &mut dyn BodySink,
     ) -> Result<ResponseHead, ExchangeError> {
+        let started = std::time::Instant::now();
+        let result = self.execute_once_or_twice(req, bucket, &mut body, sink);
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        let target = format!(
+            "{}{}{}",
+            req.path,
+            if req.query.is_empty() { "" } else { "?" },
+            req.query
+        );
+        match &result {
+            Ok(head) => tracing::info!("{} {target} -> {} ({ms:.1} ms)", req.method, head.status),
+            Err(e) => tracing::info!("{} {target} -> failed: {e} ({ms:.1} ms)", req.method),
+        }
+        result
+    }
+
+    fn execute_once_or_twice(
+        &mut self,
+        req: &Request,
+        bucket: Option<&str>,
+        body: &mut RequestBody<'_>,
+        sink: &mut dyn BodySink,
+    ) -> Result<ResponseHead, ExchangeError> {
         let host = self.endpoint.connect_host(bucket);
         let replayable = !matches!(body, RequestBody::Reader(..));
         let (conn, reused) = self.connection(&host)?;
-        match self.exchange(conn, req, &mut body, sink) {
+        match self.exchange(conn, req, body, sink) {
             Err((err, false)) if reused && replayable && err.is_retryable() => {
+                tracing::info!(
+                    "{} {}: the reused connection failed before any answer ({err}); retrying on a fresh one",
+                    req.method,
+                    req.path
+                );
                 let (conn, _) = self.connection(&host)?;
-                self.exchange(conn, req, &mut body, sink)
-                    .map_err(|(e, _)| e)
+                self.exchange(conn, req, body, sink).map_err(|(e, _)| e)
             }
             other => other.map_err(|(e, _)| e),
         }

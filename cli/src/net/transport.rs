@@ -64,7 +64,9 @@ fn connect_tcp(host: &str, port: u16, timeouts: Timeouts) -> io::Result<TcpStrea
                 stream.set_write_timeout(Some(timeouts.io))?;
                 return Ok(stream);
             }
-            Err(e) => last_err = io::Error::new(e.kind(), format!("connect to {addr}: {e}")),
+            // The caller names the host and port; only an address it did not name is added.
+            Err(e) if addr.to_string() == format!("{host}:{port}") => last_err = e,
+            Err(e) => last_err = io::Error::new(e.kind(), format!("{e} (address {addr})")),
         }
     }
     Err(last_err)
@@ -92,11 +94,31 @@ impl Stream {
                 let mut stream = StreamOwned::new(conn, tcp);
                 // Complete the handshake now so certificate errors surface at connect time.
                 while stream.conn.is_handshaking() {
-                    stream.conn.complete_io(&mut stream.sock)?;
+                    stream
+                        .conn
+                        .complete_io(&mut stream.sock)
+                        .map_err(handshake_error)?;
                 }
                 Ok(Stream::Tls(Box::new(stream)))
             }
         }
+    }
+}
+
+/// A handshake that failed because the peer speaks no TLS (a plain-HTTP port answers a
+/// ClientHello with an HTTP error or closes) says so; other failures (certificates) are kept.
+fn handshake_error(e: io::Error) -> io::Error {
+    let not_tls = e.kind() == io::ErrorKind::UnexpectedEof
+        || e.get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+            .is_some_and(|r| matches!(r, rustls::Error::InvalidMessage(_)));
+    if not_tls {
+        io::Error::new(
+            e.kind(),
+            format!("the server did not answer TLS; is the endpoint http://? ({e})"),
+        )
+    } else {
+        e
     }
 }
 

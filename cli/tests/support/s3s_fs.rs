@@ -2,9 +2,10 @@
 //!
 //! s3s-fs verifies SigV4 strictly, serves ranges and multipart, and validates
 //! `x-amz-checksum-crc64nvme`. The binary is found in this order: `$S3S_FS_BIN`, `s3s-fs` on
-//! `PATH`, `~/.cargo/bin/s3s-fs`, `<workspace>/.tools/bin/s3s-fs`. When none exists it is
-//! installed once into `<workspace>/.tools` (`cargo install --locked s3s-fs@0.14.1 --features
-//! binary`, about 3 minutes), so `cargo test` works from a fresh clone in one command.
+//! `PATH`, `~/.cargo/bin/s3s-fs`, `<workspace>/.tools/bin/s3s-fs`. When none exists the test
+//! fails with the command that installs it (`benches/scripts/install-s3s-fs.sh`, which
+//! `benches/scripts/test.sh` and `.ci/run` run before the tests): a test never spends minutes
+//! installing software behind the runner's back.
 //!
 //! Shared between crates with `#[path = "…/cli/tests/support/s3s_fs.rs"] mod s3s_fs;`.
 #![allow(dead_code)]
@@ -12,7 +13,6 @@
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 
 use md5::Digest as _;
 use std::time::{Duration, Instant};
@@ -21,8 +21,6 @@ use std::time::{Duration, Instant};
 pub const ACCESS_KEY: &str = "hipobjtestkey";
 /// Secret key the test server is started with.
 pub const SECRET_KEY: &str = "hipobjtestsecret/1234567890abcdef";
-
-static INSTALL_LOCK: Mutex<()> = Mutex::new(());
 
 fn workspace_root() -> PathBuf {
     // Every crate of the workspace sits one level below the root.
@@ -45,31 +43,20 @@ fn candidate_paths() -> Vec<PathBuf> {
     out
 }
 
-/// Path of the s3s-fs binary, installing it into `<workspace>/.tools` if needed.
+/// Path of the s3s-fs binary; panics with the install command when there is none.
 pub fn binary() -> PathBuf {
-    let _guard = INSTALL_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(found) = candidate_paths().into_iter().find(|p| p.is_file()) {
-        return found;
+    let candidates = candidate_paths();
+    if let Some(found) = candidates.iter().find(|p| p.is_file()) {
+        return found.clone();
     }
-    let root = workspace_root().join(".tools");
-    eprintln!(
-        "s3s-fs not found; installing s3s-fs 0.14.1 into {} (about 3 minutes)",
-        root.display()
+    let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+    panic!(
+        "s3s-fs 0.14.1, the S3 server these tests start, is not installed (looked at {}).\n\
+         Install it once (about 3 minutes, needs network): {}/benches/scripts/install-s3s-fs.sh\n\
+         (= cargo install --locked s3s-fs@0.14.1 --features binary --root .tools), or set S3S_FS_BIN.",
+        looked.join(", "),
+        workspace_root().display()
     );
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args([
-            "install",
-            "--locked",
-            "s3s-fs@0.14.1",
-            "--features",
-            "binary",
-            "--root",
-        ])
-        .arg(&root)
-        .status()
-        .expect("run cargo install s3s-fs");
-    assert!(status.success(), "cargo install s3s-fs failed");
-    root.join("bin/s3s-fs")
 }
 
 fn free_port() -> u16 {

@@ -362,10 +362,8 @@ pub fn resolve(
         },
     };
     let Some((credentials, credentials_source)) = found else {
-        let mut looked_at = vec![
-            "--access-key/--secret-key".to_owned(),
-            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY".to_owned(),
-        ];
+        // Explicit keys are not listed: their spelling is the caller's (flags, a C config).
+        let mut looked_at = vec!["AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY".to_owned()];
         for p in [&creds_path, &config_path].into_iter().flatten() {
             looked_at.push(format!("profile {profile:?} in {}", p.display()));
         }

@@ -3,7 +3,10 @@
 //! Beyond "never panics", each body checks a round trip: whatever a parser accepts is written
 //! back out with a tiny XML writer and must parse to the same value.
 
-use crate::s3::{ListObjectsV2Page, parse_error, parse_error_xml, parse_list_objects_v2};
+use crate::s3::{
+    BucketEntry, ListObjectsV2Page, parse_error, parse_error_xml, parse_list_buckets,
+    parse_list_objects_v2,
+};
 
 /// Escapes text so that it parses back to exactly `s` (control characters, `\r` included, as
 /// character references).
@@ -116,6 +119,31 @@ pub fn list_objects_v2(data: &[u8]) {
     }
 }
 
+/// Writes buckets back as a `<ListAllMyBucketsResult>` document.
+fn write_buckets(buckets: &[BucketEntry]) -> String {
+    let mut out = String::from("<ListAllMyBucketsResult><Buckets>");
+    for b in buckets {
+        out.push_str("<Bucket>");
+        element(&mut out, "Name", Some(&b.name));
+        element(&mut out, "CreationDate", b.creation_date.as_deref());
+        out.push_str("</Bucket>");
+    }
+    out.push_str("</Buckets></ListAllMyBucketsResult>");
+    out
+}
+
+/// Fuzz body: ListBuckets answers; accepted ones round-trip through the writer.
+pub fn list_buckets(data: &[u8]) {
+    if let Ok(buckets) = parse_list_buckets(data) {
+        let out = write_buckets(&buckets);
+        assert_eq!(
+            parse_list_buckets(out.as_bytes()),
+            Ok(buckets),
+            "round trip of {out}"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,6 +168,17 @@ mod tests {
             parsed += usize::from(parse_list_objects_v2(&data).is_ok());
         }
         assert!(parsed >= 3, "most list seeds are valid pages");
+    }
+
+    #[test]
+    fn list_buckets_seeds() {
+        let mut parsed = 0;
+        for (name, data) in crate::fuzzing::seeds("list_buckets", 2) {
+            println!("{name}");
+            list_buckets(&data);
+            parsed += usize::from(parse_list_buckets(&data).is_ok());
+        }
+        assert!(parsed >= 2, "the bucket-list seeds are valid documents");
     }
 
     #[test]

@@ -6,10 +6,11 @@
 //! S3's own errors become [`S3Error`], whose `Display` is the one line the CLI prints.
 //!
 //! Modules: [`endpoint`] (URL, addressing style, name validation), [`range`] (`Range` /
-//! `Content-Range`), [`ops`] (Get/Head/Put/Delete/List/CreateBucket), [`multipart`],
-//! [`list`] (ListObjectsV2 pages), [`meta`] (object metadata headers), [`error`] (S3 error
+//! `Content-Range`), [`ops`] (Get/Head/Put/Delete/List/CreateBucket/DeleteBucket/ListBuckets),
+//! [`multipart`], [`list`] (ListObjectsV2 pages), [`buckets`] (ListBuckets), [`meta`] (object metadata headers), [`error`] (S3 error
 //! XML), and a bounded XML reader (1 MiB, 32 levels) shared by the parsers.
 
+pub mod buckets;
 pub mod endpoint;
 pub mod error;
 pub mod list;
@@ -19,6 +20,7 @@ pub mod ops;
 pub mod range;
 mod xml;
 
+pub use buckets::{BucketEntry, parse_list_buckets};
 pub use endpoint::{
     AddressingStyle, BuildError, Endpoint, EndpointError, Scheme, is_dns_compatible,
     validate_bucket, validate_key,
@@ -32,8 +34,8 @@ pub use multipart::{
     upload_part,
 };
 pub use ops::{
-    GetOptions, ListOptions, PutOptions, create_bucket, delete_object, get_object, head_object,
-    list_objects_v2, put_object,
+    GetOptions, ListOptions, PutOptions, create_bucket, delete_bucket, delete_object, get_object,
+    head_object, list_buckets, list_objects_v2, put_object,
 };
 pub use range::{ByteRange, ContentRange, RangeError};
 pub use xml::MAX_XML_BYTES;

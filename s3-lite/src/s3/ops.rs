@@ -196,6 +196,18 @@ pub fn list_objects_v2(
     Ok(req)
 }
 
+/// ListBuckets: `GET /` on the service host (no bucket in the host or path).
+pub fn list_buckets(ep: &Endpoint) -> Request {
+    let mut req = Request::new("GET", "/");
+    req.add_header("Host", ep.host_header(None));
+    req
+}
+
+/// DeleteBucket: `DELETE /bucket` (servers refuse it with `BucketNotEmpty` unless it is empty).
+pub fn delete_bucket(ep: &Endpoint, bucket: &str) -> Result<Request, BuildError> {
+    bucket_request(ep, "DELETE", bucket)
+}
+
 /// CreateBucket: `PUT /bucket`, with a `CreateBucketConfiguration` body naming the region
 /// unless it is `us-east-1` (S3 rejects an explicit us-east-1 constraint). Returns the request
 /// (with `Content-Length` set) and the body.
