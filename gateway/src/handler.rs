@@ -129,16 +129,23 @@ pub fn handle(
         head.header("host"),
         shared.config.virtual_host_suffix.as_deref(),
     )?;
+    let token = match head.header(s3_lite::rdma::RDMA_TOKEN) {
+        Some(v) => Some(rdma::classify(v.trim())?),
+        None => None,
+    };
+    // Upstream mode: what the gateway does not serve itself (an RDMA transfer) goes to the
+    // upstream unchanged, and its answer comes back unchanged.
+    if let Some(up) = shared.backend.upstream()
+        && (token.is_none() || target.key.is_none())
+    {
+        return crate::forward::forward(shared, up, head, &auth, &target, body, out);
+    }
     let query = Query::parse(&head.query)?;
     if let Some(sub) = UNSUPPORTED_SUBRESOURCES.iter().find(|s| query.has(s)) {
         return Err(ApiError::not_implemented(format!(
             "the ?{sub} subresource is not implemented by this gateway"
         )));
     }
-    let token = match head.header(s3_lite::rdma::RDMA_TOKEN) {
-        Some(v) => Some(rdma::classify(v.trim())?),
-        None => None,
-    };
     let ctx = Ctx {
         shared,
         head,

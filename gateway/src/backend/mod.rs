@@ -184,6 +184,11 @@ pub trait Backend: Send + Sync {
     ) -> Result<ObjectInfo, ApiError>;
     /// AbortMultipartUpload.
     fn abort_multipart(&self, bucket: &str, key: &str, upload_id: &str) -> Result<(), ApiError>;
+    /// The upstream store requests are forwarded to unchanged ([`crate::forward`]), when
+    /// this backend is a bridge to one.
+    fn upstream(&self) -> Option<&upstream::Upstream> {
+        None
+    }
 }
 
 /// ETags compare without their quotes (clients send them either way).
