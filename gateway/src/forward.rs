@@ -145,12 +145,13 @@ pub fn forward(
     };
     let mut spooled = None;
     if has_body(head) {
-        let decoded_len = match head.header("x-amz-decoded-content-length") {
-            Some(v) => Some(v.trim().parse::<u64>().map_err(|_| {
-                ApiError::invalid_argument("invalid x-amz-decoded-content-length")
-            })?),
-            None => None,
-        };
+        let decoded_len =
+            match head.header("x-amz-decoded-content-length") {
+                Some(v) => Some(v.trim().parse::<u64>().map_err(|_| {
+                    ApiError::invalid_argument("invalid x-amz-decoded-content-length")
+                })?),
+                None => None,
+            };
         let opts = ReceiveOptions {
             aws_chunked,
             decoded_len,
@@ -172,7 +173,13 @@ pub fn forward(
         _ if spooled.is_none() => PayloadHash::Hex(s3_lite::sigv4::EMPTY_SHA256.into()),
         _ => PayloadHash::Unsigned,
     };
-    upstream.relay(req, target.bucket.as_deref(), payload, spooled.as_mut(), out)
+    upstream.relay(
+        req,
+        target.bucket.as_deref(),
+        payload,
+        spooled.as_mut(),
+        out,
+    )
 }
 
 #[cfg(test)]

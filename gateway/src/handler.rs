@@ -12,6 +12,7 @@ use crate::backend::{
 };
 use crate::body::{self, BodySource, ReceiveOptions};
 use crate::error::ApiError;
+use crate::ops::conditions::Conditions;
 use crate::rdma::{self, GetDecline, RdmaGrant, RdmaOp};
 use crate::route::{Query, Target, route};
 use crate::server::Shared;
@@ -33,7 +34,7 @@ pub trait Respond {
     fn started(&self) -> bool;
 }
 
-fn full(
+pub(crate) fn full(
     out: &mut dyn Respond,
     status: u16,
     mut headers: Vec<(String, String)>,
@@ -48,7 +49,7 @@ fn full(
     Ok(())
 }
 
-fn xml_ok(
+pub(crate) fn xml_ok(
     out: &mut dyn Respond,
     headers: Vec<(String, String)>,
     doc: String,
@@ -58,7 +59,7 @@ fn xml_ok(
     full(out, 200, headers, body.as_bytes(), "application/xml")
 }
 
-const S3_NS: &str = "http://s3.amazonaws.com/doc/2006-03-01/";
+pub(crate) const S3_NS: &str = "http://s3.amazonaws.com/doc/2006-03-01/";
 
 /// Subresources this gateway does not implement: answered 501 rather than misread as a plain
 /// object or bucket operation.
@@ -82,7 +83,6 @@ const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
     "select",
     "torrent",
     "attributes",
-    "delete",
     "accelerate",
     "analytics",
     "inventory",
@@ -185,7 +185,7 @@ struct Ctx<'a> {
 }
 
 /// Reads a small body (XML) into memory, bounded.
-fn read_small(body: &mut dyn BodySource, limit: usize) -> Result<Vec<u8>, ApiError> {
+pub(crate) fn read_small(body: &mut dyn BodySource, limit: usize) -> Result<Vec<u8>, ApiError> {
     let mut v = Vec::new();
     while let Some(chunk) = body
         .next_chunk()
@@ -201,6 +201,26 @@ fn read_small(body: &mut dyn BodySource, limit: usize) -> Result<Vec<u8>, ApiErr
         v.extend_from_slice(chunk);
     }
     Ok(v)
+}
+
+/// The `(uploadId, partNumber)` of an UploadPart (or UploadPartCopy), validated.
+fn part_of(query: &Query) -> Result<Option<(&str, u32)>, ApiError> {
+    if !(query.has("uploadId") || query.has("partNumber")) {
+        return Ok(None);
+    }
+    let id = query
+        .get("uploadId")
+        .ok_or_else(|| ApiError::invalid_argument("uploadId is required with partNumber"))?;
+    let n: u32 = query
+        .get("partNumber")
+        .and_then(|p| p.parse().ok())
+        .filter(|n| (1..=s3_lite::s3::MAX_PARTS).contains(n))
+        .ok_or_else(|| {
+            ApiError::invalid_argument(
+                "Part number must be an integer between 1 and 10000, inclusive",
+            )
+        })?;
+    Ok(Some((id, n)))
 }
 
 fn parse_range(value: &str) -> Option<ByteRange> {
@@ -237,10 +257,17 @@ fn info_headers(info: &ObjectInfo, checksum_mode: bool, whole: bool) -> Vec<(Str
         if let Some(c) = &info.crc32 {
             h.push(("x-amz-checksum-crc32".into(), c.clone()));
         }
+        if let Some(c) = &info.sha1 {
+            h.push(("x-amz-checksum-sha1".into(), c.clone()));
+        }
+        if let Some(c) = &info.sha256 {
+            h.push(("x-amz-checksum-sha256".into(), c.clone()));
+        }
         if let Some(t) = &info.checksum_type {
             h.push(("x-amz-checksum-type".into(), t.clone()));
         }
     }
+    h.extend(info.headers.iter().cloned());
     h
 }
 
@@ -250,10 +277,18 @@ struct HttpSink<'o> {
     head_only: bool,
     checksum_mode: bool,
     extra: Vec<(String, String)>,
+    /// The request's conditional headers, checked once the object is known.
+    conditions: Conditions,
+    /// A failed condition (304 or 412): the GET stops before any byte is written.
+    refused: Option<ApiError>,
 }
 
 impl ObjectSink for HttpSink<'_> {
     fn begin(&mut self, info: &ObjectInfo, span: Option<(u64, u64)>) -> std::io::Result<()> {
+        if let Err(e) = self.conditions.check_read(info) {
+            self.refused = Some(e);
+            return Err(std::io::Error::other("condition not met"));
+        }
         let mut h = info_headers(info, self.checksum_mode, span.is_none());
         h.append(&mut self.extra);
         let (status, len) = match span {
@@ -347,9 +382,16 @@ impl Ctx<'_> {
                 doc.push_str("</LocationConstraint>");
                 xml_ok(out, Vec::new(), doc)
             }
-            "GET" => Err(ApiError::not_implemented(
-                "only ListObjectsV2 (list-type=2) is implemented",
-            )),
+            "GET" => crate::ops::list_v1::serve(self.backend(), bucket, query, out),
+            "POST" if query.has("delete") => crate::ops::delete_objects::serve(
+                self.backend(),
+                bucket,
+                &self.head.headers,
+                &self.auth.payload,
+                self.shared.config.max_object_size,
+                body,
+                out,
+            ),
             _ => Err(ApiError::new(
                 405,
                 "MethodNotAllowed",
@@ -359,26 +401,7 @@ impl Ctx<'_> {
     }
 
     fn list_v2(&self, bucket: &str, query: &Query, out: &mut dyn Respond) -> Result<(), ApiError> {
-        let max_keys = match query.get("max-keys") {
-            None => 1000,
-            Some(v) => v
-                .parse::<u32>()
-                .map_err(|_| {
-                    ApiError::invalid_argument(
-                        "Provided max-keys not an integer or within integer range",
-                    )
-                })?
-                .min(1000),
-        };
-        let url = match query.get("encoding-type") {
-            None => false,
-            Some("url") => true,
-            Some(_) => {
-                return Err(ApiError::invalid_argument(
-                    "Invalid Encoding Method specified in Request",
-                ));
-            }
-        };
+        let ListParams { max_keys, url } = ListParams::parse(query)?;
         let q = ListQuery {
             prefix: query.get("prefix").unwrap_or_default().to_owned(),
             delimiter: query
@@ -407,23 +430,26 @@ impl Ctx<'_> {
     ) -> Result<(), ApiError> {
         match method {
             "GET" | "HEAD" => self.get(bucket, key, query, method == "HEAD", out),
-            "PUT" if self.head.header("x-amz-copy-source").is_some() => Err(
-                ApiError::not_implemented("CopyObject / UploadPartCopy are not implemented"),
-            ),
+            "PUT" if self.head.header("x-amz-copy-source").is_some() => {
+                let copy = crate::ops::copy::CopyRequest::from_headers(
+                    &self.head.headers,
+                    self.shared.config.max_object_size,
+                )?;
+                match part_of(query)? {
+                    Some((id, n)) => crate::ops::copy::upload_part_copy(
+                        self.backend(),
+                        bucket,
+                        key,
+                        id,
+                        n,
+                        &copy,
+                        out,
+                    ),
+                    None => crate::ops::copy::copy_object(self.backend(), bucket, key, &copy, out),
+                }
+            }
             "PUT" if query.has("uploadId") || query.has("partNumber") => {
-                let id = query.get("uploadId").ok_or_else(|| {
-                    ApiError::invalid_argument("uploadId is required with partNumber")
-                })?;
-                let n: u32 = query
-                    .get("partNumber")
-                    .and_then(|p| p.parse().ok())
-                    .filter(|n| (1..=s3_lite::s3::MAX_PARTS).contains(n))
-                    .ok_or_else(|| {
-                        ApiError::invalid_argument(
-                            "Part number must be an integer between 1 and 10000, inclusive",
-                        )
-                    })?;
-                self.put(bucket, key, Some((id, n)), body, out)
+                self.put(bucket, key, part_of(query)?, body, out)
             }
             "PUT" => self.put(bucket, key, None, body, out),
             "POST" if query.has("uploads") => {
@@ -437,6 +463,8 @@ impl Ctx<'_> {
                         .head
                         .header("x-amz-checksum-type")
                         .map(|s| s.trim().to_ascii_uppercase()),
+                    headers: crate::ops::meta::stored_headers(&self.head.headers)?,
+                    ..Default::default()
                 };
                 let id = self.backend().create_multipart(bucket, key, &meta)?;
                 let mut doc = format!("<InitiateMultipartUploadResult xmlns=\"{S3_NS}\">");
@@ -523,8 +551,20 @@ impl Ctx<'_> {
             head_only,
             checksum_mode,
             extra,
+            conditions: Conditions::from_headers(|n| self.head.header(n), ""),
+            refused: None,
         };
-        self.backend().get_object(bucket, key, &req, &mut sink)
+        match self.backend().get_object(bucket, key, &req, &mut sink) {
+            Err(e) => match sink.refused.take() {
+                Some(r) if r.status == 304 => {
+                    sink.out.head(304, r.headers, BodyFraming::None)?;
+                    Ok(())
+                }
+                Some(r) => Err(r),
+                None => Err(e),
+            },
+            ok => ok,
+        }
     }
 
     fn rdma_get(
@@ -668,6 +708,10 @@ impl Ctx<'_> {
             self.auth.payload.clone()
         };
         let mut headers = body::verify(&spooled, &self.head.headers, &payload)?;
+        headers.extend(crate::ops::checksums::verify_sha1(
+            &spooled,
+            &self.head.headers,
+        )?);
         if !headers.iter().any(|(n, _)| n == "x-amz-checksum-crc64nvme") {
             headers.push((
                 "x-amz-checksum-crc64nvme".into(),
@@ -679,6 +723,9 @@ impl Ctx<'_> {
             None => {
                 let meta = PutMeta {
                     content_type: self.head.header("content-type").map(str::to_owned),
+                    headers: crate::ops::meta::stored_headers(&self.head.headers)?,
+                    checksums: headers.clone(),
+                    conditions: Conditions::from_headers(|n| self.head.header(n), ""),
                     ..Default::default()
                 };
                 self.backend().put_object(bucket, key, spooled, &meta)?
@@ -743,6 +790,49 @@ impl Ctx<'_> {
         }
         doc.push_str("</CompleteMultipartUploadResult>");
         xml_ok(out, Vec::new(), doc)
+    }
+}
+
+/// The `max-keys` and `encoding-type` of a listing, validated.
+pub(crate) struct ListParams {
+    /// 0..=1000.
+    pub max_keys: u32,
+    /// `encoding-type=url`.
+    pub url: bool,
+}
+
+impl ListParams {
+    pub(crate) fn parse(query: &Query) -> Result<Self, ApiError> {
+        let max_keys = match query.get("max-keys") {
+            None => 1000,
+            Some(v) => v
+                .parse::<u32>()
+                .map_err(|_| {
+                    ApiError::invalid_argument(
+                        "Provided max-keys not an integer or within integer range",
+                    )
+                })?
+                .min(1000),
+        };
+        let url = match query.get("encoding-type") {
+            None => false,
+            Some("url") => true,
+            Some(_) => {
+                return Err(ApiError::invalid_argument(
+                    "Invalid Encoding Method specified in Request",
+                ));
+            }
+        };
+        Ok(Self { max_keys, url })
+    }
+
+    /// A key or prefix as the listing carries it.
+    pub(crate) fn encode(&self, s: &str) -> String {
+        if self.url {
+            uri::encode_path(s)
+        } else {
+            s.to_owned()
+        }
     }
 }
 

@@ -34,6 +34,7 @@ pub mod error;
 pub mod forward;
 mod gate;
 pub mod handler;
+pub mod ops;
 pub mod rdma;
 pub mod relay;
 pub mod route;
@@ -44,5 +45,5 @@ pub mod xml;
 
 pub use error::ApiError;
 pub use rdma::{DataPath, GetDecline, NoFabric, RdmaTarget};
-pub use target::{RcLimits, RcTarget};
 pub use server::{Config, Gateway, GatewayBuilder, RunningGateway, StartError};
+pub use target::{RcLimits, RcTarget};

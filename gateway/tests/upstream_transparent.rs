@@ -10,8 +10,8 @@ mod s3s_fs;
 use std::net::SocketAddr;
 
 use hipobj_gateway::{Gateway, RunningGateway};
-use s3_lite::credentials::Credentials;
 use raw::{ACCESS, SECRET, call};
+use s3_lite::credentials::Credentials;
 
 struct Bridge {
     gw: RunningGateway,

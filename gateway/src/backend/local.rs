@@ -28,6 +28,7 @@ use super::{
 };
 use crate::body::{Spooled, hex};
 use crate::error::ApiError;
+use crate::ops::conditions::Conditions;
 use crate::time::{iso8601, now_secs};
 
 const STRIPES: usize = 64;
@@ -160,6 +161,7 @@ impl LocalDir {
         key: &str,
         data: tempfile::NamedTempFile,
         info: &ObjectInfo,
+        conditions: &Conditions,
     ) -> Result<(), ApiError> {
         let dir = self.existing_bucket(bucket)?;
         let (data_rel, meta_rel) = keymap::object_paths(key)?;
@@ -172,6 +174,14 @@ impl LocalDir {
             .stripe(bucket, key)
             .write()
             .unwrap_or_else(|e| e.into_inner());
+        if !conditions.is_empty() {
+            // Checked under the key's lock, so no other write slips in between.
+            let existing = data_path
+                .is_file()
+                .then(|| self.read_info(&dir, key))
+                .flatten();
+            conditions.check_write(existing.as_ref(), key)?;
+        }
         data.persist(&data_path)
             .map_err(|e| io_err("store object", e.error))?;
         meta.persist(&meta_path)
@@ -217,6 +227,14 @@ impl LocalDir {
         let (_, meta_rel) = keymap::object_paths(key).ok()?;
         serde_json::from_slice(&fs::read(bucket_dir.join(meta_rel)).ok()?).ok()
     }
+}
+
+/// A checksum the upload supplied (and the gateway verified), by header name.
+fn supplied(meta: &PutMeta, name: &str) -> Option<String> {
+    meta.checksums
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.clone())
 }
 
 fn new_upload_id() -> String {
@@ -297,8 +315,11 @@ impl Backend for LocalDir {
             )),
             checksum_type: Some("FULL_OBJECT".into()),
             parts: None,
+            sha1: supplied(meta, "x-amz-checksum-sha1"),
+            sha256: supplied(meta, "x-amz-checksum-sha256"),
+            headers: meta.headers.clone(),
         };
-        self.install(bucket, key, body.file, &info)?;
+        self.install(bucket, key, body.file, &info, &meta.conditions)?;
         Ok(info)
     }
 
@@ -553,8 +574,10 @@ impl Backend for LocalDir {
             crc32: None,
             checksum_type: Some("FULL_OBJECT".into()),
             parts: Some(records.len() as u32),
+            headers: rec.meta.headers.clone(),
+            ..Default::default()
         };
-        self.install(bucket, key, out, &info)?;
+        self.install(bucket, key, out, &info, &Conditions::default())?;
         let _ = fs::remove_dir_all(&dir);
         Ok(info)
     }

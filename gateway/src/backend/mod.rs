@@ -37,6 +37,16 @@ pub struct ObjectInfo {
     pub checksum_type: Option<String>,
     /// Number of parts for a multipart object.
     pub parts: Option<u32>,
+    /// SHA-1 (base64), when the upload supplied one.
+    #[serde(default)]
+    pub sha1: Option<String>,
+    /// SHA-256 (base64), when the upload supplied one.
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// Stored metadata headers (`x-amz-meta-*`, Cache-Control, ...; see
+    /// [`crate::ops::meta`]), returned on GET and HEAD.
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
 }
 
 /// Metadata supplied at upload (PutObject, CreateMultipartUpload).
@@ -48,6 +58,17 @@ pub struct PutMeta {
     pub checksum_algorithm: Option<String>,
     /// `x-amz-checksum-type` of a multipart upload.
     pub checksum_type: Option<String>,
+    /// Metadata headers to store with the object ([`crate::ops::meta`]).
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
+    /// Checksums the upload supplied and the gateway verified, `(header name, base64)`,
+    /// kept beyond the ones every object gets (SHA-1, SHA-256).
+    #[serde(default)]
+    pub checksums: Vec<(String, String)>,
+    /// `If-Match` / `If-None-Match` of the write, checked against the object under the key
+    /// at the moment it is replaced.
+    #[serde(skip)]
+    pub conditions: crate::ops::conditions::Conditions,
 }
 
 /// Conditions and range of a GET or HEAD.

@@ -391,6 +391,7 @@ fn object_info(h: &ResponseHead) -> Result<(ObjectInfo, Option<(u64, u64)>), Api
         crc32: None,
         checksum_type: meta.checksum_type.clone(),
         parts: None,
+        ..Default::default()
     };
     Ok((info, span))
 }
@@ -523,7 +524,7 @@ impl Backend for Upstream {
             continuation_token: query.continuation_token.clone(),
             start_after: query.start_after.clone(),
             max_keys: Some(query.max_keys.min(1000)),
-            url_encoding: true,
+            url_encoding: false,
         };
         let (_, body) = self.simple(
             s3::list_objects_v2(&self.endpoint, bucket, &opts).map_err(build)?,
