@@ -15,7 +15,7 @@ use engine::soft::{
     Access, CompletionQueue, MemoryRegion, ProtectionDomain, QpCaps, QueuePair, RecvWr, RemoteAddr,
     SendOp, SendWr, Sge, SoftDevice, SoftPath, WcOpcode, WcStatus, WorkCompletion,
 };
-use hipobj_gateway::{Gateway, RcLimits, RcTarget, RunningGateway};
+use hipobj_gateway::{Gateway, RunningGateway, RcLimits, RcTarget};
 use raw::{ACCESS, SECRET, call, now, req, send, signer};
 use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
 use s3_lite::rdma::{RcToken, Reply};
