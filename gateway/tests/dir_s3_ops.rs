@@ -1,0 +1,445 @@
+//! Directory mode behaves like S3 for the operations issue 17 lists: DeleteObjects,
+//! ListObjects v1, MaxKeys=0, conditional requests, stored metadata, SHA checksums,
+//! CopyObject and UploadPartCopy. Raw signed requests against the gateway in-process.
+
+#[path = "support/raw.rs"]
+mod raw;
+
+use std::net::SocketAddr;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use raw::*;
+
+struct Dir {
+    gw: hipobj_gateway::RunningGateway,
+    _root: tempfile::TempDir,
+}
+
+impl Dir {
+    fn start(bucket: &str) -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let gw = raw::start(root.path());
+        let d = Self { gw, _root: root };
+        let r = call(d.addr(), "PUT", &format!("/{bucket}"), "", &[], b"");
+        assert_eq!(r.status(), 200, "{}", r.text());
+        d
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.gw.local_addr()
+    }
+
+    fn put(&self, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+        call(self.addr(), "PUT", path, "", headers, body)
+    }
+
+    fn get(&self, path: &str, headers: &[(&str, &str)]) -> Response {
+        call(self.addr(), "GET", path, "", headers, b"")
+    }
+}
+
+fn md5_b64(data: &[u8]) -> String {
+    use md5::Digest as _;
+    STANDARD.encode(md5::Md5::digest(data))
+}
+
+fn delete_doc(quiet: bool, keys: &[&str]) -> Vec<u8> {
+    let mut d = String::from("<Delete>");
+    if quiet {
+        d.push_str("<Quiet>true</Quiet>");
+    }
+    for k in keys {
+        d.push_str(&format!("<Object><Key>{k}</Key></Object>"));
+    }
+    d.push_str("</Delete>");
+    d.into_bytes()
+}
+
+#[test]
+fn delete_objects_reports_each_key_and_honours_quiet() {
+    let d = Dir::start("dels");
+    for k in ["a", "b", "c"] {
+        assert_eq!(d.put(&format!("/dels/{k}"), &[], k.as_bytes()).status(), 200);
+    }
+    let long = "k".repeat(1100);
+    let doc = delete_doc(false, &["a", "missing", &long]);
+    let r = call(
+        d.addr(),
+        "POST",
+        "/dels",
+        "delete",
+        &[("Content-MD5", &md5_b64(&doc))],
+        &doc,
+    );
+    assert_eq!(r.status(), 200, "{}", r.text());
+    let t = r.text();
+    assert!(t.contains("<Deleted><Key>a</Key></Deleted>"), "{t}");
+    // Deleting a key that does not exist is a success in S3.
+    assert!(t.contains("<Deleted><Key>missing</Key></Deleted>"), "{t}");
+    assert!(t.contains("<Code>KeyTooLongError</Code>"), "{t}");
+    assert_eq!(d.get("/dels/a", &[]).status(), 404);
+    assert_eq!(d.get("/dels/b", &[]).status(), 200);
+
+    let doc = delete_doc(true, &["b", "c"]);
+    let r = call(
+        d.addr(),
+        "POST",
+        "/dels",
+        "delete",
+        &[("Content-MD5", &md5_b64(&doc))],
+        &doc,
+    );
+    assert_eq!(r.status(), 200, "{}", r.text());
+    assert!(!r.text().contains("<Deleted>"), "quiet: {}", r.text());
+    assert_eq!(d.get("/dels/b", &[]).status(), 404);
+
+    // S3 requires an integrity header; a wrong Content-MD5 is BadDigest; junk is MalformedXML.
+    let r = call(d.addr(), "POST", "/dels", "delete", &[], &doc);
+    assert_eq!((r.status(), r.code().as_str()), (400, "InvalidRequest"));
+    let r = call(
+        d.addr(),
+        "POST",
+        "/dels",
+        "delete",
+        &[("Content-MD5", &md5_b64(b"other"))],
+        &doc,
+    );
+    assert_eq!((r.status(), r.code().as_str()), (400, "BadDigest"));
+    let junk = b"<Delete><Object></Delete>";
+    let r = call(
+        d.addr(),
+        "POST",
+        "/dels",
+        "delete",
+        &[("Content-MD5", &md5_b64(junk))],
+        junk,
+    );
+    assert_eq!((r.status(), r.code().as_str()), (400, "MalformedXML"));
+}
+
+#[test]
+fn list_objects_v1_markers_and_max_keys_zero() {
+    let d = Dir::start("lst");
+    for k in ["a/1", "a/2", "b", "c/1", "d"] {
+        assert_eq!(d.put(&format!("/lst/{k}"), &[], b"x").status(), 200);
+    }
+    let r = d.get("/lst", &[]);
+    assert_eq!(r.status(), 200, "{}", r.text());
+    let t = r.text();
+    assert!(t.contains("<Marker></Marker>") && t.contains("<Key>d</Key>"), "{t}");
+    assert!(!t.contains("KeyCount"), "v1 has no KeyCount: {t}");
+
+    let r = call(d.addr(), "GET", "/lst", "delimiter=%2F&max-keys=2", &[], b"");
+    let t = r.text();
+    assert!(t.contains("<IsTruncated>true</IsTruncated>"), "{t}");
+    assert!(t.contains("<Prefix>a/</Prefix>") && t.contains("<Key>b</Key>"), "{t}");
+    assert!(t.contains("<NextMarker>b</NextMarker>"), "{t}");
+
+    let r = call(
+        d.addr(),
+        "GET",
+        "/lst",
+        "delimiter=%2F&marker=b&max-keys=2",
+        &[],
+        b"",
+    );
+    let t = r.text();
+    assert!(t.contains("<Marker>b</Marker>"), "{t}");
+    assert!(t.contains("<Prefix>c/</Prefix>") && t.contains("<Key>d</Key>"), "{t}");
+    assert!(t.contains("<IsTruncated>false</IsTruncated>"), "{t}");
+    assert!(!t.contains("NextMarker"), "{t}");
+
+    for query in ["list-type=2&max-keys=0", "max-keys=0"] {
+        let r = call(d.addr(), "GET", "/lst", query, &[], b"");
+        let t = r.text();
+        assert!(t.contains("<IsTruncated>false</IsTruncated>"), "{query}: {t}");
+        assert!(!t.contains("<Contents>"), "{query}: {t}");
+    }
+}
+
+#[test]
+fn conditional_put() {
+    let d = Dir::start("cond");
+    let r = d.put("/cond/k", &[("If-None-Match", "*")], b"first");
+    assert_eq!(r.status(), 200, "{}", r.text());
+    let etag = r.header("etag").unwrap().to_owned();
+    let r = d.put("/cond/k", &[("If-None-Match", "*")], b"second");
+    assert_eq!((r.status(), r.code().as_str()), (412, "PreconditionFailed"));
+    let r = d.put("/cond/k", &[("If-Match", "\"0000\"")], b"second");
+    assert_eq!((r.status(), r.code().as_str()), (412, "PreconditionFailed"));
+    let r = d.put("/cond/none", &[("If-Match", &etag)], b"x");
+    assert_eq!((r.status(), r.code().as_str()), (404, "NoSuchKey"));
+    assert_eq!(d.get("/cond/k", &[]).body, b"first", "nothing overwritten");
+    let r = d.put("/cond/k", &[("If-Match", &etag)], b"second");
+    assert_eq!(r.status(), 200, "{}", r.text());
+    assert_eq!(d.get("/cond/k", &[]).body, b"second");
+}
+
+#[test]
+fn conditional_get_and_head() {
+    let d = Dir::start("cget");
+    let etag = d
+        .put("/cget/k", &[], b"body")
+        .header("etag")
+        .unwrap()
+        .to_owned();
+    let past = "Sat, 01 Jan 2000 00:00:00 GMT";
+    let future = "Fri, 01 Jan 2100 00:00:00 GMT";
+    let cases: &[(&[(&str, &str)], u16)] = &[
+        (&[("If-None-Match", etag.as_str())], 304),
+        (&[("If-None-Match", "\"other\"")], 200),
+        (&[("If-Match", "\"other\"")], 412),
+        (&[("If-Match", etag.as_str())], 200),
+        (&[("If-Modified-Since", future)], 304),
+        (&[("If-Modified-Since", past)], 200),
+        (&[("If-Unmodified-Since", past)], 412),
+        (&[("If-Unmodified-Since", future)], 200),
+        // S3's precedence: a true If-Match overrides a false If-Unmodified-Since, and a
+        // false If-None-Match (the ETag matches) answers 304 whatever If-Modified-Since says.
+        (
+            &[("If-Match", etag.as_str()), ("If-Unmodified-Since", past)],
+            200,
+        ),
+        (
+            &[("If-None-Match", etag.as_str()), ("If-Modified-Since", past)],
+            304,
+        ),
+        (
+            &[("If-None-Match", "\"other\""), ("If-Modified-Since", future)],
+            200,
+        ),
+    ];
+    for (headers, want) in cases {
+        for method in ["GET", "HEAD"] {
+            let r = call(d.addr(), method, "/cget/k", "", headers, b"");
+            assert_eq!(r.status(), *want, "{method} {headers:?}: {}", r.text());
+            if *want == 304 {
+                assert!(r.body.is_empty());
+                assert_eq!(r.header("etag"), Some(etag.as_str()));
+            }
+            if *want == 412 && method == "GET" {
+                assert_eq!(r.code(), "PreconditionFailed");
+            }
+            if *want == 200 && method == "GET" {
+                assert_eq!(r.body, b"body");
+            }
+        }
+    }
+}
+
+#[test]
+fn metadata_headers_are_stored_and_returned() {
+    let d = Dir::start("meta");
+    let stored = [
+        ("x-amz-meta-color", "blue"),
+        ("Cache-Control", "max-age=60"),
+        ("Expires", "Thu, 01 Dec 2094 16:00:00 GMT"),
+        ("Content-Disposition", "attachment; filename=\"a.txt\""),
+        ("Content-Encoding", "gzip"),
+        ("Content-Language", "de"),
+    ];
+    assert_eq!(d.put("/meta/k", &stored, b"data").status(), 200);
+    for method in ["GET", "HEAD"] {
+        let r = call(d.addr(), method, "/meta/k", "", &[], b"");
+        for (n, v) in stored {
+            assert_eq!(r.header(n), Some(v), "{method} {n}");
+        }
+    }
+    // Metadata given to CreateMultipartUpload is kept on the completed object.
+    let r = call(
+        d.addr(),
+        "POST",
+        "/meta/mp",
+        "uploads",
+        &[("x-amz-meta-origin", "multipart"), ("Cache-Control", "no-store")],
+        b"",
+    );
+    assert_eq!(r.status(), 200, "{}", r.text());
+    let t = r.text();
+    let id = t
+        .split("<UploadId>")
+        .nth(1)
+        .and_then(|s| s.split("</UploadId>").next())
+        .unwrap()
+        .to_owned();
+    let r = call(
+        d.addr(),
+        "PUT",
+        "/meta/mp",
+        &format!("partNumber=1&uploadId={id}"),
+        &[],
+        b"part",
+    );
+    let etag = r.header("etag").unwrap().to_owned();
+    let doc = format!(
+        "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>{etag}</ETag></Part></CompleteMultipartUpload>"
+    );
+    let r = call(
+        d.addr(),
+        "POST",
+        "/meta/mp",
+        &format!("uploadId={id}"),
+        &[],
+        doc.as_bytes(),
+    );
+    assert_eq!(r.status(), 200, "{}", r.text());
+    let r = d.get("/meta/mp", &[]);
+    assert_eq!(r.header("x-amz-meta-origin"), Some("multipart"));
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+}
+
+#[test]
+fn sha_checksums_are_verified_and_returned() {
+    let d = Dir::start("sums");
+    let data = b"checksummed bytes";
+    let sha256 = STANDARD.encode(ring::digest::digest(&ring::digest::SHA256, data));
+    let sha1 = STANDARD.encode(ring::digest::digest(
+        &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
+        data,
+    ));
+    let r = d.put("/sums/a", &[("x-amz-checksum-sha256", &sha256)], data);
+    assert_eq!(r.status(), 200, "{}", r.text());
+    assert_eq!(r.header("x-amz-checksum-sha256"), Some(sha256.as_str()));
+    let r = d.put("/sums/b", &[("x-amz-checksum-sha1", &sha1)], data);
+    assert_eq!(r.status(), 200, "{}", r.text());
+    assert_eq!(r.header("x-amz-checksum-sha1"), Some(sha1.as_str()));
+    let r = d.put("/sums/c", &[("x-amz-checksum-sha1", &sha256[..28])], data);
+    assert_eq!((r.status(), r.code().as_str()), (400, "BadDigest"));
+    assert_eq!(d.get("/sums/c", &[]).status(), 404, "nothing stored");
+
+    let mode = [("x-amz-checksum-mode", "ENABLED")];
+    assert_eq!(
+        d.get("/sums/a", &mode).header("x-amz-checksum-sha256"),
+        Some(sha256.as_str())
+    );
+    assert_eq!(
+        d.get("/sums/b", &mode).header("x-amz-checksum-sha1"),
+        Some(sha1.as_str())
+    );
+    assert!(d.get("/sums/b", &[]).header("x-amz-checksum-sha1").is_none());
+}
+
+#[test]
+fn copy_object_with_directives_and_conditions() {
+    let d = Dir::start("copy");
+    let src = d.put(
+        "/copy/src%20key",
+        &[("x-amz-meta-a", "1"), ("Content-Type", "text/plain")],
+        b"source bytes",
+    );
+    assert_eq!(src.status(), 200);
+    let etag = src.header("etag").unwrap().to_owned();
+    let copy = |dst: &str, extra: &[(&str, &str)]| {
+        let mut h = vec![("x-amz-copy-source", "/copy/src%20key")];
+        h.extend_from_slice(extra);
+        call(d.addr(), "PUT", dst, "", &h, b"")
+    };
+    let r = copy("/copy/dst1", &[]);
+    assert_eq!(r.status(), 200, "{}", r.text());
+    let want = format!("<ETag>{}</ETag>", etag.replace('"', "&quot;"));
+    assert!(r.text().contains(&want), "{}", r.text());
+    let g = d.get("/copy/dst1", &[]);
+    assert_eq!(g.body, b"source bytes");
+    assert_eq!(g.header("x-amz-meta-a"), Some("1"));
+    assert_eq!(g.header("content-type"), Some("text/plain"));
+
+    let r = copy(
+        "/copy/dst2",
+        &[("x-amz-metadata-directive", "REPLACE"), ("x-amz-meta-b", "2")],
+    );
+    assert_eq!(r.status(), 200, "{}", r.text());
+    let g = d.get("/copy/dst2", &[]);
+    assert_eq!(g.header("x-amz-meta-b"), Some("2"));
+    assert!(g.header("x-amz-meta-a").is_none());
+
+    let r = copy("/copy/dst3", &[("x-amz-copy-source-if-match", "\"nope\"")]);
+    assert_eq!((r.status(), r.code().as_str()), (412, "PreconditionFailed"));
+    let r = copy("/copy/dst3", &[("x-amz-copy-source-if-none-match", &etag)]);
+    assert_eq!((r.status(), r.code().as_str()), (412, "PreconditionFailed"));
+    let r = copy(
+        "/copy/dst3",
+        &[(
+            "x-amz-copy-source-if-unmodified-since",
+            "Sat, 01 Jan 2000 00:00:00 GMT",
+        )],
+    );
+    assert_eq!((r.status(), r.code().as_str()), (412, "PreconditionFailed"));
+    assert_eq!(d.get("/copy/dst3", &[]).status(), 404);
+    let r = copy("/copy/src%20key", &[]);
+    assert_eq!((r.status(), r.code().as_str()), (400, "InvalidRequest"));
+    let r = call(
+        d.addr(),
+        "PUT",
+        "/copy/x",
+        "",
+        &[("x-amz-copy-source", "/copy/absent")],
+        b"",
+    );
+    assert_eq!((r.status(), r.code().as_str()), (404, "NoSuchKey"));
+}
+
+#[test]
+fn upload_part_copy_with_a_range() {
+    let d = Dir::start("upc");
+    let data: Vec<u8> = (0..4000u32).map(|i| (i % 251) as u8).collect();
+    assert_eq!(d.put("/upc/src", &[], &data).status(), 200);
+    let r = call(d.addr(), "POST", "/upc/dst", "uploads", &[], b"");
+    let t = r.text();
+    let id = t
+        .split("<UploadId>")
+        .nth(1)
+        .and_then(|s| s.split("</UploadId>").next())
+        .unwrap()
+        .to_owned();
+    let mut etags = Vec::new();
+    for (n, range) in [(1, "bytes=0-1999"), (2, "bytes=2000-3999")] {
+        let r = call(
+            d.addr(),
+            "PUT",
+            "/upc/dst",
+            &format!("partNumber={n}&uploadId={id}"),
+            &[
+                ("x-amz-copy-source", "upc/src"),
+                ("x-amz-copy-source-range", range),
+            ],
+            b"",
+        );
+        assert_eq!(r.status(), 200, "{}", r.text());
+        let t = r.text();
+        assert!(t.contains("<CopyPartResult"), "{t}");
+        let e = t
+            .split("<ETag>")
+            .nth(1)
+            .and_then(|s| s.split("</ETag>").next())
+            .unwrap()
+            .replace("&quot;", "\"");
+        etags.push(e);
+    }
+    let doc = format!(
+        "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>{}</ETag></Part><Part><PartNumber>2</PartNumber><ETag>{}</ETag></Part></CompleteMultipartUpload>",
+        etags[0], etags[1]
+    );
+    let r = call(
+        d.addr(),
+        "POST",
+        "/upc/dst",
+        &format!("uploadId={id}"),
+        &[],
+        doc.as_bytes(),
+    );
+    assert_eq!(r.status(), 200, "{}", r.text());
+    assert_eq!(d.get("/upc/dst", &[]).body, data);
+    let r = call(
+        d.addr(),
+        "PUT",
+        "/upc/dst",
+        &format!("partNumber=3&uploadId={id}"),
+        &[
+            ("x-amz-copy-source", "upc/src"),
+            ("x-amz-copy-source-range", "bytes=5-"),
+        ],
+        b"",
+    );
+    assert_eq!((r.status(), r.code().as_str()), (400, "InvalidArgument"));
+}
