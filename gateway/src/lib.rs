@@ -37,6 +37,7 @@ pub mod handler;
 pub mod ops;
 pub mod rdma;
 pub mod relay;
+pub mod request_error;
 pub mod route;
 pub mod server;
 pub mod target;

@@ -60,7 +60,10 @@ fn delete_doc(quiet: bool, keys: &[&str]) -> Vec<u8> {
 fn delete_objects_reports_each_key_and_honours_quiet() {
     let d = Dir::start("dels");
     for k in ["a", "b", "c"] {
-        assert_eq!(d.put(&format!("/dels/{k}"), &[], k.as_bytes()).status(), 200);
+        assert_eq!(
+            d.put(&format!("/dels/{k}"), &[], k.as_bytes()).status(),
+            200
+        );
     }
     let long = "k".repeat(1100);
     let doc = delete_doc(false, &["a", "missing", &long]);
@@ -127,13 +130,26 @@ fn list_objects_v1_markers_and_max_keys_zero() {
     let r = d.get("/lst", &[]);
     assert_eq!(r.status(), 200, "{}", r.text());
     let t = r.text();
-    assert!(t.contains("<Marker></Marker>") && t.contains("<Key>d</Key>"), "{t}");
+    assert!(
+        t.contains("<Marker></Marker>") && t.contains("<Key>d</Key>"),
+        "{t}"
+    );
     assert!(!t.contains("KeyCount"), "v1 has no KeyCount: {t}");
 
-    let r = call(d.addr(), "GET", "/lst", "delimiter=%2F&max-keys=2", &[], b"");
+    let r = call(
+        d.addr(),
+        "GET",
+        "/lst",
+        "delimiter=%2F&max-keys=2",
+        &[],
+        b"",
+    );
     let t = r.text();
     assert!(t.contains("<IsTruncated>true</IsTruncated>"), "{t}");
-    assert!(t.contains("<Prefix>a/</Prefix>") && t.contains("<Key>b</Key>"), "{t}");
+    assert!(
+        t.contains("<Prefix>a/</Prefix>") && t.contains("<Key>b</Key>"),
+        "{t}"
+    );
     assert!(t.contains("<NextMarker>b</NextMarker>"), "{t}");
 
     let r = call(
@@ -146,14 +162,20 @@ fn list_objects_v1_markers_and_max_keys_zero() {
     );
     let t = r.text();
     assert!(t.contains("<Marker>b</Marker>"), "{t}");
-    assert!(t.contains("<Prefix>c/</Prefix>") && t.contains("<Key>d</Key>"), "{t}");
+    assert!(
+        t.contains("<Prefix>c/</Prefix>") && t.contains("<Key>d</Key>"),
+        "{t}"
+    );
     assert!(t.contains("<IsTruncated>false</IsTruncated>"), "{t}");
     assert!(!t.contains("NextMarker"), "{t}");
 
     for query in ["list-type=2&max-keys=0", "max-keys=0"] {
         let r = call(d.addr(), "GET", "/lst", query, &[], b"");
         let t = r.text();
-        assert!(t.contains("<IsTruncated>false</IsTruncated>"), "{query}: {t}");
+        assert!(
+            t.contains("<IsTruncated>false</IsTruncated>"),
+            "{query}: {t}"
+        );
         assert!(!t.contains("<Contents>"), "{query}: {t}");
     }
 }
@@ -202,11 +224,17 @@ fn conditional_get_and_head() {
             200,
         ),
         (
-            &[("If-None-Match", etag.as_str()), ("If-Modified-Since", past)],
+            &[
+                ("If-None-Match", etag.as_str()),
+                ("If-Modified-Since", past),
+            ],
             304,
         ),
         (
-            &[("If-None-Match", "\"other\""), ("If-Modified-Since", future)],
+            &[
+                ("If-None-Match", "\"other\""),
+                ("If-Modified-Since", future),
+            ],
             200,
         ),
     ];
@@ -252,7 +280,10 @@ fn metadata_headers_are_stored_and_returned() {
         "POST",
         "/meta/mp",
         "uploads",
-        &[("x-amz-meta-origin", "multipart"), ("Cache-Control", "no-store")],
+        &[
+            ("x-amz-meta-origin", "multipart"),
+            ("Cache-Control", "no-store"),
+        ],
         b"",
     );
     assert_eq!(r.status(), 200, "{}", r.text());
@@ -317,7 +348,11 @@ fn sha_checksums_are_verified_and_returned() {
         d.get("/sums/b", &mode).header("x-amz-checksum-sha1"),
         Some(sha1.as_str())
     );
-    assert!(d.get("/sums/b", &[]).header("x-amz-checksum-sha1").is_none());
+    assert!(
+        d.get("/sums/b", &[])
+            .header("x-amz-checksum-sha1")
+            .is_none()
+    );
 }
 
 #[test]
@@ -346,7 +381,10 @@ fn copy_object_with_directives_and_conditions() {
 
     let r = copy(
         "/copy/dst2",
-        &[("x-amz-metadata-directive", "REPLACE"), ("x-amz-meta-b", "2")],
+        &[
+            ("x-amz-metadata-directive", "REPLACE"),
+            ("x-amz-meta-b", "2"),
+        ],
     );
     assert_eq!(r.status(), 200, "{}", r.text());
     let g = d.get("/copy/dst2", &[]);
@@ -442,4 +480,25 @@ fn upload_part_copy_with_a_range() {
         b"",
     );
     assert_eq!((r.status(), r.code().as_str()), (400, "InvalidArgument"));
+}
+
+#[test]
+fn a_refused_request_head_is_described_as_a_request() {
+    use std::io::Write;
+    let d = Dir::start("heads");
+    let mut s = std::net::TcpStream::connect(d.addr()).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    // Five lines under the per-line limit, together over the 64 KiB head limit.
+    let lines: String = (0..5)
+        .map(|i| format!("x-big-{i}: {}\r\n", "v".repeat(15_000)))
+        .collect();
+    let head = format!("GET /heads/k HTTP/1.1\r\nHost: {}\r\n{lines}\r\n", d.addr());
+    // The gateway may answer and close before the whole head is written.
+    let _ = s.write_all(head.as_bytes());
+    let r = read_response(&mut s, false);
+    assert_eq!(r.status(), 431, "{}", r.text());
+    let t = r.text();
+    assert!(t.contains("request head exceeds 65536 bytes"), "{t}");
+    assert!(!t.contains("response"), "{t}");
 }
