@@ -766,6 +766,15 @@ impl Ctx<'_> {
                 part_number: p.part_number,
                 etag: p.etag,
                 crc64nvme: p.checksum_crc64nvme,
+                checksums: [
+                    ("CRC32", p.checksum_crc32),
+                    ("CRC32C", p.checksum_crc32c),
+                    ("SHA1", p.checksum_sha1),
+                    ("SHA256", p.checksum_sha256),
+                ]
+                .into_iter()
+                .filter_map(|(n, v)| Some((n.to_owned(), v?)))
+                .collect(),
             })
             .collect();
         let whole = self.head.header("x-amz-checksum-crc64nvme").map(str::trim);
@@ -782,8 +791,16 @@ impl Ctx<'_> {
         element(&mut doc, "Bucket", bucket);
         element(&mut doc, "Key", key);
         element(&mut doc, "ETag", &info.etag);
-        if let Some(c) = &info.crc64nvme {
-            element(&mut doc, "ChecksumCRC64NVME", c);
+        for (name, value) in [
+            ("ChecksumCRC64NVME", &info.crc64nvme),
+            ("ChecksumCRC32C", &info.crc32c),
+            ("ChecksumCRC32", &info.crc32),
+            ("ChecksumSHA1", &info.sha1),
+            ("ChecksumSHA256", &info.sha256),
+        ] {
+            if let Some(v) = value {
+                element(&mut doc, name, v);
+            }
         }
         if let Some(t) = &info.checksum_type {
             element(&mut doc, "ChecksumType", t);

@@ -502,3 +502,101 @@ fn a_refused_request_head_is_described_as_a_request() {
     assert!(t.contains("request head exceeds 65536 bytes"), "{t}");
     assert!(!t.contains("response"), "{t}");
 }
+
+fn upload_id(r: &Response) -> String {
+    let t = r.text();
+    t.split("<UploadId>")
+        .nth(1)
+        .and_then(|s| s.split("</UploadId>").next())
+        .unwrap_or_else(|| panic!("no UploadId: {t}"))
+        .to_owned()
+}
+
+#[test]
+fn multipart_sha256_is_composite_and_a_wrong_part_checksum_is_refused() {
+    let d = Dir::start("comp");
+    let parts: [&[u8]; 2] = [&[7u8; 1500], b"tail"];
+    let sha = |b: &[u8]| {
+        ring::digest::digest(&ring::digest::SHA256, b)
+            .as_ref()
+            .to_vec()
+    };
+    let r = call(
+        d.addr(),
+        "POST",
+        "/comp/k",
+        "uploads",
+        &[("x-amz-checksum-algorithm", "SHA256")],
+        b"",
+    );
+    assert_eq!(r.status(), 200, "{}", r.text());
+    let id = upload_id(&r);
+    let mut etags = Vec::new();
+    for (i, p) in parts.iter().enumerate() {
+        let r = call(
+            d.addr(),
+            "PUT",
+            "/comp/k",
+            &format!("partNumber={}&uploadId={id}", i + 1),
+            &[("x-amz-checksum-sha256", &STANDARD.encode(sha(p)))],
+            p,
+        );
+        assert_eq!(r.status(), 200, "{}", r.text());
+        etags.push(r.header("etag").unwrap().to_owned());
+    }
+    let doc = |sums: [&str; 2]| {
+        format!(
+            "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>{}</ETag><ChecksumSHA256>{}</ChecksumSHA256></Part><Part><PartNumber>2</PartNumber><ETag>{}</ETag><ChecksumSHA256>{}</ChecksumSHA256></Part></CompleteMultipartUpload>",
+            etags[0], sums[0], etags[1], sums[1]
+        )
+    };
+    let good = [
+        STANDARD.encode(sha(parts[0])),
+        STANDARD.encode(sha(parts[1])),
+    ];
+    let wrong = STANDARD.encode(sha(b"something else"));
+    let r = call(
+        d.addr(),
+        "POST",
+        "/comp/k",
+        &format!("uploadId={id}"),
+        &[],
+        doc([&good[0], &wrong]).as_bytes(),
+    );
+    assert_eq!(
+        (r.status(), r.code().as_str()),
+        (400, "InvalidPart"),
+        "{}",
+        r.text()
+    );
+    let r = call(
+        d.addr(),
+        "POST",
+        "/comp/k",
+        &format!("uploadId={id}"),
+        &[],
+        doc([&good[0], &good[1]]).as_bytes(),
+    );
+    assert_eq!(r.status(), 200, "{}", r.text());
+    let mut joined = sha(parts[0]);
+    joined.extend(sha(parts[1]));
+    let composite = format!("{}-2", STANDARD.encode(sha(&joined)));
+    assert!(
+        r.text()
+            .contains(&format!("<ChecksumSHA256>{composite}</ChecksumSHA256>")),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("<ChecksumType>COMPOSITE</ChecksumType>"));
+    let h = call(
+        d.addr(),
+        "HEAD",
+        "/comp/k",
+        "",
+        &[("x-amz-checksum-mode", "ENABLED")],
+        b"",
+    );
+    assert_eq!(h.header("x-amz-checksum-sha256"), Some(composite.as_str()));
+    assert_eq!(h.header("x-amz-checksum-type"), Some("COMPOSITE"));
+    assert!(h.header("x-amz-checksum-crc64nvme").is_none());
+}

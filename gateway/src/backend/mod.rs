@@ -6,6 +6,7 @@
 //! backend only ever sees verified bytes: a bad checksum never reaches it, and nothing is
 //! stored.
 
+pub mod composite;
 pub mod keymap;
 pub mod list;
 pub mod local;
@@ -142,6 +143,9 @@ pub struct CompletePart {
     pub etag: String,
     /// Per-part CRC64NVME the client claims, if any.
     pub crc64nvme: Option<String>,
+    /// Other per-part checksums the client claims, `(algorithm, base64)` with the
+    /// algorithm as S3 names it (`CRC32`, `CRC32C`, `SHA1`, `SHA256`).
+    pub checksums: Vec<(String, String)>,
 }
 
 /// The object storage behind the gateway. Implementations are shared by all connection

@@ -23,6 +23,19 @@ pub fn verify_sha1(
     else {
         return Ok(None);
     };
+    let actual = STANDARD.encode(sha1_of(body)?);
+    if given != actual {
+        return Err(ApiError::new(
+            400,
+            "BadDigest",
+            "The SHA1 checksum you specified did not match the calculated checksum.",
+        ));
+    }
+    Ok(Some(("x-amz-checksum-sha1".to_owned(), actual)))
+}
+
+/// SHA-1 of a spooled body (read back from its file).
+pub fn sha1_of(body: &Spooled) -> Result<[u8; 20], ApiError> {
     let mut file = body.file.reopen()?;
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY);
     let mut buf = vec![0u8; 256 * 1024];
@@ -33,13 +46,7 @@ pub fn verify_sha1(
         }
         ctx.update(buf.get(..n).unwrap_or_default());
     }
-    let actual = STANDARD.encode(ctx.finish().as_ref());
-    if given != actual {
-        return Err(ApiError::new(
-            400,
-            "BadDigest",
-            "The SHA1 checksum you specified did not match the calculated checksum.",
-        ));
-    }
-    Ok(Some(("x-amz-checksum-sha1".to_owned(), actual)))
+    let mut out = [0u8; 20];
+    out.copy_from_slice(ctx.finish().as_ref());
+    Ok(out)
 }
