@@ -82,7 +82,6 @@ const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
     "restore",
     "select",
     "torrent",
-    "attributes",
     "accelerate",
     "analytics",
     "inventory",
@@ -515,16 +514,28 @@ impl Ctx<'_> {
         head_only: bool,
         out: &mut dyn Respond,
     ) -> Result<(), ApiError> {
-        if query.has("partNumber") {
-            return Err(ApiError::not_implemented(
-                "GetObject with partNumber is not implemented",
-            ));
+        if query.has("attributes") {
+            if head_only {
+                return Err(ApiError::new(
+                    405,
+                    "MethodNotAllowed",
+                    "The specified method is not allowed against this resource.",
+                ));
+            }
+            let header = |n: &str| self.head.header(n).map(str::to_owned);
+            return crate::ops::parts::attributes(self.backend(), bucket, key, &header, out);
         }
-        let req = GetRequest {
+        let mut req = GetRequest {
             range: self.head.header("range").and_then(parse_range),
             if_match: self.head.header("if-match").map(str::to_owned),
             head_only,
         };
+        if let Some(n) = crate::ops::parts::part_number(query)? {
+            let info = crate::ops::parts::stat(self.backend(), bucket, key)?;
+            req.range = crate::ops::parts::part_range(&info, n)?;
+            // The part's span is only valid for the object just looked at.
+            req.if_match = Some(info.etag);
+        }
         let checksum_mode = self
             .head
             .header("x-amz-checksum-mode")

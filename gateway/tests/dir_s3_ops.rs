@@ -600,3 +600,110 @@ fn multipart_sha256_is_composite_and_a_wrong_part_checksum_is_refused() {
     assert_eq!(h.header("x-amz-checksum-type"), Some("COMPOSITE"));
     assert!(h.header("x-amz-checksum-crc64nvme").is_none());
 }
+
+#[test]
+fn part_number_reads_and_object_attributes() {
+    let d = Dir::start("prt");
+    let r = call(
+        d.addr(),
+        "POST",
+        "/prt/mp",
+        "uploads",
+        &[("x-amz-checksum-algorithm", "SHA256")],
+        b"",
+    );
+    let id = upload_id(&r);
+    let parts: Vec<Vec<u8>> = vec![vec![1u8; 1500], vec![2u8; 1200], b"end".to_vec()];
+    let sha = |b: &[u8]| STANDARD.encode(ring::digest::digest(&ring::digest::SHA256, b));
+    let mut xml = String::from("<CompleteMultipartUpload>");
+    for (i, p) in parts.iter().enumerate() {
+        let r = call(
+            d.addr(),
+            "PUT",
+            "/prt/mp",
+            &format!("partNumber={}&uploadId={id}", i + 1),
+            &[("x-amz-checksum-sha256", &sha(p))],
+            p,
+        );
+        assert_eq!(r.status(), 200, "{}", r.text());
+        xml.push_str(&format!(
+            "<Part><PartNumber>{}</PartNumber><ETag>{}</ETag></Part>",
+            i + 1,
+            r.header("etag").unwrap()
+        ));
+    }
+    xml.push_str("</CompleteMultipartUpload>");
+    let r = call(
+        d.addr(),
+        "POST",
+        "/prt/mp",
+        &format!("uploadId={id}"),
+        &[],
+        xml.as_bytes(),
+    );
+    assert_eq!(r.status(), 200, "{}", r.text());
+
+    let r = call(d.addr(), "GET", "/prt/mp", "partNumber=2", &[], b"");
+    assert_eq!(r.status(), 206, "{}", r.text());
+    assert_eq!(r.body, parts[1]);
+    assert_eq!(r.header("content-range"), Some("bytes 1500-2699/2703"));
+    assert_eq!(r.header("x-amz-mp-parts-count"), Some("3"));
+    let r = call(d.addr(), "HEAD", "/prt/mp", "partNumber=3", &[], b"");
+    assert_eq!(r.status(), 206);
+    assert_eq!(r.header("content-length"), Some("3"));
+    let r = call(d.addr(), "GET", "/prt/mp", "partNumber=4", &[], b"");
+    assert_eq!((r.status(), r.code().as_str()), (416, "InvalidPartNumber"));
+    let r = call(d.addr(), "GET", "/prt/mp", "partNumber=0", &[], b"");
+    assert_eq!((r.status(), r.code().as_str()), (400, "InvalidArgument"));
+    d.put("/prt/single", &[], b"whole");
+    let r = call(d.addr(), "GET", "/prt/single", "partNumber=1", &[], b"");
+    assert_eq!((r.status(), r.body.as_slice()), (200, b"whole".as_slice()));
+
+    let r = call(
+        d.addr(),
+        "GET",
+        "/prt/mp",
+        "attributes",
+        &[(
+            "x-amz-object-attributes",
+            "ETag,Checksum,ObjectParts,StorageClass,ObjectSize",
+        )],
+        b"",
+    );
+    assert_eq!(r.status(), 200, "{}", r.text());
+    let t = r.text();
+    assert!(t.contains("<ObjectSize>2703</ObjectSize>"), "{t}");
+    assert!(t.contains("<StorageClass>STANDARD</StorageClass>"), "{t}");
+    assert!(t.contains("<TotalPartsCount>3</TotalPartsCount>"), "{t}");
+    assert!(
+        t.contains(&format!(
+            "<PartNumber>2</PartNumber><Size>1200</Size><ChecksumSHA256>{}</ChecksumSHA256>",
+            sha(&parts[1])
+        )),
+        "{t}"
+    );
+    assert!(t.contains("<ChecksumType>COMPOSITE</ChecksumType>"), "{t}");
+    assert!(t.contains("-3</ChecksumSHA256>"), "{t}");
+    let r = call(
+        d.addr(),
+        "GET",
+        "/prt/single",
+        "attributes",
+        &[("x-amz-object-attributes", "ETag,ObjectSize")],
+        b"",
+    );
+    let t = r.text();
+    assert!(
+        t.contains("<ObjectSize>5</ObjectSize>") && t.contains("<ETag>") && !t.contains("&quot;"),
+        "{t}"
+    );
+    let r = call(
+        d.addr(),
+        "GET",
+        "/prt/single",
+        "attributes",
+        &[("x-amz-object-attributes", "Bogus")],
+        b"",
+    );
+    assert_eq!((r.status(), r.code().as_str()), (400, "InvalidArgument"));
+}

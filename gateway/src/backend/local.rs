@@ -350,6 +350,7 @@ impl Backend for LocalDir {
             sha1: supplied(meta, "x-amz-checksum-sha1"),
             sha256: supplied(meta, "x-amz-checksum-sha256"),
             headers: meta.headers.clone(),
+            ..Default::default()
         };
         self.install(bucket, key, body.file, &info, &meta.conditions)?;
         Ok(info)
@@ -631,6 +632,7 @@ impl Backend for LocalDir {
             checksum_type: Some("FULL_OBJECT".into()),
             parts: Some(records.len() as u32),
             headers: rec.meta.headers.clone(),
+            part_sizes: records.iter().map(|(_, r)| r.size).collect(),
             ..Default::default()
         };
         let alg = rec
@@ -649,6 +651,10 @@ impl Backend for LocalDir {
                     })
                     .collect::<Result<_, _>>()?;
                 let value = alg.composite(&raw);
+                info.part_checksums = raw
+                    .iter()
+                    .map(|r| (alg.name().to_owned(), STANDARD.encode(r)))
+                    .collect();
                 // S3 keeps the upload's own algorithm only.
                 info.crc64nvme = None;
                 info.crc32c = None;

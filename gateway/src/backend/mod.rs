@@ -48,6 +48,14 @@ pub struct ObjectInfo {
     /// [`crate::ops::meta`]), returned on GET and HEAD.
     #[serde(default)]
     pub headers: Vec<(String, String)>,
+    /// Sizes of a multipart object's parts, in order (GET `?partNumber=`,
+    /// GetObjectAttributes).
+    #[serde(default)]
+    pub part_sizes: Vec<u64>,
+    /// Each part's checksum of the upload's algorithm, `(algorithm, base64)`, for a
+    /// composite multipart object.
+    #[serde(default)]
+    pub part_checksums: Vec<(String, String)>,
 }
 
 /// Metadata supplied at upload (PutObject, CreateMultipartUpload).

@@ -8,3 +8,4 @@ pub mod copy;
 pub mod delete_objects;
 pub mod list_v1;
 pub mod meta;
+pub mod parts;
