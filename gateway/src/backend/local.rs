@@ -90,7 +90,7 @@ impl PartRecord {
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.is_empty() || s.len() % 2 != 0 {
+    if s.is_empty() || !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len() / 2)
