@@ -32,6 +32,7 @@ pub mod conn;
 pub mod connect;
 pub mod error;
 pub mod forward;
+pub mod fuzzing;
 mod gate;
 pub mod handler;
 pub mod ops;
