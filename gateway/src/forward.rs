@@ -150,15 +150,13 @@ pub fn forward(
     body: &mut dyn BodySource,
     out: &mut dyn Respond,
 ) -> Result<(), ApiError> {
-    let aws_chunked = match auth.payload {
-        PayloadHash::StreamingSigned | PayloadHash::StreamingSignedTrailer => {
-            return Err(ApiError::not_implemented(
-                "signed aws-chunked uploads (STREAMING-AWS4-HMAC-SHA256-PAYLOAD[-TRAILER]) are not forwarded; use UNSIGNED-PAYLOAD, a hex payload hash or STREAMING-UNSIGNED-PAYLOAD-TRAILER",
-            ));
-        }
-        PayloadHash::StreamingUnsignedTrailer => true,
-        _ => false,
-    };
+    let signed_chunks = crate::ops::signed_chunks::signing_for(&shared.auth, head, auth)?;
+    let aws_chunked = matches!(
+        auth.payload,
+        PayloadHash::StreamingUnsignedTrailer
+            | PayloadHash::StreamingSigned
+            | PayloadHash::StreamingSignedTrailer
+    );
     let mut spooled = None;
     if has_body(head) {
         let decoded_len =
@@ -173,10 +171,24 @@ pub fn forward(
             decoded_len,
             max_len: shared.config.max_object_size,
         };
-        let s = body::receive(body, crate::backend::Backend::spool_dir(upstream), opts)?;
+        let dir = crate::backend::Backend::spool_dir(upstream);
+        let (s, payload) = match signed_chunks {
+            // Every chunk signature checked: the bytes are what the client signed.
+            Some(signing) => (
+                crate::ops::signed_chunks::receive(
+                    body,
+                    signing,
+                    head,
+                    dir,
+                    shared.config.max_object_size,
+                )?,
+                PayloadHash::Unsigned,
+            ),
+            None => (body::receive(body, dir, opts)?, auth.payload.clone()),
+        };
         // The gateway's own check of what the client signed (payload hash, Content-MD5,
         // x-amz-checksum-*); the upstream checks the headers again.
-        body::verify(&s, &body_checksum_headers(head), &auth.payload)?;
+        body::verify(&s, &body_checksum_headers(head), &payload)?;
         spooled = Some(s);
     }
     let trailers = spooled

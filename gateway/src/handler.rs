@@ -646,15 +646,19 @@ impl Ctx<'_> {
         out: &mut dyn Respond,
     ) -> Result<(), ApiError> {
         let cfg = &self.shared.config;
-        let aws_chunked = match self.auth.payload {
-            PayloadHash::StreamingSigned | PayloadHash::StreamingSignedTrailer => {
-                return Err(ApiError::not_implemented(
-                    "signed aws-chunked uploads (STREAMING-AWS4-HMAC-SHA256-PAYLOAD[-TRAILER]) are not implemented; use UNSIGNED-PAYLOAD, a hex payload hash or STREAMING-UNSIGNED-PAYLOAD-TRAILER",
-                ));
-            }
-            PayloadHash::StreamingUnsignedTrailer => true,
-            _ => false,
-        };
+        let signed_chunks =
+            crate::ops::signed_chunks::signing_for(&self.shared.auth, self.head, self.auth)?;
+        if signed_chunks.is_some() && self.token.is_some() {
+            return Err(ApiError::not_implemented(
+                "a signed aws-chunked body cannot carry an RDMA transfer",
+            ));
+        }
+        let aws_chunked = matches!(
+            self.auth.payload,
+            PayloadHash::StreamingUnsignedTrailer
+                | PayloadHash::StreamingSigned
+                | PayloadHash::StreamingSignedTrailer
+        );
         let decoded_len =
             match self.head.header("x-amz-decoded-content-length") {
                 Some(v) => Some(v.trim().parse::<u64>().map_err(|_| {
@@ -711,12 +715,27 @@ impl Ctx<'_> {
                 let n = p.finish()?;
                 (s, Some(n))
             }
-            None => (body::receive(body, &spool_dir, opts)?, None),
+            None => match signed_chunks {
+                Some(signing) => (
+                    crate::ops::signed_chunks::receive(
+                        body,
+                        signing,
+                        self.head,
+                        &spool_dir,
+                        cfg.max_object_size,
+                    )?,
+                    None,
+                ),
+                None => (body::receive(body, &spool_dir, opts)?, None),
+            },
         };
-        let payload = if rdma_bytes.is_some() {
-            PayloadHash::Unsigned
-        } else {
-            self.auth.payload.clone()
+        let payload = match &self.auth.payload {
+            // The chunk signatures covered the bytes.
+            _ if rdma_bytes.is_some() => PayloadHash::Unsigned,
+            PayloadHash::StreamingSigned | PayloadHash::StreamingSignedTrailer => {
+                PayloadHash::Unsigned
+            }
+            p => p.clone(),
         };
         let mut headers = body::verify(&spooled, &self.head.headers, &payload)?;
         headers.extend(crate::ops::checksums::verify_sha1(

@@ -197,3 +197,27 @@ fn head_and_ranged_get_are_relayed() {
     assert_eq!(r.status(), 403);
     assert_eq!(r.code(), "InvalidAccessKeyId");
 }
+
+#[test]
+fn signed_aws_chunked_uploads_are_verified_then_forwarded() {
+    let b = Bridge::start();
+    b.bucket("sgn");
+    let data: Vec<u8> = (0..150_000u32).map(|i| (i * 29 % 256) as u8).collect();
+    let r = raw::signed_chunked_put(b.addr(), "/sgn/obj", &data, 65_536, None, false);
+    assert_eq!(r.status(), 200, "{}", r.text());
+    assert_eq!(
+        std::fs::read(b.up.root.path().join("sgn/obj")).unwrap(),
+        data
+    );
+    let r = raw::signed_chunked_put(b.addr(), "/sgn/bad", &data, 65_536, None, true);
+    assert!(
+        matches!(r.status(), 400 | 403),
+        "{} {}",
+        r.status(),
+        r.text()
+    );
+    assert!(
+        !b.up.root.path().join("sgn/bad").exists(),
+        "nothing forwarded"
+    );
+}

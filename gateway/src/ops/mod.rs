@@ -9,3 +9,4 @@ pub mod delete_objects;
 pub mod list_v1;
 pub mod meta;
 pub mod parts;
+pub mod signed_chunks;
