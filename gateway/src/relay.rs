@@ -9,7 +9,7 @@ use crate::handler::Respond;
 
 /// Largest response body collected when the upstream did not announce its length (chunked
 /// or until-close answers: listings and other small documents in practice).
-pub const MAX_UNSIZED_BODY: usize = 16 << 20;
+pub const MAX_UNSIZED_BODY: usize = 8 << 20;
 
 /// Headers of one hop that are never relayed (RFC 9110 §7.6.1), and the framing headers the
 /// client connection writes itself.
