@@ -61,6 +61,13 @@ impl Authenticator {
         &self.region
     }
 
+    /// A signer for `access_key`'s credentials in this gateway's region (checking the chunk
+    /// signatures of a signed aws-chunked body).
+    pub fn signer_for(&self, access_key: &str) -> Option<s3_lite::sigv4::Signer> {
+        let creds = self.keys.get(access_key)?.clone();
+        s3_lite::sigv4::Signer::new(creds, self.region.clone(), "s3").ok()
+    }
+
     /// Verifies `head`'s signature against the clock.
     pub fn authenticate(&self, head: &RequestHead) -> Result<Authenticated, ApiError> {
         self.authenticate_at(head, now_secs())

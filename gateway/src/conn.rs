@@ -180,10 +180,16 @@ impl Respond for Responder<'_> {
             self.keep_alive = false;
         }
         self.status = status;
-        headers.push(("x-amz-request-id".into(), self.request_id.to_owned()));
-        headers.push(("x-amz-id-2".into(), self.request_id.to_owned()));
-        headers.push(("Date".into(), http_date(now_secs())));
-        headers.push(("Server".into(), "hipobj-gateway".into()));
+        // An answer relayed from the upstream keeps the upstream's own values of these.
+        let mut add = |name: &str, value: String| {
+            if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name)) {
+                headers.push((name.to_owned(), value));
+            }
+        };
+        add("x-amz-request-id", self.request_id.to_owned());
+        add("x-amz-id-2", self.request_id.to_owned());
+        add("Date", http_date(now_secs()));
+        add("Server", "hipobj-gateway".into());
         if !self.keep_alive {
             headers.push(("Connection".into(), "close".into()));
         }

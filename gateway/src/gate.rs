@@ -373,7 +373,7 @@ fn feed(w: &mut Waiting, mut input: &[u8], shared: &Shared) -> Progress {
                 };
                 answer_and_close(
                     &mut w.stream,
-                    &ApiError::new(status, code, e.to_string()),
+                    &ApiError::new(status, code, crate::request_error::describe(&e)),
                     shared,
                 );
                 return Progress::Closed;

@@ -12,6 +12,7 @@ use crate::backend::{
 };
 use crate::body::{self, BodySource, ReceiveOptions};
 use crate::error::ApiError;
+use crate::ops::conditions::Conditions;
 use crate::rdma::{self, GetDecline, RdmaGrant, RdmaOp};
 use crate::route::{Query, Target, route};
 use crate::server::Shared;
@@ -33,7 +34,7 @@ pub trait Respond {
     fn started(&self) -> bool;
 }
 
-fn full(
+pub(crate) fn full(
     out: &mut dyn Respond,
     status: u16,
     mut headers: Vec<(String, String)>,
@@ -48,7 +49,7 @@ fn full(
     Ok(())
 }
 
-fn xml_ok(
+pub(crate) fn xml_ok(
     out: &mut dyn Respond,
     headers: Vec<(String, String)>,
     doc: String,
@@ -58,7 +59,7 @@ fn xml_ok(
     full(out, 200, headers, body.as_bytes(), "application/xml")
 }
 
-const S3_NS: &str = "http://s3.amazonaws.com/doc/2006-03-01/";
+pub(crate) const S3_NS: &str = "http://s3.amazonaws.com/doc/2006-03-01/";
 
 /// Subresources this gateway does not implement: answered 501 rather than misread as a plain
 /// object or bucket operation.
@@ -81,8 +82,6 @@ const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
     "restore",
     "select",
     "torrent",
-    "attributes",
-    "delete",
     "accelerate",
     "analytics",
     "inventory",
@@ -129,16 +128,23 @@ pub fn handle(
         head.header("host"),
         shared.config.virtual_host_suffix.as_deref(),
     )?;
+    let token = match head.header(s3_lite::rdma::RDMA_TOKEN) {
+        Some(v) => Some(rdma::classify(v.trim())?),
+        None => None,
+    };
+    // Upstream mode: what the gateway does not serve itself (an RDMA transfer) goes to the
+    // upstream unchanged, and its answer comes back unchanged.
+    if let Some(up) = shared.backend.upstream()
+        && (token.is_none() || target.key.is_none())
+    {
+        return crate::forward::forward(shared, up, head, &auth, &target, body, out);
+    }
     let query = Query::parse(&head.query)?;
     if let Some(sub) = UNSUPPORTED_SUBRESOURCES.iter().find(|s| query.has(s)) {
         return Err(ApiError::not_implemented(format!(
             "the ?{sub} subresource is not implemented by this gateway"
         )));
     }
-    let token = match head.header(s3_lite::rdma::RDMA_TOKEN) {
-        Some(v) => Some(rdma::classify(v.trim())?),
-        None => None,
-    };
     let ctx = Ctx {
         shared,
         head,
@@ -178,7 +184,7 @@ struct Ctx<'a> {
 }
 
 /// Reads a small body (XML) into memory, bounded.
-fn read_small(body: &mut dyn BodySource, limit: usize) -> Result<Vec<u8>, ApiError> {
+pub(crate) fn read_small(body: &mut dyn BodySource, limit: usize) -> Result<Vec<u8>, ApiError> {
     let mut v = Vec::new();
     while let Some(chunk) = body
         .next_chunk()
@@ -194,6 +200,26 @@ fn read_small(body: &mut dyn BodySource, limit: usize) -> Result<Vec<u8>, ApiErr
         v.extend_from_slice(chunk);
     }
     Ok(v)
+}
+
+/// The `(uploadId, partNumber)` of an UploadPart (or UploadPartCopy), validated.
+fn part_of(query: &Query) -> Result<Option<(&str, u32)>, ApiError> {
+    if !(query.has("uploadId") || query.has("partNumber")) {
+        return Ok(None);
+    }
+    let id = query
+        .get("uploadId")
+        .ok_or_else(|| ApiError::invalid_argument("uploadId is required with partNumber"))?;
+    let n: u32 = query
+        .get("partNumber")
+        .and_then(|p| p.parse().ok())
+        .filter(|n| (1..=s3_lite::s3::MAX_PARTS).contains(n))
+        .ok_or_else(|| {
+            ApiError::invalid_argument(
+                "Part number must be an integer between 1 and 10000, inclusive",
+            )
+        })?;
+    Ok(Some((id, n)))
 }
 
 fn parse_range(value: &str) -> Option<ByteRange> {
@@ -230,10 +256,17 @@ fn info_headers(info: &ObjectInfo, checksum_mode: bool, whole: bool) -> Vec<(Str
         if let Some(c) = &info.crc32 {
             h.push(("x-amz-checksum-crc32".into(), c.clone()));
         }
+        if let Some(c) = &info.sha1 {
+            h.push(("x-amz-checksum-sha1".into(), c.clone()));
+        }
+        if let Some(c) = &info.sha256 {
+            h.push(("x-amz-checksum-sha256".into(), c.clone()));
+        }
         if let Some(t) = &info.checksum_type {
             h.push(("x-amz-checksum-type".into(), t.clone()));
         }
     }
+    h.extend(info.headers.iter().cloned());
     h
 }
 
@@ -243,10 +276,18 @@ struct HttpSink<'o> {
     head_only: bool,
     checksum_mode: bool,
     extra: Vec<(String, String)>,
+    /// The request's conditional headers, checked once the object is known.
+    conditions: Conditions,
+    /// A failed condition (304 or 412): the GET stops before any byte is written.
+    refused: Option<ApiError>,
 }
 
 impl ObjectSink for HttpSink<'_> {
     fn begin(&mut self, info: &ObjectInfo, span: Option<(u64, u64)>) -> std::io::Result<()> {
+        if let Err(e) = self.conditions.check_read(info) {
+            self.refused = Some(e);
+            return Err(std::io::Error::other("condition not met"));
+        }
         let mut h = info_headers(info, self.checksum_mode, span.is_none());
         h.append(&mut self.extra);
         let (status, len) = match span {
@@ -340,9 +381,16 @@ impl Ctx<'_> {
                 doc.push_str("</LocationConstraint>");
                 xml_ok(out, Vec::new(), doc)
             }
-            "GET" => Err(ApiError::not_implemented(
-                "only ListObjectsV2 (list-type=2) is implemented",
-            )),
+            "GET" => crate::ops::list_v1::serve(self.backend(), bucket, query, out),
+            "POST" if query.has("delete") => crate::ops::delete_objects::serve(
+                self.backend(),
+                bucket,
+                &self.head.headers,
+                &self.auth.payload,
+                self.shared.config.max_object_size,
+                body,
+                out,
+            ),
             _ => Err(ApiError::new(
                 405,
                 "MethodNotAllowed",
@@ -352,26 +400,7 @@ impl Ctx<'_> {
     }
 
     fn list_v2(&self, bucket: &str, query: &Query, out: &mut dyn Respond) -> Result<(), ApiError> {
-        let max_keys = match query.get("max-keys") {
-            None => 1000,
-            Some(v) => v
-                .parse::<u32>()
-                .map_err(|_| {
-                    ApiError::invalid_argument(
-                        "Provided max-keys not an integer or within integer range",
-                    )
-                })?
-                .min(1000),
-        };
-        let url = match query.get("encoding-type") {
-            None => false,
-            Some("url") => true,
-            Some(_) => {
-                return Err(ApiError::invalid_argument(
-                    "Invalid Encoding Method specified in Request",
-                ));
-            }
-        };
+        let ListParams { max_keys, url } = ListParams::parse(query)?;
         let q = ListQuery {
             prefix: query.get("prefix").unwrap_or_default().to_owned(),
             delimiter: query
@@ -400,23 +429,26 @@ impl Ctx<'_> {
     ) -> Result<(), ApiError> {
         match method {
             "GET" | "HEAD" => self.get(bucket, key, query, method == "HEAD", out),
-            "PUT" if self.head.header("x-amz-copy-source").is_some() => Err(
-                ApiError::not_implemented("CopyObject / UploadPartCopy are not implemented"),
-            ),
+            "PUT" if self.head.header("x-amz-copy-source").is_some() => {
+                let copy = crate::ops::copy::CopyRequest::from_headers(
+                    &self.head.headers,
+                    self.shared.config.max_object_size,
+                )?;
+                match part_of(query)? {
+                    Some((id, n)) => crate::ops::copy::upload_part_copy(
+                        self.backend(),
+                        bucket,
+                        key,
+                        id,
+                        n,
+                        &copy,
+                        out,
+                    ),
+                    None => crate::ops::copy::copy_object(self.backend(), bucket, key, &copy, out),
+                }
+            }
             "PUT" if query.has("uploadId") || query.has("partNumber") => {
-                let id = query.get("uploadId").ok_or_else(|| {
-                    ApiError::invalid_argument("uploadId is required with partNumber")
-                })?;
-                let n: u32 = query
-                    .get("partNumber")
-                    .and_then(|p| p.parse().ok())
-                    .filter(|n| (1..=s3_lite::s3::MAX_PARTS).contains(n))
-                    .ok_or_else(|| {
-                        ApiError::invalid_argument(
-                            "Part number must be an integer between 1 and 10000, inclusive",
-                        )
-                    })?;
-                self.put(bucket, key, Some((id, n)), body, out)
+                self.put(bucket, key, part_of(query)?, body, out)
             }
             "PUT" => self.put(bucket, key, None, body, out),
             "POST" if query.has("uploads") => {
@@ -430,6 +462,8 @@ impl Ctx<'_> {
                         .head
                         .header("x-amz-checksum-type")
                         .map(|s| s.trim().to_ascii_uppercase()),
+                    headers: crate::ops::meta::stored_headers(&self.head.headers)?,
+                    ..Default::default()
                 };
                 let id = self.backend().create_multipart(bucket, key, &meta)?;
                 let mut doc = format!("<InitiateMultipartUploadResult xmlns=\"{S3_NS}\">");
@@ -480,16 +514,28 @@ impl Ctx<'_> {
         head_only: bool,
         out: &mut dyn Respond,
     ) -> Result<(), ApiError> {
-        if query.has("partNumber") {
-            return Err(ApiError::not_implemented(
-                "GetObject with partNumber is not implemented",
-            ));
+        if query.has("attributes") {
+            if head_only {
+                return Err(ApiError::new(
+                    405,
+                    "MethodNotAllowed",
+                    "The specified method is not allowed against this resource.",
+                ));
+            }
+            let header = |n: &str| self.head.header(n).map(str::to_owned);
+            return crate::ops::parts::attributes(self.backend(), bucket, key, &header, out);
         }
-        let req = GetRequest {
+        let mut req = GetRequest {
             range: self.head.header("range").and_then(parse_range),
             if_match: self.head.header("if-match").map(str::to_owned),
             head_only,
         };
+        if let Some(n) = crate::ops::parts::part_number(query)? {
+            let info = crate::ops::parts::stat(self.backend(), bucket, key)?;
+            req.range = crate::ops::parts::part_range(&info, n)?;
+            // The part's span is only valid for the object just looked at.
+            req.if_match = Some(info.etag);
+        }
         let checksum_mode = self
             .head
             .header("x-amz-checksum-mode")
@@ -516,8 +562,20 @@ impl Ctx<'_> {
             head_only,
             checksum_mode,
             extra,
+            conditions: Conditions::from_headers(|n| self.head.header(n), ""),
+            refused: None,
         };
-        self.backend().get_object(bucket, key, &req, &mut sink)
+        match self.backend().get_object(bucket, key, &req, &mut sink) {
+            Err(e) => match sink.refused.take() {
+                Some(r) if r.status == 304 => {
+                    sink.out.head(304, r.headers, BodyFraming::None)?;
+                    Ok(())
+                }
+                Some(r) => Err(r),
+                None => Err(e),
+            },
+            ok => ok,
+        }
     }
 
     fn rdma_get(
@@ -588,15 +646,19 @@ impl Ctx<'_> {
         out: &mut dyn Respond,
     ) -> Result<(), ApiError> {
         let cfg = &self.shared.config;
-        let aws_chunked = match self.auth.payload {
-            PayloadHash::StreamingSigned | PayloadHash::StreamingSignedTrailer => {
-                return Err(ApiError::not_implemented(
-                    "signed aws-chunked uploads (STREAMING-AWS4-HMAC-SHA256-PAYLOAD[-TRAILER]) are not implemented; use UNSIGNED-PAYLOAD, a hex payload hash or STREAMING-UNSIGNED-PAYLOAD-TRAILER",
-                ));
-            }
-            PayloadHash::StreamingUnsignedTrailer => true,
-            _ => false,
-        };
+        let signed_chunks =
+            crate::ops::signed_chunks::signing_for(&self.shared.auth, self.head, self.auth)?;
+        if signed_chunks.is_some() && self.token.is_some() {
+            return Err(ApiError::not_implemented(
+                "a signed aws-chunked body cannot carry an RDMA transfer",
+            ));
+        }
+        let aws_chunked = matches!(
+            self.auth.payload,
+            PayloadHash::StreamingUnsignedTrailer
+                | PayloadHash::StreamingSigned
+                | PayloadHash::StreamingSignedTrailer
+        );
         let decoded_len =
             match self.head.header("x-amz-decoded-content-length") {
                 Some(v) => Some(v.trim().parse::<u64>().map_err(|_| {
@@ -653,14 +715,33 @@ impl Ctx<'_> {
                 let n = p.finish()?;
                 (s, Some(n))
             }
-            None => (body::receive(body, &spool_dir, opts)?, None),
+            None => match signed_chunks {
+                Some(signing) => (
+                    crate::ops::signed_chunks::receive(
+                        body,
+                        signing,
+                        self.head,
+                        &spool_dir,
+                        cfg.max_object_size,
+                    )?,
+                    None,
+                ),
+                None => (body::receive(body, &spool_dir, opts)?, None),
+            },
         };
-        let payload = if rdma_bytes.is_some() {
-            PayloadHash::Unsigned
-        } else {
-            self.auth.payload.clone()
+        let payload = match &self.auth.payload {
+            // The chunk signatures covered the bytes.
+            _ if rdma_bytes.is_some() => PayloadHash::Unsigned,
+            PayloadHash::StreamingSigned | PayloadHash::StreamingSignedTrailer => {
+                PayloadHash::Unsigned
+            }
+            p => p.clone(),
         };
         let mut headers = body::verify(&spooled, &self.head.headers, &payload)?;
+        headers.extend(crate::ops::checksums::verify_sha1(
+            &spooled,
+            &self.head.headers,
+        )?);
         if !headers.iter().any(|(n, _)| n == "x-amz-checksum-crc64nvme") {
             headers.push((
                 "x-amz-checksum-crc64nvme".into(),
@@ -672,6 +753,9 @@ impl Ctx<'_> {
             None => {
                 let meta = PutMeta {
                     content_type: self.head.header("content-type").map(str::to_owned),
+                    headers: crate::ops::meta::stored_headers(&self.head.headers)?,
+                    checksums: headers.clone(),
+                    conditions: Conditions::from_headers(|n| self.head.header(n), ""),
                     ..Default::default()
                 };
                 self.backend().put_object(bucket, key, spooled, &meta)?
@@ -712,6 +796,15 @@ impl Ctx<'_> {
                 part_number: p.part_number,
                 etag: p.etag,
                 crc64nvme: p.checksum_crc64nvme,
+                checksums: [
+                    ("CRC32", p.checksum_crc32),
+                    ("CRC32C", p.checksum_crc32c),
+                    ("SHA1", p.checksum_sha1),
+                    ("SHA256", p.checksum_sha256),
+                ]
+                .into_iter()
+                .filter_map(|(n, v)| Some((n.to_owned(), v?)))
+                .collect(),
             })
             .collect();
         let whole = self.head.header("x-amz-checksum-crc64nvme").map(str::trim);
@@ -728,14 +821,65 @@ impl Ctx<'_> {
         element(&mut doc, "Bucket", bucket);
         element(&mut doc, "Key", key);
         element(&mut doc, "ETag", &info.etag);
-        if let Some(c) = &info.crc64nvme {
-            element(&mut doc, "ChecksumCRC64NVME", c);
+        for (name, value) in [
+            ("ChecksumCRC64NVME", &info.crc64nvme),
+            ("ChecksumCRC32C", &info.crc32c),
+            ("ChecksumCRC32", &info.crc32),
+            ("ChecksumSHA1", &info.sha1),
+            ("ChecksumSHA256", &info.sha256),
+        ] {
+            if let Some(v) = value {
+                element(&mut doc, name, v);
+            }
         }
         if let Some(t) = &info.checksum_type {
             element(&mut doc, "ChecksumType", t);
         }
         doc.push_str("</CompleteMultipartUploadResult>");
         xml_ok(out, Vec::new(), doc)
+    }
+}
+
+/// The `max-keys` and `encoding-type` of a listing, validated.
+pub(crate) struct ListParams {
+    /// 0..=1000.
+    pub max_keys: u32,
+    /// `encoding-type=url`.
+    pub url: bool,
+}
+
+impl ListParams {
+    pub(crate) fn parse(query: &Query) -> Result<Self, ApiError> {
+        let max_keys = match query.get("max-keys") {
+            None => 1000,
+            Some(v) => v
+                .parse::<u32>()
+                .map_err(|_| {
+                    ApiError::invalid_argument(
+                        "Provided max-keys not an integer or within integer range",
+                    )
+                })?
+                .min(1000),
+        };
+        let url = match query.get("encoding-type") {
+            None => false,
+            Some("url") => true,
+            Some(_) => {
+                return Err(ApiError::invalid_argument(
+                    "Invalid Encoding Method specified in Request",
+                ));
+            }
+        };
+        Ok(Self { max_keys, url })
+    }
+
+    /// A key or prefix as the listing carries it.
+    pub(crate) fn encode(&self, s: &str) -> String {
+        if self.url {
+            uri::encode_path(s)
+        } else {
+            s.to_owned()
+        }
     }
 }
 

@@ -2,10 +2,11 @@
 //!
 //! A blocking, multi-threaded S3 server (`std::net`, a fixed worker pool) built on the
 //! sans-IO codecs of `s3-lite`: the server-side HTTP/1.1 decoder, the SigV4 verifier, the
-//! checksum and RDMA header codecs. It serves the S3 subset hipObject clients use (GET with
-//! ranges, HEAD, PUT, multipart, ListObjectsV2, DELETE, CreateBucket, HeadBucket) from a local
-//! directory or by bridging to an upstream S3 store, and answers requests carrying
-//! `x-amz-rdma-token` through the [`rdma`] seam where the soft and verbs fabrics plug in.
+//! checksum and RDMA header codecs. It serves S3 from a local directory (objects, multipart,
+//! listings v1/v2, DeleteObjects, CopyObject, conditional requests, metadata, checksums) or
+//! forwards every request it does not serve itself to an upstream S3 store unchanged, and
+//! answers requests carrying `x-amz-rdma-token` through the [`rdma`] seam where the soft and
+//! verbs fabrics plug in.
 //!
 //! ```no_run
 //! let gw = hipobj_gateway::Gateway::builder()
@@ -19,8 +20,10 @@
 //! ```
 //!
 //! Modules: [`server`] (builder, threads, limits), [`conn`] (one connection), [`handler`]
-//! (S3 operations), [`auth`] (SigV4), [`body`] (spooling and checksum verification),
-//! [`backend`] (trait, local directory, upstream bridge), [`rdma`] (the fabric seam),
+//! (S3 operations), [`ops`] (the operations beyond the basic ones, one module each),
+//! [`forward`] and [`relay`] (upstream mode's transparent path), [`auth`] (SigV4), [`body`]
+//! (spooling and checksum verification), [`backend`] (trait, local directory, upstream
+//! bridge), [`rdma`] (the fabric seam),
 //! [`route`] (addressing), [`xml`], [`error`], [`time`]. Layout and behaviour: `docs/gateway.md`.
 #![forbid(unsafe_code)]
 
@@ -31,9 +34,14 @@ pub mod capabilities;
 pub mod conn;
 pub mod connect;
 pub mod error;
+pub mod forward;
+pub mod fuzzing;
 mod gate;
 pub mod handler;
+pub mod ops;
 pub mod rdma;
+pub mod relay;
+pub mod request_error;
 pub mod route;
 pub mod server;
 pub mod target;
@@ -42,5 +50,5 @@ pub mod xml;
 
 pub use error::ApiError;
 pub use rdma::{DataPath, GetDecline, NoFabric, RdmaTarget};
-pub use target::{RcLimits, RcTarget};
 pub use server::{Config, Gateway, GatewayBuilder, RunningGateway, StartError};
+pub use target::{RcLimits, RcTarget};

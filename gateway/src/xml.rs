@@ -1,5 +1,5 @@
 //! XML in and out: escaping for the documents the gateway writes, and a bounded parser for
-//! the one document it reads (`CompleteMultipartUpload`).
+//! the documents it reads (`CompleteMultipartUpload`, `Delete`).
 
 use quick_xml::Reader;
 use quick_xml::events::Event;
@@ -49,9 +49,15 @@ pub struct RequestedPart {
     pub checksum_crc64nvme: Option<String>,
     /// `<ChecksumCRC32C>`, when sent.
     pub checksum_crc32c: Option<String>,
+    /// `<ChecksumCRC32>`, when sent.
+    pub checksum_crc32: Option<String>,
+    /// `<ChecksumSHA1>`, when sent.
+    pub checksum_sha1: Option<String>,
+    /// `<ChecksumSHA256>`, when sent.
+    pub checksum_sha256: Option<String>,
 }
 
-fn malformed(what: impl std::fmt::Display) -> ApiError {
+pub fn malformed(what: impl std::fmt::Display) -> ApiError {
     let mut m = what.to_string();
     m.truncate(200);
     ApiError::new(
@@ -61,16 +67,34 @@ fn malformed(what: impl std::fmt::Display) -> ApiError {
     )
 }
 
-/// Parses a `<CompleteMultipartUpload>` body into its parts, in document order. At most
-/// 10 000 parts; DOCTYPE refused; only the predefined entities and character references.
-pub fn parse_complete(body: &[u8]) -> Result<Vec<RequestedPart>, ApiError> {
+/// What [`visit`] reports while walking a request document.
+#[derive(Debug)]
+pub enum Node<'a> {
+    /// An element opened; `path` holds its ancestors (the root's is empty).
+    Open { path: &'a [String], name: &'a str },
+    /// An element closed with its text (entities resolved, untrimmed); `path` holds its
+    /// ancestors.
+    Close {
+        path: &'a [String],
+        name: &'a str,
+        text: &'a str,
+    },
+}
+
+/// Walks a small request document whose root element must be `root`: at most 8 levels,
+/// DOCTYPE refused, only the predefined entities and character references, element text at
+/// most 4 KiB. Errors are S3's `MalformedXML`.
+pub fn visit(
+    body: &[u8],
+    root: &str,
+    mut on: impl FnMut(Node<'_>) -> Result<(), ApiError>,
+) -> Result<(), ApiError> {
     if body.len() > MAX_XML_BODY {
         return Err(malformed("body too large"));
     }
     let mut reader = Reader::from_reader(body);
     reader.config_mut().check_end_names = true;
     let mut path: Vec<String> = Vec::new();
-    let mut parts: Vec<RequestedPart> = Vec::new();
     let mut text = String::new();
     let mut saw_root = false;
     loop {
@@ -79,47 +103,44 @@ pub fn parse_complete(body: &[u8]) -> Result<Vec<RequestedPart>, ApiError> {
                 let raw = e.name();
                 let name = String::from_utf8_lossy(raw.local_name().as_ref()).into_owned();
                 if path.is_empty() {
-                    if name != "CompleteMultipartUpload" || saw_root {
-                        return Err(malformed("root element must be CompleteMultipartUpload"));
+                    if name != root || saw_root {
+                        return Err(malformed(format!("root element must be {root}")));
                     }
                     saw_root = true;
                 }
                 if path.len() >= 8 {
                     return Err(malformed("too deep"));
                 }
-                if path.len() == 1 && name == "Part" {
-                    if parts.len() >= s3_lite::s3::MAX_PARTS as usize {
-                        return Err(malformed("more than 10000 parts"));
-                    }
-                    parts.push(RequestedPart::default());
-                }
+                on(Node::Open {
+                    path: &path,
+                    name: &name,
+                })?;
                 path.push(name);
                 text.clear();
             }
             Event::Empty(e) => {
+                let raw = e.name();
+                let name = String::from_utf8_lossy(raw.local_name().as_ref()).into_owned();
                 if path.is_empty() {
                     return Err(malformed("empty document"));
                 }
-                let _ = e;
+                on(Node::Open {
+                    path: &path,
+                    name: &name,
+                })?;
+                on(Node::Close {
+                    path: &path,
+                    name: &name,
+                    text: "",
+                })?;
             }
             Event::End(_) => {
                 let name = path.pop().unwrap_or_default();
-                if path.len() == 2 && path.get(1).map(String::as_str) == Some("Part") {
-                    let value = text.trim().to_owned();
-                    if let Some(part) = parts.last_mut() {
-                        match name.as_str() {
-                            "PartNumber" => {
-                                part.part_number = value
-                                    .parse()
-                                    .map_err(|_| malformed("PartNumber is not a number"))?;
-                            }
-                            "ETag" => part.etag = value,
-                            "ChecksumCRC64NVME" => part.checksum_crc64nvme = Some(value),
-                            "ChecksumCRC32C" => part.checksum_crc32c = Some(value),
-                            _ => {}
-                        }
-                    }
-                }
+                on(Node::Close {
+                    path: &path,
+                    name: &name,
+                    text: &text,
+                })?;
                 text.clear();
             }
             Event::Text(t) => {
@@ -150,6 +171,46 @@ pub fn parse_complete(body: &[u8]) -> Result<Vec<RequestedPart>, ApiError> {
     if !saw_root || !path.is_empty() {
         return Err(malformed("incomplete document"));
     }
+    Ok(())
+}
+
+/// Parses a `<CompleteMultipartUpload>` body into its parts, in document order. At most
+/// 10 000 parts.
+pub fn parse_complete(body: &[u8]) -> Result<Vec<RequestedPart>, ApiError> {
+    let mut parts: Vec<RequestedPart> = Vec::new();
+    visit(body, "CompleteMultipartUpload", |node| {
+        match node {
+            Node::Open { path, name } if path.len() == 1 && name == "Part" => {
+                if parts.len() >= s3_lite::s3::MAX_PARTS as usize {
+                    return Err(malformed("more than 10000 parts"));
+                }
+                parts.push(RequestedPart::default());
+            }
+            Node::Close { path, name, text }
+                if path.len() == 2 && path.get(1).map(String::as_str) == Some("Part") =>
+            {
+                let value = text.trim().to_owned();
+                if let Some(part) = parts.last_mut() {
+                    match name {
+                        "PartNumber" => {
+                            part.part_number = value
+                                .parse()
+                                .map_err(|_| malformed("PartNumber is not a number"))?;
+                        }
+                        "ETag" => part.etag = value,
+                        "ChecksumCRC64NVME" => part.checksum_crc64nvme = Some(value),
+                        "ChecksumCRC32C" => part.checksum_crc32c = Some(value),
+                        "ChecksumCRC32" => part.checksum_crc32 = Some(value),
+                        "ChecksumSHA1" => part.checksum_sha1 = Some(value),
+                        "ChecksumSHA256" => part.checksum_sha256 = Some(value),
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    })?;
     Ok(parts)
 }
 

@@ -40,6 +40,10 @@ pub fn paginate<'k>(
     };
     let delim = query.delimiter.as_deref().filter(|d| !d.is_empty());
     let mut page = ListPage::default();
+    if query.max_keys == 0 {
+        // S3 answers an empty, untruncated page for MaxKeys=0.
+        return Ok(page);
+    }
     let mut count = 0u32;
     let mut last: Option<String> = None;
     for key in keys {

@@ -20,6 +20,7 @@ use std::sync::RwLock;
 use s3_lite::checksum::{Crc32c, Crc64Nvme, decode_crc64nvme, encode_crc32c, encode_crc64nvme};
 use serde::{Deserialize, Serialize};
 
+use super::composite::Algorithm;
 use super::keymap::{self, DATA_TAG};
 use super::list::paginate;
 use super::{
@@ -28,7 +29,10 @@ use super::{
 };
 use crate::body::{Spooled, hex};
 use crate::error::ApiError;
+use crate::ops::conditions::Conditions;
 use crate::time::{iso8601, now_secs};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 
 const STRIPES: usize = 64;
 const IO_CHUNK: usize = 256 * 1024;
@@ -63,6 +67,35 @@ struct PartRecord {
     md5: String,
     crc64nvme: u64,
     crc32c: u32,
+    #[serde(default)]
+    crc32: u32,
+    /// Hex SHA-256 of the part.
+    #[serde(default)]
+    sha256: String,
+    /// Hex SHA-1 of the part (computed for SHA1 uploads only).
+    #[serde(default)]
+    sha1: Option<String>,
+}
+
+impl PartRecord {
+    /// The part's raw checksum of `alg` (for composites), if known.
+    fn raw(&self, alg: Algorithm) -> Option<Vec<u8>> {
+        match alg {
+            Algorithm::Crc32 => Some(self.crc32.to_be_bytes().to_vec()),
+            Algorithm::Crc32c => Some(self.crc32c.to_be_bytes().to_vec()),
+            Algorithm::Sha256 => unhex(&self.sha256),
+            Algorithm::Sha1 => self.sha1.as_deref().and_then(unhex),
+        }
+    }
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.is_empty() || !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok())
+        .collect()
 }
 
 fn io_err(what: &str, e: std::io::Error) -> ApiError {
@@ -160,6 +193,7 @@ impl LocalDir {
         key: &str,
         data: tempfile::NamedTempFile,
         info: &ObjectInfo,
+        conditions: &Conditions,
     ) -> Result<(), ApiError> {
         let dir = self.existing_bucket(bucket)?;
         let (data_rel, meta_rel) = keymap::object_paths(key)?;
@@ -172,6 +206,14 @@ impl LocalDir {
             .stripe(bucket, key)
             .write()
             .unwrap_or_else(|e| e.into_inner());
+        if !conditions.is_empty() {
+            // Checked under the key's lock, so no other write slips in between.
+            let existing = data_path
+                .is_file()
+                .then(|| self.read_info(&dir, key))
+                .flatten();
+            conditions.check_write(existing.as_ref(), key)?;
+        }
         data.persist(&data_path)
             .map_err(|e| io_err("store object", e.error))?;
         meta.persist(&meta_path)
@@ -217,6 +259,14 @@ impl LocalDir {
         let (_, meta_rel) = keymap::object_paths(key).ok()?;
         serde_json::from_slice(&fs::read(bucket_dir.join(meta_rel)).ok()?).ok()
     }
+}
+
+/// A checksum the upload supplied (and the gateway verified), by header name.
+fn supplied(meta: &PutMeta, name: &str) -> Option<String> {
+    meta.checksums
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.clone())
 }
 
 fn new_upload_id() -> String {
@@ -297,8 +347,12 @@ impl Backend for LocalDir {
             )),
             checksum_type: Some("FULL_OBJECT".into()),
             parts: None,
+            sha1: supplied(meta, "x-amz-checksum-sha1"),
+            sha256: supplied(meta, "x-amz-checksum-sha256"),
+            headers: meta.headers.clone(),
+            ..Default::default()
         };
-        self.install(bucket, key, body.file, &info)?;
+        self.install(bucket, key, body.file, &info, &meta.conditions)?;
         Ok(info)
     }
 
@@ -415,13 +469,25 @@ impl Backend for LocalDir {
         part_number: u32,
         body: Spooled,
     ) -> Result<ObjectInfo, ApiError> {
-        let (dir, _) = self.load_upload(bucket, key, upload_id)?;
+        let (dir, upload) = self.load_upload(bucket, key, upload_id)?;
+        let sha1 = match upload
+            .meta
+            .checksum_algorithm
+            .as_deref()
+            .and_then(Algorithm::parse)
+        {
+            Some(Algorithm::Sha1) => Some(hex(&crate::ops::checksums::sha1_of(&body)?)),
+            _ => None,
+        };
         let rec = PartRecord {
             size: body.len,
             etag: body.etag(),
             md5: hex(&body.md5),
             crc64nvme: body.crc64nvme,
             crc32c: body.crc32c,
+            crc32: body.crc32,
+            sha256: hex(&body.sha256),
+            sha1,
         };
         let meta = self.temp_json(&rec)?;
         body.file
@@ -485,6 +551,18 @@ impl Backend for LocalDir {
             {
                 return Err(invalid_part(p.part_number, "ChecksumCRC64NVME differs"));
             }
+            for (name, given) in &p.checksums {
+                let Some(alg) = Algorithm::parse(name) else {
+                    continue;
+                };
+                let actual = r.raw(alg).map(|b| STANDARD.encode(b));
+                if actual.as_deref() != Some(given.trim()) {
+                    return Err(invalid_part(
+                        p.part_number,
+                        &format!("Checksum{} differs", alg.name()),
+                    ));
+                }
+            }
             if i + 1 < parts.len() && r.size < self.min_part_size {
                 return Err(ApiError::new(
                     400,
@@ -543,7 +621,7 @@ impl Backend for LocalDir {
             use md5::Digest as _;
             hex(&md5::Md5::digest(&md5s))
         };
-        let info = ObjectInfo {
+        let mut info = ObjectInfo {
             size,
             etag: format!("\"{md5}-{}\"", records.len()),
             last_modified: now_secs(),
@@ -553,8 +631,61 @@ impl Backend for LocalDir {
             crc32: None,
             checksum_type: Some("FULL_OBJECT".into()),
             parts: Some(records.len() as u32),
+            headers: rec.meta.headers.clone(),
+            part_sizes: records.iter().map(|(_, r)| r.size).collect(),
+            ..Default::default()
         };
-        self.install(bucket, key, out, &info)?;
+        let alg = rec
+            .meta
+            .checksum_algorithm
+            .as_deref()
+            .and_then(Algorithm::parse);
+        match alg {
+            Some(alg) if alg.is_composite(rec.meta.checksum_type.as_deref()) => {
+                let raw: Vec<Vec<u8>> = records
+                    .iter()
+                    .map(|(n, r)| {
+                        r.raw(alg).ok_or_else(|| {
+                            invalid_part(*n, &format!("no {} checksum recorded", alg.name()))
+                        })
+                    })
+                    .collect::<Result<_, _>>()?;
+                let value = alg.composite(&raw);
+                info.part_checksums = raw
+                    .iter()
+                    .map(|r| (alg.name().to_owned(), STANDARD.encode(r)))
+                    .collect();
+                // S3 keeps the upload's own algorithm only.
+                info.crc64nvme = None;
+                info.crc32c = None;
+                match alg {
+                    Algorithm::Crc32 => info.crc32 = Some(value),
+                    Algorithm::Crc32c => info.crc32c = Some(value),
+                    Algorithm::Sha1 => info.sha1 = Some(value),
+                    Algorithm::Sha256 => info.sha256 = Some(value),
+                }
+                info.checksum_type = Some("COMPOSITE".into());
+            }
+            Some(Algorithm::Crc32) => {
+                // FULL_OBJECT CRC32: combined from the parts like the CRC64NVME.
+                let mut crc = 0u64;
+                for (i, (_, r)) in records.iter().enumerate() {
+                    crc = if i == 0 {
+                        u64::from(r.crc32)
+                    } else {
+                        crc_fast::checksum_combine(
+                            crc_fast::CrcAlgorithm::Crc32IsoHdlc,
+                            crc,
+                            u64::from(r.crc32),
+                            r.size,
+                        )
+                    };
+                }
+                info.crc32 = Some(STANDARD.encode((crc as u32).to_be_bytes()));
+            }
+            _ => {}
+        }
+        self.install(bucket, key, out, &info, &Conditions::default())?;
         let _ = fs::remove_dir_all(&dir);
         Ok(info)
     }

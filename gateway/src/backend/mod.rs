@@ -6,6 +6,7 @@
 //! backend only ever sees verified bytes: a bad checksum never reaches it, and nothing is
 //! stored.
 
+pub mod composite;
 pub mod keymap;
 pub mod list;
 pub mod local;
@@ -37,6 +38,24 @@ pub struct ObjectInfo {
     pub checksum_type: Option<String>,
     /// Number of parts for a multipart object.
     pub parts: Option<u32>,
+    /// SHA-1 (base64), when the upload supplied one.
+    #[serde(default)]
+    pub sha1: Option<String>,
+    /// SHA-256 (base64), when the upload supplied one.
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// Stored metadata headers (`x-amz-meta-*`, Cache-Control, ...; see
+    /// [`crate::ops::meta`]), returned on GET and HEAD.
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
+    /// Sizes of a multipart object's parts, in order (GET `?partNumber=`,
+    /// GetObjectAttributes).
+    #[serde(default)]
+    pub part_sizes: Vec<u64>,
+    /// Each part's checksum of the upload's algorithm, `(algorithm, base64)`, for a
+    /// composite multipart object.
+    #[serde(default)]
+    pub part_checksums: Vec<(String, String)>,
 }
 
 /// Metadata supplied at upload (PutObject, CreateMultipartUpload).
@@ -48,6 +67,17 @@ pub struct PutMeta {
     pub checksum_algorithm: Option<String>,
     /// `x-amz-checksum-type` of a multipart upload.
     pub checksum_type: Option<String>,
+    /// Metadata headers to store with the object ([`crate::ops::meta`]).
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
+    /// Checksums the upload supplied and the gateway verified, `(header name, base64)`,
+    /// kept beyond the ones every object gets (SHA-1, SHA-256).
+    #[serde(default)]
+    pub checksums: Vec<(String, String)>,
+    /// `If-Match` / `If-None-Match` of the write, checked against the object under the key
+    /// at the moment it is replaced.
+    #[serde(skip)]
+    pub conditions: crate::ops::conditions::Conditions,
 }
 
 /// Conditions and range of a GET or HEAD.
@@ -121,6 +151,9 @@ pub struct CompletePart {
     pub etag: String,
     /// Per-part CRC64NVME the client claims, if any.
     pub crc64nvme: Option<String>,
+    /// Other per-part checksums the client claims, `(algorithm, base64)` with the
+    /// algorithm as S3 names it (`CRC32`, `CRC32C`, `SHA1`, `SHA256`).
+    pub checksums: Vec<(String, String)>,
 }
 
 /// The object storage behind the gateway. Implementations are shared by all connection
@@ -184,6 +217,11 @@ pub trait Backend: Send + Sync {
     ) -> Result<ObjectInfo, ApiError>;
     /// AbortMultipartUpload.
     fn abort_multipart(&self, bucket: &str, key: &str, upload_id: &str) -> Result<(), ApiError>;
+    /// The upstream store requests are forwarded to unchanged ([`crate::forward`]), when
+    /// this backend is a bridge to one.
+    fn upstream(&self) -> Option<&upstream::Upstream> {
+        None
+    }
 }
 
 /// ETags compare without their quotes (clients send them either way).

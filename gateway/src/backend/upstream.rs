@@ -31,6 +31,8 @@ use super::{
 };
 use crate::body::Spooled;
 use crate::error::ApiError;
+use crate::handler::Respond;
+use crate::relay::Relay;
 use crate::time::now_secs;
 
 const IO_CHUNK: usize = 256 * 1024;
@@ -92,6 +94,8 @@ enum Collect<'a> {
         sink: &'a mut dyn ObjectSink,
         head_only: bool,
     },
+    /// Every response, whatever its status, goes to the client unchanged.
+    Relay(Relay<'a>),
 }
 
 fn upstream_failure(e: impl std::fmt::Display) -> ApiError {
@@ -235,6 +239,9 @@ impl Upstream {
             conn.start += d.consumed;
             match d.event {
                 Event::Head(h) => {
+                    if let Collect::Relay(relay) = collect {
+                        relay.head(&h).map_err(|e| (e, true))?;
+                    }
                     if (200..300).contains(&h.status)
                         && let Collect::Object { sink, head_only } = collect
                     {
@@ -253,6 +260,7 @@ impl Upstream {
                         .as_ref()
                         .is_some_and(|h| (200..300).contains(&h.status));
                     match collect {
+                        Collect::Relay(relay) => relay.data(data).map_err(|e| (e, true))?,
                         Collect::Object { sink, .. } if ok => {
                             sink.data(data).map_err(|e| (ApiError::from(e), true))?
                         }
@@ -294,6 +302,10 @@ impl Upstream {
         if dec.is_reusable() && conn.start == conn.end {
             self.put_idle(host.to_owned(), conn);
         }
+        if let Collect::Relay(relay) = collect {
+            relay.end().map_err(|e| (e, true))?;
+            return Ok(head);
+        }
         if !(200..300).contains(&head.status) {
             let e = s3::parse_error(head.status, &head.headers, &error_body);
             let mut api = ApiError::new(e.status, e.code, e.message);
@@ -321,6 +333,40 @@ impl Upstream {
         Ok((head, body))
     }
 
+    /// The upstream endpoint requests are addressed to.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// Forwards `req` (already addressed to the upstream, not yet signed) with `body`, and
+    /// streams the upstream's answer, whatever its status, to `out` unchanged: status,
+    /// headers (less hop-by-hop ones) and body bytes.
+    pub fn relay(
+        &self,
+        req: Request,
+        bucket: Option<&str>,
+        payload: PayloadHash,
+        body: Option<&mut Spooled>,
+        out: &mut dyn Respond,
+    ) -> Result<(), ApiError> {
+        let up = match body {
+            Some(s) => {
+                let len = s.len;
+                UpBody::File(s.file.as_file_mut(), len)
+            }
+            None => UpBody::None,
+        };
+        let head_req = req.method == "HEAD";
+        self.call(
+            req,
+            bucket,
+            payload,
+            up,
+            Collect::Relay(Relay::new(out, head_req)),
+        )?;
+        Ok(())
+    }
+
     fn bucket_req(&self, method: &str, bucket: &str) -> Result<Request, ApiError> {
         let (host, path) = self.endpoint.bucket_location(bucket).map_err(build)?;
         let mut req = Request::new(method, path);
@@ -345,6 +391,7 @@ fn object_info(h: &ResponseHead) -> Result<(ObjectInfo, Option<(u64, u64)>), Api
         crc32: None,
         checksum_type: meta.checksum_type.clone(),
         parts: None,
+        ..Default::default()
     };
     Ok((info, span))
 }
@@ -352,6 +399,10 @@ fn object_info(h: &ResponseHead) -> Result<(ObjectInfo, Option<(u64, u64)>), Api
 impl Backend for Upstream {
     fn spool_dir(&self) -> &Path {
         &self.spool
+    }
+
+    fn upstream(&self) -> Option<&Upstream> {
+        Some(self)
     }
 
     fn create_bucket(&self, bucket: &str) -> Result<(), ApiError> {
@@ -473,7 +524,7 @@ impl Backend for Upstream {
             continuation_token: query.continuation_token.clone(),
             start_after: query.start_after.clone(),
             max_keys: Some(query.max_keys.min(1000)),
-            url_encoding: true,
+            url_encoding: false,
         };
         let (_, body) = self.simple(
             s3::list_objects_v2(&self.endpoint, bucket, &opts).map_err(build)?,

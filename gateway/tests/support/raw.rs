@@ -156,3 +156,62 @@ pub fn call(
     let r = sign(r, body, None);
     send(addr, &r, body)
 }
+
+/// A PUT with a signed aws-chunked body (`STREAMING-AWS4-HMAC-SHA256-PAYLOAD`, or the
+/// `-TRAILER` variant when `trailer` names a checksum header and value), `data` cut into
+/// `chunk` bytes per chunk; `tamper` flips one payload byte after signing.
+pub fn signed_chunked_put(
+    addr: SocketAddr,
+    path: &str,
+    data: &[u8],
+    chunk: usize,
+    trailer: Option<(&str, &str)>,
+    tamper: bool,
+) -> Response {
+    let signer = signer(ACCESS, SECRET);
+    let date = now();
+    let mut r = req(addr, "PUT", path, "");
+    r.add_header("Content-Encoding", "aws-chunked");
+    r.add_header("x-amz-decoded-content-length", data.len().to_string());
+    if let Some((name, _)) = trailer {
+        r.add_header("x-amz-trailer", name);
+    }
+    let payload = if trailer.is_some() {
+        PayloadHash::StreamingSignedTrailer
+    } else {
+        PayloadHash::StreamingSigned
+    };
+    let seed = signer
+        .sign_headers(&mut r, &payload, date)
+        .unwrap()
+        .signature;
+    let mut wire = Vec::new();
+    let mut prev = seed;
+    for piece in data.chunks(chunk.max(1)).chain(std::iter::once(&b""[..])) {
+        let sig = signer.sign_chunk(&prev, date, piece).unwrap().signature;
+        wire.extend_from_slice(format!("{:x};chunk-signature={sig}\r\n", piece.len()).as_bytes());
+        wire.extend_from_slice(piece);
+        if !piece.is_empty() {
+            wire.extend_from_slice(b"\r\n");
+        }
+        prev = sig;
+    }
+    match trailer {
+        None => wire.extend_from_slice(b"\r\n"),
+        Some((name, value)) => {
+            let line = format!("{name}:{value}");
+            let canon = s3_lite::sigv4::canonical_trailer(&line).unwrap();
+            let sig = signer.sign_trailer(&prev, date, &canon).unwrap().signature;
+            wire.extend_from_slice(
+                format!("{line}\r\nx-amz-trailer-signature:{sig}\r\n\r\n").as_bytes(),
+            );
+        }
+    }
+    if tamper {
+        let at = wire.len() / 2;
+        if let Some(b) = wire.get_mut(at) {
+            *b ^= 0x01;
+        }
+    }
+    send(addr, &r, &wire)
+}

@@ -1,0 +1,71 @@
+//! ListObjects (version 1: `GET /bucket` without `list-type=2`): `marker` resumes after a
+//! key, and `NextMarker` is given when the page is truncated and a delimiter was used (S3
+//! omits it otherwise; clients resume from the last key).
+
+use crate::backend::list::decode_token;
+use crate::backend::{Backend, ListQuery};
+use crate::error::ApiError;
+use crate::handler::{ListParams, Respond, S3_NS, xml_ok};
+use crate::route::Query;
+use crate::xml::element;
+
+/// Serves ListObjects v1 on `bucket`.
+pub fn serve(
+    backend: &dyn Backend,
+    bucket: &str,
+    query: &Query,
+    out: &mut dyn Respond,
+) -> Result<(), ApiError> {
+    let params = ListParams::parse(query)?;
+    let marker = query.get("marker").unwrap_or_default().to_owned();
+    let q = ListQuery {
+        prefix: query.get("prefix").unwrap_or_default().to_owned(),
+        delimiter: query
+            .get("delimiter")
+            .filter(|d| !d.is_empty())
+            .map(str::to_owned),
+        start_after: Some(marker.clone()).filter(|m| !m.is_empty()),
+        continuation_token: None,
+        max_keys: params.max_keys,
+    };
+    let page = backend.list_objects(bucket, &q)?;
+    let enc = |s: &str| params.encode(s);
+    let mut d = format!("<ListBucketResult xmlns=\"{S3_NS}\">");
+    element(&mut d, "Name", bucket);
+    element(&mut d, "Prefix", &enc(&q.prefix));
+    element(&mut d, "Marker", &enc(&marker));
+    if page.is_truncated
+        && q.delimiter.is_some()
+        && let Some(t) = &page.next_continuation_token
+    {
+        element(&mut d, "NextMarker", &enc(&decode_token(t)?));
+    }
+    element(&mut d, "MaxKeys", &q.max_keys.to_string());
+    if let Some(x) = &q.delimiter {
+        element(&mut d, "Delimiter", &enc(x));
+    }
+    element(
+        &mut d,
+        "IsTruncated",
+        if page.is_truncated { "true" } else { "false" },
+    );
+    if params.url {
+        element(&mut d, "EncodingType", "url");
+    }
+    for e in &page.contents {
+        d.push_str("<Contents>");
+        element(&mut d, "Key", &enc(&e.key));
+        element(&mut d, "LastModified", &e.last_modified);
+        element(&mut d, "ETag", &e.etag);
+        element(&mut d, "Size", &e.size.to_string());
+        element(&mut d, "StorageClass", "STANDARD");
+        d.push_str("</Contents>");
+    }
+    for p in &page.common_prefixes {
+        d.push_str("<CommonPrefixes>");
+        element(&mut d, "Prefix", &enc(p));
+        d.push_str("</CommonPrefixes>");
+    }
+    d.push_str("</ListBucketResult>");
+    xml_ok(out, Vec::new(), d)
+}
