@@ -183,8 +183,10 @@ impl Worker {
         };
         match outcome {
             Outcome::Done { bytes, aux } => {
-                let path = self.fabric.path_of(key);
-                let cqe = Cqe::success(0, bytes, path).with_aux(aux);
+                let (path, dialect) = self.fabric.path_of(key);
+                let cqe = Cqe::success(0, bytes, path)
+                    .with_aux(aux)
+                    .with_dialect(dialect);
                 if let Some(cqe) = self.stage_in(key, cqe) {
                     self.finish(key, cqe);
                 }
