@@ -16,7 +16,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use engine::{Engine, Fabric, RegisterOptions};
+use engine::{Dialect, Engine, Fabric, RegisterOptions};
 use ring_api::opcode::{Put, RangeGet};
 use ring_api::{BufSlice, Cqe};
 use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
@@ -45,6 +45,16 @@ pub enum FabricChoice {
     Verbs,
     /// The blocking HTTP client (works with https://, multipart, any S3 server).
     Http,
+}
+
+/// `--dialect`: parses `auto`, `rc-persistent`, `rc-v2` or `http` (the engine's [`Dialect`]).
+pub fn parse_dialect(s: &str) -> Result<Dialect, String> {
+    match Dialect::parse(s) {
+        Some(d) if s.trim() != "cuobject" => Ok(d),
+        _ => Err(format!(
+            "--dialect {s:?}: expected auto, rc-persistent, rc-v2 or http"
+        )),
+    }
 }
 
 impl FabricChoice {
@@ -124,6 +134,8 @@ pub struct EngineTarget {
     pub fabric: Fabric,
     /// `--rdma-device`: the verbs device to open (`Verbs`, `Auto`).
     pub verbs_device: Option<String>,
+    /// `--dialect`: the RDMA dialect (`Auto`: negotiated per endpoint).
+    pub dialect: Dialect,
 }
 
 impl EngineTarget {
@@ -157,6 +169,7 @@ impl EngineTarget {
             region: site.region.clone(),
             fabric,
             verbs_device: verbs_device.map(str::to_owned),
+            dialect: Dialect::Auto,
         };
         if choice != FabricChoice::Auto {
             return Ok(Selection {
@@ -181,7 +194,8 @@ impl EngineTarget {
             .credentials(self.credentials.clone())
             .region(&self.region)
             .connections_per_worker(connections)
-            .fabric(self.fabric);
+            .fabric(self.fabric)
+            .dialect(self.dialect);
         if let Some(name) = &self.verbs_device {
             b = b.verbs_device(name.clone());
         }
@@ -191,13 +205,38 @@ impl EngineTarget {
 
 pub use crate::bench::path_name;
 
-/// Bytes carried per path, in first-seen order.
+/// The name a completion's wire dialect goes by in `--json` (`http`, `rc-persistent`,
+/// `hipobj-rc-v2`, `cuobject`; `none` when not recorded).
+#[must_use]
+pub fn dialect_name(d: Option<ring_api::WireDialect>) -> &'static str {
+    d.map_or("none", ring_api::WireDialect::as_str)
+}
+
+/// Bytes carried per path (`.0`) and per wire dialect (`.1`: `http`, `rc-persistent`,
+/// `hipobj-rc-v2`, `cuobject`), in first-seen order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PathBytes(pub Vec<(&'static str, u64)>);
+pub struct PathBytes(pub Vec<(&'static str, u64)>, pub Vec<(&'static str, u64)>);
 
 impl PathBytes {
     fn add(&mut self, name: &'static str, bytes: u64) {
         crate::bench::add_path_bytes(&mut self.0, name, bytes);
+    }
+
+    /// Counts `bytes` of a successful completion under its path and its dialect.
+    fn add_completion(&mut self, c: &Cqe, bytes: u64) {
+        self.add(path_name(c.path()), bytes);
+        crate::bench::add_path_bytes(&mut self.1, dialect_name(c.dialect()), bytes);
+    }
+
+    /// The one dialect that carried everything (`mixed` when several did, `none`: no bytes);
+    /// `--json`'s `"dialect"`.
+    #[must_use]
+    pub fn dialect(&self) -> &'static str {
+        match self.1.as_slice() {
+            [] => "none",
+            [(d, _)] => d,
+            _ => "mixed",
+        }
     }
 
     /// The one path that carried everything, or `mixed` when several did (`none`: no bytes).
@@ -309,7 +348,7 @@ pub fn download(
                     c.bytes()
                 ));
             }
-            paths.add(path_name(c.path()), want);
+            paths.add_completion(c, want);
             if let Some(d) = done.get_mut(usize::try_from(i % depth).unwrap_or(0)) {
                 *d = true;
             }
@@ -388,7 +427,7 @@ pub fn upload(
         return Err(failure("PUT", &c));
     }
     let mut paths = PathBytes::default();
-    paths.add(path_name(c.path()), len);
+    paths.add_completion(&c, len);
     let mut crc = Crc64Nvme::new();
     crc.update(data);
     Ok(Uploaded {
