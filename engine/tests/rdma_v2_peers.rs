@@ -1,220 +1,26 @@
 //! Conformance of the engine's dialect negotiation and `mp` gating against small v2-only peers
-//! (issue 12; docs/interop.md). Each peer is a proxy in front of our gateway (soft fabric,
-//! in-process) that behaves like the third-party hipobj-rc-v2 server seen over Soft-RoCE
-//! (elbencho's s3rdma server): the `rc-persistent` routes (`/.hipobj/rc/*`) answer `404`, and
-//! - [`Peer::NoMp`]: `x-amz-rdma-capabilities` is removed from every answer and a PREPARE's
-//!   `x-amz-rdma-target` loses its query (re-signed, so the gateway stores a part sent over v2
-//!   as the whole object, as that server did); the engine must keep the upload intact (its
-//!   parts go over HTTP);
-//! - [`Peer::Mp`]: answers pass through (our gateway advertises `mp`): parts go over v2.
-//!
-//! Both run with the engine's defaults (`Dialect::Auto`), so they also check that an endpoint
-//! refusing `rc-persistent` is spoken to in `hipobj-rc-v2` and that completions say so.
+//! (issue 12; docs/interop.md; the peer is `gateway/tests/support/v2_peer.rs`): with the
+//! engine's defaults (`Dialect::Auto`), an endpoint refusing `rc-persistent` is spoken to in
+//! `hipobj-rc-v2` and completions say so; UploadPart goes over v2 only to a peer that advertised
+//! `mp`, and a peer that ignores the target's query keeps the upload intact (parts over HTTP).
 
 #[path = "../../gateway/tests/support/raw.rs"]
 mod raw;
 #[path = "../../gateway/tests/support/rig.rs"]
 mod rig;
+#[path = "../../gateway/tests/support/v2_peer.rs"]
+mod v2_peer;
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
 use engine::{Fabric, RegisterOptions};
-use hipobj_gateway::{Gateway, RcLimits, RcTarget, RunningGateway};
-use raw::{ACCESS, SECRET, call, now, signer};
+use raw::call;
 use rig::{crc64, pattern, run_one};
 use ring_api::opcode::{CompleteMultipart, CreateMultipart, Get, Put, UploadPart};
 use ring_api::{BufSlice, DataPath, PartNumber, UploadHandle, WireDialect};
-use s3_lite::Request;
-use s3_lite::sigv4::PayloadHash;
+use v2_peer::{Peer, Seen, gateway, start_peer};
 
 const MIB: u64 = 1 << 20;
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Peer {
-    NoMp,
-    Mp,
-}
-
-/// What the peer saw.
-#[derive(Default, Debug)]
-struct Seen {
-    /// `x-amz-rdma-target` of every PREPARE, as the client sent it.
-    targets: Vec<String>,
-    /// Requests to the rc-persistent routes.
-    rc_persistent: usize,
-}
-
-fn gateway(root: &std::path::Path) -> RunningGateway {
-    let t = RcTarget::start(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        RcLimits::default(),
-    )
-    .unwrap();
-    Gateway::builder()
-        .listen("127.0.0.1:0")
-        .root_dir(root)
-        .credentials(ACCESS, SECRET)
-        .rdma_target(t)
-        .start()
-        .unwrap()
-}
-
-/// One request or response head: the first line and the headers, wire order.
-struct Head {
-    line: String,
-    headers: Vec<(String, String)>,
-}
-
-impl Head {
-    fn get(&self, n: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(n))
-            .map(|(_, v)| v.as_str())
-    }
-    fn len(&self) -> usize {
-        self.get("content-length")
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
-    }
-    fn write(&self, s: &mut TcpStream, body: &[u8]) -> std::io::Result<()> {
-        let mut out = format!("{}\r\n", self.line);
-        for (n, v) in &self.headers {
-            out.push_str(&format!("{n}: {v}\r\n"));
-        }
-        out.push_str("\r\n");
-        s.write_all(out.as_bytes())?;
-        s.write_all(body)
-    }
-}
-
-fn read_head(s: &mut TcpStream) -> Option<Head> {
-    let mut raw = Vec::new();
-    let mut b = [0u8; 1];
-    while !raw.ends_with(b"\r\n\r\n") {
-        if s.read(&mut b).ok()? == 0 {
-            return None;
-        }
-        raw.push(b[0]);
-    }
-    let text = String::from_utf8(raw).ok()?;
-    let mut lines = text.split("\r\n");
-    let line = lines.next()?.to_owned();
-    let headers = lines
-        .filter(|l| !l.is_empty())
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
-        .collect();
-    Some(Head { line, headers })
-}
-
-fn read_body(s: &mut TcpStream, n: usize) -> Option<Vec<u8>> {
-    let mut body = vec![0u8; n];
-    s.read_exact(&mut body).ok()?;
-    Some(body)
-}
-
-/// The PREPARE with its target's query dropped, signed again with the test key (what a server
-/// that ignores the query effectively serves).
-fn drop_query(h: &Head, gw: SocketAddr) -> Head {
-    let target = h.get("x-amz-rdma-target").unwrap_or_default();
-    let bare = target.split('?').next().unwrap_or_default().to_owned();
-    let mut r = Request::new("POST", "/.hipobj-rc/prepare");
-    r.add_header("Host", gw.to_string());
-    for (n, v) in &h.headers {
-        let l = n.to_ascii_lowercase();
-        if matches!(
-            l.as_str(),
-            "host" | "authorization" | "x-amz-date" | "x-amz-content-sha256"
-        ) {
-            continue;
-        }
-        let v = if l == "x-amz-rdma-target" { bare.clone() } else { v.clone() };
-        r.add_header(n.as_str(), v);
-    }
-    signer(ACCESS, SECRET)
-        .sign_headers(&mut r, &PayloadHash::Unsigned, now())
-        .unwrap();
-    Head {
-        line: h.line.clone(),
-        headers: r.headers.clone(),
-    }
-}
-
-/// Serves one client connection: forwards to the gateway as the peer behaves.
-fn serve(mut c: TcpStream, gw: SocketAddr, peer: Peer, seen: Arc<Mutex<Seen>>) {
-    let Ok(mut up) = TcpStream::connect(gw) else {
-        return;
-    };
-    while let Some(mut h) = read_head(&mut c) {
-        let Some(body) = read_body(&mut c, h.len()) else {
-            return;
-        };
-        let path = h.line.split(' ').nth(1).unwrap_or_default().to_owned();
-        if path.starts_with("/.hipobj/rc/") {
-            seen.lock().unwrap().rc_persistent += 1;
-            let nf = Head {
-                line: "HTTP/1.1 404 Not Found".into(),
-                headers: vec![("Content-Length".into(), "0".into())],
-            };
-            if nf.write(&mut c, b"").is_err() {
-                return;
-            }
-            continue;
-        }
-        if path.starts_with("/.hipobj-rc/prepare") {
-            let target = h.get("x-amz-rdma-target").unwrap_or_default().to_owned();
-            seen.lock().unwrap().targets.push(target.clone());
-            if peer == Peer::NoMp && target.contains('?') {
-                h = drop_query(&h, gw);
-            }
-        }
-        let head_req = h.line.starts_with("HEAD ");
-        if h.write(&mut up, &body).is_err() {
-            return;
-        }
-        let Some(mut a) = read_head(&mut up) else {
-            return;
-        };
-        let status: u16 = a
-            .line
-            .split(' ')
-            .nth(1)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let n = if head_req || status == 204 || status == 304 {
-            0
-        } else {
-            a.len()
-        };
-        let Some(ab) = read_body(&mut up, n) else {
-            return;
-        };
-        if peer == Peer::NoMp {
-            a.headers
-                .retain(|(k, _)| !k.eq_ignore_ascii_case("x-amz-rdma-capabilities"));
-        }
-        if a.write(&mut c, &ab).is_err() {
-            return;
-        }
-    }
-}
-
-fn start_peer(gw: SocketAddr, peer: Peer) -> (SocketAddr, Arc<Mutex<Seen>>) {
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    let a = l.local_addr().unwrap();
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let s2 = Arc::clone(&seen);
-    std::thread::spawn(move || {
-        for c in l.incoming().flatten() {
-            let s3 = Arc::clone(&s2);
-            std::thread::spawn(move || serve(c, gw, peer, s3));
-        }
-    });
-    (a, seen)
-}
 
 /// PUT and GET a small object, then a two-part upload (5 MiB + 1 MiB + 3); the stored object
 /// must equal the parts; returns the completions of the two parts.
