@@ -133,3 +133,23 @@ fn v2_server_with_mp_gets_parts_over_v2() {
         seen.targets
     );
 }
+
+/// A v2 server that refuses the credential scope's service `s3` (the ROCm reference verifier
+/// wants `hipobj`): the engine re-signs the PREPARE once with `hipobj` and keeps that service
+/// for the endpoint, so only the first v2 request is refused. Before issue 12 every PREPARE was
+/// refused and every op went over HTTP.
+#[test]
+fn v2_server_wanting_service_hipobj_gets_it_after_one_refusal() {
+    let (parts, seen) = run(Peer::HipobjOnly);
+    for c in &parts {
+        assert_eq!(c.dialect(), Some(WireDialect::RcV2), "part: {c:?}");
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.refused_service, 1, "{:?}", seen.services);
+    assert_eq!(seen.services.first().map(String::as_str), Some("s3"));
+    assert!(
+        seen.services.iter().skip(1).all(|s| s == "hipobj"),
+        "{:?}",
+        seen.services
+    );
+}

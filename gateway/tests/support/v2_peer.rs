@@ -26,6 +26,9 @@ pub enum Peer {
     NoMp,
     /// Passes our gateway's `mp` through.
     Mp,
+    /// Refuses v2 requests whose credential scope names service `s3` (as the ROCm reference
+    /// verifier, which wants `hipobj`); otherwise as [`Peer::Mp`].
+    HipobjOnly,
 }
 
 /// What the peer saw.
@@ -35,6 +38,10 @@ pub struct Seen {
     pub targets: Vec<String>,
     /// Requests to the rc-persistent routes.
     pub rc_persistent: usize,
+    /// v2 requests refused for their credential scope's service.
+    pub refused_service: usize,
+    /// Credential-scope services of the v2 requests, in order.
+    pub services: Vec<String>,
 }
 
 pub fn gateway(root: &std::path::Path) -> RunningGateway {
@@ -154,6 +161,29 @@ fn serve(mut c: TcpStream, gw: SocketAddr, peer: Peer, seen: Arc<Mutex<Seen>>) {
                 return;
             }
             continue;
+        }
+        if path.starts_with("/.hipobj-rc/") {
+            let service = h
+                .get("authorization")
+                .and_then(|a| a.split("Credential=").nth(1))
+                .and_then(|c| c.split('/').nth(3))
+                .unwrap_or_default()
+                .to_owned();
+            seen.lock().unwrap().services.push(service.clone());
+            if peer == Peer::HipobjOnly && service != "hipobj" {
+                seen.lock().unwrap().refused_service += 1;
+                let msg = format!(
+                    "<Error><Code>AuthorizationHeaderMalformed</Code><Message>the service '{service}' is wrong; expecting 'hipobj'</Message></Error>"
+                );
+                let refuse = Head {
+                    line: "HTTP/1.1 400 Bad Request".into(),
+                    headers: vec![("Content-Length".into(), msg.len().to_string())],
+                };
+                if refuse.write(&mut c, msg.as_bytes()).is_err() {
+                    return;
+                }
+                continue;
+            }
         }
         if path.starts_with("/.hipobj-rc/prepare") {
             let target = h.get("x-amz-rdma-target").unwrap_or_default().to_owned();
