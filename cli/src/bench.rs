@@ -86,6 +86,11 @@ pub struct BenchArgs {
     /// The RDMA device of `--fabric verbs|auto` (default: the first one libibverbs lists).
     #[arg(long)]
     pub rdma_device: Option<String>,
+    /// RDMA dialect: `auto` (default: rc-persistent, then hipobj-rc-v2, then HTTP, learned per
+    /// endpoint), `rc-persistent`, `rc-v2` or `http`. The table and `--json` name the dialect
+    /// that carried the bytes.
+    #[arg(long, value_parser = crate::engine_io::parse_dialect, default_value = "auto")]
+    pub dialect: engine::Dialect,
     /// S3 endpoint (copied from the global --endpoint-url).
     #[arg(skip)]
     pub endpoint_url: Option<String>,
@@ -274,6 +279,9 @@ pub struct BenchReport {
     /// Payload bytes per path that carried them (`http`, `rdma-soft`, `rdma-verbs`), timed
     /// phase.
     pub paths: Vec<(String, u64)>,
+    /// Payload bytes per wire dialect that carried them (`http`, `rc-persistent`,
+    /// `hipobj-rc-v2`, `cuobject`), timed phase.
+    pub dialects: Vec<(String, u64)>,
     /// Destination memory (`host`, `cuda`, `hip`).
     pub memory: &'static str,
     /// GPU memory: range-gets the engine copied into VRAM (timed phase).
@@ -382,7 +390,8 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
             BenchFabric::Soft => engine::Fabric::Soft,
             BenchFabric::Verbs => engine::Fabric::Verbs,
             BenchFabric::Http => engine::Fabric::Http,
-        });
+        })
+        .dialect(args.dialect);
     if let Some(d) = &args.rdma_device {
         builder = builder.verbs_device(d.clone());
     }
@@ -483,6 +492,11 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
         .iter()
         .map(|(p, b)| ((*p).to_owned(), *b))
         .collect();
+    let dialects = timed
+        .dialects
+        .iter()
+        .map(|(d, b)| ((*d).to_owned(), *b))
+        .collect();
     let lat_ns = &mut timed.lat_ns;
     lat_ns.sort_unstable();
     let pct = |p: f64| -> f64 {
@@ -511,6 +525,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
         cpu_us_per_op: cpu * 1e6 / (done.max(1) as f64),
         error_codes: errors,
         paths,
+        dialects,
         memory: gpu.as_deref().map_or("host", memory_name),
         gpu_ranges: staged.ranges_to_device - staged0.ranges_to_device,
         gpu_copies: staged.copies_to_device - staged0.copies_to_device,
@@ -547,6 +562,7 @@ struct PhaseResult {
     done: u64,
     ok_bytes: u64,
     paths: Vec<(&'static str, u64)>,
+    dialects: Vec<(&'static str, u64)>,
     errors: Vec<(String, u64)>,
     lat_ns: Vec<u64>,
 }
@@ -567,6 +583,7 @@ fn run_phase(
     let mut cqes = vec![Cqe::default(); conc as usize];
     let (mut submitted, mut done, mut ok_bytes) = (0u64, 0u64, 0u64);
     let mut paths: Vec<(&'static str, u64)> = Vec::new();
+    let mut dialects: Vec<(&'static str, u64)> = Vec::new();
     let mut errors: Vec<(String, u64)> = Vec::new();
     while done < ops {
         if submitted < ops && !free.is_empty() {
@@ -606,6 +623,11 @@ fn run_phase(
             if c.is_ok() {
                 ok_bytes += c.bytes();
                 add_path_bytes(&mut paths, path_name(c.path()), c.bytes());
+                add_path_bytes(
+                    &mut dialects,
+                    crate::engine_io::dialect_name(c.dialect()),
+                    c.bytes(),
+                );
             } else {
                 let name = code_name(c);
                 match errors.iter_mut().find(|(n, _)| *n == name) {
@@ -622,6 +644,7 @@ fn run_phase(
         done,
         ok_bytes,
         paths,
+        dialects,
         errors,
         lat_ns,
     })
@@ -664,6 +687,14 @@ fn print_table(r: &BenchReport, out: &mut dyn Write) -> std::io::Result<()> {
             out,
             "{:<12} {:>14}",
             format!("path {path}"),
+            format!("{bytes} B")
+        )?;
+    }
+    for (dialect, bytes) in &r.dialects {
+        writeln!(
+            out,
+            "{:<12} {:>14}",
+            format!("dialect {dialect}"),
             format!("{bytes} B")
         )?;
     }
