@@ -89,7 +89,7 @@ pub struct BenchArgs {
     /// RDMA dialect: `auto` (default: rc-persistent, then hipobj-rc-v2, then HTTP, learned per
     /// endpoint), `rc-persistent`, `rc-v2` or `http`. The table and `--json` name the dialect
     /// that carried the bytes.
-    #[arg(long, value_parser = crate::engine_io::parse_dialect, default_value = "auto")]
+    #[arg(long, value_parser = parse_dialect, default_value = "auto")]
     pub dialect: engine::Dialect,
     /// S3 endpoint (copied from the global --endpoint-url).
     #[arg(skip)]
@@ -118,6 +118,23 @@ pub enum BenchFabric {
     Verbs,
     /// HTTP bodies only.
     Http,
+}
+
+/// `--dialect`: parses `auto`, `rc-persistent`, `rc-v2` or `http` (the engine's `Dialect`).
+pub fn parse_dialect(s: &str) -> Result<engine::Dialect, String> {
+    match engine::Dialect::parse(s) {
+        Some(d) if s.trim() != "cuobject" => Ok(d),
+        _ => Err(format!(
+            "--dialect {s:?}: expected auto, rc-persistent, rc-v2 or http"
+        )),
+    }
+}
+
+/// The name a completion's wire dialect goes by in reports and `--json` (`http`,
+/// `rc-persistent`, `hipobj-rc-v2`, `cuobject`; `none` when not recorded).
+#[must_use]
+pub fn dialect_name(d: Option<ring_api::WireDialect>) -> &'static str {
+    d.map_or("none", ring_api::WireDialect::as_str)
 }
 
 /// The name a completion's path goes by in reports and `--json` (the one naming of the CLI:
@@ -625,7 +642,7 @@ fn run_phase(
                 add_path_bytes(&mut paths, path_name(c.path()), c.bytes());
                 add_path_bytes(
                     &mut dialects,
-                    crate::engine_io::dialect_name(c.dialect()),
+                    dialect_name(c.dialect()),
                     c.bytes(),
                 );
             } else {

@@ -47,16 +47,6 @@ pub enum FabricChoice {
     Http,
 }
 
-/// `--dialect`: parses `auto`, `rc-persistent`, `rc-v2` or `http` (the engine's [`Dialect`]).
-pub fn parse_dialect(s: &str) -> Result<Dialect, String> {
-    match Dialect::parse(s) {
-        Some(d) if s.trim() != "cuobject" => Ok(d),
-        _ => Err(format!(
-            "--dialect {s:?}: expected auto, rc-persistent, rc-v2 or http"
-        )),
-    }
-}
-
 impl FabricChoice {
     /// Parses `auto`, `soft`, `verbs` or `http`.
     pub fn parse(s: &str) -> Result<Self, String> {
@@ -203,14 +193,7 @@ impl EngineTarget {
     }
 }
 
-pub use crate::bench::path_name;
-
-/// The name a completion's wire dialect goes by in `--json` (`http`, `rc-persistent`,
-/// `hipobj-rc-v2`, `cuobject`; `none` when not recorded).
-#[must_use]
-pub fn dialect_name(d: Option<ring_api::WireDialect>) -> &'static str {
-    d.map_or("none", ring_api::WireDialect::as_str)
-}
+pub use crate::bench::{dialect_name, parse_dialect, path_name};
 
 /// Bytes carried per path (`.0`) and per wire dialect (`.1`: `http`, `rc-persistent`,
 /// `hipobj-rc-v2`, `cuobject`), in first-seen order.

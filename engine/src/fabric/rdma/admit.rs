@@ -189,10 +189,15 @@ impl RdmaClient {
                         continue;
                     }
                     self.hold_ops = result.is_ok();
-                    // Negotiating: an endpoint that refuses the pairing route does not speak
-                    // rc-persistent; its waiting ops are admitted again (hipobj-rc-v2 next).
+                    // Negotiating: an endpoint that does not know the pairing route (a v2-only
+                    // or plain S3 server: 400/404/405, a fabric-less gateway: 501) does not
+                    // speak rc-persistent; its waiting ops are admitted again (hipobj-rc-v2
+                    // next). Other refusals (403, 503...) may pass and keep the old handling.
                     if self.dialect == Dialect::Auto
-                        && matches!(result, Err(connect::ConnectError::Declined(_)))
+                        && matches!(
+                            result,
+                            Err(connect::ConnectError::Declined(400 | 404 | 405 | 501))
+                        )
                     {
                         self.learned.refuse_rc_persistent();
                         self.state = State::Unpaired;
