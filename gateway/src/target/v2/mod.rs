@@ -265,7 +265,7 @@ impl RcV2 {
                 return Err(ApiError::slow_down());
             }
         }
-        let fail = |e: engine::rc::RcError| qp_failure(&e);
+        let fail = |e: engine::rc::RcError| super::qp_failure(&e);
         let pd = self.device.alloc_pd().map_err(fail)?;
         let cq = self.device.create_cq(CQ_DEPTH).map_err(fail)?;
         // The source GID is chosen per peer: one of the family of the client's token GID
@@ -459,20 +459,6 @@ pub fn capabilities() -> (String, String) {
         s3_lite::rdma::RDMA_CAPABILITIES.to_owned(),
         v2::CAPABILITY_MULTIPART.to_owned(),
     )
-}
-
-/// A queue-pair failure at PREPARE: one the client's token caused (no local GID of its family,
-/// RTR towards its address refused) is a 400 naming the cause; anything else is ours (500).
-fn qp_failure(e: &engine::rc::RcError) -> ApiError {
-    if e.is_peer_caused() {
-        ApiError::new(
-            400,
-            "InvalidArgument",
-            format!("x-amz-rdma-token cannot be paired here: {e}"),
-        )
-    } else {
-        ApiError::internal(format!("RC queue pair: {e}"))
-    }
 }
 
 fn too_large() -> ApiError {
