@@ -640,11 +640,7 @@ fn run_phase(
             if c.is_ok() {
                 ok_bytes += c.bytes();
                 add_path_bytes(&mut paths, path_name(c.path()), c.bytes());
-                add_path_bytes(
-                    &mut dialects,
-                    dialect_name(c.dialect()),
-                    c.bytes(),
-                );
+                add_path_bytes(&mut dialects, dialect_name(c.dialect()), c.bytes());
             } else {
                 let name = code_name(c);
                 match errors.iter_mut().find(|(n, _)| *n == name) {

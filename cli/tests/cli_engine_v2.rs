@@ -4,12 +4,12 @@
 //! `hipobj-rc-v2`; before issue 12 the CLI paired, got 404 and fell back to HTTP. With
 //! `--dialect http` the same transfer names `http`.
 
+#[path = "support/cli.rs"]
+mod cli;
 #[path = "../../gateway/tests/support/raw.rs"]
 mod raw;
 #[path = "../../gateway/tests/support/v2_peer.rs"]
 mod v2_peer;
-#[path = "support/cli.rs"]
-mod cli;
 
 use serde_json::Value;
 
@@ -35,19 +35,39 @@ fn get_and_put_against_a_v2_only_server_use_hipobj_rc_v2() {
 
     let put = ok_json(
         &url,
-        &["--json", "put", src.to_str().unwrap(), "s3://vbucket/k", "--fabric", "soft"],
+        &[
+            "--json",
+            "put",
+            src.to_str().unwrap(),
+            "s3://vbucket/k",
+            "--fabric",
+            "soft",
+        ],
     );
     assert_eq!(put["dialect"], "hipobj-rc-v2", "{put}");
     assert_eq!(put["path"], "rdma-soft", "{put}");
     let out = dir.path().join("out.bin");
     let get = ok_json(
         &url,
-        &["--json", "get", "s3://vbucket/k", out.to_str().unwrap(), "--fabric", "soft"],
+        &[
+            "--json",
+            "get",
+            "s3://vbucket/k",
+            out.to_str().unwrap(),
+            "--fabric",
+            "soft",
+        ],
     );
     assert_eq!(get["dialect"], "hipobj-rc-v2", "{get}");
     assert_eq!(get["path"], "rdma-soft", "{get}");
-    assert!(std::fs::read(&out).unwrap() == data, "downloaded bytes differ");
-    assert!(seen.lock().unwrap().rc_persistent >= 1, "rc-persistent tried first");
+    assert!(
+        std::fs::read(&out).unwrap() == data,
+        "downloaded bytes differ"
+    );
+    assert!(
+        seen.lock().unwrap().rc_persistent >= 1,
+        "rc-persistent tried first"
+    );
 
     let out2 = dir.path().join("out2.bin");
     let get = ok_json(
@@ -65,5 +85,8 @@ fn get_and_put_against_a_v2_only_server_use_hipobj_rc_v2() {
     );
     assert_eq!(get["dialect"], "http", "{get}");
     assert_eq!(get["path"], "http", "{get}");
-    assert!(std::fs::read(&out2).unwrap() == data, "HTTP download differs");
+    assert!(
+        std::fs::read(&out2).unwrap() == data,
+        "HTTP download differs"
+    );
 }

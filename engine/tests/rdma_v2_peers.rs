@@ -127,7 +127,10 @@ fn v2_server_with_mp_gets_parts_over_v2() {
     }
     let seen = seen.lock().unwrap();
     assert_eq!(
-        seen.targets.iter().filter(|t| t.contains("partNumber=")).count(),
+        seen.targets
+            .iter()
+            .filter(|t| t.contains("partNumber="))
+            .count(),
         2,
         "{:?}",
         seen.targets

@@ -15,7 +15,7 @@ use engine::soft::{
     Access, CompletionQueue, MemoryRegion, ProtectionDomain, QpCaps, QueuePair, RecvWr, RemoteAddr,
     SendOp, SendWr, Sge, SoftDevice, SoftPath, WcOpcode, WcStatus, WorkCompletion,
 };
-use hipobj_gateway::{Gateway, RunningGateway, RcLimits, RcTarget};
+use hipobj_gateway::{Gateway, RcLimits, RcTarget, RunningGateway};
 use raw::{ACCESS, SECRET, call, now, req, send, signer};
 use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
 use s3_lite::rdma::{RcToken, Reply};
@@ -601,7 +601,9 @@ fn verbs_link_local_client_pairs_with_a_link_local_gid() {
         .unwrap();
     qp.modify_to_init(RcAccess::NONE).unwrap();
     let body = pattern(64, 12);
-    let mr = pd.register_owned(body.len(), RcAccess::LOCAL_WRITE).unwrap();
+    let mr = pd
+        .register_owned(body.len(), RcAccess::LOCAL_WRITE)
+        .unwrap();
     mr.write(0, &body).unwrap();
     let token = qp.local_token(None).unwrap();
     assert_eq!(&token.gid[..2], &[0xfe, 0x80], "client GID is link-local");
@@ -626,7 +628,11 @@ fn verbs_link_local_client_pairs_with_a_link_local_gid() {
         } => t,
         other => panic!("{other:?}"),
     };
-    assert_eq!(&server.gid[..2], &[0xfe, 0x80], "gateway paired from a link-local GID");
+    assert_eq!(
+        &server.gid[..2],
+        &[0xfe, 0x80],
+        "gateway paired from a link-local GID"
+    );
     let staging = RemoteAddr {
         addr: u64::from_str_radix(r.header("x-amz-rdma-mr-addr").unwrap(), 16).unwrap(),
         rkey: u32::from_str_radix(r.header("x-amz-rdma-mr-rkey").unwrap(), 16).unwrap(),
@@ -654,7 +660,12 @@ fn verbs_link_local_client_pairs_with_a_link_local_gid() {
     // A global-IPv6 token: rxe0 has no GID of that family → 400 naming the cause.
     let mut global = token;
     global.gid = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7];
-    let r = post_as_third_party(a, "/.hipobj-rc/prepare", &prepare(global.encode()), "hipobj");
+    let r = post_as_third_party(
+        a,
+        "/.hipobj-rc/prepare",
+        &prepare(global.encode()),
+        "hipobj",
+    );
     assert_eq!(r.status(), 400, "{}", r.text());
     assert!(r.text().contains("peer's family"), "{}", r.text());
 }

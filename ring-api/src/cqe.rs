@@ -440,8 +440,14 @@ mod tests {
         let d = Cqe::success(3, 9, DataPath::RdmaVerbs).with_dialect(WireDialect::RcV2);
         assert_eq!(d.dialect(), Some(WireDialect::RcV2));
         assert_eq!(d.path(), Some(DataPath::RdmaVerbs));
-        assert_eq!(d.with_dialect(WireDialect::Http).dialect(), Some(WireDialect::Http));
-        assert_eq!(Cqe::success(3, 9, DataPath::Http).dialect(), Some(WireDialect::None));
+        assert_eq!(
+            d.with_dialect(WireDialect::Http).dialect(),
+            Some(WireDialect::Http)
+        );
+        assert_eq!(
+            Cqe::success(3, 9, DataPath::Http).dialect(),
+            Some(WireDialect::None)
+        );
         let c = Cqe::error(1, ErrorCode::Io, ErrorClass::Transport).with_path(DataPath::Http);
         let c = c.with_retried().with_aux(9);
         assert_eq!(c.result(), -5);

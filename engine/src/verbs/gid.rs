@@ -344,7 +344,11 @@ mod tests {
         let ll = table.iter().find(|e| e.index == 1).unwrap().gid;
         let mut peer_ll = ll;
         peer_ll[15] ^= 0x55;
-        assert_eq!(choose_for_peer(&table, &peer_ll).unwrap().index, 1, "v2 before v1");
+        assert_eq!(
+            choose_for_peer(&table, &peer_ll).unwrap().index,
+            1,
+            "v2 before v1"
+        );
         let v4 = table.iter().find(|e| e.index == 7).unwrap().gid;
         let mut peer_v4 = v4;
         peer_v4[15] ^= 0x01;

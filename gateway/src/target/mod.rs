@@ -359,7 +359,13 @@ impl RdmaTarget for RcTarget {
         // Source GID per peer: one of the client's token GID's family (protocols.md §3.5).
         let qp = self
             .device
-            .create_qp_toward(&self.pool.pd, &cq, &cq, RcCaps::default(), Some(&client.gid))
+            .create_qp_toward(
+                &self.pool.pd,
+                &cq,
+                &cq,
+                RcCaps::default(),
+                Some(&client.gid),
+            )
             .map_err(fail)?;
         // The gateway's QP grants no remote access: it only initiates WRITE and READ.
         qp.modify_to_init(Access::NONE).map_err(fail)?;

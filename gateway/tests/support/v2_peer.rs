@@ -129,7 +129,11 @@ fn drop_query(h: &Head, gw: SocketAddr) -> Head {
         ) {
             continue;
         }
-        let v = if l == "x-amz-rdma-target" { bare.clone() } else { v.clone() };
+        let v = if l == "x-amz-rdma-target" {
+            bare.clone()
+        } else {
+            v.clone()
+        };
         r.add_header(n.as_str(), v);
     }
     signer(ACCESS, SECRET)
@@ -236,4 +240,3 @@ pub fn start_peer(gw: SocketAddr, peer: Peer) -> (SocketAddr, Arc<Mutex<Seen>>) 
     });
     (a, seen)
 }
-

@@ -339,7 +339,11 @@ impl Fabric for HttpFabric {
     }
 
     fn path_of(&mut self, key: OpKey) -> (DataPath, WireDialect) {
-        match self.rdma.as_mut().map(|r| (r.took_rdma(key), r.rdma_path())) {
+        match self
+            .rdma
+            .as_mut()
+            .map(|r| (r.took_rdma(key), r.rdma_path()))
+        {
             Some((Some(dialect), path)) => (path, dialect),
             _ => (DataPath::Http, WireDialect::Http),
         }

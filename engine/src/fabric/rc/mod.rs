@@ -120,9 +120,7 @@ impl RcError {
     pub fn is_peer_caused(&self) -> bool {
         match self {
             Self::Verbs(verbs::Error::NoGidForPeer { .. }) => true,
-            Self::Verbs(verbs::Error::ModifyQp { to, .. }) => {
-                *to == verbs::QpState::Rtr
-            }
+            Self::Verbs(verbs::Error::ModifyQp { to, .. }) => *to == verbs::QpState::Rtr,
             _ => false,
         }
     }

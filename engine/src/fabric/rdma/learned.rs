@@ -142,6 +142,9 @@ mod tests {
         let body = b"<Error><Code>AuthorizationHeaderMalformed</Code><Message>the service 's3' is wrong; expecting 'hipobj'</Message></Error>";
         assert!(refuses_service(400, body));
         assert!(!refuses_service(403, body));
-        assert!(!refuses_service(400, b"<Code>AuthorizationHeaderMalformed</Code> region"));
+        assert!(!refuses_service(
+            400,
+            b"<Code>AuthorizationHeaderMalformed</Code> region"
+        ));
     }
 }

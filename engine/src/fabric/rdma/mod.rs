@@ -72,12 +72,12 @@ use s3_lite::sigv4::Signer;
 use self::connect::Link;
 pub use self::cuobject::{DcOp, DcTokenError, DcTokenProvider};
 use self::learned::Learned;
-use ring_api::WireDialect;
 use self::offload::Mailbox;
 use self::verdict::Verdict;
 use super::Outcome;
 use crate::fabric::rc::{Access, RcDevice, RcKind, RcMr, RcPd};
 use crate::inflight::{InFlight, OpKey, OpKind};
+use ring_api::WireDialect;
 
 /// Which data path the engine uses for payloads (`EngineBuilder::fabric`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
