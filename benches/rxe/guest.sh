@@ -84,6 +84,9 @@ timeout 300 $BIN/rdma_matrix --ignored --nocapture --test-threads=1 \
 # Hostile tokens against the verbs gateway: the device refuses every access outside the grant.
 timeout 300 $BIN/rdma_hostile --ignored --nocapture --test-threads=1 \
     verbs_hostile_tokens_and_foreign_sessions_touch_nothing || bad "rdma_hostile over verbs"
+# A third-party-style v2 client on the link-local GID: the gateway pairs from the same family.
+timeout 120 $BIN/rdma_v2 --ignored --nocapture --test-threads=1 \
+    verbs_link_local_client_pairs_with_a_link_local_gid || bad "rdma_v2 GID family over verbs"
 note "engine correctness tests took $(awk "BEGIN{print $(now) - $T}")s"
 
 # Same VM, same sizes: our RC WRITE goodput, then ib_write_bw's, twice over (interleaved, so a

@@ -87,12 +87,12 @@ log "building engine verbs tests ($PROFILE)"
 BUILD_LOG="$WORK/cargo.log"
 { (cd "$REPO" && cargo test -p engine --profile "$PROFILE" --test verbs_rxe --test verbs_probe --no-run \
       --message-format=json) && (cd "$REPO" && cargo test -p hipobj-gateway --profile "$PROFILE" \
-      --test rdma_matrix --test rdma_hostile --no-run --message-format=json) && (cd "$REPO" && cargo build -p engine \
+      --test rdma_matrix --test rdma_hostile --test rdma_v2 --no-run --message-format=json) && (cd "$REPO" && cargo build -p engine \
       --profile "$PROFILE" --example verbs_rc_peer --message-format=json) && (cd "$REPO" && \
       cargo build -p hipobj-cli --profile "$PROFILE" --bin hipobj --message-format=json); } \
   2> "$BUILD_LOG" > "$WORK/cargo.json" || { tail -20 "$BUILD_LOG"; fatal "cargo build failed"; }
 BIN="$WORK/bin"; rm -rf "$BIN"; mkdir -p "$BIN"
-for name in verbs_rxe verbs_probe verbs_rc_peer rdma_matrix rdma_hostile hipobj; do
+for name in verbs_rxe verbs_probe verbs_rc_peer rdma_matrix rdma_hostile rdma_v2 hipobj; do
   exe=$(python3 -c '
 import json, sys
 for line in open(sys.argv[1]):

@@ -132,7 +132,17 @@ typedef struct {
   uint32_t flags;        /**< reserved, must be 0 */
   int gpuDevice;         /**< HIP/CUDA device index, or -1: no GPU probing */
   const char* nicHint;   /**< RDMA NIC name hint, or NULL (unused: no RDMA yet) */
+  uint32_t dialect;      /**< HIPOBJ_DIALECT_*: 0 (AUTO, the default) negotiates */
 } hipObjConfig_t;
+
+/** Dialect: negotiate (rc-persistent, then hipobj-rc-v2, then HTTP; learned per endpoint). */
+#define HIPOBJ_DIALECT_AUTO 0u
+/** Dialect: rc-persistent only (then HTTP). */
+#define HIPOBJ_DIALECT_RC_PERSISTENT 1u
+/** Dialect: hipobj-rc-v2 only (then HTTP). */
+#define HIPOBJ_DIALECT_RC_V2 2u
+/** Dialect: payloads in the HTTP body only. */
+#define HIPOBJ_DIALECT_HTTP 3u
 
 /** Largest registration in bytes (inclusive): 4 GiB. */
 #define HIPOBJ_MAX_REGISTRATION 4294967296ULL
@@ -325,6 +335,10 @@ typedef struct {
 #define HIPOBJ_COMPLETION_RETRIED 1u /**< retried before this outcome */
 #define HIPOBJ_COMPLETION_HTTP 2u    /**< bytes moved over HTTP */
 #define HIPOBJ_COMPLETION_RDMA 4u    /**< bytes moved over RDMA */
+/** Bits 8..11 of a completion's flags: the wire dialect that carried the bytes
+ *  (0 none, 1 HTTP, 2 rc-persistent, 3 hipobj-rc-v2, 4 cuObject). */
+#define HIPOBJ_COMPLETION_DIALECT_SHIFT 8u
+#define HIPOBJ_COMPLETION_DIALECT_MASK 0xF00u
 
 /** One completion. */
 typedef struct {

@@ -16,8 +16,8 @@ use ring_api::{BufSlice, Cqe, DataPath, ErrorClass, Sqe, cqe_flags};
 use crate::error::{Fail, OpError, completion_error};
 use crate::state::Library;
 use crate::types::{
-    COMPLETION_HTTP, COMPLETION_RDMA, COMPLETION_RETRIED, HipObjCompletion, OP_GET, OP_PUT,
-    OP_RANGE_GET, OP_UPLOAD_PART, OPF_ALL, OPF_NO_RETRY,
+    COMPLETION_DIALECT_SHIFT, COMPLETION_HTTP, COMPLETION_RDMA, COMPLETION_RETRIED,
+    HipObjCompletion, OP_GET, OP_PUT, OP_RANGE_GET, OP_UPLOAD_PART, OPF_ALL, OPF_NO_RETRY,
 };
 
 /// A `hipObjOp_t` as read from C memory (plain values; the pointers are not dereferenced).
@@ -245,6 +245,9 @@ pub fn convert(c: &Cqe) -> HipObjCompletion {
         Some(DataPath::RdmaSoft | DataPath::RdmaVerbs) => flags |= COMPLETION_RDMA,
         _ => {}
     }
+    if let Some(d) = c.dialect() {
+        flags |= (d as u32) << COMPLETION_DIALECT_SHIFT;
+    }
     HipObjCompletion {
         user_data: c.user_data(),
         bytes: c.bytes(),
@@ -277,6 +280,11 @@ mod tests {
                 error_class: 0,
                 flags: COMPLETION_RETRIED | COMPLETION_HTTP,
             }
+        );
+        let v2 = Cqe::success(8, 64, DataPath::RdmaVerbs).with_dialect(ring_api::WireDialect::RcV2);
+        assert_eq!(
+            convert(&v2).flags,
+            COMPLETION_RDMA | (3 << COMPLETION_DIALECT_SHIFT)
         );
         let e = convert(&Cqe::error(9, ErrorCode::AccessDenied, ErrorClass::Client));
         assert_eq!(

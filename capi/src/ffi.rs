@@ -124,6 +124,7 @@ pub unsafe extern "C" fn hipObjInit(config: *const HipObjConfig) -> HipObjError 
                 flags: c.flags,
                 gpu_device: c.gpu_device,
                 nic_hint: opt_str(c.nic_hint, "config.nicHint")?,
+                dialect: c.dialect,
             }
         };
         state::init(settings)

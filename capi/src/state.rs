@@ -46,6 +46,19 @@ pub struct Settings {
     pub gpu_device: i32,
     /// NIC name hint.
     pub nic_hint: Option<String>,
+    /// `HIPOBJ_DIALECT_*` (0: negotiate).
+    pub dialect: u32,
+}
+
+/// The engine dialect a `HIPOBJ_DIALECT_*` value names (`None`: not one of them).
+pub fn dialect_of(v: u32) -> Option<engine::Dialect> {
+    Some(match v {
+        0 => engine::Dialect::Auto,
+        1 => engine::Dialect::RcPersistent,
+        2 => engine::Dialect::RcV2,
+        3 => engine::Dialect::Http,
+        _ => return None,
+    })
 }
 
 /// An object handle's target.
@@ -176,6 +189,15 @@ impl Library {
                 ),
             ));
         }
+        let dialect = dialect_of(s.dialect).ok_or_else(|| {
+            Fail::new(
+                OpError::InvalidValue,
+                format!(
+                    "config.dialect must be a HIPOBJ_DIALECT_* value 0..3 (got {})",
+                    s.dialect
+                ),
+            )
+        })?;
         let overrides = Overrides {
             access_key_id: s.access_key.clone(),
             secret_access_key: s.secret_key.clone(),
@@ -197,6 +219,7 @@ impl Library {
             .endpoint_url(url)
             .credentials(resolved.credentials)
             .region(resolved.region)
+            .dialect(dialect)
             .build()?;
         let s_gpu = s.gpu_device;
         Ok(Library {

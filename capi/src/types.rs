@@ -54,6 +54,8 @@ pub struct HipObjConfig {
     pub gpu_device: c_int,
     /// RDMA NIC name hint, or NULL (unused until an RDMA fabric lands).
     pub nic_hint: *const c_char,
+    /// `HIPOBJ_DIALECT_*` (0: negotiate).
+    pub dialect: u32,
 }
 
 /// `hipObjOp_t`: one entry of a batch submission.
@@ -124,6 +126,9 @@ pub const COMPLETION_RETRIED: u32 = 1;
 pub const COMPLETION_HTTP: u32 = 2;
 /// `HIPOBJ_COMPLETION_RDMA`: the bytes moved over RDMA.
 pub const COMPLETION_RDMA: u32 = 4;
+/// `HIPOBJ_COMPLETION_DIALECT_SHIFT`: where the wire dialect sits in a completion's flags
+/// (`ring_api::WireDialect` values, 4 bits).
+pub const COMPLETION_DIALECT_SHIFT: u32 = 8;
 
 /// `HIPOBJ_RDMA_OP_PUT` (server RDMA READ).
 pub const RDMA_OP_PUT: c_int = 0;
@@ -178,6 +183,10 @@ pub fn layout_facts() -> Vec<(&'static str, usize)> {
         (
             "offsetof(hipObjConfig_t, nicHint)",
             offset_of!(HipObjConfig, nic_hint),
+        ),
+        (
+            "offsetof(hipObjConfig_t, dialect)",
+            offset_of!(HipObjConfig, dialect),
         ),
         ("sizeof(hipObjOp_t)", size_of::<HipObjOp>()),
         ("offsetof(hipObjOp_t, kind)", offset_of!(HipObjOp, kind)),

@@ -86,6 +86,11 @@ pub struct BenchArgs {
     /// The RDMA device of `--fabric verbs|auto` (default: the first one libibverbs lists).
     #[arg(long)]
     pub rdma_device: Option<String>,
+    /// RDMA dialect: `auto` (default: rc-persistent, then hipobj-rc-v2, then HTTP, learned per
+    /// endpoint), `rc-persistent`, `rc-v2` or `http`. The table and `--json` name the dialect
+    /// that carried the bytes.
+    #[arg(long, value_parser = parse_dialect, default_value = "auto")]
+    pub dialect: engine::Dialect,
     /// S3 endpoint (copied from the global --endpoint-url).
     #[arg(skip)]
     pub endpoint_url: Option<String>,
@@ -113,6 +118,23 @@ pub enum BenchFabric {
     Verbs,
     /// HTTP bodies only.
     Http,
+}
+
+/// `--dialect`: parses `auto`, `rc-persistent`, `rc-v2` or `http` (the engine's `Dialect`).
+pub fn parse_dialect(s: &str) -> Result<engine::Dialect, String> {
+    match engine::Dialect::parse(s) {
+        Some(d) if s.trim() != "cuobject" => Ok(d),
+        _ => Err(format!(
+            "--dialect {s:?}: expected auto, rc-persistent, rc-v2 or http"
+        )),
+    }
+}
+
+/// The name a completion's wire dialect goes by in reports and `--json` (`http`,
+/// `rc-persistent`, `hipobj-rc-v2`, `cuobject`; `none` when not recorded).
+#[must_use]
+pub fn dialect_name(d: Option<ring_api::WireDialect>) -> &'static str {
+    d.map_or("none", ring_api::WireDialect::as_str)
 }
 
 /// The name a completion's path goes by in reports and `--json` (the one naming of the CLI:
@@ -275,6 +297,9 @@ pub struct BenchReport {
     /// phase. JSON `{"http": n, ...}`.
     #[serde(serialize_with = "crate::json_out::serialize_paths")]
     pub paths: Vec<(String, u64)>,
+    /// Payload bytes per wire dialect that carried them (`http`, `rc-persistent`,
+    /// `hipobj-rc-v2`, `cuobject`), timed phase.
+    pub dialects: Vec<(String, u64)>,
     /// Destination memory (`host`, `cuda`, `hip`).
     pub memory: &'static str,
     /// GPU memory: range-gets the engine copied into VRAM (timed phase).
@@ -383,7 +408,8 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
             BenchFabric::Soft => engine::Fabric::Soft,
             BenchFabric::Verbs => engine::Fabric::Verbs,
             BenchFabric::Http => engine::Fabric::Http,
-        });
+        })
+        .dialect(args.dialect);
     if let Some(d) = &args.rdma_device {
         builder = builder.verbs_device(d.clone());
     }
@@ -484,6 +510,11 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
         .iter()
         .map(|(p, b)| ((*p).to_owned(), *b))
         .collect();
+    let dialects = timed
+        .dialects
+        .iter()
+        .map(|(d, b)| ((*d).to_owned(), *b))
+        .collect();
     let lat_ns = &mut timed.lat_ns;
     lat_ns.sort_unstable();
     let pct = |p: f64| -> f64 {
@@ -512,6 +543,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
         cpu_us_per_op: cpu * 1e6 / (done.max(1) as f64),
         error_codes: errors,
         paths,
+        dialects,
         memory: gpu.as_deref().map_or("host", memory_name),
         gpu_ranges: staged.ranges_to_device - staged0.ranges_to_device,
         gpu_copies: staged.copies_to_device - staged0.copies_to_device,
@@ -548,6 +580,7 @@ struct PhaseResult {
     done: u64,
     ok_bytes: u64,
     paths: Vec<(&'static str, u64)>,
+    dialects: Vec<(&'static str, u64)>,
     errors: Vec<(String, u64)>,
     lat_ns: Vec<u64>,
 }
@@ -568,6 +601,7 @@ fn run_phase(
     let mut cqes = vec![Cqe::default(); conc as usize];
     let (mut submitted, mut done, mut ok_bytes) = (0u64, 0u64, 0u64);
     let mut paths: Vec<(&'static str, u64)> = Vec::new();
+    let mut dialects: Vec<(&'static str, u64)> = Vec::new();
     let mut errors: Vec<(String, u64)> = Vec::new();
     while done < ops {
         if submitted < ops && !free.is_empty() {
@@ -607,6 +641,7 @@ fn run_phase(
             if c.is_ok() {
                 ok_bytes += c.bytes();
                 add_path_bytes(&mut paths, path_name(c.path()), c.bytes());
+                add_path_bytes(&mut dialects, dialect_name(c.dialect()), c.bytes());
             } else {
                 let name = code_name(c);
                 match errors.iter_mut().find(|(n, _)| *n == name) {
@@ -623,6 +658,7 @@ fn run_phase(
         done,
         ok_bytes,
         paths,
+        dialects,
         errors,
         lat_ns,
     })
@@ -665,6 +701,14 @@ fn print_table(r: &BenchReport, out: &mut dyn Write) -> std::io::Result<()> {
             out,
             "{:<12} {:>14}",
             format!("path {path}"),
+            format!("{bytes} B")
+        )?;
+    }
+    for (dialect, bytes) in &r.dialects {
+        writeln!(
+            out,
+            "{:<12} {:>14}",
+            format!("dialect {dialect}"),
             format!("{bytes} B")
         )?;
     }

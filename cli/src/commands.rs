@@ -207,6 +207,11 @@ pub struct PutArgs {
     pub verify: VerifyArgs,
     #[command(flatten)]
     pub client: ClientArgs,
+    /// RDMA dialect of the engine: `auto` (default: rc-persistent, then hipobj-rc-v2, then
+    /// HTTP, learned per endpoint), `rc-persistent`, `rc-v2` or `http`. `--json` names the
+    /// dialect that carried the bytes (`"dialect"`).
+    #[arg(long, value_parser = engine_io::parse_dialect, default_value = "auto")]
+    pub dialect: engine::Dialect,
 }
 
 /// Chooses the data path of `get`/`put` (`--fabric auto` probes the endpoint's capabilities
@@ -250,7 +255,10 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
     } else {
         select(ctx, args.fabric, args.rdma_device.as_deref())?
     };
-    let engine = selection.target.clone();
+    let engine = selection.target.clone().map(|mut t| {
+        t.dialect = args.dialect;
+        t
+    });
     if let (Some(target), false, true) = (&engine, multipart, len > 0) {
         // One PUT from registered memory: the whole file fits under the multipart threshold.
         let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
@@ -302,7 +310,7 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
             json!({
                 "op": "put", "bucket": dest.bucket, "key": dest.key, "bytes": len, "parts": 1,
                 "etag": meta.etag, "sent_crc64nvme": up.checksum_crc64nvme,
-                "seconds": started.elapsed().as_secs_f64(), "path": up.paths.summary(), "client": "engine", "paths": up.paths.to_json(),
+                "seconds": started.elapsed().as_secs_f64(), "path": up.paths.summary(), "dialect": up.paths.dialect(), "client": "engine", "paths": up.paths.to_json(),
                 "fabric_probe": selection.probe_json(), "retries": up.retries,
             }),
             verdict,
@@ -364,7 +372,7 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
         json!({
             "op": "put", "bucket": dest.bucket, "key": dest.key, "bytes": len, "parts": result.parts,
             "etag": result.etag, "sent_crc64nvme": result.sent_crc64nvme,
-            "seconds": started.elapsed().as_secs_f64(), "path": "http", "paths": {"http": len}, "note": note, "client": "blocking",
+            "seconds": started.elapsed().as_secs_f64(), "path": "http", "dialect": "http", "paths": {"http": len}, "note": note, "client": "blocking",
             "fabric_probe": selection.probe_json(),
             "retries": retries.retries, "retries_refused_by_budget": retries.refused_by_budget,
         }),
@@ -397,6 +405,11 @@ pub struct GetArgs {
     pub rdma_device: Option<String>,
     #[command(flatten)]
     pub client: ClientArgs,
+    /// RDMA dialect of the engine: `auto` (default: rc-persistent, then hipobj-rc-v2, then
+    /// HTTP, learned per endpoint), `rc-persistent`, `rc-v2` or `http`. `--json` names the
+    /// dialect that carried the bytes (`"dialect"`).
+    #[arg(long, value_parser = engine_io::parse_dialect, default_value = "auto")]
+    pub dialect: engine::Dialect,
 }
 
 /// `--range`: `A-B`, `A-`, `-N`, or the same after `bytes=` (as `aws s3api get-object --range`).
@@ -469,6 +482,7 @@ fn fetch(
             .map_err(|e| e.to_string())?;
         let mut paths = engine_io::PathBytes::default();
         paths.0.push(("http", r.bytes));
+        paths.1.push(("http", r.bytes));
         return Ok(Fetched {
             bytes: r.bytes,
             etag: r.meta.etag,
@@ -554,7 +568,10 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
     }
     let started = Instant::now();
     let selection = select(ctx, args.fabric, args.rdma_device.as_deref())?;
-    let engine = selection.target.clone();
+    let engine = selection.target.clone().map(|mut t| {
+        t.dialect = args.dialect;
+        t
+    });
     let (expected, meta) = expected_len(ctx, engine.as_ref(), &src, args.range)?;
     let (result, written_to) = if dest == "-" {
         ctx.stdout_is_data = true;
@@ -638,7 +655,7 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
         "op": "get", "bucket": src.bucket, "key": src.key, "bytes": result.bytes, "dest": written_to,
         "range": args.range.map(|r| r.to_header()), "etag": result.etag,
         "checksum_verified": result.checksum_verified, "seconds": started.elapsed().as_secs_f64(),
-        "path": result.paths.summary(), "paths": result.paths.to_json(), "note": result.note, "client": result.client,
+        "path": result.paths.summary(), "dialect": result.paths.dialect(), "paths": result.paths.to_json(), "note": result.note, "client": result.client,
         "fabric_probe": selection.probe_json(),
         // The blocking client's retries (the engine's downloads do not report theirs yet).
         "retries": (result.client == "blocking").then(|| ctx.client.retry_stats().retries),

@@ -16,7 +16,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use engine::{Engine, Fabric, RegisterOptions};
+use engine::{Dialect, Engine, Fabric, RegisterOptions};
 use ring_api::opcode::{Put, RangeGet};
 use ring_api::{BufSlice, Cqe};
 use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
@@ -124,6 +124,8 @@ pub struct EngineTarget {
     pub fabric: Fabric,
     /// `--rdma-device`: the verbs device to open (`Verbs`, `Auto`).
     pub verbs_device: Option<String>,
+    /// `--dialect`: the RDMA dialect (`Auto`: negotiated per endpoint).
+    pub dialect: Dialect,
 }
 
 impl EngineTarget {
@@ -157,6 +159,7 @@ impl EngineTarget {
             region: site.region.clone(),
             fabric,
             verbs_device: verbs_device.map(str::to_owned),
+            dialect: Dialect::Auto,
         };
         if choice != FabricChoice::Auto {
             return Ok(Selection {
@@ -181,7 +184,8 @@ impl EngineTarget {
             .credentials(self.credentials.clone())
             .region(&self.region)
             .connections_per_worker(connections)
-            .fabric(self.fabric);
+            .fabric(self.fabric)
+            .dialect(self.dialect);
         if let Some(name) = &self.verbs_device {
             b = b.verbs_device(name.clone());
         }
@@ -189,15 +193,33 @@ impl EngineTarget {
     }
 }
 
-pub use crate::bench::path_name;
+pub use crate::bench::{dialect_name, parse_dialect, path_name};
 
-/// Bytes carried per path, in first-seen order.
+/// Bytes carried per path (`.0`) and per wire dialect (`.1`: `http`, `rc-persistent`,
+/// `hipobj-rc-v2`, `cuobject`), in first-seen order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PathBytes(pub Vec<(&'static str, u64)>);
+pub struct PathBytes(pub Vec<(&'static str, u64)>, pub Vec<(&'static str, u64)>);
 
 impl PathBytes {
     fn add(&mut self, name: &'static str, bytes: u64) {
         crate::bench::add_path_bytes(&mut self.0, name, bytes);
+    }
+
+    /// Counts `bytes` of a successful completion under its path and its dialect.
+    fn add_completion(&mut self, c: &Cqe, bytes: u64) {
+        self.add(path_name(c.path()), bytes);
+        crate::bench::add_path_bytes(&mut self.1, dialect_name(c.dialect()), bytes);
+    }
+
+    /// The one dialect that carried everything (`mixed` when several did, `none`: no bytes);
+    /// `--json`'s `"dialect"`.
+    #[must_use]
+    pub fn dialect(&self) -> &'static str {
+        match self.1.as_slice() {
+            [] => "none",
+            [(d, _)] => d,
+            _ => "mixed",
+        }
     }
 
     /// The one path that carried everything, or `mixed` when several did (`none`: no bytes).
@@ -309,7 +331,7 @@ pub fn download(
                     c.bytes()
                 ));
             }
-            paths.add(path_name(c.path()), want);
+            paths.add_completion(c, want);
             if let Some(d) = done.get_mut(usize::try_from(i % depth).unwrap_or(0)) {
                 *d = true;
             }
@@ -390,7 +412,7 @@ pub fn upload(
         return Err(failure("PUT", &c));
     }
     let mut paths = PathBytes::default();
-    paths.add(path_name(c.path()), len);
+    paths.add_completion(&c, len);
     let mut crc = Crc64Nvme::new();
     crc.update(data);
     Ok(Uploaded {

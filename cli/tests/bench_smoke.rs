@@ -46,6 +46,7 @@ fn bench_prints_json_against_s3s_fs() {
     // s3s-fs knows nothing of RDMA: the default `--fabric auto` learns that and every byte
     // goes over HTTP.
     assert_eq!(v["paths"], serde_json::json!({"http": 100 * 4096}), "{v}");
+    assert_eq!(v["dialects"], serde_json::json!({"http": 100 * 4096}), "{v}");
 }
 
 /// Against our gateway with the soft fabric, the default `--fabric auto` pairs and the bytes
@@ -89,7 +90,10 @@ fn bench_names_the_path_that_carried_the_bytes() {
         "{}",
         String::from_utf8_lossy(&put.stderr)
     );
-    for (fabric, path) in [("auto", "rdma-soft"), ("http", "http")] {
+    for (fabric, path, dialect) in [
+        ("auto", "rdma-soft", "rc-persistent"),
+        ("http", "http", "http"),
+    ] {
         let out = Command::new(env!("CARGO_BIN_EXE_hipobj"))
             .args(["--endpoint-url", &url, "--json", "bench", "s3://bench/obj"])
             .args(["--ops", "64", "--size", "4KiB", "--concurrency", "4"])
@@ -109,6 +113,11 @@ fn bench_names_the_path_that_carried_the_bytes() {
         assert_eq!(
             v["paths"],
             serde_json::json!({path: 64 * 4096}),
+            "--fabric {fabric}: {v}"
+        );
+        assert_eq!(
+            v["dialects"],
+            serde_json::json!([[dialect, 64 * 4096]]),
             "--fabric {fabric}: {v}"
         );
     }

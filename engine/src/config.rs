@@ -252,11 +252,15 @@ impl EngineBuilder {
         self
     }
 
-    /// Which RDMA dialect the client speaks when `fabric` is not `Http`:
-    /// `Dialect::RcPersistent` (default; pairs once, one round trip per op) or `Dialect::RcV2`
-    /// (`hipobj-rc-v2`: PREPARE / READY per op, as the Ceph fork, versitygw and elbencho
-    /// serve; its two round trips block the worker, bounded by the op's deadline). A server
-    /// answering PREPARE with `501` gets that op over HTTP (and, under `Auto`, every later one).
+    /// Which RDMA dialect the client speaks when `fabric` is not `Http`: `Dialect::Auto`
+    /// (default: negotiates `rc-persistent`, then `hipobj-rc-v2`, then cuObject when a
+    /// descriptor provider is set, then HTTP, learning each refusal once for the engine's
+    /// life), `Dialect::RcPersistent` (pairs once, one round trip per op), `Dialect::RcV2`
+    /// (`hipobj-rc-v2`: PREPARE / READY per op, as the Ceph fork, versitygw and elbencho serve;
+    /// its two round trips run on an exchange thread, bounded by the op's deadline),
+    /// `Dialect::CuObject` or `Dialect::Http`. A server answering PREPARE with `501` gets that
+    /// op over HTTP (and, under `Fabric::Auto` or `Dialect::Auto`, every later one). Each
+    /// completion names the dialect that carried it (`Cqe::dialect`).
     #[must_use]
     pub fn dialect(mut self, dialect: crate::fabric::rdma::Dialect) -> Self {
         self.dialect = dialect;

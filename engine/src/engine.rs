@@ -115,6 +115,17 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
             stats: Default::default(),
         }),
     });
+    // The same credentials scoped to service `hipobj`, for v2 servers that refuse `s3`.
+    let hipobj_signer = Signer::new(
+        resolved.credentials.clone(),
+        resolved.region.clone(),
+        crate::fabric::rdma::learned::HIPOBJ_SERVICE,
+    )
+    .ok()
+    .map(Arc::new);
+    // What the engine learns about its endpoint (dialects refused, `mp`, service), shared by
+    // every worker for the engine's life.
+    let learned = Arc::new(crate::fabric::rdma::learned::Learned::default());
     // One verbs device for the engine (each worker's client makes its own QPs on it).
     let verbs = crate::fabric::rdma::open_verbs(b.fabric, b.verbs_device.as_deref());
     let mut workers = Vec::with_capacity(cores.len());
@@ -136,6 +147,7 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
                 Arc::clone(&signer),
             )
             .with_dialect(b.dialect)
+            .with_learned(Arc::clone(&learned), hipobj_signer.clone())
             .with_dc_provider(b.dc_provider.clone()),
         );
         workers.push(WorkerHandle::spawn(

@@ -28,7 +28,8 @@ pub fn soft_frame(data: &[u8]) {
 }
 
 /// A server's answer to each RDMA exchange, as the client judges it: the bytes are decoded as
-/// a response head (as the HTTP fabric would), then the `rc-persistent` connect answer, the
+/// a response head (as the HTTP fabric would), then the `rc-persistent` connect answer, what
+/// dialect negotiation learns from it (capabilities, a refused service), the
 /// hipobj-rc-v2 PREPARE answer (both fabrics) and FINAL, and the acceptance verdict of every
 /// operation kind (with and without a PUT checksum, with a destination that the named
 /// checksums are checked against) must each end in a value, never a panic. Cross-checks: a
@@ -45,6 +46,14 @@ pub fn rdma_answers(data: &[u8]) {
     let Ok(d) = dec.decode(wire) else { return };
     let Event::Head(head) = d.event else { return };
     let _ = connect::parse(&head);
+    // What the negotiation learns from any v2 answer (capabilities, a refused service).
+    let learned = crate::fabric::rdma::learned::Learned::default();
+    learned.note_capabilities(&head);
+    let _ = learned.multipart();
+    let _ = crate::fabric::rdma::learned::refuses_service(
+        head.status,
+        wire.get(d.consumed..).unwrap_or_default(),
+    );
     for fabric in [RcKind::Soft, RcKind::Verbs] {
         for op in [Op::Get, Op::Put] {
             let _ = v2_wire::prepare_answer(&head, op, fabric);

@@ -6,6 +6,12 @@
 //! rewrite a token or target without breaking SigV4), that the scope names this gateway's
 //! region and the `s3` service, and it hands the declared payload hash on so the body can be
 //! checked against it once received.
+//!
+//! Two relaxations, on the hipobj-rc-v2 control routes (`/.hipobj-rc/*`) only, for the
+//! third-party v2 clients seen in the wild (docs/interop.md): a body-less request without
+//! `x-amz-content-sha256` is verified against the empty body's hash (what those clients sign),
+//! and the credential scope may name the service `hipobj` as well as `s3`. Every other route
+//! stays strict.
 
 use std::collections::HashMap;
 
@@ -15,6 +21,12 @@ use s3_lite::sigv4::{AmzDate, PayloadHash, SigningError, Verifier, VerifyError};
 
 use crate::error::ApiError;
 use crate::time::now_secs;
+
+/// Path prefix of the hipobj-rc-v2 control routes (the only routes the relaxations apply to).
+pub const V2_ROUTE_PREFIX: &str = "/.hipobj-rc/";
+
+/// Credential-scope services accepted on the v2 control routes (`s3` everywhere else).
+pub const V2_SERVICES: [&str; 2] = ["s3", "hipobj"];
 
 /// S3's limit on clock skew (15 minutes).
 pub const MAX_SKEW_SECS: u64 = 900;
@@ -76,6 +88,8 @@ impl Authenticator {
     /// Verifies `head`'s signature as of `now` (Unix seconds).
     pub fn authenticate_at(&self, head: &RequestHead, now: u64) -> Result<Authenticated, ApiError> {
         let presigned = query_has(&head.query, "X-Amz-Algorithm");
+        let v2_route = head.path.starts_with(V2_ROUTE_PREFIX);
+        let bodiless = head.content_length() == Some(0);
         let declared = match (
             head.header("x-amz-content-sha256"),
             head.header("authorization"),
@@ -83,6 +97,10 @@ impl Authenticator {
         ) {
             (Some(v), _, _) => v.trim().to_owned(),
             (None, _, true) => "UNSIGNED-PAYLOAD".to_owned(),
+            // A v2 control request carries no body: its signature covers the empty body.
+            (None, Some(_), false) if v2_route && bodiless => {
+                s3_lite::sigv4::EMPTY_SHA256.to_owned()
+            }
             (None, Some(_), false) => {
                 return Err(ApiError::new(
                     400,
@@ -114,12 +132,18 @@ impl Authenticator {
                 MAX_SKEW_SECS,
             )
             .map_err(|e| map_verify_error(e, presigned))?;
-        if principal.service != "s3" {
+        let service_ok = if v2_route {
+            V2_SERVICES.contains(&principal.service.as_str())
+        } else {
+            principal.service == "s3"
+        };
+        if !service_ok {
+            let expecting = if v2_route { "'s3' or 'hipobj'" } else { "'s3'" };
             return Err(ApiError::new(
                 400,
                 "AuthorizationHeaderMalformed",
                 format!(
-                    "the service '{}' is wrong; expecting 's3'",
+                    "the service '{}' is wrong; expecting {expecting}",
                     principal.service
                 ),
             ));

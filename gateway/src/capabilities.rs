@@ -8,7 +8,8 @@
 //!
 //! - with a fabric: `200`, `x-amz-rdma-fabric: soft|verbs`, `x-amz-rdma-protocol:
 //!   rc-persistent` and `x-amz-rdma-dialects` (the pairing dialects served: `rc-persistent`,
-//!   plus `hipobj-rc-v2` when the fabric has the v2 session service), empty body;
+//!   plus `hipobj-rc-v2` when the fabric has the v2 session service, then also
+//!   `x-amz-rdma-capabilities: mp`: UploadPart over v2 is served), empty body;
 //! - with fabric `none`: `501 NotImplemented` with `x-amz-rdma-reply: 501`.
 
 use s3_lite::http::server::RequestHead;
@@ -55,6 +56,10 @@ pub fn handle(shared: &Shared, head: &RequestHead, out: &mut dyn Respond) -> Res
         ),
         (DIALECTS_HEADER.to_owned(), dialects),
     ];
+    let mut headers = headers;
+    if shared.rdma.rc_v2().is_some() {
+        headers.push(crate::target::v2::capabilities());
+    }
     out.head(200, headers, s3_lite::http::BodyFraming::Length(0))?;
     Ok(())
 }

@@ -15,7 +15,7 @@ use engine::soft::{
     Access, CompletionQueue, MemoryRegion, ProtectionDomain, QpCaps, QueuePair, RecvWr, RemoteAddr,
     SendOp, SendWr, Sge, SoftDevice, SoftPath, WcOpcode, WcStatus, WorkCompletion,
 };
-use hipobj_gateway::{Gateway, RunningGateway, RcLimits, RcTarget};
+use hipobj_gateway::{Gateway, RcLimits, RcTarget, RunningGateway};
 use raw::{ACCESS, SECRET, call, now, req, send, signer};
 use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
 use s3_lite::rdma::{RcToken, Reply};
@@ -424,4 +424,248 @@ fn v2_binding_cookies_cancel_and_status_codes() {
     q.add_header("x-amz-rdma-protocol", "hipobj-rc-v2");
     assert_eq!(send(a, &q, b"").status(), 403);
     gw.shutdown();
+}
+
+/// A POST as the ROCm v2 client signs it (docs/interop.md): credential scope service `service`,
+/// the empty body's hash signed but no `x-amz-content-sha256` header sent.
+fn post_as_third_party(
+    a: SocketAddr,
+    path: &str,
+    h: &[(&str, String)],
+    service: &str,
+) -> raw::Response {
+    let mut q = req(a, "POST", path, "");
+    for (n, v) in h {
+        q.add_header(*n, v.clone());
+    }
+    q.add_header("Content-Length", "0");
+    let s = s3_lite::sigv4::Signer::new(
+        s3_lite::credentials::Credentials::new(ACCESS, SECRET),
+        "us-east-1",
+        service,
+    )
+    .unwrap();
+    let opts = s3_lite::sigv4::SigningOptions::default().with_content_sha256_header(false);
+    s.sign_headers_with(
+        &mut q,
+        &PayloadHash::Hex(s3_lite::sigv4::EMPTY_SHA256.to_owned()),
+        &opts,
+        now(),
+    )
+    .unwrap();
+    assert!(q.header("x-amz-content-sha256").is_none());
+    send(a, &q, b"")
+}
+
+/// issue 12: a v2 client that signs with service `hipobj` and sends no `x-amz-content-sha256`
+/// (the ROCm reference client) moves a PUT and a GET through our gateway's v2 routes; the
+/// PREPARE and FINAL answers advertise `mp`. (Over the soft fabric a token's GID is the
+/// device's IPv4 address, so the GID-family half of the case runs in the Soft-RoCE lane:
+/// engine/tests/verbs_rxe.rs.) Fails on the code before issue 12 (400 for both).
+#[test]
+fn v2_routes_accept_hipobj_scope_and_an_absent_content_sha256() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(dir.path());
+    let a = gw.local_addr();
+    assert_eq!(call(a, "PUT", "/bkt", "", &[], b"").status(), 200);
+    for service in ["hipobj", "s3"] {
+        let body = pattern(64, 9);
+        let c = Client::new(body.len());
+        c.mr.write(0, &body).unwrap();
+        let cookie = 0x5EED_0001;
+        let key = format!("/bkt/third-party-{service}");
+        let h = c.prepare_headers("PUT", &key, body.len() as u64, 0, cookie);
+        let r = post_as_third_party(a, "/.hipobj-rc/prepare", &h, service);
+        assert_eq!(r.status(), 200, "{service}: {}", r.text());
+        assert_eq!(r.header("x-amz-rdma-capabilities"), Some("mp"));
+        let staging = RemoteAddr {
+            addr: u64::from_str_radix(r.header("x-amz-rdma-mr-addr").unwrap(), 16).unwrap(),
+            rkey: u32::from_str_radix(r.header("x-amz-rdma-mr-rkey").unwrap(), 16).unwrap(),
+        };
+        let server = match Reply::parse(r.header("x-amz-rdma-reply").unwrap()).unwrap() {
+            Reply::Code {
+                code: 200,
+                peer_token: Some(t),
+            } => t,
+            other => panic!("{other:?}"),
+        };
+        let p = Prepared {
+            session: r.header("x-amz-rdma-session").unwrap().to_owned(),
+            server,
+            psn: u32::from_str_radix(r.header("x-amz-rdma-psn").unwrap(), 16).unwrap(),
+            soft: r.header("x-amz-rdma-soft-addr").unwrap().parse().unwrap(),
+            staging: Some(staging),
+        };
+        c.qp.connect(&p.server, p.psn, c.psn, SoftPath::Connect(p.soft))
+            .unwrap();
+        c.qp.post_send(&SendWr::new(
+            1,
+            SendOp::WriteWithImm(staging, cookie),
+            Sge {
+                addr: c.mr.addr(),
+                length: body.len() as u32,
+                lkey: c.mr.lkey(),
+            },
+        ))
+        .unwrap();
+        let r = post_as_third_party(
+            a,
+            "/.hipobj-rc/ready",
+            &c.ready_headers(&p, cookie, false),
+            service,
+        );
+        assert_eq!(r.status(), 200, "{service}: {}", r.text());
+        assert_eq!(r.header("x-amz-rdma-capabilities"), Some("mp"));
+        assert_eq!(r.header("x-amz-rdma-cookie"), Some("5eed0001"));
+        let stored = call(a, "GET", &key, "", &[], b"");
+        assert_eq!(stored.status(), 200);
+        assert!(stored.body == body, "{service}: stored bytes");
+    }
+}
+
+/// issue 12: the relaxations are confined to `/.hipobj-rc/*`: an ordinary S3 request signed
+/// with service `hipobj`, or without `x-amz-content-sha256`, is still refused.
+#[test]
+fn ordinary_routes_stay_strict_about_scope_and_content_sha256() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(dir.path());
+    let a = gw.local_addr();
+    assert_eq!(call(a, "PUT", "/bkt", "", &[], b"").status(), 200);
+    assert_eq!(call(a, "PUT", "/bkt/o", "", &[], b"hello").status(), 200);
+    let strict = |path: &str, service: &str, sha: bool| {
+        let mut q = req(a, "GET", path, "");
+        let s = s3_lite::sigv4::Signer::new(
+            s3_lite::credentials::Credentials::new(ACCESS, SECRET),
+            "us-east-1",
+            service,
+        )
+        .unwrap();
+        let opts = s3_lite::sigv4::SigningOptions::default().with_content_sha256_header(sha);
+        s.sign_headers_with(
+            &mut q,
+            &PayloadHash::Hex(s3_lite::sigv4::EMPTY_SHA256.to_owned()),
+            &opts,
+            now(),
+        )
+        .unwrap();
+        send(a, &q, b"")
+    };
+    let r = strict("/bkt/o", "hipobj", true);
+    assert_eq!(
+        (r.status(), r.code().as_str()),
+        (400, "AuthorizationHeaderMalformed"),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("hipobj"), "{}", r.text());
+    let r = strict("/bkt/o", "s3", false);
+    assert_eq!((r.status(), r.code().as_str()), (400, "InvalidRequest"));
+    assert!(r.text().contains("x-amz-content-sha256"), "{}", r.text());
+    // The capability and connect routes of rc-persistent are not v2 routes either.
+    let r = strict("/.hipobj/rc/capabilities", "hipobj", true);
+    assert_eq!(r.status(), 400);
+    // The strict twin of the accepted request: correct service and header pass.
+    assert_eq!(strict("/bkt/o", "s3", true).status(), 200);
+}
+
+/// issue 12, the GID-family half (Soft-RoCE VM lane): a v2 client whose QP uses the link-local
+/// GID of `rxe0` (index 0, as the ROCm reference client does), signing with service `hipobj`
+/// and without `x-amz-content-sha256`, PUTs 64 B through our verbs gateway, which must pair
+/// from a link-local GID of its own (before issue 12 it paired from its IPv4-mapped GID and
+/// `ibv_modify_qp(RTR)` failed: a 500). A token of a family the device lacks (global IPv6 on
+/// rxe0) is a 400 naming the cause, not a 500.
+#[test]
+#[ignore = "needs an RDMA device (Soft-RoCE VM lane: benches/rxe/run-lane.sh)"]
+fn verbs_link_local_client_pairs_with_a_link_local_gid() {
+    use engine::rc::{Access as RcAccess, RcCaps, RcDevice};
+    let nic = std::env::var("ENGINE_TEST_NIC").unwrap_or_else(|_| "rxe0".to_owned());
+    let dir = tempfile::tempdir().unwrap();
+    let t = RcTarget::start_verbs(Some(&nic), RcLimits::default()).unwrap();
+    let gw = Gateway::builder()
+        .listen("127.0.0.1:0")
+        .root_dir(dir.path())
+        .credentials(ACCESS, SECRET)
+        .rdma_target(t)
+        .start()
+        .unwrap();
+    let a = gw.local_addr();
+    assert_eq!(call(a, "PUT", "/bkt", "", &[], b"").status(), 200);
+
+    let dev = RcDevice::open_verbs(Some(&nic)).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16).unwrap();
+    // The client's own QP on the device's link-local GID (chosen as for a link-local peer).
+    let link_local = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+    let qp = dev
+        .create_qp_toward(&pd, &cq, &cq, RcCaps::default(), Some(&link_local))
+        .unwrap();
+    qp.modify_to_init(RcAccess::NONE).unwrap();
+    let body = pattern(64, 12);
+    let mr = pd
+        .register_owned(body.len(), RcAccess::LOCAL_WRITE)
+        .unwrap();
+    mr.write(0, &body).unwrap();
+    let token = qp.local_token(None).unwrap();
+    assert_eq!(&token.gid[..2], &[0xfe, 0x80], "client GID is link-local");
+    let (psn, cookie) = (0x00_0001u32, 0x00C0_FFEEu32);
+    let prepare = |token: String| {
+        vec![
+            ("x-amz-rdma-protocol", "hipobj-rc-v2".to_owned()),
+            ("x-amz-rdma-token", token),
+            ("x-amz-rdma-psn", format!("{psn:06x}")),
+            ("x-amz-rdma-cookie", format!("{cookie:08x}")),
+            ("x-amz-rdma-op", "PUT".to_owned()),
+            ("x-amz-rdma-target", "/bkt/ll".to_owned()),
+            ("x-amz-rdma-size", body.len().to_string()),
+        ]
+    };
+    let r = post_as_third_party(a, "/.hipobj-rc/prepare", &prepare(token.encode()), "hipobj");
+    assert_eq!(r.status(), 200, "{}", r.text());
+    let server = match Reply::parse(r.header("x-amz-rdma-reply").unwrap()).unwrap() {
+        Reply::Code {
+            code: 200,
+            peer_token: Some(t),
+        } => t,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        &server.gid[..2],
+        &[0xfe, 0x80],
+        "gateway paired from a link-local GID"
+    );
+    let staging = RemoteAddr {
+        addr: u64::from_str_radix(r.header("x-amz-rdma-mr-addr").unwrap(), 16).unwrap(),
+        rkey: u32::from_str_radix(r.header("x-amz-rdma-mr-rkey").unwrap(), 16).unwrap(),
+    };
+    let spsn = u32::from_str_radix(r.header("x-amz-rdma-psn").unwrap(), 16).unwrap();
+    let session = r.header("x-amz-rdma-session").unwrap().to_owned();
+    qp.connect(&server, spsn, psn, None).unwrap();
+    qp.post_send(&SendWr::new(
+        1,
+        SendOp::WriteWithImm(staging, cookie),
+        mr.sge(0, body.len() as u32).unwrap(),
+    ))
+    .unwrap();
+    let ready = vec![
+        ("x-amz-rdma-protocol", "hipobj-rc-v2".to_owned()),
+        ("x-amz-rdma-session", session),
+        ("x-amz-rdma-cookie", format!("{cookie:08x}")),
+        ("x-amz-rdma-qpn", format!("{:x}", token.qpn)),
+    ];
+    let r = post_as_third_party(a, "/.hipobj-rc/ready", &ready, "hipobj");
+    assert_eq!(r.status(), 200, "{}", r.text());
+    let stored = call(a, "GET", "/bkt/ll", "", &[], b"");
+    assert!(stored.body == body, "stored bytes");
+
+    // A global-IPv6 token: rxe0 has no GID of that family → 400 naming the cause.
+    let mut global = token;
+    global.gid = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7];
+    let r = post_as_third_party(
+        a,
+        "/.hipobj-rc/prepare",
+        &prepare(global.encode()),
+        "hipobj",
+    );
+    assert_eq!(r.status(), 400, "{}", r.text());
+    assert!(r.text().contains("peer's family"), "{}", r.text());
 }

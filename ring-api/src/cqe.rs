@@ -38,6 +38,52 @@ impl DataPath {
     }
 }
 
+/// Which wire dialect carried an operation's payload (bits 16–19 of [`Cqe::flags`]): what
+/// the engine negotiated with the endpoint for this op.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WireDialect {
+    /// Not recorded (errors, control steps without payload).
+    None = 0,
+    /// The HTTP body.
+    Http = 1,
+    /// `rc-persistent` (one pairing per worker, one HTTP round trip per op).
+    RcPersistent = 2,
+    /// `hipobj-rc-v2` (PREPARE / READY per op).
+    RcV2 = 3,
+    /// The cuObject single-request descriptor.
+    CuObject = 4,
+}
+
+impl WireDialect {
+    /// Decodes the 4-bit dialect field; unknown values yield `None`.
+    #[must_use]
+    pub const fn from_bits(bits: u8) -> Option<Self> {
+        match bits {
+            0 => Some(Self::None),
+            1 => Some(Self::Http),
+            2 => Some(Self::RcPersistent),
+            3 => Some(Self::RcV2),
+            4 => Some(Self::CuObject),
+            _ => None,
+        }
+    }
+
+    /// The name `--json` and tables print: `http`, `rc-persistent`, `hipobj-rc-v2`, `cuobject`
+    /// (`none` when not recorded).
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Http => "http",
+            Self::RcPersistent => "rc-persistent",
+            Self::RcV2 => "hipobj-rc-v2",
+            Self::CuObject => "cuobject",
+        }
+    }
+}
+
 /// Broad class of a failure (bits 8–15 of [`Cqe::flags`]), for callers that branch on "whose
 /// fault" rather than on the precise [`ErrorCode`].
 #[repr(u8)]
@@ -93,6 +139,10 @@ pub mod cqe_flags {
     pub const CLASS_SHIFT: u32 = 8;
     /// Mask of the [`ErrorClass`](super::ErrorClass) field.
     pub const CLASS_MASK: u32 = 0x0000_FF00;
+    /// Shift of the [`WireDialect`](super::WireDialect) field.
+    pub const DIALECT_SHIFT: u32 = 16;
+    /// Mask of the [`WireDialect`](super::WireDialect) field.
+    pub const DIALECT_MASK: u32 = 0x000F_0000;
 }
 
 /// A completion queue entry, fixed at 32 bytes (two per cache line).
@@ -205,6 +255,17 @@ impl Cqe {
         self
     }
 
+    /// Sets the wire dialect field.
+    #[must_use]
+    pub const fn with_dialect(mut self, dialect: WireDialect) -> Self {
+        let (result, flags) = unpack(self.result_flags);
+        self.result_flags = pack(
+            result,
+            (flags & !cqe_flags::DIALECT_MASK) | (dialect as u32) << cqe_flags::DIALECT_SHIFT,
+        );
+        self
+    }
+
     /// Marks the completion as the outcome of a retried operation.
     #[must_use]
     pub const fn with_retried(mut self) -> Self {
@@ -276,6 +337,15 @@ impl Cqe {
     #[allow(clippy::cast_possible_truncation)] // masked to 4 bits
     pub const fn path(&self) -> Option<DataPath> {
         DataPath::from_bits((self.flags() & cqe_flags::PATH_MASK) as u8)
+    }
+
+    /// The wire dialect field, `None` if it holds a value this version does not name.
+    #[must_use]
+    #[allow(clippy::cast_possible_truncation)] // masked to 4 bits
+    pub const fn dialect(&self) -> Option<WireDialect> {
+        WireDialect::from_bits(
+            ((self.flags() & cqe_flags::DIALECT_MASK) >> cqe_flags::DIALECT_SHIFT) as u8,
+        )
     }
 
     /// The error class field, `None` if it holds a value this version does not name.
@@ -367,6 +437,17 @@ mod tests {
 
     #[test]
     fn setters_keep_other_fields() {
+        let d = Cqe::success(3, 9, DataPath::RdmaVerbs).with_dialect(WireDialect::RcV2);
+        assert_eq!(d.dialect(), Some(WireDialect::RcV2));
+        assert_eq!(d.path(), Some(DataPath::RdmaVerbs));
+        assert_eq!(
+            d.with_dialect(WireDialect::Http).dialect(),
+            Some(WireDialect::Http)
+        );
+        assert_eq!(
+            Cqe::success(3, 9, DataPath::Http).dialect(),
+            Some(WireDialect::None)
+        );
         let c = Cqe::error(1, ErrorCode::Io, ErrorClass::Transport).with_path(DataPath::Http);
         let c = c.with_retried().with_aux(9);
         assert_eq!(c.result(), -5);

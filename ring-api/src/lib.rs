@@ -88,7 +88,7 @@ pub mod wakeup;
 #[allow(clippy::expect_used, clippy::panic)]
 pub mod fuzzing;
 
-pub use cqe::{Cqe, DataPath, ErrorClass, cqe_flags};
+pub use cqe::{Cqe, DataPath, ErrorClass, WireDialect, cqe_flags};
 pub use error::{ErrorCode, InternError, InvalidEntry, PushError, SetupError, UnknownErrorCode};
 pub use handle::{BufHandle, BufSlice, ObjectId, PartNumber, UploadHandle};
 pub use object_table::{MAX_BUCKET_LEN, MAX_KEY_LEN, ObjectName, ObjectTable};

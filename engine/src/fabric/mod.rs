@@ -75,10 +75,17 @@ pub(crate) trait Fabric: Send + std::fmt::Debug {
     /// The flag completions carry when this fabric moved the bytes.
     fn path(&self) -> DataPath;
 
-    /// The flag of `key`'s completion (a fabric with a per-request fallback, such as the
-    /// `rc-persistent` dialect, says which path the bytes took). Called once per success.
-    fn path_of(&mut self, _key: OpKey) -> DataPath {
-        self.path()
+    /// The flags of `key`'s completion: the path and the wire dialect that carried the bytes (a
+    /// fabric with a per-request fallback, such as the RDMA dialects, says which). Called once
+    /// per success.
+    fn path_of(&mut self, _key: OpKey) -> (DataPath, ring_api::WireDialect) {
+        let path = self.path();
+        let dialect = if path == DataPath::Http {
+            ring_api::WireDialect::Http
+        } else {
+            ring_api::WireDialect::None
+        };
+        (path, dialect)
     }
 
     /// Starts an attempt of `op` if a connection is free or may be opened. Returns `false`

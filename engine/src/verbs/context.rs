@@ -162,6 +162,31 @@ impl Context {
         }
         Ok(best)
     }
+
+    /// The source GID on `port` for a peer whose token names `peer` ([`gid::choose_for_peer`]:
+    /// same family, same subnet first), confirmed with `ibv_query_gid`. `None`: [`Self::choose_gid`].
+    pub fn choose_gid_for(&self, port: u8, peer: Option<&[u8; 16]>) -> Result<GidEntry, Error> {
+        let Some(peer) = peer else {
+            return self.choose_gid(port);
+        };
+        let dir = gid::port_dir(&self.sys_root, &self.name, port);
+        let no_gid = || Error::NoGid {
+            device: self.name.clone(),
+            port,
+            path: dir.display().to_string(),
+        };
+        let table = gid::read_table(&self.sys_root, &self.name, port).map_err(|_| no_gid())?;
+        let pick = gid::choose_for_peer(&table, peer).map_err(|e| Error::NoGidForPeer {
+            device: self.name.clone(),
+            port,
+            family: e.family,
+        })?;
+        let raw = self.query_gid(port, pick.index)?;
+        if raw != pick.gid {
+            return Err(no_gid());
+        }
+        Ok(pick)
+    }
 }
 
 impl Drop for Context {

@@ -104,6 +104,17 @@ pub enum Error {
         /// The sysfs directory read.
         path: String,
     },
+    /// No GID of the peer's family on the port (protocols.md §3.5): the peer's token cannot be
+    /// paired from this device.
+    #[error("no local GID of the peer's family ({family}) on {device} port {port}")]
+    NoGidForPeer {
+        /// Device.
+        device: String,
+        /// Port.
+        port: u8,
+        /// The peer GID's family.
+        family: super::gid::GidFamily,
+    },
     /// `ibv_alloc_pd`.
     #[error("ibv_alloc_pd failed")]
     AllocPd(#[source] io::Error),

@@ -125,6 +125,64 @@ pub fn choose(entries: &[GidEntry]) -> Option<GidEntry> {
         .copied()
 }
 
+/// Why no source GID suits a peer ([`choose_for_peer`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoPeerFamily {
+    /// The peer GID's family.
+    pub family: GidFamily,
+}
+
+impl fmt::Display for GidFamily {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Ipv4Mapped => "IPv4-mapped",
+            Self::LinkLocal => "link-local",
+            Self::Global => "global",
+        })
+    }
+}
+
+/// Bits `a` and `b` share from the top.
+fn common_prefix(a: &[u8; 16], b: &[u8; 16]) -> u32 {
+    let mut n = 0;
+    for (x, y) in a.iter().zip(b) {
+        let d = x ^ y;
+        if d != 0 {
+            return n + d.leading_zeros();
+        }
+        n += 8;
+    }
+    n
+}
+
+/// The source GID to pair with a peer whose token names `peer` (protocols.md §3.5: servers
+/// pick one of the **same family** as the peer's — link-local with link-local, IPv4-mapped with
+/// IPv4-mapped, global with global — because RoCE cannot route between a link-local and an
+/// IPv4 GID and `ibv_modify_qp(RTR)` fails with `EINVAL`). Among entries of that family: the
+/// longest common prefix with the peer first (same subnet), then [`GidEntry::rank`] (RoCEv2
+/// before v1), then the lowest index. A zero `peer` (the loopback marker) gets [`choose`].
+/// Pure, so it is tested on GID tables.
+pub fn choose_for_peer(entries: &[GidEntry], peer: &[u8; 16]) -> Result<GidEntry, NoPeerFamily> {
+    if *peer == [0; 16] {
+        return choose(entries).ok_or(NoPeerFamily {
+            family: GidFamily::Global,
+        });
+    }
+    let want = family(peer);
+    entries
+        .iter()
+        .filter(|e| e.gid != [0; 16] && family(&e.gid) == want)
+        .min_by_key(|e| {
+            (
+                std::cmp::Reverse(common_prefix(&e.gid, peer)),
+                e.rank(),
+                e.index,
+            )
+        })
+        .copied()
+        .ok_or(NoPeerFamily { family: want })
+}
+
 /// The sysfs directory of one port.
 #[must_use]
 pub fn port_dir(sys_root: &Path, device: &str, port: u8) -> PathBuf {
@@ -254,6 +312,56 @@ mod tests {
         ];
         assert_eq!(choose(&t).unwrap().index, 2);
         assert_eq!(choose(&t[2..]), None);
+    }
+
+    #[test]
+    fn peer_gets_a_source_gid_of_its_own_family() {
+        // rxe0 on virtio-net: 0 = link-local v2, 1 = IPv4-mapped v2 (192.0.2.1).
+        let table = read_table(&fixture("rxe"), "rxe0", 1).unwrap();
+        let link_local = parse_gid("fe80:0000:0000:0000:5054:00ff:fe12:9999").unwrap();
+        let v4 = parse_gid("0000:0000:0000:0000:0000:ffff:c000:0202").unwrap();
+        let global = parse_gid("2001:0db8:0000:0000:0000:0000:0000:0001").unwrap();
+        assert_eq!(choose_for_peer(&table, &link_local).unwrap().index, 0);
+        assert_eq!(choose_for_peer(&table, &v4).unwrap().index, 1);
+        // No global GID on rxe0: the caller names the cause.
+        let e = choose_for_peer(&table, &global).unwrap_err();
+        assert_eq!(e.family, GidFamily::Global);
+        assert_eq!(e.family.to_string(), "global");
+        // The loopback marker (zero GID) gets the port's best.
+        assert_eq!(choose_for_peer(&table, &[0; 16]).unwrap().index, 1);
+        // Without a link-local entry a link-local peer has no partner.
+        let only_v4: Vec<GidEntry> = table.iter().filter(|e| e.index == 1).copied().collect();
+        assert_eq!(
+            choose_for_peer(&only_v4, &link_local).unwrap_err().family,
+            GidFamily::LinkLocal
+        );
+    }
+
+    #[test]
+    fn same_subnet_first_then_rank_then_index() {
+        // mlx5-style table: link-local v1 (0) / v2 (1), global v1 (2) / v2 (3), IPv4 v1 (6) / v2 (7).
+        let table = read_table(&fixture("mixed"), "mlx5_0", 1).unwrap();
+        let ll = table.iter().find(|e| e.index == 1).unwrap().gid;
+        let mut peer_ll = ll;
+        peer_ll[15] ^= 0x55;
+        assert_eq!(
+            choose_for_peer(&table, &peer_ll).unwrap().index,
+            1,
+            "v2 before v1"
+        );
+        let v4 = table.iter().find(|e| e.index == 7).unwrap().gid;
+        let mut peer_v4 = v4;
+        peer_v4[15] ^= 0x01;
+        assert_eq!(choose_for_peer(&table, &peer_v4).unwrap().index, 7);
+        // Two IPv4 GIDs on different subnets: the peer's subnet wins over the lower index.
+        let e = |index, gid, kind| GidEntry { index, gid, kind };
+        let a = parse_gid("0000:0000:0000:0000:0000:ffff:0a00:0005").unwrap();
+        let b = parse_gid("0000:0000:0000:0000:0000:ffff:c0a8:0105").unwrap();
+        let t = [e(2, a, GidType::RoceV2), e(3, b, GidType::RoceV2)];
+        let peer = parse_gid("0000:0000:0000:0000:0000:ffff:c0a8:0109").unwrap();
+        assert_eq!(choose_for_peer(&t, &peer).unwrap().index, 3);
+        let peer = parse_gid("0000:0000:0000:0000:0000:ffff:0a00:0009").unwrap();
+        assert_eq!(choose_for_peer(&t, &peer).unwrap().index, 2);
     }
 
     #[test]

@@ -144,6 +144,19 @@ impl QueuePair {
         recv_cq: &Arc<CompletionQueue>,
         caps: QpCaps,
     ) -> Result<Self, Error> {
+        Self::create_toward(pd, send_cq, recv_cq, caps, None)
+    }
+
+    /// [`Self::create`] for pairing with a peer whose token names `peer_gid`: the source GID is
+    /// one of the peer's family ([`super::gid::choose_for_peer`]); without one,
+    /// [`Error::NoGidForPeer`].
+    pub fn create_toward(
+        pd: &ProtectionDomain,
+        send_cq: &Arc<CompletionQueue>,
+        recv_cq: &Arc<CompletionQueue>,
+        caps: QpCaps,
+        peer_gid: Option<&[u8; 16]>,
+    ) -> Result<Self, Error> {
         let ctx = pd.ctx();
         let port = ctx.query_port(caps.port)?;
         if !port.active {
@@ -153,7 +166,7 @@ impl QueuePair {
                 state: port.state,
             });
         }
-        let gid = ctx.choose_gid(caps.port)?;
+        let gid = ctx.choose_gid_for(caps.port, peer_gid)?;
         let mut init = sys::ibv_qp_init_attr {
             qp_context: ptr::null_mut(),
             send_cq: send_cq.raw().as_ptr(),

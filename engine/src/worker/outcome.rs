@@ -203,8 +203,10 @@ impl Worker {
                     self.ready.push_front(key);
                     return;
                 }
-                let path = self.fabric.path_of(key);
-                let cqe = Cqe::success(0, bytes, path).with_aux(aux);
+                let (path, dialect) = self.fabric.path_of(key);
+                let cqe = Cqe::success(0, bytes, path)
+                    .with_aux(aux)
+                    .with_dialect(dialect);
                 if let Some(cqe) = self.stage_in(key, cqe) {
                     self.finish(key, cqe);
                 }

@@ -354,11 +354,18 @@ impl RdmaTarget for RcTarget {
                 return Err(ApiError::slow_down());
             }
         }
-        let fail = |e: engine::rc::RcError| ApiError::internal(format!("RC queue pair: {e}"));
+        let fail = |e: engine::rc::RcError| qp_failure(&e);
         let cq = self.device.create_cq(CQ_DEPTH).map_err(fail)?;
+        // Source GID per peer: one of the client's token GID's family (protocols.md §3.5).
         let qp = self
             .device
-            .create_qp(&self.pool.pd, &cq, &cq, RcCaps::default())
+            .create_qp_toward(
+                &self.pool.pd,
+                &cq,
+                &cq,
+                RcCaps::default(),
+                Some(&client.gid),
+            )
             .map_err(fail)?;
         // The gateway's QP grants no remote access: it only initiates WRITE and READ.
         qp.modify_to_init(Access::NONE).map_err(fail)?;
@@ -382,5 +389,19 @@ impl RdmaTarget for RcTarget {
             soft_addr: self.addr,
             fabric: self.device.kind(),
         }))
+    }
+}
+
+/// A queue-pair failure while pairing with a client (connect route, v2 PREPARE): one the client's token caused (no local GID of its family,
+/// RTR towards its address refused) is a 400 naming the cause; anything else is ours (500).
+pub(crate) fn qp_failure(e: &engine::rc::RcError) -> ApiError {
+    if e.is_peer_caused() {
+        ApiError::new(
+            400,
+            "InvalidArgument",
+            format!("x-amz-rdma-token cannot be paired here: {e}"),
+        )
+    } else {
+        ApiError::internal(format!("RC queue pair: {e}"))
     }
 }

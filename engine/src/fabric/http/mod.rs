@@ -21,7 +21,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use mio::{Interest, Token};
-use ring_api::DataPath;
+use ring_api::{DataPath, WireDialect};
 use s3_lite::s3::Endpoint;
 use s3_lite::sigv4::Signer;
 
@@ -244,6 +244,14 @@ impl HttpFabric {
                         self.launch(idx, key, op, io, done);
                     }
                 }
+                Event::Readmit(key) => {
+                    let Some(op) = ops.get_mut(key) else {
+                        continue;
+                    };
+                    if let Some(idx) = self.unpark(key, op) {
+                        self.admit_and_launch(idx, key, op, io, done);
+                    }
+                }
                 Event::Complete(key, outcome) => {
                     let Some(op) = ops.get(key) else {
                         continue;
@@ -265,6 +273,41 @@ impl HttpFabric {
                 }
             }
         }
+    }
+    /// Lets the RDMA dialect admit `op` on slot `idx` (it may park it for off-loop work), then
+    /// builds and drives its request unless parked or failed.
+    fn admit_and_launch(
+        &mut self,
+        idx: usize,
+        key: OpKey,
+        op: &mut InFlight,
+        io: &mio::Registry,
+        done: &mut Finished,
+    ) {
+        // An RDMA dialect may need work off this thread first (pairing, a v2 exchange).
+        if let (Some(r), Some(now)) = (self.rdma.as_mut(), self.dates.now()) {
+            match r.admit(key, op, now, io) {
+                Admit::Now => {}
+                Admit::Parked => {
+                    if let Some(Some(slot)) = self.slots.get_mut(idx) {
+                        slot.op = Some(key);
+                        slot.parked = true;
+                        self.active += 1;
+                        op.phase = Phase::Active { conn: idx };
+                    } else {
+                        r.abort(key);
+                        done.push((key, Outcome::transport(false)));
+                    }
+                    return;
+                }
+                Admit::Failed(outcome) => {
+                    self.idle.push(idx);
+                    done.push((key, outcome));
+                    return;
+                }
+            }
+        }
+        self.launch(idx, key, op, io, done);
     }
 }
 
@@ -291,31 +334,19 @@ impl Fabric for HttpFabric {
                 }
             },
         };
-        // An RDMA dialect may need work off this thread first (pairing, a v2 exchange).
-        if let (Some(r), Some(now)) = (self.rdma.as_mut(), self.dates.now()) {
-            match r.admit(key, op, now, io) {
-                Admit::Now => {}
-                Admit::Parked => {
-                    if let Some(Some(slot)) = self.slots.get_mut(idx) {
-                        slot.op = Some(key);
-                        slot.parked = true;
-                        self.active += 1;
-                        op.phase = Phase::Active { conn: idx };
-                    } else {
-                        r.abort(key);
-                        done.push((key, Outcome::transport(false)));
-                    }
-                    return true;
-                }
-                Admit::Failed(outcome) => {
-                    self.idle.push(idx);
-                    done.push((key, outcome));
-                    return true;
-                }
-            }
-        }
-        self.launch(idx, key, op, io, done);
+        self.admit_and_launch(idx, key, op, io, done);
         true
+    }
+
+    fn path_of(&mut self, key: OpKey) -> (DataPath, WireDialect) {
+        match self
+            .rdma
+            .as_mut()
+            .map(|r| (r.took_rdma(key), r.rdma_path()))
+        {
+            Some((Some(dialect), path)) => (path, dialect),
+            _ => (DataPath::Http, WireDialect::Http),
+        }
     }
 
     fn on_ready(&mut self, token: Token, ops: &mut Slab, io: &mio::Registry, done: &mut Finished) {
@@ -358,19 +389,6 @@ impl Fabric for HttpFabric {
             if let (Some(r), Some(key)) = (self.rdma.as_mut(), key) {
                 r.abort(key);
             }
-        }
-    }
-
-    fn path_of(&mut self, key: OpKey) -> DataPath {
-        match self.rdma.as_mut() {
-            Some(r) => {
-                if r.took_rdma(key) {
-                    r.rdma_path()
-                } else {
-                    DataPath::Http
-                }
-            }
-            None => DataPath::Http,
         }
     }
 

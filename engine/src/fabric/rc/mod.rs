@@ -110,6 +110,20 @@ pub enum RcError {
     Unsupported(&'static str),
 }
 
+impl RcError {
+    /// Whether the error comes from the peer's token rather than from this host: no local GID
+    /// of the peer's family, or a QP transition towards the peer's address refused (`RTR`).
+    /// A server answers these with a 4xx naming the cause.
+    #[must_use]
+    pub fn is_peer_caused(&self) -> bool {
+        match self {
+            Self::Verbs(verbs::Error::NoGidForPeer { .. }) => true,
+            Self::Verbs(verbs::Error::ModifyQp { to, .. }) => *to == verbs::QpState::Rtr,
+            _ => false,
+        }
+    }
+}
+
 /// Why a post failed (nothing was queued).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -204,6 +218,20 @@ impl RcDevice {
         recv: &RcCq,
         caps: RcCaps,
     ) -> Result<RcQp, RcError> {
+        self.create_qp_toward(pd, send, recv, caps, None)
+    }
+
+    /// [`Self::create_qp`] for pairing with a peer whose token names `peer_gid`: on verbs the
+    /// source GID is one of the peer's family (protocols.md §3.5; none: `verbs::Error::
+    /// NoGidForPeer`, see [`RcError::is_peer_caused`]); the soft fabric has one address per device.
+    pub fn create_qp_toward(
+        &self,
+        pd: &RcPd,
+        send: &RcCq,
+        recv: &RcCq,
+        caps: RcCaps,
+        peer_gid: Option<&[u8; 16]>,
+    ) -> Result<RcQp, RcError> {
         match (self, pd, send, recv) {
             (Self::Soft(d), RcPd::Soft(pd), RcCq::Soft(s), RcCq::Soft(r)) => {
                 let c = crate::fabric::soft::QpCaps {
@@ -219,7 +247,9 @@ impl RcDevice {
                     max_recv_wr: caps.max_recv_wr,
                     ..Default::default()
                 };
-                Ok(RcQp::Verbs(verbs::QueuePair::create(pd, s, r, c)?))
+                Ok(RcQp::Verbs(verbs::QueuePair::create_toward(
+                    pd, s, r, c, peer_gid,
+                )?))
             }
             _ => Err(RcError::Mixed("a PD or CQ", "other", self.kind().as_str())),
         }

@@ -13,6 +13,8 @@ use super::{
     AUTO_PAIR_WAIT, Admit, Dialect, Event, Fabric, MIN_WAIT, RETRY_PAIR, RdmaClient, Running,
     State, connect, rc_eligible, v2,
 };
+use ring_api::WireDialect;
+
 use crate::fabric::Outcome;
 use crate::fabric::rc::RcKind;
 use crate::inflight::{InFlight, OpKey};
@@ -27,10 +29,10 @@ impl RdmaClient {
         now: s3_lite::sigv4::AmzDate,
         io: &mio::Registry,
     ) -> Admit {
-        match self.dialect {
-            Dialect::RcPersistent => self.admit_rc(key, op, now, io),
-            Dialect::RcV2 => self.admit_v2(key, op, now, io),
-            Dialect::CuObject => Admit::Now,
+        match self.active() {
+            WireDialect::RcPersistent => self.admit_rc(key, op, now, io),
+            WireDialect::RcV2 => self.admit_v2(key, op, now, io),
+            _ => Admit::Now,
         }
     }
 
@@ -129,6 +131,11 @@ impl RdmaClient {
         if matches!(self.state, State::Plain) || self.http_next.remove(&key) {
             return Admit::Now;
         }
+        // UploadPart over v2 names the part in the target's query; a server that did not
+        // advertise `mp` may ignore the query and store the part as the whole object.
+        if op.part_target().is_some() && !self.learned.multipart() {
+            return Admit::Now;
+        }
         let left = op.deadline.map_or(v2::LIMIT, |d| {
             d.saturating_duration_since(Instant::now()).min(v2::LIMIT)
         });
@@ -144,6 +151,8 @@ impl RdmaClient {
             addr: self.addr,
             endpoint: self.endpoint.clone(),
             signer: Arc::clone(&self.signer),
+            hipobj_signer: self.hipobj_signer.clone(),
+            learned: Arc::clone(&self.learned),
             now,
         };
         if self.v2.is_none() {
@@ -180,6 +189,21 @@ impl RdmaClient {
                         continue;
                     }
                     self.hold_ops = result.is_ok();
+                    // Negotiating: an endpoint that does not know the pairing route (a v2-only
+                    // or plain S3 server: 400/404/405, a fabric-less gateway: 501) does not
+                    // speak rc-persistent; its waiting ops are admitted again (hipobj-rc-v2
+                    // next). Other refusals (403, 503...) may pass and keep the old handling.
+                    if self.dialect == Dialect::Auto
+                        && matches!(
+                            result,
+                            Err(connect::ConnectError::Declined(400 | 404 | 405 | 501))
+                        )
+                    {
+                        self.learned.refuse_rc_persistent();
+                        self.state = State::Unpaired;
+                        events.extend(self.waiters.drain(..).map(Event::Readmit));
+                        continue;
+                    }
                     self.state = match result {
                         Ok(l) => State::Paired(Box::new(l)),
                         // Auto on a verbs host against a soft gateway: pair again over the
@@ -214,11 +238,15 @@ impl RdmaClient {
                     self.running.remove(&key);
                     events.push(match result {
                         v2::Exchange::Done { bytes } => {
-                            self.moved.insert(key);
+                            self.moved.insert(key, WireDialect::RcV2);
                             Event::Complete(key, Outcome::Done { bytes, aux: 0 })
                         }
                         v2::Exchange::Fallback { learn } => {
-                            if learn && self.mode == Fabric::Auto {
+                            if learn && self.dialect == Dialect::Auto {
+                                // Negotiating: v2 refused for good; cuObject (with a
+                                // provider) or HTTP next, for this op too.
+                                self.learned.refuse_rc_v2();
+                            } else if learn && self.mode == Fabric::Auto {
                                 self.state = State::Plain;
                             }
                             Event::Resume(key)

@@ -196,6 +196,15 @@ fn left(end: Instant) -> Result<Duration, ConnectError> {
 
 /// Reads one response head (a bounded body is read and dropped) before `end`.
 fn read_head(s: &mut TcpStream, end: Instant) -> Result<ResponseHead, ConnectError> {
+    read_answer(s, end, None)
+}
+
+/// [`read_head`], keeping the (bounded) body in `keep` when given.
+fn read_answer(
+    s: &mut TcpStream,
+    end: Instant,
+    mut keep: Option<&mut Vec<u8>>,
+) -> Result<ResponseHead, ConnectError> {
     let mut dec = ResponseDecoder::new(Limits::default(), false);
     let mut buf = vec![0u8; 16 * 1024];
     let mut pending: Vec<u8> = Vec::new();
@@ -210,6 +219,9 @@ fn read_head(s: &mut TcpStream, end: Instant) -> Result<ResponseHead, ConnectErr
                 body += b.len();
                 if body > 64 * 1024 {
                     break;
+                }
+                if let Some(k) = keep.as_deref_mut() {
+                    k.extend_from_slice(b);
                 }
             }
             Event::End => break,
@@ -275,6 +287,16 @@ pub(crate) fn parse(head: &ResponseHead) -> Result<Paired, ConnectError> {
 /// [`read_head`] for the other blocking exchanges of this module's parent (hipobj-rc-v2).
 pub(crate) fn read_head_until(s: &mut TcpStream, end: Instant) -> Result<ResponseHead, ()> {
     read_head(s, end).map_err(|_| ())
+}
+
+/// [`read_head_until`], also returning the answer's body (at most 64 KiB: an error document).
+pub(crate) fn read_answer_until(
+    s: &mut TcpStream,
+    end: Instant,
+) -> Result<(ResponseHead, Vec<u8>), ()> {
+    let mut body = Vec::new();
+    let head = read_answer(s, end, Some(&mut body)).map_err(|_| ())?;
+    Ok((head, body))
 }
 
 #[cfg(test)]

@@ -39,10 +39,21 @@
 //! request sends that request over HTTP and re-pairs on the next one; a reply-less answer
 //! marks the endpoint plain (`Auto`). `Soft` never stops trying RDMA (but still falls back per
 //! request); `Http` never tries.
+//!
+//! Dialect negotiation ([`Dialect::Auto`], the default): `rc-persistent` first; an endpoint
+//! that refuses its pairing route (a v2-only server answers `404`) is tried with
+//! `hipobj-rc-v2`; one that refuses that too (`501`, `x-amz-rdma-protocol-status:
+//! unsupported`, a plain server's `404`) gets the cuObject descriptor when a provider is set,
+//! else HTTP. Each refusal is learned once for the engine's life (`learned`, shared by all
+//! workers); ops parked while a refusal came in are admitted again under the next dialect.
+//! Every completion names the dialect that carried its bytes (`ring_api::WireDialect`).
+//! UploadPart goes over v2 only to an endpoint that advertised `x-amz-rdma-capabilities: mp`
+//! (a server that ignores the target's query would store the part as the whole object).
 
 mod admit;
 pub(crate) mod connect;
 pub(crate) mod cuobject;
+pub(crate) mod learned;
 pub(crate) mod offload;
 mod v2;
 pub(crate) mod v2_wire;
@@ -60,11 +71,13 @@ use s3_lite::sigv4::Signer;
 
 use self::connect::Link;
 pub use self::cuobject::{DcOp, DcTokenError, DcTokenProvider};
+use self::learned::Learned;
 use self::offload::Mailbox;
 use self::verdict::Verdict;
 use super::Outcome;
 use crate::fabric::rc::{Access, RcDevice, RcKind, RcMr, RcPd};
 use crate::inflight::{InFlight, OpKey, OpKind};
+use ring_api::WireDialect;
 
 /// Which data path the engine uses for payloads (`EngineBuilder::fabric`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -108,14 +121,18 @@ pub(crate) fn open_verbs(fabric: Fabric, name: Option<&str>) -> Option<RcDevice>
     }
 }
 
-/// Which RDMA dialect the soft fabric speaks (`EngineBuilder::dialect`), used when the fabric is
-/// `Soft` or `Auto`.
+/// Which RDMA dialect the client speaks (`EngineBuilder::dialect`) when the fabric is not
+/// `Http`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Dialect {
-    /// `rc-persistent`: one signed pairing per worker, then one HTTP round trip per op (the
-    /// default; our gateway's fast path).
+    /// Negotiate (the default): `rc-persistent`, then `hipobj-rc-v2`, then `CuObject` when a
+    /// descriptor provider is set, then HTTP; each endpoint's refusals are learned once for
+    /// the engine's life. Completions name the dialect used (`Cqe::dialect`).
     #[default]
+    Auto,
+    /// `rc-persistent`: one signed pairing per worker, then one HTTP round trip per op (our
+    /// gateway's fast path).
     RcPersistent,
     /// `hipobj-rc-v2` (protocols.md §4): PREPARE / READY on `/.hipobj-rc/` per op, a fresh QP
     /// each time: what the Ceph fork, versitygw, elbencho and the ROCm reference serve. Two
@@ -127,6 +144,23 @@ pub enum Dialect {
     /// HTTP). Needs mlx5 DC hardware and a cuObject server; never exercised here beyond the
     /// wire (docs/engine.md).
     CuObject,
+    /// No RDMA dialect: payloads in the HTTP body (as `Fabric::Http`).
+    Http,
+}
+
+impl Dialect {
+    /// Parses `auto`, `rc-persistent`, `rc-v2` (or `hipobj-rc-v2`), `cuobject`, `http`.
+    #[must_use]
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s.trim() {
+            "auto" => Self::Auto,
+            "rc-persistent" => Self::RcPersistent,
+            "rc-v2" | "hipobj-rc-v2" => Self::RcV2,
+            "cuobject" => Self::CuObject,
+            "http" => Self::Http,
+            _ => return None,
+        })
+    }
 }
 
 /// How long an op waits for a pairing in progress under `Auto` before it goes over HTTP.
@@ -156,6 +190,8 @@ enum State {
 struct Attempt {
     /// The window and its domain (`None` for cuObject: the provider owns the registration).
     mr: Option<(RcPd, RcMr)>,
+    /// The dialect it speaks.
+    dialect: WireDialect,
 }
 
 /// A hipobj-rc-v2 exchange running on its thread.
@@ -184,6 +220,9 @@ pub(crate) enum Event {
     /// Build the parked op's request now (pairing ended or was given up on, or its v2
     /// exchange fell back to HTTP).
     Resume(OpKey),
+    /// Admit the parked op again: the endpoint refused the dialect it waited for, and the
+    /// negotiation moved on to the next one.
+    Readmit(OpKey),
     /// The parked op ended (its v2 exchange moved the bytes or failed).
     Complete(OpKey, Outcome),
 }
@@ -210,11 +249,18 @@ pub(crate) struct RdmaClient {
     attempts: HashMap<OpKey, Attempt>,
     /// Ops whose next attempt must go over HTTP (after a decline).
     http_next: HashSet<OpKey>,
-    /// Ops whose last attempt moved the bytes by RDMA (read by the completion path flag).
-    moved: HashSet<OpKey>,
+    /// Ops whose last attempt moved the bytes by RDMA, and in which dialect (read by the
+    /// completion path flag).
+    moved: HashMap<OpKey, WireDialect>,
     /// Consecutive declines after (re-)pairing; beyond a few, Auto stops trying.
     declines: u32,
+    /// The dialect asked for (`Auto`: negotiated, see [`RdmaClient::active`]).
     dialect: Dialect,
+    /// What the engine learned about the endpoint (shared by every worker).
+    learned: Arc<Learned>,
+    /// A signer of the same credentials for the credential-scope service `hipobj` (v2 servers
+    /// that refuse `s3`).
+    hipobj_signer: Option<Arc<Signer>>,
     /// The hipobj-rc-v2 client's device and domain (made on first use).
     v2: Option<v2::V2Device>,
     /// Mints cuObject descriptors (dialect `CuObject`).
@@ -267,9 +313,11 @@ impl RdmaClient {
             },
             attempts: HashMap::new(),
             http_next: HashSet::new(),
-            moved: HashSet::new(),
+            moved: HashMap::new(),
             declines: 0,
-            dialect: Dialect::RcPersistent,
+            dialect: Dialect::Auto,
+            learned: Arc::new(Learned::default()),
+            hipobj_signer: None,
             v2: None,
             dc: None,
             mailbox: None,
@@ -281,10 +329,50 @@ impl RdmaClient {
         }
     }
 
-    /// Speaks `dialect` instead of `rc-persistent`.
+    /// Speaks `dialect` (`Auto`: negotiates). `Http` carries payloads in the body only.
     pub(crate) fn with_dialect(mut self, dialect: Dialect) -> Self {
         self.dialect = dialect;
+        if dialect == Dialect::Http {
+            self.mode = Fabric::Http;
+            self.state = State::Plain;
+        }
         self
+    }
+
+    /// Shares what the engine learned about the endpoint, and the `hipobj`-scope signer.
+    pub(crate) fn with_learned(
+        mut self,
+        learned: Arc<Learned>,
+        hipobj_signer: Option<Arc<Signer>>,
+    ) -> Self {
+        self.learned = learned;
+        self.hipobj_signer = hipobj_signer;
+        self
+    }
+
+    /// The dialect ops use now: the one asked for, or under `Auto` the first the endpoint has
+    /// not refused (`rc-persistent`, `hipobj-rc-v2`, cuObject with a provider, HTTP).
+    pub(crate) fn active(&self) -> WireDialect {
+        if self.mode == Fabric::Http {
+            return WireDialect::Http;
+        }
+        match self.dialect {
+            Dialect::RcPersistent => WireDialect::RcPersistent,
+            Dialect::RcV2 => WireDialect::RcV2,
+            Dialect::CuObject => WireDialect::CuObject,
+            Dialect::Http => WireDialect::Http,
+            Dialect::Auto => {
+                if self.learned.rc_persistent_open() {
+                    WireDialect::RcPersistent
+                } else if self.learned.rc_v2_open() {
+                    WireDialect::RcV2
+                } else if self.dc.is_some() {
+                    WireDialect::CuObject
+                } else {
+                    WireDialect::Http
+                }
+            }
+        }
     }
 
     /// The cuObject descriptor provider (dialect `CuObject`).
@@ -304,7 +392,8 @@ impl RdmaClient {
     /// range as the window and returns the headers. `None`: send it over HTTP.
     pub(crate) fn prepare(&mut self, key: OpKey, op: &InFlight) -> Option<Prepared> {
         self.moved.remove(&key);
-        if !matches!(self.dialect, Dialect::RcPersistent | Dialect::CuObject) {
+        let active = self.active();
+        if !matches!(active, WireDialect::RcPersistent | WireDialect::CuObject) {
             return None;
         }
         if self.http_next.remove(&key) || matches!(self.state, State::Plain) {
@@ -313,7 +402,7 @@ impl RdmaClient {
         if !matches!(op.kind, OpKind::Get | OpKind::RangeGet { .. } | OpKind::Put) {
             return None;
         }
-        if self.dialect == Dialect::CuObject {
+        if active == WireDialect::CuObject {
             return self.prepare_dc(key, op);
         }
         let lease = op.buf.as_ref()?;
@@ -353,6 +442,7 @@ impl RdmaClient {
             key,
             Attempt {
                 mr: Some((link.pd.clone(), mr)),
+                dialect: WireDialect::RcPersistent,
             },
         );
         Some(Prepared { headers, crc })
@@ -378,7 +468,13 @@ impl RdmaClient {
         if let Some(c) = &crc {
             headers.push(("x-amz-checksum-crc64nvme".to_owned(), c.clone()));
         }
-        self.attempts.insert(key, Attempt { mr: None });
+        self.attempts.insert(
+            key,
+            Attempt {
+                mr: None,
+                dialect: WireDialect::CuObject,
+            },
+        );
         Some(Prepared { headers, crc })
     }
 
@@ -387,10 +483,11 @@ impl RdmaClient {
         let Some(a) = self.attempts.remove(&key) else {
             return;
         };
+        let dialect = a.dialect;
         Self::end_window(a);
         match verdict {
             Some(Verdict::Rdma) if success => {
-                self.moved.insert(key);
+                self.moved.insert(key, dialect);
                 self.declines = 0;
             }
             // A pairing in progress is left to end on its own (its parked ops wait for it);
@@ -447,8 +544,9 @@ impl RdmaClient {
         }
     }
 
-    /// Whether the op's last attempt moved its bytes by RDMA (consumes the mark).
-    pub(crate) fn took_rdma(&mut self, key: OpKey) -> bool {
+    /// The dialect in which the op's last attempt moved its bytes by RDMA, if it did
+    /// (consumes the mark).
+    pub(crate) fn took_rdma(&mut self, key: OpKey) -> Option<WireDialect> {
         self.moved.remove(&key)
     }
 

@@ -40,7 +40,8 @@ use s3_lite::rdma::v2::{self, Target};
 use s3_lite::s3::Endpoint;
 use s3_lite::sigv4::{AmzDate, PayloadHash, Signer};
 
-use super::connect::read_head_until;
+use super::connect::{read_answer_until, read_head_until};
+use super::learned::{self, Learned};
 use super::v2_wire::{self, Ask, FinalError, PrepareAnswer};
 use crate::fabric::http::response::status_outcome;
 use crate::fabric::rc::{
@@ -99,7 +100,21 @@ pub(crate) struct Job {
     pub(crate) addr: SocketAddr,
     pub(crate) endpoint: Endpoint,
     pub(crate) signer: Arc<Signer>,
+    /// The same credentials scoped to service `hipobj` (for servers that refuse `s3`).
+    pub(crate) hipobj_signer: Option<Arc<Signer>>,
+    /// What the engine learned about the endpoint (capabilities, service), updated here.
+    pub(crate) learned: Arc<Learned>,
     pub(crate) now: AmzDate,
+}
+
+impl Job {
+    /// The signer of the service the endpoint's v2 routes accept (learned).
+    fn signer(&self) -> &Signer {
+        match (&self.hipobj_signer, self.learned.v2_service()) {
+            (Some(h), learned::HIPOBJ_SERVICE) => h,
+            _ => &self.signer,
+        }
+    }
 }
 
 const fn fail(code: ErrorCode, class: ErrorClass, retry: Retry) -> Exchange {
@@ -442,15 +457,7 @@ fn exchange(ctx: &Job, w: &Wire, ask: &Ask, exact: bool, end: Instant) -> Result
     let Some(headers) = v2_wire::prepare_headers(ask) else {
         return Err((TRANSPORT, None));
     };
-    let Some(t) = left(end) else {
-        return Err((TIMED_OUT, None));
-    };
-    let mut s = TcpStream::connect_timeout(&ctx.addr, t).map_err(|_| (TRANSPORT, None))?;
-    let _ = s.set_nodelay(true);
-    if !w.keep(&s) {
-        return Err((TRANSPORT, None));
-    }
-    let head = call(ctx, &mut s, v2::PREPARE_PATH, &headers, end).map_err(|x| (x, None))?;
+    let (mut s, head) = prepare_call(ctx, w, &headers, end)?;
     let g = match v2_wire::prepare_answer(&head, ask.op, w.kind) {
         PrepareAnswer::Granted(g) => g,
         PrepareAnswer::Unsupported { learn } => {
@@ -512,6 +519,7 @@ fn exchange(ctx: &Job, w: &Wire, ask: &Ask, exact: bool, end: Instant) -> Result
         }
     }
     let head = read_head_until(&mut s, end).map_err(|()| (timed_or_transport(end), sid.clone()))?;
+    ctx.learned.note_capabilities(&head);
     let fin = match v2_wire::judge_final(&head, ask.op == v2::Op::Put, ask.cookie, ask.size, exact)
     {
         Ok(f) => f,
@@ -538,6 +546,42 @@ fn exchange(ctx: &Job, w: &Wire, ask: &Ask, exact: bool, end: Instant) -> Result
         session: g.session,
         etag: fin.etag,
     })
+}
+
+/// Sends PREPARE on a fresh connection and reads the answer (whose capabilities are noted).
+/// A server that refuses our credential scope's service (`AuthorizationHeaderMalformed` naming
+/// it: the ROCm reference verifier wants `hipobj`) gets one more PREPARE signed for the other
+/// service, which the engine then keeps using for this endpoint.
+fn prepare_call(
+    ctx: &Job,
+    w: &Wire,
+    headers: &[(String, String)],
+    end: Instant,
+) -> Result<(TcpStream, ResponseHead), Failure> {
+    let mut switched = false;
+    loop {
+        let Some(t) = left(end) else {
+            return Err((TIMED_OUT, None));
+        };
+        let mut s = TcpStream::connect_timeout(&ctx.addr, t).map_err(|_| (TRANSPORT, None))?;
+        let _ = s.set_nodelay(true);
+        if !w.keep(&s) {
+            return Err((TRANSPORT, None));
+        }
+        send(ctx, &mut s, v2::PREPARE_PATH, headers, end).map_err(|x| (x, None))?;
+        let (head, body) =
+            read_answer_until(&mut s, end).map_err(|()| (timed_or_transport(end), None))?;
+        ctx.learned.note_capabilities(&head);
+        if !switched
+            && ctx.hipobj_signer.is_some()
+            && learned::refuses_service(head.status, &body)
+            && ctx.learned.switch_service(ctx.signer().service())
+        {
+            switched = true;
+            continue;
+        }
+        return Ok((s, head));
+    }
 }
 
 fn timed_or_transport(end: Instant) -> Exchange {
@@ -585,7 +629,7 @@ fn send(
         req.add_header(n.as_str(), v.clone());
     }
     req.add_header("Content-Length", "0");
-    ctx.signer
+    ctx.signer()
         .sign_headers(&mut req, &PayloadHash::Unsigned, ctx.now)
         .map_err(|_| TRANSPORT)?;
     let mut wire = Vec::new();

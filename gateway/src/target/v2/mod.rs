@@ -13,9 +13,11 @@
 //! does), READY waits for the client's WRITE_WITH_IMM into staging (IMM = cookie, length =
 //! size), then stores the bytes through the normal PUT pipeline (spool, digests, backend).
 //! READY is answered only after the data phase (the FINAL answer); the session ends either way.
+//! PREPARE and FINAL answers carry `x-amz-rdma-capabilities: mp` (multipart over v2 served).
 //!
 //! Status codes: wrong/missing protocol on PREPARE → 501 + `X-Amz-Rdma-Protocol-Status:
-//! unsupported`; malformed → 400; unknown session, another principal's session or a wrong
+//! unsupported`; malformed → 400; a token this device cannot pair with (no local GID of the
+//! token GID's family, RTR towards it refused) → 400 naming the cause; unknown session, another principal's session or a wrong
 //! cookie → 404 `NoSuchRdmaSession` (nothing touched); READY while a transfer runs → 409
 //! `RdmaTransferInProgress`; size above the limit → 413; full → 503 `SlowDown`; transfer
 //! timeout → 408; wire failure → 500. CANCEL always answers 204 and acts only for the owner.
@@ -263,12 +265,14 @@ impl RcV2 {
                 return Err(ApiError::slow_down());
             }
         }
-        let fail = |e: engine::rc::RcError| ApiError::internal(format!("RC queue pair: {e}"));
+        let fail = |e: engine::rc::RcError| super::qp_failure(&e);
         let pd = self.device.alloc_pd().map_err(fail)?;
         let cq = self.device.create_cq(CQ_DEPTH).map_err(fail)?;
+        // The source GID is chosen per peer: one of the family of the client's token GID
+        // (protocols.md §3.5), so a link-local client pairs with a link-local GID.
         let qp = self
             .device
-            .create_qp(&pd, &cq, &cq, RcCaps::default())
+            .create_qp_toward(&pd, &cq, &cq, RcCaps::default(), Some(&client.gid))
             .map_err(fail)?;
         let (qp_access, mr_access) = match op {
             Op::Get => (Access::NONE, Access::LOCAL_WRITE),
@@ -315,6 +319,7 @@ impl RcV2 {
                 super::FABRIC_HEADER.to_owned(),
                 self.device.kind().as_str().to_owned(),
             ),
+            capabilities(),
         ];
         if let Some(a) = self.soft_addr {
             headers.push((super::SOFT_ADDR_HEADER.to_owned(), a.to_string()));
@@ -421,6 +426,7 @@ impl RcV2 {
             ("x-amz-rdma-checksum".to_owned(), format!("CRC64NVME {crc}")),
             ("x-amz-rdma-etag".to_owned(), etag.clone()),
             ("ETag".to_owned(), etag),
+            capabilities(),
         ];
         out.head(200, headers, BodyFraming::Length(0))?;
         Ok(())
@@ -443,6 +449,16 @@ impl RcV2 {
         out.head(204, Vec::new(), BodyFraming::None)?;
         Ok(())
     }
+}
+
+/// `x-amz-rdma-capabilities: mp`: this gateway serves UploadPart over v2 (a PUT target naming
+/// `?uploadId=…&partNumber=N`), sent on PREPARE and FINAL answers (versitygw sends it on FINAL
+/// only; a client must not send parts over v2 to a server that never says it).
+pub fn capabilities() -> (String, String) {
+    (
+        s3_lite::rdma::RDMA_CAPABILITIES.to_owned(),
+        v2::CAPABILITY_MULTIPART.to_owned(),
+    )
 }
 
 fn too_large() -> ApiError {
