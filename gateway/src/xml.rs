@@ -53,7 +53,8 @@ pub struct RequestedPart {
 
 fn malformed(what: impl std::fmt::Display) -> ApiError {
     let mut m = what.to_string();
-    m.truncate(200);
+    // The message can quote the client's bytes: cut on a character boundary, never inside one.
+    m.truncate(m.floor_char_boundary(200));
     ApiError::new(
         400,
         "MalformedXML",
