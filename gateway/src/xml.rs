@@ -173,4 +173,16 @@ mod tests {
         escape("a<&>\"\u{1}", &mut out);
         assert_eq!(out, "a&lt;&amp;&gt;&quot;&#1;");
     }
+
+    /// A parser message that quotes multi-byte text is cut on a character boundary (cutting at
+    /// byte 200 inside a character panicked: the s3-lite fuzz finding, same code here).
+    #[test]
+    fn long_multibyte_error_message_is_cut_on_a_char_boundary() {
+        for pad in ["", "a"] {
+            let name = format!("{pad}{}", "\u{e9}".repeat(150));
+            let body = format!("<CompleteMultipartUpload><{name}></x></CompleteMultipartUpload>");
+            let err = parse_complete(body.as_bytes()).unwrap_err();
+            assert_eq!(err.status, 400);
+        }
+    }
 }

@@ -284,10 +284,18 @@ fn token_dispatch_checked(data: &[u8]) -> bool {
     // value: one header, one parse, whoever reads it.
     let unterminated = s.strip_suffix(';').unwrap_or(s);
     let family = [
-        TokenWithSuffix::parse(s).ok().map(rdma::TokenKind::HipObjectRc),
-        DescriptorWithSuffix::parse(s).ok().map(rdma::TokenKind::CuObject),
-        rdma::OfiToken::parse(unterminated).ok().map(rdma::TokenKind::Ofi),
-        rdma::RcShimToken::parse(unterminated).ok().map(rdma::TokenKind::RcShim),
+        TokenWithSuffix::parse(s)
+            .ok()
+            .map(rdma::TokenKind::HipObjectRc),
+        DescriptorWithSuffix::parse(s)
+            .ok()
+            .map(rdma::TokenKind::CuObject),
+        rdma::OfiToken::parse(unterminated)
+            .ok()
+            .map(rdma::TokenKind::Ofi),
+        rdma::RcShimToken::parse(unterminated)
+            .ok()
+            .map(rdma::TokenKind::RcShim),
     ];
     for kind in family.into_iter().flatten() {
         assert_eq!(

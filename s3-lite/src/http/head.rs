@@ -301,7 +301,10 @@ mod tests {
         };
         let cases: [(&[u8], HttpError); 4] = [
             // 10 + 25 bytes: the line limit is crossed at byte 32, the head limit never.
-            (b"HTTP/1.1\r\nxxxxxxxxxxxxxxxxxxxxxxxxx", HttpError::LineTooLong { limit: 20 }),
+            (
+                b"HTTP/1.1\r\nxxxxxxxxxxxxxxxxxxxxxxxxx",
+                HttpError::LineTooLong { limit: 20 },
+            ),
             // 33 + 25: head limit crossed at byte 41, line limit only at byte 54.
             (
                 b"HTTP/1.1\r\nA: b\r\nC: d\r\nE: ffffff\r\nxxxxxxxxxxxxxxxxxxxxxxxxx",

@@ -15,7 +15,7 @@ use super::error::ParseError;
 pub const MAX_XML_BYTES: usize = 1 << 20;
 
 /// Longest parser message kept in [`ParseError::Malformed`] (it may quote the body).
-pub(crate) const MAX_MESSAGE_BYTES: usize = 200;
+const MAX_MESSAGE_BYTES: usize = 200;
 
 /// Deepest element nesting accepted.
 const MAX_DEPTH: usize = 32;
