@@ -12,7 +12,7 @@ use super::limits::Limits;
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResponseHead {
-    /// Status code, 100..=999 as httparse accepts it.
+    /// Status code, 100..=999 (httparse takes any three digits; below 100 is refused).
     pub status: u16,
     /// Reason phrase (may be empty; lossily decoded if it had non-UTF-8 bytes).
     pub reason: String,
@@ -212,6 +212,10 @@ fn head_of(
     let (Some(status), Some(version_minor)) = (resp.code, resp.version) else {
         return Err(HttpError::Malformed(Malformed::Status));
     };
+    // httparse takes any three digits; a status below 100 (`000`, `099`) has no class.
+    if status < 100 {
+        return Err(HttpError::Malformed(Malformed::Status));
+    }
     let reason = resp.reason.unwrap_or_default().to_owned();
     let headers = owned_headers(resp.headers);
     if status == 101 {
@@ -355,5 +359,12 @@ mod tests {
             parse_head(b"HTTP/1.1 101 Switching\r\n\r\n", &Limits::default(), false),
             Err(HttpError::SwitchingProtocols)
         );
+        // Found by the fuzzer (`fuzz/seeds/response_head/regression-status-below-100.bin`).
+        for head in [&b"HTTP/1.1 000\n\n"[..], b"HTTP/1.1 099 OK\r\n\r\n"] {
+            assert_eq!(
+                parse_head(head, &Limits::default(), false),
+                Err(HttpError::Malformed(Malformed::Status))
+            );
+        }
     }
 }
