@@ -299,6 +299,7 @@ pub struct BenchReport {
     pub paths: Vec<(String, u64)>,
     /// Payload bytes per wire dialect that carried them (`http`, `rc-persistent`,
     /// `hipobj-rc-v2`, `cuobject`), timed phase.
+    #[serde(serialize_with = "crate::json_out::serialize_paths")]
     pub dialects: Vec<(String, u64)>,
     /// Destination memory (`host`, `cuda`, `hip`).
     pub memory: &'static str,

@@ -32,8 +32,10 @@ pub fn soft_frame(data: &[u8]) {
 /// dialect negotiation learns from it (capabilities, a refused service), the
 /// hipobj-rc-v2 PREPARE answer (both fabrics) and FINAL, and the acceptance verdict of every
 /// operation kind (with and without a PUT checksum, with a destination that the named
-/// checksums are checked against) must each end in a value, never a panic. Cross-checks: a
-/// verdict that finishes a GET never claims more bytes than the buffer holds.
+/// checksums are checked against) must each end in a value, never a panic. Cross-checks (no
+/// false success): a paired connect, a granted PREPARE and an accepted FINAL each need a 200
+/// (FINAL: 204 for PUT too) and a FINAL's byte count fits the transfer; an RDMA verdict needs
+/// a success reply; a verdict that finishes a GET never claims more bytes than the buffer holds.
 pub fn rdma_answers(data: &[u8]) {
     use crate::fabric::rc::RcKind;
     use crate::fabric::rdma::{connect, cuobject, v2_wire, verdict};
@@ -45,7 +47,9 @@ pub fn rdma_answers(data: &[u8]) {
     let mut dec = ResponseDecoder::new(Limits::default(), false);
     let Ok(d) = dec.decode(wire) else { return };
     let Event::Head(head) = d.event else { return };
-    let _ = connect::parse(&head);
+    if connect::parse(&head).is_ok() {
+        assert_eq!(head.status, 200, "connect paired on a non-200");
+    }
     // What the negotiation learns from any v2 answer (capabilities, a refused service).
     let learned = crate::fabric::rdma::learned::Learned::default();
     learned.note_capabilities(&head);
@@ -56,12 +60,31 @@ pub fn rdma_answers(data: &[u8]) {
     );
     for fabric in [RcKind::Soft, RcKind::Verbs] {
         for op in [Op::Get, Op::Put] {
-            let _ = v2_wire::prepare_answer(&head, op, fabric);
+            if let v2_wire::PrepareAnswer::Granted(_) = v2_wire::prepare_answer(&head, op, fabric) {
+                assert_eq!(head.status, 200, "PREPARE granted on a non-200");
+            }
         }
     }
     let size = u64::from(seed) * 4099 + 1;
     for (put, exact) in [(false, false), (false, true), (true, true)] {
-        let _ = v2_wire::judge_final(&head, put, u32::from(seed) * 0x0101_0101, size, exact);
+        let judged = v2_wire::judge_final(&head, put, u32::from(seed) * 0x0101_0101, size, exact);
+        if let Ok(f) = judged {
+            assert!(
+                head.status == 200 || (put && head.status == 204),
+                "FINAL on {}",
+                head.status
+            );
+            assert!(
+                (1..=size).contains(&f.bytes),
+                "FINAL claims {} of {size} bytes",
+                f.bytes
+            );
+            assert!(
+                !exact || f.bytes == size,
+                "exact FINAL of {} bytes",
+                f.bytes
+            );
+        }
     }
     let dest = vec![seed; (size as usize).min(64 * 1024)];
     for kind in [
@@ -71,7 +94,16 @@ pub fn rdma_answers(data: &[u8]) {
         OpKind::Head,
     ] {
         for crc in [None, Some("AAAAAAAAAAA=")] {
-            let (plan, _) = verdict::judge(kind, dest.len() as u64, &head, crc);
+            let (plan, v) = verdict::judge(kind, dest.len() as u64, &head, crc);
+            if v == verdict::Verdict::Rdma {
+                let reply = head
+                    .header(s3_lite::rdma::RDMA_REPLY)
+                    .map(s3_lite::rdma::Reply::parse);
+                assert!(
+                    matches!(reply, Some(Ok(r)) if matches!(r.classify(), s3_lite::rdma::ReplyClass::Success(_))),
+                    "an RDMA verdict without a success reply"
+                );
+            }
             if let crate::fabric::http::response::Plan::Finish(crate::fabric::Outcome::Done {
                 bytes,
                 ..

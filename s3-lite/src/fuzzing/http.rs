@@ -5,9 +5,13 @@
 //! identical, because every limit and every framing decision is taken byte by byte. Each call
 //! also checks conservation: `consumed <= input.len()`, `NeedMore` consumes everything, body
 //! slices are the tail of the consumed prefix, and no more body bytes come out than went in.
+//! Then decode and encode must agree: every decoded head is written back with the server's
+//! response encoder and decodes to the same head, and every accepted chunked body is written
+//! back with the chunk encoder and decodes to the same bytes and trailers.
 
 use crate::http::{
-    ChunkEvent, ChunkedDecoder, Event, HttpError, Limits, ResponseDecoder, ResponseHead,
+    BodyFraming, ChunkEvent, ChunkedDecoder, Event, HttpError, Limits, ResponseDecoder,
+    ResponseHead, encode_chunk, encode_last_chunk, encode_response_head,
 };
 
 /// Limits small enough for fuzzed inputs to hit them.
@@ -143,7 +147,91 @@ pub fn response_head(data: &[u8]) {
         let split = drive_responses(data, &splits, limits, head);
         assert_eq!(whole, bytewise, "one piece vs byte by byte");
         assert_eq!(whole, split, "one piece vs derived splits");
+        for h in &whole.heads {
+            check_head(h, &limits);
+            round_trip_head(h, head);
+        }
     }
+}
+
+/// What every decoded head satisfies, whatever the input.
+fn check_head(h: &ResponseHead, limits: &Limits) {
+    assert!((100..=999).contains(&h.status), "status {}", h.status);
+    assert!(h.version_minor <= 1);
+    assert!(
+        h.headers.len() <= limits.max_headers,
+        "more headers than the limit"
+    );
+    if let BodyFraming::Length(n) = h.framing {
+        assert_eq!(
+            h.content_length(),
+            Some(n),
+            "framing length is the header's"
+        );
+    }
+    if h.framing == BodyFraming::Chunked {
+        assert!(
+            h.content_length().is_none(),
+            "chunked with a Content-Length"
+        );
+    }
+}
+
+/// Writes `h` back with the server encoder (which owns `Transfer-Encoding`) and decodes it
+/// again: status, reason, headers, framing and keep-alive must come back unchanged. Heads the
+/// stricter encoder refuses, HTTP/1.0 heads and interim 1xx heads are not round-tripped.
+fn round_trip_head(h: &ResponseHead, method_is_head: bool) {
+    if h.version_minor != 1 || h.is_informational() {
+        return;
+    }
+    let is_te = |n: &str| n.eq_ignore_ascii_case("transfer-encoding");
+    let headers: Vec<(String, String)> = h
+        .headers
+        .iter()
+        .filter(|(n, _)| !is_te(n))
+        .cloned()
+        .collect();
+    if headers.len() != h.headers.len() && h.framing != BodyFraming::Chunked {
+        return;
+    }
+    let mut wire = Vec::new();
+    if encode_response_head(h.status, &h.reason, &headers, h.framing, &mut wire).is_err() {
+        return;
+    }
+    let limits = Limits {
+        max_head_bytes: wire.len().max(1),
+        max_line_bytes: wire.len().max(1),
+        max_headers: h.headers.len() + 1,
+        ..Limits::default()
+    };
+    let mut dec = ResponseDecoder::new(limits, method_is_head);
+    let again = match dec.decode(&wire) {
+        Ok(d) => match d.event {
+            Event::Head(again) => Ok(again),
+            other => Err(format!("{other:?}")),
+        },
+        Err(e) => Err(e.to_string()),
+    };
+    assert!(
+        again.is_ok(),
+        "re-encoded head {:?} did not decode: {again:?}",
+        String::from_utf8_lossy(&wire)
+    );
+    let Ok(again) = again else { return };
+    let strip = |v: &[(String, String)]| -> Vec<(String, String)> {
+        v.iter().filter(|(n, _)| !is_te(n)).cloned().collect()
+    };
+    assert_eq!(
+        (
+            again.status,
+            &again.reason,
+            strip(&again.headers),
+            again.framing
+        ),
+        (h.status, &h.reason, headers, h.framing),
+        "round trip changed the head"
+    );
+    assert_eq!(again.keep_alive, h.keep_alive, "keep-alive");
 }
 
 #[derive(Debug, PartialEq)]
@@ -213,8 +301,41 @@ pub fn chunked_body(data: &[u8]) {
                 whole.body.len() < end,
                 "framing takes at least one byte per body"
             );
+            round_trip_chunked(&whole, &splits);
         }
     }
+}
+
+/// Writes an accepted body back with the chunk encoder (in pieces of the derived sizes) and
+/// decodes it again: the same bytes and trailers, ending exactly at the end of the encoding.
+fn round_trip_chunked(decoded: &ChunkOutcome, splits: &[usize]) {
+    let mut wire = Vec::new();
+    let mut rest = decoded.body.as_slice();
+    for &n in splits.iter().cycle().take(decoded.body.len()) {
+        if rest.is_empty() {
+            break;
+        }
+        let (piece, tail) = rest.split_at(n.min(rest.len()));
+        encode_chunk(piece, &mut wire);
+        rest = tail;
+    }
+    encode_chunk(rest, &mut wire);
+    // The encoder refuses trailer values the decoder tolerates (e.g. blanks around them).
+    if encode_last_chunk(&decoded.trailers, &mut wire).is_err() {
+        return;
+    }
+    // Re-encoding may add a blank after each trailer name: room for it.
+    let limits = Limits {
+        max_trailer_bytes: wire.len().max(1),
+        ..Limits::default()
+    };
+    let again = drive_chunked(&wire, &[wire.len()], limits);
+    assert_eq!(
+        (&again.body, &again.trailers, again.result),
+        (&decoded.body, &decoded.trailers, Ok(Some(wire.len()))),
+        "chunked round trip of {:?}",
+        String::from_utf8_lossy(&wire)
+    );
 }
 
 #[cfg(test)]

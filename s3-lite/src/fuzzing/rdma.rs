@@ -279,7 +279,32 @@ fn token_dispatch_checked(data: &[u8]) -> bool {
     let Ok(s) = std::str::from_utf8(data) else {
         return false;
     };
-    let Ok(kind) = rdma::classify(s) else {
+    let classified = rdma::classify(s);
+    // Each family parser that accepts the value must be the one dispatch picks, with the same
+    // value: one header, one parse, whoever reads it.
+    let unterminated = s.strip_suffix(';').unwrap_or(s);
+    let family = [
+        TokenWithSuffix::parse(s)
+            .ok()
+            .map(rdma::TokenKind::HipObjectRc),
+        DescriptorWithSuffix::parse(s)
+            .ok()
+            .map(rdma::TokenKind::CuObject),
+        rdma::OfiToken::parse(unterminated)
+            .ok()
+            .map(rdma::TokenKind::Ofi),
+        rdma::RcShimToken::parse(unterminated)
+            .ok()
+            .map(rdma::TokenKind::RcShim),
+    ];
+    for kind in family.into_iter().flatten() {
+        assert_eq!(
+            classified.as_ref(),
+            Ok(&kind),
+            "a family parser accepts what dispatch does not pick"
+        );
+    }
+    let Ok(kind) = classified else {
         return false;
     };
     let enc = kind.encode();

@@ -4,9 +4,19 @@
 //! back out with a tiny XML writer and must parse to the same value.
 
 use crate::s3::{
-    BucketEntry, ListObjectsV2Page, parse_error, parse_error_xml, parse_list_buckets,
+    BucketEntry, ListObjectsV2Page, ParseError, parse_error, parse_error_xml, parse_list_buckets,
     parse_list_objects_v2,
 };
+
+/// A rejection's message is bounded (it may quote the body) and cut on a character boundary
+/// (being a `String` it cannot be otherwise; cutting inside a character used to panic).
+fn check_rejection(e: &ParseError) {
+    if let ParseError::Malformed(m) = e {
+        // `ParseError::Malformed` documents its message as truncated to 200 bytes.
+        assert!(m.len() <= 200, "message of {} bytes", m.len());
+    }
+    assert!(!e.to_string().is_empty());
+}
 
 /// Escapes text so that it parses back to exactly `s` (control characters, `\r` included, as
 /// character references).
@@ -90,7 +100,11 @@ pub fn error_xml(data: &[u8]) {
     assert!(!e.code.is_empty());
     assert_eq!(e.status, status);
     assert!(!e.to_string().is_empty());
-    if let Ok(doc) = parse_error_xml(data) {
+    let parsed = parse_error_xml(data);
+    if let Err(e) = &parsed {
+        check_rejection(e);
+    }
+    if let Ok(doc) = parsed {
         let mut out = String::from("<Error>");
         element(&mut out, "Code", Some(&doc.code));
         element(&mut out, "Message", doc.message.as_deref());
@@ -109,7 +123,11 @@ pub fn error_xml(data: &[u8]) {
 
 /// Fuzz body: ListObjectsV2 pages; accepted pages round-trip through the writer.
 pub fn list_objects_v2(data: &[u8]) {
-    if let Ok(page) = parse_list_objects_v2(data) {
+    let parsed = parse_list_objects_v2(data);
+    if let Err(e) = &parsed {
+        check_rejection(e);
+    }
+    if let Ok(page) = parsed {
         let out = write_list(&page);
         assert_eq!(
             parse_list_objects_v2(out.as_bytes()),

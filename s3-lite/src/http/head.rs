@@ -12,7 +12,7 @@ use super::limits::Limits;
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResponseHead {
-    /// Status code, 100..=999 as httparse accepts it.
+    /// Status code, 100..=999 (httparse takes any three digits; below 100 is refused).
     pub status: u16,
     /// Reason phrase (may be empty; lossily decoded if it had non-UTF-8 bytes).
     pub reason: String,
@@ -82,22 +82,13 @@ impl HeadScanner {
                 Some(i) => (rest.get(..i).unwrap_or_default(), true),
                 None => (rest, false),
             };
-            // Head-size limit: bytes of this piece plus its LF.
+            // The piece is this line's bytes plus its LF, if it came.
             let piece_total = piece.len() + usize::from(ends_line);
-            if self.total + piece_total > limits.max_head_bytes {
-                return Err(HttpError::HeadTooLarge {
-                    limit: limits.max_head_bytes,
-                });
-            }
+            self.check_limits(piece.len(), piece_total, limits)?;
             self.total += piece_total;
             if let Some(&first) = piece.first() {
                 self.line_is_cr = self.line_len == 0 && first == b'\r' && piece.len() == 1;
                 self.line_len += piece.len();
-                if self.line_len > limits.max_line_bytes {
-                    return Err(HttpError::LineTooLong {
-                        limit: limits.max_line_bytes,
-                    });
-                }
             }
             pos += piece_total;
             if !ends_line {
@@ -121,6 +112,39 @@ impl HeadScanner {
             }
         }
         Ok(None)
+    }
+}
+
+impl HeadScanner {
+    /// Applies the head-size and line-length limits to the next `piece_total` bytes, of which
+    /// the first `line_bytes` extend the current line (the rest is its LF).
+    ///
+    /// The error is a function of the bytes alone, however they are split across reads: it is
+    /// the limit crossed at the *earliest byte*, and where both are crossed at the same byte the
+    /// head-size limit wins (as if each byte were checked on its own, head size first).
+    fn check_limits(
+        &self,
+        line_bytes: usize,
+        piece_total: usize,
+        limits: &Limits,
+    ) -> Result<(), HttpError> {
+        // Index in the piece of the first byte over each limit, if any byte is.
+        let head_room = limits.max_head_bytes.saturating_sub(self.total);
+        let head_over = (piece_total > head_room).then_some(head_room);
+        let line_room = limits.max_line_bytes.saturating_sub(self.line_len);
+        let line_over = (line_bytes > line_room).then_some(line_room);
+        match (head_over, line_over) {
+            (Some(h), Some(l)) if l < h => Err(HttpError::LineTooLong {
+                limit: limits.max_line_bytes,
+            }),
+            (Some(_), _) => Err(HttpError::HeadTooLarge {
+                limit: limits.max_head_bytes,
+            }),
+            (None, Some(_)) => Err(HttpError::LineTooLong {
+                limit: limits.max_line_bytes,
+            }),
+            (None, None) => Ok(()),
+        }
     }
 }
 
@@ -188,6 +212,10 @@ fn head_of(
     let (Some(status), Some(version_minor)) = (resp.code, resp.version) else {
         return Err(HttpError::Malformed(Malformed::Status));
     };
+    // httparse takes any three digits; a status below 100 (`000`, `099`) has no class.
+    if status < 100 {
+        return Err(HttpError::Malformed(Malformed::Status));
+    }
     let reason = resp.reason.unwrap_or_default().to_owned();
     let headers = owned_headers(resp.headers);
     if status == 101 {
@@ -255,6 +283,60 @@ mod tests {
         );
     }
 
+    /// Found by the fuzzer (`fuzz/seeds/*_head/regression-head-limit-vs-line-limit.bin`): a
+    /// long line that crosses the line limit before the head limit was reported as
+    /// `HeadTooLarge` when it arrived in one read and as `LineTooLong` byte by byte.
+    #[test]
+    fn limit_errors_do_not_depend_on_the_split() {
+        let l = Limits {
+            max_head_bytes: 40,
+            max_line_bytes: 20,
+            ..Limits::default()
+        };
+        let scan_in = |input: &[u8], piece: usize| {
+            let mut s = HeadScanner::default();
+            for p in input.chunks(piece) {
+                match s.scan(p, &l) {
+                    Ok(None) => {}
+                    other => return other,
+                }
+            }
+            Ok(None)
+        };
+        let cases: [(&[u8], HttpError); 4] = [
+            // 10 + 25 bytes: the line limit is crossed at byte 32, the head limit never.
+            (
+                b"HTTP/1.1\r\nxxxxxxxxxxxxxxxxxxxxxxxxx",
+                HttpError::LineTooLong { limit: 20 },
+            ),
+            // 33 + 25: head limit crossed at byte 41, line limit only at byte 54.
+            (
+                b"HTTP/1.1\r\nA: b\r\nC: d\r\nE: ffffff\r\nxxxxxxxxxxxxxxxxxxxxxxxxx",
+                HttpError::HeadTooLarge { limit: 40 },
+            ),
+            // 20 + 30: both limits crossed at byte 41: the head-size limit wins.
+            (
+                b"HTTP/1.1\r\nA: bbbbb\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+                HttpError::HeadTooLarge { limit: 40 },
+            ),
+            // 19 + 30: line limit crossed at byte 40, head limit at byte 41.
+            (
+                b"HTTP/1.1\r\nA: bbbb\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+                HttpError::LineTooLong { limit: 20 },
+            ),
+        ];
+        for (input, want) in cases {
+            for piece in [input.len(), 1, 3, 7] {
+                assert_eq!(
+                    scan_in(input, piece),
+                    Err(want.clone()),
+                    "{} in pieces of {piece}",
+                    String::from_utf8_lossy(input)
+                );
+            }
+        }
+    }
+
     #[test]
     fn parses_head() {
         let head = parse_head(
@@ -277,5 +359,12 @@ mod tests {
             parse_head(b"HTTP/1.1 101 Switching\r\n\r\n", &Limits::default(), false),
             Err(HttpError::SwitchingProtocols)
         );
+        // Found by the fuzzer (`fuzz/seeds/response_head/regression-status-below-100.bin`).
+        for head in [&b"HTTP/1.1 000\n\n"[..], b"HTTP/1.1 099 OK\r\n\r\n"] {
+            assert_eq!(
+                parse_head(head, &Limits::default(), false),
+                Err(HttpError::Malformed(Malformed::Status))
+            );
+        }
     }
 }

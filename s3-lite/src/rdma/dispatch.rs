@@ -210,6 +210,11 @@ impl TokenKind {
 }
 
 /// Classifies and parses an `x-amz-rdma-token` value.
+///
+/// Exactly one trailing `;` is allowed. The family is chosen on the value without it; the
+/// hipObject RC and cuObject families are then parsed from the value *as given* by their own
+/// parsers ([`TokenWithSuffix::parse`], [`DescriptorWithSuffix::parse`]), which own that rule,
+/// so `classify` accepts exactly what they accept (a second `;` is not stripped twice).
 pub fn classify(value: &str) -> Result<TokenKind, DispatchError> {
     if value.len() > MAX_TOKEN_LEN {
         return Err(DispatchError::TooLong(value.len()));
@@ -223,14 +228,14 @@ pub fn classify(value: &str) -> Result<TokenKind, DispatchError> {
     }
     let first = v.split(':').next().unwrap_or_default();
     if first.len() == TOKEN_HEX_LEN && field::is_hex(first) {
-        return Ok(TokenKind::HipObjectRc(TokenWithSuffix::parse(v)?));
+        return Ok(TokenKind::HipObjectRc(TokenWithSuffix::parse(value)?));
     }
     let fields = v.split(':').count();
     if fields == 6 && v.split(':').nth(2) == Some(OFI_TAG) {
         return OfiToken::parse(v).map(TokenKind::Ofi);
     }
     if fields == 7 || fields == 9 {
-        return Ok(TokenKind::CuObject(DescriptorWithSuffix::parse(v)?));
+        return Ok(TokenKind::CuObject(DescriptorWithSuffix::parse(value)?));
     }
     Err(DispatchError::Unrecognized)
 }
@@ -353,5 +358,24 @@ mod tests {
             classify("1:2:3:4:5:6:7"),
             Err(DispatchError::Descriptor(_))
         ));
+    }
+
+    /// Found by the fuzzer (`fuzz/seeds/token_dispatch/regression-rc-suffix-two-semicolons`):
+    /// `classify` stripped one `;` and the family parser another, so `…:0:00;;` was accepted as
+    /// an RC token with a suffix while `TokenWithSuffix::parse` (and `DescriptorWithSuffix::parse`)
+    /// rejected it. One trailing `;` is allowed, never two, whoever parses.
+    #[test]
+    fn one_trailing_semicolon_in_every_family() {
+        let rc = format!("{RC}:0:00");
+        let dc = format!("{DC}:00007f7c12340000:0000000000001000");
+        let shim = "rc:00112233445566778899aabbccddeeff:7f0000001000:1000:abcd";
+        let ofi = "7f00a000:100000:ofi1:tcp:0200115c0a000005:1f";
+        for v in [&rc, &dc, shim, ofi, RC, DC] {
+            assert!(classify(v).is_ok(), "{v}");
+            assert!(classify(&format!("{v};")).is_ok(), "{v};");
+            assert!(classify(&format!("{v};;")).is_err(), "{v};;");
+        }
+        assert!(TokenWithSuffix::parse(&format!("{rc};;")).is_err());
+        assert!(DescriptorWithSuffix::parse(&format!("{dc};;")).is_err());
     }
 }

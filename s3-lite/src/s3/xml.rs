@@ -14,6 +14,9 @@ use super::error::ParseError;
 /// Largest XML body accepted (S3's own documents are far smaller).
 pub const MAX_XML_BYTES: usize = 1 << 20;
 
+/// Longest parser message kept in [`ParseError::Malformed`] (it may quote the body).
+const MAX_MESSAGE_BYTES: usize = 200;
+
 /// Deepest element nesting accepted.
 const MAX_DEPTH: usize = 32;
 
@@ -58,7 +61,8 @@ fn local_name(raw: &[u8]) -> Result<String, ParseError> {
 
 fn malformed(e: impl std::fmt::Display) -> ParseError {
     let mut msg = e.to_string();
-    msg.truncate(200);
+    // The message can quote the server's bytes: cut on a character boundary, never inside one.
+    msg.truncate(msg.floor_char_boundary(MAX_MESSAGE_BYTES));
     ParseError::Malformed(msg)
 }
 
