@@ -6,9 +6,9 @@ use std::time::Instant;
 use ring_api::{Cqe, ErrorClass, ErrorCode};
 
 use super::event_loop::Worker;
-use crate::fabric::{Outcome, Retry};
+use crate::fabric::{AUX_VERIFIED, Outcome, Retry};
 use crate::gpu::stager;
-use crate::inflight::{InFlight, OpKey, Phase};
+use crate::inflight::{InFlight, OpKey, OpKind, Phase};
 use crate::timers::TimerKind;
 
 /// Immediate retries allowed after stale keep-alive connections, per operation.
@@ -184,7 +184,13 @@ impl Worker {
         match outcome {
             Outcome::Done { bytes, aux } => {
                 let path = self.fabric.path_of(key);
-                let cqe = Cqe::success(0, bytes, path).with_aux(aux);
+                let mut cqe = Cqe::success(0, bytes, path).with_aux(aux);
+                if matches!(op.kind, OpKind::Get | OpKind::RangeGet { .. }) {
+                    cqe = cqe.with_aux(aux & !AUX_VERIFIED);
+                    if aux & AUX_VERIFIED != 0 {
+                        cqe = cqe.with_verified();
+                    }
+                }
                 if let Some(cqe) = self.stage_in(key, cqe) {
                     self.finish(key, cqe);
                 }
