@@ -10,16 +10,18 @@
 //!   connect reply names, to send the data port through a second relay).
 //! - [`Fault::FlipStream`]: one byte at an offset of the server → client byte stream (a raw
 //!   protocol such as the soft fabric's data port).
+//! - [`Fault::FlipBodiesOfLength`]: one byte in every `every`-th response body of exactly
+//!   `len` bytes (all connections counted together; [`Relay::flips`] says how many).
 //!
-//! HTTP faults follow messages by `Content-Length` (no chunked bodies), and a response does
-//! not know its request: use them where the faulted connection carries no HEAD request
-//! before the fault (a HEAD answer's length names no body).
+//! HTTP faults follow messages by `Content-Length` (no chunked bodies); answers to HEAD
+//! requests are known to carry none.
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// What the relay does to the traffic (once).
 #[derive(Debug, Clone)]
@@ -35,6 +37,8 @@ pub enum Fault {
     RewriteHeader { name: String, value: String },
     /// XOR 0x01 into byte `at` of the first connection's server → client stream.
     FlipStream { at: u64 },
+    /// XOR 0x01 into byte `at` of every `every`-th response body of exactly `len` bytes.
+    FlipBodiesOfLength { at: u64, len: u64, every: u64 },
 }
 
 /// A running relay.
@@ -42,6 +46,16 @@ pub struct Relay {
     /// Where clients connect.
     pub addr: SocketAddr,
     fired: Arc<AtomicBool>,
+    counts: Arc<Counts>,
+}
+
+/// Counters shared by every connection of a relay.
+#[derive(Default)]
+struct Counts {
+    /// Response bodies of the length [`Fault::FlipBodiesOfLength`] names, seen so far.
+    seen: AtomicU64,
+    /// Bytes flipped.
+    flips: AtomicU64,
 }
 
 impl Relay {
@@ -50,15 +64,30 @@ impl Relay {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let fired = Arc::new(AtomicBool::new(false));
-        let f = Arc::clone(&fired);
+        let counts = Arc::new(Counts::default());
+        let (f, c) = (Arc::clone(&fired), Arc::clone(&counts));
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { return };
-                let (fault, fired) = (fault.clone(), Arc::clone(&f));
-                std::thread::spawn(move || relay_one(client, backend, fault, fired));
+                let shared = Shared {
+                    fault: fault.clone(),
+                    fired: Arc::clone(&f),
+                    counts: Arc::clone(&c),
+                    heads: Arc::new(Mutex::new(VecDeque::new())),
+                };
+                std::thread::spawn(move || relay_one(client, backend, shared));
             }
         });
-        Relay { addr, fired }
+        Relay {
+            addr,
+            fired,
+            counts,
+        }
+    }
+
+    /// Bytes flipped so far.
+    pub fn flips(&self) -> u64 {
+        self.counts.flips.load(Ordering::SeqCst)
     }
 
     /// Whether the fault was applied.
@@ -67,7 +96,17 @@ impl Relay {
     }
 }
 
-fn relay_one(client: TcpStream, backend: SocketAddr, fault: Fault, fired: Arc<AtomicBool>) {
+/// What both directions of one connection share.
+#[derive(Clone)]
+struct Shared {
+    fault: Fault,
+    fired: Arc<AtomicBool>,
+    counts: Arc<Counts>,
+    /// Requests forwarded and not yet answered: `true` for HEAD (its answer has no body).
+    heads: Arc<Mutex<VecDeque<bool>>>,
+}
+
+fn relay_one(client: TcpStream, backend: SocketAddr, shared: Shared) {
     let Ok(server) = TcpStream::connect(backend) else {
         return;
     };
@@ -81,10 +120,9 @@ fn relay_one(client: TcpStream, backend: SocketAddr, fault: Fault, fired: Arc<At
     ) else {
         return;
     };
-    let up_fault = fault.clone();
-    let up_fired = Arc::clone(&fired);
-    std::thread::spawn(move || pump(c_read, s_write, &up_fault, &up_fired, Direction::Up));
-    pump(s_read, c_write, &fault, &fired, Direction::Down);
+    let up = shared.clone();
+    std::thread::spawn(move || pump(c_read, s_write, &up, Direction::Up));
+    pump(s_read, c_write, &shared, Direction::Down);
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -96,21 +134,15 @@ enum Direction {
 }
 
 /// Forwards `from` to `to`, applying `fault` to this direction's bytes.
-fn pump(
-    mut from: TcpStream,
-    mut to: TcpStream,
-    fault: &Fault,
-    fired: &AtomicBool,
-    dir: Direction,
-) {
-    let mut edit = Editor::new(fault, dir);
+fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared, dir: Direction) {
+    let mut edit = Editor::new(shared, dir);
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        let out = edit.feed(&buf[..n], fired);
+        let out = edit.feed(&buf[..n]);
         if to.write_all(&out).is_err() {
             break;
         }
@@ -120,6 +152,7 @@ fn pump(
 
 /// The per-direction state of one connection.
 struct Editor<'f> {
+    shared: &'f Shared,
     fault: &'f Fault,
     dir: Direction,
     /// Bytes of this direction seen so far.
@@ -135,9 +168,10 @@ struct Editor<'f> {
 }
 
 impl<'f> Editor<'f> {
-    fn new(fault: &'f Fault, dir: Direction) -> Self {
+    fn new(shared: &'f Shared, dir: Direction) -> Self {
         Editor {
-            fault,
+            shared,
+            fault: &shared.fault,
             dir,
             offset: 0,
             head: Vec::new(),
@@ -148,15 +182,12 @@ impl<'f> Editor<'f> {
     }
 
     fn http(&self) -> bool {
-        match self.fault {
-            Fault::FlipRequestBody { .. } => self.dir == Direction::Up,
-            Fault::FlipStream { .. } => false,
-            _ => self.dir == Direction::Down,
-        }
+        !matches!(self.fault, Fault::FlipStream { .. })
     }
 
     /// Returns the bytes to forward for `data`.
-    fn feed(&mut self, data: &[u8], fired: &AtomicBool) -> Vec<u8> {
+    fn feed(&mut self, data: &[u8]) -> Vec<u8> {
+        let fired = &*self.shared.fired;
         if let (Fault::FlipStream { at }, Direction::Down) = (self.fault, self.dir) {
             let mut out = data.to_vec();
             let base = self.offset;
@@ -194,7 +225,7 @@ impl<'f> Editor<'f> {
                     rest = &rest[1..];
                     if self.head.ends_with(b"\r\n\r\n") {
                         let head = std::mem::take(&mut self.head);
-                        let (head, body) = self.edit_head(&head, fired);
+                        let (head, body) = self.edit_head(&head);
                         out.extend_from_slice(&head);
                         self.body_pos = 0;
                         self.body_left = (body > 0).then_some(body);
@@ -207,10 +238,31 @@ impl<'f> Editor<'f> {
 
     /// Applies the fault to one message head; returns the head to forward and the number of
     /// body bytes that follow it on the wire.
-    fn edit_head(&mut self, head: &[u8], fired: &AtomicBool) -> (Vec<u8>, u64) {
+    fn edit_head(&mut self, head: &[u8]) -> (Vec<u8>, u64) {
+        let fired = &*self.shared.fired;
         let text = String::from_utf8_lossy(head).into_owned();
-        let len = content_length(&text).unwrap_or(0);
+        let mut len = content_length(&text).unwrap_or(0);
         self.flip_at = None;
+        let mut heads = self.shared.heads.lock().unwrap();
+        match self.dir {
+            Direction::Up => heads.push_back(text.starts_with("HEAD ")),
+            // An interim 1xx answers nothing yet; a HEAD's answer has no body.
+            Direction::Down if text.starts_with("HTTP/1.1 1") => len = 0,
+            Direction::Down => {
+                if heads.pop_front() == Some(true) {
+                    len = 0;
+                }
+            }
+        }
+        drop(heads);
+        // Faults apply to one direction only.
+        let mine = match self.fault {
+            Fault::FlipRequestBody { .. } => self.dir == Direction::Up,
+            _ => self.dir == Direction::Down,
+        };
+        if !mine {
+            return (head.to_vec(), len);
+        }
         match self.fault {
             Fault::FlipRequestBody { .. } | Fault::FlipResponseBody { .. } if len == 0 => {
                 (head.to_vec(), 0)
@@ -243,6 +295,17 @@ impl<'f> Editor<'f> {
                     (head.to_vec(), len)
                 }
             }
+            Fault::FlipBodiesOfLength { at, len: want, every } => {
+                if len == *want && *at < len {
+                    let n = self.shared.counts.seen.fetch_add(1, Ordering::SeqCst) + 1;
+                    if n % every.max(&1) == 0 {
+                        fired.store(true, Ordering::SeqCst);
+                        self.shared.counts.flips.fetch_add(1, Ordering::SeqCst);
+                        self.flip_at = Some(*at);
+                    }
+                }
+                (head.to_vec(), len)
+            }
             Fault::FlipStream { .. } => (head.to_vec(), len),
         }
     }
@@ -256,12 +319,8 @@ fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
-/// A head's `Content-Length` (HEAD answers and 204/304 have a length but no body: callers
-/// only use this on GET/PUT exchanges, where the length is the body).
+/// A head's `Content-Length` (the caller knows which answers carry none).
 fn content_length(head: &str) -> Option<u64> {
-    if head.starts_with("HEAD ") {
-        return Some(0);
-    }
     header(head, "content-length")?.parse().ok()
 }
 
