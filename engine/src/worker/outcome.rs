@@ -184,12 +184,11 @@ impl Worker {
         match outcome {
             Outcome::Done { bytes, aux } => {
                 let path = self.fabric.path_of(key);
-                let mut cqe = Cqe::success(0, bytes, path).with_aux(aux);
-                if matches!(op.kind, OpKind::Get | OpKind::RangeGet { .. }) {
-                    cqe = cqe.with_aux(aux & !AUX_VERIFIED);
-                    if aux & AUX_VERIFIED != 0 {
-                        cqe = cqe.with_verified();
-                    }
+                // The proof bit travels in `aux` inside the engine; only GETs report it.
+                let mut cqe = Cqe::success(0, bytes, path).with_aux(aux & !AUX_VERIFIED);
+                if aux & AUX_VERIFIED != 0 && matches!(op.kind, OpKind::Get | OpKind::RangeGet { .. })
+                {
+                    cqe = cqe.with_verified();
                 }
                 if let Some(cqe) = self.stage_in(key, cqe) {
                     self.finish(key, cqe);
