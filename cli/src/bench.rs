@@ -591,7 +591,11 @@ fn fetch_reference(
     if !c.is_ok() || c.bytes() != object_size {
         return Err(format!(
             "--verify reference GET: {} ({} of {object_size} bytes)",
-            if c.is_ok() { "short".into() } else { code_name(&c) },
+            if c.is_ok() {
+                "short".into()
+            } else {
+                code_name(&c)
+            },
             c.bytes()
         ));
     }

@@ -267,8 +267,15 @@ impl S3Client {
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<GetResult, ClientError> {
         let asked = range.unwrap_or(ByteRange::From(0));
-        match self.get_once(bucket, key, Some(asked), range.is_none(), if_match, dest, on_bytes)
-        {
+        match self.get_once(
+            bucket,
+            key,
+            Some(asked),
+            range.is_none(),
+            if_match,
+            dest,
+            on_bytes,
+        ) {
             Err(ClientError::S3(e)) if range.is_none() && e.status == 416 => {
                 self.get_once(bucket, key, None, true, if_match, dest, on_bytes)
             }
@@ -793,11 +800,7 @@ fn check_whole(meta: &ObjectMeta, received: u64) -> Result<(), ClientError> {
             last,
             total: Some(total),
         }) if last.checked_add(1) == Some(total) && received == total => Ok(()),
-        Some(ContentRange::Bytes {
-            first,
-            last,
-            total,
-        }) => Err(ClientError::WrongLength(format!(
+        Some(ContentRange::Bytes { first, last, total }) => Err(ClientError::WrongLength(format!(
             "asked for the whole object (bytes=0-), got Content-Range bytes {first}-{last}/{} and {received} bytes",
             total.map_or_else(|| "*".to_owned(), |t| t.to_string())
         ))),

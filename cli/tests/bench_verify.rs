@@ -63,7 +63,9 @@ fn flipper(backend: SocketAddr) -> Relay {
 fn bench_verify_counts_flipped_ranges_as_mismatches() {
     let server = s3s_fs::S3sFs::start();
     server.create_bucket_dir("bench");
-    let data: Vec<u8> = (0..1u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let data: Vec<u8> = (0..1u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
     server.put_file("bench", "obj", &data);
     let backend: SocketAddr = server
         .endpoint_url()
@@ -80,7 +82,11 @@ fn bench_verify_counts_flipped_ranges_as_mismatches() {
     assert_eq!(v["verify"], true, "{v}");
     assert_eq!(v["mismatches"], flips, "{v}");
     assert_eq!(v["errors"], flips, "{v}");
-    assert_eq!(v["error_codes"], serde_json::json!([["Mismatch", flips]]), "{v}");
+    assert_eq!(
+        v["error_codes"],
+        serde_json::json!([["Mismatch", flips]]),
+        "{v}"
+    );
 
     // Straight to the server: every range matches.
     let (ok, v) = bench(
@@ -100,7 +106,9 @@ fn against_our_gateway_flipped_ranges_fail_on_its_range_checksum() {
     const SECRET: &str = "bench-verify-secret-0123456789";
     let root = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(root.path().join("bench")).unwrap();
-    let data: Vec<u8> = (0..1u32 << 20).map(|i| (i.wrapping_mul(40_503) >> 7) as u8).collect();
+    let data: Vec<u8> = (0..1u32 << 20)
+        .map(|i| (i.wrapping_mul(40_503) >> 7) as u8)
+        .collect();
     let gw = hipobj_gateway::Gateway::builder()
         .listen("127.0.0.1:0")
         .root_dir(root.path())
@@ -118,14 +126,22 @@ fn against_our_gateway_flipped_ranges_fail_on_its_range_checksum() {
         .env("AWS_REGION", "us-east-1")
         .output()
         .unwrap();
-    assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
+    assert!(
+        put.status.success(),
+        "{}",
+        String::from_utf8_lossy(&put.stderr)
+    );
     let relay = flipper(gw.local_addr());
     let (ok, v) = bench(&format!("http://{}", relay.addr), ACCESS, SECRET, &[]);
     let flips = relay.flips();
     assert!(flips >= 5, "the relay flipped {flips} bytes");
     assert!(!ok, "{v}");
     assert_eq!(v["errors"], flips, "{v}");
-    assert_eq!(v["error_codes"], serde_json::json!([["Integrity", flips]]), "{v}");
+    assert_eq!(
+        v["error_codes"],
+        serde_json::json!([["Integrity", flips]]),
+        "{v}"
+    );
     // Every range that succeeded was proven by the gateway's checksum.
     let ok_ops = v["ops"].as_u64().unwrap() - flips;
     assert_eq!(v["checksum_verified"], ok_ops, "{v}");

@@ -97,7 +97,11 @@ fn a_whole_get_with_a_lowered_content_length_fails_and_keeps_no_file() {
         let out_dir = tempfile::tempdir().unwrap();
         let dest = out_dir.path().join("obj");
         let relay = Relay::start(backend, Fault::LowerContentLength { by: 1000 });
-        let o = get(relay.addr, s3s, &["s3://integrity/obj", dest.to_str().unwrap()]);
+        let o = get(
+            relay.addr,
+            s3s,
+            &["s3://integrity/obj", dest.to_str().unwrap()],
+        );
         assert!(relay.fired(), "the relay never lowered a Content-Length");
         assert!(
             !o.status.success(),
@@ -107,7 +111,11 @@ fn a_whole_get_with_a_lowered_content_length_fails_and_keeps_no_file() {
         nothing_kept(out_dir.path());
 
         // Straight to the server the same download is exact.
-        let o = get(backend, s3s, &["s3://integrity/obj", dest.to_str().unwrap()]);
+        let o = get(
+            backend,
+            s3s,
+            &["s3://integrity/obj", dest.to_str().unwrap()],
+        );
         cli::succeeded(&["get"], o);
         assert!(std::fs::read(&dest).unwrap() == data);
     }
@@ -174,7 +182,11 @@ fn a_download_nothing_proves_says_unverified_and_fails_under_verify() {
 
     // A flipped byte that nothing can detect: the default says so, --verify refuses.
     let relay = Relay::start(s3s_addr(&server), Fault::FlipResponseBody { at: 777 });
-    let o = get(relay.addr, true, &["s3://integrity/plain", dest_s, "--verify"]);
+    let o = get(
+        relay.addr,
+        true,
+        &["s3://integrity/plain", dest_s, "--verify"],
+    );
     assert!(relay.fired());
     assert!(
         !o.status.success(),
@@ -183,7 +195,11 @@ fn a_download_nothing_proves_says_unverified_and_fails_under_verify() {
     assert!(stderr(&o).contains("unverified"), "{}", stderr(&o));
     nothing_kept(out_dir.path());
 
-    let o = get(s3s_addr(&server), true, &["s3://integrity/plain", dest_s, "--json"]);
+    let o = get(
+        s3s_addr(&server),
+        true,
+        &["s3://integrity/plain", dest_s, "--json"],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("unverified"),
@@ -194,7 +210,11 @@ fn a_download_nothing_proves_says_unverified_and_fails_under_verify() {
     assert_eq!(v["checksum_verified"], false, "{v}");
     assert!(std::fs::read(&dest).unwrap() == data);
 
-    let o = get(s3s_addr(&server), true, &["s3://integrity/plain", dest_s, "--no-verify"]);
+    let o = get(
+        s3s_addr(&server),
+        true,
+        &["s3://integrity/plain", dest_s, "--no-verify"],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
 }

@@ -57,7 +57,11 @@ pub fn soft_frame(data: &[u8]) {
         if let Some(b) = bad.get_mut(at) {
             *b ^= 0x01;
         }
-        assert_ne!(trailer_of(&bad), ours, "a flipped payload byte must be detected");
+        assert_ne!(
+            trailer_of(&bad),
+            ours,
+            "a flipped payload byte must be detected"
+        );
     }
 }
 

@@ -101,7 +101,10 @@ fn a_whole_get_with_a_lowered_content_length_fails() {
     assert!(c.is_ok(), "{c:?}");
     assert!(got == data);
     assert_eq!(c.aux(), SIZE as u64, "{c:?}");
-    assert!(c.verified(), "the gateway's range checksum was not checked: {c:?}");
+    assert!(
+        c.verified(),
+        "the gateway's range checksum was not checked: {c:?}"
+    );
     gw.shutdown();
 }
 
@@ -149,8 +152,14 @@ fn a_ranged_soft_get_with_a_flipped_data_port_byte_never_succeeds_with_wrong_byt
         .build()
         .unwrap();
     let (c, got) = get(&engine, Some((off, len)));
-    assert!(http_relay.fired(), "the connect reply named no soft address");
-    assert!(data_relay.fired(), "the data port relay never flipped a byte");
+    assert!(
+        http_relay.fired(),
+        "the connect reply named no soft address"
+    );
+    assert!(
+        data_relay.fired(),
+        "the data port relay never flipped a byte"
+    );
     let exact = &data[off as usize..(off + len) as usize];
     assert!(
         !c.is_ok(),
@@ -167,6 +176,9 @@ fn a_ranged_soft_get_with_a_flipped_data_port_byte_never_succeeds_with_wrong_byt
     assert!(c.is_ok(), "{c:?}");
     assert_eq!(c.path(), Some(DataPath::RdmaSoft), "{c:?}");
     assert!(got == exact);
-    assert!(c.verified(), "the rc-persistent reply checksum was not checked: {c:?}");
+    assert!(
+        c.verified(),
+        "the rc-persistent reply checksum was not checked: {c:?}"
+    );
     gw.shutdown();
 }

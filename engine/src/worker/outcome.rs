@@ -186,7 +186,8 @@ impl Worker {
                 let path = self.fabric.path_of(key);
                 // The proof bit travels in `aux` inside the engine; only GETs report it.
                 let mut cqe = Cqe::success(0, bytes, path).with_aux(aux & !AUX_VERIFIED);
-                if aux & AUX_VERIFIED != 0 && matches!(op.kind, OpKind::Get | OpKind::RangeGet { .. })
+                if aux & AUX_VERIFIED != 0
+                    && matches!(op.kind, OpKind::Get | OpKind::RangeGet { .. })
                 {
                     cqe = cqe.with_verified();
                 }

@@ -17,9 +17,9 @@
 //! requests are known to carry none.
 #![allow(dead_code)]
 
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -295,10 +295,14 @@ impl<'f> Editor<'f> {
                     (head.to_vec(), len)
                 }
             }
-            Fault::FlipBodiesOfLength { at, len: want, every } => {
+            Fault::FlipBodiesOfLength {
+                at,
+                len: want,
+                every,
+            } => {
                 if len == *want && *at < len {
                     let n = self.shared.counts.seen.fetch_add(1, Ordering::SeqCst) + 1;
-                    if n % every.max(&1) == 0 {
+                    if n.is_multiple_of((*every).max(1)) {
                         fired.store(true, Ordering::SeqCst);
                         self.shared.counts.flips.fetch_add(1, Ordering::SeqCst);
                         self.flip_at = Some(*at);

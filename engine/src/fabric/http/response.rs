@@ -530,7 +530,10 @@ mod tests {
     fn whole_get_answered_206_must_name_the_whole_object() {
         let ok = head(
             206,
-            &[("Content-Range", "bytes 0-99/100"), ("Content-Length", "100")],
+            &[
+                ("Content-Range", "bytes 0-99/100"),
+                ("Content-Length", "100"),
+            ],
         );
         assert_eq!(
             plan(OpKind::Get, 128, &ok),
@@ -542,7 +545,10 @@ mod tests {
         // A relay lowered Content-Length: the range still names 100 bytes.
         let short = head(
             206,
-            &[("Content-Range", "bytes 0-99/100"), ("Content-Length", "90")],
+            &[
+                ("Content-Range", "bytes 0-99/100"),
+                ("Content-Length", "90"),
+            ],
         );
         assert_eq!(
             plan(OpKind::Get, 128, &short),
@@ -550,7 +556,10 @@ mod tests {
         );
         let part = head(
             206,
-            &[("Content-Range", "bytes 0-49/100"), ("Content-Length", "50")],
+            &[
+                ("Content-Range", "bytes 0-49/100"),
+                ("Content-Length", "50"),
+            ],
         );
         assert_eq!(
             plan(OpKind::Get, 128, &part),
