@@ -121,6 +121,85 @@ fn a_whole_get_with_a_lowered_content_length_fails_and_keeps_no_file() {
     }
 }
 
+/// `hipobj get` on the engine (soft fabric) HEADs the object, then range-gets it: a HEAD
+/// whose `Content-Length` a relay lowered must not shorten the download unnoticed (each
+/// range's answer names the real size).
+#[test]
+fn an_engine_get_after_a_lowered_head_fails_and_keeps_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let soft = hipobj_gateway::RcTarget::start(
+        "127.0.0.1:0".parse().unwrap(),
+        hipobj_gateway::RcLimits::default(),
+    )
+    .unwrap();
+    let gw = Gateway::builder()
+        .listen("127.0.0.1:0")
+        .root_dir(dir.path().join("root"))
+        .credentials(GW_ACCESS, GW_SECRET)
+        .rdma_target(soft)
+        .start()
+        .unwrap();
+    let url = format!("http://{}", gw.local_addr());
+    cli::succeeded(
+        &["mb"],
+        cli::hipobj(&url, GW_ACCESS, GW_SECRET, &["mb", "s3://integrity"]),
+    );
+    let data = random_bytes(600_000, 11);
+    let src = dir.path().join("src.bin");
+    std::fs::write(&src, &data).unwrap();
+    cli::succeeded(
+        &["put"],
+        cli::hipobj(
+            &url,
+            GW_ACCESS,
+            GW_SECRET,
+            &["put", src.to_str().unwrap(), "s3://integrity/obj"],
+        ),
+    );
+    let out_dir = tempfile::tempdir().unwrap();
+    let dest = out_dir.path().join("obj");
+    let relay = Relay::start(gw.local_addr(), Fault::LowerContentLength { by: 1000 });
+    let o = cli::hipobj(
+        &format!("http://{}", relay.addr),
+        GW_ACCESS,
+        GW_SECRET,
+        &[
+            "get",
+            "s3://integrity/obj",
+            dest.to_str().unwrap(),
+            "--fabric",
+            "soft",
+        ],
+    );
+    assert!(relay.fired(), "the relay never lowered a Content-Length");
+    assert!(
+        !o.status.success(),
+        "an engine download after a lowered HEAD exited 0: {}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("HEAD said"), "{}", stderr(&o));
+    nothing_kept(out_dir.path());
+
+    // Without the relay: exact, every range proven by the gateway's checksums.
+    let o = cli::hipobj(
+        &url,
+        GW_ACCESS,
+        GW_SECRET,
+        &[
+            "get",
+            "s3://integrity/obj",
+            dest.to_str().unwrap(),
+            "--fabric",
+            "soft",
+            "--json",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&cli::succeeded(&["get"], o)).unwrap();
+    assert_eq!(v["client"], "engine", "{v}");
+    assert_eq!(v["checksum_verified"], true, "{v}");
+    assert!(std::fs::read(&dest).unwrap() == data);
+}
+
 #[test]
 fn a_ranged_get_from_our_gateway_with_a_flipped_byte_fails() {
     let dir = tempfile::tempdir().unwrap();

@@ -180,5 +180,10 @@ fn a_ranged_soft_get_with_a_flipped_data_port_byte_never_succeeds_with_wrong_byt
         c.verified(),
         "the rc-persistent reply checksum was not checked: {c:?}"
     );
+    assert_eq!(
+        c.aux(),
+        SIZE as u64,
+        "the reply's Content-Range names the size: {c:?}"
+    );
     gw.shutdown();
 }

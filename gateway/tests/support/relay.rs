@@ -4,8 +4,9 @@
 //!
 //! - [`Fault::FlipRequestBody`]: one byte of the first request body (client → server).
 //! - [`Fault::FlipResponseBody`]: one byte of the first response body long enough to hold it.
-//! - [`Fault::LowerContentLength`]: the `Content-Length` of the first response whose body is
-//!   longer than `by`, lowered by `by` (the body itself is forwarded whole).
+//! - [`Fault::LowerContentLength`]: the `Content-Length` of the first response that names more
+//!   than `by` bytes (a GET's body or a HEAD's object size), lowered by `by` (a body is still
+//!   forwarded whole).
 //! - [`Fault::RewriteHeader`]: the value of a response header (e.g. the soft fabric address a
 //!   connect reply names, to send the data port through a second relay).
 //! - [`Fault::FlipStream`]: one byte at an offset of the server → client byte stream (a raw
@@ -31,7 +32,8 @@ pub enum Fault {
     /// XOR 0x01 into the byte `at` bytes into the body of the first response whose
     /// `Content-Length` exceeds `at`.
     FlipResponseBody { at: u64 },
-    /// Lower the `Content-Length` of the first response with more than `by` body bytes.
+    /// Lower the `Content-Length` of the first response that names more than `by` bytes (a
+    /// GET's body length or a HEAD's object size; a body is forwarded whole).
     LowerContentLength { by: u64 },
     /// Replace the value of response header `name` (every response) with `value`.
     RewriteHeader { name: String, value: String },
@@ -280,8 +282,11 @@ impl<'f> Editor<'f> {
                 (head.to_vec(), len)
             }
             Fault::LowerContentLength { by } => {
-                if len > *by && !fired.swap(true, Ordering::SeqCst) {
-                    let lowered = replace_header(&text, "content-length", &(len - by).to_string());
+                // The header's value: a HEAD answer names the object's size without a body.
+                let named = content_length(&text).unwrap_or(0);
+                if named > *by && !fired.swap(true, Ordering::SeqCst) {
+                    let lowered =
+                        replace_header(&text, "content-length", &(named - by).to_string());
                     (lowered.into_bytes(), len)
                 } else {
                     (head.to_vec(), len)

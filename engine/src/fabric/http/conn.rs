@@ -342,7 +342,11 @@ impl Conn {
                                         op.kind, &head, landed,
                                     ) {
                                         Ok(proven) if op.kind != OpKind::Put => {
-                                            Plan::Finish(Outcome::got(bytes, aux, proven))
+                                            // The size: the byte count's `/total`, else the
+                                            // reply's `Content-Range` total.
+                                            let size =
+                                                if aux == 0 { named_size(&head) } else { aux };
+                                            Plan::Finish(Outcome::got(bytes, size, proven))
                                         }
                                         Ok(_) => Plan::Finish(Outcome::Done { bytes, aux }),
                                         Err(code) => Plan::Finish(integrity(code)),
