@@ -242,7 +242,9 @@ fn info_headers(info: &ObjectInfo, checksum_mode: bool, whole: bool) -> Vec<(Str
 /// [`s3_lite::checksum::HEADER_RANGE_CRC64NVME`]: the body is collected while its CRC64NVME is
 /// computed (one pass over the bytes as the backend reads them), then the head with the
 /// checksum and the body are sent. Larger ranges stream without it (their length is still
-/// bound by `Content-Range`). 16 MiB covers the ranges `hipobj get` and `bench` ask for.
+/// bound by `Content-Range`). 16 MiB covers the ranges `hipobj get` and `bench` ask for. The
+/// held bytes are reserved from `max_buffered_bytes` while at most half of it is in use;
+/// beyond that a range streams without the checksum rather than starve connections.
 pub(crate) const RANGE_CHECKSUM_MAX: u64 = 16 << 20;
 
 /// Whether `span` (inclusive) covers every byte of an object of `size` bytes.
@@ -254,7 +256,8 @@ fn covers_whole(span: Option<(u64, u64)>, size: u64) -> bool {
 }
 
 /// A ranged answer held back until its body (and so its checksum) is complete.
-struct Held {
+struct Held<'s> {
+    _budget: crate::server::Reservation<'s>,
     status: u16,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
@@ -262,15 +265,16 @@ struct Held {
 }
 
 /// The HTTP response as the sink of a GET/HEAD.
-struct HttpSink<'o> {
+struct HttpSink<'o, 's> {
     out: &'o mut dyn Respond,
+    shared: &'s Shared,
     head_only: bool,
     checksum_mode: bool,
     extra: Vec<(String, String)>,
-    held: Option<Held>,
+    held: Option<Held<'s>>,
 }
 
-impl HttpSink<'_> {
+impl HttpSink<'_, '_> {
     /// Sends a held ranged answer (head with the body's CRC64NVME, then the body).
     fn finish(&mut self) -> Result<(), ApiError> {
         let Some(mut held) = self.held.take() else {
@@ -302,7 +306,7 @@ impl HttpSink<'_> {
     }
 }
 
-impl ObjectSink for HttpSink<'_> {
+impl ObjectSink for HttpSink<'_, '_> {
     fn begin(&mut self, info: &ObjectInfo, span: Option<(u64, u64)>) -> std::io::Result<()> {
         let mut h = info_headers(info, self.checksum_mode, covers_whole(span, info.size));
         h.append(&mut self.extra);
@@ -319,8 +323,15 @@ impl ObjectSink for HttpSink<'_> {
         if self.head_only {
             h.push(("Content-Length".into(), len.to_string()));
             self.out.head(status, h, BodyFraming::None)
-        } else if status == 206 && len <= RANGE_CHECKSUM_MAX {
+        } else if let Some(budget) = (status == 206 && len <= RANGE_CHECKSUM_MAX)
+            .then(|| {
+                self.shared
+                    .reserve_optional(usize::try_from(len).unwrap_or(usize::MAX))
+            })
+            .flatten()
+        {
             self.held = Some(Held {
+                _budget: budget,
                 status,
                 headers: h,
                 body: Vec::with_capacity(usize::try_from(len).unwrap_or(0)),
@@ -585,6 +596,7 @@ impl Ctx<'_> {
         }
         let mut sink = HttpSink {
             out,
+            shared: self.shared,
             head_only,
             checksum_mode,
             extra,
