@@ -143,6 +143,17 @@ mod tests {
     }
 
     #[test]
+    fn soft_frame_seeds_replay() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/soft_frame");
+        let mut n = 0;
+        for e in std::fs::read_dir(dir).unwrap() {
+            soft_frame(&std::fs::read(e.unwrap().path()).unwrap());
+            n += 1;
+        }
+        assert!(n >= 16, "{n} seeds");
+    }
+
+    #[test]
     fn soft_frame_accepts_garbage_and_valid_frames() {
         soft_frame(&[]);
         soft_frame(&[0xff; 100]);
