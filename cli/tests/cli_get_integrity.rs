@@ -297,3 +297,20 @@ fn a_download_nothing_proves_says_unverified_and_fails_under_verify() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
 }
+
+/// `bytes=0-` of an empty object is answered 416: `get` then reads it with a plain GET.
+#[test]
+fn an_empty_object_downloads_empty() {
+    let server = S3sFs::start();
+    server.create_bucket_dir("integrity");
+    server.put_file("integrity", "empty", b"");
+    let out_dir = tempfile::tempdir().unwrap();
+    let dest = out_dir.path().join("empty");
+    let o = get(
+        s3s_addr(&server),
+        true,
+        &["s3://integrity/empty", dest.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&dest).unwrap().len(), 0);
+}

@@ -5,6 +5,8 @@
 //! succeed, exact, and say they were verified (the gateway's range checksum, the
 //! rc-persistent reply checksum).
 
+#[path = "../../cli/tests/support/s3s_fs.rs"]
+mod common_s3s;
 #[path = "../../gateway/tests/support/raw.rs"]
 mod raw;
 #[path = "../../gateway/tests/support/relay.rs"]
@@ -186,4 +188,47 @@ fn a_ranged_soft_get_with_a_flipped_data_port_byte_never_succeeds_with_wrong_byt
         "the reply's Content-Range names the size: {c:?}"
     );
     gw.shutdown();
+}
+
+/// `bytes=0-` of an empty object is not satisfiable (416): the whole-object GET completes
+/// with 0 bytes, from our gateway and from s3s-fs.
+#[test]
+fn a_whole_get_of_an_empty_object_is_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gw, _) = gateway(dir.path(), false);
+    assert_eq!(
+        call(gw.local_addr(), "PUT", "/getint", "", &[], b"").status(),
+        200
+    );
+    assert_eq!(
+        call(gw.local_addr(), "PUT", "/getint/obj", "", &[], b"").status(),
+        200
+    );
+    let (c, got) = get(&http_engine(gw.local_addr()), None);
+    assert!(c.is_ok(), "{c:?}");
+    assert!(got.is_empty());
+    gw.shutdown();
+
+    let server = common_s3s::S3sFs::start();
+    server.create_bucket_dir("getint");
+    server.put_file("getint", "obj", b"");
+    let engine = rig::engine_builder(s3s_addr(&server))
+        .credentials(s3_lite::credentials::Credentials::new(
+            common_s3s::ACCESS_KEY,
+            common_s3s::SECRET_KEY,
+        ))
+        .fabric(Fabric::Http)
+        .build()
+        .unwrap();
+    let (c, got) = get(&engine, None);
+    assert!(c.is_ok(), "{c:?}");
+    assert!(got.is_empty());
+}
+
+fn s3s_addr(server: &common_s3s::S3sFs) -> SocketAddr {
+    server
+        .endpoint_url()
+        .trim_start_matches("http://")
+        .parse()
+        .unwrap()
 }
