@@ -67,6 +67,13 @@ pub struct BenchArgs {
     /// memory does, instead of verifying every range inline. Needs --object-size of RAM.
     #[arg(long)]
     pub verify_after: bool,
+    /// Check every range's bytes against the object; a range that differs counts as an error
+    /// (`mismatches` in the table and `--json`). A plain run first reads the whole object once
+    /// (one GET before the timed phase, host memory, at most 4 GiB) and compares each range
+    /// with it as it completes (the comparison time is reported as `verify_s`). `--embedded`
+    /// always verifies (the synthetic model is known), with or without this flag.
+    #[arg(long)]
+    pub verify: bool,
     /// GPU memory: one host → device copy per range (`EngineBuilder::gpu_coalesce_limit(0)`),
     /// instead of the engine merging ranges adjacent in bounce memory and VRAM (comparison).
     #[arg(long)]
@@ -291,8 +298,18 @@ pub struct BenchReport {
     pub cpu_s: f64,
     /// CPU per operation, microseconds.
     pub cpu_us_per_op: f64,
-    /// Counts per error code (`EIO` style names).
+    /// Counts per error code (`EIO` style names; `Mismatch`: bytes that differ from the
+    /// object under `--verify`).
     pub error_codes: Vec<(String, u64)>,
+    /// Whether every range was compared with the object (`--verify`).
+    pub verify: bool,
+    /// Ranges whose bytes differed from the object (`--verify`; counted in `errors`).
+    pub mismatches: u64,
+    /// Seconds of the timed phase spent comparing ranges with the object (`--verify`).
+    pub verify_s: f64,
+    /// Successful ranges the engine proved with a server checksum of exactly their bytes
+    /// (our gateway's range or RDMA reply checksum; the completion's `VERIFIED` flag).
+    pub checksum_verified: u64,
     /// Payload bytes per path that carried them (`http`, `rdma-soft`, `rdma-verbs`), timed
     /// phase. JSON `{"http": n, ...}`.
     #[serde(serialize_with = "crate::json_out::serialize_paths")]
@@ -470,12 +487,22 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
             "object is {object_size} bytes, smaller than --size {size}"
         ));
     }
+    let reference = if args.verify {
+        if gpu.is_some() {
+            return Err("--verify compares ranges in host memory: use --memory host".into());
+        }
+        Some(fetch_reference(&engine, &mut q, obj, object_size)?)
+    } else {
+        None
+    };
     let ctx = Phase {
         obj,
         buf,
         size,
         slots,
         conc,
+        engine: &engine,
+        reference: reference.as_deref(),
     };
     let warmup = args.warmup.unwrap_or(2 * conc);
     if warmup > 0 {
@@ -506,6 +533,8 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
     }
     let _ = stderr.flush();
     let (done, ok_bytes, errors) = (timed.done, timed.ok_bytes, timed.errors);
+    let (mismatches, verify_s, checksum_verified) =
+        (timed.mismatches, timed.verify_s, timed.checksum_verified);
     let paths = timed
         .paths
         .iter()
@@ -543,6 +572,10 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
         cpu_s: cpu,
         cpu_us_per_op: cpu * 1e6 / (done.max(1) as f64),
         error_codes: errors,
+        verify: args.verify,
+        mismatches,
+        verify_s,
+        checksum_verified,
         paths,
         dialects,
         memory: gpu.as_deref().map_or("host", memory_name),
@@ -566,14 +599,57 @@ fn splitmix64(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Largest object `--verify` reads into memory as its reference.
+const MAX_REFERENCE: u64 = 4 << 30;
+
+/// `--verify`: the whole object, read once with one GET (whose length the server's
+/// `Content-Range` proves) into registered host memory, then copied out.
+fn fetch_reference(
+    engine: &Engine,
+    q: &mut engine::Queue,
+    obj: ring_api::ObjectId,
+    object_size: u64,
+) -> Result<Vec<u8>, String> {
+    if object_size > MAX_REFERENCE {
+        return Err(format!(
+            "--verify reads the object into memory first: {object_size} bytes is over the {MAX_REFERENCE}-byte limit"
+        ));
+    }
+    let len = usize::try_from(object_size).map_err(|_| "object too large for this host")?;
+    let buf = engine
+        .register_host(len.max(1), RegisterOptions::pageable())
+        .map_err(|e| e.to_string())?;
+    q.push(&ring_api::opcode::Get::new(obj, BufSlice::new(buf, 0, object_size)).build())
+        .map_err(|e| e.to_string())?;
+    let c = one(q, "--verify reference GET")?;
+    if !c.is_ok() || c.bytes() != object_size {
+        return Err(format!(
+            "--verify reference GET: {} ({} of {object_size} bytes)",
+            if c.is_ok() {
+                "short".into()
+            } else {
+                code_name(&c)
+            },
+            c.bytes()
+        ));
+    }
+    let view = engine
+        .read(buf, 0, object_size)
+        .map_err(|e| e.to_string())?;
+    Ok(view.to_vec())
+}
+
 /// What every phase of a run shares.
-struct Phase {
+struct Phase<'e> {
     obj: ring_api::ObjectId,
     buf: ring_api::BufHandle,
     size: u64,
     /// Aligned offsets in the object (`object_size / size`, > 0).
     slots: u64,
     conc: u64,
+    engine: &'e Engine,
+    /// `--verify`: the object's bytes, which every range is compared with.
+    reference: Option<&'e [u8]>,
 }
 
 /// Results of one phase.
@@ -584,19 +660,44 @@ struct PhaseResult {
     dialects: Vec<(&'static str, u64)>,
     errors: Vec<(String, u64)>,
     lat_ns: Vec<u64>,
+    mismatches: u64,
+    verify_s: f64,
+    checksum_verified: u64,
+}
+
+/// Adds one error of `name` to the per-code counts.
+fn count_error(errors: &mut Vec<(String, u64)>, name: String) {
+    match errors.iter_mut().find(|(n, _)| *n == name) {
+        Some((_, k)) => *k += 1,
+        None => errors.push((name, 1)),
+    }
+}
+
+/// Whether the range at `offset` that landed in `slot` differs from the reference.
+fn differs(ctx: &Phase<'_>, reference: &[u8], slot: u64, offset: u64) -> Result<bool, String> {
+    let view = ctx
+        .engine
+        .read(ctx.buf, slot * ctx.size, ctx.size)
+        .map_err(|e| e.to_string())?;
+    let want = usize::try_from(offset)
+        .ok()
+        .and_then(|o| reference.get(o..o + view.len()));
+    Ok(want != Some(&view[..]))
 }
 
 /// Runs `ops` range-gets with at most `ctx.conc` in flight. Each turn pushes every free slot in
 /// one batch (one publish), then reaps every ready completion at once.
 fn run_phase(
     q: &mut engine::Queue,
-    ctx: &Phase,
+    ctx: &Phase<'_>,
     ops: u64,
     state: &mut u64,
     bar: Option<&indicatif::ProgressBar>,
 ) -> Result<PhaseResult, String> {
     let conc = ctx.conc;
     let mut started = vec![Instant::now(); conc as usize];
+    let mut offsets = vec![0u64; conc as usize];
+    let (mut mismatches, mut verifying, mut checksum_verified) = (0u64, Duration::ZERO, 0u64);
     let mut free: Vec<u64> = (0..conc).rev().collect();
     let mut lat_ns: Vec<u64> = Vec::with_capacity(usize::try_from(ops).unwrap_or(0));
     let mut cqes = vec![Cqe::default(); conc as usize];
@@ -625,6 +726,9 @@ fn run_phase(
                 if let Some(t) = started.get_mut(slot as usize) {
                     *t = now;
                 }
+                if let Some(o) = offsets.get_mut(slot as usize) {
+                    *o = off;
+                }
                 submitted += 1;
             }
         }
@@ -639,17 +743,25 @@ fn run_phase(
             lat_ns.push(u64::try_from(now.duration_since(at).as_nanos()).unwrap_or(u64::MAX));
             free.push(slot);
             done += 1;
-            if c.is_ok() {
-                ok_bytes += c.bytes();
-                add_path_bytes(&mut paths, path_name(c.path()), c.bytes());
-                add_path_bytes(&mut dialects, dialect_name(c.dialect()), c.bytes());
-            } else {
-                let name = code_name(c);
-                match errors.iter_mut().find(|(n, _)| *n == name) {
-                    Some((_, k)) => *k += 1,
-                    None => errors.push((name, 1)),
+            if !c.is_ok() {
+                count_error(&mut errors, code_name(c));
+                continue;
+            }
+            if let Some(reference) = ctx.reference {
+                let tv = Instant::now();
+                let off = offsets.get(slot as usize).copied().unwrap_or(u64::MAX);
+                let bad = c.bytes() != ctx.size || differs(ctx, reference, slot, off)?;
+                verifying += tv.elapsed();
+                if bad {
+                    mismatches += 1;
+                    count_error(&mut errors, "Mismatch".to_owned());
+                    continue;
                 }
             }
+            checksum_verified += u64::from(c.verified());
+            ok_bytes += c.bytes();
+            add_path_bytes(&mut paths, path_name(c.path()), c.bytes());
+            add_path_bytes(&mut dialects, dialect_name(c.dialect()), c.bytes());
         }
         if let Some(b) = bar {
             b.set_position(done);
@@ -662,6 +774,9 @@ fn run_phase(
         dialects,
         errors,
         lat_ns,
+        mismatches,
+        verify_s: verifying.as_secs_f64(),
+        checksum_verified,
     })
 }
 
@@ -688,6 +803,11 @@ fn print_table(r: &BenchReport, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out, "{:<12} {:>14}", "metric", "value")?;
     writeln!(out, "{:<12} {:>14}", "ops", r.ops)?;
     writeln!(out, "{:<12} {:>14}", "errors", r.errors)?;
+    if r.verify {
+        writeln!(out, "{:<12} {:>14}", "mismatches", r.mismatches)?;
+        writeln!(out, "{:<12} {:>14.3}", "verify s", r.verify_s)?;
+    }
+    writeln!(out, "{:<12} {:>14}", "crc proven", r.checksum_verified)?;
     writeln!(out, "{:<12} {:>14.3}", "elapsed s", r.elapsed_s)?;
     writeln!(out, "{:<12} {:>14.1}", "ops/s", r.ops_per_s)?;
     writeln!(out, "{:<12} {:>14.3}", "GB/s", r.gb_per_s)?;

@@ -14,6 +14,14 @@
 //! Idempotent requests (GET before any body byte arrived, HEAD, PUT and UploadPart, whose
 //! bytes we still hold) are retried after `503 SlowDown`, 5xx and connection failures, with
 //! the engine's backoff and retry budget ([`engine::retry`]).
+//!
+//! What proves a download (docs/protocol.md, "What proves success"): a whole-object GET is
+//! sent as `Range: bytes=0-`, so a `206` answer commits to the object's size in its
+//! `Content-Range` and exactly that many bytes must arrive, whatever `Content-Length` says;
+//! `hipobj serve` names the CRC64NVME of exactly a ranged body
+//! (`x-hipobj-range-checksum-crc64nvme`) and S3 servers the stored full-object checksum. A
+//! checksum that disagrees is an error; [`GetResult::checksum_verified`] says whether one
+//! matched.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::sync::Arc;
@@ -23,7 +31,9 @@ use engine::RetryPolicy;
 use engine::retry::{RetryBudget, RetryStats};
 
 use s3_lite::Request;
-use s3_lite::checksum::{Checksum, ChecksumAlgorithm, Crc64Nvme, HEADER_CRC64NVME};
+use s3_lite::checksum::{
+    Checksum, ChecksumAlgorithm, Crc64Nvme, HEADER_CRC64NVME, HEADER_RANGE_CRC64NVME,
+};
 use s3_lite::credentials::Credentials;
 use s3_lite::http::ResponseHead;
 use s3_lite::s3::{
@@ -345,6 +355,9 @@ impl S3Client {
     }
 
     /// GetObject with an optional `If-Match` ETag (ranged reads of one object version).
+    ///
+    /// A whole-object read asks for `bytes=0-` (see the module doc); a server that answers it
+    /// `416` holds an empty object, which is then read with a plain GET.
     pub fn get_with(
         &mut self,
         bucket: &str,
@@ -354,10 +367,39 @@ impl S3Client {
         dest: &mut dyn Write,
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<GetResult, ClientError> {
+        let asked = range.unwrap_or(ByteRange::From(0));
+        match self.get_once(
+            bucket,
+            key,
+            Some(asked),
+            range.is_none(),
+            if_match,
+            dest,
+            on_bytes,
+        ) {
+            Err(ClientError::S3(e)) if range.is_none() && e.status == 416 => {
+                self.get_once(bucket, key, None, true, if_match, dest, on_bytes)
+            }
+            r => r,
+        }
+    }
+
+    /// One GetObject: `range` as sent, `whole` whether the caller wants the whole object.
+    #[allow(clippy::too_many_arguments)]
+    fn get_once(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        range: Option<ByteRange>,
+        whole: bool,
+        if_match: Option<&str>,
+        dest: &mut dyn Write,
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<GetResult, ClientError> {
         let opts = GetOptions {
             range,
             if_match: if_match.map(str::to_owned),
-            checksum_mode: range.is_none(),
+            checksum_mode: whole,
         };
         let req = s3::get_object(self.endpoint(), bucket, key, &opts)?;
         let mut crc = Crc64Nvme::new();
@@ -385,7 +427,13 @@ impl S3Client {
             r.map_err(|e| (e, received == 0))
         })?;
         let meta = ObjectMeta::from_headers(&head.headers).map_err(ClientError::response)?;
-        check_length(&meta, range, received)?;
+        match (whole, head.status) {
+            // `bytes=0-` answered 206: the range must be the whole object, every byte here.
+            (true, 206) => check_whole(&meta, received)?,
+            // A server that ignored the range (or the plain GET of an empty object).
+            (true, _) => check_length(&meta, None, received)?,
+            (false, _) => check_length(&meta, range, received)?,
+        }
         let whole_object = match meta.content_range {
             None => true,
             Some(ContentRange::Bytes {
@@ -395,7 +443,20 @@ impl S3Client {
             }) => first == 0 && last.checked_add(1) == Some(total),
             Some(_) => false,
         };
+        let ours = Checksum::Crc64Nvme(crc.finish()).to_base64();
         let mut checksum_verified = false;
+        // Our gateway's checksum of exactly this body.
+        if head.status == 206
+            && let Some(expected) = head.header(HEADER_RANGE_CRC64NVME).map(str::trim)
+        {
+            if ours != expected {
+                return Err(ClientError::ChecksumMismatch {
+                    expected: expected.to_owned(),
+                    actual: ours,
+                });
+            }
+            checksum_verified = true;
+        }
         if let (true, Some(expected)) = (whole_object, meta.checksum_crc64nvme.as_deref()) {
             let composite = meta
                 .checksum_type
@@ -403,11 +464,10 @@ impl S3Client {
                 .is_some_and(|t| t.eq_ignore_ascii_case("COMPOSITE"))
                 || expected.contains('-');
             if !composite {
-                let actual = Checksum::Crc64Nvme(crc.finish()).to_base64();
-                if actual != expected {
+                if ours != expected {
                     return Err(ClientError::ChecksumMismatch {
                         expected: expected.to_owned(),
-                        actual,
+                        actual: ours,
                     });
                 }
                 checksum_verified = true;
@@ -992,6 +1052,25 @@ fn digest_of_range<R: Read + Seek>(
         left -= n as u64;
     }
     Ok(pass.finish())
+}
+
+/// The `206` answer to a whole-object `bytes=0-`: it must name bytes `0..total` and all of
+/// them must have arrived (a lowered `Content-Length` cannot shorten the object).
+fn check_whole(meta: &ObjectMeta, received: u64) -> Result<(), ClientError> {
+    match meta.content_range {
+        Some(ContentRange::Bytes {
+            first: 0,
+            last,
+            total: Some(total),
+        }) if last.checked_add(1) == Some(total) && received == total => Ok(()),
+        Some(ContentRange::Bytes { first, last, total }) => Err(ClientError::WrongLength(format!(
+            "asked for the whole object (bytes=0-), got Content-Range bytes {first}-{last}/{} and {received} bytes",
+            total.map_or_else(|| "*".to_owned(), |t| t.to_string())
+        ))),
+        _ => Err(ClientError::WrongLength(format!(
+            "asked for the whole object (bytes=0-), got a 206 without a usable Content-Range and {received} bytes"
+        ))),
+    }
 }
 
 fn check_length(

@@ -410,11 +410,41 @@ pub struct GetArgs {
     /// dialect that carried the bytes (`"dialect"`).
     #[arg(long, value_parser = engine_io::parse_dialect, default_value = "auto")]
     pub dialect: engine::Dialect,
+    /// Require proof: fail (exit 1, nothing kept under the destination name) unless a server
+    /// checksum over the bytes matched. Default: a checksum the server offers is always
+    /// compared, and a download nothing proves succeeds with `unverified` on stderr.
+    #[arg(long, conflicts_with = "no_verify")]
+    pub verify: bool,
+    /// Accept a download no checksum proves without the `unverified` warning (a checksum the
+    /// server sends is still compared: wrong bytes are never accepted).
+    #[arg(long)]
+    pub no_verify: bool,
 }
 
 /// `--range`: `A-B`, `A-`, `-N`, or the same after `bytes=` (as `aws s3api get-object --range`).
 fn parse_range(s: &str) -> Result<ByteRange, String> {
     ByteRange::parse_cli(s.strip_prefix("bytes=").unwrap_or(s)).map_err(|e| e.to_string())
+}
+
+/// How `get` treats a download that no checksum proves (`--verify` / `--no-verify`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Proof {
+    /// Default: succeed, saying `unverified` on stderr.
+    Warn,
+    /// `--verify`: fail.
+    Require,
+    /// `--no-verify`: succeed quietly.
+    Accept,
+}
+
+impl Proof {
+    fn of(args: &GetArgs) -> Self {
+        match (args.verify, args.no_verify) {
+            (true, _) => Proof::Require,
+            (_, true) => Proof::Accept,
+            _ => Proof::Warn,
+        }
+    }
 }
 
 /// What a download did, whichever path carried it.
@@ -502,8 +532,17 @@ fn fetch(
             ));
         }
     };
-    let (paths, crc) =
-        engine_io::download(target, &src.bucket, &src.key, first, len, out, on_bytes)?;
+    let got = engine_io::download(
+        target,
+        &src.bucket,
+        &src.key,
+        first,
+        len,
+        size,
+        out,
+        on_bytes,
+    )?;
+    let (paths, crc) = (got.paths, got.crc);
     let stored = meta.checksum_crc64nvme.as_deref().filter(|c| {
         !c.contains('-')
             && !meta
@@ -521,6 +560,8 @@ fn fetch(
             }
             (true, None)
         }
+        // Every range the engine moved was checked against the server's checksum of it.
+        _ if got.ranges_verified => (true, None),
         (None, None) => (
             false,
             Some("HEAD named no full-object CRC64NVME: the download was not checksum-verified"),
@@ -567,16 +608,25 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
         std::fs::create_dir_all(dir).map_err(|e| format!("{dir}: {e}"))?;
     }
     let started = Instant::now();
+    let proof = Proof::of(args);
     let selection = select(ctx, args.fabric, args.rdma_device.as_deref())?;
     let engine = selection.target.clone().map(|mut t| {
         t.dialect = args.dialect;
         t
     });
     let (expected, meta) = expected_len(ctx, engine.as_ref(), &src, args.range)?;
+    // `--verify`: a download nothing proves is a failure (decided before the rename).
+    let proven = |r: Result<Fetched, String>| match r {
+        Ok(f) if proof == Proof::Require && !f.checksum_verified => Err(format!(
+            "unverified: no server checksum covered the {} bytes received (--verify); the server sent none for this object or range",
+            f.bytes
+        )),
+        r => r,
+    };
     let (result, written_to) = if dest == "-" {
         ctx.stdout_is_data = true;
         let mut out = std::io::stdout().lock();
-        let r = fetch(
+        let r = proven(fetch(
             ctx,
             engine.as_ref(),
             &src,
@@ -584,7 +634,7 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
             meta,
             &mut out,
             &mut |_| {},
-        );
+        ));
         out.flush().map_err(|e| format!("stdout: {e}"))?;
         (r, "stdout".to_owned())
     } else {
@@ -603,7 +653,7 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
             .map_err(|e| format!("{}: {e}", tmp_path.display()))?;
         let mut writer = std::io::BufWriter::with_capacity(1 << 20, file);
         let bar = progress_bar(ctx, expected.max(1), "get");
-        let r = fetch(
+        let r = proven(fetch(
             ctx,
             engine.as_ref(),
             &src,
@@ -615,7 +665,7 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
                     bar.inc(n)
                 }
             },
-        );
+        ));
         if let Some(bar) = bar {
             bar.finish_and_clear();
         }
@@ -635,6 +685,13 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
         (r, dest.clone())
     };
     let result = result?;
+    if !result.checksum_verified && proof == Proof::Warn {
+        // On stderr even with --json: the status must not read as verified.
+        eprintln!(
+            "hipobj: warning: unverified: no server checksum covered the {} bytes of s3://{}/{} (pass --verify to fail instead, --no-verify to silence this)",
+            result.bytes, src.bucket, src.key
+        );
+    }
     summary(
         ctx,
         format!(
@@ -646,7 +703,7 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
             if result.checksum_verified {
                 ", crc64nvme verified"
             } else {
-                ""
+                ", unverified"
             },
             result.paths.summary()
         ),

@@ -58,6 +58,12 @@ pub struct EmbeddedReport {
     pub ops: u64,
     /// Range-gets that failed (any error, including a byte mismatch).
     pub errors: u64,
+    /// Range-gets whose bytes differed from the model (counted in `errors`): every range is
+    /// compared, as `hipobj bench --verify` does (always on here).
+    pub mismatches: u64,
+    /// Successful range-gets the engine proved with the gateway's checksum of exactly their
+    /// bytes (the completion's `VERIFIED` flag), before the app's own comparison.
+    pub checksum_verified: u64,
     /// Bytes read and verified.
     pub bytes_verified: u64,
     /// In flight at once.
@@ -341,6 +347,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
     let mut cqes = vec![Cqe::default(); conc as usize];
     let mut lat_ns = Vec::with_capacity(usize::try_from(args.ops).unwrap_or(0));
     let (mut submitted, mut done, mut errors, mut verified) = (0u64, 0u64, 0u64, 0u64);
+    let (mut mismatches, mut checksum_verified) = (0u64, 0u64);
     let mut paths: Vec<(&'static str, u64)> = Vec::new();
     let mut spans: Vec<(u64, u64)> = Vec::new();
     let mut inline_verify = Duration::ZERO;
@@ -412,6 +419,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
                 continue;
             }
             crate::bench::add_path_bytes(&mut paths, crate::bench::path_name(c.path()), len);
+            checksum_verified += u64::from(c.verified());
             if verify_after {
                 spans.push((offset, len));
                 continue;
@@ -427,6 +435,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
                         offset + i as u64
                     );
                     errors += 1;
+                    mismatches += 1;
                 }
             }
             drop(view);
@@ -469,6 +478,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
         for &(o, l) in &spans {
             if failed.iter().any(|&(fo, fl)| o < fo + fl && fo < o + l) {
                 errors += 1;
+                mismatches += 1;
             } else {
                 verified += l;
             }
@@ -561,6 +571,8 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
         upload_s,
         ops: done,
         errors,
+        mismatches,
+        checksum_verified,
         bytes_verified: verified,
         concurrency: args.concurrency,
         elapsed_s: elapsed,
@@ -617,7 +629,9 @@ fn print_table(r: &EmbeddedReport, out: &mut dyn Write) -> std::io::Result<()> {
         ("upload (multipart)", format!("{:.2} s", r.upload_s)),
         ("range-gets", r.ops.to_string()),
         ("errors", r.errors.to_string()),
+        ("mismatches", r.mismatches.to_string()),
         ("bytes verified", format_bytes(r.bytes_verified)),
+        ("crc proven ranges", r.checksum_verified.to_string()),
         ("concurrency", r.concurrency.to_string()),
         ("elapsed", format!("{:.2} s", r.elapsed_s)),
         ("ops/s", format!("{:.0}", r.ops_per_s)),

@@ -254,22 +254,42 @@ fn failure(what: &str, c: &Cqe) -> String {
     format!("{what} failed: {code}{class}")
 }
 
-/// Downloads bytes `first..first+len` of an object with parallel range-gets of [`CHUNK`]
-/// ([`IN_FLIGHT`] at once) into one registered ring of slots, and writes them to `out` in
-/// order. Returns the bytes per path and the CRC64NVME of everything written.
+/// What a download moved and what proved it.
+#[derive(Debug, Clone, Default)]
+pub struct Downloaded {
+    /// Bytes per path.
+    pub paths: PathBytes,
+    /// CRC64NVME of everything written.
+    pub crc: u64,
+    /// Every range's bytes were compared with a server checksum of exactly them (the engine's
+    /// `VERIFIED` completion flag: our gateway's range or RDMA reply checksum).
+    pub ranges_verified: bool,
+}
+
+/// Downloads bytes `first..first+len` of an object of `object_size` bytes (its HEAD) with
+/// parallel range-gets of [`CHUNK`] ([`IN_FLIGHT`] at once) into one registered ring of
+/// slots, and writes them to `out` in order. Each answer that names the object's size must
+/// name `object_size` (a shortened HEAD cannot shorten the download unnoticed).
+#[allow(clippy::too_many_arguments)]
 pub fn download(
     target: &EngineTarget,
     bucket: &str,
     key: &str,
     first: u64,
     len: u64,
+    object_size: u64,
     out: &mut dyn Write,
     on_bytes: &mut dyn FnMut(u64),
-) -> Result<(PathBytes, u64), String> {
+) -> Result<Downloaded, String> {
     let mut crc = Crc64Nvme::new();
     let mut paths = PathBytes::default();
+    let mut ranges_verified = true;
     if len == 0 {
-        return Ok((paths, crc.finish()));
+        return Ok(Downloaded {
+            paths,
+            crc: crc.finish(),
+            ranges_verified: false,
+        });
     }
     let chunks = len.div_ceil(CHUNK);
     let depth = IN_FLIGHT.min(chunks);
@@ -331,6 +351,14 @@ pub fn download(
                     c.bytes()
                 ));
             }
+            if c.aux() != 0 && c.aux() != object_size {
+                return Err(format!(
+                    "integrity: range-get {}+{want}: the server names an object of {} bytes, HEAD said {object_size}",
+                    first + i * CHUNK,
+                    c.aux()
+                ));
+            }
+            ranges_verified &= c.verified();
             paths.add_completion(c, want);
             if let Some(d) = done.get_mut(usize::try_from(i % depth).unwrap_or(0)) {
                 *d = true;
@@ -358,7 +386,11 @@ pub fn download(
             next_write += 1;
         }
     }
-    Ok((paths, crc.finish()))
+    Ok(Downloaded {
+        paths,
+        crc: crc.finish(),
+        ranges_verified,
+    })
 }
 
 /// What a single-request upload on the engine did.

@@ -1,10 +1,16 @@
 //! Fuzz bodies (`fuzz/fuzz_targets/*` are one-liners into these). Not a stable API.
 
-use crate::fabric::soft::frame::{CONNECT_PAYLOAD, HEADER_LEN, Opcode, decode_header};
+use crate::fabric::soft::frame::{
+    CONNECT_PAYLOAD, HEADER_LEN, Opcode, TRAILER_LEN, decode_header, frame_crc, trailer,
+};
 
 /// The soft fabric's frame decoder on untrusted bytes: never panics, and a header that decodes
 /// re-encodes to exactly the bytes it came from (the encoding is canonical). For pairing
-/// frames, the RC token payload must round-trip through `s3_lite`'s codec too.
+/// frames, the RC token payload must round-trip through `s3_lite`'s codec too. For payload
+/// frames whose payload and CRC-32C trailer are present, the trailer check accepts exactly
+/// the frames whose trailer equals the checksum of header and payload, and any one changed
+/// byte of header or payload (the position chosen by the input) changes that checksum, so the
+/// receiver would refuse the frame.
 pub fn soft_frame(data: &[u8]) {
     let Ok(h) = decode_header(data) else { return };
     let head = data.get(..HEADER_LEN).unwrap_or_default();
@@ -25,6 +31,44 @@ pub fn soft_frame(data: &[u8]) {
             assert_eq!(&t.to_bytes(), body, "token must round-trip");
         }
     }
+    if !h.opcode.has_trailer() {
+        return;
+    }
+    let end = HEADER_LEN + h.len as usize;
+    let (Some(frame), Some(got)) = (data.get(..end), data.get(end..end + TRAILER_LEN)) else {
+        return;
+    };
+    let enc = h.encode();
+    let sum = |bytes: &[u8]| {
+        let mut c = frame_crc(&enc);
+        c.update(bytes.get(HEADER_LEN..).unwrap_or_default());
+        let mut whole = s3_lite::checksum::Crc32c::new();
+        whole.update(bytes);
+        (trailer(&c), trailer(&whole))
+    };
+    let (ours, whole) = sum(frame);
+    assert_eq!(ours, whole, "header-seeded CRC equals the CRC of the frame");
+    let accepted = got == ours;
+    assert_eq!(accepted, got == trailer_of(frame), "one verdict per frame");
+    // Change one byte of the payload (header changes are covered by decode + re-encode).
+    if h.len > 0 {
+        let at = HEADER_LEN + (usize::from(data.last().copied().unwrap_or(0)) % h.len as usize);
+        let mut bad = frame.to_vec();
+        if let Some(b) = bad.get_mut(at) {
+            *b ^= 0x01;
+        }
+        assert_ne!(
+            trailer_of(&bad),
+            ours,
+            "a flipped payload byte must be detected"
+        );
+    }
+}
+
+fn trailer_of(frame: &[u8]) -> [u8; TRAILER_LEN] {
+    let mut c = s3_lite::checksum::Crc32c::new();
+    c.update(frame);
+    trailer(&c)
 }
 
 /// A server's answer to each RDMA exchange, as the client judges it: the bytes are decoded as
@@ -140,6 +184,17 @@ mod tests {
     }
 
     #[test]
+    fn soft_frame_seeds_replay() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/soft_frame");
+        let mut n = 0;
+        for e in std::fs::read_dir(dir).unwrap() {
+            soft_frame(&std::fs::read(e.unwrap().path()).unwrap());
+            n += 1;
+        }
+        assert!(n >= 16, "{n} seeds");
+    }
+
+    #[test]
     fn soft_frame_accepts_garbage_and_valid_frames() {
         soft_frame(&[]);
         soft_frame(&[0xff; 100]);
@@ -155,5 +210,19 @@ mod tests {
             w[i] ^= 0x5a;
             soft_frame(&w);
         }
+        // A WRITE frame with its trailer, then with a wrong trailer.
+        let mut w = Header::new(Opcode::Write, 1);
+        w.flags = crate::fabric::soft::frame::FIRST | crate::fabric::soft::frame::LAST;
+        w.len = 5;
+        w.rkey = 9;
+        w.addr = 0x1000;
+        let mut f = w.encode().to_vec();
+        f.extend_from_slice(b"hello");
+        let t = trailer_of(&f);
+        f.extend_from_slice(&t);
+        soft_frame(&f);
+        let n = f.len();
+        f[n - 1] ^= 1;
+        soft_frame(&f);
     }
 }

@@ -5,74 +5,18 @@
 
 #[path = "../../gateway/tests/support/raw.rs"]
 mod raw;
+#[path = "../../gateway/tests/support/relay.rs"]
+mod relay;
 #[path = "../../gateway/tests/support/rig.rs"]
 mod rig;
-
-use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use engine::{Fabric, RegisterOptions};
 use hipobj_gateway::Gateway;
 use raw::{ACCESS, SECRET, call};
+use relay::{Fault, Relay};
 use rig::{pattern, run_one};
 use ring_api::BufSlice;
 use ring_api::opcode::Put;
-
-/// Relays every connection to `backend`; in the first request carrying a body it flips the
-/// byte `at` bytes after the end of the request head.
-fn flipping_relay(backend: SocketAddr, at: usize) -> (SocketAddr, Arc<AtomicBool>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let flipped = Arc::new(AtomicBool::new(false));
-    let f = Arc::clone(&flipped);
-    std::thread::spawn(move || {
-        for client in listener.incoming() {
-            let Ok(mut client) = client else { return };
-            let flipped = Arc::clone(&f);
-            std::thread::spawn(move || {
-                let Ok(mut server) = TcpStream::connect(backend) else {
-                    return;
-                };
-                let (Ok(mut s_read), Ok(mut c_write)) = (server.try_clone(), client.try_clone())
-                else {
-                    return;
-                };
-                std::thread::spawn(move || {
-                    let _ = std::io::copy(&mut s_read, &mut c_write);
-                    let _ = c_write.shutdown(Shutdown::Both);
-                });
-                // Bytes of the current request seen so far (up to the flip point).
-                let mut seen: Vec<u8> = Vec::new();
-                let mut buf = vec![0u8; 64 * 1024];
-                loop {
-                    let n = match client.read(&mut buf) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => n,
-                    };
-                    let chunk = &mut buf[..n];
-                    if !flipped.load(Ordering::SeqCst) {
-                        let base = seen.len();
-                        seen.extend_from_slice(chunk);
-                        if let Some(h) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                            let target = h + 4 + at;
-                            if target >= base && target < base + n {
-                                chunk[target - base] ^= 0x01;
-                                flipped.store(true, Ordering::SeqCst);
-                            }
-                        }
-                    }
-                    if server.write_all(chunk).is_err() {
-                        break;
-                    }
-                }
-                let _ = server.shutdown(Shutdown::Write);
-            });
-        }
-    });
-    (addr, flipped)
-}
 
 #[test]
 fn a_put_body_damaged_on_the_way_is_refused_not_stored() {
@@ -86,9 +30,9 @@ fn a_put_body_damaged_on_the_way_is_refused_not_stored() {
     let a = gw.local_addr();
     assert_eq!(call(a, "PUT", "/sum", "", &[], b"").status(), 200);
     let data = pattern(300_000, 21);
-    let (relay, flipped) = flipping_relay(a, 123_456);
+    let relay = Relay::start(a, Fault::FlipRequestBody { at: 123_456 });
 
-    let engine = rig::engine_builder(relay)
+    let engine = rig::engine_builder(relay.addr)
         .fabric(Fabric::Http)
         .build()
         .unwrap();
@@ -102,10 +46,7 @@ fn a_put_body_damaged_on_the_way_is_refused_not_stored() {
         .no_retry()
         .build();
     let c = run_one(&mut q, put);
-    assert!(
-        flipped.load(Ordering::SeqCst),
-        "the relay never flipped a byte"
-    );
+    assert!(relay.fired(), "the relay never flipped a byte");
     assert!(!c.is_ok(), "a damaged body was reported stored: {c:?}");
     // Nothing damaged was stored.
     let r = call(a, "GET", "/sum/damaged", "", &[], b"");

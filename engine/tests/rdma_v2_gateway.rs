@@ -74,6 +74,7 @@ fn matrix(gw: SocketAddr, fabric: Fabric, path: DataPath) {
     got.sort_by_key(|c| c.user_data());
     for c in &got {
         assert!(c.is_ok(), "{c:?}");
+        assert!(c.verified(), "the FINAL's checksum was not checked: {c:?}");
         assert_eq!(c.path(), Some(path), "{c:?}");
     }
     assert_eq!(got[0].bytes(), data.len() as u64);

@@ -14,7 +14,9 @@
 //!   [`ObjectSink`], exactly like the HTTP response), for PUT the body is read from it (a
 //!   [`BodySource`], exactly like the socket), then [`DataPath::finish`] reports the bytes
 //!   moved; the reply carries `x-amz-rdma-reply`, `x-amz-rdma-bytes-transferred` and
-//!   `x-amz-rdma-bytes`, and `Content-Length: 0`. Backends do not change.
+//!   `x-amz-rdma-bytes`, for GET `x-amz-rdma-checksum-crc64nvme` (the CRC64NVME of exactly the
+//!   bytes handed to the path, computed as they pass), and `Content-Length: 0`. Backends do
+//!   not change.
 //!
 //! Targets: [`NoFabric`] (`--fabric none`, declines everything) and
 //! [`crate::target::RcTarget`] (`--fabric soft` or `--fabric verbs`: `rc-persistent` and

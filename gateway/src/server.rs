@@ -441,10 +441,22 @@ impl Shared {
 
     /// Reserves `bytes` of the buffer budget, or 503 SlowDown.
     pub fn reserve(&self, bytes: usize) -> Result<Reservation<'_>, ApiError> {
+        self.reserve_within(bytes, self.config.max_buffered_bytes)
+    }
+
+    /// Reserves `bytes` for an optional buffer (a ranged GET held for its checksum) only
+    /// while the budget stays at most half used, so such buffers never starve connections;
+    /// `None`: do without it.
+    pub(crate) fn reserve_optional(&self, bytes: usize) -> Option<Reservation<'_>> {
+        self.reserve_within(bytes, self.config.max_buffered_bytes / 2)
+            .ok()
+    }
+
+    fn reserve_within(&self, bytes: usize, limit: u64) -> Result<Reservation<'_>, ApiError> {
         let bytes = bytes as u64;
         let mut cur = self.buffered.load(Ordering::Acquire);
         loop {
-            if cur + bytes > self.config.max_buffered_bytes {
+            if cur + bytes > limit {
                 return Err(ApiError::slow_down());
             }
             match self.buffered.compare_exchange_weak(

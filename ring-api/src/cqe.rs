@@ -135,6 +135,10 @@ pub mod cqe_flags {
     pub const PATH_MASK: u32 = 0x0000_000F;
     /// The operation was retried at least once before this outcome.
     pub const RETRIED: u32 = 1 << 4;
+    /// A successful Get/RangeGet whose bytes were compared with a checksum the server computed
+    /// over exactly those bytes (or over the whole object, for a whole-object Get), and matched.
+    /// Clear: nothing proved the bytes beyond their count.
+    pub const VERIFIED: u32 = 1 << 5;
     /// Shift of the [`ErrorClass`](super::ErrorClass) field.
     pub const CLASS_SHIFT: u32 = 8;
     /// Mask of the [`ErrorClass`](super::ErrorClass) field.
@@ -150,7 +154,8 @@ pub mod cqe_flags {
 /// Layout: `user_data: u64 @0, result: i32 @8, flags: u32 @12, bytes: u64 @16, aux: u64 @24`
 /// (`result` and `flags` are stored as one word; see the field docs). `aux` is
 /// operation-specific: the object size for Head, the new upload handle for CreateMultipart,
-/// zero otherwise.
+/// the object size the server named for Get and RangeGet (`Content-Range` total or the RDMA
+/// byte count's `/total`; 0 when it named none), zero otherwise.
 #[repr(C)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Cqe {
@@ -272,6 +277,20 @@ impl Cqe {
         let (result, flags) = unpack(self.result_flags);
         self.result_flags = pack(result, flags | cqe_flags::RETRIED);
         self
+    }
+
+    /// Marks the completion's bytes as proven by a server checksum ([`cqe_flags::VERIFIED`]).
+    #[must_use]
+    pub const fn with_verified(mut self) -> Self {
+        let (result, flags) = unpack(self.result_flags);
+        self.result_flags = pack(result, flags | cqe_flags::VERIFIED);
+        self
+    }
+
+    /// Whether a server checksum over exactly the bytes moved was compared and matched.
+    #[must_use]
+    pub const fn verified(&self) -> bool {
+        self.flags() & cqe_flags::VERIFIED != 0
     }
 
     /// Builds a completion from raw fields (e.g. read from a foreign ring).
@@ -449,7 +468,9 @@ mod tests {
             Some(WireDialect::None)
         );
         let c = Cqe::error(1, ErrorCode::Io, ErrorClass::Transport).with_path(DataPath::Http);
-        let c = c.with_retried().with_aux(9);
+        assert!(!c.verified());
+        let c = c.with_retried().with_aux(9).with_verified();
+        assert!(c.verified());
         assert_eq!(c.result(), -5);
         assert_eq!(c.path(), Some(DataPath::Http));
         assert_eq!(c.error_class(), Some(ErrorClass::Transport));

@@ -51,7 +51,22 @@ pub(crate) enum Outcome {
     },
 }
 
+/// Inside the engine, bit 63 of a Get/RangeGet success's `aux` says the bytes were proven by a
+/// server checksum; the worker moves it to [`ring_api::cqe_flags::VERIFIED`] (object sizes
+/// never reach 2^63).
+pub(crate) const AUX_VERIFIED: u64 = 1 << 63;
+
 impl Outcome {
+    /// A GET's success: `bytes` landed, the server named the object's `size` (0: it named
+    /// none), and `verified` says a server checksum over the bytes matched.
+    pub(crate) const fn got(bytes: u64, size: u64, verified: bool) -> Self {
+        let aux = size & !AUX_VERIFIED;
+        Self::Done {
+            bytes,
+            aux: if verified { aux | AUX_VERIFIED } else { aux },
+        }
+    }
+
     pub(crate) const fn fail(code: ErrorCode, class: ErrorClass, retry: Retry) -> Self {
         Self::Failed { code, class, retry }
     }

@@ -6,9 +6,9 @@ use std::time::Instant;
 use ring_api::{Cqe, ErrorClass, ErrorCode};
 
 use super::event_loop::Worker;
-use crate::fabric::{Outcome, Retry};
+use crate::fabric::{AUX_VERIFIED, Outcome, Retry};
 use crate::gpu::stager;
-use crate::inflight::{InFlight, MultipartOp, OpKey, Phase};
+use crate::inflight::{InFlight, MultipartOp, OpKey, OpKind, Phase};
 use crate::timers::TimerKind;
 
 /// Immediate retries allowed after stale keep-alive connections, per operation.
@@ -204,9 +204,15 @@ impl Worker {
                     return;
                 }
                 let (path, dialect) = self.fabric.path_of(key);
-                let cqe = Cqe::success(0, bytes, path)
-                    .with_aux(aux)
+                // The proof bit travels in `aux` inside the engine; only GETs report it.
+                let mut cqe = Cqe::success(0, bytes, path)
+                    .with_aux(aux & !AUX_VERIFIED)
                     .with_dialect(dialect);
+                if aux & AUX_VERIFIED != 0
+                    && matches!(op.kind, OpKind::Get | OpKind::RangeGet { .. })
+                {
+                    cqe = cqe.with_verified();
+                }
                 if let Some(cqe) = self.stage_in(key, cqe) {
                     self.finish(key, cqe);
                 }

@@ -27,6 +27,11 @@ pub const HEADER_ALGORITHM: &str = "x-amz-checksum-algorithm";
 pub const HEADER_MODE: &str = "x-amz-checksum-mode";
 /// The only value of [`HEADER_MODE`].
 pub const MODE_ENABLED: &str = "ENABLED";
+/// Response header of `hipobj serve` on a ranged GET (206) whose body it sent: the CRC64NVME
+/// (base64) of exactly the body bytes, computed by the server as it read them. Clients that
+/// know it compare it with the bytes received (an RDMA reply uses
+/// [`crate::rdma::RDMA_CHECKSUM_CRC64NVME`] instead, which covers the transferred bytes).
+pub const HEADER_RANGE_CRC64NVME: &str = "x-hipobj-range-checksum-crc64nvme";
 /// Base64 of the CRC64NVME of the empty input: what a server that ignored an RDMA PUT computes.
 pub const EMPTY_CRC64NVME_BASE64: &str = "AAAAAAAAAAA=";
 

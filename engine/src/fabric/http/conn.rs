@@ -10,11 +10,12 @@ use std::os::fd::AsRawFd;
 
 use mio::net::TcpStream;
 use ring_api::{ErrorClass, ErrorCode};
+use s3_lite::checksum::Crc64Nvme;
 use s3_lite::http::{Event, HttpError, Limits, ResponseDecoder};
 
 use super::response::{MAX_XML_ANSWER, Plan, finish_multipart, needs_stored_check, plan_for};
 use crate::fabric::{Outcome, Retry};
-use crate::inflight::InFlight;
+use crate::inflight::{InFlight, OpKind};
 
 /// Largest error-response body kept for diagnostics; the rest is read and discarded.
 const MAX_ERROR_BODY: usize = 16 * 1024;
@@ -66,6 +67,49 @@ pub(crate) struct Conn {
     rdma: Option<Option<String>>,
     /// What the RDMA answer meant (taken by the fabric when the exchange ends).
     pub(crate) verdict: Option<crate::fabric::rdma::verdict::Verdict>,
+    /// A GET body the server named a checksum of: its value and ours, fed as bytes land.
+    body_sum: Option<BodySum>,
+    /// The object size a GET's answer named (`Content-Range` total, else the 200's length).
+    object_size: u64,
+}
+
+/// The checksum a GET answer names for exactly its body, and ours of the bytes received.
+#[derive(Debug)]
+struct BodySum {
+    expected: String,
+    ours: Crc64Nvme,
+}
+
+impl BodySum {
+    /// The range checksum of our gateway's answer (`x-hipobj-range-checksum-crc64nvme`), when
+    /// the body is the payload of a GET.
+    fn of(op: &InFlight, head: &s3_lite::http::ResponseHead) -> Option<Self> {
+        if !matches!(op.kind, OpKind::Get | OpKind::RangeGet { .. }) || op.multipart.is_some() {
+            return None;
+        }
+        let v = head.header(s3_lite::checksum::HEADER_RANGE_CRC64NVME)?;
+        Some(Self {
+            expected: v.trim().to_owned(),
+            ours: Crc64Nvme::new(),
+        })
+    }
+
+    fn matches(&self) -> bool {
+        s3_lite::checksum::encode_crc64nvme(self.ours.finish()) == self.expected
+    }
+}
+
+/// The object size an answer names: the `Content-Range` total, else a 200's body length.
+fn named_size(head: &s3_lite::http::ResponseHead) -> u64 {
+    match head
+        .header("content-range")
+        .map(s3_lite::s3::ContentRange::parse)
+    {
+        Some(Ok(s3_lite::s3::ContentRange::Bytes { total: Some(t), .. })) => t,
+        Some(_) => 0,
+        None if head.status == 200 => head.content_length().unwrap_or(0),
+        None => 0,
+    }
 }
 
 fn io_fail(reused: bool, got_bytes: bool) -> Step {
@@ -102,6 +146,8 @@ impl Conn {
             quickack,
             rdma: None,
             verdict: None,
+            body_sum: None,
+            object_size: 0,
         }
     }
 
@@ -127,6 +173,8 @@ impl Conn {
         self.received = 0;
         self.got_bytes = false;
         self.err_body.clear();
+        self.body_sum = None;
+        self.object_size = 0;
     }
 
     /// Checks the outcome of a non-blocking connect after a writable event.
@@ -293,7 +341,14 @@ impl Conn {
                                     match crate::fabric::rdma::cuobject::check_destination(
                                         op.kind, &head, landed,
                                     ) {
-                                        Ok(()) => Plan::Finish(Outcome::Done { bytes, aux }),
+                                        Ok(proven) if op.kind != OpKind::Put => {
+                                            // The size: the byte count's `/total`, else the
+                                            // reply's `Content-Range` total.
+                                            let size =
+                                                if aux == 0 { named_size(&head) } else { aux };
+                                            Plan::Finish(Outcome::got(bytes, size, proven))
+                                        }
+                                        Ok(_) => Plan::Finish(Outcome::Done { bytes, aux }),
                                         Err(code) => Plan::Finish(integrity(code)),
                                     }
                                 }
@@ -304,6 +359,10 @@ impl Conn {
                     };
                     if op.multipart.is_some() {
                         self.etag = head.header("etag").map(str::to_owned);
+                    }
+                    if let Plan::Payload { .. } = p {
+                        self.body_sum = BodySum::of(op, &head);
+                        self.object_size = named_size(&head);
                     }
                     if let Plan::Finish(o @ Outcome::Failed { .. }) = p {
                         // The body is of no use (wrong range, too large): drop the connection
@@ -331,6 +390,9 @@ impl Conn {
                                 outcome: integrity(ErrorCode::TooLarge),
                                 reusable: false,
                             });
+                        }
+                        if let Some(sum) = self.body_sum.as_mut() {
+                            sum.ours.update(data);
                         }
                         self.received += data.len() as u64;
                     }
@@ -362,12 +424,11 @@ impl Conn {
             self.reused = true;
         }
         let outcome = match self.plan.take() {
-            Some(Plan::Payload { expected, .. }) => match expected {
-                Some(n) if n != self.received => integrity(ErrorCode::Integrity),
-                _ => Outcome::Done {
-                    bytes: self.received,
-                    aux: 0,
-                },
+            Some(Plan::Payload { expected, .. }) => match (expected, self.body_sum.take()) {
+                (Some(n), _) if n != self.received => integrity(ErrorCode::Integrity),
+                // The server's checksum of exactly this body disagrees with the bytes we hold.
+                (_, Some(sum)) if !sum.matches() => integrity(ErrorCode::Integrity),
+                (_, sum) => Outcome::got(self.received, self.object_size, sum.is_some()),
             },
             Some(Plan::Finish(o) | Plan::Error(o)) => o,
             Some(Plan::Collect) => Outcome::Done { bytes: 0, aux: 0 },

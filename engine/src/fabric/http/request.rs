@@ -94,8 +94,16 @@ fn request(ep: &Endpoint, op: &InFlight, rdma: bool) -> Result<Built, Outcome> {
     }
     let (bucket, key) = (&*op.object.bucket, &*op.object.key);
     let built = match op.kind {
-        OpKind::Get => get_object(ep, bucket, key, &GetOptions::default())
-            .map(|r| (r, empty(), BodyFraming::None)),
+        // `bytes=0-` makes the answer commit to the object's size (`Content-Range` total),
+        // which a shortened `Content-Length` cannot change (response.rs checks it). An RDMA
+        // GET names the size in its byte count instead and keeps the plain request.
+        OpKind::Get => {
+            let opts = GetOptions {
+                range: (!rdma).then_some(ByteRange::From(0)),
+                ..GetOptions::default()
+            };
+            get_object(ep, bucket, key, &opts).map(|r| (r, empty(), BodyFraming::None))
+        }
         OpKind::RangeGet { offset } => {
             let last = offset
                 .checked_add(op.buf_len())

@@ -235,6 +235,11 @@ pub(crate) fn finish_multipart(
 
 /// Decides how to treat the response to `kind` whose registered range is `buf_len` bytes.
 pub(crate) fn plan(kind: OpKind, buf_len: u64, head: &ResponseHead) -> Plan {
+    // A whole-object GET asks for `bytes=0-` (so the answer commits to the object's size in
+    // `Content-Range`): a 416 says the object has no byte 0, i.e. it is empty.
+    if kind == OpKind::Get && head.status == 416 {
+        return Plan::Finish(Outcome::got(0, 0, false));
+    }
     if !(200..300).contains(&head.status) {
         return Plan::Error(status_outcome(head.status));
     }
@@ -251,6 +256,7 @@ pub(crate) fn plan(kind: OpKind, buf_len: u64, head: &ResponseHead) -> Plan {
             bytes: buf_len,
             aux: 0,
         }),
+        OpKind::Get if head.status == 206 => whole_range_plan(buf_len, head, len),
         OpKind::Get => match len {
             Some(n) if n > buf_len => fail(ErrorCode::TooLarge, ErrorClass::Local),
             expected => Plan::Payload {
@@ -259,6 +265,35 @@ pub(crate) fn plan(kind: OpKind, buf_len: u64, head: &ResponseHead) -> Plan {
             },
         },
         OpKind::RangeGet { offset } => range_plan(offset, buf_len, head, len),
+    }
+}
+
+/// The 206 answer to a whole-object GET (`Range: bytes=0-`): it must name every byte of the
+/// object (`bytes 0-(t-1)/t`), and exactly `t` bytes must arrive, whatever `Content-Length`
+/// says, so a shortened length cannot end in success.
+fn whole_range_plan(buf_len: u64, head: &ResponseHead, len: Option<u64>) -> Plan {
+    let range = head
+        .header("content-range")
+        .and_then(|v| ContentRange::parse(v).ok());
+    match range {
+        Some(ContentRange::Bytes {
+            first: 0,
+            last,
+            total: Some(t),
+        }) if last.checked_add(1) == Some(t) => {
+            if t > buf_len {
+                fail(ErrorCode::TooLarge, ErrorClass::Local)
+            } else if len.is_some_and(|n| n != t) {
+                fail(ErrorCode::Integrity, ErrorClass::Integrity)
+            } else {
+                Plan::Payload {
+                    expected: Some(t),
+                    cap: t,
+                }
+            }
+        }
+        Some(_) => fail(ErrorCode::Integrity, ErrorClass::Integrity),
+        None => fail(ErrorCode::Protocol, ErrorClass::Integrity),
     }
 }
 
@@ -431,8 +466,15 @@ mod tests {
                 Retry::Yes
             ))
         );
+        let ranged = |s| {
+            plan(
+                OpKind::RangeGet { offset: 0 },
+                10,
+                &head(s, &[("Content-Length", "0")]),
+            )
+        };
         assert_eq!(
-            p(416),
+            ranged(416),
             Plan::Error(Outcome::fail(
                 ErrorCode::RangeNotSatisfiable,
                 ErrorClass::Client,
@@ -547,6 +589,56 @@ mod tests {
                 ErrorClass::Client,
                 Retry::No
             ))
+        );
+    }
+
+    #[test]
+    fn whole_get_answered_206_must_name_the_whole_object() {
+        let ok = head(
+            206,
+            &[
+                ("Content-Range", "bytes 0-99/100"),
+                ("Content-Length", "100"),
+            ],
+        );
+        assert_eq!(
+            plan(OpKind::Get, 128, &ok),
+            Plan::Payload {
+                expected: Some(100),
+                cap: 100
+            }
+        );
+        // A relay lowered Content-Length: the range still names 100 bytes.
+        let short = head(
+            206,
+            &[
+                ("Content-Range", "bytes 0-99/100"),
+                ("Content-Length", "90"),
+            ],
+        );
+        assert_eq!(
+            plan(OpKind::Get, 128, &short),
+            fail(ErrorCode::Integrity, ErrorClass::Integrity)
+        );
+        let part = head(
+            206,
+            &[
+                ("Content-Range", "bytes 0-49/100"),
+                ("Content-Length", "50"),
+            ],
+        );
+        assert_eq!(
+            plan(OpKind::Get, 128, &part),
+            fail(ErrorCode::Integrity, ErrorClass::Integrity)
+        );
+        assert_eq!(
+            plan(OpKind::Get, 64, &ok),
+            fail(ErrorCode::TooLarge, ErrorClass::Local)
+        );
+        // `bytes=0-` of an empty object is not satisfiable: the object is empty.
+        assert_eq!(
+            plan(OpKind::Get, 64, &head(416, &[("Content-Length", "0")])),
+            Plan::Finish(Outcome::got(0, 0, false))
         );
     }
 

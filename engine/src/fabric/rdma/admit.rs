@@ -237,9 +237,10 @@ impl RdmaClient {
                     }
                     self.running.remove(&key);
                     events.push(match result {
-                        v2::Exchange::Done { bytes } => {
+                        v2::Exchange::Done { bytes, verified } => {
                             self.moved.insert(key, WireDialect::RcV2);
-                            Event::Complete(key, Outcome::Done { bytes, aux: 0 })
+                            // PUTs ignore the flag (it is moved to the CQE for GETs only).
+                            Event::Complete(key, Outcome::got(bytes, 0, verified))
                         }
                         v2::Exchange::Fallback { learn } => {
                             if learn && self.dialect == Dialect::Auto {

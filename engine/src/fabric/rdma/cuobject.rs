@@ -79,7 +79,8 @@ fn crc_b64(data: &[u8]) -> String {
 /// wrote). Compared when present: `x-amz-rdma-checksum-crc64nvme` (covers the transferred
 /// bytes) and, for a whole-object GET answered 200 without `Content-Range`,
 /// `x-amz-checksum-crc64nvme` (the full object's). A mismatch is `ErrorCode::Integrity`.
-/// Answers without a covering checksum are accepted on the reply and count alone.
+/// Answers without a covering checksum are accepted on the reply and count alone:
+/// `Ok(true)` says a checksum was compared (the bytes are proven), `Ok(false)` that none was.
 ///
 /// Called by the connection (`fabric/http/conn.rs`) right after `verdict::judge` accepts an
 /// RDMA GET (any dialect carried over HTTP), before the operation completes.
@@ -87,14 +88,14 @@ pub(crate) fn check_destination(
     kind: OpKind,
     head: &ResponseHead,
     dest: &[u8],
-) -> Result<(), ErrorCode> {
+) -> Result<bool, ErrorCode> {
     let rdma = head.header("x-amz-rdma-checksum-crc64nvme").map(str::trim);
     let whole =
         (kind == OpKind::Get && head.status == 200 && head.header("content-range").is_none())
             .then(|| head.header("x-amz-checksum-crc64nvme").map(str::trim))
             .flatten();
     if rdma.is_none() && whole.is_none() {
-        return Ok(());
+        return Ok(false);
     }
     let ours = crc_b64(dest);
     for want in [rdma, whole].into_iter().flatten() {
@@ -102,7 +103,7 @@ pub(crate) fn check_destination(
             return Err(ErrorCode::Integrity);
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -150,7 +151,7 @@ mod tests {
         let good = encode_crc64nvme(0xae8b_1486_0a79_9888);
         assert_eq!(crc_b64(data), good);
         let h = head(200, &[("x-amz-checksum-crc64nvme", &good)]);
-        assert_eq!(check_destination(OpKind::Get, &h, data), Ok(()));
+        assert_eq!(check_destination(OpKind::Get, &h, data), Ok(true));
         assert_eq!(
             check_destination(OpKind::Get, &h, b"12345678X"),
             Err(ErrorCode::Integrity)
@@ -163,10 +164,10 @@ mod tests {
         );
         // A full-object checksum says nothing about a range.
         let whole_on_range = head(206, &[("x-amz-checksum-crc64nvme", &good)]);
-        assert_eq!(check_destination(rg, &whole_on_range, b"000"), Ok(()));
+        assert_eq!(check_destination(rg, &whole_on_range, b"000"), Ok(false));
         assert_eq!(
             check_destination(OpKind::Get, &head(200, &[]), b"x"),
-            Ok(())
+            Ok(false)
         );
     }
 }

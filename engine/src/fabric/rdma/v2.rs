@@ -63,8 +63,9 @@ const SUM_CHUNK: usize = 256 * 1024;
 /// How an exchange ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Exchange {
-    /// The bytes moved by RDMA and every check passed.
-    Done { bytes: u64 },
+    /// The bytes moved by RDMA and every check passed; `verified`: the FINAL carried a
+    /// checksum of them, and it matched.
+    Done { bytes: u64, verified: bool },
     /// Send this request over HTTP; `learn`: the endpoint does not do v2 over this fabric.
     Fallback { learn: bool },
     /// The op failed (the outcome says how and whether to retry).
@@ -384,7 +385,8 @@ fn run(
                     None,
                 ))
             } else if sums_match(&wire.fence, bytes, &sums) {
-                Ok(Exchange::Done { bytes })
+                let verified = sums.crc64nvme.is_some() || sums.crc32c.is_some();
+                Ok(Exchange::Done { bytes, verified })
             } else {
                 Err((
                     fail(ErrorCode::Integrity, ErrorClass::Integrity, Retry::No),

@@ -131,10 +131,8 @@ fn get_success(kind: OpKind, buf_len: u64, head: &ResponseHead) -> Plan {
         // Short (or impossible) transfers are errors, never success.
         return integrity(ErrorCode::Integrity);
     }
-    Plan::Finish(Outcome::Done {
-        bytes: moved,
-        aux: 0,
-    })
+    // The object size the answer named (`N/total`), reported with the completion.
+    Plan::Finish(Outcome::got(moved, total.unwrap_or(0), false))
 }
 
 #[cfg(test)]
@@ -195,7 +193,7 @@ mod tests {
         );
         assert_eq!(
             judge(OpKind::Get, 64, &full, None).0,
-            Plan::Finish(Outcome::Done { bytes: 50, aux: 0 })
+            Plan::Finish(Outcome::Done { bytes: 50, aux: 50 })
         );
         let short = head(
             206,

@@ -21,6 +21,16 @@
 //! | 20 | 4 | imm | immediate data (WRITE_IMM, SEND_IMM) |
 //! | 24 | 8 | addr | remote virtual address (WRITE*, READ_REQ) |
 //! | 32 | 8 | aux | READ_REQ: read length; NAK: [`NakCode`]; CONNECT: destination QPN |
+//!
+//! Integrity: the soft fabric runs over plain TCP, whose 16-bit checksum lets corruption
+//! through (and a relay or a bug can change bytes undetected), so every frame that carries
+//! payload (WRITE, WRITE_IMM, SEND, SEND_IMM, READ_RESP; [`Opcode::has_trailer`]) ends in a
+//! [`TRAILER_LEN`]-byte trailer: the CRC-32C (big-endian) of the 40 header bytes and the
+//! payload ([`frame_crc`]). A receiver that computes another value refuses the frame as a
+//! transport error (a request: NAK [`NakCode::Checksum`]; a READ response: the READ fails),
+//! the QP goes to the error state and the operation fails, never completing with wrong bytes.
+//! Header-only frames (ACK, NAK, READ_REQ, CONNECT*) carry no trailer: their fields are
+//! validated exactly and every one of them is checked against local state.
 
 use thiserror::Error;
 
@@ -28,8 +38,10 @@ use thiserror::Error;
 pub const HEADER_LEN: usize = 40;
 /// `"SF"`.
 pub const MAGIC: u16 = 0x5346;
-/// The only wire version spoken today.
-pub const VERSION: u8 = 1;
+/// The only wire version spoken today (2: payload frames carry the CRC-32C trailer).
+pub const VERSION: u8 = 2;
+/// Bytes of the CRC-32C trailer after the payload of a frame that [`Opcode::has_trailer`].
+pub const TRAILER_LEN: usize = 4;
 /// Largest payload one frame may carry (16 MiB). Larger messages span several frames.
 pub const MAX_PAYLOAD: u32 = 16 << 20;
 /// PSNs are 24-bit, as in InfiniBand.
@@ -85,6 +97,15 @@ impl Opcode {
         }
     }
 
+    /// Whether frames of this opcode carry payload and so end in the CRC-32C trailer.
+    #[must_use]
+    pub const fn has_trailer(self) -> bool {
+        matches!(
+            self,
+            Opcode::Write | Opcode::WriteImm | Opcode::Send | Opcode::SendImm | Opcode::ReadResp
+        )
+    }
+
     /// Parses the wire byte.
     #[must_use]
     pub const fn from_byte(b: u8) -> Option<Self> {
@@ -120,6 +141,8 @@ pub enum NakCode {
     RemoteOperation,
     /// CONNECT refused: no such QP, wrong state, or already paired.
     ConnectRefused,
+    /// The frame's CRC-32C trailer disagrees with its header and payload.
+    Checksum,
 }
 
 impl NakCode {
@@ -133,6 +156,7 @@ impl NakCode {
             NakCode::RnrTimeout => 4,
             NakCode::RemoteOperation => 5,
             NakCode::ConnectRefused => 6,
+            NakCode::Checksum => 7,
         }
     }
 
@@ -146,6 +170,7 @@ impl NakCode {
             4 => NakCode::RnrTimeout,
             5 => NakCode::RemoteOperation,
             6 => NakCode::ConnectRefused,
+            7 => NakCode::Checksum,
             _ => return None,
         })
     }
@@ -259,6 +284,21 @@ impl Header {
     pub const fn last(&self) -> bool {
         self.flags & LAST != 0
     }
+}
+
+/// The checksum of a trailer-carrying frame, started over its encoded header: feed the
+/// payload, then compare [`trailer`] of the result with the received trailer.
+#[must_use]
+pub fn frame_crc(header: &[u8; HEADER_LEN]) -> s3_lite::checksum::Crc32c {
+    let mut c = s3_lite::checksum::Crc32c::new();
+    c.update(header);
+    c
+}
+
+/// The trailer bytes of a frame whose checksum is `crc` (header and payload fed).
+#[must_use]
+pub fn trailer(crc: &s3_lite::checksum::Crc32c) -> [u8; TRAILER_LEN] {
+    crc.finish().to_be_bytes()
 }
 
 /// Copies `src` to `at` (offsets are the layout constants above, always in range).
@@ -406,7 +446,7 @@ mod tests {
         let h = write(0x12_3456, 4096);
         let b = h.encode();
         let want: [u8; HEADER_LEN] = [
-            0x53, 0x46, 1, 1, 3, 0, 0, 0, 0, 0x12, 0x34, 0x56, 0, 0, 0x10, 0, 0xab, 0xcd, 0xef,
+            0x53, 0x46, 2, 1, 3, 0, 0, 0, 0, 0x12, 0x34, 0x56, 0, 0, 0x10, 0, 0xab, 0xcd, 0xef,
             0x01, 0, 0, 0, 0, 0, 0, 0x7f, 0, 0, 0, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0,
         ];
         assert_eq!(b, want);
@@ -420,8 +460,8 @@ mod tests {
         b[0] = 0;
         assert!(matches!(decode_header(&b), Err(FrameError::Magic(_))));
         let mut b = good;
-        b[2] = 2;
-        assert_eq!(decode_header(&b), Err(FrameError::Version(2)));
+        b[2] = 1;
+        assert_eq!(decode_header(&b), Err(FrameError::Version(1)));
         let mut b = good;
         b[3] = 99;
         assert_eq!(decode_header(&b), Err(FrameError::Opcode(99)));
@@ -470,6 +510,26 @@ mod tests {
             decode_header(&nak.encode()),
             Err(FrameError::Field { .. })
         ));
+    }
+
+    #[test]
+    fn trailer_covers_header_and_payload() {
+        let h = write(5, 3).encode();
+        let mut c = frame_crc(&h);
+        c.update(b"abc");
+        let t = trailer(&c);
+        let mut again = frame_crc(&h);
+        again.update(b"abc");
+        assert_eq!(trailer(&again), t);
+        let mut flipped = frame_crc(&h);
+        flipped.update(b"abd");
+        assert_ne!(trailer(&flipped), t);
+        let mut h2 = h;
+        h2[27] ^= 1;
+        let mut other = frame_crc(&h2);
+        other.update(b"abc");
+        assert_ne!(trailer(&other), t);
+        assert!(Opcode::ReadResp.has_trailer() && !Opcode::Ack.has_trailer());
     }
 
     #[test]

@@ -117,41 +117,95 @@ impl RegionMem {
         usize::try_from(n).map_err(|_| io::Error::last_os_error())
     }
 
-    /// One `sendmsg(2)`: the unsent tail of `head`, then region bytes `off..off+len`.
-    /// Returns the byte count written. Caller holds the gate (shared).
+    /// One `sendmsg(2)`: the unsent tail of `head`, then region bytes `off..off+len`, then
+    /// `tail`. Returns the byte count written. Caller holds the gate (shared).
     pub(crate) fn send_from(
         &self,
         sock: &TcpStream,
         head: &[u8],
         off: usize,
         len: usize,
+        tail: &[u8],
     ) -> io::Result<usize> {
         let off = self.span(off, len)?;
         // SAFETY: in bounds of the live region (checked above, field INVARIANT).
         let payload = unsafe { self.ptr.as_ptr().add(off) };
-        send_iov(sock, head, payload, len)
+        send_iov(sock, head, payload, len, tail)
+    }
+
+    /// Feeds region bytes `off..off+len` to `crc` (a frame's checksum), through a bounce
+    /// buffer, so no Rust reference to registered bytes is formed. Caller holds the gate
+    /// (shared) and has validated the range against the grant.
+    pub(crate) fn crc32c_into(
+        &self,
+        crc: &mut s3_lite::checksum::Crc32c,
+        off: usize,
+        len: usize,
+    ) -> io::Result<()> {
+        let off = self.span(off, len)?;
+        let mut bounce = [0u8; 16 * 1024];
+        let mut done = 0usize;
+        while done < len {
+            let n = (len - done).min(bounce.len());
+            // SAFETY: `ptr+off+done .. +n` is inside the live region (span checked above,
+            // field INVARIANT) and `bounce` is local memory of at least `n` bytes. Bytes have
+            // no invalid values; a concurrent writer of the same bytes (a protocol violation
+            // by a peer or the application, under the verbs rule) can only make the checksum
+            // disagree, which fails the frame.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.ptr.as_ptr().add(off + done),
+                    bounce.as_mut_ptr(),
+                    n,
+                );
+            }
+            crc.update(bounce.get(..n).unwrap_or_default());
+            done += n;
+        }
+        Ok(())
     }
 }
 
-/// `sendmsg` of `head` plus `len` bytes at `payload` (MSG_NOSIGNAL: a closed peer is an
-/// `EPIPE` error, never a signal).
-fn send_iov(sock: &TcpStream, head: &[u8], payload: *const u8, len: usize) -> io::Result<usize> {
-    let mut iov = [
-        libc::iovec {
-            iov_base: head.as_ptr().cast_mut().cast(),
-            iov_len: head.len(),
-        },
-        libc::iovec {
-            iov_base: payload.cast_mut().cast(),
-            iov_len: len,
-        },
+/// `sendmsg` of `head`, `len` bytes at `payload`, then `tail` (MSG_NOSIGNAL: a closed peer
+/// is an `EPIPE` error, never a signal). Empty pieces are left out.
+fn send_iov(
+    sock: &TcpStream,
+    head: &[u8],
+    payload: *const u8,
+    len: usize,
+    tail: &[u8],
+) -> io::Result<usize> {
+    let pieces = [
+        (head.as_ptr(), head.len()),
+        (payload, len),
+        (tail.as_ptr(), tail.len()),
     ];
+    let mut iov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; 3];
+    let mut used = 0usize;
+    for (base, n) in pieces {
+        if n > 0
+            && let Some(slot) = iov.get_mut(used)
+        {
+            *slot = libc::iovec {
+                iov_base: base.cast_mut().cast(),
+                iov_len: n,
+            };
+            used += 1;
+        }
+    }
+    if used == 0 {
+        return Ok(0);
+    }
     // SAFETY: an all-zero msghdr is a valid "no name, no control" header.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = iov.as_mut_ptr();
-    msg.msg_iovlen = if len == 0 { 1 } else { 2 };
-    // SAFETY: both iovecs describe readable memory for the call's duration (`head` is borrowed;
-    // `payload..payload+len` is inside a live region per `send_from`), and sendmsg only reads.
+    msg.msg_iovlen = used as _;
+    // SAFETY: the iovecs describe readable memory for the call's duration (`head` and `tail`
+    // are borrowed; `payload..payload+len` is inside a live region per `send_from`), and
+    // sendmsg only reads.
     let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &raw const msg, libc::MSG_NOSIGNAL) };
     usize::try_from(n).map_err(|_| io::Error::last_os_error())
 }

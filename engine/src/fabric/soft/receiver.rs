@@ -12,7 +12,9 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::frame::{HEADER_LEN, Header, NakCode, Opcode, PSN_MASK, decode_header};
+use super::frame::{
+    HEADER_LEN, Header, NakCode, Opcode, PSN_MASK, TRAILER_LEN, decode_header, frame_crc, trailer,
+};
 use super::mr::Granted;
 use super::wr::Access;
 use super::qp::{MAX_RD_ATOMIC, QpState};
@@ -47,6 +49,8 @@ struct Rx<'a> {
     progress: Instant,
     epsn: u32,
     msg: Option<Msg>,
+    /// The frame being received: its checksum so far (started over its raw header).
+    crc: s3_lite::checksum::Crc32c,
 }
 
 pub(crate) fn run(qp: &Arc<QpShared>, sock: &Arc<TcpStream>, epsn: u32) {
@@ -56,6 +60,7 @@ pub(crate) fn run(qp: &Arc<QpShared>, sock: &Arc<TcpStream>, epsn: u32) {
         progress: Instant::now(),
         epsn,
         msg: None,
+        crc: s3_lite::checksum::Crc32c::new(),
     };
     let stop = loop {
         if let Err(s) = rx.one() {
@@ -135,8 +140,26 @@ impl Rx<'_> {
 
     fn read_header(&mut self) -> Result<[u8; HEADER_LEN], Stop> {
         let mut b = [0u8; HEADER_LEN];
+        self.read_exact(&mut b, false)?;
+        Ok(b)
+    }
+
+    /// Reads the frame's trailer and compares it with the checksum of what was received
+    /// (`refuse` when they differ: the frame changed on the way).
+    fn check_trailer(&mut self, refuse: Stop) -> Result<(), Stop> {
+        let mut t = [0u8; TRAILER_LEN];
+        self.read_exact(&mut t, true)?;
+        if t == trailer(&self.crc) {
+            Ok(())
+        } else {
+            Err(refuse)
+        }
+    }
+
+    /// Fills `b` from the socket (`mid_frame`: a stall counts as a dead peer at once).
+    fn read_exact(&mut self, b: &mut [u8], mid_frame: bool) -> Result<(), Stop> {
         let mut got = 0;
-        while got < HEADER_LEN {
+        while got < b.len() {
             match (&*self.sock).read(b.get_mut(got..).unwrap_or(&mut [])) {
                 Ok(0) => return Err(Stop::Wire),
                 Ok(n) => {
@@ -150,16 +173,24 @@ impl Rx<'_> {
                         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                     ) =>
                 {
-                    self.stalled(got > 0)?;
+                    self.stalled(mid_frame || got > 0)?;
                 }
                 Err(_) => return Err(Stop::Wire),
             }
         }
-        Ok(b)
+        Ok(())
     }
 
-    /// Receives `len` payload bytes straight into the granted range.
+    /// Receives `len` payload bytes straight into the granted range and feeds them to the
+    /// frame's checksum.
     fn payload(&mut self, g: &Granted<'_>, len: u32) -> Result<(), Stop> {
+        self.receive(g, len)?;
+        g.mem
+            .crc32c_into(&mut self.crc, g.off, len as usize)
+            .map_err(|_| Stop::Wire)
+    }
+
+    fn receive(&mut self, g: &Granted<'_>, len: u32) -> Result<(), Stop> {
         let len = len as usize;
         let mut got = 0usize;
         while got < len {
@@ -190,6 +221,7 @@ impl Rx<'_> {
             Ok(h) => h,
             Err(_) => return Err(Stop::Nak(self.epsn, NakCode::InvalidRequest)),
         };
+        self.crc = frame_crc(&raw);
         match h.opcode {
             Opcode::Write | Opcode::WriteImm => self.write(&h),
             Opcode::Send | Opcode::SendImm => self.send(&h),
@@ -288,6 +320,7 @@ impl Rx<'_> {
             .ok_or(refuse)?;
         self.payload(&g, h.len)?;
         drop(g);
+        self.check_trailer(Stop::Nak(h.psn, NakCode::Checksum))?;
         self.msg = (!h.last()).then_some(Msg::Write(total));
         if h.opcode == Opcode::WriteImm {
             let r = self.qp.lock().cur_recv.take();
@@ -330,6 +363,10 @@ impl Rx<'_> {
                 }
             };
             self.payload(&g, h.len)?;
+        }
+        if let Err(stop) = self.check_trailer(Stop::Nak(h.psn, NakCode::Checksum)) {
+            self.fail_recv(WcStatus::RemoteOperationError);
+            return Err(stop);
         }
         self.msg = (!h.last()).then_some(Msg::Send(total));
         if h.last() {
@@ -416,7 +453,7 @@ impl Rx<'_> {
         let status = match code {
             NakCode::RemoteAccess => WcStatus::RemoteAccessError,
             NakCode::RnrTimeout => WcStatus::RnrRetryExceeded,
-            NakCode::RemoteOperation => WcStatus::RemoteOperationError,
+            NakCode::RemoteOperation | NakCode::Checksum => WcStatus::RemoteOperationError,
             _ => WcStatus::RemoteInvalidRequest,
         };
         let mut c = self.qp.lock();
@@ -466,6 +503,8 @@ impl Rx<'_> {
             .map_err(Stop::Bad)?;
         self.payload(&g, h.len)?;
         drop(g);
+        // A READ response changed on the way: the READ (and the QP) fail, never a success.
+        self.check_trailer(Stop::Bad(WcStatus::BadResponse))?;
         let mut c = self.qp.lock();
         if let Some(r) = c.outstanding.front_mut().and_then(|o| o.read.as_mut()) {
             r.got = done_after;

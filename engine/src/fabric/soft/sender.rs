@@ -12,7 +12,7 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::frame::{FIRST, Header, LAST, NakCode, Opcode};
+use super::frame::{FIRST, Header, LAST, NakCode, Opcode, frame_crc, trailer};
 use super::mr::Granted;
 use super::wr::Access;
 use super::qp::{MAX_RD_ATOMIC, QpState};
@@ -143,24 +143,35 @@ impl Tx<'_> {
         }
     }
 
-    /// Writes `hdr` and, if given, the granted payload, completely.
+    /// Writes `hdr` and, if given, the granted payload followed by the frame's CRC-32C
+    /// trailer (header and payload; see `frame.rs`), completely.
     fn frame(&self, hdr: &Header, payload: Option<&Granted<'_>>) -> Result<(), Stop> {
         let head = hdr.encode();
-        let total = head.len() + hdr.len as usize;
+        let len = hdr.len as usize;
+        let tail = match payload {
+            Some(g) if hdr.opcode.has_trailer() => {
+                let mut crc = frame_crc(&head);
+                if g.mem.crc32c_into(&mut crc, g.off, len).is_err() {
+                    return Err(Stop::Wire);
+                }
+                Some(trailer(&crc))
+            }
+            _ => None,
+        };
+        let tail = tail.as_ref().map_or(&[][..], |t| &t[..]);
+        let body = if payload.is_some() { len } else { 0 };
+        let total = head.len() + body + tail.len();
         let mut done = 0usize;
         let mut progress = Instant::now();
         while done < total {
             let r = match payload {
-                Some(g) if done < head.len() => g.mem.send_from(
-                    self.sock,
-                    head.get(done..).unwrap_or(&[]),
-                    g.off,
-                    hdr.len as usize,
-                ),
                 Some(g) => {
-                    let p = done - head.len();
-                    g.mem
-                        .send_from(self.sock, &[], g.off + p, hdr.len as usize - p)
+                    let h = head.get(done.min(head.len())..).unwrap_or(&[]);
+                    let p = done.saturating_sub(head.len()).min(len);
+                    let t = tail
+                        .get(done.saturating_sub(head.len() + len)..)
+                        .unwrap_or(&[]);
+                    g.mem.send_from(self.sock, h, g.off + p, len - p, t)
                 }
                 None => (&**self.sock).write(head.get(done..).unwrap_or(&[])),
             };
