@@ -117,7 +117,7 @@ fn bench_names_the_path_that_carried_the_bytes() {
         );
         assert_eq!(
             v["dialects"],
-            serde_json::json!([[dialect, 64 * 4096]]),
+            serde_json::json!({dialect: 64 * 4096}),
             "--fabric {fabric}: {v}"
         );
     }
