@@ -296,7 +296,13 @@ fn send(writer: &ClientWriter, bytes: &[u8], st: &mut ResponseState) -> Sent {
     if bytes.is_empty() {
         return Sent::Go;
     }
-    let (from, to) = (st.sent, st.sent + bytes.len() as u64);
+    let room = match st.cut {
+        Some((_, limit)) => limit.saturating_sub(st.sent),
+        None => u64::MAX,
+    };
+    let n = usize::try_from(room.min(bytes.len() as u64)).unwrap_or(0);
+    // A stream byte is flipped (and counted) only where it is actually sent.
+    let (from, to) = (st.sent, st.sent + n as u64);
     let flipped;
     let bytes = match st.faults.take(|k| match *k {
         FaultKind::FlipStream(at) if (from..to).contains(&at) => Some(at),
@@ -316,11 +322,6 @@ fn send(writer: &ClientWriter, bytes: &[u8], st: &mut ResponseState) -> Sent {
     let Ok(mut w) = writer.lock() else {
         return Sent::Stop;
     };
-    let room = match st.cut {
-        Some((_, limit)) => limit.saturating_sub(st.sent),
-        None => u64::MAX,
-    };
-    let n = usize::try_from(room.min(bytes.len() as u64)).unwrap_or(0);
     if w.write_all(bytes.get(..n).unwrap_or_default()).is_err() {
         return Sent::Stop;
     }
