@@ -3,15 +3,13 @@
 //! with the object and counts each flip as a mismatch error; against our gateway the engine
 //! refuses each flipped range on the gateway's range checksum even without `--verify`.
 
-#[path = "../../gateway/tests/support/relay.rs"]
-mod relay;
 #[path = "support/s3s_fs.rs"]
 mod s3s_fs;
 
 use std::net::SocketAddr;
 use std::process::Command;
 
-use relay::{Fault, Relay};
+use hipobj_gateway::fault_relay::{Fault, FaultKind, Relay};
 
 const RANGE: u64 = 16 << 10;
 const OPS: &str = "100";
@@ -50,13 +48,15 @@ fn bench(url: &str, access: &str, secret: &str, extra: &[&str]) -> (bool, serde_
 
 fn flipper(backend: SocketAddr) -> Relay {
     Relay::start(
-        backend,
-        Fault::FlipBodiesOfLength {
+        "127.0.0.1:0",
+        &backend.to_string(),
+        vec![Fault::always(FaultKind::FlipBodiesOfLength {
             at: 1000,
             len: RANGE,
             every: 10,
-        },
+        })],
     )
+    .unwrap()
 }
 
 #[test]
@@ -74,9 +74,9 @@ fn bench_verify_counts_flipped_ranges_as_mismatches() {
         .unwrap();
 
     let relay = flipper(backend);
-    let url = format!("http://{}", relay.addr);
+    let url = format!("http://{}", relay.addr());
     let (ok, v) = bench(&url, s3s_fs::ACCESS_KEY, s3s_fs::SECRET_KEY, &["--verify"]);
-    let flips = relay.flips();
+    let flips = relay.stats().flips();
     assert!(flips >= 5, "the relay flipped {flips} bytes");
     assert!(!ok, "a run with mismatches exited 0: {v}");
     assert_eq!(v["verify"], true, "{v}");
@@ -132,8 +132,8 @@ fn against_our_gateway_flipped_ranges_fail_on_its_range_checksum() {
         String::from_utf8_lossy(&put.stderr)
     );
     let relay = flipper(gw.local_addr());
-    let (ok, v) = bench(&format!("http://{}", relay.addr), ACCESS, SECRET, &[]);
-    let flips = relay.flips();
+    let (ok, v) = bench(&format!("http://{}", relay.addr()), ACCESS, SECRET, &[]);
+    let flips = relay.stats().flips();
     assert!(flips >= 5, "the relay flipped {flips} bytes");
     assert!(!ok, "{v}");
     assert_eq!(v["errors"], flips, "{v}");

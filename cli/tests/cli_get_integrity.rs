@@ -7,8 +7,6 @@
 
 #[path = "support/cli.rs"]
 mod cli;
-#[path = "../../gateway/tests/support/relay.rs"]
-mod relay;
 #[path = "support/s3s_fs.rs"]
 mod s3s_fs;
 
@@ -17,8 +15,8 @@ use std::path::Path;
 use std::process::Output;
 
 use cli::random_bytes;
+use hipobj_gateway::fault_relay::{Fault, FaultKind, Relay};
 use hipobj_gateway::{Gateway, RunningGateway};
-use relay::{Fault, Relay};
 use s3s_fs::{ACCESS_KEY, S3sFs, SECRET_KEY};
 
 const GW_ACCESS: &str = "getint-key";
@@ -96,13 +94,21 @@ fn a_whole_get_with_a_lowered_content_length_fails_and_keeps_no_file() {
     for (backend, s3s) in [(s3s_addr(&server), true), (gw.local_addr(), false)] {
         let out_dir = tempfile::tempdir().unwrap();
         let dest = out_dir.path().join("obj");
-        let relay = Relay::start(backend, Fault::LowerContentLength { by: 1000 });
+        let relay = Relay::start(
+            "127.0.0.1:0",
+            &backend.to_string(),
+            vec![Fault::times(FaultKind::LowerContentLength(1000), 1)],
+        )
+        .unwrap();
         let o = get(
-            relay.addr,
+            relay.addr(),
             s3s,
             &["s3://integrity/obj", dest.to_str().unwrap()],
         );
-        assert!(relay.fired(), "the relay never lowered a Content-Length");
+        assert!(
+            relay.stats().faults() > 0,
+            "the relay never lowered a Content-Length"
+        );
         assert!(
             !o.status.success(),
             "a download 1000 bytes short exited 0 (s3s-fs: {s3s}): {}",
@@ -158,9 +164,14 @@ fn an_engine_get_after_a_lowered_head_fails_and_keeps_no_file() {
     );
     let out_dir = tempfile::tempdir().unwrap();
     let dest = out_dir.path().join("obj");
-    let relay = Relay::start(gw.local_addr(), Fault::LowerContentLength { by: 1000 });
+    let relay = Relay::start(
+        "127.0.0.1:0",
+        &gw.local_addr().to_string(),
+        vec![Fault::times(FaultKind::LowerContentLength(1000), 1)],
+    )
+    .unwrap();
     let o = cli::hipobj(
-        &format!("http://{}", relay.addr),
+        &format!("http://{}", relay.addr()),
         GW_ACCESS,
         GW_SECRET,
         &[
@@ -171,7 +182,10 @@ fn an_engine_get_after_a_lowered_head_fails_and_keeps_no_file() {
             "soft",
         ],
     );
-    assert!(relay.fired(), "the relay never lowered a Content-Length");
+    assert!(
+        relay.stats().faults() > 0,
+        "the relay never lowered a Content-Length"
+    );
     assert!(
         !o.status.success(),
         "an engine download after a lowered HEAD exited 0: {}",
@@ -223,15 +237,20 @@ fn a_ranged_get_from_our_gateway_with_a_flipped_byte_fails() {
     );
     let out_dir = tempfile::tempdir().unwrap();
     let dest = out_dir.path().join("part");
-    let relay = Relay::start(gw.local_addr(), Fault::FlipResponseBody { at: 4321 });
+    let relay = Relay::start(
+        "127.0.0.1:0",
+        &gw.local_addr().to_string(),
+        vec![Fault::times(FaultKind::Flip(4321), 1)],
+    )
+    .unwrap();
     let args = [
         "s3://integrity/obj",
         dest.to_str().unwrap(),
         "--range",
         "1000-300999",
     ];
-    let o = get(relay.addr, false, &args);
-    assert!(relay.fired(), "the relay never flipped a byte");
+    let o = get(relay.addr(), false, &args);
+    assert!(relay.stats().flips() > 0, "the relay never flipped a byte");
     assert!(
         !o.status.success(),
         "a damaged range exited 0: {}",
@@ -260,13 +279,18 @@ fn a_download_nothing_proves_says_unverified_and_fails_under_verify() {
     let dest_s = dest.to_str().unwrap();
 
     // A flipped byte that nothing can detect: the default says so, --verify refuses.
-    let relay = Relay::start(s3s_addr(&server), Fault::FlipResponseBody { at: 777 });
+    let relay = Relay::start(
+        "127.0.0.1:0",
+        &s3s_addr(&server).to_string(),
+        vec![Fault::times(FaultKind::Flip(777), 1)],
+    )
+    .unwrap();
     let o = get(
-        relay.addr,
+        relay.addr(),
         true,
         &["s3://integrity/plain", dest_s, "--verify"],
     );
-    assert!(relay.fired());
+    assert!(relay.stats().flips() > 0);
     assert!(
         !o.status.success(),
         "--verify accepted an unproven download"

@@ -9,7 +9,7 @@ mod s3s_fs;
 use std::time::{Duration, Instant};
 
 use engine::{Engine, Fabric, Placement, RegisterOptions, RetryPolicy};
-use hipobj_cli::relay::{Fault, FaultKind, Relay};
+use hipobj_gateway::fault_relay::{Fault, FaultKind, Relay};
 use ring_api::opcode::{Get, Put};
 use ring_api::{BufSlice, Cqe, ErrorCode};
 use s3_lite::credentials::Credentials;

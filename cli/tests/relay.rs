@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use hipobj_cli::client::{ClientError, ClientSettings, S3Client};
 use hipobj_cli::net::tls::TlsOptions;
 use hipobj_cli::net::transport::Timeouts;
-use hipobj_cli::relay::{Fault, FaultKind, Relay};
+use hipobj_gateway::fault_relay::{Fault, FaultKind, Relay};
 use s3_lite::credentials::Credentials;
 use s3_lite::s3::{ByteRange, Endpoint};
 use s3s_fs::{ACCESS_KEY, S3sFs, SECRET_KEY};
@@ -77,12 +77,40 @@ fn fault_specs_parse_and_bad_ones_are_refused() {
         Fault::parse("latency=150").unwrap(),
         Fault::always(FaultKind::Latency(Duration::from_millis(150)))
     );
+    assert_eq!(
+        Fault::parse("lower-content-length=1000,times=1").unwrap(),
+        Fault::times(FaultKind::LowerContentLength(1000), 1)
+    );
+    assert_eq!(
+        Fault::parse("rewrite-header=x-amz-rdma-soft-addr:127.0.0.1:9").unwrap(),
+        Fault::always(FaultKind::RewriteHeader {
+            name: "x-amz-rdma-soft-addr".into(),
+            value: "127.0.0.1:9".into()
+        })
+    );
+    assert_eq!(
+        Fault::parse("flip-bodies-of-length=100:3:2").unwrap(),
+        Fault::always(FaultKind::FlipBodiesOfLength {
+            len: 100,
+            at: 3,
+            every: 2
+        })
+    );
+    assert_eq!(
+        Fault::parse("flip-stream=70000,times=1").unwrap(),
+        Fault::times(FaultKind::FlipStream(70_000), 1)
+    );
     for bad in [
         "flip",
         "flip=-1",
         "nonsense=3",
         "slowdown=3",
         "reset-after=1,times=x",
+        "rewrite-header=etag",
+        "rewrite-header=etag:a\r\nx: y",
+        "flip-bodies-of-length=10:10:1",
+        "flip-bodies-of-length=10:3",
+        "flip-stream",
     ] {
         assert!(Fault::parse(bad).is_err(), "{bad} must be refused");
     }
@@ -237,6 +265,129 @@ fn latency_delays_each_response() {
     c.head(BUCKET, "obj").unwrap();
     c.head(BUCKET, "obj").unwrap();
     assert!(started.elapsed() >= Duration::from_millis(600));
+}
+
+#[test]
+fn lower_content_length_lowers_a_head_answer_and_a_get_once() {
+    let (_server, relay, bytes) = rig(vec![Fault::times(FaultKind::LowerContentLength(1000), 2)]);
+    let mut c = client(&relay.url());
+    // A HEAD answer names the object's size: lowered, no body involved.
+    assert_eq!(
+        c.head(BUCKET, "obj").unwrap().content_length,
+        Some(64 * 1024 - 1000)
+    );
+    // A GET: Content-Range still says 10,000 bytes, the head 9,000.
+    let err = range_get(&mut c, 0, 9999).unwrap_err();
+    assert!(
+        matches!(err, ClientError::WrongLength(_)),
+        "expected a length error, got {err}"
+    );
+    // The budget is spent: a new connection is faithful again.
+    let mut c = client(&relay.url());
+    assert_eq!(range_get(&mut c, 0, 9999).unwrap(), bytes[..10_000]);
+    assert_eq!(relay.stats().faults(), 2);
+}
+
+#[test]
+fn rewrite_header_replaces_the_value_in_every_response_that_has_it() {
+    let (_server, relay, bytes) = rig(vec![Fault::always(FaultKind::RewriteHeader {
+        name: "ETag".into(),
+        value: "\"rewritten\"".into(),
+    })]);
+    let mut c = client(&relay.url());
+    for _ in 0..2 {
+        let meta = c.head(BUCKET, "obj").unwrap();
+        assert_eq!(meta.etag.as_deref(), Some("\"rewritten\""));
+        assert_eq!(meta.content_length, Some(64 * 1024));
+    }
+    assert_eq!(range_get(&mut c, 0, 99).unwrap(), bytes[..100]);
+    assert!(relay.stats().faults() >= 3, "{}", relay.stats().faults());
+}
+
+#[test]
+fn flip_bodies_of_length_flips_every_nth_body_of_that_length_only() {
+    let (_server, relay, bytes) = rig(vec![Fault::always(FaultKind::FlipBodiesOfLength {
+        len: 100,
+        at: 3,
+        every: 2,
+    })]);
+    let mut c = client(&relay.url());
+    let mut flipped = Vec::new();
+    for _ in 0..3 {
+        for (a, b) in [(0u64, 99u64), (0, 199)] {
+            let got = range_get(&mut c, a, b).unwrap();
+            let want = &bytes[a as usize..=b as usize];
+            let diffs: Vec<usize> = (0..got.len()).filter(|&i| got[i] != want[i]).collect();
+            flipped.push(diffs);
+        }
+    }
+    // Bodies of 100 bytes: the 2nd is flipped at 3; 200-byte bodies never.
+    let none = Vec::<usize>::new();
+    assert_eq!(
+        flipped,
+        [
+            none.clone(),
+            none.clone(),
+            vec![3],
+            none.clone(),
+            none.clone(),
+            none
+        ]
+    );
+    assert_eq!(relay.stats().flips(), 1);
+}
+
+/// A raw server (not HTTP): echoes 4 bytes, then sends 996 more and closes.
+fn raw_server() -> (std::net::SocketAddr, Vec<u8>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let tail = data(996);
+    let sent = tail.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut ping = [0u8; 4];
+            if conn.read_exact(&mut ping).is_ok() {
+                let _ = conn.write_all(&ping);
+                let _ = conn.write_all(&sent);
+            }
+        }
+    });
+    (addr, tail)
+}
+
+#[test]
+fn flip_stream_relays_raw_bytes_and_flips_one_stream_byte() {
+    use std::io::{Read, Write};
+    let (addr, tail) = raw_server();
+    let relay = Relay::start(
+        "127.0.0.1:0",
+        &addr.to_string(),
+        vec![Fault::times(FaultKind::FlipStream(500), 1)],
+    )
+    .unwrap();
+    // Not HTTP either way: the relay frames nothing.
+    let ping = [0x00u8, 0xff, b'\r', b'\n'];
+    let mut want = ping.to_vec();
+    want.extend_from_slice(&tail);
+    let mut diffs = Vec::new();
+    for _ in 0..2 {
+        let mut s = std::net::TcpStream::connect(relay.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(&ping).unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).unwrap();
+        assert_eq!(got.len(), want.len());
+        diffs.push(
+            (0..got.len())
+                .filter(|&i| got[i] != want[i])
+                .collect::<Vec<_>>(),
+        );
+    }
+    // `times=1`: the first connection's byte 500, the second connection untouched.
+    assert_eq!(diffs, [vec![500], vec![]]);
+    assert_eq!(relay.stats().flips(), 1);
 }
 
 /// `hipobj debug relay` as a process: it prints the address it listens on and relays.

@@ -9,17 +9,15 @@
 mod common_s3s;
 #[path = "../../gateway/tests/support/raw.rs"]
 mod raw;
-#[path = "../../gateway/tests/support/relay.rs"]
-mod relay;
 #[path = "../../gateway/tests/support/rig.rs"]
 mod rig;
 
 use std::net::{Ipv4Addr, SocketAddr};
 
 use engine::{Engine, Fabric, RegisterOptions};
+use hipobj_gateway::fault_relay::{Fault, FaultKind, Relay};
 use hipobj_gateway::{Gateway, RcLimits, RcTarget, RunningGateway};
 use raw::{ACCESS, SECRET, call};
-use relay::{Fault, Relay};
 use rig::{pattern, run_one};
 use ring_api::opcode::{Get, RangeGet};
 use ring_api::{BufSlice, Cqe, DataPath, ErrorCode};
@@ -87,9 +85,17 @@ fn a_whole_get_with_a_lowered_content_length_fails() {
     let (gw, _) = gateway(dir.path(), false);
     let data = object(gw.local_addr());
 
-    let relay = Relay::start(gw.local_addr(), Fault::LowerContentLength { by: 1000 });
-    let (c, got) = get(&http_engine(relay.addr), None);
-    assert!(relay.fired(), "the relay never lowered a Content-Length");
+    let relay = Relay::start(
+        "127.0.0.1:0",
+        &gw.local_addr().to_string(),
+        vec![Fault::times(FaultKind::LowerContentLength(1000), 1)],
+    )
+    .unwrap();
+    let (c, got) = get(&http_engine(relay.addr()), None);
+    assert!(
+        relay.stats().faults() > 0,
+        "the relay never lowered a Content-Length"
+    );
     assert!(
         !c.is_ok(),
         "a whole-object GET 1000 bytes short was reported complete: {c:?} ({} bytes, exact: {})",
@@ -117,9 +123,14 @@ fn a_ranged_http_get_with_a_flipped_body_byte_fails() {
     let data = object(gw.local_addr());
     let (off, len) = (100_003u64, 300_000u64);
 
-    let relay = Relay::start(gw.local_addr(), Fault::FlipResponseBody { at: 12_345 });
-    let (c, _) = get(&http_engine(relay.addr), Some((off, len)));
-    assert!(relay.fired(), "the relay never flipped a byte");
+    let relay = Relay::start(
+        "127.0.0.1:0",
+        &gw.local_addr().to_string(),
+        vec![Fault::times(FaultKind::Flip(12_345), 1)],
+    )
+    .unwrap();
+    let (c, _) = get(&http_engine(relay.addr()), Some((off, len)));
+    assert!(relay.stats().flips() > 0, "the relay never flipped a byte");
     assert!(!c.is_ok(), "a damaged range was reported complete: {c:?}");
     assert_eq!(c.error_code(), Some(ErrorCode::Integrity), "{c:?}");
 
@@ -140,26 +151,33 @@ fn a_ranged_soft_get_with_a_flipped_data_port_byte_never_succeeds_with_wrong_byt
     let data = object(gw.local_addr());
     let soft = soft.expect("the gateway runs the soft fabric");
     // Past the pairing frames, inside the first WRITE of the range.
-    let data_relay = Relay::start(soft, Fault::FlipStream { at: 70_000 });
+    let data_relay = Relay::start(
+        "127.0.0.1:0",
+        &soft.to_string(),
+        vec![Fault::times(FaultKind::FlipStream(70_000), 1)],
+    )
+    .unwrap();
     let http_relay = Relay::start(
-        gw.local_addr(),
-        Fault::RewriteHeader {
+        "127.0.0.1:0",
+        &gw.local_addr().to_string(),
+        vec![Fault::always(FaultKind::RewriteHeader {
             name: "x-amz-rdma-soft-addr".into(),
-            value: data_relay.addr.to_string(),
-        },
-    );
+            value: data_relay.addr().to_string(),
+        })],
+    )
+    .unwrap();
     let (off, len) = (4_096u64, 500_000u64);
-    let engine = rig::engine_builder(http_relay.addr)
+    let engine = rig::engine_builder(http_relay.addr())
         .fabric(Fabric::Soft)
         .build()
         .unwrap();
     let (c, got) = get(&engine, Some((off, len)));
     assert!(
-        http_relay.fired(),
+        http_relay.stats().faults() > 0,
         "the connect reply named no soft address"
     );
     assert!(
-        data_relay.fired(),
+        data_relay.stats().flips() > 0,
         "the data port relay never flipped a byte"
     );
     let exact = &data[off as usize..(off + len) as usize];

@@ -5,15 +5,13 @@
 
 #[path = "../../gateway/tests/support/raw.rs"]
 mod raw;
-#[path = "../../gateway/tests/support/relay.rs"]
-mod relay;
 #[path = "../../gateway/tests/support/rig.rs"]
 mod rig;
 
 use engine::{Fabric, RegisterOptions};
 use hipobj_gateway::Gateway;
+use hipobj_gateway::fault_relay::{Fault, FaultKind, Relay};
 use raw::{ACCESS, SECRET, call};
-use relay::{Fault, Relay};
 use rig::{pattern, run_one};
 use ring_api::BufSlice;
 use ring_api::opcode::Put;
@@ -30,9 +28,14 @@ fn a_put_body_damaged_on_the_way_is_refused_not_stored() {
     let a = gw.local_addr();
     assert_eq!(call(a, "PUT", "/sum", "", &[], b"").status(), 200);
     let data = pattern(300_000, 21);
-    let relay = Relay::start(a, Fault::FlipRequestBody { at: 123_456 });
+    let relay = Relay::start(
+        "127.0.0.1:0",
+        &a.to_string(),
+        vec![Fault::times(FaultKind::FlipRequest(123_456), 1)],
+    )
+    .unwrap();
 
-    let engine = rig::engine_builder(relay.addr)
+    let engine = rig::engine_builder(relay.addr())
         .fabric(Fabric::Http)
         .build()
         .unwrap();
@@ -46,7 +49,7 @@ fn a_put_body_damaged_on_the_way_is_refused_not_stored() {
         .no_retry()
         .build();
     let c = run_one(&mut q, put);
-    assert!(relay.fired(), "the relay never flipped a byte");
+    assert!(relay.stats().flips() > 0, "the relay never flipped a byte");
     assert!(!c.is_ok(), "a damaged body was reported stored: {c:?}");
     // Nothing damaged was stored.
     let r = call(a, "GET", "/sum/damaged", "", &[], b"");

@@ -24,7 +24,8 @@
 //! [`forward`] and [`relay`] (upstream mode's transparent path), [`auth`] (SigV4), [`body`]
 //! (spooling and checksum verification), [`backend`] (trait, local directory, upstream
 //! bridge), [`rdma`] (the fabric seam),
-//! [`route`] (addressing), [`xml`], [`error`], [`time`]. Layout and behaviour: `docs/gateway.md`.
+//! [`route`] (addressing), [`xml`], [`error`], [`time`]; [`fault_relay`] is the
+//! fault-injecting TCP relay behind `hipobj debug relay` and the fault tests. Layout and behaviour: `docs/gateway.md`.
 #![forbid(unsafe_code)]
 
 pub mod auth;
@@ -34,6 +35,7 @@ pub mod capabilities;
 pub mod conn;
 pub mod connect;
 pub mod error;
+pub mod fault_relay;
 pub mod forward;
 pub mod fuzzing;
 mod gate;

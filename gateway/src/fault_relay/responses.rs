@@ -1,5 +1,6 @@
-//! Server → client: responses are forwarded with latency, flipped bytes, a lowered
-//! `Content-Length`, or cut after a byte count (reset, FIN or stall).
+//! Server → client: responses are forwarded with latency, flipped bytes, a lowered or
+//! rewritten header, or cut after a byte count (reset, FIN or stall); raw streams (no HTTP)
+//! with a flipped byte or a cut.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -12,7 +13,9 @@ use super::fault::{FaultKind, Faults};
 use super::{ClientWriter, reset};
 
 /// Per-connection state of the response direction.
-struct ResponseState {
+struct ResponseState<'f> {
+    /// The relay's faults.
+    faults: &'f Faults,
     /// Response bytes sent to the client on this connection.
     sent: u64,
     /// Byte-count fault of this connection: (kind, limit), taken when it opens.
@@ -50,6 +53,7 @@ pub(crate) fn responses(
             .unwrap_or(false)
     };
     let mut st = ResponseState {
+        faults,
         sent: 0,
         cut: faults.take(|k| match *k {
             FaultKind::ResetAfter(n) | FaultKind::TruncateAfter(n) | FaultKind::StallAfter(n) => {
@@ -64,7 +68,7 @@ pub(crate) fn responses(
     let mut decoder: Option<ResponseDecoder> = None;
     // Whether the current response's head is still being decoded.
     let mut awaiting_head = true;
-    let mut framed = true;
+    let mut framed = !faults.raw();
     // Raw bytes of the head being decoded (held until it is complete, so it can be rewritten).
     let mut head_bytes: Vec<u8> = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
@@ -139,10 +143,16 @@ pub(crate) fn responses(
                     };
                     if has_body {
                         let nth = faults.responses_with_body.fetch_add(1, Ordering::SeqCst) + 1;
-                        st.flip = faults.take(|k| match *k {
-                            FaultKind::Flip(at) if body_len.is_none_or(|l| at < l) => Some(at),
-                            FaultKind::FlipEvery(every) if nth.is_multiple_of(every) => Some(0),
+                        let of_length = match head.framing {
+                            BodyFraming::Length(n) => faults.body_of_length(n),
                             _ => None,
+                        };
+                        st.flip = of_length.or_else(|| {
+                            faults.take(|k| match *k {
+                                FaultKind::Flip(at) if body_len.is_none_or(|l| at < l) => Some(at),
+                                FaultKind::FlipEvery(every) if nth.is_multiple_of(every) => Some(0),
+                                _ => None,
+                            })
                         });
                         if let BodyFraming::Length(cl) = head.framing
                             && let Some(k) = faults.take(|k| match *k {
@@ -151,9 +161,33 @@ pub(crate) fn responses(
                             })
                         {
                             let lowered = cl.saturating_sub(k);
-                            head_bytes = rewrite_content_length(&head_bytes, lowered);
+                            head_bytes = rewrite_header(&head_bytes, "content-length", &lowered);
                             st.body_left = Some(lowered);
                         }
+                    }
+                    // The named length (a HEAD answer's too), lowered; the body still comes
+                    // whole, framed by the real length.
+                    if let Some(named) = head.content_length()
+                        && let Some(by) = faults.take(|k| match *k {
+                            FaultKind::LowerContentLength(by) if named > by => Some(by),
+                            _ => None,
+                        })
+                    {
+                        head_bytes = rewrite_header(&head_bytes, "content-length", &(named - by));
+                    }
+                    let rewrites = faults.take_each(|k| match k {
+                        FaultKind::RewriteHeader { name, value }
+                            if head
+                                .headers
+                                .iter()
+                                .any(|(n, _)| n.eq_ignore_ascii_case(name)) =>
+                        {
+                            Some((name.clone(), value.clone()))
+                        }
+                        _ => None,
+                    });
+                    for (name, value) in rewrites {
+                        head_bytes = rewrite_header(&head_bytes, &name, &value);
                     }
                     let dropped = faults.take_each(|k| match k {
                         FaultKind::DropHeader(name) => Some(name.clone()),
@@ -175,6 +209,7 @@ pub(crate) fn responses(
                         let i = body_start + usize::try_from(at - st.body_offset).unwrap_or(0);
                         if let Some(b) = chunk.get_mut(i) {
                             *b ^= 0xff;
+                            faults.stats.flipped.fetch_add(1, Ordering::SeqCst);
                         }
                         st.flip = None;
                     }
@@ -240,13 +275,13 @@ fn drop_headers(head: &[u8], names: &[String]) -> Vec<u8> {
         .into_bytes()
 }
 
-/// `head` with its `Content-Length` value replaced by `value`.
-fn rewrite_content_length(head: &[u8], value: u64) -> Vec<u8> {
+/// `head` with the value of every field `field` (case-insensitive) replaced by `value`.
+fn rewrite_header(head: &[u8], field: &str, value: &dyn std::fmt::Display) -> Vec<u8> {
     let text = String::from_utf8_lossy(head);
     let mut out = String::with_capacity(text.len());
     for line in text.split_inclusive("\r\n") {
         match line.split_once(':') {
-            Some((name, _)) if name.eq_ignore_ascii_case("content-length") => {
+            Some((name, _)) if name.eq_ignore_ascii_case(field) => {
                 out.push_str(&format!("{name}: {value}\r\n"));
             }
             _ => out.push_str(line),
@@ -255,19 +290,38 @@ fn rewrite_content_length(head: &[u8], value: u64) -> Vec<u8> {
     out.into_bytes()
 }
 
-/// Sends `bytes` to the client, applying this connection's byte-count fault.
+/// Sends `bytes` to the client, applying this connection's byte-count fault and any
+/// `flip-stream` fault whose offset (in this connection's stream) they hold.
 fn send(writer: &ClientWriter, bytes: &[u8], st: &mut ResponseState) -> Sent {
     if bytes.is_empty() {
         return Sent::Go;
     }
-    let Ok(mut w) = writer.lock() else {
-        return Sent::Stop;
-    };
     let room = match st.cut {
         Some((_, limit)) => limit.saturating_sub(st.sent),
         None => u64::MAX,
     };
     let n = usize::try_from(room.min(bytes.len() as u64)).unwrap_or(0);
+    // A stream byte is flipped (and counted) only where it is actually sent.
+    let (from, to) = (st.sent, st.sent + n as u64);
+    let flipped;
+    let bytes = match st.faults.take(|k| match *k {
+        FaultKind::FlipStream(at) if (from..to).contains(&at) => Some(at),
+        _ => None,
+    }) {
+        Some(at) => {
+            let mut copy = bytes.to_vec();
+            if let Some(b) = copy.get_mut(usize::try_from(at - from).unwrap_or(usize::MAX)) {
+                *b ^= 0xff;
+                st.faults.stats.flipped.fetch_add(1, Ordering::SeqCst);
+            }
+            flipped = copy;
+            &flipped[..]
+        }
+        None => bytes,
+    };
+    let Ok(mut w) = writer.lock() else {
+        return Sent::Stop;
+    };
     if w.write_all(bytes.get(..n).unwrap_or_default()).is_err() {
         return Sent::Stop;
     }

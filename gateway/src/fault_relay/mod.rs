@@ -1,11 +1,15 @@
-//! `hipobj debug relay`: a fault-injecting TCP relay for testing clients against misbehaving
-//! networks and servers.
+//! A fault-injecting TCP relay for testing clients against misbehaving networks and servers:
+//! the engine behind `hipobj debug relay` and the fault tests of the engine, gateway and CLI
+//! (`docs/fault-relay.md`).
 //!
 //! Every accepted connection is relayed to one upstream address. Both directions go through
 //! s3-lite's HTTP/1.1 decoders ([`RequestDecoder`] client→server, [`ResponseDecoder`]
 //! server→client), so a fault acts on a chosen request or response of a keep-alive connection
 //! and on a body offset, not on an arbitrary TCP segment. Bytes the decoders cannot frame are
 //! relayed unchanged (the relay never repairs or rejects traffic: that is the peers' job).
+//! With a `flip-stream` fault the relay frames nothing: it relays raw bytes (a non-HTTP
+//! protocol such as the soft fabric's data port) and only the byte-count faults and
+//! `flip-stream` apply.
 //!
 //! Faults (`--fault SPEC`, repeatable; `SPEC` is `KIND[=N][,times=K]`, and `times` limits a
 //! fault to its first K applications, counted over the relay's life):
@@ -22,6 +26,10 @@
 //! | `slowdown`            | answer requests itself with `503 SlowDown` (use `times=K` for the first K) |
 //! | `flip-request=N`      | flip body byte N of each request whose body reaches it (client→server) |
 //! | `drop-header=NAME`    | remove the header field NAME from every response head |
+//! | `lower-content-length=K` | lower the `Content-Length` a response names (a HEAD's too) by K when it names more than K; the body is forwarded whole |
+//! | `rewrite-header=NAME:VALUE` | replace the value of response header NAME with VALUE |
+//! | `flip-bodies-of-length=LEN:AT:EVERY` | flip body byte AT of every EVERYth response whose body is exactly LEN bytes (all connections counted together) |
+//! | `flip-stream=N`       | raw relay (no HTTP framing); flip byte N of a connection's server→client stream |
 //!
 //! Without `times`, a fault applies to every response (or connection, or request) it matches.
 
@@ -29,51 +37,13 @@ mod fault;
 mod requests;
 mod responses;
 
-use std::io::Write;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fault::Faults;
+use fault::{Armed, Faults};
 pub use fault::{Fault, FaultKind};
-
-/// `hipobj debug relay`.
-#[derive(clap::Args, Debug)]
-pub struct RelayArgs {
-    /// Address to listen on (port 0: any free port; the chosen address is printed).
-    #[arg(long, default_value = "127.0.0.1:0")]
-    pub listen: String,
-    /// Upstream HOST:PORT every connection is relayed to.
-    #[arg(long)]
-    pub to: String,
-    /// A fault, `KIND[=N][,times=K]` (repeatable): latency=MS, reset-after=N,
-    /// truncate-after=N, stall-after=N, flip=N, flip-every=N, content-length-minus=K,
-    /// slowdown, flip-request=N, drop-header=NAME. None: a faithful relay.
-    #[arg(long, value_parser = Fault::parse)]
-    pub fault: Vec<Fault>,
-}
-
-/// Runs the relay until the process is stopped: prints `listening on ADDR` first.
-pub fn run(args: &RelayArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    match Relay::start(&args.listen, &args.to, args.fault.clone()) {
-        Ok(relay) => {
-            let _ = writeln!(out, "listening on {} -> {}", relay.addr(), args.to);
-            let _ = out.flush();
-            loop {
-                std::thread::park();
-            }
-        }
-        Err(e) => {
-            let _ = writeln!(
-                err,
-                "hipobj: error: relay {} -> {}: {e}",
-                args.listen, args.to
-            );
-            1
-        }
-    }
-}
 
 /// What the relay did, for tests and the CLI's log.
 #[derive(Debug, Default)]
@@ -88,12 +58,19 @@ pub struct RelayStats {
     pub faults_applied: AtomicU64,
     /// `503 SlowDown` answers the relay gave itself.
     pub slowdowns: AtomicU64,
+    /// Bytes actually flipped (request, response body or raw stream).
+    pub flipped: AtomicU64,
 }
 
 impl RelayStats {
     /// Faults applied so far.
     pub fn faults(&self) -> u64 {
         self.faults_applied.load(Ordering::SeqCst)
+    }
+
+    /// Bytes flipped so far.
+    pub fn flips(&self) -> u64 {
+        self.flipped.load(Ordering::SeqCst)
     }
 }
 
@@ -117,10 +94,7 @@ impl Relay {
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(RelayStats::default());
         let faults = Arc::new(Faults {
-            list: faults
-                .into_iter()
-                .map(|f| (f.kind, f.times.map(AtomicU64::new)))
-                .collect(),
+            list: faults.into_iter().map(Armed::new).collect(),
             responses_with_body: AtomicU64::new(0),
             stats: stats.clone(),
         });

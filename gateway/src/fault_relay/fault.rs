@@ -29,6 +29,28 @@ pub enum FaultKind {
     FlipRequest(u64),
     /// Remove every field of this name (case-insensitive) from response heads.
     DropHeader(String),
+    /// Lower the `Content-Length` a response names (a HEAD answer's object size too) by this
+    /// much, when it names more; the body is still forwarded whole.
+    LowerContentLength(u64),
+    /// Replace the value of every response header field `name` (case-insensitive) with `value`.
+    RewriteHeader {
+        /// The field.
+        name: String,
+        /// Its new value.
+        value: String,
+    },
+    /// Flip body byte `at` of every `every`-th response whose body is exactly `len` bytes
+    /// (all connections counted together).
+    FlipBodiesOfLength {
+        /// The body length that matches.
+        len: u64,
+        /// The body offset flipped.
+        at: u64,
+        /// Flip every `every`-th matching body (1: each).
+        every: u64,
+    },
+    /// Raw relay (no HTTP framing): flip byte N of a connection's server→client stream.
+    FlipStream(u64),
 }
 
 /// A fault and how often it may apply.
@@ -85,19 +107,47 @@ impl Fault {
             "content-length-minus" => FaultKind::ContentLengthMinus(number()?),
             "slowdown" if arg.is_none() => FaultKind::SlowDown,
             "flip-request" => FaultKind::FlipRequest(number()?),
-            "drop-header" => match arg {
-                Some(n)
-                    if !n.is_empty() && n.bytes().all(|b| b.is_ascii_graphic() && b != b':') =>
-                {
-                    FaultKind::DropHeader(n.to_owned())
+            "lower-content-length" => FaultKind::LowerContentLength(number()?),
+            "flip-stream" => FaultKind::FlipStream(number()?),
+            "rewrite-header" => match arg.and_then(|a| a.split_once(':')) {
+                Some((n, v)) if is_field_name(n) && is_field_value(v) => FaultKind::RewriteHeader {
+                    name: n.to_owned(),
+                    value: v.to_owned(),
+                },
+                _ => return Err(format!("fault {spec:?}: rewrite-header needs =NAME:VALUE")),
+            },
+            "flip-bodies-of-length" => {
+                let parts: Vec<Option<u64>> = arg
+                    .unwrap_or_default()
+                    .split(':')
+                    .map(|p| p.parse::<u64>().ok())
+                    .collect();
+                match parts.as_slice() {
+                    [Some(len), Some(at), Some(every)] if at < len => {
+                        FaultKind::FlipBodiesOfLength {
+                            len: *len,
+                            at: *at,
+                            every: (*every).max(1),
+                        }
+                    }
+                    _ => {
+                        return Err(format!(
+                            "fault {spec:?}: flip-bodies-of-length needs =LEN:AT:EVERY with AT < LEN"
+                        ));
+                    }
                 }
+            }
+            "drop-header" => match arg {
+                Some(n) if is_field_name(n) => FaultKind::DropHeader(n.to_owned()),
                 _ => return Err(format!("fault {spec:?}: drop-header needs =NAME")),
             },
             _ => {
                 return Err(format!(
                     "unknown fault {spec:?} (latency=MS, reset-after=N, truncate-after=N, \
                      stall-after=N, flip=N, flip-every=N, content-length-minus=K, slowdown, \
-                     flip-request=N, drop-header=NAME; optional ,times=K)"
+                     flip-request=N, drop-header=NAME, lower-content-length=K, \
+                     rewrite-header=NAME:VALUE, flip-bodies-of-length=LEN:AT:EVERY, \
+                     flip-stream=N; optional ,times=K)"
                 ));
             }
         };
@@ -105,10 +155,39 @@ impl Fault {
     }
 }
 
+/// A header field name a fault may name: visible ASCII without `:`.
+fn is_field_name(n: &str) -> bool {
+    !n.is_empty() && n.bytes().all(|b| b.is_ascii_graphic() && b != b':')
+}
+
+/// A header field value a fault may write: no control characters (so no CR or LF).
+fn is_field_value(v: &str) -> bool {
+    v.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
+}
+
+/// A fault with its remaining budget and, for [`FaultKind::FlipBodiesOfLength`], the
+/// matching bodies seen so far.
+#[derive(Debug)]
+pub(crate) struct Armed {
+    pub(crate) kind: FaultKind,
+    left: Option<AtomicU64>,
+    matches: AtomicU64,
+}
+
+impl Armed {
+    pub(crate) fn new(f: Fault) -> Self {
+        Self {
+            kind: f.kind,
+            left: f.times.map(AtomicU64::new),
+            matches: AtomicU64::new(0),
+        }
+    }
+}
+
 /// The faults with their remaining budgets, shared by every connection.
 #[derive(Debug)]
 pub(crate) struct Faults {
-    pub(crate) list: Vec<(FaultKind, Option<AtomicU64>)>,
+    pub(crate) list: Vec<Armed>,
     pub(crate) responses_with_body: AtomicU64,
     pub(crate) stats: Arc<RelayStats>,
 }
@@ -130,14 +209,43 @@ impl Faults {
     pub(crate) fn take<T>(&self, pick: impl Fn(&FaultKind) -> Option<T>) -> Option<T> {
         self.list
             .iter()
-            .find_map(|(kind, left)| pick(kind).filter(|_| self.grant(left.as_ref())))
+            .find_map(|a| pick(&a.kind).filter(|_| self.grant(a.left.as_ref())))
     }
 
     /// One application of every fault matching `pick` that has budget left.
     pub(crate) fn take_each<T>(&self, pick: impl Fn(&FaultKind) -> Option<T>) -> Vec<T> {
         self.list
             .iter()
-            .filter_map(|(kind, left)| pick(kind).filter(|_| self.grant(left.as_ref())))
+            .filter_map(|a| pick(&a.kind).filter(|_| self.grant(a.left.as_ref())))
             .collect()
+    }
+
+    /// Counts a response body of `len` bytes against every `flip-bodies-of-length` fault of
+    /// that length; returns the offset to flip when one of them is due (and has budget left).
+    pub(crate) fn body_of_length(&self, len: u64) -> Option<u64> {
+        let mut due = None;
+        for a in &self.list {
+            if let FaultKind::FlipBodiesOfLength {
+                len: want,
+                at,
+                every,
+            } = a.kind
+                && want == len
+            {
+                let nth = a.matches.fetch_add(1, Ordering::SeqCst) + 1;
+                if due.is_none() && nth.is_multiple_of(every.max(1)) && self.grant(a.left.as_ref())
+                {
+                    due = Some(at);
+                }
+            }
+        }
+        due
+    }
+
+    /// Whether the relay frames nothing (a `flip-stream` fault: raw bytes both ways).
+    pub(crate) fn raw(&self) -> bool {
+        self.list
+            .iter()
+            .any(|a| matches!(a.kind, FaultKind::FlipStream(_)))
     }
 }

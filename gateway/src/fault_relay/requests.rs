@@ -33,7 +33,7 @@ pub(crate) fn requests(
     faults: &Faults,
 ) {
     let mut decoder = RequestDecoder::new(Limits::default());
-    let mut framed = true;
+    let mut framed = !faults.raw();
     let mut buf = vec![0u8; 64 * 1024];
     let mut body_offset = 0u64;
     // Whether the current request has a body a `flip-request` fault may still act on.
@@ -103,6 +103,7 @@ pub(crate) fn requests(
                         let i = body_start + usize::try_from(at - body_offset).unwrap_or(0);
                         if let Some(b) = chunk.get_mut(i) {
                             *b ^= 0xff;
+                            faults.stats.flipped.fetch_add(1, Ordering::SeqCst);
                         }
                     }
                     body_offset += len;
