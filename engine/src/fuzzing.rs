@@ -79,7 +79,7 @@ fn trailer_of(frame: &[u8]) -> [u8; TRAILER_LEN] {
 /// checksums are checked against) must each end in a value, never a panic. Cross-checks (no
 /// false success): a paired connect, a granted PREPARE and an accepted FINAL each need a 200
 /// (FINAL: 204 for PUT too) and a FINAL's byte count fits the transfer; an RDMA verdict needs
-/// a success reply; a verdict that finishes a GET never claims more bytes than the buffer holds.
+/// a success reply (or, for a PUT, a 200 echoing the checksum we sent); a verdict that finishes a GET never claims more bytes than the buffer holds.
 pub fn rdma_answers(data: &[u8]) {
     use crate::fabric::rc::RcKind;
     use crate::fabric::rdma::{connect, cuobject, v2_wire, verdict};
@@ -143,9 +143,18 @@ pub fn rdma_answers(data: &[u8]) {
                 let reply = head
                     .header(s3_lite::rdma::RDMA_REPLY)
                     .map(s3_lite::rdma::Reply::parse);
+                // The one reply-less proof: a PUT whose 200 echoes the checksum we sent.
+                let echoed_ours = kind == OpKind::Put
+                    && head.status == 200
+                    && crc.is_some()
+                    && head
+                        .header(s3_lite::checksum::HEADER_CRC64NVME)
+                        .map(str::trim)
+                        == crc;
                 assert!(
-                    matches!(reply, Some(Ok(r)) if matches!(r.classify(), s3_lite::rdma::ReplyClass::Success(_))),
-                    "an RDMA verdict without a success reply"
+                    echoed_ours
+                        || matches!(reply, Some(Ok(r)) if matches!(r.classify(), s3_lite::rdma::ReplyClass::Success(_))),
+                    "an RDMA verdict without a success reply or our echoed checksum"
                 );
             }
             if let crate::fabric::http::response::Plan::Finish(crate::fabric::Outcome::Done {
@@ -168,6 +177,15 @@ pub fn rdma_answers(data: &[u8]) {
 mod tests {
     use super::*;
     use crate::fabric::soft::frame::Header;
+
+    #[test]
+    fn rdma_answers_put_proven_by_an_echoed_checksum_alone() {
+        // Found by a 10-minute libFuzzer run: a reply-less 200 echoing the PUT's checksum is
+        // the documented proof of an RDMA PUT, which the body's cross-check used to reject.
+        rdma_answers(include_bytes!(
+            "../../fuzz/seeds/rdma_answers/regression-crc-echo-on-unparsed-head.bin"
+        ));
+    }
 
     #[test]
     fn rdma_answers_take_garbage_and_real_answers() {
