@@ -356,7 +356,7 @@ impl RdmaTarget for RcTarget {
         }
         let fail = |e: engine::rc::RcError| qp_failure(&e);
         let cq = self.device.create_cq(CQ_DEPTH).map_err(fail)?;
-        // Source GID per peer: one of the client's token GID's family (protocols.md §3.5).
+        // Source GID per peer: one of the client's token GID's family (docs/verbs.md, GID choice).
         let qp = self
             .device
             .create_qp_toward(
