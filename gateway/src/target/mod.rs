@@ -11,7 +11,7 @@
 //! carrying `x-amz-rdma-token` (an 88-hex RC token naming the client's QPN, rkey, address and
 //! length) and the session header; the gateway RDMA-WRITEs the object bytes into the window
 //! (GET) or RDMA-READs the payload out of it (PUT) through its own staging buffers
-//! ([`transfer`]). The client's fabric checks rkey and bounds on every access (the soft
+//! (`gateway/src/target/transfer.rs`). The client's fabric checks rkey and bounds on every access (the soft
 //! fabric per frame, a NIC per packet against the registration), so the gateway can never
 //! touch a byte outside the granted window.
 //!
