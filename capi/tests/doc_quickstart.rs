@@ -17,10 +17,7 @@ fn quickstart_source() -> String {
         .split_once("`quickstart.c`:")
         .expect("docs/c-api.md names the Quick Start program `quickstart.c`")
         .1;
-    let code = after
-        .split_once("```c\n")
-        .expect("a ```c block after it")
-        .1;
+    let code = after.split_once("```c\n").expect("a ```c block after it").1;
     code.split_once("```")
         .expect("the block is closed")
         .0

@@ -91,8 +91,10 @@ fn init_logging(verbose: u8, access_log: bool) {
     use tracing_subscriber::util::SubscriberInitExt;
     let level = match verbose {
         0 if access_log => {
-            let only_access = tracing_subscriber::filter::Targets::new()
-                .with_target(hipobj_gateway::conn::ACCESS_LOG_TARGET, tracing::Level::INFO);
+            let only_access = tracing_subscriber::filter::Targets::new().with_target(
+                hipobj_gateway::conn::ACCESS_LOG_TARGET,
+                tracing::Level::INFO,
+            );
             let _ = tracing_subscriber::fmt()
                 .with_max_level(tracing::Level::INFO)
                 .with_writer(std::io::stderr)

@@ -122,7 +122,11 @@ impl SyntheticModel {
         );
         for (name, start, len) in layout {
             // bf16: two bytes per element, one row; a cut tensor of odd length is raw bytes.
-            let (dtype, elems) = if len % 2 == 0 { ("BF16", len / 2) } else { ("U8", *len) };
+            let (dtype, elems) = if len % 2 == 0 {
+                ("BF16", len / 2)
+            } else {
+                ("U8", *len)
+            };
             json.push_str(&format!(
                 ",\"{name}\":{{\"dtype\":\"{dtype}\",\"shape\":[{elems}],\"data_offsets\":[{start},{}]}}",
                 start + len

@@ -496,7 +496,11 @@ fn serve_access_log_writes_one_line_per_request_and_nothing_else() {
     assert!(run(&["mb", "s3://access-b"]).status.success());
     let src = dir.path().join("a.bin");
     std::fs::write(&src, b"access log").unwrap();
-    assert!(run(&["put", path(&src), "s3://access-b/a.bin"]).status.success());
+    assert!(
+        run(&["put", path(&src), "s3://access-b/a.bin"])
+            .status
+            .success()
+    );
     assert!(run(&["ls", "s3://access-b"]).status.success());
     assert!(!run(&["head", "s3://access-b/missing"]).status.success());
 

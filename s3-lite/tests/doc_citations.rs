@@ -7,25 +7,30 @@ use std::path::{Path, PathBuf};
 
 /// The workspace root (this crate lives one level below it).
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// Every `.rs`, `.md` and `.h` file under `dir`, skipping build output, VCS data and fuzz
 /// corpora; symlinks are never followed (test fixtures hold deliberate loops).
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = fs::read_dir(dir) else { return };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
     for entry in entries.flatten() {
         let path = entry.path();
-        let Ok(meta) = fs::symlink_metadata(&path) else { continue };
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            continue;
+        };
         let name = entry.file_name();
         let name = name.to_string_lossy();
         if meta.is_dir() {
             if !matches!(name.as_ref(), "target" | ".git" | "corpus" | "artifacts") {
                 sources(&path, out);
             }
-        } else if meta.is_file()
-            && [".rs", ".md", ".h"].iter().any(|ext| name.ends_with(ext))
-        {
+        } else if meta.is_file() && [".rs", ".md", ".h"].iter().any(|ext| name.ends_with(ext)) {
             out.push(path);
         }
     }
@@ -35,7 +40,12 @@ fn all_sources() -> Vec<(PathBuf, String)> {
     let root = workspace_root();
     let mut files = Vec::new();
     sources(&root, &mut files);
-    assert!(files.len() > 100, "walked only {} files under {}", files.len(), root.display());
+    assert!(
+        files.len() > 100,
+        "walked only {} files under {}",
+        files.len(),
+        root.display()
+    );
     files
         .into_iter()
         .filter_map(|p| {
@@ -77,9 +87,10 @@ fn every_cited_docs_file_exists() {
                 .chars()
                 .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
                 .collect();
-            let Some(stem) = name.strip_suffix(".md").or_else(|| {
-                name.find(".md").map(|i| &name[..i])
-            }) else {
+            let Some(stem) = name
+                .strip_suffix(".md")
+                .or_else(|| name.find(".md").map(|i| &name[..i]))
+            else {
                 continue;
             };
             let cited = format!("docs/{stem}.md");
@@ -90,5 +101,9 @@ fn every_cited_docs_file_exists() {
     }
     missing.sort();
     missing.dedup();
-    assert!(missing.is_empty(), "cited docs files that do not exist:\n{}", missing.join("\n"));
+    assert!(
+        missing.is_empty(),
+        "cited docs files that do not exist:\n{}",
+        missing.join("\n")
+    );
 }
