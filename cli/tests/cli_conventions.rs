@@ -162,7 +162,7 @@ fn engine_put_names_its_etag_and_head_prints_text_with_the_checksum() {
     let put: serde_json::Value = serde_json::from_str(put.trim()).unwrap();
     assert_eq!(put["client"], "engine", "{put}");
     assert!(put["etag"].as_str().is_some_and(|e| e.len() > 2), "{put}");
-    let crc = put["checksum_crc64nvme"].as_str().unwrap().to_owned();
+    let crc = put["sent_crc64nvme"].as_str().unwrap().to_owned();
 
     // Without --json: `name: value` lines, not JSON; the stored CRC64NVME is shown.
     let text = run(&["head", "s3://gwb/t.bin"]);
