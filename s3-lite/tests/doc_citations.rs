@@ -1,6 +1,7 @@
 //! The repository cites only files it holds: no `.rs`, `.md` or `.h` file may cite the internal
 //! wire reference that is not in the repository (its content lives in docs/protocol.md,
-//! docs/rdma-headers.md and docs/verbs.md), and every `docs/<name>.md` a file names must exist.
+//! docs/rdma-headers.md and docs/verbs.md) or the team's internal design and style notes, and
+//! every `docs/<name>.md` a file names must exist.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -55,23 +56,43 @@ fn all_sources() -> Vec<(PathBuf, String)> {
         .collect()
 }
 
-#[test]
-fn no_file_cites_the_reference_that_is_not_in_the_repository() {
-    // Built at run time so this file does not match itself.
-    let banned = ["protocols", ".md"].concat();
-    let hits: Vec<String> = all_sources()
+/// Lines of the repository's sources that contain `needle`, as `path:line: text`.
+fn lines_containing(needle: &str) -> Vec<String> {
+    all_sources()
         .iter()
         .flat_map(|(path, text)| {
             text.lines()
                 .enumerate()
-                .filter(|(_, line)| line.contains(&banned))
+                .filter(|(_, line)| line.contains(needle))
                 .map(move |(n, line)| format!("{}:{}: {}", path.display(), n + 1, line.trim()))
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn no_file_cites_the_reference_that_is_not_in_the_repository() {
+    // Built at run time so this file does not match itself.
+    let banned = ["protocols", ".md"].concat();
+    let hits = lines_containing(&banned);
     assert!(
         hits.is_empty(),
         "{banned} is not in the repository; cite docs/protocol.md, docs/rdma-headers.md or \
          docs/verbs.md instead:\n{}",
+        hits.join("\n")
+    );
+}
+
+/// The team's internal design and style notes are not in the repository either.
+#[test]
+fn no_file_cites_the_internal_design_or_style_notes() {
+    let mut hits = Vec::new();
+    for name in [["design", ".md"].concat(), ["style", ".md"].concat()] {
+        hits.extend(lines_containing(&name));
+    }
+    assert!(
+        hits.is_empty(),
+        "the internal design and style notes are not in the repository; say what they say \
+         instead of citing them:\n{}",
         hits.join("\n")
     );
 }
