@@ -1,5 +1,5 @@
 //! The RDMA token helpers of the hipObject API, as pure functions on
-//! `s3_lite::rdma::{token, reply}` (protocols.md §3.1–§3.3). The `ffi` module only moves bytes
+//! `s3_lite::rdma::{token, reply}` (docs/rdma-headers.md, RC token and `rdma::reply`). The `ffi` module only moves bytes
 //! in and out of C memory.
 
 use std::collections::HashMap;
@@ -127,7 +127,7 @@ pub fn no_fabric() -> Fail {
 mod tests {
     use super::*;
 
-    /// protocols.md §3.1 worked example: RC, qpn 0x123, GID ::ffff:10.0.0.5, rkey 0xabcdef,
+    /// docs/rdma-headers.md, RC token, worked example: RC, qpn 0x123, GID ::ffff:10.0.0.5, rkey 0xabcdef,
     /// addr 0x7f0000001000, length 4096, port 1, lid 0.
     const EXAMPLE: &str =
         "012301000000000000000000000000ffff0a000005efcdab0000100000007f00000010000000000000010000";

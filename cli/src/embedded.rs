@@ -219,7 +219,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
     let credentials = Credentials::new(access, secret);
 
     // The model object, uploaded through the S3 API (multipart, CRC64NVME per part).
-    let model = SyntheticModel::new(args.object_size, args.seed);
+    let model = SyntheticModel::new(args.object_size, args.seed)?;
     let _ = writeln!(
         stderr,
         "embedded gateway on {url}; uploading a {} synthetic model ({} tensors)",

@@ -85,8 +85,26 @@ fn refuse_client_flags(command: &str) -> ExitCode {
 }
 
 /// `-v`: tracing events at INFO and above (DEBUG with -vv, TRACE with -vvv) to stderr.
-fn init_logging(verbose: u8) {
+/// `serve --access-log` without `-v`: only the access log's events, one bare line each.
+fn init_logging(verbose: u8, access_log: bool) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let level = match verbose {
+        0 if access_log => {
+            let only_access = tracing_subscriber::filter::Targets::new().with_target(
+                hipobj_gateway::conn::ACCESS_LOG_TARGET,
+                tracing::Level::INFO,
+            );
+            let _ = tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::INFO)
+                .with_writer(std::io::stderr)
+                .with_target(false)
+                .with_level(false)
+                .finish()
+                .with(only_access)
+                .try_init();
+            return;
+        }
         0 => return,
         1 => tracing::Level::INFO,
         2 => tracing::Level::DEBUG,
@@ -100,7 +118,10 @@ fn init_logging(verbose: u8) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.verbose);
+    init_logging(
+        cli.verbose,
+        matches!(&cli.command, Command::Serve(a) if a.access_log),
+    );
     // No command holds the stdout/stderr lock for its whole run: other threads write too (the
     // signal thread of hipobj_cli::interrupt, `-v` logging from the gateway's and engine's
     // threads), and would block on it.

@@ -81,6 +81,10 @@ pub struct ServeArgs {
     /// Connections accepted at once; more are answered 503 SlowDown.
     #[arg(long, default_value_t = 256)]
     pub max_connections: usize,
+    /// Write an access log to stderr: one line per request (`METHOD /path STATUS REQUEST-ID
+    /// DURATIONms`), without the rest of `-v`'s output.
+    #[arg(long)]
+    pub access_log: bool,
 }
 
 /// Runs the gateway until the process is killed; returns the exit code on failure to start.

@@ -51,55 +51,92 @@ fn splitmix64(mut x: u64) -> u64 {
 }
 
 impl SyntheticModel {
-    /// Lays out tensors until the object holds at least `min_size` bytes.
-    pub fn new(min_size: u64, seed: u64) -> Self {
+    /// Lays out an object of exactly `size` bytes: the header, then tensors cycling through
+    /// `TENSOR_SIZES`, the last one cut to what is left. The header's length depends on the
+    /// layout, which depends on the room the header leaves, so the layout is redone with a
+    /// larger header until it fits; a header that comes out shorter than the room reserved is
+    /// padded with spaces (safetensors allows trailing spaces). Errors when `size` cannot even
+    /// hold a header describing one tensor.
+    pub fn new(size: u64, seed: u64) -> Result<Self, String> {
+        let mut base = 0u64;
+        loop {
+            let layout = Self::layout(size.saturating_sub(base));
+            let mut json = Self::header_json(&layout);
+            let needed = 8 + json.len() as u64;
+            if needed > base {
+                // The header needs more room than reserved: reserve it and lay out again.
+                base = needed;
+                if layout.is_empty() || base >= size {
+                    return Err(format!(
+                        "--object-size {size} is too small for a synthetic model (its header \
+                         alone needs about {needed} bytes)"
+                    ));
+                }
+                continue;
+            }
+            // Pad up to the reserved room (a multiple of 8: `needed` always is).
+            json.extend(std::iter::repeat_n(' ', (base - needed) as usize));
+            let mut prefix = (json.len() as u64).to_le_bytes().to_vec();
+            prefix.extend_from_slice(json.as_bytes());
+            let tensors = layout
+                .into_iter()
+                .map(|(name, start, len)| Tensor {
+                    name,
+                    offset: base + start,
+                    len,
+                })
+                .collect();
+            return Ok(Self {
+                size,
+                prefix,
+                tensors,
+                seed,
+            });
+        }
+    }
+
+    /// Tensors `(name, offset in the data, len)` filling exactly `data_len` bytes.
+    fn layout(data_len: u64) -> Vec<(String, u64, u64)> {
         let mut layout = Vec::new();
-        let mut data_len = 0u64;
+        let mut at = 0u64;
         let mut i = 0usize;
-        while data_len < min_size {
-            let len = TENSOR_SIZES[i % TENSOR_SIZES.len()];
+        while at < data_len {
+            let len = TENSOR_SIZES[i % TENSOR_SIZES.len()].min(data_len - at);
             let name = format!(
                 "model.layers.{}.t{}",
                 i / TENSOR_SIZES.len(),
                 i % TENSOR_SIZES.len()
             );
-            layout.push((name, data_len, len));
-            data_len += len;
+            layout.push((name, at, len));
+            at += len;
             i += 1;
         }
+        layout
+    }
+
+    /// The JSON header for `layout`, padded with spaces to an 8-byte boundary of the
+    /// 8-byte length plus JSON (as safetensors writers do).
+    fn header_json(layout: &[(String, u64, u64)]) -> String {
         let mut json = String::from(
             "{\"__metadata__\":{\"format\":\"pt\",\"generator\":\"hipobj bench --embedded\"}",
         );
-        for (name, start, len) in &layout {
-            // bf16: two bytes per element, one row of len/2 elements.
+        for (name, start, len) in layout {
+            // bf16: two bytes per element, one row; a cut tensor of odd length is raw bytes.
+            let (dtype, elems) = if len % 2 == 0 {
+                ("BF16", len / 2)
+            } else {
+                ("U8", *len)
+            };
             json.push_str(&format!(
-                ",\"{name}\":{{\"dtype\":\"BF16\",\"shape\":[{}],\"data_offsets\":[{start},{}]}}",
-                len / 2,
+                ",\"{name}\":{{\"dtype\":\"{dtype}\",\"shape\":[{elems}],\"data_offsets\":[{start},{}]}}",
                 start + len
             ));
         }
         json.push('}');
-        // safetensors pads the header with spaces to an 8-byte boundary.
-        while (json.len() % 8) != 0 {
+        while !json.len().is_multiple_of(8) {
             json.push(' ');
         }
-        let mut prefix = (json.len() as u64).to_le_bytes().to_vec();
-        prefix.extend_from_slice(json.as_bytes());
-        let base = prefix.len() as u64;
-        let tensors = layout
-            .into_iter()
-            .map(|(name, start, len)| Tensor {
-                name,
-                offset: base + start,
-                len,
-            })
-            .collect();
-        Self {
-            size: base + data_len,
-            prefix,
-            tensors,
-            seed,
-        }
+        json
     }
 
     /// Length of the header (8-byte length + JSON).
@@ -200,8 +237,8 @@ mod tests {
 
     #[test]
     fn layout_is_a_valid_safetensors_header() {
-        let m = SyntheticModel::new(40 << 20, 7);
-        assert!(m.size >= 40 << 20);
+        let m = SyntheticModel::new(40 << 20, 7).unwrap();
+        assert_eq!(m.size, 40 << 20);
         let mut head = vec![0u8; m.header_len() as usize];
         m.reader().read_exact(&mut head).unwrap();
         let n = u64::from_le_bytes(head[..8].try_into().unwrap());
@@ -213,9 +250,37 @@ mod tests {
         assert_eq!(m.tensors.last().map(|t| t.offset + t.len), Some(m.size));
     }
 
+    /// `--object-size 64MiB` once built 70 MiB (tensors were added until the data alone
+    /// reached the size, header not counted, the last 16 MiB tensor overshooting).
+    #[test]
+    fn the_object_is_exactly_the_requested_size() {
+        for size in [64u64 << 20, 40 << 20, (1 << 20) + 1, 4096, 1000, 9_999_999] {
+            let m = SyntheticModel::new(size, 1).unwrap();
+            assert_eq!(m.size, size, "requested {size}");
+            let last = m.tensors.last().unwrap();
+            assert_eq!(last.offset + last.len, size);
+            // The header still parses and its offsets are the tensors'.
+            let mut head = vec![0u8; m.header_len() as usize];
+            m.reader().read_exact(&mut head).unwrap();
+            let n = u64::from_le_bytes(head[..8].try_into().unwrap());
+            assert_eq!(n + 8, m.header_len());
+            assert_eq!(m.header_len() % 8, 0);
+            let json: serde_json::Value = serde_json::from_slice(&head[8..]).unwrap();
+            let offsets = &json[&last.name]["data_offsets"];
+            assert_eq!(offsets[1].as_u64().unwrap() + m.header_len(), size);
+            let mut r = m.reader();
+            r.seek(SeekFrom::Start(size - 3)).unwrap();
+            let mut tail = Vec::new();
+            r.read_to_end(&mut tail).unwrap();
+            assert_eq!(tail.len(), 3, "the reader ends at the size");
+        }
+        assert!(SyntheticModel::new(100, 1).is_err());
+        assert!(SyntheticModel::new(0, 1).is_err());
+    }
+
     #[test]
     fn content_is_a_function_of_offset_and_mismatches_are_found() {
-        let m = SyntheticModel::new(1 << 20, 3);
+        let m = SyntheticModel::new(1 << 20, 3).unwrap();
         let mut a = vec![0u8; 10_000];
         m.fill(12_345, &mut a);
         let mut r = m.reader();
@@ -230,7 +295,7 @@ mod tests {
 
     #[test]
     fn word_fill_equals_byte_by_byte_definition() {
-        let m = SyntheticModel::new(1 << 20, 9);
+        let m = SyntheticModel::new(1 << 20, 9).unwrap();
         let header = m.header_len();
         for (offset, len) in [
             (0u64, 100usize),

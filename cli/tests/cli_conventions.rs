@@ -162,7 +162,7 @@ fn engine_put_names_its_etag_and_head_prints_text_with_the_checksum() {
     let put: serde_json::Value = serde_json::from_str(put.trim()).unwrap();
     assert_eq!(put["client"], "engine", "{put}");
     assert!(put["etag"].as_str().is_some_and(|e| e.len() > 2), "{put}");
-    let crc = put["checksum_crc64nvme"].as_str().unwrap().to_owned();
+    let crc = put["sent_crc64nvme"].as_str().unwrap().to_owned();
 
     // Without --json: `name: value` lines, not JSON; the stored CRC64NVME is shown.
     let text = run(&["head", "s3://gwb/t.bin"]);
@@ -465,4 +465,72 @@ fn verbose_shows_requests_and_path_decisions_and_serve_logs_each_request() {
             .any(|l| l.contains("GET /verbose-b?") && l.contains(" 200 ")),
         "{access}"
     );
+}
+
+/// `hipobj serve --access-log` (no `-v`): stderr holds one bare line per request —
+/// `TIMESTAMP METHOD /path[?query] STATUS REQUEST-ID DURATIONms` — and nothing else.
+#[test]
+fn serve_access_log_writes_one_line_per_request_and_nothing_else() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_hipobj"))
+        .args(["serve", "--access-log", "--listen", "127.0.0.1:0", "--root"])
+        .arg(dir.path().join("root"))
+        .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
+        .env_clear()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(serve.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("serve did not start: {line:?}"))
+        .to_owned();
+    let run = |args: &[&str]| cli::hipobj(&url, ACCESS_KEY, SECRET_KEY, args);
+    assert!(run(&["mb", "s3://access-b"]).status.success());
+    let src = dir.path().join("a.bin");
+    std::fs::write(&src, b"access log").unwrap();
+    assert!(
+        run(&["put", path(&src), "s3://access-b/a.bin"])
+            .status
+            .success()
+    );
+    assert!(run(&["ls", "s3://access-b"]).status.success());
+    assert!(!run(&["head", "s3://access-b/missing"]).status.success());
+
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let mut log = String::new();
+    serve
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(lines.len() >= 4, "one line per request at least:\n{log}");
+    for l in &lines {
+        // Bare access lines: a timestamp, then the method; no level, no target, no other events.
+        let fields: Vec<&str> = l.split_whitespace().collect();
+        assert!(
+            fields.len() == 6
+                && ["GET", "PUT", "HEAD", "POST", "DELETE"].contains(&fields[1])
+                && fields[2].starts_with('/')
+                && fields[3].parse::<u16>().is_ok()
+                && fields[5].ends_with("ms"),
+            "not an access-log line: {l:?}\nwhole log:\n{log}"
+        );
+        assert!(!l.contains("INFO") && !l.contains("hipobj::"), "{l:?}");
+    }
+    let has = |want: &str| lines.iter().any(|l| l.contains(want));
+    assert!(has(" PUT /access-b 200 "), "{log}");
+    assert!(has(" PUT /access-b/a.bin 200 "), "{log}");
+    assert!(has(" GET /access-b?"), "{log}");
+    assert!(has(" HEAD /access-b/missing 404 "), "{log}");
 }

@@ -36,7 +36,11 @@ fn run(fabric: Option<&str>, want_path: &str) {
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(report["ops"], 1000, "{report}");
     assert_eq!(report["errors"], 0, "{report}");
-    assert!(report["object_size"].as_u64().unwrap() >= 24 << 20);
+    assert_eq!(
+        report["object_size"].as_u64().unwrap(),
+        24 << 20,
+        "exactly --object-size"
+    );
     assert!(report["tensors"].as_u64().unwrap() > 10);
     let verified = report["bytes_verified"].as_u64().unwrap();
     assert!(verified > 0);

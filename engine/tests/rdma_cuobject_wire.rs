@@ -218,7 +218,7 @@ fn sends_the_standard_single_request() {
         assert_eq!(d.remote_addr(), *a);
         assert_eq!(d.size(), *n);
         assert_eq!(*op, if i == 2 { DcOp::Put } else { DcOp::Get });
-        // PUT: UNSIGNED-PAYLOAD (protocols.md §2.1). GET: the request encoder (not this
+        // PUT: UNSIGNED-PAYLOAD (docs/protocol.md, cuObject descriptor). GET: the request encoder (not this
         // dialect's code) signs the empty-body hash, which is also true of a body-less GET.
         let hash = c.header("x-amz-content-sha256");
         if i == 2 {

@@ -2,7 +2,7 @@
 //!
 //! Every request must be signed (header or presigned-query mode); anonymous requests are
 //! refused. Beyond the signature itself the gateway demands that every `x-amz-rdma-*` header
-//! present is covered by the signature (protocols.md §4.11: otherwise a middlebox could
+//! present is covered by the signature (docs/protocol.md, Signing the RDMA headers: otherwise a middlebox could
 //! rewrite a token or target without breaking SigV4), that the scope names this gateway's
 //! region and the `s3` service, and it hands the declared payload hash on so the body can be
 //! checked against it once received.

@@ -1,6 +1,10 @@
-//! One request on a client connection: the head was collected by the gate ([`crate::gate`]);
+//! One request on a client connection: the head was collected by the gate (`gateway/src/gate.rs`);
 //! here the body is read with the sans-IO decoder, the request answered, and a keep-alive
 //! connection handed back.
+
+/// The `tracing` target of the access log: one INFO event per request served, formatted
+/// `METHOD /path[?query] STATUS REQUEST-ID DURATIONms` (status 0: no answer was started).
+pub const ACCESS_LOG_TARGET: &str = "hipobj::access";
 
 use std::cell::Cell;
 use std::io::{ErrorKind, Read, Write};
@@ -376,9 +380,9 @@ pub(crate) fn serve(shared: &Shared, ready: Ready) -> Option<Parked> {
             Err(e) if !out.started => write_error(&mut out, &e, &resource).is_err(),
             Err(_) => true, // the head is out: the only honest signal left is closing
         };
-        // The access log: one line per request (`hipobj serve -v` shows it on stderr).
+        // The access log: one line per request (`hipobj serve -v` or `--access-log` shows it).
         tracing::info!(
-            target: "hipobj::access",
+            target: ACCESS_LOG_TARGET,
             "{} {}{}{} {} {} {:.1}ms",
             head.method,
             head.path,

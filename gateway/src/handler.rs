@@ -109,9 +109,9 @@ pub fn handle(
         return crate::capabilities::handle(shared, head, out);
     }
     if head.path.starts_with("/.hipobj-rc/") {
-        // The hipobj-rc-v2 control routes (protocols.md §4.2), served by the fabric when it
-        // can; otherwise answered as a v2 server with RC disabled does (§4.9: 501 + the
-        // unsupported marker), so v2 clients fall back to HTTP.
+        // The hipobj-rc-v2 control routes (docs/protocol.md, hipobj-rc-v2), served by the fabric
+        // when it can; otherwise answered as a v2 server with RC disabled does (501 + the
+        // unsupported marker: docs/protocol.md, hipobj-rc-v2, status codes), so v2 clients fall back to HTTP.
         if let Some(v2) = shared.rdma.rc_v2() {
             return v2.handle(shared.backend.as_ref(), head, &auth.access_key, out);
         }

@@ -2,7 +2,7 @@
 //!
 //! A request carrying `x-amz-rdma-token` (authenticated, every `x-amz-rdma-*` header signed)
 //! is classified ([`s3_lite::rdma::classify`]); a malformed token is answered `400
-//! InvalidArgument` without an RDMA reply header (protocols.md §7 rule 5). Otherwise the
+//! InvalidArgument` without an RDMA reply header (docs/rdma-headers.md, token-shape dispatch, rule 5). Otherwise the
 //! gateway asks its [`RdmaTarget`] for a [`DataPath`]:
 //!
 //! - `None`: the fabric cannot honour the token. PUT/UploadPart are answered `501

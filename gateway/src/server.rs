@@ -1,6 +1,6 @@
 //! The gateway itself: configuration, the builder, the head gate and the worker pool.
 //!
-//! Threads: one head gate ([`crate::gate`]) and a fixed pool of `threads` workers. The gate
+//! Threads: one head gate (`gateway/src/gate.rs`) and a fixed pool of `threads` workers. The gate
 //! accepts connections and collects request heads without blocking; a worker gets a
 //! connection only with a complete head, serves that one request (body and response) and
 //! gives a keep-alive connection back to the gate. Slow or idle clients therefore hold no

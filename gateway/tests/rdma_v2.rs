@@ -2,7 +2,7 @@
 //! client built on `engine::soft` and signed raw requests: GET (object range → client buffer,
 //! completion = WRITE_WITH_IMM carrying the cookie) and PUT (client WRITE_WITH_IMM into the
 //! session's staging) byte-exact with checksums; principal binding, cookie checks, CANCEL,
-//! and the status codes of protocols.md §4.9.
+//! and the status codes in docs/protocol.md, hipobj-rc-v2.
 
 #[path = "support/raw.rs"]
 mod raw;

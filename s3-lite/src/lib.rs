@@ -14,7 +14,7 @@
 //! - [`s3`]: S3 operations (request builders), addressing, response and error-XML parsing.
 //! - [`checksum`]: CRC64NVME and CRC32C as S3 defines them (`x-amz-checksum-*`).
 //! - [`uri`]: S3 percent-encoding and decoding.
-//! - [`rdma`]: pure codecs for the `x-amz-rdma-*` header family (`docs/protocols.md`).
+//! - [`rdma`]: pure codecs for the `x-amz-rdma-*` header family (`docs/rdma-headers.md`).
 //!
 //! Untrusted input (anything a server sends) never panics: every parser returns a typed error.
 #![forbid(unsafe_code)]

@@ -22,7 +22,7 @@ fn published_check_values() {
 }
 
 /// Residue check: the CRC register after data‖crc_le(data) is the algorithm's fixed residue
-/// (protocols.md §6: 0xF310303B2B6F6E42 before the final xor), a property independent of the
+/// (docs/rdma-headers.md, `checksum`: 0xF310303B2B6F6E42 before the final xor), a property independent of the
 /// implementation's table layout.
 #[test]
 fn crc64nvme_residue() {

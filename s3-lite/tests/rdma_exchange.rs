@@ -1,5 +1,5 @@
 //! End-to-end use of the header codecs the way a client and a gateway use them together:
-//! a hipobj-rc-v2 PREPARE/READY exchange and a one-shot cuObject response (protocols.md §4, §7).
+//! a hipobj-rc-v2 PREPARE/READY exchange and a one-shot cuObject response (docs/protocol.md, hipobj-rc-v2; docs/rdma-headers.md, token-shape dispatch).
 
 use std::net::Ipv4Addr;
 
@@ -132,7 +132,7 @@ fn v2_prepare_ready_exchange() {
 
 #[test]
 fn one_shot_cuobject_response() {
-    // Gateway reply strategy of §7: reply 206 for a range, both byte-count headers.
+    // Our gateway's reply strategy: reply 206 for a range, both byte-count headers.
     let desc = "00007f7c12340000:00800000:001a2b3c:0000:00abcd:1:00000000000000000000ffff0a000005";
     let TokenKind::CuObject(d) = rdma::classify(&format!("{desc};")).unwrap() else {
         panic!("not cuObject")

@@ -5,7 +5,7 @@
 //! through `dlopen`), and answers `None` (logged once, typed as [`NoGpuRuntime`]) when neither
 //! has a device.
 //!
-//! Layering (design.md §4, style.md item 3):
+//! Layering (raw bindings, then a safe result layer, then the API):
 //! - raw: `cudarc::driver::sys` for CUDA; [`hip::sys`] (a hand-written function table with
 //!   layout asserts) for HIP and HSA;
 //! - result: [`cuda::ffi`], [`hip::result`] — one function per C call, status → [`GpuError`];

@@ -104,7 +104,7 @@ pub enum Error {
         /// The sysfs directory read.
         path: String,
     },
-    /// No GID of the peer's family on the port (protocols.md §3.5): the peer's token cannot be
+    /// No GID of the peer's family on the port (docs/verbs.md, GID choice): the peer's token cannot be
     /// paired from this device.
     #[error("no local GID of the peer's family ({family}) on {device} port {port}")]
     NoGidForPeer {

@@ -1,7 +1,7 @@
 //! Source-GID choice from sysfs: `/sys/class/infiniband/<dev>/ports/<port>/gids/<i>` (the GID,
 //! `xxxx:xxxx:…` text) and `…/gid_attrs/types/<i>` (`RoCE v2` or `IB/RoCE v1`).
 //!
-//! Ranking (later ROCm `PickBestGid`, `protocols.md` §3.5), best first: RoCEv2 IPv4-mapped,
+//! Ranking (later ROCm `PickBestGid`; docs/verbs.md, GID choice), best first: RoCEv2 IPv4-mapped,
 //! RoCEv2 global, RoCEv2 link-local, RoCEv1 global, RoCEv1 link-local. All-zero entries and
 //! entries whose type is missing or unknown are skipped; ties keep the lowest index. Pure parsers plus one
 //! reader over a root path (default `/sys`), so the choice is tested on fixture trees.
@@ -155,7 +155,7 @@ fn common_prefix(a: &[u8; 16], b: &[u8; 16]) -> u32 {
     n
 }
 
-/// The source GID to pair with a peer whose token names `peer` (protocols.md §3.5: servers
+/// The source GID to pair with a peer whose token names `peer` (docs/verbs.md, GID choice: servers
 /// pick one of the **same family** as the peer's — link-local with link-local, IPv4-mapped with
 /// IPv4-mapped, global with global — because RoCE cannot route between a link-local and an
 /// IPv4 GID and `ibv_modify_qp(RTR)` fails with `EINVAL`). Among entries of that family: the

@@ -1,5 +1,5 @@
 //! RC queue pairs (`ibv_qp`): the state machine driven through the table in `qp_state.rs`,
-//! the connection parameters of `protocols.md` §3.4 / §4.6, and posting. Method names follow
+//! the connection parameters of docs/verbs.md (RC parameters), and posting. Method names follow
 //! the soft fabric's `QueuePair` (`modify_to_init`, `modify_to_rtr`, `modify_to_rts`,
 //! `modify_to_err`, `connect`, `local_token`, `post_send`, `post_recv`); the work-request types
 //! are the soft fabric's own (`SendWr`, `RecvWr`, `Sge`, `RemoteAddr`, `SendOp`).
@@ -34,7 +34,7 @@ pub struct QpCaps {
 }
 
 impl Default for QpCaps {
-    /// 128 / 128 on port 1 (hipObject's sizes, `protocols.md` §3.4).
+    /// 128 / 128 on port 1 (hipObject's sizes; docs/verbs.md, RC parameters).
     fn default() -> Self {
         Self {
             max_send_wr: 128,
@@ -68,7 +68,7 @@ pub struct RtrAttr {
 }
 
 impl RtrAttr {
-    /// The §4.6 parameters towards the peer `token` names, path MTU from `port`.
+    /// The RC parameters (docs/verbs.md) towards the peer `token` names, path MTU from `port`.
     pub fn from_token(peer: &RcToken, rq_psn: u32, port: &PortInfo) -> Result<Self, Error> {
         let (addr, _) = token::from_token(peer)?;
         Ok(Self {
@@ -101,7 +101,7 @@ pub struct RtsAttr {
 }
 
 impl RtsAttr {
-    /// The §4.6 defaults: timeout 14, retry 7, RNR retry 7, one READ outstanding.
+    /// The default RC parameters (docs/verbs.md): timeout 14, retry 7, RNR retry 7, one READ outstanding.
     #[must_use]
     pub fn new(sq_psn: u32) -> Self {
         Self {

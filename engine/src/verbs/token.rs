@@ -1,4 +1,4 @@
-//! RC token (`s3_lite::rdma::token::RcToken`, `protocols.md` §3.1) ↔ the verbs fields it
+//! RC token (`s3_lite::rdma::token::RcToken`, docs/rdma-headers.md, RC token) ↔ the verbs fields it
 //! carries. A token names a queue pair (QPN, GID, port, LID) and optionally a window of a
 //! registered region (rkey, address, length); one registration serves any number of sub-range
 //! tokens.
@@ -124,7 +124,7 @@ mod tests {
     }
 
     #[test]
-    fn matches_the_worked_example_of_protocols_3_1() {
+    fn matches_the_worked_example_of_rdma_headers_md() {
         let w = Window {
             addr: 0x7f00_0000_1000,
             rkey: 0x00ab_cdef,

@@ -1,10 +1,10 @@
 //! What differs between the RDMA NICs the engine targets, in one table.
 //!
-//! Sources: hipObject's `configureBnxtQp` / `configureIonicQp` (`protocols.md` §3.8: the same
+//! Sources: hipObject's `configureBnxtQp` / `configureIonicQp` (hipObject's vendor hooks set the same
 //! values as the defaults), rdma-core provider names, PCI vendor IDs. Nothing in this table has
 //! been measured on bnxt_re, ionic or mlx5 hardware here; only rxe has run (see
-//! `docs/verbs.md`). Values that are "the default" are the RC parameters of `protocols.md`
-//! §3.4 / §4.6 (timeout 14, retry 7, RNR retry 7).
+//! `docs/verbs.md`). Values that are "the default" are the RC parameters of
+//! docs/verbs.md, RC parameters (timeout 14, retry 7, RNR retry 7).
 
 use std::path::Path;
 

@@ -3,7 +3,8 @@
 //! (`docs/fault-relay.md`).
 //!
 //! Every accepted connection is relayed to one upstream address. Both directions go through
-//! s3-lite's HTTP/1.1 decoders ([`RequestDecoder`] client→server, [`ResponseDecoder`]
+//! s3-lite's HTTP/1.1 decoders ([`RequestDecoder`](s3_lite::http::RequestDecoder) client→server,
+//! [`ResponseDecoder`](s3_lite::http::ResponseDecoder)
 //! server→client), so a fault acts on a chosen request or response of a keep-alive connection
 //! and on a body offset, not on an arbitrary TCP segment. Bytes the decoders cannot frame are
 //! relayed unchanged (the relay never repairs or rejects traffic: that is the peers' job).

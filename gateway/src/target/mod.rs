@@ -11,7 +11,7 @@
 //! carrying `x-amz-rdma-token` (an 88-hex RC token naming the client's QPN, rkey, address and
 //! length) and the session header; the gateway RDMA-WRITEs the object bytes into the window
 //! (GET) or RDMA-READs the payload out of it (PUT) through its own staging buffers
-//! ([`transfer`]). The client's fabric checks rkey and bounds on every access (the soft
+//! (`gateway/src/target/transfer.rs`). The client's fabric checks rkey and bounds on every access (the soft
 //! fabric per frame, a NIC per packet against the registration), so the gateway can never
 //! touch a byte outside the granted window.
 //!
@@ -356,7 +356,7 @@ impl RdmaTarget for RcTarget {
         }
         let fail = |e: engine::rc::RcError| qp_failure(&e);
         let cq = self.device.create_cq(CQ_DEPTH).map_err(fail)?;
-        // Source GID per peer: one of the client's token GID's family (protocols.md §3.5).
+        // Source GID per peer: one of the client's token GID's family (docs/verbs.md, GID choice).
         let qp = self
             .device
             .create_qp_toward(

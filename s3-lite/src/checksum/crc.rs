@@ -1,4 +1,4 @@
-//! Streaming CRC-64/NVME and CRC-32C hashers and the CRC combine operation (protocols.md §6).
+//! Streaming CRC-64/NVME and CRC-32C hashers and the CRC combine operation (parameters: docs/rdma-headers.md, `checksum`).
 //!
 //! The hashing is `crc-fast`'s (SIMD, carry-less multiply); this module fixes the two S3
 //! algorithms, narrows CRC-32C to `u32`, and exposes the combine S3 needs for a full-object

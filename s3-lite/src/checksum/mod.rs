@@ -1,4 +1,4 @@
-//! CRC64NVME and CRC32C as S3 defines them (`x-amz-checksum-*`, protocols.md §6).
+//! CRC64NVME and CRC32C as S3 defines them (`x-amz-checksum-*`, docs/rdma-headers.md, `checksum`).
 //!
 //! Why both: S3 flexible checksums use CRC64NVME by default and it is always full-object (a
 //! multipart upload's value is the combine of its parts' CRCs, never a composite `…-N`); Ceph's

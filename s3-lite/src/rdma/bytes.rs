@@ -1,9 +1,9 @@
-//! `x-amz-rdma-bytes-transferred` and its alias `x-amz-rdma-bytes` (protocols.md §2.2, §2.5).
+//! `x-amz-rdma-bytes-transferred` and its alias `x-amz-rdma-bytes` (docs/rdma-headers.md, `rdma::bytes`).
 //!
 //! The aws-c-s3 spec, MinIO, Ceph, versitygw and elbencho send `x-amz-rdma-bytes-transferred`;
 //! NooBaa and the aws-c-s3 cuObject plugin default send `x-amz-rdma-bytes`, and aws-c-s3 also
 //! accepts the value form `N/total`. A client reads whichever is present; if a server sends both
-//! (our gateway does, §7) they must agree.
+//! (our gateway does) they must agree.
 
 use thiserror::Error;
 

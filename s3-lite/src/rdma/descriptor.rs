@@ -1,4 +1,4 @@
-//! The cuObject DC descriptor (protocols.md §1.3, §2.1).
+//! The cuObject DC descriptor (docs/rdma-headers.md, `rdma::descriptor`).
 //!
 //! NVIDIA's `libcuobjclient` mints it with `cuMemObjGetRDMAToken`; versitygw
 //! (`cumiddleware/cuobj.go`), NooBaa (`src/util/rdma_utils.js`), minio-cpp (`rdma.h`) and

@@ -1,4 +1,4 @@
-//! Token-shape dispatch for `x-amz-rdma-token` (protocols.md §7).
+//! Token-shape dispatch for `x-amz-rdma-token` (docs/rdma-headers.md, token-shape dispatch).
 //!
 //! One header name carries five token families. A multi-dialect gateway must tell them apart by
 //! shape alone, in this order (after trimming one trailing `;`):

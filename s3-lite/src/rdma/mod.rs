@@ -1,5 +1,5 @@
-//! Pure codecs for the `x-amz-rdma-*` header family (`shared/protocols.md`, summarised in
-//! `docs/rdma-headers.md`).
+//! Pure codecs for the `x-amz-rdma-*` header family (documented in `docs/rdma-headers.md`; the
+//! exchanges that use them in `docs/protocol.md`).
 //!
 //! "S3 control plane over HTTP, payload over RDMA" has several dialects keyed on
 //! `x-amz-rdma-token`: NVIDIA cuObject DC descriptors (MinIO AIStor, Ceph, versitygw, NooBaa,
@@ -100,7 +100,7 @@ pub const CUOBJ_CONTENT_LENGTH: &str = "x-cuobj-content-length";
 /// versitygw legacy: remote buffer start.
 pub const CUOBJ_REMOTE_BUF_START: &str = "x-cuobj-remote-buf-start";
 
-/// Every `x-amz-rdma-*` request header must be covered by SigV4 (protocols.md §4.11); true for
+/// Every `x-amz-rdma-*` request header must be covered by SigV4 (docs/protocol.md, Signing the RDMA headers); true for
 /// names of this family (case-insensitive).
 pub fn is_rdma_header(name: &str) -> bool {
     name.get(..11)

@@ -1,4 +1,4 @@
-//! `x-amz-rdma-reply` in every form seen in the wild (protocols.md §2.2–§2.4, §3.3, §4.4).
+//! `x-amz-rdma-reply` in every form seen in the wild (docs/rdma-headers.md, `rdma::reply`).
 //!
 //! * decimal HTTP-like code — aws-c-s3 `RDMA_PROTOCOL_SPEC.md`, NIXL `rdma_protocol.h`, MinIO,
 //!   Ceph, versitygw, NooBaa, elbencho: 200 / 204 / 206 success, 501 declined;

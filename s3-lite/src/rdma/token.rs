@@ -1,4 +1,4 @@
-//! The 44-byte hipObject RC token and its 88-hex header form (protocols.md §3.1, §3.2).
+//! The 44-byte hipObject RC token and its 88-hex header form (docs/rdma-headers.md, RC token).
 //!
 //! AMD hipObject (ROCm/hipObject `src/rdma/token.cpp`) packs an RC endpoint into 44 bytes and
 //! hex-encodes them; mmgaggle/ceph `rgw_rdma_rc_wire.cc` pins the multi-byte fields to

@@ -77,7 +77,7 @@ pub struct RcCaps {
 }
 
 impl Default for RcCaps {
-    /// 128 / 128 (hipObject's sizes, protocols.md §3.4).
+    /// 128 / 128 (hipObject's sizes; docs/verbs.md, RC parameters).
     fn default() -> Self {
         Self {
             max_send_wr: 128,
@@ -222,7 +222,7 @@ impl RcDevice {
     }
 
     /// [`Self::create_qp`] for pairing with a peer whose token names `peer_gid`: on verbs the
-    /// source GID is one of the peer's family (protocols.md §3.5; none: `verbs::Error::
+    /// source GID is one of the peer's family (docs/verbs.md, GID choice; none: `verbs::Error::
     /// NoGidForPeer`, see [`RcError::is_peer_caused`]); the soft fabric has one address per device.
     pub fn create_qp_toward(
         &self,

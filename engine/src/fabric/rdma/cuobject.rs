@@ -1,12 +1,12 @@
 //! The cuObject client dialect ([`super::Dialect::CuObject`]): each GET / RangeGet / PUT is
-//! one signed HTTP request carrying a DC descriptor in `x-amz-rdma-token` (protocols.md §1.3,
-//! §2.1); the server moves the bytes by RDMA over mlx5 Dynamically Connected transport and
+//! one signed HTTP request carrying a DC descriptor in `x-amz-rdma-token` (docs/protocol.md,
+//! cuObject descriptor); the server moves the bytes by RDMA over mlx5 Dynamically Connected transport and
 //! answers on the same exchange. The descriptor comes from a [`DcTokenProvider`] — on real
 //! hardware a wrapper around cuObject's `cuMemObjGetRDMAToken`; no DC hardware exists in this
 //! project, so only the wire side (request shape, acceptance, fallback) is exercised here.
 //!
 //! With DC the client cannot observe the server's write into its memory: acceptance relies on
-//! the server's reply code and byte count (as NIXL and MinIO's clients do, §2.4). The defence
+//! the server's reply code and byte count (as NIXL and MinIO's clients do; docs/protocol.md, Acceptance and fallback). The defence
 //! against a server that lies is checksum verification of the destination
 //! ([`check_destination`]) whenever the answer carries a checksum that covers it.
 

@@ -1,7 +1,7 @@
 //! What the engine learned about its endpoint, shared by every worker's [`super::RdmaClient`]
 //! for the engine's life (an engine has one endpoint): which RDMA dialects it refused, whether
-//! it advertised multipart over hipobj-rc-v2 (`x-amz-rdma-capabilities: mp`, protocols.md §4.4,
-//! §4.7), and which credential-scope service its v2 routes accept. Each answer is learned once
+//! it advertised multipart over hipobj-rc-v2 (`x-amz-rdma-capabilities: mp`, docs/protocol.md,
+//! hipobj-rc-v2, Multipart), and which credential-scope service its v2 routes accept. Each answer is learned once
 //! (a refused pairing, a `404`/`501`/`x-amz-rdma-protocol-status: unsupported` PREPARE, a
 //! capability header), so later ops and other workers skip what the endpoint does not serve.
 

@@ -134,12 +134,12 @@ pub enum Dialect {
     /// `rc-persistent`: one signed pairing per worker, then one HTTP round trip per op (our
     /// gateway's fast path).
     RcPersistent,
-    /// `hipobj-rc-v2` (protocols.md §4): PREPARE / READY on `/.hipobj-rc/` per op, a fresh QP
+    /// `hipobj-rc-v2` (docs/protocol.md, hipobj-rc-v2): PREPARE / READY on `/.hipobj-rc/` per op, a fresh QP
     /// each time: what the Ceph fork, versitygw, elbencho and the ROCm reference serve. Two
     /// round trips per op, on an exchange thread per op (at most one per HTTP connection
     /// slot of the worker), bounded by the op's deadline.
     RcV2,
-    /// cuObject (protocols.md §1, §2): one request per op carrying a DC descriptor minted by
+    /// cuObject (docs/protocol.md, cuObject descriptor): one request per op carrying a DC descriptor minted by
     /// the provider set with `EngineBuilder::dc_token_provider` (without one, ops go over
     /// HTTP). Needs mlx5 DC hardware and a cuObject server; never exercised here beyond the
     /// wire (docs/engine.md).

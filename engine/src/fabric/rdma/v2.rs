@@ -1,4 +1,4 @@
-//! The `hipobj-rc-v2` client exchange over either RC fabric (protocols.md §4), on an exchange
+//! The `hipobj-rc-v2` client exchange over either RC fabric (docs/protocol.md, hipobj-rc-v2), on an exchange
 //! thread of its own per op (never the worker thread).
 //!
 //! Per GET / RangeGet / PUT / UploadPart (a PUT whose target names the part, as versitygw

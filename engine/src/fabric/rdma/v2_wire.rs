@@ -1,4 +1,4 @@
-//! The pure half of the `hipobj-rc-v2` client (protocols.md §4): the PREPARE / READY / CANCEL
+//! The pure half of the `hipobj-rc-v2` client (docs/protocol.md, hipobj-rc-v2): the PREPARE / READY / CANCEL
 //! header sets, and the judgement of the PREPARE answer and of the FINAL (READY) answer.
 //! No I/O here, so every acceptance rule is unit-tested against hand-built heads.
 

@@ -1,4 +1,4 @@
-//! The client's acceptance rules for an `rc-persistent` answer (protocols.md §2.4–2.5), pure.
+//! The client's acceptance rules for an `rc-persistent` answer (docs/protocol.md, Acceptance and fallback), pure.
 //!
 //! - GET / RangeGet: success only with `x-amz-rdma-reply` ∈ {200, 206}, an empty body, and
 //!   `x-amz-rdma-bytes-transferred` (or `x-amz-rdma-bytes`) equal to the bytes asked for

@@ -1,9 +1,9 @@
-//! hipobj-rc-v2 over either fabric (`engine::rc`; protocols.md §4): `POST /.hipobj-rc/prepare
+//! hipobj-rc-v2 over either fabric (`engine::rc`; docs/protocol.md, hipobj-rc-v2): `POST /.hipobj-rc/prepare
 //! | ready | cancel`.
 //!
 //! PREPARE creates a single-use session owned by the signing access key: its own protection
 //! domain, QP and a staging region of exactly `size` bytes (so no other session can ever reach
-//! it, closing the pooled-staging risk of §4.11). The gateway's QP is taken to RTS at PREPARE
+//! it, closing the risk of a staging region pooled across sessions). The gateway's QP is taken to RTS at PREPARE
 //! towards the QPN in the client's token (on the soft fabric the client dials
 //! `x-amz-rdma-soft-addr` when it takes its own QP to RTR; on verbs the token's GID is the
 //! path); READY must name that same QPN. A PREPARE naming the other fabric in
@@ -269,7 +269,7 @@ impl RcV2 {
         let pd = self.device.alloc_pd().map_err(fail)?;
         let cq = self.device.create_cq(CQ_DEPTH).map_err(fail)?;
         // The source GID is chosen per peer: one of the family of the client's token GID
-        // (protocols.md §3.5), so a link-local client pairs with a link-local GID.
+        // (docs/verbs.md, GID choice), so a link-local client pairs with a link-local GID.
         let qp = self
             .device
             .create_qp_toward(&pd, &cq, &cq, RcCaps::default(), Some(&client.gid))

@@ -1,4 +1,4 @@
-//! The RDMA checksum headers of the READY (FINAL) response, both generations (protocols.md §4.7).
+//! The RDMA checksum headers of the READY (FINAL) response, both generations (docs/protocol.md, hipobj-rc-v2, READY).
 //!
 //! * old (ROCm `v2-wire.cpp`, versitygw Go client, early Ceph): `x-amz-rdma-checksum: CRC64NVME <b64>`
 //! * new (mmgaggle/hipObject, mmgaggle/ceph): `x-amz-rdma-checksum-crc64nvme: <b64>` and

@@ -1,4 +1,4 @@
-//! hipobj-rc-v2 header codecs (protocols.md §4).
+//! hipobj-rc-v2 header codecs (docs/rdma-headers.md, `rdma::v2`; the exchange: docs/protocol.md, hipobj-rc-v2).
 //!
 //! The two-phase RC protocol of ROCm/hipObject (`src/rdma/v2-wire.cpp`), mmgaggle/hipObject,
 //! mmgaggle/ceph (`rgw_rdma_rc_wire.cc`), versitygw (`rdma/rcroutes`) and elbencho

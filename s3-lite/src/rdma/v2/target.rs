@@ -1,4 +1,4 @@
-//! `x-amz-rdma-target`: `/bucket/key[?query]` (protocols.md §4.3).
+//! `x-amz-rdma-target`: `/bucket/key[?query]` (docs/rdma-headers.md, `rdma::v2`).
 //!
 //! Encoding follows hipObject's `v2-wire.cpp`: RFC 3986 unreserved characters kept, everything
 //! else `%XX` in upper-case hex, `/` kept inside the key. Decoding is done once. Queries follow
