@@ -243,6 +243,35 @@ impl S3Client {
     /// Runs `attempt` until it succeeds, fails for good, or the policy, the operation's
     /// deadline or the budget stop the retries. `attempt` returns its error with whether a
     /// retry is safe (a GET that delivered body bytes is not).
+    /// Sends `req` with `len` bytes of `source` from `offset` as its body (unsigned payload),
+    /// retried like every idempotent request: each attempt seeks back and resends the bytes,
+    /// which we still hold.
+    fn send_body_retrying<R: Read + Seek>(
+        &mut self,
+        req: &Request,
+        bucket: &str,
+        source: &mut R,
+        offset: u64,
+        len: u64,
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<ResponseHead, ClientError> {
+        self.retrying(|c| {
+            seek(source, offset).map_err(|e| (e, false))?;
+            let mut reader = ProgressReader {
+                inner: (&mut *source).take(len),
+                on_bytes: &mut *on_bytes,
+            };
+            c.send(
+                req.clone(),
+                Some(bucket),
+                PayloadHash::Unsigned,
+                RequestBody::Reader(&mut reader, len),
+                &mut Vec::new(),
+            )
+            .map_err(|e| (e, true))
+        })
+    }
+
     fn retrying<T>(
         &mut self,
         mut attempt: impl FnMut(&mut Self) -> Result<T, (ClientError, bool)>,
@@ -499,21 +528,7 @@ impl S3Client {
         };
         let mut req = s3::put_object(self.endpoint(), bucket, key, len, &opts)?;
         req.add_header("Content-MD5", digest.content_md5());
-        let head = self.retrying(|c| {
-            seek(source, 0).map_err(|e| (e, false))?;
-            let mut reader = ProgressReader {
-                inner: (&mut *source).take(len),
-                on_bytes: &mut *on_bytes,
-            };
-            c.send(
-                req.clone(),
-                Some(bucket),
-                PayloadHash::Unsigned,
-                RequestBody::Reader(&mut reader, len),
-                &mut Vec::new(),
-            )
-            .map_err(|e| (e, true))
-        })?;
+        let head = self.send_body_retrying(&req, bucket, source, 0, len, on_bytes)?;
         let meta = ObjectMeta::from_headers(&head.headers).map_err(ClientError::response)?;
         let proof = judge_put(
             "PUT",
@@ -666,21 +681,7 @@ impl S3Client {
             &[(HEADER_CRC64NVME.into(), checksum)],
         )?;
         req.add_header("Content-MD5", digest.content_md5());
-        let head = self.retrying(|c| {
-            seek(source, offset).map_err(|e| (e, false))?;
-            let mut reader = ProgressReader {
-                inner: (&mut *source).take(len),
-                on_bytes: &mut *on_bytes,
-            };
-            c.send(
-                req.clone(),
-                Some(bucket),
-                PayloadHash::Unsigned,
-                RequestBody::Reader(&mut reader, len),
-                &mut Vec::new(),
-            )
-            .map_err(|e| (e, true))
-        })?;
+        let head = self.send_body_retrying(&req, bucket, source, offset, len, on_bytes)?;
         let meta = ObjectMeta::from_headers(&head.headers).map_err(ClientError::response)?;
         let what = format!("part {part_number}");
         let proof = judge_put(
