@@ -980,6 +980,26 @@ impl ListParams {
     }
 }
 
+/// A listing page's entries (`Contents`, `CommonPrefixes`) and the closing tag, keys and
+/// prefixes written through `enc` (the listing's encoding); ListObjects v1 and v2 share it.
+pub(crate) fn render_list_entries(d: &mut String, page: &ListPage, enc: impl Fn(&str) -> String) {
+    for e in &page.contents {
+        d.push_str("<Contents>");
+        element(d, "Key", &enc(&e.key));
+        element(d, "LastModified", &e.last_modified);
+        element(d, "ETag", &e.etag);
+        element(d, "Size", &e.size.to_string());
+        element(d, "StorageClass", "STANDARD");
+        d.push_str("</Contents>");
+    }
+    for p in &page.common_prefixes {
+        d.push_str("<CommonPrefixes>");
+        element(d, "Prefix", &enc(p));
+        d.push_str("</CommonPrefixes>");
+    }
+    d.push_str("</ListBucketResult>");
+}
+
 fn render_list(bucket: &str, q: &ListQuery, page: &ListPage, url: bool) -> String {
     let enc = |s: &str| {
         if url {
@@ -1017,20 +1037,6 @@ fn render_list(bucket: &str, q: &ListQuery, page: &ListPage, url: bool) -> Strin
     if url {
         element(&mut d, "EncodingType", "url");
     }
-    for e in &page.contents {
-        d.push_str("<Contents>");
-        element(&mut d, "Key", &enc(&e.key));
-        element(&mut d, "LastModified", &e.last_modified);
-        element(&mut d, "ETag", &e.etag);
-        element(&mut d, "Size", &e.size.to_string());
-        element(&mut d, "StorageClass", "STANDARD");
-        d.push_str("</Contents>");
-    }
-    for p in &page.common_prefixes {
-        d.push_str("<CommonPrefixes>");
-        element(&mut d, "Prefix", &enc(p));
-        d.push_str("</CommonPrefixes>");
-    }
-    d.push_str("</ListBucketResult>");
+    render_list_entries(&mut d, page, enc);
     d
 }

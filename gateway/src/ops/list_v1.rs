@@ -5,7 +5,7 @@
 use crate::backend::list::decode_token;
 use crate::backend::{Backend, ListQuery};
 use crate::error::ApiError;
-use crate::handler::{ListParams, Respond, S3_NS, xml_ok};
+use crate::handler::{ListParams, Respond, S3_NS, render_list_entries, xml_ok};
 use crate::route::Query;
 use crate::xml::element;
 
@@ -52,20 +52,6 @@ pub fn serve(
     if params.url {
         element(&mut d, "EncodingType", "url");
     }
-    for e in &page.contents {
-        d.push_str("<Contents>");
-        element(&mut d, "Key", &enc(&e.key));
-        element(&mut d, "LastModified", &e.last_modified);
-        element(&mut d, "ETag", &e.etag);
-        element(&mut d, "Size", &e.size.to_string());
-        element(&mut d, "StorageClass", "STANDARD");
-        d.push_str("</Contents>");
-    }
-    for p in &page.common_prefixes {
-        d.push_str("<CommonPrefixes>");
-        element(&mut d, "Prefix", &enc(p));
-        d.push_str("</CommonPrefixes>");
-    }
-    d.push_str("</ListBucketResult>");
+    render_list_entries(&mut d, &page, enc);
     xml_ok(out, Vec::new(), d)
 }
