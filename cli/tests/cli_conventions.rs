@@ -386,7 +386,7 @@ fn ls_lists_buckets_and_rb_refuses_non_empty_unless_forced() {
 
 #[test]
 fn verbose_shows_requests_and_path_decisions_and_serve_logs_each_request() {
-    use std::io::{BufRead, BufReader, Read};
+    use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
     let dir = tempfile::tempdir().unwrap();
     let mut serve = Command::new(env!("CARGO_BIN_EXE_hipobj"))
@@ -437,15 +437,10 @@ fn verbose_shows_requests_and_path_decisions_and_serve_logs_each_request() {
         "--verbose"
     );
 
-    let _ = serve.kill();
-    let _ = serve.wait();
-    let mut access = String::new();
-    serve
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut access)
-        .unwrap();
+    let access = stderr_until(
+        &mut serve,
+        &["PUT /verbose-b 200", "PUT /verbose-b/v.bin 200", "GET /verbose-b?"],
+    );
     let lines: Vec<&str> = access
         .lines()
         .filter(|l| l.contains("hipobj::access"))
@@ -471,7 +466,7 @@ fn verbose_shows_requests_and_path_decisions_and_serve_logs_each_request() {
 /// `TIMESTAMP METHOD /path[?query] STATUS REQUEST-ID DURATIONms` — and nothing else.
 #[test]
 fn serve_access_log_writes_one_line_per_request_and_nothing_else() {
-    use std::io::{BufRead, BufReader, Read};
+    use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
     let dir = tempfile::tempdir().unwrap();
     let mut serve = Command::new(env!("CARGO_BIN_EXE_hipobj"))
@@ -504,15 +499,15 @@ fn serve_access_log_writes_one_line_per_request_and_nothing_else() {
     assert!(run(&["ls", "s3://access-b"]).status.success());
     assert!(!run(&["head", "s3://access-b/missing"]).status.success());
 
-    let _ = serve.kill();
-    let _ = serve.wait();
-    let mut log = String::new();
-    serve
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut log)
-        .unwrap();
+    let log = stderr_until(
+        &mut serve,
+        &[
+            " PUT /access-b 200 ",
+            " PUT /access-b/a.bin 200 ",
+            " GET /access-b?",
+            " HEAD /access-b/missing 404 ",
+        ],
+    );
     let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
     assert!(lines.len() >= 4, "one line per request at least:\n{log}");
     for l in &lines {
@@ -533,4 +528,41 @@ fn serve_access_log_writes_one_line_per_request_and_nothing_else() {
     assert!(has(" PUT /access-b/a.bin 200 "), "{log}");
     assert!(has(" GET /access-b?"), "{log}");
     assert!(has(" HEAD /access-b/missing 404 "), "{log}");
+}
+
+/// Reads a child's stderr until every `wanted` text has appeared (at most 10 s), then stops the
+/// child and returns all it wrote. A request's access-log line is written just after its
+/// response, so the log is read until the line is there, not at the moment the client is done.
+fn stderr_until(child: &mut std::process::Child, wanted: &[&str]) -> String {
+    use std::io::{BufRead, BufReader};
+    use std::time::{Duration, Instant};
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut log = String::new();
+    while !wanted.iter().all(|w| log.contains(w)) {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => {
+                log.push_str(&line);
+                log.push('\n');
+            }
+            Err(_) => break,
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = reader.join();
+    for line in rx.try_iter() {
+        log.push_str(&line);
+        log.push('\n');
+    }
+    log
 }
