@@ -312,6 +312,19 @@ impl S3Client {
 
     /// Signs and sends `req`; on a 2xx status the body goes to `sink`, otherwise it becomes an
     /// [`S3Error`].
+    /// Sends a request without a body and discards the answer's body (DELETE, Abort): only
+    /// success or the S3 error matters.
+    fn send_bodiless(&mut self, req: Request, bucket: &str) -> Result<(), ClientError> {
+        self.send(
+            req,
+            Some(bucket),
+            empty_payload(),
+            RequestBody::None,
+            &mut Vec::new(),
+        )?;
+        Ok(())
+    }
+
     fn send(
         &mut self,
         mut req: Request,
@@ -620,14 +633,7 @@ impl S3Client {
         upload_id: &str,
     ) -> Result<(), ClientError> {
         let req = s3::abort_multipart_upload(self.endpoint(), bucket, key, upload_id)?;
-        self.send(
-            req,
-            Some(bucket),
-            empty_payload(),
-            RequestBody::None,
-            &mut Vec::new(),
-        )?;
-        Ok(())
+        self.send_bodiless(req, bucket)
     }
 
     /// UploadPart of an in-memory part (with its CRC64NVME and `Content-MD5`); returns the
@@ -910,14 +916,7 @@ impl S3Client {
     /// DeleteObject.
     pub fn delete(&mut self, bucket: &str, key: &str) -> Result<(), ClientError> {
         let req = s3::delete_object(self.endpoint(), bucket, key)?;
-        self.send(
-            req,
-            Some(bucket),
-            empty_payload(),
-            RequestBody::None,
-            &mut Vec::new(),
-        )?;
-        Ok(())
+        self.send_bodiless(req, bucket)
     }
 
     /// CreateBucket in the client's region.
@@ -945,14 +944,7 @@ impl S3Client {
     /// DeleteBucket (the server refuses a bucket that is not empty).
     pub fn delete_bucket(&mut self, bucket: &str) -> Result<(), ClientError> {
         let req = s3::delete_bucket(self.endpoint(), bucket)?;
-        self.send(
-            req,
-            Some(bucket),
-            empty_payload(),
-            RequestBody::None,
-            &mut Vec::new(),
-        )?;
-        Ok(())
+        self.send_bodiless(req, bucket)
     }
 }
 
