@@ -386,27 +386,8 @@ fn ls_lists_buckets_and_rb_refuses_non_empty_unless_forced() {
 
 #[test]
 fn verbose_shows_requests_and_path_decisions_and_serve_logs_each_request() {
-    use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
     let dir = tempfile::tempdir().unwrap();
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_hipobj"))
-        .args(["serve", "-v", "--listen", "127.0.0.1:0", "--root"])
-        .arg(dir.path().join("root"))
-        .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
-        .env_clear()
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(serve.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap()
-        .to_owned();
+    let (mut serve, url) = start_serve(dir.path(), "-v");
 
     let quiet = cli::hipobj(&url, ACCESS_KEY, SECRET_KEY, &["mb", "s3://verbose-b"]);
     assert!(quiet.status.success());
@@ -466,27 +447,8 @@ fn verbose_shows_requests_and_path_decisions_and_serve_logs_each_request() {
 /// `TIMESTAMP METHOD /path[?query] STATUS REQUEST-ID DURATIONms` — and nothing else.
 #[test]
 fn serve_access_log_writes_one_line_per_request_and_nothing_else() {
-    use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
     let dir = tempfile::tempdir().unwrap();
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_hipobj"))
-        .args(["serve", "--access-log", "--listen", "127.0.0.1:0", "--root"])
-        .arg(dir.path().join("root"))
-        .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
-        .env_clear()
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(serve.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("serve did not start: {line:?}"))
-        .to_owned();
+    let (mut serve, url) = start_serve(dir.path(), "--access-log");
     let run = |args: &[&str]| cli::hipobj(&url, ACCESS_KEY, SECRET_KEY, args);
     assert!(run(&["mb", "s3://access-b"]).status.success());
     let src = dir.path().join("a.bin");
@@ -565,4 +527,30 @@ fn stderr_until(child: &mut std::process::Child, wanted: &[&str]) -> String {
         log.push('\n');
     }
     log
+}
+
+/// Starts `hipobj serve LOG_FLAG` over `DIR/root` with the test keys; returns the process
+/// (stderr piped) and its URL, read from the "listening on" line.
+fn start_serve(dir: &Path, log_flag: &str) -> (std::process::Child, String) {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_hipobj"))
+        .args(["serve", log_flag, "--listen", "127.0.0.1:0", "--root"])
+        .arg(dir.join("root"))
+        .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
+        .env_clear()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(serve.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("serve did not start: {line:?}"))
+        .to_owned();
+    (serve, url)
 }
