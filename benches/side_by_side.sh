@@ -13,7 +13,13 @@
 #   SIZES ["4096 65536 1048576 16777216"]   range sizes in bytes
 #   OPS_<size>         op count override for one size, e.g. OPS_4096=50000
 #   BOTO3_OPS_DIV [8]  boto3 runs ops/DIV (it is ~10x slower; rates stay comparable)
-#   CLIENTS ["hipobj aws-sdk-s3 object_store boto3"]
+#   CLIENTS ["hipobj aws-sdk-s3 object_store boto3"]; hipobj-http, hipobj-soft, hipobj-verbs
+#                      run `hipobj bench --fabric http|soft|verbs` (plain `hipobj`: --fabric auto)
+#   HIPOBJ_BENCH_FLAGS extra flags for every hipobj row (e.g. "--workers 8")
+#   SERVER [s3s-fs]    s3s-fs, or hipobj (our gateway: `hipobj serve --root`, SERVE_FABRIC [soft])
+#   SERVER_CPUS, CLIENT_CPUS   taskset core lists for the server and every client (e.g. 8-15, 0-7)
+#   PEER_BIN [benches/peers/target/release]   prebuilt peer binaries (carried to a machine
+#                      without cargo; then SKIP_BUILD=1 and SHIM=<prebuilt libnodelay.so>)
 #   OBJECT_MIB [256]   size of the random object
 #   SEED [42]          offset stream seed (same for every client)
 #   SKIP_BUILD [0]     1 = do not (re)build the peers and the shim
@@ -25,7 +31,7 @@ set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
-CMDLINE="$(env | { grep -E '^(QUICK|REPEAT|CONC|SIZES|OPS_[0-9]+|BOTO3_OPS_DIV|CLIENTS|OBJECT_MIB|SEED)=' || true; } |
+CMDLINE="$(env | { grep -E '^(QUICK|REPEAT|CONC|SIZES|OPS_[0-9]+|BOTO3_OPS_DIV|CLIENTS|OBJECT_MIB|SEED|SERVER|SERVE_FABRIC|SERVER_CPUS|CLIENT_CPUS|HIPOBJ_BENCH_FLAGS)=' || true; } |
     sort | tr '\n' ' ')benches/side_by_side.sh $*"
 
 QUICK=${QUICK:-0}
@@ -46,8 +52,15 @@ SKIP_BUILD=${SKIP_BUILD:-0}
 HIPOBJ=${HIPOBJ:-$REPO/target/release/hipobj}
 OUT_DIR=${OUT_DIR:-$REPO/benches/results/$(date +%Y-%m-%d_%H%M%S)}
 PEERS=$REPO/benches/peers
-PEER_BIN=$PEERS/target/release
-SHIM=$REPO/benches/nodelay_shim/libnodelay.so
+PEER_BIN=${PEER_BIN:-$PEERS/target/release}
+SHIM=${SHIM:-$REPO/benches/nodelay_shim/libnodelay.so}
+SERVER=${SERVER:-s3s-fs}
+SERVE_FABRIC=${SERVE_FABRIC:-soft}
+read -r -a BENCH_EXTRA <<< "${HIPOBJ_BENCH_FLAGS:-}"
+# taskset prefixes (empty when no core list is given)
+SERVER_PIN=() CLIENT_PIN=()
+[[ -n ${SERVER_CPUS:-} ]] && SERVER_PIN=(taskset -c "$SERVER_CPUS")
+[[ -n ${CLIENT_CPUS:-} ]] && CLIENT_PIN=(taskset -c "$CLIENT_CPUS")
 BUCKET=bench
 KEY=obj-${OBJECT_MIB}MiB
 export AWS_ACCESS_KEY_ID=hipobjbench AWS_SECRET_ACCESS_KEY=hipobjbenchsecret
@@ -75,7 +88,10 @@ if [[ -z ${S3S_FS:-} ]]; then
         if [[ -n $c && -x $c ]]; then S3S_FS=$c; break; fi
     done
 fi
-[[ -n ${S3S_FS:-} ]] || { log "s3s-fs not found (cargo install s3s-fs --version 0.14.1 --features binary)"; exit 1; }
+if [[ $SERVER == s3s-fs && -z ${S3S_FS:-} ]]; then
+    log "s3s-fs not found (cargo install s3s-fs --version 0.14.1 --features binary)"; exit 1
+fi
+[[ $SERVER == s3s-fs || $SERVER == hipobj ]] || { log "SERVER must be s3s-fs or hipobj"; exit 1; }
 
 if [[ $SKIP_BUILD != 1 ]]; then
     log "building nodelay shim"
@@ -115,31 +131,49 @@ if [[ -d $REPO/benches/results && ! -f $REPO/benches/results/.gitignore ]]; then
     printf '*\n' > "$REPO/benches/results/.gitignore"
 fi
 OBJ=$WORK/root/$BUCKET/$KEY
-head -c $((OBJECT_MIB << 20)) /dev/urandom > "$OBJ"
-OBJECT_SIZE=$(stat -c %s "$OBJ")
-# s3s-fs 0.14.1 answers every GET with an ETag; for a file placed by hand (no
-# PutObject) it has none stored and re-hashes the WHOLE object with MD5 on
-# every request (256 MiB per 4 KiB range-get: ~30x fewer ops/s, all of it
-# server CPU). Store the ETag in its internal-info sidecar, as PutObject does.
-python3 - "$WORK/root" "$BUCKET" "$KEY" "$(md5sum "$OBJ" | cut -d' ' -f1)" <<'EOF'
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+EP=http://127.0.0.1:$PORT
+wait_port() {
+    for _ in $(seq 100); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && return 0
+        kill -0 "$SPID" 2>/dev/null || { log "$SERVER died:"; cat "$OUT_DIR/server.log" >&2; exit 1; }
+        sleep 0.1
+    done
+    log "$SERVER did not listen on $PORT"; exit 1
+}
+if [[ $SERVER == s3s-fs ]]; then
+    head -c $((OBJECT_MIB << 20)) /dev/urandom > "$OBJ"
+    OBJECT_SIZE=$(stat -c %s "$OBJ")
+    # s3s-fs 0.14.1 answers every GET with an ETag; for a file placed by hand (no
+    # PutObject) it has none stored and re-hashes the WHOLE object with MD5 on
+    # every request (256 MiB per 4 KiB range-get: ~30x fewer ops/s, all of it
+    # server CPU). Store the ETag in its internal-info sidecar, as PutObject does.
+    python3 - "$WORK/root" "$BUCKET" "$KEY" "$(md5sum "$OBJ" | cut -d' ' -f1)" <<'EOF'
 import base64, json, sys
 root, bucket, key, md5 = sys.argv[1:5]
 enc = lambda s: base64.urlsafe_b64encode(s.encode()).decode().rstrip("=")
 with open(f"{root}/.bucket-{enc(bucket)}.object-{enc(key)}.internal.json", "w") as f:
     json.dump({"e_tag": md5}, f)
 EOF
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-EP=http://127.0.0.1:$PORT
-NODELAY_SHIM_VERBOSE=1 LD_PRELOAD=$SHIM "$S3S_FS" --host 127.0.0.1 --port "$PORT" \
-    --access-key "$AWS_ACCESS_KEY_ID" --secret-key "$AWS_SECRET_ACCESS_KEY" "$WORK/root" \
-    > "$OUT_DIR/server.log" 2>&1 &
-SPID=$!
-for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break
-    kill -0 "$SPID" 2>/dev/null || { log "s3s-fs died:"; cat "$OUT_DIR/server.log" >&2; exit 1; }
-    sleep 0.1
-done
-log "s3s-fs pid $SPID at $EP, object $OBJECT_SIZE bytes, results in $OUT_DIR"
+    NODELAY_SHIM_VERBOSE=1 LD_PRELOAD=$SHIM "${SERVER_PIN[@]}" "$S3S_FS" --host 127.0.0.1 --port "$PORT" \
+        --access-key "$AWS_ACCESS_KEY_ID" --secret-key "$AWS_SECRET_ACCESS_KEY" "$WORK/root" \
+        > "$OUT_DIR/server.log" 2>&1 &
+    SPID=$!
+    wait_port
+else
+    # Our gateway: the object goes in through PutObject (its directory layout is its own).
+    rmdir "$WORK/root/$BUCKET"
+    "${SERVER_PIN[@]}" "$HIPOBJ" serve --listen "127.0.0.1:$PORT" --root "$WORK/root" \
+        --fabric "$SERVE_FABRIC" > "$OUT_DIR/server.log" 2>&1 &
+    SPID=$!
+    wait_port
+    OBJ=$WORK/object.src
+    head -c $((OBJECT_MIB << 20)) /dev/urandom > "$OBJ"
+    OBJECT_SIZE=$(stat -c %s "$OBJ")
+    "$HIPOBJ" mb --endpoint-url "$EP" "s3://$BUCKET" >&2
+    "$HIPOBJ" put --endpoint-url "$EP" --no-progress "$OBJ" "s3://$BUCKET/$KEY" >&2
+fi
+log "$SERVER pid $SPID at $EP, object $OBJECT_SIZE bytes, results in $OUT_DIR"
 
 server_cpu() { # utime+stime of s3s-fs in seconds
     awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$SPID/stat"
@@ -162,13 +196,18 @@ VERSIONS="$( ((HIPOBJ_OK)) && "$HIPOBJ" --version 2>/dev/null | head -1 || echo 
 aws-sdk-s3 $(lockver aws-sdk-s3) (aws-config $(lockver aws-config), hyper $(lockver hyper)), \
 object_store $(lockver object_store) (reqwest $(lockver reqwest)), \
 boto3 $(python3 -c 'import boto3; print(boto3.__version__)' 2>/dev/null || echo '?') \
-(Python $(python3 -c 'import platform; print(platform.python_version())')), $(rustc --version | cut -d' ' -f1-2)"
+(Python $(python3 -c 'import platform; print(platform.python_version())')), $(rustc --version 2>/dev/null | cut -d' ' -f1-2 || true)"
 
+if [[ $SERVER == s3s-fs ]]; then
+    SERVER_DESC="s3s-fs $("$S3S_FS" --version 2>/dev/null | awk '{ print $2 }') (LD_PRELOAD TCP_NODELAY shim)"
+else
+    SERVER_DESC="hipobj serve --fabric $SERVE_FABRIC (our gateway, directory mode)"
+fi
 RAW=$OUT_DIR/raw.jsonl
 : > "$RAW"
 run_client() { # client size ops run
     local c=$1 size=$2 ops=$3 run=$4 out="$OUT_DIR/out.$1.$2.$4" rc=0 err="" c0 c1 l
-    if [[ $c == hipobj && $HIPOBJ_OK != 1 ]]; then
+    if [[ $c == hipobj* && $HIPOBJ_OK != 1 ]]; then
         python3 "$PEERS/table.py" record "$RAW" "$c" "$size" "$ops" "$CONC" "$run" "" "$(load1)" /dev/null \
             "hipobj bench not available yet"
         return
@@ -176,14 +215,16 @@ run_client() { # client size ops run
     cat "$OBJ" > /dev/null # page the object in before every timed phase
     l=$(load1)
     c0=$(server_cpu)
+    local fabric=auto
+    case $c in hipobj-*) fabric=${c#hipobj-} ;; esac
     case $c in
-        hipobj) "$HIPOBJ" bench --endpoint-url "$EP" "s3://$BUCKET/$KEY" --ops "$ops" --size "$size" \
+        hipobj|hipobj-*) "${CLIENT_PIN[@]}" "$HIPOBJ" bench --fabric "$fabric" "${BENCH_EXTRA[@]}" --endpoint-url "$EP" "s3://$BUCKET/$KEY" --ops "$ops" --size "$size" \
                     --concurrency "$CONC" --json "${HIPOBJ_FLAGS[@]}" > "$out" 2> "$out.err" || rc=$? ;;
-        aws-sdk-s3) "$PEER_BIN/aws_sdk_s3_bench" "$EP" "$BUCKET" "$KEY" "$OBJECT_SIZE" "$ops" "$size" \
+        aws-sdk-s3) "${CLIENT_PIN[@]}" "$PEER_BIN/aws_sdk_s3_bench" "$EP" "$BUCKET" "$KEY" "$OBJECT_SIZE" "$ops" "$size" \
                     "$CONC" "$SEED" > "$out" 2> "$out.err" || rc=$? ;;
-        object_store) "$PEER_BIN/object_store_bench" "$EP" "$BUCKET" "$KEY" "$OBJECT_SIZE" "$ops" "$size" \
+        object_store) "${CLIENT_PIN[@]}" "$PEER_BIN/object_store_bench" "$EP" "$BUCKET" "$KEY" "$OBJECT_SIZE" "$ops" "$size" \
                     "$CONC" "$SEED" > "$out" 2> "$out.err" || rc=$? ;;
-        boto3) python3 "$PEERS/boto3_bench.py" "$EP" "$BUCKET" "$KEY" "$OBJECT_SIZE" "$ops" "$size" \
+        boto3) "${CLIENT_PIN[@]}" python3 "$PEERS/boto3_bench.py" "$EP" "$BUCKET" "$KEY" "$OBJECT_SIZE" "$ops" "$size" \
                     "$CONC" "$SEED" > "$out" 2> "$out.err" || rc=$? ;;
         *) log "unknown client $c"; return ;;
     esac
@@ -209,7 +250,7 @@ done
 
 SHIM_ACTIVE=false
 grep -q '^nodelay-shim: TCP_NODELAY set' "$OUT_DIR/server.log" && SHIM_ACTIVE=true
-[[ $SHIM_ACTIVE == true ]] || log "WARNING: nodelay shim never fired: small-size numbers carry the ~40 ms delayed-ACK stall"
+[[ $SHIM_ACTIVE == true || $SERVER == hipobj ]] || log "WARNING: nodelay shim never fired: small-size numbers carry the ~40 ms delayed-ACK stall"
 
 python3 - "$OUT_DIR/machine.json" <<EOF
 import json, sys
@@ -220,7 +261,9 @@ json.dump({
     "cpu_model": "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)",
     "uname": "$(uname -srm)",
     "command": """$CMDLINE""".strip(),
-    "server": "s3s-fs $("$S3S_FS" --version 2>/dev/null | awk '{ print $2 }') (LD_PRELOAD TCP_NODELAY shim)",
+    "server": "$SERVER_DESC",
+    "server_cpus": "${SERVER_CPUS:-any}",
+    "client_cpus": "${CLIENT_CPUS:-any}",
     "nodelay_shim_active": "$SHIM_ACTIVE",
     "object_size": $OBJECT_SIZE,
     "concurrency": $CONC,

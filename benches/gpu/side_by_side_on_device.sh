@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The issue-13 side-by-side run on the 16-core GPU machine, in one call: our gateway
+# (`hipobj serve --fabric soft`) pinned to cores 8-15, every client pinned to cores 0-7,
+# concurrency 16, 64 KiB / 1 MiB / 16 MiB range-gets of one 256 MiB object:
+# hipobj over HTTP, hipobj over the soft RDMA fabric, object_store, aws-sdk-s3.
+#
+# That machine has no Rust toolchain and no network, so the binaries are built here and carried:
+#
+#   benches/gpu/build_side_by_side.sh     # here: hipobj (release), the peers, the shim -> .sbs-bin/
+#   run(command="bash benches/gpu/side_by_side_on_device.sh", carry=[".sbs-bin"])   # device tool
+#
+# Knobs: everything benches/side_by_side.sh takes (SIZES, CONC, REPEAT, CLIENTS, OPS_<size>,
+# HIPOBJ_BENCH_FLAGS, SERVER_CPUS, CLIENT_CPUS, ...). The table lands in $OUT (the device
+# tool's return folder) or benches/results/ elsewhere; copy it into docs/benchmarks.md by hand.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BIN=${BIN:-$PWD/.sbs-bin}
+[[ -x $BIN/hipobj ]] || { echo "missing $BIN/hipobj: run benches/gpu/build_side_by_side.sh first" >&2; exit 1; }
+export SKIP_BUILD=1 HIPOBJ=$BIN/hipobj PEER_BIN=$BIN SHIM=$BIN/libnodelay.so
+export SERVER=${SERVER:-hipobj} SERVE_FABRIC=${SERVE_FABRIC:-soft}
+export SERVER_CPUS=${SERVER_CPUS:-8-15} CLIENT_CPUS=${CLIENT_CPUS:-0-7}
+export CONC=${CONC:-16} SIZES=${SIZES:-"65536 1048576 16777216"}
+export CLIENTS=${CLIENTS:-"hipobj-http hipobj-soft object_store aws-sdk-s3"}
+export REPEAT=${REPEAT:-3} QUIET_MAX_S=${QUIET_MAX_S:-0}
+export OPS_65536=${OPS_65536:-40000} OPS_1048576=${OPS_1048576:-8000} OPS_16777216=${OPS_16777216:-600}
+stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
+export OUT_DIR=${OUT:-$PWD/benches/results}/sbs-$stamp
+nproc; grep -m1 'model name' /proc/cpuinfo
+bash benches/side_by_side.sh
