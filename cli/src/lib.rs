@@ -10,6 +10,7 @@ pub mod engine_io;
 pub mod interrupt;
 pub mod json_out;
 pub mod net;
+pub mod quiet_log;
 pub mod relay;
 pub mod s3uri;
 pub mod serve;

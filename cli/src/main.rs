@@ -4,6 +4,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use hipobj_cli::client_args::{ClientArgs, EndpointArgs, OutputArgs};
 use hipobj_cli::commands;
+use hipobj_cli::quiet_log::QuietFormat;
 use hipobj_cli::{bench, debug_sigv4, relay, serve, topo};
 
 #[derive(Parser, Debug)]
@@ -84,28 +85,32 @@ fn refuse_client_flags(command: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
-/// `-v`: tracing events at INFO and above (DEBUG with -vv, TRACE with -vvv) to stderr.
-/// `serve --access-log` without `-v`: only the access log's events, one bare line each.
+/// Without `-v`: WARN events only (e.g. the engine falling back from an unusable RDMA device),
+/// as `hipobj: warning: ...` lines. `-v`: tracing events at INFO and above (DEBUG with -vv,
+/// TRACE with -vvv) to stderr. `serve --access-log` without `-v`: the access log's events, one
+/// bare line each, plus the warnings.
 fn init_logging(verbose: u8, access_log: bool) {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     let level = match verbose {
-        0 if access_log => {
-            let only_access = tracing_subscriber::filter::Targets::new().with_target(
-                hipobj_gateway::conn::ACCESS_LOG_TARGET,
-                tracing::Level::INFO,
-            );
+        0 => {
+            let mut quiet =
+                tracing_subscriber::filter::Targets::new().with_default(tracing::Level::WARN);
+            if access_log {
+                quiet = quiet.with_target(
+                    hipobj_gateway::conn::ACCESS_LOG_TARGET,
+                    tracing::Level::INFO,
+                );
+            }
             let _ = tracing_subscriber::fmt()
                 .with_max_level(tracing::Level::INFO)
                 .with_writer(std::io::stderr)
-                .with_target(false)
-                .with_level(false)
+                .event_format(QuietFormat)
                 .finish()
-                .with(only_access)
+                .with(quiet)
                 .try_init();
             return;
         }
-        0 => return,
         1 => tracing::Level::INFO,
         2 => tracing::Level::DEBUG,
         _ => tracing::Level::TRACE,

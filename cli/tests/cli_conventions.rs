@@ -420,7 +420,11 @@ fn verbose_shows_requests_and_path_decisions_and_serve_logs_each_request() {
 
     let access = stderr_until(
         &mut serve,
-        &["PUT /verbose-b 200", "PUT /verbose-b/v.bin 200", "GET /verbose-b?"],
+        &[
+            "PUT /verbose-b 200",
+            "PUT /verbose-b/v.bin 200",
+            "GET /verbose-b?",
+        ],
     );
     let lines: Vec<&str> = access
         .lines()
@@ -553,4 +557,45 @@ fn start_serve(dir: &Path, log_flag: &str) -> (std::process::Child, String) {
         .unwrap_or_else(|| panic!("serve did not start: {line:?}"))
         .to_owned();
     (serve, url)
+}
+
+/// Library warnings reach the user without `-v`: `--fabric verbs` with an RDMA device that
+/// does not exist still downloads the object (over HTTP) and says why once, with the CLI's
+/// prefix.
+/// (Before the engine logged through `tracing`, it printed this with `eprintln!`; a subscriber
+/// that dropped WARN events at verbosity 0 would silence it.)
+#[test]
+fn engine_warnings_are_shown_without_verbose() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut serve, url) = start_serve(dir.path(), "--access-log");
+    let run = |args: &[&str]| cli::hipobj(&url, ACCESS_KEY, SECRET_KEY, args);
+    assert!(run(&["mb", "s3://warn-b"]).status.success());
+    let src = dir.path().join("w.bin");
+    std::fs::write(&src, b"warned but delivered").unwrap();
+    assert!(
+        run(&["put", path(&src), "s3://warn-b/w.bin"])
+            .status
+            .success()
+    );
+    let dst = dir.path().join("w.out");
+    let out = run(&[
+        "get",
+        "--fabric",
+        "verbs",
+        "--rdma-device",
+        "hipobj-no-such-device",
+        "s3://warn-b/w.bin",
+        path(&dst),
+    ]);
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(std::fs::read(&dst).unwrap(), b"warned but delivered");
+    assert!(
+        stderr.lines().any(
+            |l| l.starts_with("hipobj: warning: rdma: ") && l.contains("payloads go over HTTP")
+        ),
+        "no fallback warning on stderr:\n{stderr}"
+    );
 }

@@ -237,8 +237,8 @@ impl Engine {
             if opts.require_pinned {
                 return Err(EngineError::Pin { len, source });
             }
-            eprintln!(
-                "hipobj engine: mlock of {len} bytes failed ({source}); using pageable memory"
+            tracing::warn!(
+                "mlock of {len} bytes failed ({source}); using pageable memory"
             );
         }
         self.shared.registry.insert(mem)

@@ -49,7 +49,8 @@ pub fn try_detect() -> Result<Arc<dyn GpuRuntime>, NoGpuRuntime> {
 
 /// The process-wide GPU runtime, detected once; `None` on CPU-only hosts.
 ///
-/// The outcome is logged to stderr once, on the first call (`hipobj: gpu: ...`).
+/// The outcome is logged once, on the first call, as a `tracing` event (INFO when a runtime is
+/// found, WARN when none is).
 #[allow(clippy::result_large_err)] // see `try_detect`
 pub fn detect() -> Option<Arc<dyn GpuRuntime>> {
     static RUNTIME: OnceLock<Result<Arc<dyn GpuRuntime>, NoGpuRuntime>> = OnceLock::new();
@@ -57,13 +58,13 @@ pub fn detect() -> Option<Arc<dyn GpuRuntime>> {
         .get_or_init(|| {
             let r = try_detect();
             match &r {
-                Ok(rt) => eprintln!(
-                    "hipobj: gpu: using {} with {} device(s)",
+                Ok(rt) => tracing::info!(
+                    "gpu: using {} with {} device(s)",
                     rt.name(),
                     rt.device_count()
                 ),
                 Err(e) => {
-                    eprintln!("hipobj: gpu: {e}; GPU memory is unavailable, host memory only")
+                    tracing::warn!("gpu: {e}; GPU memory is unavailable, host memory only")
                 }
             }
             r

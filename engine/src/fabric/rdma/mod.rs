@@ -94,7 +94,7 @@ pub enum Fabric {
     /// Always try the soft fabric first (per-request HTTP fallback still applies).
     Soft,
     /// RDMA over libibverbs (`EngineBuilder::verbs_device`, else the first device), per-request
-    /// HTTP fallback. Without libibverbs or a usable device the engine says why once (stderr)
+    /// HTTP fallback. Without libibverbs or a usable device the engine says why once (a `tracing` WARN event)
     /// and carries payloads over HTTP.
     Verbs,
     /// Payloads in the HTTP body only.
@@ -102,7 +102,7 @@ pub enum Fabric {
 }
 
 /// Opens the verbs device `fabric` asks for: always for `Verbs` (a failure is reported once
-/// on stderr and `None` returned: the engine then uses HTTP), quietly for `Auto` (only when a
+/// as a `tracing` WARN event and `None` returned: the engine then uses HTTP), quietly for `Auto` (only when a
 /// device is there; `None` means the soft fabric), never otherwise.
 pub(crate) fn open_verbs(fabric: Fabric, name: Option<&str>) -> Option<RcDevice> {
     match fabric {
@@ -111,7 +111,7 @@ pub(crate) fn open_verbs(fabric: Fabric, name: Option<&str>) -> Option<RcDevice>
             Err(e) => {
                 static ONCE: std::sync::Once = std::sync::Once::new();
                 ONCE.call_once(|| {
-                    eprintln!("hipobj: rdma: {e}; payloads go over HTTP");
+                    tracing::warn!("rdma: {e}; payloads go over HTTP");
                 });
                 None
             }
