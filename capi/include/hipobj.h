@@ -163,8 +163,8 @@ typedef struct {
  * the server. Errors: hipObjInvalidValue (NULL config, flags != 0, gpuDevice <
  * -1, no endpoint, unresolvable host, bad credentials file), hipObjOpNotSupported
  * (https endpoint), hipObjAlreadyInitialized.
- * If gpuDevice >= 0 the HIP/CUDA runtime is probed (one line on stderr) so that
- * hipObjBufRegister can recognise device pointers (and register them staged).
+ * If gpuDevice >= 0 the HIP/CUDA runtime is probed so that hipObjBufRegister
+ * can recognise device pointers (and register them with the engine's staging).
  * Thread safety: call once, before other calls; not concurrently with Shutdown.
  */
 HIPOBJ_API hipObjError_t hipObjInit(const hipObjConfig_t* config);
@@ -188,10 +188,10 @@ HIPOBJ_API hipObjError_t hipObjShutdown(void);
  * returns success, and the caller must not touch bytes covered by an operation
  * in flight until it completed. Device memory (cudaMalloc/cuMemAlloc; hipMalloc
  * on the same path, untested on AMD) is recognised only when hipObjInit had
- * gpuDevice >= 0 and found a runtime; it is registered HOST-STAGED (not dmabuf):
- * a pinned bounce buffer of the same size stands in for it, hipObjGet copies
- * bounce -> device and synchronizes before returning, hipObjPut copies device ->
- * bounce first. Batch entries on device memory complete hipObjOpNotSupported.
+ * gpuDevice >= 0 and found a runtime; the engine registers it HOST-STAGED (not
+ * dmabuf): a pinned mirror of the same size carries the bytes, and a GET (sync
+ * or batch) completes only after its bytes were copied into VRAM; a PUT copies
+ * device -> mirror before sending. Batch entries on device memory work too.
  * The range must lie in one device allocation (hipObjInvalidValue otherwise);
  * a failing GPU copy is hipObjInternalError with the runtime's code in hipError.
  * Errors: hipObjInvalidValue (NULL, size 0), hipObjSizeTooLarge (> 4 GiB),

@@ -139,13 +139,6 @@ pub fn entry(lib: &Library, op: &OpRequest) -> Result<Sqe, Fail> {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .locate(op.buf, size)?;
-        if at.staged {
-            return Err(Fail::new(
-                OpError::OpNotSupported,
-                "batch entries on device memory (registered host-staged) are not supported: \
-                 the queue would complete before the bytes reach VRAM; use hipObjGet/hipObjPut",
-            ));
-        }
         Ok(BufSlice::new(at.handle, at.offset, size))
     };
     let nonzero = |what: &str| -> Result<(), Fail> {

@@ -203,6 +203,9 @@ pub fn completion_error(cqe: &Cqe) -> OpError {
             ErrorCode::BadAddress | ErrorCode::TooLarge => OpError::SizeTooLarge,
             ErrorCode::Unsupported => OpError::OpNotSupported,
             ErrorCode::TimedOut if class == Some(ErrorClass::Deadline) => OpError::Timeout,
+            // A local I/O failure is this machine's, not the network's: e.g. the engine's copy
+            // of staged bytes into VRAM failed.
+            ErrorCode::Io if class == Some(ErrorClass::Local) => OpError::InternalError,
             ErrorCode::TimedOut | ErrorCode::ConnectionReset | ErrorCode::Io => {
                 OpError::NetworkError
             }

@@ -14,14 +14,12 @@
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::batch::OpRequest;
 use crate::error::{self, CResult, Fail, OpError};
 use crate::io::{self, Dir};
 use crate::registry::Registration;
-use crate::staged::Staged;
 use crate::state::{self, Settings};
 use crate::token;
 use crate::types::{
@@ -140,9 +138,9 @@ pub extern "C" fn hipObjShutdown() -> HipObjError {
 /// Registers caller memory. See `hipObjBufRegister` in `include/hipobj.h`.
 ///
 /// Host memory is registered with the engine as is. Device memory (recognised only when
-/// `hipObjInit` found a GPU runtime, `gpuDevice >= 0`) is registered host-staged: a pinned
-/// bounce buffer of the same size is registered with the engine in its place
-/// ([`crate::staged`]).
+/// `hipObjInit` found a GPU runtime, `gpuDevice >= 0`) goes through the engine's
+/// `register_device`: the engine stages it through pinned host memory and completes a GET only
+/// once the bytes are in VRAM, for `hipObjGet`/`hipObjPut` and batch queues alike.
 ///
 /// # Safety
 /// `ptr..ptr+size` is host memory valid for reads and writes from any thread, or device memory
@@ -158,36 +156,14 @@ pub unsafe extern "C" fn hipObjBufRegister(ptr: *mut c_void, size: usize) -> Hip
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         regs.check_new(base, size)?;
-        let device = lib.device_ordinal(base, size)?;
-        let (handle, staged) = match (device, &lib.gpu) {
-            (Some(ordinal), Some(rt)) => {
-                let dev = engine::gpu::DevicePtr {
-                    addr: base as u64,
-                    ordinal,
-                };
-                let st = Arc::new(Staged::new(rt, dev, size)?);
-                // SAFETY: the bounce buffer is `size` pinned bytes owned by `st`, which the
-                // library keeps (in its staged map) until the engine deregistered this handle,
-                // and leaks if that never happens; nothing else writes it meanwhile except the
-                // staged copies, which run only around operations on the same range.
-                let h = unsafe { lib.engine.register_raw(st.bounce_ptr(), size) }?;
-                lib.insert_staged(base, st);
-                (h, true)
-            }
-            _ => {
-                // SAFETY: `ptr` is non-NULL (check_new), `size > 0`, and the validity contract
-                // is this function's, which is the engine's `register_raw` contract.
-                (
-                    unsafe { lib.engine.register_raw(ptr.cast::<u8>(), size) }?,
-                    false,
-                )
-            }
-        };
+        // SAFETY: `ptr` is non-NULL (check_new), `size > 0`, and the validity contract is this
+        // function's, which is the engine's `register_memory` contract (host memory as
+        // `register_raw`, device memory as `register_device`).
+        let (handle, _kind) = unsafe { lib.engine.register_memory(ptr.cast::<u8>(), size) }?;
         regs.insert(Registration {
             base,
             len: size,
             handle,
-            staged,
         });
         Ok(())
     })

@@ -1,6 +1,7 @@
 //! The synchronous `hipObjGet` / `hipObjPut`: one entry on a pooled queue, wait, map the
-//! completion (for host-staged device memory: VRAM → bounce before a PUT, bounce → VRAM after
-//! a GET, see [`crate::staged`]); on an S3 client error, name the server's error code (see [`crate::diag`]).
+//! completion; on an S3 client error, name the server's error code (see [`crate::diag`]).
+//! Device memory needs nothing here: the engine stages it and posts a GET's completion only
+//! after the bytes are in VRAM.
 
 use ring_api::opcode::{Put, RangeGet};
 use ring_api::{BufSlice, Cqe, ErrorClass};
@@ -39,12 +40,6 @@ pub fn transfer(
         .read()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .locate(buf, size)?;
-    // Device memory registered host-staged: the engine works on the bounce buffer.
-    let staged = if at.staged {
-        Some(lib.staged(at.base)?)
-    } else {
-        None
-    };
     let slice = BufSlice::new(at.handle, at.offset, size);
     let sqe = match dir {
         Dir::Get => {
@@ -66,9 +61,6 @@ pub fn transfer(
                     ),
                 ));
             }
-            if let Some(st) = &staged {
-                st.from_device(at.offset, size)?;
-            }
             Put::new(obj.id, slice).build()
         }
     };
@@ -79,10 +71,6 @@ pub fn transfer(
                 OpError::IntegrityError,
                 format!("moved {} bytes where {size} were asked", cqe.bytes()),
             ));
-        }
-        if let (Dir::Get, Some(st)) = (dir, &staged) {
-            // The completion is reported only once the bytes are in VRAM.
-            st.to_device(at.offset, size)?;
         }
         return Ok(cqe.bytes());
     }

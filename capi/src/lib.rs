@@ -12,13 +12,12 @@
 //!   checks pointers, converts C values to Rust values and back.
 //! - [`state`]: the process-wide library instance (engine, handles, queue pool).
 //! - [`registry`]: pointer → (engine buffer handle, offset), sorted by address.
-//! - [`staged`]: device memory behind a pinned bounce buffer (the host-staged GPU path).
 //! - [`io`]: synchronous GET/PUT; [`batch`]: the queue extension; [`diag`]: naming the S3 error
 //!   behind a client error; [`token`]: the pure RDMA token helpers; [`error`]: codes and
 //!   messages; [`types`]: the `#[repr(C)]` types.
 //!
 //! # Safety model
-//! `#![deny(unsafe_code)]` at the root; only `ffi` and `staged` (the async GPU copies) opt out, and each `unsafe` block there
+//! `#![deny(unsafe_code)]` at the root; only `ffi` opts out, and each `unsafe` block there
 //! carries a `SAFETY:` comment tying it to the contract of its function in the header.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -29,7 +28,6 @@ pub mod error;
 pub mod ffi;
 pub mod io;
 pub mod registry;
-pub mod staged;
 pub mod state;
 pub mod token;
 pub mod types;

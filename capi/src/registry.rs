@@ -21,11 +21,8 @@ pub struct Registration {
     pub base: usize,
     /// Length in bytes.
     pub len: usize,
-    /// The engine's handle.
+    /// The engine's handle (host or device memory: the engine stages device memory itself).
     pub handle: BufHandle,
-    /// Device memory standing behind a pinned bounce buffer (see [`crate::staged`]): the
-    /// engine's handle covers the bounce buffer, at the same offsets.
-    pub staged: bool,
 }
 
 /// Where a pointer range lies: the registration's handle and the offset into it.
@@ -37,8 +34,6 @@ pub struct Located {
     pub offset: u64,
     /// The registration's base address.
     pub base: usize,
-    /// Whether the registration is host-staged device memory.
-    pub staged: bool,
 }
 
 /// The sorted set of registrations.
@@ -139,7 +134,6 @@ impl Registry {
             handle: r.handle,
             offset,
             base: r.base,
-            staged: r.staged,
         })
     }
 
@@ -168,7 +162,6 @@ mod tests {
             base,
             len,
             handle: BufHandle(h),
-            staged: h.is_multiple_of(2),
         }
     }
 
@@ -190,15 +183,11 @@ mod tests {
                 handle: BufHandle(1),
                 offset: 0,
                 base: 0x1000,
-                staged: false,
             }
         );
         assert_eq!(r.locate(0x1800, 0x800).unwrap().offset, 0x800);
         let dev = r.locate(0x30ff, 1).unwrap();
-        assert_eq!(
-            (dev.handle, dev.base, dev.staged),
-            (BufHandle(2), 0x3000, true)
-        );
+        assert_eq!((dev.handle, dev.base), (BufHandle(2), 0x3000));
         assert_eq!(r.locate(0x1fff, 1).unwrap().offset, 0xfff);
         assert_eq!(r.locate(0x1800, 0).unwrap().offset, 0x800);
     }

@@ -20,7 +20,6 @@ use s3_lite::sigv4::Signer;
 use crate::batch::Batch;
 use crate::error::{CResult, Fail, OpError};
 use crate::registry::Registry;
-use crate::staged::Staged;
 
 /// How long deregistration (and shutdown) waits for operations in flight on a buffer.
 pub const DEREGISTER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -83,13 +82,6 @@ pub struct Library {
     pub settings: Settings,
     /// Registered buffers.
     pub regs: RwLock<Registry>,
-    /// The GPU runtime, if the host has one (`gpuDevice >= 0` and a CUDA/HIP device found):
-    /// used to recognise device pointers, which the engine's host data path must never touch:
-    /// they are registered host-staged ([`crate::staged`]).
-    pub gpu: Option<Arc<dyn engine::gpu::GpuRuntime>>,
-    /// Host-staged device registrations by device base address (their bounce buffers are what
-    /// the engine holds registered).
-    staged: RwLock<HashMap<usize, Arc<Staged>>>,
     objects: RwLock<HashMap<u64, Object>>,
     queues: Mutex<HashMap<u64, Arc<Mutex<Batch>>>>,
     pool: Mutex<Vec<Queue>>,
@@ -150,11 +142,8 @@ pub fn shutdown() -> CResult<()> {
         .drain();
     let mut busy = 0usize;
     for r in regs {
-        let staged = lib.take_staged(r.base);
         if lib.engine.deregister(r.handle, DEREGISTER_TIMEOUT).is_err() {
             busy += 1;
-            // The engine may still write the bounce buffer: never free it.
-            std::mem::forget(staged);
         }
     }
     if busy > 0 {
@@ -215,24 +204,21 @@ impl Library {
         })?;
         let signer = Signer::new(resolved.credentials.clone(), resolved.region.clone(), "s3")
             .map_err(|e| Fail::new(OpError::InvalidValue, format!("signer: {e}")))?;
-        let engine = Engine::builder()
+        let mut builder = Engine::builder()
             .endpoint_url(url)
             .credentials(resolved.credentials)
             .region(resolved.region)
-            .dialect(dialect)
-            .build()?;
-        let s_gpu = s.gpu_device;
+            .dialect(dialect);
+        if s.gpu_device >= 0 {
+            // Device pointers are recognised (and staged) by the engine's GPU runtime.
+            builder = builder.gpu_if_present();
+        }
+        let engine = builder.build()?;
         Ok(Library {
             engine,
             signer,
             settings: s,
             regs: RwLock::new(Registry::default()),
-            gpu: if s_gpu >= 0 {
-                engine::gpu::detect()
-            } else {
-                None
-            },
-            staged: RwLock::new(HashMap::new()),
             objects: RwLock::new(HashMap::new()),
             queues: Mutex::new(HashMap::new()),
             pool: Mutex::new(Vec::new()),
@@ -248,11 +234,7 @@ impl Library {
             .unwrap_or_else(PoisonError::into_inner)
             .remove(base)?;
         match self.engine.deregister(reg.handle, DEREGISTER_TIMEOUT) {
-            Ok(()) => {
-                // The engine no longer touches the bounce buffer: free it (if any).
-                drop(self.take_staged(base));
-                Ok(())
-            }
+            Ok(()) => Ok(()),
             Err(e) => {
                 // The engine keeps the handle registered on timeout: keep it findable too.
                 self.regs
@@ -262,61 +244,6 @@ impl Library {
                 Err(Fail::from(e))
             }
         }
-    }
-
-    /// Classifies `[base, base+len)` for registration: `None` for host memory (or when no GPU
-    /// runtime was probed: then device pointers cannot be told apart and the caller must
-    /// register host memory only), `Some(ordinal)` for device memory of that GPU, which is
-    /// registered host-staged. Managed memory is CPU accessible and registered as host memory.
-    pub fn device_ordinal(&self, base: usize, len: usize) -> CResult<Option<u32>> {
-        let Some(rt) = &self.gpu else {
-            return Ok(None);
-        };
-        let kind = |addr: usize| rt.pointer_kind(addr as u64).ok();
-        let Some(engine::gpu::PointerKind::Device { ordinal }) = kind(base) else {
-            return Ok(None);
-        };
-        let last = base.saturating_add(len.saturating_sub(1));
-        if kind(last) != Some(engine::gpu::PointerKind::Device { ordinal }) {
-            return Err(Fail::new(
-                OpError::InvalidValue,
-                format!(
-                    "{base:#x} is device memory of GPU {ordinal} but {base:#x}+{len} runs past \
-                     its allocation"
-                ),
-            ));
-        }
-        Ok(Some(ordinal))
-    }
-
-    /// Adds a host-staged registration's bounce buffer and device range.
-    pub fn insert_staged(&self, base: usize, staged: Arc<Staged>) {
-        self.staged
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(base, staged);
-    }
-
-    /// The host-staged registration starting at `base`.
-    pub fn staged(&self, base: usize) -> CResult<Arc<Staged>> {
-        self.staged
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&base)
-            .cloned()
-            .ok_or_else(|| {
-                Fail::new(
-                    OpError::InternalError,
-                    format!("staged registration {base:#x} has no bounce buffer"),
-                )
-            })
-    }
-
-    fn take_staged(&self, base: usize) -> Option<Arc<Staged>> {
-        self.staged
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&base)
     }
 
     /// `hipObjOpen`: interns the name and returns a new handle id.

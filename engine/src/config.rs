@@ -298,6 +298,17 @@ impl EngineBuilder {
         self
     }
 
+    /// The process's GPU runtime ([`crate::gpu::detect`]: CUDA, then HIP) when the host has
+    /// one, as with [`EngineBuilder::gpu`]; on a host without one, nothing (device
+    /// registrations then fail with "no GPU runtime", host memory works).
+    #[must_use]
+    pub fn gpu_if_present(self) -> Self {
+        match crate::gpu::detect() {
+            Some(rt) => self.gpu(rt),
+            None => self,
+        }
+    }
+
     /// Largest merged host ↔ device copy when staging many ranges of one device
     /// registration that are adjacent (default [`crate::gpu::DEFAULT_COALESCE_LIMIT`]);
     /// 0 copies every operation on its own.

@@ -266,6 +266,47 @@ impl Engine {
         self.shared.registry.insert(mem)
     }
 
+    /// Registers caller memory of either kind: device memory of the engine's GPU runtime goes
+    /// through [`Engine::register_device`] (staged inside the engine), anything else — host
+    /// memory, managed memory, or any pointer when the engine has no GPU runtime — through
+    /// [`Engine::register_raw`]. Returns the handle and which kind it was taken for.
+    ///
+    /// Errors: as the two calls; a range that starts in device memory and does not end in
+    /// the same device's memory is [`EngineError::Config`].
+    ///
+    /// # Safety
+    ///
+    /// The contract of [`Engine::register_raw`] for host memory and of
+    /// [`Engine::register_device`] for device memory.
+    #[allow(unsafe_code)]
+    pub unsafe fn register_memory(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<(BufHandle, MemoryKind), EngineError> {
+        let addr = ptr as u64;
+        let device = self
+            .shared
+            .gpu
+            .as_ref()
+            .and_then(|g| match g.rt.pointer_kind(addr) {
+                Ok(PointerKind::Device { ordinal }) => Some(ordinal),
+                _ => None,
+            });
+        match device {
+            Some(ordinal) => {
+                // SAFETY: forwarded to our caller's contract (device memory of `ordinal`).
+                let h = unsafe { self.register_device(DevicePtr { addr, ordinal }, len) }?;
+                Ok((h, MemoryKind::Device { ordinal }))
+            }
+            None => {
+                // SAFETY: forwarded to our caller's contract (host memory).
+                let h = unsafe { self.register_raw(ptr, len) }?;
+                Ok((h, MemoryKind::Host))
+            }
+        }
+    }
+
     /// The GPU runtime given to [`EngineBuilder::gpu`], if any.
     #[must_use]
     pub fn gpu(&self) -> Option<&Arc<dyn GpuRuntime>> {
@@ -398,6 +439,18 @@ impl Engine {
             waker: Arc::clone(&worker.waker),
         })
     }
+}
+
+/// What [`Engine::register_memory`] registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryKind {
+    /// Host memory: the engine reads and writes it directly.
+    Host,
+    /// Device memory of GPU `ordinal`, staged by the engine through pinned host memory.
+    Device {
+        /// The device's index in its runtime.
+        ordinal: u32,
+    },
 }
 
 /// An application thread's ring pair: push submissions, reap completions.

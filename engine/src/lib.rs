@@ -60,7 +60,7 @@ pub mod verbs;
 mod worker;
 
 pub use config::{EngineBuilder, Placement, RetryPolicy};
-pub use engine::{Engine, Queue, WorkerInfo};
+pub use engine::{Engine, MemoryKind, Queue, WorkerInfo};
 pub use error::EngineError;
 pub use fabric::rdma::{DcOp, DcTokenError, DcTokenProvider, Dialect, Fabric};
 pub use fabric::{rc, soft};
