@@ -156,21 +156,36 @@ int main(int argc, char** argv) {
   CHECK(hipObjBufRegister((unsigned char*)vram + 4096, 4096), hipObjBufAlreadyRegistered);
   CHECK(hipObjGet(handle, (unsigned char*)vram + 2 * SIZE - 10, 11, 0), hipObjSizeTooLarge);
 
-  /* A batch entry on VRAM completes with OpNotSupported (synchronous calls only). */
+  /* Batch entries on VRAM: each completion means "the bytes are in VRAM" (the engine stages). */
+  CU(cu.memset8(d + SIZE, 0, SIZE));
   hipObjQueue_t q;
-  OK(hipObjQueueCreate(4, &q));
-  hipObjOp_t op = {0};
-  op.kind = HIPOBJ_OP_RANGE_GET;
-  op.handle = handle;
-  op.buf = vram;
-  op.size = 4096;
-  op.userData = 7;
+  OK(hipObjQueueCreate(8, &q));
+  hipObjOp_t ops[4];
+  memset(ops, 0, sizeof ops);
+  for (int i = 0; i < 4; i++) {
+    ops[i].kind = HIPOBJ_OP_RANGE_GET;
+    ops[i].handle = handle;
+    ops[i].buf = (unsigned char*)vram + SIZE + (size_t)i * 65536;
+    ops[i].size = 65536;
+    ops[i].offset = (uint64_t)(3 - i) * 65536 + 11;
+    ops[i].userData = 100 + (uint64_t)i;
+  }
   size_t sub = 0, got = 0;
-  OK(hipObjQueueSubmit(q, &op, 1, &sub));
-  EXPECT(sub == 1);
-  hipObjCompletion_t c;
-  OK(hipObjQueueReap(q, &c, 1, 5000, &got));
-  EXPECT(got == 1 && c.userData == 7 && c.opError == hipObjOpNotSupported);
+  OK(hipObjQueueSubmit(q, ops, 4, &sub));
+  EXPECT(sub == 4);
+  for (int reaped = 0; reaped < 4;) {
+    hipObjCompletion_t c;
+    OK(hipObjQueueReap(q, &c, 1, 5000, &got));
+    EXPECT(got == 1);
+    if (got != 1) break;
+    EXPECT(c.userData >= 100 && c.userData < 104 && c.opError == hipObjSuccess);
+    reaped++;
+  }
+  back = read_back(d + SIZE, 4 * 65536);
+  for (size_t i = 0; i < 4; i++)
+    for (size_t j = 0; j < 65536; j++)
+      EXPECT(back[i * 65536 + j] == pattern((3 - i) * 65536 + 11 + j));
+  free(back);
   OK(hipObjQueueDestroy(q));
 
   OK(hipObjClose(handle));
