@@ -24,6 +24,7 @@
 #   SEED [42]          offset stream seed (same for every client)
 #   SKIP_BUILD [0]     1 = do not (re)build the peers and the shim
 #   HIPOBJ [target/release/hipobj]   engine binary (not built by this script)
+#   HIPOBJ_CLIENT [$HIPOBJ]   binary of the hipobj rows (e.g. an older build), server stays $HIPOBJ
 #   S3S_FS             s3s-fs binary [PATH, ~/.cargo/bin, .tools/bin]
 #   QUIET_MAX_S [60; 0 if QUICK]  wait up to this long for load1 < 0.5 first
 #   OUT_DIR [benches/results/<date>_<time>]
@@ -50,6 +51,7 @@ OBJECT_MIB=${OBJECT_MIB:-256}
 SEED=${SEED:-42}
 SKIP_BUILD=${SKIP_BUILD:-0}
 HIPOBJ=${HIPOBJ:-$REPO/target/release/hipobj}
+HIPOBJ_CLIENT=${HIPOBJ_CLIENT:-$HIPOBJ}   # the hipobj rows' binary (the server is always $HIPOBJ)
 OUT_DIR=${OUT_DIR:-$REPO/benches/results/$(date +%Y-%m-%d_%H%M%S)}
 PEERS=$REPO/benches/peers
 PEER_BIN=${PEER_BIN:-$PEERS/target/release}
@@ -108,7 +110,7 @@ if [[ " $CLIENTS " == *" boto3 "* ]] && ! python3 -c 'import boto3' 2>/dev/null;
 fi
 
 HIPOBJ_OK=0 HIPOBJ_FLAGS=()
-if [[ -x $HIPOBJ ]] && HIPOBJ_HELP=$("$HIPOBJ" bench --help 2>&1); then
+if [[ -x $HIPOBJ_CLIENT ]] && HIPOBJ_HELP=$("$HIPOBJ_CLIENT" bench --help 2>&1); then
     HIPOBJ_OK=1
     # Optional flags, passed only where this build of `hipobj bench` has them.
     [[ $HIPOBJ_HELP == *--addressing-style* ]] && HIPOBJ_FLAGS+=(--addressing-style path)
@@ -192,7 +194,7 @@ LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 TOP_BEFORE=$(ps -eo pid=,pcpu=,comm= --sort=-pcpu | awk -v me="$SPID" '$1 != me' | head -4 |
     awk '{ printf "%s%s %s%%", (NR>1?", ":""), $3, $2 }')
 lockver() { awk -v n="$1" '$0 == "name = \"" n "\"" { getline; gsub(/[^0-9.]/, ""); print; exit }' "$PEERS/Cargo.lock"; }
-VERSIONS="$( ((HIPOBJ_OK)) && "$HIPOBJ" --version 2>/dev/null | head -1 || echo 'hipobj: bench not available'), \
+VERSIONS="$( ((HIPOBJ_OK)) && "$HIPOBJ_CLIENT" --version 2>/dev/null | head -1 || echo 'hipobj: bench not available'), \
 aws-sdk-s3 $(lockver aws-sdk-s3) (aws-config $(lockver aws-config), hyper $(lockver hyper)), \
 object_store $(lockver object_store) (reqwest $(lockver reqwest)), \
 boto3 $(python3 -c 'import boto3; print(boto3.__version__)' 2>/dev/null || echo '?') \
@@ -218,7 +220,7 @@ run_client() { # client size ops run
     local fabric=auto
     case $c in hipobj-*) fabric=${c#hipobj-} ;; esac
     case $c in
-        hipobj|hipobj-*) "${CLIENT_PIN[@]}" "$HIPOBJ" bench --fabric "$fabric" "${BENCH_EXTRA[@]}" --endpoint-url "$EP" "s3://$BUCKET/$KEY" --ops "$ops" --size "$size" \
+        hipobj|hipobj-*) "${CLIENT_PIN[@]}" "$HIPOBJ_CLIENT" bench --fabric "$fabric" "${BENCH_EXTRA[@]}" --endpoint-url "$EP" "s3://$BUCKET/$KEY" --ops "$ops" --size "$size" \
                     --concurrency "$CONC" --json "${HIPOBJ_FLAGS[@]}" > "$out" 2> "$out.err" || rc=$? ;;
         aws-sdk-s3) "${CLIENT_PIN[@]}" "$PEER_BIN/aws_sdk_s3_bench" "$EP" "$BUCKET" "$KEY" "$OBJECT_SIZE" "$ops" "$size" \
                     "$CONC" "$SEED" > "$out" 2> "$out.err" || rc=$? ;;

@@ -9,6 +9,9 @@
 #   benches/gpu/build_side_by_side.sh     # here: hipobj (release), the peers, the shim -> .sbs-bin/
 #   run(command="bash benches/gpu/side_by_side_on_device.sh", carry=[".sbs-bin"])   # device tool
 #
+# If .sbs-bin/hipobj-before exists (an older build, e.g. the last release), a first pass runs its
+# hipobj rows alone (same server binary: the current one) so one call gives before and after.
+#
 # Knobs: everything benches/side_by_side.sh takes (SIZES, CONC, REPEAT, CLIENTS, OPS_<size>,
 # HIPOBJ_BENCH_FLAGS, SERVER_CPUS, CLIENT_CPUS, ...). The table lands in $OUT (the device
 # tool's return folder) or benches/results/ elsewhere; copy it into docs/benchmarks.md by hand.
@@ -24,6 +27,14 @@ export CLIENTS=${CLIENTS:-"hipobj-http hipobj-soft object_store aws-sdk-s3"}
 export REPEAT=${REPEAT:-3} QUIET_MAX_S=${QUIET_MAX_S:-0}
 export OPS_65536=${OPS_65536:-40000} OPS_1048576=${OPS_1048576:-8000} OPS_16777216=${OPS_16777216:-600}
 stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
-export OUT_DIR=${OUT:-$PWD/benches/results}/sbs-$stamp
+results=${OUT:-$PWD/benches/results}
 nproc; grep -m1 'model name' /proc/cpuinfo
-bash benches/side_by_side.sh
+rc=0
+if [[ -x $BIN/hipobj-before ]]; then
+    echo "== before: $BIN/hipobj-before (hipobj rows only)"
+    OUT_DIR=$results/sbs-before-$stamp CLIENTS="$(printf '%s\n' $CLIENTS | grep '^hipobj' | tr '\n' ' ')" \
+        HIPOBJ_CLIENT=$BIN/hipobj-before bash benches/side_by_side.sh || rc=1
+fi
+echo "== after: $BIN/hipobj and the peers"
+OUT_DIR=$results/sbs-$stamp bash benches/side_by_side.sh || rc=1
+exit $rc
