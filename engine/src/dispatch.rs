@@ -283,7 +283,9 @@ mod tests {
         let (reg, objects, h, o) = setup();
         let c = ctx(&reg, &objects);
         let first = dispatch(
-            &RangeGet::new(o, 0, BufSlice::new(h, 0, 100)).build(), Q, &c,
+            &RangeGet::new(o, 0, BufSlice::new(h, 0, 100)).build(),
+            Q,
+            &c,
         );
         let Dispatch::Start(op) = first else {
             panic!("should start")
@@ -321,7 +323,9 @@ mod tests {
         let name = objects.resolve(o).unwrap();
         let up = table.open(name, "id").unwrap();
         let Dispatch::Start(part) = dispatch_with(
-            &UploadPart::new(o, up, p(2), BufSlice::new(h, 0, 10)).build(), Q, &c,
+            &UploadPart::new(o, up, p(2), BufSlice::new(h, 0, 10)).build(),
+            Q,
+            &c,
             &table,
         ) else {
             panic!("part should start")
@@ -333,7 +337,9 @@ mod tests {
         // Part 1 was never uploaded.
         assert_eq!(
             error_of(dispatch_with(
-                &CompleteMultipart::new(o, up, p(2)).build(), Q, &c,
+                &CompleteMultipart::new(o, up, p(2)).build(),
+                Q,
+                &c,
                 &table
             )),
             (-22, Some(ErrorClass::Local))
@@ -341,7 +347,9 @@ mod tests {
         let other = objects.intern("b", "other").unwrap();
         assert_eq!(
             error_of(dispatch_with(
-                &AbortMultipart::new(other, up).build(), Q, &c,
+                &AbortMultipart::new(other, up).build(),
+                Q,
+                &c,
                 &table
             )),
             (-22, Some(ErrorClass::Local))

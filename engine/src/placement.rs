@@ -181,7 +181,10 @@ mod tests {
     #[test]
     fn explicit_placements() {
         let cores = |v: Vec<Slot>| v.into_iter().map(|s| s.core).collect::<Vec<_>>();
-        assert_eq!(cores(plan(&Placement::Workers(2), 4).unwrap()), vec![None, None]);
+        assert_eq!(
+            cores(plan(&Placement::Workers(2), 4).unwrap()),
+            vec![None, None]
+        );
         assert_eq!(
             cores(plan(&Placement::Cores(vec![1, 3]), 4).unwrap()),
             vec![Some(1), Some(3)]
@@ -217,9 +220,15 @@ mod tests {
         );
         assert!(p.iter().all(|s| s.numa_node == Some(0) && s.nic.is_none()));
         // `taskset -c 2-4`: three workers, on those cores.
-        assert_eq!(cores(&expand(&node0, &[2, 3, 4], 16)), [2, 3, 4].map(Some).to_vec());
+        assert_eq!(
+            cores(&expand(&node0, &[2, 3, 4], 16)),
+            [2, 3, 4].map(Some).to_vec()
+        );
         // The cap.
-        assert_eq!(cores(&expand(&node0, &all, 3)), [1, 2, 3].map(Some).to_vec());
+        assert_eq!(
+            cores(&expand(&node0, &all, 3)),
+            [1, 2, 3].map(Some).to_vec()
+        );
     }
 
     #[test]
@@ -249,7 +258,12 @@ mod tests {
         let p = expand(&nics, &[0, 1, 2, 3], 16);
         assert!(p.iter().all(|s| s.nic.as_deref() != Some("mlx5_2")));
         assert_eq!(p.len(), 4, "two NICs split node 0's four cores");
-        assert_eq!(p.iter().filter(|s| s.nic.as_deref() == Some("mlx5_0")).count(), 2);
+        assert_eq!(
+            p.iter()
+                .filter(|s| s.nic.as_deref() == Some("mlx5_0"))
+                .count(),
+            2
+        );
         // More NICs than cores: the last shares one rather than go without a worker.
         let p = expand(&nics[..2], &[1], 16);
         assert_eq!(cores(&p), [1, 1].map(Some).to_vec());
