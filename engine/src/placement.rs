@@ -6,7 +6,8 @@
 //! core of that slot the process may run on** (its scheduler affinity, as `taskset` or a
 //! cgroup cpuset sets it), capped at [`DEFAULT_WORKERS_PER_NIC`] per slot or the builder's
 //! `workers_per_nic`. Cores are handed out lowest first, CPU 0 last (most housekeeping
-//! interrupts land there), and never twice while a free one remains. A slot none of whose
+//! interrupts land there), round robin between slots that share CPUs (two NICs on one node
+//! split its cores), and never twice while a free one remains. A slot none of whose
 //! CPUs the process may use gets no worker; when that leaves no worker at all (or sysfs is
 //! unreadable) the plan is one worker per allowed core (capped), serving no particular NIC.
 //! It ignores GPU locality, SMT siblings and isolated cores (`isolcpus`).
