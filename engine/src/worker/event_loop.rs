@@ -254,6 +254,11 @@ impl Worker {
                 slot: qi,
                 id,
             };
+            // A turn's entries go out in contiguous blocks, one per worker, so neighbouring
+            // ranges (a model read front to back) land on one worker and its GPU stager can
+            // merge their copies; a turn of a few entries still spreads one per worker.
+            let run = taken.len().div_ceil(self.crew.eligible.len().max(1)).max(1);
+            let mut block: Option<(usize, usize)> = None;
             for sqe in &taken {
                 took = true;
                 self.add_outstanding(qi);
@@ -267,7 +272,18 @@ impl Worker {
                             self.read_loads();
                             loads_read = true;
                         }
-                        self.assign(op);
+                        let to = match block {
+                            Some((to, left)) if left > 0 => {
+                                block = Some((to, left - 1));
+                                to
+                            }
+                            _ => {
+                                let to = self.least_loaded();
+                                block = Some((to, run - 1));
+                                to
+                            }
+                        };
+                        self.assign(op, to);
                     }
                 }
             }
@@ -308,10 +324,9 @@ impl Worker {
         best
     }
 
-    /// Starts `op` (from one of this worker's queues) here or on the least-loaded worker,
-    /// remembering where it went under its tag.
-    fn assign(&mut self, op: InFlight) {
-        let to = self.least_loaded();
+    /// Starts `op` (from one of this worker's queues) here or on worker `to`, remembering
+    /// where it went under its tag.
+    fn assign(&mut self, op: InFlight, to: usize) {
         if let Some(l) = self.loads.get_mut(to) {
             *l = l.saturating_add(1);
         }
