@@ -27,6 +27,9 @@ pub(crate) struct DispatchCtx<'a> {
 }
 
 /// What to do with one entry.
+// `Start` carries the operation by value: it is moved once, into a slab or a worker's mailbox;
+// boxing it would allocate once per operation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum Dispatch {
     /// Complete at once with this entry.
