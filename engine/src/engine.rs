@@ -467,7 +467,7 @@ impl Engine {
         worker.attach(wq, cq as usize, id);
         Ok(Queue {
             app,
-            waker: Arc::clone(&worker.waker),
+            _wake: WakeOnDrop(Arc::clone(&worker.waker)),
         })
     }
 }
@@ -478,8 +478,22 @@ impl Engine {
 /// the type system. Dropping it aborts the queue's operations in flight.
 #[derive(Debug)]
 pub struct Queue {
+    // Field order matters: `app` (the rings) is dropped before `_wake` rings the owner, so the
+    // worker that wakes sees the queue gone.
     app: AppQueue,
-    waker: Arc<mio::Waker>,
+    _wake: WakeOnDrop,
+}
+
+/// Wakes the queue's owner worker when dropped.
+#[derive(Debug)]
+struct WakeOnDrop(Arc<mio::Waker>);
+
+impl Drop for WakeOnDrop {
+    fn drop(&mut self) {
+        // The worker notices the dropped rings on its next turn; wake it so that turn happens
+        // now even if it sleeps.
+        let _ = self.0.wake();
+    }
 }
 
 impl Queue {
@@ -524,13 +538,5 @@ impl Queue {
     #[must_use]
     pub fn cq_capacity(&self) -> usize {
         self.app.cq_capacity()
-    }
-}
-
-impl Drop for Queue {
-    fn drop(&mut self) {
-        // The worker notices the dropped half on its next turn; wake it so that turn happens
-        // now even if it sleeps.
-        let _ = self.waker.wake();
     }
 }

@@ -291,3 +291,64 @@ fn cancel_deadline_and_drop_follow_the_op_to_its_worker() {
         .deregister(buf, Duration::from_secs(5))
         .expect("ops of a dropped queue still hold the buffer");
 }
+
+/// The CPUs this process may run on (`Cpus_allowed_list` of /proc/self/status).
+fn allowed_cpus() -> Vec<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim();
+    let mut out = Vec::new();
+    for part in list.split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => out.extend(a.parse::<usize>().unwrap()..=b.parse().unwrap()),
+            None => out.push(part.parse().unwrap()),
+        }
+    }
+    out
+}
+
+#[test]
+fn auto_starts_one_pinned_worker_per_allowed_core() {
+    let server = S3sFs::start();
+    let allowed = allowed_cpus();
+    let engine = common::builder(&server)
+        .placement(Placement::Auto)
+        .build()
+        .unwrap();
+    let w = engine.workers();
+    let mut cores: Vec<usize> = w.iter().map(|w| w.core.expect("Auto pins")).collect();
+    assert!(
+        cores.iter().all(|c| allowed.contains(c)),
+        "{w:?} vs {allowed:?}"
+    );
+    cores.sort_unstable();
+    cores.dedup();
+    assert_eq!(cores.len(), w.len(), "two workers on one core: {w:?}");
+    let rdma_nics = std::fs::read_dir("/sys/class/infiniband").map_or(0, Iterator::count);
+    if rdma_nics == 0 {
+        // No NIC: every allowed core of every node, up to the cap per node.
+        assert!(
+            w.len() >= allowed.len().min(engine::DEFAULT_WORKERS_PER_NIC),
+            "{w:?}"
+        );
+        assert!(w.iter().all(|w| w.nic.is_none() && w.runs_ops));
+    }
+    // The cap.
+    let one = common::builder(&server)
+        .placement(Placement::Auto)
+        .workers_per_nic(1)
+        .build()
+        .unwrap();
+    assert!(one.workers().len() <= w.len());
+    assert!(
+        common::builder(&server)
+            .placement(Placement::Auto)
+            .workers_per_nic(0)
+            .build()
+            .is_err()
+    );
+    eprintln!("Auto here: {w:?}");
+}
