@@ -540,3 +540,34 @@ impl Queue {
         self.app.cq_capacity()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(nic: Option<&str>) -> placement::Slot {
+        placement::Slot {
+            core: None,
+            nic: nic.map(str::to_owned),
+            numa_node: None,
+        }
+    }
+
+    #[test]
+    fn ops_go_only_to_workers_of_the_engines_nic() {
+        let slots = [
+            slot(Some("mlx5_0")),
+            slot(Some("mlx5_1")),
+            slot(Some("mlx5_0")),
+        ];
+        assert_eq!(eligible_workers(&slots, Some("mlx5_0")), vec![0, 2]);
+        assert_eq!(eligible_workers(&slots, Some("mlx5_1")), vec![1]);
+        // No RDMA device (HTTP, soft) or one no worker serves: every worker.
+        assert_eq!(eligible_workers(&slots, None), vec![0, 1, 2]);
+        assert_eq!(eligible_workers(&slots, Some("rxe0")), vec![0, 1, 2]);
+        assert_eq!(
+            eligible_workers(&[slot(None), slot(None)], None),
+            vec![0, 1]
+        );
+    }
+}
