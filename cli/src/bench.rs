@@ -40,7 +40,9 @@ pub struct BenchArgs {
     /// Seed of the offset sequence (same seed, same offsets).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Worker threads (default: one per NUMA node / RDMA NIC, from sysfs).
+    /// Worker threads (default: the engine's `Placement::Auto`: per RDMA NIC, or per NUMA node,
+    /// one worker per core the process may run on, up to 16 each). Every worker runs range-gets
+    /// of the one queue; the report prints how many there were.
     #[arg(long)]
     pub workers: Option<usize>,
     /// Lock the destination buffer in RAM (mlock; falls back to pageable with a warning).

@@ -8,10 +8,13 @@ use s3_lite::credentials::Credentials;
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Placement {
-    /// From the sysfs topology: one worker per RDMA NIC (each NIC sits on one NUMA node), or
-    /// one per NUMA node on a host without RDMA NICs, each pinned to a core of its node
-    /// (`numa::Topology::worker_plan`). Falls back to one unpinned worker if sysfs is
-    /// unreadable.
+    /// From the sysfs topology (`numa::Topology::worker_plan`): for every RDMA NIC (each sits
+    /// on one NUMA node), or every NUMA node on a host without RDMA NICs, one worker per core
+    /// of that NIC's node the process may run on (its scheduler affinity: `taskset`, cgroup
+    /// cpusets), at most [`EngineBuilder::workers_per_nic`] (default
+    /// [`crate::DEFAULT_WORKERS_PER_NIC`]) each, pinned. Each worker keeps the NIC it serves
+    /// ([`crate::WorkerInfo::nic`]). Without a readable sysfs: one worker per allowed core
+    /// (same cap); without that either, one unpinned worker.
     #[default]
     Auto,
     /// This many workers, unpinned.
@@ -107,6 +110,7 @@ pub struct EngineBuilder {
     pub(crate) credentials: Option<Credentials>,
     pub(crate) region: Option<String>,
     pub(crate) placement: Placement,
+    pub(crate) workers_per_nic: usize,
     pub(crate) connections_per_worker: usize,
     pub(crate) inflight_per_connection: usize,
     pub(crate) retry: RetryPolicy,
@@ -131,6 +135,7 @@ impl Default for EngineBuilder {
             credentials: None,
             region: None,
             placement: Placement::Auto,
+            workers_per_nic: crate::placement::DEFAULT_WORKERS_PER_NIC,
             connections_per_worker: 32,
             inflight_per_connection: 1,
             retry: RetryPolicy::default(),
@@ -177,6 +182,16 @@ impl EngineBuilder {
     #[must_use]
     pub fn placement(mut self, placement: Placement) -> Self {
         self.placement = placement;
+        self
+    }
+
+    /// At most this many workers per RDMA NIC (or per NUMA node on a host without one) under
+    /// [`Placement::Auto`]; default [`crate::DEFAULT_WORKERS_PER_NIC`]. Auto never starts more
+    /// workers than the NIC's node has cores the process may run on. `0` is refused at build.
+    /// Ignored by [`Placement::Workers`] and [`Placement::Cores`].
+    #[must_use]
+    pub fn workers_per_nic(mut self, n: usize) -> Self {
+        self.workers_per_nic = n;
         self
     }
 

@@ -10,7 +10,7 @@ use ring_api::{
     Op, Sqe, UploadHandle,
 };
 
-use crate::inflight::{InFlight, MultipartOp, OpKind, Phase};
+use crate::inflight::{InFlight, MultipartOp, OpKind, Phase, QueueRef};
 use crate::memory::{LeaseError, Registry};
 use crate::multipart::{UploadTable, uploads};
 
@@ -27,6 +27,9 @@ pub(crate) struct DispatchCtx<'a> {
 }
 
 /// What to do with one entry.
+// `Start` carries the operation by value: it is moved once, into a slab or a worker's mailbox;
+// boxing it would allocate once per operation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum Dispatch {
     /// Complete at once with this entry.
@@ -87,14 +90,14 @@ fn multipart_op(
 }
 
 /// Decodes `sqe` from queue `queue` (multipart entries use the process's upload table).
-pub(crate) fn dispatch(sqe: &Sqe, queue: usize, ctx: &DispatchCtx<'_>) -> Dispatch {
+pub(crate) fn dispatch(sqe: &Sqe, queue: QueueRef, ctx: &DispatchCtx<'_>) -> Dispatch {
     dispatch_with(sqe, queue, ctx, uploads())
 }
 
 /// [`dispatch`] against the upload table `table`.
 pub(crate) fn dispatch_with(
     sqe: &Sqe,
-    queue: usize,
+    queue: QueueRef,
     ctx: &DispatchCtx<'_>,
     table: &UploadTable,
 ) -> Dispatch {
@@ -204,6 +207,12 @@ fn resolve(objects: &ObjectTable, id: ObjectId) -> Option<std::sync::Arc<ring_ap
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const Q: QueueRef = QueueRef {
+        owner: 0,
+        slot: 0,
+        id: 0,
+    };
     use crate::memory::raw::RawMem;
     use ring_api::opcode::{Cancel, Head, Nop, Put, RangeGet};
     use ring_api::{BufHandle, BufSlice};
@@ -244,27 +253,27 @@ mod tests {
             b
         };
         assert_eq!(
-            error_of(dispatch(&Sqe::from_bytes(&bytes), 0, &c)),
+            error_of(dispatch(&Sqe::from_bytes(&bytes), Q, &c)),
             (-95, Some(ErrorClass::Invalid))
         );
         let oob = RangeGet::new(o, 0, BufSlice::new(h, 4000, 97)).build();
         assert_eq!(
-            error_of(dispatch(&oob, 0, &c)),
+            error_of(dispatch(&oob, Q, &c)),
             (-14, Some(ErrorClass::Local))
         );
         let bad_buf = RangeGet::new(o, 0, BufSlice::new(BufHandle(77), 0, 1)).build();
         assert_eq!(
-            error_of(dispatch(&bad_buf, 0, &c)),
+            error_of(dispatch(&bad_buf, Q, &c)),
             (-9, Some(ErrorClass::Local))
         );
         let bad_obj = Head::new(ObjectId(9)).build();
         assert_eq!(
-            error_of(dispatch(&bad_obj, 0, &c)),
+            error_of(dispatch(&bad_obj, Q, &c)),
             (-9, Some(ErrorClass::Local))
         );
-        assert!(matches!(dispatch(&Nop::new().build(), 0, &c), Dispatch::Complete(c) if c.is_ok()));
+        assert!(matches!(dispatch(&Nop::new().build(), Q, &c), Dispatch::Complete(c) if c.is_ok()));
         assert!(matches!(
-            dispatch(&Cancel::new(3).user_data(4).build(), 0, &c),
+            dispatch(&Cancel::new(3).user_data(4).build(), Q, &c),
             Dispatch::Cancel {
                 user_data: 4,
                 target: 3
@@ -278,18 +287,18 @@ mod tests {
         let c = ctx(&reg, &objects);
         let first = dispatch(
             &RangeGet::new(o, 0, BufSlice::new(h, 0, 100)).build(),
-            0,
+            Q,
             &c,
         );
         let Dispatch::Start(op) = first else {
             panic!("should start")
         };
         assert_eq!(op.buf_len(), 100);
-        let clash = dispatch(&Put::new(o, BufSlice::new(h, 50, 10)).build(), 0, &c);
+        let clash = dispatch(&Put::new(o, BufSlice::new(h, 50, 10)).build(), Q, &c);
         assert_eq!(error_of(clash), (-16, Some(ErrorClass::Local)));
         drop(op);
         assert!(matches!(
-            dispatch(&Put::new(o, BufSlice::new(h, 50, 10)).build(), 0, &c),
+            dispatch(&Put::new(o, BufSlice::new(h, 50, 10)).build(), Q, &c),
             Dispatch::Start(_)
         ));
     }
@@ -303,7 +312,7 @@ mod tests {
         let table = UploadTable::new();
         let p = |n| PartNumber::new(n).unwrap();
         let Dispatch::Start(create) =
-            dispatch_with(&CreateMultipart::new(o).build(), 0, &c, &table)
+            dispatch_with(&CreateMultipart::new(o).build(), Q, &c, &table)
         else {
             panic!("create should start")
         };
@@ -311,14 +320,14 @@ mod tests {
         assert!(!create.may_retry, "a lost Create answer is not repeated");
         let unknown = UploadPart::new(o, UploadHandle(5), p(1), BufSlice::new(h, 0, 10)).build();
         assert_eq!(
-            error_of(dispatch_with(&unknown, 0, &c, &table)),
+            error_of(dispatch_with(&unknown, Q, &c, &table)),
             (-9, Some(ErrorClass::Local))
         );
         let name = objects.resolve(o).unwrap();
         let up = table.open(name, "id").unwrap();
         let Dispatch::Start(part) = dispatch_with(
             &UploadPart::new(o, up, p(2), BufSlice::new(h, 0, 10)).build(),
-            0,
+            Q,
             &c,
             &table,
         ) else {
@@ -332,7 +341,7 @@ mod tests {
         assert_eq!(
             error_of(dispatch_with(
                 &CompleteMultipart::new(o, up, p(2)).build(),
-                0,
+                Q,
                 &c,
                 &table
             )),
@@ -342,14 +351,14 @@ mod tests {
         assert_eq!(
             error_of(dispatch_with(
                 &AbortMultipart::new(other, up).build(),
-                0,
+                Q,
                 &c,
                 &table
             )),
             (-22, Some(ErrorClass::Local))
         );
         assert!(matches!(
-            dispatch_with(&AbortMultipart::new(o, up).build(), 0, &c, &table),
+            dispatch_with(&AbortMultipart::new(o, up).build(), Q, &c, &table),
             Dispatch::Start(InFlight {
                 multipart: Some(MultipartOp::Abort { .. }),
                 ..
@@ -361,18 +370,18 @@ mod tests {
     fn deadlines_resolve_against_both_clocks() {
         let (reg, objects, _, o) = setup();
         let c = ctx(&reg, &objects);
-        let Dispatch::Start(rel) = dispatch(&Head::new(o).deadline_ns(5_000_000).build(), 0, &c)
+        let Dispatch::Start(rel) = dispatch(&Head::new(o).deadline_ns(5_000_000).build(), Q, &c)
         else {
             panic!()
         };
         assert_eq!(rel.deadline, Some(c.now + Duration::from_millis(5)));
         let Dispatch::Start(abs) =
-            dispatch(&Head::new(o).deadline_at_ns(1_000 + 7_000).build(), 0, &c)
+            dispatch(&Head::new(o).deadline_at_ns(1_000 + 7_000).build(), Q, &c)
         else {
             panic!()
         };
         assert_eq!(abs.deadline, Some(c.now + Duration::from_micros(7)));
-        let Dispatch::Start(past) = dispatch(&Head::new(o).deadline_at_ns(1).build(), 0, &c) else {
+        let Dispatch::Start(past) = dispatch(&Head::new(o).deadline_at_ns(1).build(), Q, &c) else {
             panic!()
         };
         assert_eq!(

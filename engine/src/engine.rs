@@ -3,7 +3,7 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use ring_api::{
@@ -22,7 +22,7 @@ use crate::gpu::{DevicePtr, GpuRuntime, PointerKind, StagingCounters};
 use crate::memory::raw::RawMem;
 use crate::memory::{BufferView, DeviceMirror, RegisterOptions, Registry};
 use crate::placement;
-use crate::worker::WorkerHandle;
+use crate::worker::{Crew, Prepared, WorkerHandle};
 
 /// State shared by the engine handle and every worker.
 #[derive(Debug)]
@@ -48,18 +48,29 @@ pub(crate) struct Shared {
 pub struct Engine {
     shared: Arc<Shared>,
     workers: Vec<WorkerHandle>,
+    crew: Arc<Crew>,
     next_worker: AtomicUsize,
+    next_queue_id: AtomicU64,
     endpoint: Endpoint,
 }
 
-/// Placement of one worker, as built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One worker, as built, and what it has done.
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct WorkerInfo {
     /// The core it was asked to run on.
     pub core: Option<usize>,
     /// Whether pinning succeeded (it may fail in VMs and restricted cgroups).
     pub pinned: bool,
+    /// The RDMA device (libibverbs name) it serves, when the placement planned one.
+    pub nic: Option<String>,
+    /// The NUMA node of its NIC or core, when known.
+    pub numa_node: Option<u32>,
+    /// Whether operations are handed to it (it serves the engine's RDMA device, or the engine
+    /// has none that any worker serves).
+    pub runs_ops: bool,
+    /// Operations it has run so far, from any queue.
+    pub ops: u64,
 }
 
 pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
@@ -99,7 +110,7 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
         Signer::new(resolved.credentials.clone(), resolved.region.clone(), "s3")
             .map_err(EngineError::Signing)?,
     );
-    let cores = placement::plan(&b.placement)?;
+    let slots = placement::plan(&b.placement, b.workers_per_nic)?;
     let shared = Arc::new(Shared {
         registry: Registry::new(),
         objects: ObjectTable::new(),
@@ -128,8 +139,16 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
     let learned = Arc::new(crate::fabric::rdma::learned::Learned::default());
     // One verbs device for the engine (each worker's client makes its own QPs on it).
     let verbs = crate::fabric::rdma::open_verbs(b.fabric, b.verbs_device.as_deref());
-    let mut workers = Vec::with_capacity(cores.len());
-    for (i, core) in cores.into_iter().enumerate() {
+    let mut prepared = Vec::with_capacity(slots.len());
+    for _ in &slots {
+        prepared.push(Prepared::new()?);
+    }
+    let crew = Arc::new(Crew {
+        peers: prepared.iter().map(|p| p.peer.clone()).collect(),
+        eligible: eligible_workers(&slots, verbs.as_ref().map(|d| d.name()).as_deref()),
+    });
+    let mut workers = Vec::with_capacity(slots.len());
+    for (i, (slot, prep)) in slots.into_iter().zip(prepared).enumerate() {
         let fabric = HttpFabric::new(
             addr,
             endpoint.clone(),
@@ -150,19 +169,60 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
             .with_learned(Arc::clone(&learned), hipobj_signer.clone())
             .with_dc_provider(b.dc_provider.clone()),
         );
-        workers.push(WorkerHandle::spawn(
+        match WorkerHandle::spawn(
             i,
-            core,
+            slot,
+            prep,
+            Arc::clone(&crew),
             Arc::clone(&shared),
             Box::new(fabric),
-        )?);
+        ) {
+            Ok(w) => workers.push(w),
+            Err(e) => {
+                stop_all(&mut workers);
+                return Err(e);
+            }
+        }
     }
     Ok(Engine {
         shared,
         workers,
+        crew,
         next_worker: AtomicUsize::new(0),
+        next_queue_id: AtomicU64::new(1),
         endpoint,
     })
+}
+
+/// Which workers run operations: those serving the engine's RDMA device `nic` when any does,
+/// else every worker (HTTP and the soft fabric use no NIC of their own).
+fn eligible_workers(slots: &[placement::Slot], nic: Option<&str>) -> Vec<usize> {
+    let all = 0..slots.len();
+    let on_nic: Vec<usize> = all
+        .clone()
+        .filter(|&i| nic.is_some() && slots.get(i).and_then(|s| s.nic.as_deref()) == nic)
+        .collect();
+    if on_nic.is_empty() {
+        all.collect()
+    } else {
+        on_nic
+    }
+}
+
+/// Signals every worker to stop, then joins them (so none waits on another's shutdown).
+fn stop_all(workers: &mut [WorkerHandle]) {
+    for w in workers.iter() {
+        w.signal_stop();
+    }
+    for w in workers.iter_mut() {
+        w.stop();
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        stop_all(&mut self.workers);
+    }
 }
 
 fn resolve_addr(ep: &Endpoint) -> Result<SocketAddr, EngineError> {
@@ -196,14 +256,20 @@ impl Engine {
         &self.endpoint
     }
 
-    /// Where the workers run.
+    /// The workers: where they run, which NIC they serve and how many operations each has
+    /// run.
     #[must_use]
     pub fn workers(&self) -> Vec<WorkerInfo> {
         self.workers
             .iter()
-            .map(|w| WorkerInfo {
-                core: w.core,
+            .enumerate()
+            .map(|(i, w)| WorkerInfo {
+                core: w.slot.core,
                 pinned: w.pinned(),
+                nic: w.slot.nic.clone(),
+                numa_node: w.slot.numa_node,
+                runs_ops: self.crew.eligible.contains(&i),
+                ops: w.executed(),
             })
             .collect()
     }
@@ -418,8 +484,11 @@ impl Engine {
     }
 
     /// A new queue for the calling thread: `depth` submission slots and `2 * depth`
-    /// completion slots (both rounded up to powers of two), attached to one worker
-    /// (round-robin).
+    /// completion slots (both rounded up to powers of two).
+    ///
+    /// One worker (chosen round-robin) owns the queue's rings: it drains the submissions and
+    /// posts the completions. The operations themselves run on every worker eligible for them
+    /// (the least loaded takes each), so one queue can use all the engine's workers.
     pub fn queue(&self, depth: u32) -> Result<Queue, EngineError> {
         let sq = depth
             .max(1)
@@ -429,14 +498,17 @@ impl Engine {
                 max: ring_api::MAX_ENTRIES,
             }))?;
         let cq = sq.saturating_mul(2);
-        let i = self.next_worker.fetch_add(1, Ordering::Relaxed) % self.workers.len().max(1);
+        let eligible = &self.crew.eligible;
+        let n = self.next_worker.fetch_add(1, Ordering::Relaxed) % eligible.len().max(1);
+        let i = eligible.get(n).copied().ok_or(EngineError::Shutdown)?;
         let worker = self.workers.get(i).ok_or(EngineError::Shutdown)?;
         let (app, wq) =
             ring_api::queue_pair(sq, cq, Some(worker.bell())).map_err(EngineError::Ring)?;
-        worker.attach(wq, cq as usize);
+        let id = self.next_queue_id.fetch_add(1, Ordering::Relaxed);
+        worker.attach(wq, cq as usize, id);
         Ok(Queue {
             app,
-            waker: Arc::clone(&worker.waker),
+            _wake: WakeOnDrop(Arc::clone(&worker.waker)),
         })
     }
 }
@@ -459,8 +531,22 @@ pub enum MemoryKind {
 /// the type system. Dropping it aborts the queue's operations in flight.
 #[derive(Debug)]
 pub struct Queue {
+    // Field order matters: `app` (the rings) is dropped before `_wake` rings the owner, so the
+    // worker that wakes sees the queue gone.
     app: AppQueue,
-    waker: Arc<mio::Waker>,
+    _wake: WakeOnDrop,
+}
+
+/// Wakes the queue's owner worker when dropped.
+#[derive(Debug)]
+struct WakeOnDrop(Arc<mio::Waker>);
+
+impl Drop for WakeOnDrop {
+    fn drop(&mut self) {
+        // The worker notices the dropped rings on its next turn; wake it so that turn happens
+        // now even if it sleeps.
+        let _ = self.0.wake();
+    }
 }
 
 impl Queue {
@@ -508,10 +594,33 @@ impl Queue {
     }
 }
 
-impl Drop for Queue {
-    fn drop(&mut self) {
-        // The worker notices the dropped half on its next turn; wake it so that turn happens
-        // now even if it sleeps.
-        let _ = self.waker.wake();
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(nic: Option<&str>) -> placement::Slot {
+        placement::Slot {
+            core: None,
+            nic: nic.map(str::to_owned),
+            numa_node: None,
+        }
+    }
+
+    #[test]
+    fn ops_go_only_to_workers_of_the_engines_nic() {
+        let slots = [
+            slot(Some("mlx5_0")),
+            slot(Some("mlx5_1")),
+            slot(Some("mlx5_0")),
+        ];
+        assert_eq!(eligible_workers(&slots, Some("mlx5_0")), vec![0, 2]);
+        assert_eq!(eligible_workers(&slots, Some("mlx5_1")), vec![1]);
+        // No RDMA device (HTTP, soft) or one no worker serves: every worker.
+        assert_eq!(eligible_workers(&slots, None), vec![0, 1, 2]);
+        assert_eq!(eligible_workers(&slots, Some("rxe0")), vec![0, 1, 2]);
+        assert_eq!(
+            eligible_workers(&[slot(None), slot(None)], None),
+            vec![0, 1]
+        );
     }
 }

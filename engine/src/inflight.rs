@@ -109,11 +109,25 @@ pub(crate) enum Phase {
     },
 }
 
+/// The application queue an operation's completion goes to: the worker that owns its rings
+/// (and drained the entry), the queue's slot on that worker, and the queue's engine-wide id
+/// (a slot is reused after its queue is dropped; the id never is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct QueueRef {
+    /// Index of the owning worker.
+    pub(crate) owner: usize,
+    /// Slot of the queue on its owner.
+    pub(crate) slot: usize,
+    /// Engine-wide queue id.
+    pub(crate) id: u64,
+}
+
 /// One operation taken off a submission ring and not yet completed.
 #[derive(Debug)]
 pub(crate) struct InFlight {
-    /// Worker-local index of the queue the completion goes to.
-    pub(crate) queue: usize,
+    /// The queue the completion goes to (possibly owned by another worker than the one
+    /// executing the operation).
+    pub(crate) queue: QueueRef,
     pub(crate) user_data: u64,
     pub(crate) kind: OpKind,
     pub(crate) object: Arc<ObjectName>,
@@ -285,7 +299,7 @@ mod tests {
 
     fn op(user_data: u64) -> InFlight {
         InFlight {
-            queue: 0,
+            queue: QueueRef::default(),
             user_data,
             kind: OpKind::Head,
             object: Arc::new(ObjectName {

@@ -65,4 +65,5 @@ pub use error::EngineError;
 pub use fabric::rdma::{DcOp, DcTokenError, DcTokenProvider, Dialect, Fabric};
 pub use fabric::{rc, soft};
 pub use memory::{BufferView, RegisterOptions};
+pub use placement::DEFAULT_WORKERS_PER_NIC;
 pub use sys::{monotonic_ns, process_cpu_time};

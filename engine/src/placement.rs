@@ -1,35 +1,178 @@
-//! Turning a [`Placement`] into one optional core per worker.
+//! Turning a [`Placement`] into the workers to start: a core (or none), and the NIC and NUMA
+//! node each serves.
 //!
-//! `Auto` follows `numa::Topology::worker_plan`: one worker per RDMA NIC, or per NUMA node on
-//! a host without one, each on a core of its node. It ignores GPU locality (no GPU memory is
-//! registered yet), SMT siblings and isolated cores (`isolcpus`), and never starts more than
-//! one worker per planned slot.
+//! `Auto` starts from `numa::Topology::worker_plan` — one slot per RDMA NIC, or per NUMA node
+//! on a host without one, with the CPUs near it — and widens every slot to **one worker per
+//! core of that slot the process may run on** (its scheduler affinity, as `taskset` or a
+//! cgroup cpuset sets it), capped at [`DEFAULT_WORKERS_PER_NIC`] per slot or the builder's
+//! `workers_per_nic`. Cores are handed out lowest first, CPU 0 last (most housekeeping
+//! interrupts land there), round robin between slots that share CPUs (two NICs on one node
+//! split its cores), and never twice while a free one remains. A slot none of whose
+//! CPUs the process may use gets no worker; when that leaves no worker at all (or sysfs is
+//! unreadable) the plan is one worker per allowed core (capped), serving no particular NIC.
+//! It ignores GPU locality, SMT siblings and isolated cores (`isolcpus`).
 
 use crate::config::Placement;
 use crate::error::EngineError;
 
-/// Cores for the workers to start (`None`: unpinned).
-pub(crate) fn plan(p: &Placement) -> Result<Vec<Option<usize>>, EngineError> {
+/// Workers `Placement::Auto` starts per NIC (or per NUMA node without RDMA NICs) when the
+/// builder does not say (`EngineBuilder::workers_per_nic`): at most this many, and never more
+/// than the slot has allowed cores.
+pub const DEFAULT_WORKERS_PER_NIC: usize = 16;
+
+/// One worker to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Slot {
+    /// Core to pin to (`None`: unpinned).
+    pub(crate) core: Option<usize>,
+    /// The RDMA device (libibverbs name) the worker serves, if the plan has one.
+    pub(crate) nic: Option<String>,
+    /// The NUMA node of its core or NIC, when known.
+    pub(crate) numa_node: Option<u32>,
+}
+
+impl Slot {
+    fn unpinned() -> Self {
+        Self {
+            core: None,
+            nic: None,
+            numa_node: None,
+        }
+    }
+}
+
+/// The workers to start for `p`; `per_nic` caps `Auto`'s workers per slot.
+pub(crate) fn plan(p: &Placement, per_nic: usize) -> Result<Vec<Slot>, EngineError> {
     match p {
         Placement::Workers(0) => Err(EngineError::Config(
             "Placement::Workers(0): need at least one worker".into(),
         )),
-        Placement::Workers(n) => Ok(vec![None; *n]),
+        Placement::Workers(n) => Ok(vec![Slot::unpinned(); *n]),
         Placement::Cores(c) if c.is_empty() => Err(EngineError::Config(
             "Placement::Cores: empty core list".into(),
         )),
-        Placement::Cores(c) => Ok(c.iter().map(|&c| Some(c)).collect()),
-        Placement::Auto => Ok(auto()),
+        Placement::Cores(c) => Ok(c
+            .iter()
+            .map(|&c| Slot {
+                core: Some(c),
+                ..Slot::unpinned()
+            })
+            .collect()),
+        Placement::Auto if per_nic == 0 => Err(EngineError::Config(
+            "workers_per_nic must be at least 1".into(),
+        )),
+        Placement::Auto => Ok(auto(per_nic)),
     }
 }
 
-fn auto() -> Vec<Option<usize>> {
-    let planned = numa::Topology::from_system().and_then(|t| t.worker_plan());
-    match planned {
-        Ok(plan) if !plan.is_empty() => plan.iter().map(|w| usize::try_from(w.core).ok()).collect(),
-        // No readable sysfs (containers, non-Linux): one unpinned worker still works.
-        _ => vec![None],
+/// The cores this thread (and so, normally, the process) may run on, in increasing order;
+/// empty when the affinity cannot be read.
+fn allowed_cores() -> Vec<u32> {
+    let mut ids: Vec<u32> = core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|c| u32::try_from(c.id).ok())
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+fn auto(per_nic: usize) -> Vec<Slot> {
+    let allowed = allowed_cores();
+    let planned = numa::Topology::from_system().and_then(|t| {
+        let plan = t.worker_plan()?;
+        Ok(plan
+            .into_iter()
+            .map(|w| {
+                let (nic, node) = match w.target {
+                    numa::WorkerTarget::Nic(i) => t
+                        .nics
+                        .get(i)
+                        .map_or((None, None), |n| (Some(n.name.clone()), n.numa_node)),
+                    numa::WorkerTarget::Node(id) => (None, Some(id)),
+                };
+                Target {
+                    nic,
+                    numa_node: node,
+                    cpus: w.cpus.iter().collect(),
+                }
+            })
+            .collect::<Vec<_>>())
+    });
+    expand(&planned.unwrap_or_default(), &allowed, per_nic)
+}
+
+/// One slot of the topology's plan: what it serves and the CPUs near it.
+#[derive(Debug, Clone)]
+struct Target {
+    nic: Option<String>,
+    numa_node: Option<u32>,
+    cpus: Vec<u32>,
+}
+
+/// Widens `targets` to workers on the `allowed` cores (all of a target's CPUs when `allowed`
+/// is empty, i.e. unknown), at most `per_nic` per target.
+fn expand(targets: &[Target], allowed: &[u32], per_nic: usize) -> Vec<Slot> {
+    let usable = |c: &u32| allowed.is_empty() || allowed.contains(c);
+    // Each target's usable CPUs, lowest first and CPU 0 last.
+    let sets: Vec<Vec<u32>> = targets
+        .iter()
+        .map(|t| {
+            let mut cpus: Vec<u32> = t.cpus.iter().copied().filter(usable).collect();
+            cpus.sort_unstable_by_key(|&c| (c == 0, c));
+            cpus
+        })
+        .collect();
+    // Round robin, one core per target per round, so NICs sharing a node split its cores.
+    let mut taken: Vec<u32> = Vec::new();
+    let mut chosen: Vec<Vec<u32>> = vec![Vec::new(); targets.len()];
+    loop {
+        let mut moved = false;
+        for (set, mine) in sets.iter().zip(chosen.iter_mut()) {
+            if mine.len() >= per_nic {
+                continue;
+            }
+            if let Some(&c) = set.iter().find(|c| !taken.contains(c)) {
+                taken.push(c);
+                mine.push(c);
+                moved = true;
+            }
+        }
+        if !moved {
+            break;
+        }
     }
+    let mut out = Vec::new();
+    for ((t, set), mut mine) in targets.iter().zip(&sets).zip(chosen) {
+        // Every usable core already serves another NIC: share one rather than leave this NIC
+        // without a worker.
+        if mine.is_empty() {
+            mine.extend(set.first());
+        }
+        out.extend(mine.into_iter().map(|c| Slot {
+            core: usize::try_from(c).ok(),
+            nic: t.nic.clone(),
+            numa_node: t.numa_node,
+        }));
+    }
+    if out.is_empty() {
+        let mut cores = allowed.to_vec();
+        cores.sort_unstable_by_key(|&c| (c == 0, c));
+        out = cores
+            .into_iter()
+            .take(per_nic)
+            .map(|c| Slot {
+                core: usize::try_from(c).ok(),
+                ..Slot::unpinned()
+            })
+            .collect();
+    }
+    if out.is_empty() {
+        // Neither sysfs nor the affinity mask readable: one unpinned worker still works.
+        out.push(Slot::unpinned());
+    }
+    out
 }
 
 #[cfg(test)]
@@ -38,13 +181,105 @@ mod tests {
 
     #[test]
     fn explicit_placements() {
-        assert_eq!(plan(&Placement::Workers(2)).unwrap(), vec![None, None]);
+        let cores = |v: Vec<Slot>| v.into_iter().map(|s| s.core).collect::<Vec<_>>();
         assert_eq!(
-            plan(&Placement::Cores(vec![1, 3])).unwrap(),
+            cores(plan(&Placement::Workers(2), 4).unwrap()),
+            vec![None, None]
+        );
+        assert_eq!(
+            cores(plan(&Placement::Cores(vec![1, 3]), 4).unwrap()),
             vec![Some(1), Some(3)]
         );
-        assert!(plan(&Placement::Workers(0)).is_err());
-        assert!(plan(&Placement::Cores(vec![])).is_err());
-        assert!(!plan(&Placement::Auto).unwrap().is_empty());
+        assert!(plan(&Placement::Workers(0), 4).is_err());
+        assert!(plan(&Placement::Cores(vec![]), 4).is_err());
+        assert!(plan(&Placement::Auto, 0).is_err());
+        assert!(!plan(&Placement::Auto, 4).unwrap().is_empty());
+    }
+
+    fn target(nic: Option<&str>, node: u32, cpus: std::ops::Range<u32>) -> Target {
+        Target {
+            nic: nic.map(str::to_owned),
+            numa_node: Some(node),
+            cpus: cpus.collect(),
+        }
+    }
+
+    fn cores(v: &[Slot]) -> Vec<Option<usize>> {
+        v.iter().map(|s| s.core).collect()
+    }
+
+    #[test]
+    fn auto_uses_every_allowed_core_of_a_node_up_to_the_cap() {
+        let node0 = [target(None, 0, 0..8)];
+        // The process may run on cores 0-7: one worker each, CPU 0 last.
+        let all: Vec<u32> = (0..8).collect();
+        let p = expand(&node0, &all, 16);
+        assert_eq!(
+            cores(&p),
+            [1, 2, 3, 4, 5, 6, 7, 0].map(Some).to_vec(),
+            "one worker per allowed core"
+        );
+        assert!(p.iter().all(|s| s.numa_node == Some(0) && s.nic.is_none()));
+        // `taskset -c 2-4`: three workers, on those cores.
+        assert_eq!(
+            cores(&expand(&node0, &[2, 3, 4], 16)),
+            [2, 3, 4].map(Some).to_vec()
+        );
+        // The cap.
+        assert_eq!(
+            cores(&expand(&node0, &all, 3)),
+            [1, 2, 3].map(Some).to_vec()
+        );
+    }
+
+    #[test]
+    fn auto_keeps_each_workers_nic_and_splits_shared_cores() {
+        let nics = [
+            target(Some("mlx5_0"), 0, 0..4),
+            target(Some("mlx5_1"), 0, 0..4),
+            target(Some("mlx5_2"), 1, 4..8),
+        ];
+        let allowed: Vec<u32> = (0..8).collect();
+        let p = expand(&nics, &allowed, 2);
+        let got: Vec<(Option<usize>, Option<&str>)> =
+            p.iter().map(|s| (s.core, s.nic.as_deref())).collect();
+        assert_eq!(
+            got,
+            vec![
+                (Some(1), Some("mlx5_0")),
+                (Some(3), Some("mlx5_0")),
+                (Some(2), Some("mlx5_1")),
+                (Some(0), Some("mlx5_1")),
+                (Some(4), Some("mlx5_2")),
+                (Some(5), Some("mlx5_2")),
+            ]
+        );
+        assert_eq!(p[4].numa_node, Some(1));
+        // Node 1's NIC with the process confined to node 0: that NIC gets no worker.
+        let p = expand(&nics, &[0, 1, 2, 3], 16);
+        assert!(p.iter().all(|s| s.nic.as_deref() != Some("mlx5_2")));
+        assert_eq!(p.len(), 4, "two NICs split node 0's four cores");
+        assert_eq!(
+            p.iter()
+                .filter(|s| s.nic.as_deref() == Some("mlx5_0"))
+                .count(),
+            2
+        );
+        // More NICs than cores: the last shares one rather than go without a worker.
+        let p = expand(&nics[..2], &[1], 16);
+        assert_eq!(cores(&p), [1, 1].map(Some).to_vec());
+    }
+
+    #[test]
+    fn auto_falls_back_to_the_allowed_cores() {
+        // Unreadable sysfs: one worker per allowed core, serving no particular NIC.
+        let p = expand(&[], &[0, 5, 6], 16);
+        assert_eq!(cores(&p), [5, 6, 0].map(Some).to_vec());
+        assert!(p.iter().all(|s| s.nic.is_none()));
+        // Nothing known at all: one unpinned worker.
+        assert_eq!(cores(&expand(&[], &[], 16)), vec![None]);
+        // A plan whose slots lie outside the affinity mask.
+        let p = expand(&[target(None, 1, 8..16)], &[0, 1], 16);
+        assert_eq!(cores(&p), [1, 0].map(Some).to_vec());
     }
 }

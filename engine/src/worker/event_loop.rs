@@ -1,7 +1,7 @@
 //! The worker's loop: drain rings, start operations, poll sockets, fire timers, post
 //! completions, and sleep only when nothing moves.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 use mio::{Events, Poll};
 use ring_api::{Cqe, WorkerQueue};
 
-use super::{Inbox, WAKER};
+use super::handoff::{Inbox, Msg, Outbox};
+use super::{Crew, WAKER};
 use crate::dispatch::{Dispatch, DispatchCtx, dispatch};
 use crate::engine::Shared;
 use crate::fabric::{Fabric, Finished};
-use crate::inflight::{OpKey, Slab};
+use crate::inflight::{InFlight, OpKey, QueueRef, Slab};
 use crate::sys::monotonic_ns;
 use crate::timers::{TimerKind, Timers};
 
@@ -21,10 +22,25 @@ use crate::timers::{TimerKind, Timers};
 /// or delay completions indefinitely.
 const TAKE_BUDGET: usize = 256;
 
+/// Where the operations of one queue tagged with one `user_data` run (for Cancel).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Placed {
+    /// The worker the last of them went to.
+    pub(super) worker: usize,
+    /// How many are in flight.
+    pub(super) count: u32,
+    /// Whether they run on more than one worker (a Cancel then asks each in turn).
+    pub(super) spread: bool,
+}
+
 /// One attached application queue.
 #[derive(Debug)]
 pub(super) struct QueueSlot {
     pub(super) wq: WorkerQueue,
+    /// Engine-wide id (slots are reused; ids are not).
+    pub(super) id: u64,
+    /// Operations in flight by tag, wherever they run: where a Cancel must go.
+    pub(super) placed: HashMap<u64, Placed>,
     /// Completions produced this turn, published together at the end of the turn.
     pub(super) staged: Vec<Cqe>,
     /// Operations taken from this queue and not yet completed. Bounded by the CQ capacity,
@@ -37,8 +53,19 @@ pub(super) struct QueueSlot {
 /// A worker's state (lives on the worker thread).
 #[derive(Debug)]
 pub(crate) struct Worker {
+    /// This worker's index in the crew.
+    pub(super) index: usize,
     pub(super) poll: Poll,
     pub(super) inbox: Arc<Inbox>,
+    pub(super) crew: Arc<Crew>,
+    /// Messages to other workers, delivered at the end of each turn.
+    pub(super) outbox: Outbox,
+    /// The mailbox's contents of this turn (a kept buffer).
+    pub(super) mail: Vec<Msg>,
+    /// Loads of the workers as this turn sees them (ops handed out this turn included).
+    loads: Vec<usize>,
+    /// Rotates the tie-break between equally loaded workers.
+    rotor: usize,
     pub(super) shared: Arc<Shared>,
     pub(super) fabric: Box<dyn Fabric>,
     pub(super) queues: Vec<Option<QueueSlot>>,
@@ -50,14 +77,23 @@ pub(crate) struct Worker {
 
 impl Worker {
     pub(super) fn new(
+        index: usize,
         poll: Poll,
         inbox: Arc<Inbox>,
+        crew: Arc<Crew>,
         shared: Arc<Shared>,
         fabric: Box<dyn Fabric>,
     ) -> Self {
+        let workers = crew.peers.len();
         Self {
+            index,
             poll,
             inbox,
+            outbox: Outbox::new(workers),
+            crew,
+            mail: Vec::new(),
+            loads: vec![0; workers],
+            rotor: index,
             shared,
             fabric,
             queues: Vec::new(),
@@ -74,7 +110,8 @@ impl Worker {
         while !self.inbox.shutdown.load(Ordering::Acquire) {
             self.adopt();
             let now = Instant::now();
-            let mut progress = self.take_submissions(now);
+            let mut progress = self.take_mail();
+            progress |= self.take_submissions(now);
             progress |= self.fire_timers(now);
             progress |= self.start_ready(now);
             let ready_before = self.ready.len();
@@ -86,6 +123,7 @@ impl Worker {
                 self.ready.len() > ready_before || !self.done.is_empty() || self.stager_pending();
             self.publish();
             self.drop_closed_queues();
+            self.outbox.flush(&self.crew.peers);
             if progress {
                 last_progress = now;
             }
@@ -137,16 +175,18 @@ impl Worker {
     }
 
     fn adopt(&mut self) {
-        let new: Vec<(WorkerQueue, usize)> = std::mem::take(
+        let new: Vec<(WorkerQueue, usize, u64)> = std::mem::take(
             &mut *self
                 .inbox
                 .queues
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner),
         );
-        for (wq, cq_capacity) in new {
+        for (wq, cq_capacity, id) in new {
             let slot = Some(QueueSlot {
                 wq,
+                id,
+                placed: HashMap::new(),
                 staged: Vec::new(),
                 outstanding: 0,
                 cq_capacity,
@@ -158,7 +198,35 @@ impl Worker {
         }
     }
 
-    /// Takes submissions from every queue that is not back-pressured.
+    /// Handles the messages other workers sent: operations to run, cancels, dropped queues and
+    /// completions for this worker's queues.
+    fn take_mail(&mut self) -> bool {
+        let mut mail = std::mem::take(&mut self.mail);
+        self.inbox.mail.take(&mut mail);
+        let any = !mail.is_empty();
+        for msg in mail.drain(..) {
+            match msg {
+                Msg::Run(op) => self.accept(op),
+                Msg::Cancel {
+                    queue,
+                    user_data,
+                    target,
+                    hops,
+                } => self.cancel(queue, user_data, target, hops),
+                Msg::QueueGone { id } => {
+                    for key in self.ops.keys_where(|o| o.queue.id == id) {
+                        self.abort_op(key);
+                    }
+                }
+                Msg::Done { queue, cqe, op } => self.post_own(queue, cqe, op),
+            }
+        }
+        self.mail = mail;
+        any
+    }
+
+    /// Takes submissions from every queue that is not back-pressured, and starts each
+    /// operation here or hands it to the least-loaded eligible worker.
     fn take_submissions(&mut self, now: Instant) -> bool {
         let mut took = false;
         let shared = Arc::clone(&self.shared);
@@ -169,33 +237,159 @@ impl Worker {
             now,
             now_mono_ns: monotonic_ns(),
         };
+        let mut loads_read = false;
         for qi in 0..self.queues.len() {
             let mut taken = Vec::new();
+            let mut id = 0;
             if let Some(Some(q)) = self.queues.get_mut(qi) {
                 if q.wq.backpressured() {
                     continue;
                 }
+                id = q.id;
                 let room = q.cq_capacity.saturating_sub(q.outstanding).min(TAKE_BUDGET);
                 taken.extend(q.wq.submissions().take(room));
             }
+            let queue = QueueRef {
+                owner: self.index,
+                slot: qi,
+                id,
+            };
+            // A turn's entries go out in contiguous blocks, one per worker, so neighbouring
+            // ranges (a model read front to back) land on one worker and its GPU stager can
+            // merge their copies; a turn of a few entries still spreads one per worker.
+            let run = taken.len().div_ceil(self.crew.eligible.len().max(1)).max(1);
+            let mut block: Option<(usize, usize)> = None;
             for sqe in &taken {
                 took = true;
                 self.add_outstanding(qi);
-                match dispatch(sqe, qi, &ctx) {
-                    Dispatch::Complete(cqe) => self.post(qi, cqe),
-                    Dispatch::Cancel { user_data, target } => self.cancel(qi, user_data, target),
+                match dispatch(sqe, queue, &ctx) {
+                    Dispatch::Complete(cqe) => self.post(queue, cqe),
+                    Dispatch::Cancel { user_data, target } => {
+                        self.route_cancel(queue, user_data, target);
+                    }
                     Dispatch::Start(op) => {
-                        let deadline = op.deadline;
-                        let key = self.ops.insert(op);
-                        if let Some(d) = deadline {
-                            self.timers.push(d, key, TimerKind::Deadline);
+                        if !loads_read {
+                            self.read_loads();
+                            loads_read = true;
                         }
-                        self.ready.push_back(key);
+                        let to = match block {
+                            Some((to, left)) if left > 0 => {
+                                block = Some((to, left - 1));
+                                to
+                            }
+                            _ => {
+                                let to = self.least_loaded();
+                                block = Some((to, run - 1));
+                                to
+                            }
+                        };
+                        self.assign(op, to);
                     }
                 }
             }
         }
         took
+    }
+
+    /// Snapshots every worker's load; workers not eligible count as full.
+    fn read_loads(&mut self) {
+        self.loads.fill(usize::MAX);
+        for &w in &self.crew.eligible {
+            if let (Some(l), Some(p)) = (self.loads.get_mut(w), self.crew.peers.get(w)) {
+                *l = p.inbox.load.load(Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The least-loaded eligible worker; this one on a tie (no hand-off), else the ties
+    /// rotate.
+    fn least_loaded(&mut self) -> usize {
+        let n = self.crew.eligible.len();
+        let mut best = self.index;
+        let mut best_load = self.loads.get(best).copied().unwrap_or(usize::MAX);
+        if n == 0 {
+            return best;
+        }
+        self.rotor = self.rotor.wrapping_add(1);
+        for k in 0..n {
+            let Some(&w) = self.crew.eligible.get((self.rotor + k) % n) else {
+                continue;
+            };
+            let l = self.loads.get(w).copied().unwrap_or(usize::MAX);
+            if l < best_load {
+                best = w;
+                best_load = l;
+            }
+        }
+        best
+    }
+
+    /// Starts `op` (from one of this worker's queues) here or on worker `to`, remembering
+    /// where it went under its tag.
+    fn assign(&mut self, op: InFlight, to: usize) {
+        if let Some(l) = self.loads.get_mut(to) {
+            *l = l.saturating_add(1);
+        }
+        if let Some(Some(q)) = self.queues.get_mut(op.queue.slot) {
+            q.placed
+                .entry(op.user_data)
+                .and_modify(|p| {
+                    p.spread |= p.worker != to;
+                    p.worker = to;
+                    p.count += 1;
+                })
+                .or_insert(Placed {
+                    worker: to,
+                    count: 1,
+                    spread: false,
+                });
+        }
+        if to == self.index {
+            self.inbox.load.fetch_add(1, Ordering::Relaxed);
+            self.accept(op);
+        } else {
+            self.outbox.push(to, Msg::Run(op));
+        }
+    }
+
+    /// Takes `op` into this worker's table and readies it (its load is already counted).
+    fn accept(&mut self, op: InFlight) {
+        self.inbox.executed.fetch_add(1, Ordering::Relaxed);
+        let deadline = op.deadline;
+        let key = self.ops.insert(op);
+        if let Some(d) = deadline {
+            self.timers.push(d, key, TimerKind::Deadline);
+        }
+        self.ready.push_back(key);
+    }
+
+    /// Sends a Cancel of `target` where the operation tagged so runs.
+    fn route_cancel(&mut self, queue: QueueRef, user_data: u64, target: u64) {
+        let placed = self
+            .queues
+            .get(queue.slot)
+            .and_then(Option::as_ref)
+            .and_then(|q| q.placed.get(&target).copied());
+        let (first, hops) = match placed {
+            // Not in flight: complete the Cancel here (not found).
+            None => (self.index, 1),
+            Some(p) if !p.spread => (p.worker, 1),
+            // Several workers may hold one: ask each in turn, this one first.
+            Some(_) => (self.index, self.crew.eligible.len().max(1)),
+        };
+        if first == self.index {
+            self.cancel(queue, user_data, target, hops);
+        } else {
+            self.outbox.push(
+                first,
+                Msg::Cancel {
+                    queue,
+                    user_data,
+                    target,
+                    hops,
+                },
+            );
+        }
     }
 
     fn add_outstanding(&mut self, qi: usize) {
@@ -204,11 +398,44 @@ impl Worker {
         }
     }
 
-    /// Stages a completion for queue `qi` (published at the end of the turn).
-    pub(super) fn post(&mut self, qi: usize, cqe: Cqe) {
-        if let Some(Some(q)) = self.queues.get_mut(qi) {
+    /// Posts a completion to `queue`: staged here if this worker owns it, else sent to its
+    /// owner.
+    pub(super) fn post(&mut self, queue: QueueRef, cqe: Cqe) {
+        self.route(queue, cqe, false);
+    }
+
+    /// Posts the completion of an operation this worker ran (its load drops by one).
+    pub(super) fn complete_op(&mut self, queue: QueueRef, cqe: Cqe) {
+        self.inbox.load.fetch_sub(1, Ordering::Relaxed);
+        self.route(queue, cqe, true);
+    }
+
+    fn route(&mut self, queue: QueueRef, cqe: Cqe, op: bool) {
+        if queue.owner == self.index {
+            self.post_own(queue, cqe, op);
+        } else {
+            self.outbox.push(queue.owner, Msg::Done { queue, cqe, op });
+        }
+    }
+
+    /// Stages a completion for this worker's queue (published at the end of the turn);
+    /// dropped if the queue is gone.
+    fn post_own(&mut self, queue: QueueRef, cqe: Cqe, op: bool) {
+        if let Some(Some(q)) = self.queues.get_mut(queue.slot)
+            && q.id == queue.id
+        {
             q.outstanding = q.outstanding.saturating_sub(1);
             q.staged.push(cqe);
+            if op
+                && let std::collections::hash_map::Entry::Occupied(mut e) =
+                    q.placed.entry(cqe.user_data())
+            {
+                let p = e.get_mut();
+                p.count = p.count.saturating_sub(1);
+                if p.count == 0 {
+                    e.remove();
+                }
+            }
         }
     }
 
@@ -227,17 +454,32 @@ impl Worker {
         }
     }
 
-    /// Forgets queues whose application half is gone, aborting their operations.
+    /// Forgets queues whose application half is gone, aborting their operations here and
+    /// telling the workers that run the others to abort them too.
     fn drop_closed_queues(&mut self) {
         for qi in 0..self.queues.len() {
             let closed = matches!(self.queues.get(qi), Some(Some(q)) if q.wq.app_dropped());
-            if closed {
-                for key in self.ops.keys_where(|o| o.queue == qi) {
-                    self.abort_op(key);
+            if !closed {
+                continue;
+            }
+            let Some(Some(q)) = self.queues.get_mut(qi).map(Option::take) else {
+                continue;
+            };
+            for key in self.ops.keys_where(|o| o.queue.id == q.id) {
+                self.abort_op(key);
+            }
+            let mut told = Vec::new();
+            for p in q.placed.values() {
+                if p.worker != self.index && !told.contains(&p.worker) {
+                    told.push(p.worker);
                 }
-                if let Some(slot) = self.queues.get_mut(qi) {
-                    *slot = None;
-                }
+            }
+            if q.placed.values().any(|p| p.spread) {
+                told.clone_from(&self.crew.eligible);
+                told.retain(|&w| w != self.index);
+            }
+            for w in told {
+                self.outbox.push(w, Msg::QueueGone { id: q.id });
             }
         }
     }
@@ -247,7 +489,9 @@ impl Worker {
         if let Some(op) = self.ops.get(key) {
             self.fabric.abort(op, self.poll.registry());
         }
-        self.ops.remove(key);
+        if self.ops.remove(key).is_some() {
+            self.inbox.load.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     fn abort_all(&mut self) {

@@ -1,17 +1,24 @@
-//! Worker threads: one per placement slot, each owning a `mio` poller, a fabric and the
-//! queues attached to it.
+//! Worker threads: one per placement slot, each owning a `mio` poller, a fabric (its own HTTP
+//! connections and RDMA QPs) and the queues attached to it.
 //!
-//! Thread model: a worker polls its submission rings and sockets while it makes progress and
-//! blocks in `epoll_wait` when it does not. Its `mio::Waker` (an eventfd registered with the
-//! same epoll) is the doorbell of every ring attached to it, rung by producers only when the
-//! worker announced it is about to sleep (the `need_wakeup` protocol of
-//! [`ring_api::wakeup`]). An idle engine therefore sleeps in the kernel with no timers armed.
+//! Thread model: a worker polls its submission rings, mailbox and sockets while it makes
+//! progress and blocks in `epoll_wait` when it does not. Its `mio::Waker` (an eventfd
+//! registered with the same epoll) is the doorbell of every ring attached to it, rung by
+//! producers only when the worker announced it is about to sleep (the `need_wakeup` protocol
+//! of [`ring_api::wakeup`]), and by other workers after they delivered it a batch of messages
+//! ([`handoff`]). An idle engine therefore sleeps in the kernel with no timers armed.
+//!
+//! Operations of one queue run on every eligible worker: the queue's owner drains and
+//! validates its entries and hands each operation to the least-loaded worker, which sends the
+//! completion back for the owner to post ([`handoff`]).
 
 mod event_loop;
+pub(crate) mod handoff;
 mod outcome;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+use std::sync::PoisonError;
+use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 
 use mio::{Poll, Token, Waker};
@@ -20,6 +27,8 @@ use ring_api::{Doorbell, WorkerQueue};
 use crate::engine::Shared;
 use crate::error::EngineError;
 use crate::fabric::Fabric;
+use crate::placement::Slot;
+use handoff::{Inbox, Peer};
 
 /// Token of the worker's waker; connection tokens are slot indices below it.
 pub(crate) const WAKER: Token = Token(usize::MAX);
@@ -35,14 +44,36 @@ impl Doorbell for WakerBell {
     }
 }
 
-/// What the engine shares with one worker.
-#[derive(Debug, Default)]
-pub(crate) struct Inbox {
-    /// Queues waiting to be adopted by the worker.
-    pub(crate) queues: Mutex<Vec<(WorkerQueue, usize)>>,
-    pub(crate) shutdown: AtomicBool,
-    /// Whether pinning to the planned core succeeded (diagnostics).
-    pub(crate) pinned: AtomicBool,
+/// A worker's poller and the handles others use to reach it, made before any worker thread
+/// starts so that every worker can be given every other's [`Peer`].
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    poll: Poll,
+    pub(crate) peer: Peer,
+}
+
+impl Prepared {
+    pub(crate) fn new() -> Result<Self, EngineError> {
+        let poll = Poll::new().map_err(EngineError::Poller)?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(EngineError::Poller)?);
+        Ok(Self {
+            poll,
+            peer: Peer {
+                inbox: Arc::new(Inbox::default()),
+                waker,
+            },
+        })
+    }
+}
+
+/// Which workers run operations, shared by all workers of an engine.
+#[derive(Debug)]
+pub(crate) struct Crew {
+    /// Every worker, by index.
+    pub(crate) peers: Vec<Peer>,
+    /// Indices of the workers operations may be handed to (those bound to the engine's RDMA
+    /// NIC when it has one and some workers serve it; otherwise all).
+    pub(crate) eligible: Vec<usize>,
 }
 
 /// The engine's handle on one worker thread.
@@ -50,22 +81,23 @@ pub(crate) struct Inbox {
 pub(crate) struct WorkerHandle {
     pub(crate) inbox: Arc<Inbox>,
     pub(crate) waker: Arc<Waker>,
-    pub(crate) core: Option<usize>,
+    pub(crate) slot: Slot,
     thread: Option<JoinHandle<()>>,
 }
 
 impl WorkerHandle {
-    /// Starts a worker (pinned to `core` if given) driving `fabric`.
+    /// Starts worker `index` (pinned to `slot.core` if given) driving `fabric`.
     pub(crate) fn spawn(
         index: usize,
-        core: Option<usize>,
+        slot: Slot,
+        prepared: Prepared,
+        crew: Arc<Crew>,
         shared: Arc<Shared>,
         fabric: Box<dyn Fabric>,
     ) -> Result<Self, EngineError> {
-        let poll = Poll::new().map_err(EngineError::Poller)?;
-        let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(EngineError::Poller)?);
-        let inbox = Arc::new(Inbox::default());
-        let thread_inbox = Arc::clone(&inbox);
+        let Prepared { poll, peer } = prepared;
+        let thread_inbox = Arc::clone(&peer.inbox);
+        let core = slot.core;
         let thread = std::thread::Builder::new()
             .name(format!("hipobj-worker-{index}"))
             .spawn(move || {
@@ -74,24 +106,24 @@ impl WorkerHandle {
                     let ok = core_affinity::set_for_current(core_affinity::CoreId { id });
                     thread_inbox.pinned.store(ok, Ordering::Relaxed);
                 }
-                event_loop::Worker::new(poll, thread_inbox, shared, fabric).run();
+                event_loop::Worker::new(index, poll, thread_inbox, crew, shared, fabric).run();
             })
             .map_err(EngineError::Spawn)?;
         Ok(Self {
-            inbox,
-            waker,
-            core,
+            inbox: peer.inbox,
+            waker: peer.waker,
+            slot,
             thread: Some(thread),
         })
     }
 
-    /// Hands a queue (with its completion-ring capacity) to the worker.
-    pub(crate) fn attach(&self, q: WorkerQueue, cq_capacity: usize) {
+    /// Hands a queue (with its completion-ring capacity and engine-wide id) to the worker.
+    pub(crate) fn attach(&self, q: WorkerQueue, cq_capacity: usize, id: u64) {
         self.inbox
             .queues
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push((q, cq_capacity));
+            .push((q, cq_capacity, id));
         let _ = self.waker.wake();
     }
 
@@ -105,10 +137,20 @@ impl WorkerHandle {
         self.inbox.pinned.load(Ordering::Relaxed)
     }
 
-    /// Stops the worker (in-flight operations are aborted) and joins it.
-    pub(crate) fn stop(&mut self) {
+    /// Operations the worker has run so far.
+    pub(crate) fn executed(&self) -> u64 {
+        self.inbox.executed.load(Ordering::Relaxed)
+    }
+
+    /// Asks the worker to stop (in-flight operations are aborted) without waiting.
+    pub(crate) fn signal_stop(&self) {
         self.inbox.shutdown.store(true, Ordering::Release);
         let _ = self.waker.wake();
+    }
+
+    /// Stops the worker and joins it.
+    pub(crate) fn stop(&mut self) {
+        self.signal_stop();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

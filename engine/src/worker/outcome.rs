@@ -6,9 +6,10 @@ use std::time::Instant;
 use ring_api::{Cqe, ErrorClass, ErrorCode};
 
 use super::event_loop::Worker;
+use super::handoff::Msg;
 use crate::fabric::{AUX_VERIFIED, Outcome, Retry};
 use crate::gpu::stager;
-use crate::inflight::{InFlight, MultipartOp, OpKey, OpKind, Phase};
+use crate::inflight::{InFlight, MultipartOp, OpKey, OpKind, Phase, QueueRef};
 use crate::timers::TimerKind;
 
 /// Immediate retries allowed after stale keep-alive connections, per operation.
@@ -125,11 +126,11 @@ impl Worker {
         }
         let progress = !fin.is_empty();
         for (op, cqe) in fin.done {
-            let qi = op.queue;
+            let queue = op.queue;
             // The lease (and with it the bounce range) is released before the completion is
             // visible, as in `finish`.
             drop(op);
-            self.post(qi, cqe);
+            self.complete_op(queue, cqe);
         }
         for key in fin.staged_out {
             if let Some(op) = self.ops.get(key)
@@ -285,11 +286,13 @@ impl Worker {
         fired
     }
 
-    /// Cancels the operation of queue `qi` tagged `target`, then completes the Cancel itself.
-    pub(super) fn cancel(&mut self, qi: usize, user_data: u64, target: u64) {
+    /// Cancels the operation of `queue` tagged `target` if it runs here, then completes the
+    /// Cancel itself; when it does not and `hops > 1`, passes the Cancel on to the next
+    /// eligible worker (which completes it).
+    pub(super) fn cancel(&mut self, queue: QueueRef, user_data: u64, target: u64, hops: usize) {
         let found = self
             .ops
-            .keys_where(|o| o.queue == qi && o.user_data == target)
+            .keys_where(|o| o.queue == queue && o.user_data == target)
             .into_iter()
             .next();
         match found {
@@ -301,10 +304,29 @@ impl Worker {
                     key,
                     Cqe::error(0, ErrorCode::Cancelled, ErrorClass::Cancelled),
                 );
-                self.post(qi, Cqe::success(user_data, 0, ring_api::DataPath::None));
+                self.post(queue, Cqe::success(user_data, 0, ring_api::DataPath::None));
+            }
+            None if hops > 1 => {
+                let eligible = &self.crew.eligible;
+                let at = eligible.iter().position(|&w| w == self.index).unwrap_or(0);
+                let next = eligible
+                    .get((at + 1) % eligible.len().max(1))
+                    .copied()
+                    .unwrap_or(self.index);
+                let msg = Msg::Cancel {
+                    queue,
+                    user_data,
+                    target,
+                    hops: hops - 1,
+                };
+                if next == self.index {
+                    self.cancel(queue, user_data, target, 1);
+                } else {
+                    self.outbox.push(next, msg);
+                }
             }
             None => self.post(
-                qi,
+                queue,
                 Cqe::error(user_data, ErrorCode::NotFound, ErrorClass::Local),
             ),
         }
@@ -317,9 +339,9 @@ impl Worker {
             return;
         };
         let cqe = final_cqe(&op, cqe);
-        let qi = op.queue;
+        let queue = op.queue;
         drop(op);
-        self.post(qi, cqe);
+        self.complete_op(queue, cqe);
     }
 }
 

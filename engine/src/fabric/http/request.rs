@@ -178,7 +178,7 @@ mod tests {
 
     fn op(multipart: MultipartOp) -> InFlight {
         InFlight {
-            queue: 0,
+            queue: crate::inflight::QueueRef::default(),
             user_data: 1,
             kind: OpKind::Head,
             object: Arc::new(ObjectName {

@@ -1,0 +1,234 @@
+//! The engine's threads during a 10,000-op batch: its workers plus the documented device
+//! threads (two per soft-fabric QP, one persistent QP per worker under `rc-persistent`), and
+//! nothing per operation — over the soft fabric and over HTTP.
+//!
+//! The gateway runs in a child process (this test binary re-run as the `gateway_child`
+//! helper) so that only the engine's threads live in this process. This file holds one test
+//! so that no other test's threads run beside it. `hipobj-rc-v2` is left out: it still runs
+//! each exchange on a thread of its own (issue #13, item 3, removes them).
+
+#[path = "../../gateway/tests/support/raw.rs"]
+mod raw;
+#[path = "../../gateway/tests/support/rig.rs"]
+mod rig;
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use engine::{Dialect, Engine, Fabric, Placement, RegisterOptions};
+use hipobj_gateway::{Gateway, RcLimits, RcTarget};
+use ring_api::opcode::RangeGet;
+use ring_api::{BufSlice, Cqe, DataPath};
+
+const WORKERS: usize = 3;
+const OPS: usize = 10_000;
+const CHILD_ENV: &str = "HIPOBJ_THREADS_TEST_GATEWAY_ROOT";
+
+/// Run by the test below in a child process: a gateway with a soft RDMA target over the
+/// directory in `CHILD_ENV`; prints `ADDR <addr>`, serves until stdin closes.
+#[test]
+#[ignore = "helper, not a test: the thread-count test runs it as its gateway process"]
+fn gateway_child() {
+    let root = std::env::var(CHILD_ENV).expect("run by workers_threads' test only");
+    let target = RcTarget::start(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        RcLimits::default(),
+    )
+    .unwrap();
+    let gw = Gateway::builder()
+        .listen("127.0.0.1:0")
+        .root_dir(&root)
+        .credentials(raw::ACCESS, raw::SECRET)
+        .rdma_target(target)
+        .start()
+        .unwrap();
+    println!("ADDR {}", gw.local_addr());
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    gw.shutdown();
+}
+
+/// The gateway child; killed on drop.
+struct GatewayProcess {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl GatewayProcess {
+    fn start(root: &std::path::Path) -> Self {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "gateway_child", "--ignored", "--nocapture"])
+            .env(CHILD_ENV, root)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let addr = loop {
+            let line = lines
+                .next()
+                .expect("gateway child exited before naming its address")
+                .unwrap();
+            if let Some(a) = line.strip_prefix("ADDR ") {
+                break a.trim().parse().unwrap();
+            }
+        };
+        Self { child, addr }
+    }
+}
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `(tid, name)` of every thread of this process.
+fn threads() -> Vec<(u32, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let Some(tid) = e.file_name().to_str().and_then(|s| s.parse().ok()) else {
+            continue;
+        };
+        let name = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        out.push((tid, name.trim().to_owned()));
+    }
+    out
+}
+
+/// Names of the threads not in `before`, sorted.
+fn new_threads(before: &BTreeSet<u32>) -> Vec<String> {
+    let mut names: Vec<String> = threads()
+        .into_iter()
+        .filter(|(t, _)| !before.contains(t))
+        .map(|(_, n)| n)
+        .collect();
+    names.sort();
+    names
+}
+
+/// Runs `OPS` 4 KiB range-gets through one queue (32 in flight) and samples the engine's
+/// threads every 500 completions after the first 1,000 (pairing threads end once the link is
+/// up). Returns the samples; every completion must name `path`.
+fn batch(engine: &Engine, before: &BTreeSet<u32>, path: DataPath) -> Vec<Vec<String>> {
+    const DEPTH: u64 = 32;
+    const LEN: u64 = 4096;
+    let obj = engine.object("thr", "obj.bin").unwrap();
+    let buf = engine
+        .register_host((DEPTH * LEN) as usize, RegisterOptions::pageable())
+        .unwrap();
+    let mut q = engine.queue(DEPTH as u32).unwrap();
+    let mut free: Vec<u64> = (0..DEPTH).collect();
+    let (mut submitted, mut done) = (0, 0);
+    let mut samples = Vec::new();
+    let mut cqes = vec![Cqe::default(); DEPTH as usize];
+    let end = Instant::now() + Duration::from_secs(300);
+    while done < OPS {
+        assert!(Instant::now() < end, "{done} of {OPS} in 300 s");
+        {
+            let mut sq = q.submission();
+            while submitted < OPS
+                && let Some(slot) = free.pop()
+            {
+                let dst = BufSlice::new(buf, slot * LEN, LEN);
+                sq.push(
+                    &RangeGet::new(obj, (submitted as u64 * 4099) % (1 << 20), dst)
+                        .user_data(slot)
+                        .build(),
+                )
+                .unwrap();
+                submitted += 1;
+            }
+        }
+        q.wait(1, Some(Duration::from_secs(5)));
+        let n = q.reap(&mut cqes);
+        for c in &cqes[..n] {
+            assert!(c.is_ok(), "{c:?}");
+            assert_eq!(c.path(), Some(path), "{c:?}");
+            free.push(c.user_data());
+            done += 1;
+            if done >= 1_000 && done % 500 == 0 {
+                samples.push(new_threads(before));
+            }
+        }
+    }
+    samples
+}
+
+fn expected(soft_qps_per_worker: usize) -> Vec<String> {
+    let mut want: Vec<String> = (0..WORKERS).map(|i| format!("hipobj-worker-{i}")).collect();
+    for _ in 0..WORKERS * soft_qps_per_worker {
+        want.push("soft-qp-rx".into());
+        want.push("soft-qp-tx".into());
+    }
+    want.sort();
+    want
+}
+
+/// Soft QP threads are named `soft-qp<qpn>-rx` / `-tx` (the kernel keeps 15 bytes of a name,
+/// so often `-r` / `-t`); the QPN varies, so compare the direction only.
+fn shape(names: &[String]) -> Vec<String> {
+    let mut v: Vec<String> = names
+        .iter()
+        .map(
+            |n| match n.strip_prefix("soft-qp").and_then(|r| r.rsplit('-').next()) {
+                Some(dir) if dir.starts_with('r') => "soft-qp-rx".to_owned(),
+                Some(dir) if dir.starts_with('t') => "soft-qp-tx".to_owned(),
+                _ => n.clone(),
+            },
+        )
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn threads_are_workers_plus_device_threads_nothing_per_op() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = GatewayProcess::start(dir.path());
+    let data = rig::pattern((1 << 20) + LEN_PAD, 3);
+    assert_eq!(
+        raw::call(gw.addr, "PUT", "/thr", "", &[], b"").status(),
+        200
+    );
+    assert_eq!(
+        raw::call(gw.addr, "PUT", "/thr/obj.bin", "", &[], &data).status(),
+        200
+    );
+    for (fabric, path, qps) in [
+        (Fabric::Soft, DataPath::RdmaSoft, 1),
+        (Fabric::Http, DataPath::Http, 0),
+    ] {
+        let before: BTreeSet<u32> = threads().into_iter().map(|(t, _)| t).collect();
+        let engine = rig::engine_builder(gw.addr)
+            .placement(Placement::Workers(WORKERS))
+            .fabric(fabric)
+            .dialect(Dialect::RcPersistent)
+            .build()
+            .unwrap();
+        let samples = batch(&engine, &before, path);
+        assert!(samples.len() >= 10, "{fabric:?}: {} samples", samples.len());
+        let want = expected(qps);
+        for s in &samples {
+            assert_eq!(
+                shape(s),
+                want,
+                "{fabric:?}: threads beyond the workers and their QPs' device threads: {s:?}"
+            );
+        }
+        assert!(
+            engine.workers().iter().all(|w| w.ops > 0),
+            "{fabric:?}: {:?}",
+            engine.workers()
+        );
+        drop(engine);
+    }
+}
+
+/// Bytes past 1 MiB so every range of the batch lies inside the object.
+const LEN_PAD: usize = 4096;
