@@ -179,6 +179,7 @@ impl SoftDevice {
                 rq: Default::default(),
                 cur_recv: None,
                 responses: Default::default(),
+                answering: false,
                 reads_pending: 0,
             }),
             cv: Condvar::new(),

@@ -270,6 +270,9 @@ impl QueuePair {
 
     /// Any state `→ Err`: flushes everything and closes the connection.
     pub fn modify_to_err(&self) {
+        // Answers already queued (the ACK of a message whose completion the application has
+        // seen) leave first, as they would have on a NIC.
+        self.shared.drain_answers(ANSWER_DRAIN);
         let mut c = self.shared.lock();
         self.shared.fail(&mut c, None, Shut::Both);
     }
@@ -378,6 +381,10 @@ impl QueuePair {
         Ok(())
     }
 }
+
+/// How long `modify_to_err` (and so a QP's drop) waits for answers already queued to leave
+/// (see [`QpShared::drain_answers`]); only a QP with answers pending waits at all.
+const ANSWER_DRAIN: std::time::Duration = std::time::Duration::from_millis(250);
 
 impl Drop for QueuePair {
     fn drop(&mut self) {

@@ -322,6 +322,10 @@ impl Rx<'_> {
         drop(g);
         self.check_trailer(Stop::Nak(h.psn, NakCode::Checksum))?;
         self.msg = (!h.last()).then_some(Msg::Write(total));
+        // The ACK is queued before the completion is posted, as a NIC acknowledges a message
+        // as it places it: an application that answers "done" on this completion and destroys
+        // the QP then still lets the ACK leave (QpShared::drain_answers).
+        self.executed(h.psn);
         if h.opcode == Opcode::WriteImm {
             let r = self.qp.lock().cur_recv.take();
             if let Some(r) = r {
@@ -333,7 +337,6 @@ impl Rx<'_> {
                 self.qp.complete_recv(wc);
             }
         }
-        self.executed(h.psn);
         Ok(())
     }
 
@@ -369,6 +372,8 @@ impl Rx<'_> {
             return Err(stop);
         }
         self.msg = (!h.last()).then_some(Msg::Send(total));
+        // ACK first, then the completion (see `write`).
+        self.executed(h.psn);
         if h.last() {
             let r = self.qp.lock().cur_recv.take();
             if let Some(r) = r {
@@ -378,7 +383,6 @@ impl Rx<'_> {
                 self.qp.complete_recv(wc);
             }
         }
-        self.executed(h.psn);
         Ok(())
     }
 

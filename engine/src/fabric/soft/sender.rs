@@ -40,6 +40,7 @@ pub(crate) fn run(qp: &Arc<QpShared>, sock: &Arc<TcpStream>) {
                     return;
                 }
                 if let Some(r) = c.responses.pop_front() {
+                    c.answering = true;
                     break Job::Resp(r);
                 }
                 if c.state == QpState::Rts
@@ -54,7 +55,7 @@ pub(crate) fn run(qp: &Arc<QpShared>, sock: &Arc<TcpStream>) {
             }
         };
         let res = match job {
-            Job::Resp(r) => tx.respond(r),
+            Job::Resp(r) => tx.answer(r),
             Job::Send(p, seq, psn) => tx.request(&p, seq, psn),
         };
         match res {
@@ -196,6 +197,17 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Sends one answer taken off `responses` (with `answering` set), then clears `answering`
+    /// and wakes a teardown waiting in [`QpShared::drain_answers`].
+    fn answer(&self, r: Resp) -> Result<(), Stop> {
+        let res = self.respond(r);
+        let mut c = self.qp.lock();
+        c.answering = false;
+        drop(c);
+        self.qp.cv.notify_all();
+        res
+    }
+
     /// Sends the answers queued meanwhile (between frames of a long request).
     fn flush_responses(&self) -> Result<(), Stop> {
         loop {
@@ -204,10 +216,12 @@ impl Tx<'_> {
                 if c.state == QpState::Err {
                     return Err(Stop::Closed);
                 }
-                c.responses.pop_front()
+                let r = c.responses.pop_front();
+                c.answering = r.is_some();
+                r
             };
             match r {
-                Some(r) => self.respond(r)?,
+                Some(r) => self.answer(r)?,
                 None => return Ok(()),
             }
         }

@@ -104,6 +104,8 @@ pub(crate) struct Core {
     /// The RECV a multi-frame SEND / a WRITE_WITH_IMM is consuming.
     pub(crate) cur_recv: Option<PostedRecv>,
     pub(crate) responses: VecDeque<Resp>,
+    /// The sender thread is writing an answer it took off `responses`.
+    pub(crate) answering: bool,
     pub(crate) reads_pending: u32,
 }
 
@@ -209,6 +211,28 @@ impl QpShared {
             let _ = s.shutdown(how);
         }
         self.cv.notify_all();
+    }
+
+    /// Waits up to `limit` for the sender thread to put the answers already queued (ACKs of
+    /// executed requests, NAKs, READ responses) on the wire. An RDMA NIC acknowledges a message
+    /// as it places it, before the responder's application even sees the completion; here the
+    /// ACK waits in `responses` for the sender thread, so an application that answers "done"
+    /// and destroys the QP at once would otherwise drop it, and the requester would see
+    /// `RetryExceeded` for a write that landed.
+    pub(crate) fn drain_answers(&self, limit: Duration) {
+        let end = Instant::now() + limit;
+        let mut c = self.lock();
+        while c.state != QpState::Err && c.started && (!c.responses.is_empty() || c.answering) {
+            let now = Instant::now();
+            if now >= end {
+                return;
+            }
+            c = self
+                .cv
+                .wait_timeout(c, end - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
     }
 
     /// Starts the two threads once a connection is attached and the QP is RTR or RTS.
