@@ -1,23 +1,24 @@
 //! One blocking HTTP/1.1 exchange at a time over a kept-alive connection.
 //!
-//! The request head is encoded and the response decoded by `s3-lite`; this module only moves
-//! bytes. Response body bytes are handed to a [`BodySink`] straight from the read buffer, so a
+//! The exchange machine ([`crate::http::Exchange`]) decides what is sent when, decodes the
+//! response and says whether the connection may be reused; this module only moves bytes. Response body bytes are handed to a [`BodySink`] straight from the read buffer, so a
 //! download is written to its destination without an intermediate copy of the payload.
 
 use std::io::{self, Read, Write};
 use std::sync::Arc;
 
 use rustls::ClientConfig;
-use s3_lite::Request;
-use s3_lite::http::{
-    BodyFraming, Event, HttpError, Limits, ResponseDecoder, ResponseHead, encode_request_head,
-};
-use s3_lite::s3::{Endpoint, Scheme};
 
-use super::transport::{Stream, Timeouts};
+use super::stream::{Stream, Timeouts};
+use crate::Request;
+use crate::http::{BodyFraming, Event, Exchange, HttpError, Limits, Output, ResponseHead};
+use crate::s3::{Endpoint, Scheme};
 
 /// Size of the read buffer, and of the pieces a streamed request body is sent in.
 const IO_CHUNK: usize = 256 * 1024;
+
+/// In-memory bodies up to this size go out in the same write as the head.
+const COALESCE_BODY: usize = 64 * 1024;
 
 /// A request body.
 pub enum RequestBody<'a> {
@@ -118,6 +119,7 @@ impl ExchangeError {
 struct Connection {
     host: String,
     stream: Stream,
+    exchange: Exchange,
     buf: Vec<u8>,
     /// INVARIANT: `start <= end <= buf.len()`; `buf[start..end]` holds unread bytes.
     start: usize,
@@ -171,6 +173,7 @@ impl HttpClient {
             Connection {
                 host: host.to_owned(),
                 stream,
+                exchange: Exchange::new(self.limits),
                 buf: vec![0; IO_CHUNK],
                 start: 0,
                 end: 0,
@@ -238,67 +241,34 @@ impl HttpClient {
         body: &mut RequestBody<'_>,
         sink: &mut dyn BodySink,
     ) -> Result<ResponseHead, (ExchangeError, bool)> {
-        let io_err = |context: &str, source| {
-            (
-                ExchangeError::Io {
-                    context: context.to_owned(),
-                    source,
-                },
-                false,
-            )
-        };
         let framing = match body {
             RequestBody::None => BodyFraming::None,
             RequestBody::Bytes(b) => BodyFraming::Length(b.len() as u64),
             RequestBody::Reader(_, len) => BodyFraming::Length(*len),
         };
-        let mut head = Vec::with_capacity(1024);
-        encode_request_head(req, framing, &mut head)
+        conn.exchange
+            .request(req, framing)
             .map_err(|e| (ExchangeError::Encode(e), false))?;
-        match body {
-            RequestBody::Bytes(b) if b.len() <= 64 * 1024 => {
-                head.extend_from_slice(b);
-                conn.stream
-                    .write_all(&head)
-                    .map_err(|e| io_err("send request", e))?;
-            }
-            RequestBody::Bytes(b) => {
-                conn.stream
-                    .write_all(&head)
-                    .map_err(|e| io_err("send request", e))?;
-                conn.stream
-                    .write_all(b)
-                    .map_err(|e| io_err("send request body", e))?;
-            }
-            RequestBody::Reader(reader, len) => {
-                conn.stream
-                    .write_all(&head)
-                    .map_err(|e| io_err("send request", e))?;
-                send_from_reader(&mut conn.stream, *reader, *len).map_err(|e| (e, false))?;
-            }
-            RequestBody::None => conn
-                .stream
-                .write_all(&head)
-                .map_err(|e| io_err("send request", e))?,
-        }
-        conn.stream.flush().map_err(|e| io_err("send request", e))?;
-
-        let mut decoder =
-            ResponseDecoder::new(self.limits, req.method.eq_ignore_ascii_case("HEAD"));
+        let coalesce = req.header("expect").is_none();
         let mut response_head: Option<ResponseHead> = None;
         let mut seen_bytes = false;
+        let http_err = |host: &str, source, seen| {
+            (
+                ExchangeError::Http {
+                    host: host.to_owned(),
+                    source,
+                },
+                seen,
+            )
+        };
         loop {
-            // Decode first: the decoder may have an event (End) without needing more input.
+            send_offered(&mut conn, body, coalesce).map_err(|e| (e, seen_bytes))?;
+            // Decode first: the machine may have an event (End) without needing more input.
             let input = conn.buf.get(conn.start..conn.end).unwrap_or_default();
-            let decoded = decoder.decode(input).map_err(|source| {
-                (
-                    ExchangeError::Http {
-                        host: conn.host.clone(),
-                        source,
-                    },
-                    seen_bytes,
-                )
-            })?;
+            let decoded = conn
+                .exchange
+                .receive(input)
+                .map_err(|source| http_err(&conn.host, source, seen_bytes))?;
             conn.start += decoded.consumed;
             match decoded.event {
                 Event::NeedMore => {}
@@ -314,54 +284,130 @@ impl HttpClient {
                 }
                 Event::End => break,
             }
-            // NeedMore: the decoder has taken everything buffered; read more.
+            // NeedMore: the machine has taken everything buffered; read more.
             conn.start = 0;
             conn.end = 0;
-            let n = conn.stream.read(&mut conn.buf).map_err(|e| {
-                (
-                    ExchangeError::Io {
-                        context: "read response".into(),
-                        source: timeout_is_timeout(e),
-                    },
-                    seen_bytes,
-                )
-            })?;
-            if n == 0 {
-                decoder.finish_on_eof().map_err(|source| {
+            let awaiting = conn.exchange.output() == Output::AwaitContinue;
+            let read = if awaiting {
+                // `Expect: 100-continue`: wait a little for the go-ahead, then send anyway.
+                conn.stream
+                    .read_within(&mut conn.buf, self.timeouts.expect_continue)
+            } else {
+                conn.stream.read(&mut conn.buf)
+            };
+            let n = match read {
+                Err(e) if awaiting && is_timeout(&e) => {
+                    conn.exchange.continue_without_100();
+                    continue;
+                }
+                other => other.map_err(|e| {
                     (
-                        ExchangeError::Http {
-                            host: conn.host.clone(),
-                            source,
+                        ExchangeError::Io {
+                            context: "read response".into(),
+                            source: timeout_is_timeout(e),
                         },
                         seen_bytes,
                     )
-                })?;
-                // Body delimited by close: complete, and the connection is gone.
-                return response_head.ok_or((
-                    ExchangeError::Http {
-                        host: conn.host.clone(),
-                        source: HttpError::UnexpectedEof,
-                    },
-                    seen_bytes,
-                ));
+                })?,
+            };
+            if n == 0 {
+                conn.exchange
+                    .finish_on_eof()
+                    .map_err(|source| http_err(&conn.host, source, seen_bytes))?;
+                // A body delimited by close: the next decode reports End; the connection is gone.
+                conn.exchange
+                    .receive(b"")
+                    .map_err(|source| http_err(&conn.host, source, seen_bytes))?;
+                return response_head
+                    .ok_or_else(|| http_err(&conn.host, HttpError::UnexpectedEof, seen_bytes));
             }
             seen_bytes = true;
             conn.end = n;
         }
-        let head = response_head.ok_or((
-            ExchangeError::Http {
-                host: conn.host.clone(),
-                source: HttpError::UnexpectedEof,
-            },
-            true,
-        ))?;
+        let head =
+            response_head.ok_or_else(|| http_err(&conn.host, HttpError::UnexpectedEof, true))?;
         // Leftover bytes after a complete response mean the server sent more than it framed:
         // never reuse such a connection.
-        if decoder.is_reusable() && conn.start == conn.end {
+        if conn.exchange.is_reusable() && conn.start == conn.end {
             self.idle = Some(conn);
         }
         Ok(head)
     }
+}
+
+/// Writes what the exchange machine offers until it waits: the head (with a small in-memory
+/// body in the same write), then the body.
+/// `coalesce`: the body may follow the head at once (no `Expect: 100-continue`).
+fn send_offered(
+    conn: &mut Connection,
+    body: &mut RequestBody<'_>,
+    coalesce: bool,
+) -> Result<(), ExchangeError> {
+    let io_err = |context: &str, source| ExchangeError::Io {
+        context: context.to_owned(),
+        source,
+    };
+    loop {
+        match conn.exchange.output() {
+            Output::Bytes(head) => {
+                let n = head.len();
+                match body {
+                    RequestBody::Bytes(b)
+                        if coalesce && !b.is_empty() && b.len() <= COALESCE_BODY =>
+                    {
+                        let mut one = Vec::with_capacity(n + b.len());
+                        one.extend_from_slice(head);
+                        one.extend_from_slice(b);
+                        conn.stream
+                            .write_all(&one)
+                            .map_err(|e| io_err("send request", e))?;
+                        conn.exchange.wrote(n);
+                        conn.exchange
+                            .body_written(b.len() as u64)
+                            .map_err(ExchangeError::Encode)?;
+                    }
+                    _ => {
+                        conn.stream
+                            .write_all(head)
+                            .map_err(|e| io_err("send request", e))?;
+                        conn.exchange.wrote(n);
+                    }
+                }
+            }
+            Output::Body { remaining } => {
+                let sent = conn.exchange.body_sent();
+                match body {
+                    RequestBody::Bytes(b) => {
+                        let from = usize::try_from(sent).unwrap_or(usize::MAX);
+                        let rest = b.get(from..).unwrap_or_default();
+                        if rest.len() as u64 != remaining {
+                            return Err(ExchangeError::Encode(HttpError::RequestBodyMismatch));
+                        }
+                        conn.stream
+                            .write_all(rest)
+                            .map_err(|e| io_err("send request body", e))?;
+                        conn.exchange
+                            .body_written(remaining)
+                            .map_err(ExchangeError::Encode)?;
+                    }
+                    RequestBody::Reader(reader, len) => {
+                        // The machine offers the whole declared length once (`sent` is 0).
+                        debug_assert_eq!(sent, 0);
+                        let _ = len;
+                        send_from_reader(&mut conn.stream, *reader, remaining)?;
+                        conn.exchange
+                            .body_written(remaining)
+                            .map_err(ExchangeError::Encode)?;
+                    }
+                    RequestBody::None => {
+                        return Err(ExchangeError::Encode(HttpError::RequestBodyMismatch));
+                    }
+                }
+            }
+            Output::Chunks | Output::AwaitContinue | Output::Done => break,
+        }
+    }
+    conn.stream.flush().map_err(|e| io_err("send request", e))
 }
 
 fn send_from_reader(
@@ -393,6 +439,14 @@ fn send_from_reader(
         sent += n as u64;
     }
     Ok(())
+}
+
+/// Whether a read failed because its timeout passed (`WouldBlock` on Linux).
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
 }
 
 /// A socket read timeout surfaces as `WouldBlock` (EAGAIN) on Linux; say what it means.
