@@ -177,6 +177,18 @@ impl Exchange {
         Ok(&mut self.out)
     }
 
+    /// Takes back a started request of which no byte was written yet (its head could not be
+    /// encoded, or the driver gave up before writing): the machine is startable again, as it
+    /// was. `false` (and nothing changes) once bytes went out: the connection must be closed.
+    pub fn abort_unsent(&mut self) -> bool {
+        if self.send != Send::Head || self.out_pos > 0 {
+            return false;
+        }
+        self.out.clear();
+        self.send = Send::Idle;
+        true
+    }
+
     fn check_startable(&self) -> Result<(), HttpError> {
         match self.send {
             Send::Idle => Ok(()),
@@ -700,6 +712,23 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(ex.is_reusable());
+    }
+
+    #[test]
+    fn an_unsent_request_can_be_taken_back() {
+        let mut ex = Exchange::new(Limits::default());
+        ex.request_encoded(false, BodyFraming::None, false)
+            .unwrap()
+            .extend_from_slice(b"GET / HT");
+        assert!(ex.abort_unsent());
+        assert_eq!(ex.output(), Output::Done);
+        ex.request(&req("GET", &[]), BodyFraming::None).unwrap();
+        ex.wrote(1);
+        assert!(!ex.abort_unsent(), "a byte went out");
+        assert_eq!(
+            ex.request(&req("GET", &[]), BodyFraming::None),
+            Err(HttpError::NotReusable)
+        );
     }
 
     #[test]
