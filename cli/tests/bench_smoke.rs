@@ -46,11 +46,7 @@ fn bench_prints_json_against_s3s_fs() {
     // s3s-fs knows nothing of RDMA: the default `--fabric auto` learns that and every byte
     // goes over HTTP.
     assert_eq!(v["paths"], serde_json::json!({"http": 100 * 4096}), "{v}");
-    assert_eq!(
-        v["dialects"],
-        serde_json::json!({"http": 100 * 4096}),
-        "{v}"
-    );
+    assert_eq!(v["dialects"], serde_json::json!({"http": 100 * 4096}), "{v}");
 }
 
 /// Against our gateway with the soft fabric, the default `--fabric auto` pairs and the bytes

@@ -420,11 +420,7 @@ fn verbose_shows_requests_and_path_decisions_and_serve_logs_each_request() {
 
     let access = stderr_until(
         &mut serve,
-        &[
-            "PUT /verbose-b 200",
-            "PUT /verbose-b/v.bin 200",
-            "GET /verbose-b?",
-        ],
+        &["PUT /verbose-b 200", "PUT /verbose-b/v.bin 200", "GET /verbose-b?"],
     );
     let lines: Vec<&str> = access
         .lines()

@@ -1,7 +1,7 @@
 //! `s3-lite`: the sans-IO control plane of hipObject.
 //!
 //! Nothing in this crate opens a socket or reads a clock: bytes go in, bytes come out, and the
-//! current time is an argument wherever a signature needs it. The one exception is [`net`], behind
+//! current time is an argument wherever a signature needs it. The one exception is `net`, behind
 //! the `net` feature: the socket drivers of the exchange machine (a blocking client, and a
 //! non-blocking plain-or-TLS transport for readiness loops such as the engine's mio workers),
 //! with rustls for `https://`.
@@ -21,21 +21,8 @@
 //!
 //! Untrusted input (anything a server sends) never panics: every parser returns a typed error.
 #![forbid(unsafe_code)]
-#![warn(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-#![cfg_attr(
-    test,
-    allow(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::indexing_slicing
-    )
-)]
+#![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing))]
 
 pub mod checksum;
 pub mod credentials;
