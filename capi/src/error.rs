@@ -175,6 +175,7 @@ impl From<EngineError> for Fail {
             | EngineError::Signing(_)
             | EngineError::Resolve { .. }
             | EngineError::Config(_)
+            | EngineError::Tls(_)
             | EngineError::Intern(_) => OpError::InvalidValue,
             EngineError::Unsupported(_) => OpError::OpNotSupported,
             EngineError::BadHandle(_) => OpError::BufNotRegistered,

@@ -102,7 +102,14 @@ fn failure(lib: &Library, dir: Dir, obj: &Object, cqe: &Cqe) -> Fail {
         describe_completion(cqe)
     );
     if cqe.error_class() == Some(ErrorClass::Client) {
-        match diag::probe(lib.engine.endpoint(), &lib.signer, &obj.bucket, &obj.key) {
+        let probe = diag::probe(
+            lib.engine.endpoint(),
+            &lib.signer,
+            lib.ca_bundle.as_deref(),
+            &obj.bucket,
+            &obj.key,
+        );
+        match probe {
             Ok(p) => {
                 msg.push_str("; ");
                 msg.push_str(&p.describe());
