@@ -164,3 +164,76 @@ fn bench_through_the_engine_over_https() {
     );
     assert!(all.to_lowercase().contains("certificate"), "{all}");
 }
+
+/// `hipobj serve --upstream https://...`: the bridge verifies the upstream's certificate
+/// against `AWS_CA_BUNDLE` and relays over TLS; without the CA the bridge answers 502.
+#[test]
+fn serve_bridges_to_an_https_upstream() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let server = S3sFs::start();
+    server.create_bucket_dir("tls-bucket");
+    std::fs::write(server.root.path().join("tls-bucket/hello.txt"), b"hi").unwrap();
+    let front = TlsFront::start(server.addr);
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = front.write_ca(dir.path());
+    let serve = |ca: Option<&std::path::Path>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hipobj"));
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--upstream"])
+            .arg(format!("https://localhost:{}", front.port))
+            .args(["--access-key", "gw-key", "--secret-key", "gw-secret"])
+            .args(["--upstream-access-key", ACCESS_KEY])
+            .args(["--upstream-secret-key", SECRET_KEY])
+            .env_clear()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        if let Some(ca) = ca {
+            cmd.env("AWS_CA_BUNDLE", ca);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("serve did not start: {line:?}"))
+            .to_owned();
+        (child, url)
+    };
+    let ls = |url: &str| {
+        Command::new(env!("CARGO_BIN_EXE_hipobj"))
+            .args(["ls", "s3://tls-bucket", "--endpoint-url", url])
+            .env_clear()
+            .env("HOME", "/nonexistent-home-for-tests")
+            .env("AWS_ACCESS_KEY_ID", "gw-key")
+            .env("AWS_SECRET_ACCESS_KEY", "gw-secret")
+            .output()
+            .unwrap()
+    };
+    let (mut child, url) = serve(Some(&bundle));
+    let out = ls(&url);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("hello.txt"));
+
+    let (mut child, url) = serve(None);
+    let out = ls(&url);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        !out.status.success(),
+        "an unknown upstream CA must be refused"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("BadGateway") || stderr.contains("502"),
+        "{stderr}"
+    );
+}

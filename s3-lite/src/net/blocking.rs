@@ -4,7 +4,7 @@
 //! response and says whether the connection may be reused; this module only moves bytes. Response body bytes are handed to a [`BodySink`] straight from the read buffer, so a
 //! download is written to its destination without an intermediate copy of the payload.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::sync::Arc;
 
 use rustls::ClientConfig;
@@ -28,7 +28,15 @@ pub enum RequestBody<'a> {
     Bytes(&'a [u8]),
     /// Exactly `len` bytes read from `reader`, sent with `Content-Length`.
     Reader(&'a mut dyn Read, u64),
+    /// Exactly `len` bytes from the start of a seekable source (a spooled file), sent with
+    /// `Content-Length`; rewound for every attempt, so it can be replayed like `Bytes`.
+    Rewindable(&'a mut dyn ReadSeek, u64),
 }
+
+/// A body source that can be rewound ([`RequestBody::Rewindable`]).
+pub trait ReadSeek: Read + Seek {}
+
+impl<T: Read + Seek> ReadSeek for T {}
 
 /// Where response body bytes go.
 pub trait BodySink {
@@ -244,7 +252,9 @@ impl HttpClient {
         let framing = match body {
             RequestBody::None => BodyFraming::None,
             RequestBody::Bytes(b) => BodyFraming::Length(b.len() as u64),
-            RequestBody::Reader(_, len) => BodyFraming::Length(*len),
+            RequestBody::Reader(_, len) | RequestBody::Rewindable(_, len) => {
+                BodyFraming::Length(*len)
+            }
         };
         conn.exchange
             .request(req, framing)
@@ -395,6 +405,19 @@ fn send_offered(
                         debug_assert_eq!(sent, 0);
                         let _ = len;
                         send_from_reader(&mut conn.stream, *reader, remaining)?;
+                        conn.exchange
+                            .body_written(remaining)
+                            .map_err(ExchangeError::Encode)?;
+                    }
+                    RequestBody::Rewindable(source, _) => {
+                        debug_assert_eq!(sent, 0);
+                        source
+                            .seek(SeekFrom::Start(0))
+                            .map_err(|source| ExchangeError::Io {
+                                context: "rewind request body".into(),
+                                source,
+                            })?;
+                        send_from_reader(&mut conn.stream, &mut **source, remaining)?;
                         conn.exchange
                             .body_written(remaining)
                             .map_err(ExchangeError::Encode)?;

@@ -22,6 +22,10 @@ use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
 
+/// The rustls client configuration the drivers take (re-exported so callers need not name
+/// rustls themselves).
+pub use rustls::ClientConfig as TlsClientConfig;
+
 /// How to trust the server.
 #[derive(Debug, Clone, Default)]
 pub struct TlsOptions {
