@@ -194,6 +194,10 @@ pub fn completion_error(cqe: &Cqe) -> OpError {
         None if cqe.is_ok() => OpError::Success,
         None => OpError::InternalError,
         Some(code) => match code {
+            // The engine refused the server's TLS certificate (not an S3 answer).
+            ErrorCode::AccessDenied if class == Some(ErrorClass::Transport) => {
+                OpError::NetworkError
+            }
             ErrorCode::NotFound | ErrorCode::AccessDenied | ErrorCode::RangeNotSatisfiable => {
                 OpError::S3Error
             }

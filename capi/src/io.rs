@@ -101,6 +101,12 @@ fn failure(lib: &Library, dir: Dir, obj: &Object, cqe: &Cqe) -> Fail {
         obj.key,
         describe_completion(cqe)
     );
+    if let Some(problem) = lib.engine.tls_failure()
+        && cqe.error_class() == Some(ErrorClass::Transport)
+    {
+        msg.push_str("; TLS: ");
+        msg.push_str(&problem.to_string());
+    }
     if cqe.error_class() == Some(ErrorClass::Client) {
         let probe = diag::probe(
             lib.engine.endpoint(),
