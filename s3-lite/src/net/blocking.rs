@@ -480,3 +480,167 @@ fn timeout_is_timeout(e: io::Error) -> io::Error {
         e
     }
 }
+
+/// Exchanges bounded by a deadline on a connection the caller owns and keeps between requests
+/// (the RDMA dialects' side exchanges: pairing, hipobj-rc-v2 PREPARE / READY / FINAL, where a
+/// data phase runs between a request and its answer). Every socket call is limited to the time
+/// left; once `end` has passed the call fails with `TimedOut`.
+pub mod until {
+    use std::io::{self, Read, Write};
+    use std::net::TcpStream;
+    use std::time::{Duration, Instant};
+
+    use super::ExchangeError;
+    use crate::Request;
+    use crate::http::{BodyFraming, Event, Exchange, Output, ResponseHead};
+
+    fn left(end: Instant) -> Result<Duration, ExchangeError> {
+        let d = end.saturating_duration_since(Instant::now());
+        if d.is_zero() {
+            return Err(ExchangeError::Io {
+                context: "deadline".into(),
+                source: io::ErrorKind::TimedOut.into(),
+            });
+        }
+        Ok(d)
+    }
+
+    fn io(context: &str) -> impl Fn(io::Error) -> ExchangeError + '_ {
+        move |source| ExchangeError::Io {
+            context: context.to_owned(),
+            source,
+        }
+    }
+
+    /// Starts `req` (no body) on `ex` and writes its head to `s` before `end`.
+    pub fn send(
+        s: &mut TcpStream,
+        ex: &mut Exchange,
+        req: &Request,
+        end: Instant,
+    ) -> Result<(), ExchangeError> {
+        ex.request(req, BodyFraming::None)
+            .map_err(ExchangeError::Encode)?;
+        while let Output::Bytes(b) = ex.output() {
+            s.set_write_timeout(Some(left(end)?))
+                .map_err(io("send request"))?;
+            match s.write(b) {
+                Ok(0) => return Err(io("send request")(io::ErrorKind::WriteZero.into())),
+                Ok(n) => ex.wrote(n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io("send request")(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the answer to the request started on `ex` before `end`: its head and up to
+    /// `keep` bytes of its body. A longer body is not read further (the connection is then
+    /// unusable for another exchange).
+    pub fn read(
+        s: &mut TcpStream,
+        ex: &mut Exchange,
+        end: Instant,
+        keep: usize,
+    ) -> Result<(ResponseHead, Vec<u8>), ExchangeError> {
+        let host = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+        let http = |source| ExchangeError::Http {
+            host: host.clone(),
+            source,
+        };
+        let mut buf = vec![0u8; 16 * 1024];
+        let (mut start, mut filled) = (0usize, 0usize);
+        let mut head = None;
+        let mut body = Vec::new();
+        loop {
+            let d = ex
+                .receive(buf.get(start..filled).unwrap_or_default())
+                .map_err(http)?;
+            start += d.consumed;
+            match d.event {
+                Event::Head(h) => head = Some(h),
+                Event::Body(b) => {
+                    if body.len() + b.len() > keep {
+                        break;
+                    }
+                    body.extend_from_slice(b);
+                }
+                Event::End => break,
+                Event::NeedMore => {
+                    s.set_read_timeout(Some(left(end)?))
+                        .map_err(io("read response"))?;
+                    let n = match s.read(&mut buf) {
+                        Ok(n) => n,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(io("read response")(e)),
+                    };
+                    (start, filled) = (0, n);
+                    if n == 0 {
+                        ex.finish_on_eof().map_err(http)?;
+                    }
+                }
+            }
+        }
+        let head = head.ok_or_else(|| http(crate::http::HttpError::UnexpectedEof))?;
+        Ok((head, body))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use crate::http::Limits;
+        use std::net::TcpListener;
+
+        fn req() -> Request {
+            let mut r = Request::new("POST", "/.hipobj-rc/prepare");
+            r.add_header("Host", "h");
+            r.add_header("Content-Length", "0");
+            r
+        }
+
+        /// Two exchanges on one kept connection, each bounded; then a silent peer times out
+        /// at the deadline rather than hanging.
+        #[test]
+        fn bounded_exchanges_on_a_kept_connection() {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let server = std::thread::spawn(move || {
+                let (mut c, _) = l.accept().unwrap();
+                let mut buf = [0u8; 4096];
+                for answer in [
+                    &b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"[..],
+                    b"HTTP/1.1 403 Forbidden\r\nContent-Length: 3\r\n\r\nno!",
+                ] {
+                    let n = c.read(&mut buf).unwrap();
+                    assert!(buf[..n].starts_with(b"POST /.hipobj-rc/prepare HTTP/1.1\r\n"));
+                    c.write_all(answer).unwrap();
+                }
+                // Read the third request and never answer.
+                let _ = c.read(&mut buf);
+                std::thread::sleep(Duration::from_millis(500));
+            });
+            let mut s = TcpStream::connect(addr).unwrap();
+            let end = Instant::now() + Duration::from_secs(5);
+            let mut ex = Exchange::new(Limits::default());
+            send(&mut s, &mut ex, &req(), end).unwrap();
+            let (h, body) = read(&mut s, &mut ex, end, 64).unwrap();
+            assert_eq!((h.status, body.as_slice()), (200, &b"hello"[..]));
+            send(&mut s, &mut ex, &req(), end).unwrap();
+            let (h, body) = read(&mut s, &mut ex, end, 2).unwrap();
+            assert_eq!(h.status, 403);
+            assert!(body.is_empty(), "a body over `keep` is not kept");
+            let mut ex = Exchange::new(Limits::default());
+            send(&mut s, &mut ex, &req(), end).unwrap();
+            let t = Instant::now();
+            let short = t + Duration::from_millis(100);
+            let err = read(&mut s, &mut ex, short, 64).unwrap_err();
+            assert!(
+                t.elapsed() < Duration::from_millis(400),
+                "{:?}",
+                t.elapsed()
+            );
+            assert!(matches!(err, ExchangeError::Io { .. }), "{err}");
+            server.join().unwrap();
+        }
+    }
+}
