@@ -281,6 +281,15 @@ impl HttpClient {
                 .map_err(|source| http_err(&conn.host, source, seen_bytes))?;
             conn.start += decoded.consumed;
             match decoded.event {
+                // A `100 Continue` just released the body: send it before reading on.
+                Event::NeedMore
+                    if matches!(
+                        conn.exchange.output(),
+                        Output::Bytes(_) | Output::Body { .. }
+                    ) =>
+                {
+                    continue;
+                }
                 Event::NeedMore => {}
                 Event::Head(h) => {
                     sink.begin(&h).map_err(|e| (ExchangeError::Sink(e), true))?;
@@ -478,6 +487,82 @@ fn timeout_is_timeout(e: io::Error) -> io::Error {
         io::Error::new(io::ErrorKind::TimedOut, "timed out waiting for the server")
     } else {
         e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::time::Duration;
+
+    /// A server that reads a PUT's head, optionally answers `100 Continue`, reads the 5-byte
+    /// body and answers 200; returns what it received after the head.
+    fn server(send_continue: bool) -> (u16, std::thread::JoinHandle<Vec<u8>>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let h = std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = c.read(&mut buf).unwrap();
+                got.extend_from_slice(&buf[..n]);
+            }
+            let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+            let mut body = got.split_off(head_end);
+            assert!(body.is_empty(), "the body must wait for the go-ahead");
+            if send_continue {
+                c.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").unwrap();
+            }
+            while body.len() < 5 {
+                let n = c.read(&mut buf).unwrap();
+                body.extend_from_slice(&buf[..n]);
+            }
+            c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .unwrap();
+            body
+        });
+        (port, h)
+    }
+
+    fn put(port: u16, wait: Duration) -> (u16, Vec<u8>, Duration) {
+        let ep = Endpoint::parse(&format!("http://127.0.0.1:{port}")).unwrap();
+        let timeouts = Timeouts {
+            expect_continue: wait,
+            ..Timeouts::default()
+        };
+        let mut client = HttpClient::new(ep, None, timeouts);
+        let mut req = Request::new("PUT", "/b/k");
+        req.add_header("Host", format!("127.0.0.1:{port}"));
+        req.add_header("Expect", "100-continue");
+        let mut sink = Vec::new();
+        let t = std::time::Instant::now();
+        let head = client
+            .execute(&req, None, RequestBody::Bytes(b"hello"), &mut sink)
+            .unwrap();
+        (head.status, sink, t.elapsed())
+    }
+
+    #[test]
+    fn expect_continue_sends_the_body_after_100() {
+        let (port, h) = server(true);
+        let (status, body, took) = put(port, Duration::from_secs(10));
+        assert_eq!((status, body.as_slice()), (200, &b"ok"[..]));
+        assert!(
+            took < Duration::from_secs(5),
+            "went on at the 100: {took:?}"
+        );
+        assert_eq!(h.join().unwrap(), b"hello");
+    }
+
+    #[test]
+    fn expect_continue_sends_the_body_anyway_after_the_wait() {
+        let (port, h) = server(false);
+        let (status, _, took) = put(port, Duration::from_millis(200));
+        assert_eq!(status, 200);
+        assert!(took >= Duration::from_millis(200), "{took:?}");
+        assert_eq!(h.join().unwrap(), b"hello");
     }
 }
 
