@@ -9,18 +9,22 @@
 //! read-only and tiny; its answer is described as the probe's, since the server could in
 //! principle answer the probe differently from the original request.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use s3_lite::http::{BodyFraming, Event, Limits, ResponseDecoder, encode_request_head};
-use s3_lite::s3::{ByteRange, Endpoint, GetOptions, get_object, parse_error_xml};
+use s3_lite::http::ResponseHead;
+use s3_lite::net::blocking::{BodySink, HttpClient, RequestBody};
+use s3_lite::net::stream::Timeouts;
+use s3_lite::net::tls::{TlsOptions, client_config};
+use s3_lite::s3::{ByteRange, Endpoint, GetOptions, Scheme, get_object, parse_error_xml};
 use s3_lite::sigv4::{AmzDate, EMPTY_SHA256, PayloadHash, Signer};
 
-/// Connect timeout of the probe.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Read/write timeout of the probe.
-const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connect, read/write and `100-continue` limits of the probe.
+const TIMEOUTS: Timeouts = Timeouts {
+    connect: Duration::from_secs(2),
+    io: Duration::from_secs(5),
+    expect_continue: Duration::from_secs(1),
+};
 /// Error bodies larger than this are cut (S3 error documents are well under 4 KiB).
 const MAX_BODY: usize = 64 * 1024;
 
@@ -61,8 +65,16 @@ impl Probe {
     }
 }
 
-/// Sends the probe for `bucket/key`; `Err` says why it could not be made.
-pub fn probe(ep: &Endpoint, signer: &Signer, bucket: &str, key: &str) -> Result<Probe, String> {
+/// Sends the probe for `bucket/key` with the blocking driver of `s3_lite::net` (TLS for an
+/// `https://` endpoint, trusting `ca_bundle` or the built-in roots, as the engine does);
+/// `Err` says why it could not be made.
+pub fn probe(
+    ep: &Endpoint,
+    signer: &Signer,
+    ca_bundle: Option<&Path>,
+    bucket: &str,
+    key: &str,
+) -> Result<Probe, String> {
     let opts = GetOptions {
         range: Some(ByteRange::Inclusive(0, 0)),
         ..GetOptions::default()
@@ -76,84 +88,62 @@ pub fn probe(ep: &Endpoint, signer: &Signer, bucket: &str, key: &str) -> Result<
     signer
         .sign_headers(&mut req, &PayloadHash::Hex(EMPTY_SHA256.to_owned()), now)
         .map_err(|e| e.to_string())?;
-    let mut wire = Vec::with_capacity(1024);
-    encode_request_head(&req, BodyFraming::None, &mut wire).map_err(|e| e.to_string())?;
-
-    let addr = address(ep)?;
-    let mut sock = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|e| e.to_string())?;
-    sock.set_read_timeout(Some(IO_TIMEOUT))
-        .and_then(|()| sock.set_write_timeout(Some(IO_TIMEOUT)))
-        .and_then(|()| sock.write_all(&wire))
+    let tls = match ep.scheme {
+        Scheme::Https => Some(
+            client_config(&TlsOptions::default().with_aws_ca_bundle(ca_bundle))
+                .map_err(|e| e.to_string())?,
+        ),
+        Scheme::Http => None,
+    };
+    let mut client = HttpClient::new(ep.clone(), tls, TIMEOUTS);
+    let mut sink = CappedBody::default();
+    let head = client
+        .execute(&req, Some(bucket), RequestBody::None, &mut sink)
         .map_err(|e| e.to_string())?;
-    read_response(&mut sock)
+    Ok(classify(&head, &sink.0))
 }
 
-fn address(ep: &Endpoint) -> Result<SocketAddr, String> {
-    let host = ep.host.trim_start_matches('[').trim_end_matches(']');
-    (host, ep.port)
-        .to_socket_addrs()
-        .map_err(|e| e.to_string())?
-        .next()
-        .ok_or_else(|| format!("{host} resolves to no address"))
+/// The response body, cut at [`MAX_BODY`].
+#[derive(Default)]
+struct CappedBody(Vec<u8>);
+
+impl BodySink for CappedBody {
+    fn accept(&mut self, data: &[u8]) -> std::io::Result<()> {
+        let room = MAX_BODY.saturating_sub(self.0.len());
+        self.0
+            .extend_from_slice(data.get(..room.min(data.len())).unwrap_or_default());
+        Ok(())
+    }
 }
 
-/// Reads one response from `r` and classifies it.
-pub fn read_response(r: &mut impl Read) -> Result<Probe, String> {
-    let mut dec = ResponseDecoder::new(Limits::default(), false);
-    let mut buf = vec![0u8; 16 * 1024];
-    let (mut have, mut status, mut body) = (0usize, None, Vec::new());
-    let mut eof = false;
-    loop {
-        let d = dec
-            .decode(buf.get(..have).unwrap_or_default())
-            .map_err(|e| e.to_string())?;
-        let consumed = d.consumed;
-        let mut progressed = consumed > 0;
-        match d.event {
-            Event::Head(h) => status = Some(h.status),
-            Event::Body(b) => {
-                let room = MAX_BODY.saturating_sub(body.len());
-                body.extend_from_slice(b.get(..room.min(b.len())).unwrap_or_default());
-            }
-            Event::End => break,
-            Event::NeedMore => {
-                if eof {
-                    dec.finish_on_eof().map_err(|e| e.to_string())?;
-                    break;
-                }
-                progressed = false;
-            }
-        }
-        buf.copy_within(consumed..have, 0);
-        have -= consumed;
-        if !progressed {
-            if have == buf.len() {
-                return Err("response head too large".into());
-            }
-            let n = r
-                .read(buf.get_mut(have..).unwrap_or_default())
-                .map_err(|e| e.to_string())?;
-            if n == 0 {
-                eof = true;
-            }
-            have += n;
-        }
+/// What a response to the probe means.
+fn classify(head: &ResponseHead, body: &[u8]) -> Probe {
+    if (200..300).contains(&head.status) {
+        return Probe::Succeeded(head.status);
     }
-    let status = status.ok_or("connection closed before a response")?;
-    if (200..300).contains(&status) {
-        return Ok(Probe::Succeeded(status));
-    }
-    let doc = parse_error_xml(&body).unwrap_or_default();
-    Ok(Probe::Error {
-        status,
+    let doc = parse_error_xml(body).unwrap_or_default();
+    Probe::Error {
+        status: head.status,
         code: doc.code,
         message: doc.message.unwrap_or_default(),
-    })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use s3_lite::Request;
+    use s3_lite::http::{BodyFraming, Exchange, Limits, collect_response};
+
+    /// A response as the probe's driver would decode it.
+    fn decoded(wire: &[u8]) -> Option<(ResponseHead, Vec<u8>)> {
+        let mut ex = Exchange::new(Limits::default());
+        let mut req = Request::new("GET", "/b/k");
+        req.add_header("Host", "h");
+        ex.request(&req, BodyFraming::None).unwrap();
+        let c = collect_response(&mut ex, wire).ok()??;
+        Some((c.head, c.body))
+    }
 
     #[test]
     fn error_document_is_named() {
@@ -163,17 +153,8 @@ mod tests {
             "HTTP/1.1 403 Forbidden\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         );
-        // Feed it in small pieces to exercise the incremental loop.
-        struct Trickle<'a>(&'a [u8]);
-        impl Read for Trickle<'_> {
-            fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-                let n = self.0.len().min(out.len()).min(7);
-                out[..n].copy_from_slice(&self.0[..n]);
-                self.0 = &self.0[n..];
-                Ok(n)
-            }
-        }
-        let p = read_response(&mut Trickle(wire.as_bytes())).unwrap();
+        let (head, body) = decoded(wire.as_bytes()).unwrap();
+        let p = classify(&head, &body);
         assert_eq!(
             p,
             Probe::Error {
@@ -187,19 +168,43 @@ mod tests {
 
     #[test]
     fn success_and_bodyless_errors() {
-        let ok = b"HTTP/1.1 206 Partial Content\r\nContent-Length: 1\r\n\r\nx";
-        assert_eq!(read_response(&mut &ok[..]).unwrap(), Probe::Succeeded(206));
-        let close = b"HTTP/1.1 404 Not Found\r\n\r\n";
-        let p = read_response(&mut &close[..]).unwrap();
+        let (head, body) =
+            decoded(b"HTTP/1.1 206 Partial Content\r\nContent-Length: 1\r\n\r\nx").unwrap();
+        assert_eq!(classify(&head, &body), Probe::Succeeded(206));
+        let (head, body) = decoded(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n").unwrap();
         assert_eq!(
-            p,
+            classify(&head, &body),
             Probe::Error {
                 status: 404,
                 code: String::new(),
                 message: String::new()
             }
         );
-        assert!(read_response(&mut &b"HTTP/1.1 2"[..]).is_err());
-        assert!(read_response(&mut &b""[..]).is_err());
+    }
+
+    #[test]
+    fn body_is_capped() {
+        let mut sink = CappedBody::default();
+        sink.accept(&vec![b'x'; MAX_BODY - 1]).unwrap();
+        sink.accept(b"abc").unwrap();
+        assert_eq!(sink.0.len(), MAX_BODY);
+    }
+
+    #[test]
+    fn unreachable_endpoint_is_an_error_not_a_hang() {
+        // A port nothing listens on (bound, then closed).
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let ep = Endpoint::parse(&format!("http://127.0.0.1:{port}")).unwrap();
+        let signer = Signer::new(
+            s3_lite::credentials::Credentials::new("a", "b"),
+            "us-east-1",
+            "s3",
+        )
+        .unwrap();
+        assert!(probe(&ep, &signer, None, "b", "k").is_err());
     }
 }

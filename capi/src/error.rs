@@ -175,6 +175,7 @@ impl From<EngineError> for Fail {
             | EngineError::Signing(_)
             | EngineError::Resolve { .. }
             | EngineError::Config(_)
+            | EngineError::Tls(_)
             | EngineError::Intern(_) => OpError::InvalidValue,
             EngineError::Unsupported(_) => OpError::OpNotSupported,
             EngineError::BadHandle(_) => OpError::BufNotRegistered,
@@ -193,6 +194,10 @@ pub fn completion_error(cqe: &Cqe) -> OpError {
         None if cqe.is_ok() => OpError::Success,
         None => OpError::InternalError,
         Some(code) => match code {
+            // The engine refused the server's TLS certificate (not an S3 answer).
+            ErrorCode::AccessDenied if class == Some(ErrorClass::Transport) => {
+                OpError::NetworkError
+            }
             ErrorCode::NotFound | ErrorCode::AccessDenied | ErrorCode::RangeNotSatisfiable => {
                 OpError::S3Error
             }

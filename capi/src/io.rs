@@ -89,8 +89,21 @@ fn failure(lib: &Library, dir: Dir, obj: &Object, cqe: &Cqe) -> Fail {
         obj.key,
         describe_completion(cqe)
     );
+    if let Some(problem) = lib.engine.tls_failure()
+        && cqe.error_class() == Some(ErrorClass::Transport)
+    {
+        msg.push_str("; TLS: ");
+        msg.push_str(&problem.to_string());
+    }
     if cqe.error_class() == Some(ErrorClass::Client) {
-        match diag::probe(lib.engine.endpoint(), &lib.signer, &obj.bucket, &obj.key) {
+        let probe = diag::probe(
+            lib.engine.endpoint(),
+            &lib.signer,
+            lib.ca_bundle.as_deref(),
+            &obj.bucket,
+            &obj.key,
+        );
+        match probe {
             Ok(p) => {
                 msg.push_str("; ");
                 msg.push_str(&p.describe());

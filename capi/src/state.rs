@@ -78,6 +78,9 @@ pub struct Library {
     pub engine: Engine,
     /// Signer with the resolved credentials (diagnostic probes).
     pub signer: Signer,
+    /// CA bundle for an `https://` endpoint (`AWS_CA_BUNDLE`, else the profile's `ca_bundle`;
+    /// the engine resolves the same one), for diagnostic probes.
+    pub ca_bundle: Option<std::path::PathBuf>,
     /// Settings as given.
     pub settings: Settings,
     /// Registered buffers.
@@ -204,6 +207,7 @@ impl Library {
         })?;
         let signer = Signer::new(resolved.credentials.clone(), resolved.region.clone(), "s3")
             .map_err(|e| Fail::new(OpError::InvalidValue, format!("signer: {e}")))?;
+        let ca_bundle = resolved.ca_bundle.clone();
         let mut builder = Engine::builder()
             .endpoint_url(url)
             .credentials(resolved.credentials)
@@ -217,6 +221,7 @@ impl Library {
         Ok(Library {
             engine,
             signer,
+            ca_bundle,
             settings: s,
             regs: RwLock::new(Registry::default()),
             objects: RwLock::new(HashMap::new()),

@@ -480,7 +480,12 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
     q.push(&Head::new(obj).build()).map_err(|e| e.to_string())?;
     let head = one(&mut q, "HEAD")?;
     if !head.is_ok() {
-        return Err(format!("HEAD {uri}: {}", code_name(&head)));
+        // An https:// endpoint whose certificate was refused says why.
+        let tls = engine
+            .tls_failure()
+            .map(|p| format!(" (TLS: {p})"))
+            .unwrap_or_default();
+        return Err(format!("HEAD {uri}: {}{tls}", code_name(&head)));
     }
     let object_size = head.aux();
     let slots = object_size / size;

@@ -21,6 +21,7 @@ pub const CAPABILITIES_PATH: &str = "/.hipobj/rc/capabilities";
 pub const PROBE_TIMEOUTS: Timeouts = Timeouts {
     connect: Duration::from_secs(2),
     io: Duration::from_secs(5),
+    expect_continue: Duration::from_secs(1),
 };
 /// The most response-body bytes the probe accepts (an S3 error document is far smaller).
 const PROBE_BODY_LIMIT: usize = 64 * 1024;

@@ -79,10 +79,12 @@ fn build_context(global: &ClientArgs) -> Result<Context, String> {
         endpoint,
         credentials: resolved.credentials,
         region: resolved.region,
+        // `--ca-bundle`, else AWS_CA_BUNDLE, else the profile's `ca_bundle`.
         tls: TlsOptions {
             ca_bundle: global.ca_bundle.clone(),
             insecure_skip_verify: global.insecure_skip_tls_verify,
-        },
+        }
+        .with_aws_ca_bundle(resolved.ca_bundle.as_deref()),
         timeouts: Timeouts::default(),
     };
     let site = EngineSite {

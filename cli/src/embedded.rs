@@ -234,6 +234,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
         timeouts: Timeouts {
             connect: Duration::from_secs(5),
             io: Duration::from_secs(120),
+            expect_continue: Duration::from_secs(1),
         },
     })
     .map_err(|e| e.to_string())?;

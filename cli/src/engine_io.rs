@@ -74,7 +74,8 @@ pub struct EngineSite {
 }
 
 impl EngineSite {
-    /// Whether the engine can speak to this endpoint (`http://`; it has no TLS).
+    /// Whether the endpoint is `http://`: the RDMA dialects need it (their side exchanges have
+    /// no TLS), so an `https://` endpoint keeps the blocking client, which speaks TLS too.
     #[must_use]
     pub fn is_plain_http(&self) -> bool {
         self.url
@@ -129,8 +130,8 @@ pub struct EngineTarget {
 }
 
 impl EngineTarget {
-    /// Chooses the data path for `choice`. `http` and any endpoint but `http://` (the engine
-    /// has no TLS) keep the blocking client without a probe; `soft` and `verbs` run the engine
+    /// Chooses the data path for `choice`. `http` and any endpoint but `http://` (the RDMA
+    /// dialects need plain HTTP) keep the blocking client without a probe; `soft` and `verbs` run the engine
     /// without one; `auto` calls `probe` once and runs the engine only when the endpoint
     /// advertises RDMA. `verbs_device` (`--rdma-device`) is refused with `soft` and `http`.
     pub fn select(

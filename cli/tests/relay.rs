@@ -27,6 +27,7 @@ fn client(url: &str) -> S3Client {
         timeouts: Timeouts {
             connect: Duration::from_secs(2),
             io: Duration::from_secs(2),
+            expect_continue: Duration::from_secs(1),
         },
     })
     .unwrap()

@@ -163,22 +163,5 @@ fn serve_arguments_and_unavailable_fabrics() {
     ])
     .unwrap();
     assert_eq!(serve::run(&a, &mut Vec::new(), &mut Vec::new()), 1);
-    let a = parse(&[
-        "--upstream",
-        "https://h:1",
-        "--listen",
-        "127.0.0.1:0",
-        "--access-key",
-        "k",
-        "--secret-key",
-        "s",
-    ])
-    .unwrap();
-    let mut err = Vec::new();
-    assert_eq!(
-        serve::run(&a, &mut Vec::new(), &mut err),
-        1,
-        "https upstreams are refused at start"
-    );
-    assert!(String::from_utf8_lossy(&err).contains("https"));
+    // https upstreams are served (tls.rs: serve_bridges_to_an_https_upstream).
 }

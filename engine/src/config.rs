@@ -126,6 +126,8 @@ pub struct EngineBuilder {
     pub(crate) gpu: Option<std::sync::Arc<dyn crate::gpu::GpuRuntime>>,
     pub(crate) gpu_coalesce_limit: u64,
     pub(crate) gpu_poll_spin: Duration,
+    pub(crate) ca_bundle: Option<std::path::PathBuf>,
+    pub(crate) insecure_skip_tls_verify: bool,
 }
 
 impl Default for EngineBuilder {
@@ -151,13 +153,16 @@ impl Default for EngineBuilder {
             gpu: None,
             gpu_coalesce_limit: crate::gpu::DEFAULT_COALESCE_LIMIT,
             gpu_poll_spin: crate::gpu::DEFAULT_POLL_SPIN,
+            ca_bundle: None,
+            insecure_skip_tls_verify: false,
         }
     }
 }
 
 impl EngineBuilder {
-    /// `http://host:port` of the S3 endpoint (default: resolved like the AWS CLI does,
-    /// `AWS_ENDPOINT_URL` or the profile's `endpoint_url`).
+    /// `http://host:port` or `https://host:port` of the S3 endpoint (default: resolved like the
+    /// AWS CLI does, `AWS_ENDPOINT_URL` or the profile's `endpoint_url`). An `https://`
+    /// endpoint's certificate is verified (see [`EngineBuilder::ca_bundle`]).
     #[must_use]
     pub fn endpoint_url(mut self, url: impl Into<String>) -> Self {
         self.endpoint_url = Some(url.into());
@@ -339,6 +344,24 @@ impl EngineBuilder {
     #[must_use]
     pub fn gpu_poll_spin(mut self, spin: Duration) -> Self {
         self.gpu_poll_spin = spin;
+        self
+    }
+
+    /// PEM file of the CA certificates to trust for an `https://` endpoint, instead of the
+    /// built-in Mozilla roots (default: `AWS_CA_BUNDLE`, else the profile's `ca_bundle`, else
+    /// the built-in roots). An unreadable or empty bundle fails `build` with
+    /// [`crate::EngineError::Tls`].
+    #[must_use]
+    pub fn ca_bundle(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.ca_bundle = Some(path.into());
+        self
+    }
+
+    /// Accept any certificate from an `https://` endpoint (default off). Testing only: the
+    /// server's identity is then not checked.
+    #[must_use]
+    pub fn insecure_skip_tls_verify(mut self, on: bool) -> Self {
+        self.insecure_skip_tls_verify = on;
         self
     }
 

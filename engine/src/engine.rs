@@ -11,7 +11,7 @@ use ring_api::{
     SubmissionQueue,
 };
 use s3_lite::credentials::{Overrides, ProcessEnvironment, resolve};
-use s3_lite::s3::{Endpoint, Scheme};
+use s3_lite::s3::Endpoint;
 use s3_lite::sigv4::Signer;
 
 use crate::config::{EngineBuilder, RetryPolicy};
@@ -52,6 +52,8 @@ pub struct Engine {
     next_worker: AtomicUsize,
     next_queue_id: AtomicU64,
     endpoint: Endpoint,
+    /// TLS of an `https://` endpoint (shared with every worker's connections).
+    tls: Option<Arc<crate::fabric::http::tls::TlsContext>>,
 }
 
 /// One worker, as built, and what it has done.
@@ -100,11 +102,7 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
         .clone()
         .ok_or(EngineError::NoEndpoint)?;
     let endpoint = Endpoint::parse(&url).map_err(EngineError::Endpoint)?;
-    if endpoint.scheme == Scheme::Https {
-        return Err(EngineError::Unsupported(
-            "https endpoints: the engine's mio driver has no TLS yet (use an http:// endpoint)",
-        ));
-    }
+    let (tls, rdma_fabric) = crate::fabric::http::tls::for_endpoint(&endpoint, &b, &resolved)?;
     let addr = resolve_addr(&endpoint)?;
     let signer = Arc::new(
         Signer::new(resolved.credentials.clone(), resolved.region.clone(), "s3")
@@ -138,7 +136,7 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
     // every worker for the engine's life.
     let learned = Arc::new(crate::fabric::rdma::learned::Learned::default());
     // One verbs device for the engine (each worker's client makes its own QPs on it).
-    let verbs = crate::fabric::rdma::open_verbs(b.fabric, b.verbs_device.as_deref());
+    let verbs = crate::fabric::rdma::open_verbs(rdma_fabric, b.verbs_device.as_deref());
     let mut prepared = Vec::with_capacity(slots.len());
     for _ in &slots {
         prepared.push(Prepared::new()?);
@@ -149,17 +147,20 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
     });
     let mut workers = Vec::with_capacity(slots.len());
     for (i, (slot, prep)) in slots.into_iter().zip(prepared).enumerate() {
-        let fabric = HttpFabric::new(
+        let mut fabric = HttpFabric::new(
             addr,
             endpoint.clone(),
             Arc::clone(&signer),
             b.connections_per_worker,
             b.read_buffer,
             b.quickack,
-        )
-        .with_rdma(
+        );
+        if let Some(t) = &tls {
+            fabric = fabric.with_tls(Arc::clone(t));
+        }
+        let fabric = fabric.with_rdma(
             crate::fabric::rdma::RdmaClient::new(
-                b.fabric,
+                rdma_fabric,
                 verbs.clone(),
                 addr,
                 endpoint.clone(),
@@ -191,6 +192,7 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
         next_worker: AtomicUsize::new(0),
         next_queue_id: AtomicU64::new(1),
         endpoint,
+        tls,
     })
 }
 
@@ -254,6 +256,14 @@ impl Engine {
     #[must_use]
     pub fn endpoint(&self) -> &Endpoint {
         &self.endpoint
+    }
+
+    /// Why the `https://` endpoint's certificate was last refused (operations that met it
+    /// completed with `AccessDenied` in class `Transport`); `None` for `http://` endpoints
+    /// and while no certificate was refused.
+    #[must_use]
+    pub fn tls_failure(&self) -> Option<s3_lite::net::tls::CertificateProblem> {
+        self.tls.as_ref().and_then(|t| t.last_failure())
     }
 
     /// The workers: where they run, which NIC they serve and how many operations each has

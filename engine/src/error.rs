@@ -35,6 +35,10 @@ pub enum EngineError {
         #[source]
         source: io::Error,
     },
+    /// The TLS configuration for an `https://` endpoint could not be built (an unreadable or
+    /// empty CA bundle).
+    #[error("TLS: {0}")]
+    Tls(#[source] s3_lite::net::tls::TlsError),
     /// A feature this build does not implement (the message says which).
     #[error("unsupported: {0}")]
     Unsupported(&'static str),

@@ -25,6 +25,7 @@ const TARGETS: &[(&str, &str)] = targets![
     "token_dispatch",
     "checksum_base64",
     "response_head",
+    "exchange",
     "chunked_body",
     "error_xml",
     "list_objects_v2",

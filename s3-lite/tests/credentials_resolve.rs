@@ -303,3 +303,27 @@ fn oversized_file_is_refused() {
         Err(CredentialsError::FileTooLarge { .. })
     ));
 }
+
+#[test]
+fn ca_bundle_from_env_then_profile_with_home_expanded() {
+    let config = "[default]\nca_bundle = ~/certs/profile.pem\n[profile other]\nregion = r\n";
+    let f = Fixture::new(Some(CREDS), Some(config));
+    let home = f.dir.path().to_path_buf();
+    let r = f.resolve(&Overrides::default()).unwrap();
+    assert_eq!(r.ca_bundle, Some(home.join("certs/profile.pem")));
+    let f = f.set("AWS_CA_BUNDLE", "/etc/env.pem");
+    let r = f.resolve(&Overrides::default()).unwrap();
+    assert_eq!(
+        r.ca_bundle,
+        Some(PathBuf::from("/etc/env.pem")),
+        "the environment wins"
+    );
+    let f = Fixture::new(Some(CREDS), Some(config));
+    let r = f
+        .resolve(&Overrides {
+            profile: Some("dev".into()),
+            ..Overrides::default()
+        })
+        .unwrap();
+    assert_eq!(r.ca_bundle, None, "another profile's bundle is not used");
+}

@@ -1,24 +1,23 @@
 //! The `--upstream` bridge: every operation is re-signed with the gateway's own upstream
-//! credentials and forwarded to a real S3 store through s3-lite (request builders, signer,
-//! response decoder) over a small blocking connection pool of our own.
+//! credentials and forwarded to a real S3 store through s3-lite (request builders, signer, and
+//! the blocking driver of `s3_lite::net`), over a small pool of kept-alive clients.
 //!
 //! Bodies arrive here already verified (checksums, payload hash) and spooled, and are sent
 //! upstream with their CRC64NVME, so the upstream store checks them again. GET bodies stream
-//! from the upstream socket to the client without being buffered. Plain `http://` upstreams
-//! only for now (TLS to the upstream is a later step).
+//! from the upstream socket to the client without being buffered. `https://` upstreams are
+//! verified against the built-in roots, or the CA bundle named by `AWS_CA_BUNDLE`.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use s3_lite::Request;
 use s3_lite::credentials::Credentials;
-use s3_lite::http::{
-    BodyFraming, Event, Limits, ResponseDecoder, ResponseHead, encode_request_head,
-};
+use s3_lite::http::ResponseHead;
+use s3_lite::net::blocking::{BodySink, ExchangeError, HttpClient, RequestBody};
+use s3_lite::net::stream::Timeouts;
+use s3_lite::net::tls::{TlsOptions, client_config};
 use s3_lite::s3::{
     self, CompletedPart, ContentRange, Endpoint, GetOptions, ListOptions, ObjectMeta, PutOptions,
     Scheme,
@@ -35,7 +34,6 @@ use crate::handler::Respond;
 use crate::relay::Relay;
 use crate::time::now_secs;
 
-const IO_CHUNK: usize = 256 * 1024;
 /// Largest non-object response body read from upstream (listings, errors, Complete).
 const MAX_SMALL_BODY: usize = 8 << 20;
 const MAX_IDLE: usize = 16;
@@ -47,19 +45,13 @@ pub enum UpstreamError {
     /// The URL does not parse as an S3 endpoint.
     #[error("upstream URL: {0}")]
     Url(#[from] s3::EndpointError),
-    /// `https://` upstreams are not supported yet.
-    #[error("https upstreams are not supported yet (use http://)")]
-    Tls,
+    /// The TLS configuration for an `https://` upstream could not be built (the CA bundle
+    /// named by `AWS_CA_BUNDLE`).
+    #[error("upstream TLS: {0}")]
+    Tls(#[from] s3_lite::net::tls::TlsError),
     /// The credentials cannot sign.
     #[error("upstream credentials: {0}")]
     Signing(#[from] s3_lite::sigv4::SigningError),
-}
-
-struct Conn {
-    stream: TcpStream,
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
 }
 
 /// A bridge to an upstream S3 endpoint.
@@ -67,9 +59,11 @@ pub struct Upstream {
     endpoint: Endpoint,
     signer: Signer,
     region: String,
-    idle: Mutex<Vec<(String, Conn)>>,
+    tls: Option<std::sync::Arc<s3_lite::net::tls::TlsClientConfig>>,
+    /// Clients not in use, each holding at most one kept-alive connection.
+    idle: Mutex<Vec<HttpClient>>,
     spool: PathBuf,
-    timeout: Duration,
+    timeouts: Timeouts,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -116,203 +110,92 @@ impl Upstream {
         spool: PathBuf,
     ) -> Result<Self, UpstreamError> {
         let endpoint = Endpoint::parse(url)?;
-        if endpoint.scheme == Scheme::Https {
-            return Err(UpstreamError::Tls);
-        }
+        let tls = match endpoint.scheme {
+            Scheme::Https => {
+                let bundle = std::env::var_os("AWS_CA_BUNDLE")
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from);
+                Some(client_config(
+                    &TlsOptions::default().with_aws_ca_bundle(bundle.as_deref()),
+                )?)
+            }
+            Scheme::Http => None,
+        };
         let signer = Signer::new(credentials, region, "s3")?;
         Ok(Self {
             endpoint,
             signer,
             region: region.to_owned(),
+            tls,
             idle: Mutex::new(Vec::new()),
             spool,
-            timeout: Duration::from_secs(60),
+            timeouts: Timeouts {
+                connect: Duration::from_secs(5),
+                io: Duration::from_secs(60),
+                expect_continue: Duration::from_secs(1),
+            },
         })
     }
 
-    fn connect(&self, host: &str) -> Result<Conn, ApiError> {
-        let mut last = None;
-        for addr in (host, self.endpoint.port)
-            .to_socket_addrs()
-            .map_err(upstream_failure)?
-        {
-            match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
-                Ok(s) => {
-                    s.set_nodelay(true).map_err(upstream_failure)?;
-                    s.set_read_timeout(Some(self.timeout))
-                        .map_err(upstream_failure)?;
-                    s.set_write_timeout(Some(self.timeout))
-                        .map_err(upstream_failure)?;
-                    return Ok(Conn {
-                        stream: s,
-                        buf: vec![0; IO_CHUNK],
-                        start: 0,
-                        end: 0,
-                    });
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(upstream_failure(
-            last.map_or_else(|| "no address".to_owned(), |e| e.to_string()),
-        ))
-    }
-
-    fn take_idle(&self, host: &str) -> Option<Conn> {
+    fn take_client(&self) -> HttpClient {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let i = idle.iter().position(|(h, _)| h == host)?;
-        Some(idle.swap_remove(i).1)
+        idle.pop().unwrap_or_else(|| {
+            HttpClient::new(self.endpoint.clone(), self.tls.clone(), self.timeouts)
+        })
     }
 
-    fn put_idle(&self, host: String, conn: Conn) {
+    fn put_client(&self, client: HttpClient) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < MAX_IDLE {
-            idle.push((host, conn));
+            idle.push(client);
         }
     }
 
     /// Signs and sends `req`; a 2xx body goes to `collect`, anything else becomes the
     /// upstream's S3 error. A reused connection that fails before any response byte is
-    /// retried once on a fresh one (every body here can be replayed).
+    /// retried once on a fresh one (every body here can be replayed: files are rewound).
     fn call(
         &self,
         mut req: Request,
         bucket: Option<&str>,
         payload: PayloadHash,
-        mut body: UpBody<'_>,
-        mut collect: Collect<'_>,
+        body: UpBody<'_>,
+        collect: Collect<'_>,
     ) -> Result<ResponseHead, ApiError> {
         let now = AmzDate::from_unix_secs(now_secs()).map_err(ApiError::internal)?;
         self.signer
             .sign_headers(&mut req, &payload, now)
             .map_err(ApiError::internal)?;
-        let host = self.endpoint.connect_host(bucket);
-        if let Some(conn) = self.take_idle(&host) {
-            match self.exchange(conn, &host, &req, &mut body, &mut collect) {
-                Err((_, false)) => {}
-                Err((e, true)) => return Err(e),
-                Ok(head) => return Ok(head),
-            }
-        }
-        let conn = self.connect(&host)?;
-        self.exchange(conn, &host, &req, &mut body, &mut collect)
-            .map_err(|(e, _)| e)
-    }
-
-    /// One attempt; the flag says whether any response byte arrived (then no retry).
-    fn exchange(
-        &self,
-        mut conn: Conn,
-        host: &str,
-        req: &Request,
-        body: &mut UpBody<'_>,
-        collect: &mut Collect<'_>,
-    ) -> Result<ResponseHead, (ApiError, bool)> {
-        let fail = |e: std::io::Error| (upstream_failure(e), false);
-        let framing = match body {
-            UpBody::None => BodyFraming::None,
-            UpBody::Bytes(b) => BodyFraming::Length(b.len() as u64),
-            UpBody::File(_, n) => BodyFraming::Length(*n),
+        let body = match body {
+            UpBody::None => RequestBody::None,
+            UpBody::Bytes(b) => RequestBody::Bytes(b),
+            UpBody::File(f, len) => RequestBody::Rewindable(f, len),
         };
-        let mut head = Vec::with_capacity(1024);
-        encode_request_head(req, framing, &mut head).map_err(|e| (ApiError::internal(e), true))?;
-        conn.stream.write_all(&head).map_err(fail)?;
-        match body {
-            UpBody::None => {}
-            UpBody::Bytes(b) => conn.stream.write_all(b).map_err(fail)?,
-            UpBody::File(f, len) => {
-                f.seek(SeekFrom::Start(0)).map_err(fail)?;
-                let copied =
-                    std::io::copy(&mut (&mut **f).take(*len), &mut conn.stream).map_err(fail)?;
-                if copied != *len {
-                    return Err((ApiError::internal("spooled body shrank"), true));
-                }
-            }
-        }
-        let mut dec = ResponseDecoder::new(Limits::default(), req.method == "HEAD");
-        let mut response: Option<ResponseHead> = None;
-        let mut error_body = Vec::new();
-        let mut seen = false;
-        loop {
-            let input = conn.buf.get(conn.start..conn.end).unwrap_or_default();
-            let d = dec.decode(input).map_err(|e| (upstream_failure(e), seen))?;
-            conn.start += d.consumed;
-            match d.event {
-                Event::Head(h) => {
-                    if let Collect::Relay(relay) = collect {
-                        relay.head(&h).map_err(|e| (e, true))?;
-                    }
-                    if (200..300).contains(&h.status)
-                        && let Collect::Object { sink, head_only } = collect
-                    {
-                        let (info, span) = object_info(&h).map_err(|e| (e, true))?;
-                        sink.begin(&info, span.filter(|_| h.status == 206))
-                            .map_err(|e| (ApiError::from(e), true))?;
-                        if *head_only && req.method != "HEAD" {
-                            return Err((ApiError::internal("head-only GET"), true));
-                        }
-                    }
-                    response = Some(h);
-                    continue;
-                }
-                Event::Body(data) => {
-                    let ok = response
-                        .as_ref()
-                        .is_some_and(|h| (200..300).contains(&h.status));
-                    match collect {
-                        Collect::Relay(relay) => relay.data(data).map_err(|e| (e, true))?,
-                        Collect::Object { sink, .. } if ok => {
-                            sink.data(data).map_err(|e| (ApiError::from(e), true))?
-                        }
-                        Collect::Small(v) if ok => {
-                            if v.len() + data.len() > MAX_SMALL_BODY {
-                                return Err((upstream_failure("response too large"), true));
-                            }
-                            v.extend_from_slice(data);
-                        }
-                        _ => {
-                            if error_body.len() < 64 * 1024 {
-                                error_body.extend_from_slice(data);
-                            }
-                        }
-                    }
-                    continue;
-                }
-                Event::End => break,
-                Event::NeedMore => {}
-            }
-            conn.start = 0;
-            conn.end = 0;
-            let n = conn
-                .stream
-                .read(&mut conn.buf)
-                .map_err(|e| (upstream_failure(e), seen))?;
-            if n == 0 {
-                dec.finish_on_eof()
-                    .map_err(|e| (upstream_failure(e), seen))?;
-                if dec.is_done() {
-                    break;
-                }
-                continue;
-            }
-            seen = true;
-            conn.end = n;
-        }
-        let head = response.ok_or((upstream_failure("no response"), true))?;
-        if dec.is_reusable() && conn.start == conn.end {
-            self.put_idle(host.to_owned(), conn);
-        }
-        if let Collect::Relay(relay) = collect {
-            relay.end().map_err(|e| (e, true))?;
+        let mut sink = Collector {
+            collect,
+            head_request: req.method == "HEAD",
+            ok: false,
+            error_body: Vec::new(),
+            failed: None,
+        };
+        let mut client = self.take_client();
+        let result = client.execute(&req, bucket, body, &mut sink);
+        self.put_client(client);
+        let head = match result {
+            Ok(head) => head,
+            Err(e) => return Err(sink.failed.take().unwrap_or_else(|| exchange_failure(e))),
+        };
+        if let Collect::Relay(relay) = &mut sink.collect {
+            relay.end()?;
             return Ok(head);
         }
         if !(200..300).contains(&head.status) {
-            let e = s3::parse_error(head.status, &head.headers, &error_body);
+            let e = s3::parse_error(head.status, &head.headers, &sink.error_body);
             let mut api = ApiError::new(e.status, e.code, e.message);
             if let Some(cr) = head.header("content-range") {
                 api = api.with_header("Content-Range", cr.to_owned());
             }
-            return Err((api, true));
+            return Err(api);
         }
         Ok(head)
     }
@@ -372,6 +255,76 @@ impl Upstream {
         let mut req = Request::new(method, path);
         req.add_header("Host", host);
         Ok(req)
+    }
+}
+
+/// A failed exchange as the client sees it: the upstream is a bad gateway.
+fn exchange_failure(e: ExchangeError) -> ApiError {
+    match e {
+        ExchangeError::Encode(e) => ApiError::internal(e),
+        other => upstream_failure(other),
+    }
+}
+
+/// Where an upstream answer goes ([`Collect`]), as the blocking driver's body sink. A failure
+/// of the destination is kept in `failed` (the driver only carries an `io::Error`).
+struct Collector<'a> {
+    collect: Collect<'a>,
+    head_request: bool,
+    /// The answer is 2xx.
+    ok: bool,
+    /// The body of an error answer (first 64 KiB), for its S3 error document.
+    error_body: Vec<u8>,
+    failed: Option<ApiError>,
+}
+
+impl Collector<'_> {
+    fn fail(&mut self, e: ApiError) -> std::io::Error {
+        self.failed = Some(e);
+        std::io::Error::other("the upstream answer's destination failed")
+    }
+}
+
+impl BodySink for Collector<'_> {
+    fn begin(&mut self, h: &ResponseHead) -> std::io::Result<()> {
+        self.ok = (200..300).contains(&h.status);
+        let result = match &mut self.collect {
+            Collect::Relay(relay) => relay.head(h),
+            Collect::Object { sink, head_only } if self.ok => match object_info(h) {
+                Ok((info, span)) => match sink.begin(&info, span.filter(|_| h.status == 206)) {
+                    Ok(()) if *head_only && !self.head_request => {
+                        Err(ApiError::internal("head-only GET"))
+                    }
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(ApiError::from(e)),
+                },
+                Err(e) => Err(e),
+            },
+            _ => Ok(()),
+        };
+        result.map_err(|e| self.fail(e))
+    }
+
+    fn accept(&mut self, data: &[u8]) -> std::io::Result<()> {
+        let result = match &mut self.collect {
+            Collect::Relay(relay) => relay.data(data),
+            Collect::Object { sink, .. } if self.ok => sink.data(data).map_err(ApiError::from),
+            Collect::Small(v) if self.ok => {
+                if v.len() + data.len() > MAX_SMALL_BODY {
+                    Err(upstream_failure("response too large"))
+                } else {
+                    v.extend_from_slice(data);
+                    Ok(())
+                }
+            }
+            _ => {
+                if self.error_body.len() < 64 * 1024 {
+                    self.error_body.extend_from_slice(data);
+                }
+                Ok(())
+            }
+        };
+        result.map_err(|e| self.fail(e))
     }
 }
 

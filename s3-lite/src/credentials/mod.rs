@@ -7,11 +7,12 @@
 //! - Environment: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
 //!   `AWS_PROFILE` (default `default`), `AWS_SHARED_CREDENTIALS_FILE`, `AWS_CONFIG_FILE`,
 //!   `AWS_REGION` / `AWS_DEFAULT_REGION`, `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`,
-//!   `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS`.
+//!   `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS`, `AWS_CA_BUNDLE`.
 //! - `~/.aws/credentials`: sections are bare profile names (`[dev]`).
 //! - `~/.aws/config`: `[default]` or `[profile dev]` (a bare `[dev]` is ignored there, as the
 //!   AWS CLI does); keys `region`, `endpoint_url`, `services` (pointing at a `[services x]`
-//!   section with an `s3 =` block holding `endpoint_url`), and credentials as a fallback.
+//!   section with an `s3 =` block holding `endpoint_url`), `ca_bundle`, and credentials as a
+//!   fallback.
 //!
 //! Environment lookups go through the [`Environment`] trait so tests never touch the real
 //! process environment; files are read from explicit paths (no sockets, no clock).
@@ -153,6 +154,10 @@ pub struct ResolvedConfig {
     pub endpoint_url: Option<String>,
     /// The profile name that was consulted.
     pub profile: String,
+    /// PEM bundle of CA certificates to trust for `https://` endpoints: `AWS_CA_BUNDLE`, else
+    /// the profile's `ca_bundle` (as the AWS CLI and SDKs read them; `~/` expanded); `None`:
+    /// the built-in roots.
+    pub ca_bundle: Option<PathBuf>,
 }
 
 fn non_empty(v: Option<String>) -> Option<String> {
@@ -404,11 +409,16 @@ pub fn resolve(
             .or_else(|| conf_value("endpoint_url"))
     });
 
+    let ca_bundle = var("AWS_CA_BUNDLE")
+        .or_else(|| conf_value("ca_bundle"))
+        .and_then(|p| expand_home(&p, home.as_deref()));
+
     Ok(ResolvedConfig {
         credentials,
         credentials_source,
         region,
         endpoint_url,
         profile,
+        ca_bundle,
     })
 }

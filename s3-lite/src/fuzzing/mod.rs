@@ -2,6 +2,7 @@
 //! `fuzz/` targets stay one-liners. Each body asserts properties (round trips, conservation of
 //! input), not merely "does not crash".
 
+pub mod exchange;
 pub mod http;
 pub mod http_server;
 pub mod rdma;

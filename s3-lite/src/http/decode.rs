@@ -79,6 +79,9 @@ pub struct ResponseDecoder {
     /// Whether any byte of this response (interim heads included) has been consumed.
     received_any: bool,
     keep_alive: bool,
+    /// Whether an interim `100 Continue` head was skipped (an exchange waiting to send its body
+    /// on `Expect: 100-continue` asks [`ResponseDecoder::continue_seen`]).
+    continued: bool,
     trailers: Vec<(String, String)>,
 }
 
@@ -94,6 +97,7 @@ impl ResponseDecoder {
             head_buf: Vec::new(),
             received_any: false,
             keep_alive: false,
+            continued: false,
             trailers: Vec::new(),
         }
     }
@@ -116,6 +120,12 @@ impl ResponseDecoder {
     /// Whether the response has been decoded completely.
     pub fn is_done(&self) -> bool {
         matches!(self.state, State::Done)
+    }
+
+    /// Whether an interim `100 Continue` response was received (and skipped) before the final
+    /// head.
+    pub fn continue_seen(&self) -> bool {
+        self.continued
     }
 
     /// Trailer fields of a chunked response, once [`Event::End`] was returned.
@@ -199,6 +209,7 @@ impl ResponseDecoder {
             self.scanner = HeadScanner::default();
             pos += n;
             if head.is_informational() {
+                self.continued |= head.status == 100;
                 continue;
             }
             self.keep_alive = head.keep_alive;

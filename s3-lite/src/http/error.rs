@@ -98,6 +98,10 @@ pub enum HttpError {
     /// Request encoding: `UntilClose` framing is only meaningful for responses.
     #[error("a request body cannot be delimited by closing the connection")]
     InvalidRequestFraming,
+    /// Request sending: body bytes reported beyond the declared `Content-Length`, a chunk for a
+    /// body that is not chunked, or body bytes at a point where none may be sent.
+    #[error("request body does not match its framing")]
+    RequestBodyMismatch,
     /// `reset_for_next` on a decoder whose response has not ended or whose connection cannot
     /// be reused.
     #[error("connection is not reusable for another response")]

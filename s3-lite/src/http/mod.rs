@@ -10,12 +10,16 @@
 //! - [`Limits`]: hard bounds on the head size, header count, line length, chunk-size line and
 //!   trailer section, enforced byte by byte while input is still partial.
 //! - [`ChunkedDecoder`]: the chunked-body state machine, usable on its own.
+//! - [`Exchange`]: one request/response exchange over a kept-alive connection, built on the
+//!   encoder and the decoder: sending order, `Expect: 100-continue`, early answers, reuse and
+//!   trailers. Every socket driver (blocking, mio, TLS or not) runs this machine.
 
 mod body;
 pub mod chunked;
 pub mod decode;
 pub mod encode;
 pub mod error;
+pub mod exchange;
 pub mod framing;
 pub mod head;
 pub mod limits;
@@ -25,6 +29,7 @@ pub use chunked::{ChunkEvent, ChunkedDecoder};
 pub use decode::{Decoded, Event, ResponseDecoder};
 pub use encode::{encode_chunk, encode_last_chunk, encode_request_head};
 pub use error::{HttpError, Malformed};
+pub use exchange::{Collected, Exchange, Output, collect_response};
 pub use framing::BodyFraming;
 pub use head::ResponseHead;
 pub use limits::Limits;

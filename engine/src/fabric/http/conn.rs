@@ -1,5 +1,10 @@
 //! One keep-alive HTTP/1.1 connection driven by readiness events (one request at a time).
 //!
+//! The mio driver of the exchange machine (`s3_lite::http::Exchange`): the machine says what to
+//! write and decodes the answer; this module moves bytes between it, the socket and registered
+//! memory. The socket is a `Transport`: plain TCP, or TLS (rustls, sans-IO) for `https://`
+//! endpoints, so the handshake and record layer run inside the worker's loop too.
+//!
 //! Reads land in the connection's read buffer; the decoder hands body bytes back as slices of
 //! it, and those are copied straight to their offset in the registered destination (one copy,
 //! no intermediate payload buffer). PUT bodies are written to the socket straight from
@@ -7,11 +12,16 @@
 
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 
 use mio::net::TcpStream;
 use ring_api::{ErrorClass, ErrorCode};
 use s3_lite::checksum::Crc64Nvme;
-use s3_lite::http::{Event, HttpError, Limits, ResponseDecoder};
+use s3_lite::http::{BodyFraming, Event, Exchange, HttpError, Limits, Output};
+use s3_lite::net::tls::CertificateProblem;
+use s3_lite::net::transport::Transport;
+
+use super::tls::TlsContext;
 
 use super::response::{MAX_XML_ANSWER, Plan, finish_multipart, needs_stored_check, plan_for};
 use crate::fabric::{Outcome, Retry};
@@ -37,22 +47,19 @@ pub(crate) enum Step {
 /// One connection.
 #[derive(Debug)]
 pub(crate) struct Conn {
-    pub(crate) stream: TcpStream,
+    pub(crate) stream: Transport<TcpStream>,
+    /// The endpoint's TLS context (`https://`), where refused certificates are reported.
+    tls: Option<Arc<TlsContext>>,
     /// Whether the TCP handshake is known to have completed.
     connected: bool,
     /// Whether a previous exchange completed on this connection (it may have gone stale).
     pub(crate) reused: bool,
-    wbuf: Vec<u8>,
-    /// INVARIANT: `wpos <= wbuf.len()`.
-    wpos: usize,
-    /// Bytes of the registered source (PUT body) written so far.
-    body_sent: u64,
-    body_len: u64,
+    /// The request/response state machine (head bytes, body accounting, the decoder, reuse).
+    exchange: Exchange,
     rbuf: Box<[u8]>,
     /// INVARIANT: `rstart <= rend <= rbuf.len()`; `rbuf[rstart..rend]` is unread input.
     rstart: usize,
     rend: usize,
-    decoder: ResponseDecoder,
     plan: Option<Plan>,
     /// Body bytes written to the destination in this attempt.
     received: u64,
@@ -119,24 +126,32 @@ fn io_fail(reused: bool, got_bytes: bool) -> Step {
     }
 }
 
+/// A refused server certificate: final (a retry meets the same certificate), reported as
+/// `AccessDenied` in class `Transport` (we denied the server), the reason kept for
+/// [`crate::Engine::tls_failure`].
+const CERTIFICATE_REFUSED: Outcome =
+    Outcome::fail(ErrorCode::AccessDenied, ErrorClass::Transport, Retry::No);
+
 const fn integrity(code: ErrorCode) -> Outcome {
     Outcome::fail(code, ErrorClass::Integrity, Retry::No)
 }
 
 impl Conn {
-    pub(crate) fn new(stream: TcpStream, read_buffer: usize, quickack: bool) -> Self {
+    pub(crate) fn new(
+        stream: Transport<TcpStream>,
+        tls: Option<Arc<TlsContext>>,
+        read_buffer: usize,
+        quickack: bool,
+    ) -> Self {
         Self {
             stream,
+            tls,
             connected: false,
             reused: false,
-            wbuf: Vec::with_capacity(1024),
-            wpos: 0,
-            body_sent: 0,
-            body_len: 0,
+            exchange: Exchange::new(Limits::default()),
             rbuf: vec![0; read_buffer].into_boxed_slice(),
             rstart: 0,
             rend: 0,
-            decoder: ResponseDecoder::new(Limits::default(), false),
             plan: None,
             received: 0,
             got_bytes: false,
@@ -151,22 +166,29 @@ impl Conn {
         }
     }
 
-    /// Buffer for the next request head (cleared).
-    pub(crate) fn head_buf(&mut self) -> &mut Vec<u8> {
-        self.wbuf.clear();
-        self.wpos = 0;
-        &mut self.wbuf
+    /// Starts the exchange of `op` with a body of `body_len` bytes sent from its registered
+    /// source (the fabric sizes PUT and UploadPart bodies: the leased source, or none when RDMA
+    /// moves it; the other multipart steps send none or an in-line head suffix). Returns the
+    /// buffer to encode the request head into; `None` if the connection cannot carry a request.
+    pub(crate) fn head_buf(&mut self, op: &InFlight, body_len: u64) -> Option<&mut Vec<u8>> {
+        let framing = match body_len {
+            0 => BodyFraming::None,
+            n => BodyFraming::Length(n),
+        };
+        self.exchange
+            .request_encoded(op.head_only(), framing, false)
+            .ok()
     }
 
-    /// Prepares for the exchange of `op`, whose head is already in [`Conn::head_buf`].
-    pub(crate) fn begin(&mut self, op: &InFlight, body_len: u64, rdma: Option<Option<String>>) {
+    /// Takes back a request whose head could not be encoded (nothing was written).
+    pub(crate) fn unsent(&mut self) -> bool {
+        self.exchange.abort_unsent()
+    }
+
+    /// Prepares the rest of the exchange of `op`, whose head is in [`Conn::head_buf`].
+    pub(crate) fn begin(&mut self, rdma: Option<Option<String>>) {
         self.rdma = rdma;
         self.verdict = None;
-        self.body_sent = 0;
-        // The fabric sizes PUT and UploadPart bodies (the leased source, or none when RDMA
-        // moves it); the other multipart steps send none or an in-line head suffix.
-        self.body_len = body_len;
-        self.decoder = ResponseDecoder::new(Limits::default(), op.head_only());
         self.etag = None;
         self.answer.clear();
         self.plan = None;
@@ -182,10 +204,10 @@ impl Conn {
         if self.connected {
             return Ok(true);
         }
-        if let Some(e) = self.stream.take_error()? {
+        if let Some(e) = self.stream.socket().take_error()? {
             return Err(e);
         }
-        match self.stream.peer_addr() {
+        match self.stream.socket().peer_addr() {
             Ok(_) => {
                 self.connected = true;
                 Ok(true)
@@ -216,7 +238,7 @@ impl Conn {
         match self.send(op) {
             Ok(true) => {}
             Ok(false) => return Step::Pending,
-            Err(_) => return io_fail(self.reused, self.got_bytes),
+            Err(e) => return self.io_error(&e),
         }
         if fresh {
             return Step::Pending;
@@ -224,35 +246,58 @@ impl Conn {
         self.receive(op)
     }
 
-    /// Writes the head, then the body from registered memory. `Ok(false)`: would block.
-    fn send(&mut self, op: &InFlight) -> io::Result<bool> {
-        while self.wpos < self.wbuf.len() {
-            let rest = self.wbuf.get(self.wpos..).unwrap_or_default();
-            match self.stream.write(rest) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => self.wpos += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+    /// The step for a failed socket or TLS call: a refused certificate is final and reported;
+    /// anything else is a transport failure.
+    fn io_error(&mut self, e: &io::Error) -> Step {
+        if let Some(problem) = CertificateProblem::of_io(e) {
+            if let Some(tls) = &self.tls {
+                tls.refused(problem);
             }
-        }
-        while self.body_sent < self.body_len {
-            let Some(src) = op.buf.as_ref() else {
-                return Err(io::ErrorKind::InvalidInput.into());
+            return Step::Finished {
+                outcome: CERTIFICATE_REFUSED,
+                reusable: false,
             };
-            let rest = src.bytes_from(self.body_sent);
-            if rest.is_empty() {
-                return Err(io::ErrorKind::InvalidInput.into());
-            }
-            match self.stream.write(rest) {
+        }
+        io_fail(self.reused, self.got_bytes)
+    }
+
+    /// Writes what the exchange offers: the head, then the body straight from registered
+    /// memory; then the queued TLS records. `Ok(false)`: would block. A final answer that
+    /// arrived early stops the request (the machine offers nothing more).
+    fn send(&mut self, op: &InFlight) -> io::Result<bool> {
+        loop {
+            let written = match self.exchange.output() {
+                Output::Bytes(head) => self.stream.write(head),
+                Output::Body { remaining } => {
+                    let Some(src) = op.buf.as_ref() else {
+                        return Err(io::ErrorKind::InvalidInput.into());
+                    };
+                    let rest = src.bytes_from(self.exchange.body_sent());
+                    let rest = rest
+                        .get(..usize::try_from(remaining).unwrap_or(usize::MAX))
+                        .unwrap_or(rest);
+                    if rest.is_empty() {
+                        return Err(io::ErrorKind::InvalidInput.into());
+                    }
+                    self.stream.write(rest)
+                }
+                Output::Chunks | Output::AwaitContinue | Output::Done => break,
+            };
+            match written {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => self.body_sent += n as u64,
+                Ok(n) => match self.exchange.output() {
+                    Output::Bytes(_) => self.exchange.wrote(n),
+                    _ => self
+                        .exchange
+                        .body_written(n as u64)
+                        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+                },
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
         }
-        Ok(true)
+        self.stream.flush()
     }
 
     fn receive(&mut self, op: &InFlight) -> Step {
@@ -265,7 +310,7 @@ impl Conn {
             self.rend = 0;
             match self.stream.read(&mut self.rbuf) {
                 Ok(0) => {
-                    if let Err(e) = self.decoder.finish_on_eof() {
+                    if let Err(e) = self.exchange.finish_on_eof() {
                         let free = self.reused && !self.got_bytes && e == HttpError::EmptyResponse;
                         return Step::Finished {
                             outcome: Outcome::transport(free),
@@ -294,12 +339,12 @@ impl Conn {
                     // Incomplete: the rest may wait on our ACK (a server that writes head and
                     // body separately under Nagle), so acknowledge at once.
                     if self.quickack {
-                        crate::sys::set_quickack(self.stream.as_raw_fd());
+                        crate::sys::set_quickack(self.stream.socket().as_raw_fd());
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Pending,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return io_fail(self.reused, self.got_bytes),
+                Err(e) => return self.io_error(&e),
             }
         }
     }
@@ -308,7 +353,7 @@ impl Conn {
     fn decode_buffered(&mut self, op: &InFlight) -> Option<Step> {
         loop {
             let input = self.rbuf.get(self.rstart..self.rend).unwrap_or_default();
-            let d = match self.decoder.decode(input) {
+            let d = match self.exchange.receive(input) {
                 Ok(d) => d,
                 Err(_) => {
                     return Some(Step::Finished {
@@ -419,7 +464,7 @@ impl Conn {
     }
 
     fn finish(&mut self, op: &InFlight) -> Step {
-        let reusable = self.decoder.is_reusable() && self.rstart == self.rend;
+        let reusable = self.exchange.is_reusable() && self.rstart == self.rend;
         if reusable {
             self.reused = true;
         }

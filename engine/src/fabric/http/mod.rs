@@ -4,7 +4,8 @@
 //! differ in how they treat pipelined requests, and one broken response would poison every
 //! request queued behind it). Concurrency comes from up to `connections_per_worker`
 //! connections. Connections set `TCP_NODELAY` (a request head is one small write that must not
-//! wait for an ACK). Plain `http` only; `https` endpoints are refused at build time.
+//! wait for an ACK). `https://` endpoints get TLS on every connection ([`tls`]), handshake and
+//! records driven by the same readiness events.
 //!
 //! Parked slots: with an RDMA dialect, an op may wait for work running off the worker thread
 //! (a pairing, its hipobj-rc-v2 exchange). It then holds a connection slot, marked `parked`
@@ -16,12 +17,14 @@
 mod conn;
 mod request;
 pub(crate) mod response;
+pub(crate) mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use mio::{Interest, Token};
 use ring_api::{DataPath, WireDialect};
+use s3_lite::net::transport::Transport;
 use s3_lite::s3::Endpoint;
 use s3_lite::sigv4::Signer;
 
@@ -45,6 +48,8 @@ struct Slot {
 pub(crate) struct HttpFabric {
     addr: SocketAddr,
     endpoint: Endpoint,
+    /// TLS for an `https://` endpoint.
+    tls: Option<Arc<tls::TlsContext>>,
     signer: Arc<Signer>,
     dates: DateCache,
     slots: Vec<Option<Slot>>,
@@ -70,6 +75,7 @@ impl HttpFabric {
         Self {
             addr,
             endpoint,
+            tls: None,
             signer,
             dates: DateCache::default(),
             slots: Vec::new(),
@@ -80,6 +86,12 @@ impl HttpFabric {
             active: 0,
             rdma: None,
         }
+    }
+
+    /// Speaks TLS on every connection (an `https://` endpoint).
+    pub(crate) fn with_tls(mut self, tls: Arc<tls::TlsContext>) -> Self {
+        self.tls = Some(tls);
+        self
     }
 
     /// Adds the `rc-persistent` dialect.
@@ -94,10 +106,17 @@ impl HttpFabric {
         if open >= self.limit {
             return None;
         }
-        let Ok(mut stream) = mio::net::TcpStream::connect(self.addr) else {
+        let Ok(stream) = mio::net::TcpStream::connect(self.addr) else {
             return Some(Err(()));
         };
         let _ = stream.set_nodelay(true);
+        let mut stream = match &self.tls {
+            None => Transport::plain(stream),
+            Some(t) => match Transport::tls(stream, &t.config, &t.server_name) {
+                Ok(s) => s,
+                Err(_) => return Some(Err(())),
+            },
+        };
         let idx = match self.slots.iter().position(Option::is_none) {
             Some(i) => i,
             None => {
@@ -107,7 +126,7 @@ impl HttpFabric {
         };
         if io
             .register(
-                &mut stream,
+                stream.socket_mut(),
                 Token(idx),
                 Interest::READABLE | Interest::WRITABLE,
             )
@@ -117,7 +136,7 @@ impl HttpFabric {
         }
         if let Some(slot) = self.slots.get_mut(idx) {
             *slot = Some(Slot {
-                conn: Conn::new(stream, self.read_buffer, self.quickack),
+                conn: Conn::new(stream, self.tls.clone(), self.read_buffer, self.quickack),
                 op: None,
                 parked: false,
             });
@@ -127,7 +146,7 @@ impl HttpFabric {
 
     fn close(&mut self, idx: usize, io: &mio::Registry) {
         if let Some(mut slot) = self.slots.get_mut(idx).and_then(Option::take) {
-            let _ = io.deregister(&mut slot.conn.stream);
+            let _ = io.deregister(slot.conn.stream.socket_mut());
             if slot.op.is_some() {
                 self.active -= 1;
             }
@@ -184,29 +203,37 @@ impl HttpFabric {
             done.push((key, Outcome::transport(false)));
             return;
         };
-        let head = slot.conn.head_buf();
+        let body = if op.kind == OpKind::Put && prepared.is_none() {
+            op.buf_len()
+        } else {
+            0
+        };
         let extra = prepared.as_ref().map(|p| p.headers.as_slice());
-        if let Err(outcome) = request::encode(
-            &self.endpoint,
-            &self.signer,
-            &mut self.dates,
-            op,
-            extra,
-            head,
-        ) {
-            self.idle.push(idx);
+        let encoded = match slot.conn.head_buf(op, body) {
+            Some(head) => request::encode(
+                &self.endpoint,
+                &self.signer,
+                &mut self.dates,
+                op,
+                extra,
+                head,
+            ),
+            // Only a connection whose last exchange ended reusably is pooled; never here.
+            None => Err(Outcome::transport(false)),
+        };
+        if let Err(outcome) = encoded {
+            if slot.conn.unsent() {
+                self.idle.push(idx);
+            } else {
+                self.close(idx, io);
+            }
             if let Some(r) = self.rdma.as_mut() {
                 r.finish(key, None, false);
             }
             done.push((key, outcome));
             return;
         }
-        let body = if op.kind == OpKind::Put && prepared.is_none() {
-            op.buf_len()
-        } else {
-            0
-        };
-        slot.conn.begin(op, body, prepared.map(|p| p.crc));
+        slot.conn.begin(prepared.map(|p| p.crc));
         slot.op = Some(key);
         self.active += 1;
         op.phase = Phase::Active { conn: idx };

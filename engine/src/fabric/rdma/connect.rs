@@ -7,7 +7,6 @@
 //! worker's event loop), never on the worker thread: so a plain blocking socket with timeouts
 //! is the simple choice here. [`pair`] is the one place the paired [`Link`] is built.
 
-use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 
 use crate::fabric::rc::{Access, RcCaps, RcCq, RcDevice, RcKind, RcPd, RcQp, SoftPath};
@@ -15,9 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use s3_lite::Request;
-use s3_lite::http::{
-    BodyFraming, Event, Limits, ResponseDecoder, ResponseHead, encode_request_head,
-};
+use s3_lite::http::{Exchange as HttpExchange, Limits, ResponseHead};
+use s3_lite::net::blocking::until;
 use s3_lite::rdma::{RcToken, Reply, v2};
 use s3_lite::s3::Endpoint;
 use s3_lite::sigv4::{PayloadHash, Signer};
@@ -172,15 +170,12 @@ fn exchange(
     signer
         .sign_headers(&mut req, &PayloadHash::Unsigned, now)
         .map_err(|_| ConnectError::Transport)?;
-    let mut wire = Vec::new();
-    encode_request_head(&req, BodyFraming::None, &mut wire).map_err(|_| ConnectError::Transport)?;
     let mut s =
         TcpStream::connect_timeout(&addr, left(end)?).map_err(|_| ConnectError::Transport)?;
     let _ = s.set_nodelay(true);
-    s.set_write_timeout(Some(left(end)?))
-        .map_err(|_| ConnectError::Transport)?;
-    s.write_all(&wire).map_err(|_| ConnectError::Transport)?;
-    let head = read_head(&mut s, end)?;
+    let mut ex = HttpExchange::new(Limits::default());
+    until::send(&mut s, &mut ex, &req, end).map_err(|_| ConnectError::Transport)?;
+    let head = read_head_until(&mut s, &mut ex, end).map_err(|()| ConnectError::Transport)?;
     parse(&head)
 }
 
@@ -192,57 +187,6 @@ fn left(end: Instant) -> Result<Duration, ConnectError> {
     } else {
         Ok(d)
     }
-}
-
-/// Reads one response head (a bounded body is read and dropped) before `end`.
-fn read_head(s: &mut TcpStream, end: Instant) -> Result<ResponseHead, ConnectError> {
-    read_answer(s, end, None)
-}
-
-/// [`read_head`], keeping the (bounded) body in `keep` when given.
-fn read_answer(
-    s: &mut TcpStream,
-    end: Instant,
-    mut keep: Option<&mut Vec<u8>>,
-) -> Result<ResponseHead, ConnectError> {
-    let mut dec = ResponseDecoder::new(Limits::default(), false);
-    let mut buf = vec![0u8; 16 * 1024];
-    let mut pending: Vec<u8> = Vec::new();
-    let mut head = None;
-    let mut body = 0usize;
-    loop {
-        let d = dec.decode(&pending).map_err(|_| ConnectError::Transport)?;
-        let consumed = d.consumed;
-        match d.event {
-            Event::Head(h) => head = Some(h),
-            Event::Body(b) => {
-                body += b.len();
-                if body > 64 * 1024 {
-                    break;
-                }
-                if let Some(k) = keep.as_deref_mut() {
-                    k.extend_from_slice(b);
-                }
-            }
-            Event::End => break,
-            Event::NeedMore => {
-                s.set_read_timeout(Some(left(end)?))
-                    .map_err(|_| ConnectError::Transport)?;
-                let n = s.read(&mut buf).map_err(|_| ConnectError::Transport)?;
-                if n == 0 {
-                    if dec.finish_on_eof().is_err() {
-                        return Err(ConnectError::Transport);
-                    }
-                    continue;
-                }
-                pending.drain(..consumed.min(pending.len()));
-                pending.extend_from_slice(buf.get(..n).unwrap_or_default());
-                continue;
-            }
-        }
-        pending.drain(..consumed.min(pending.len()));
-    }
-    head.ok_or(ConnectError::Transport)
 }
 
 /// The pure part: a 200 with `x-amz-rdma-reply: 200:<token>`, a PSN, a session id and (soft
@@ -284,21 +228,27 @@ pub(crate) fn parse(head: &ResponseHead) -> Result<Paired, ConnectError> {
     })
 }
 
-/// [`read_head`] for the other blocking exchanges of this module's parent (hipobj-rc-v2).
-pub(crate) fn read_head_until(s: &mut TcpStream, end: Instant) -> Result<ResponseHead, ()> {
-    read_head(s, end).map_err(|_| ())
+/// Largest answer body read (an error document); a longer one is not read further.
+const MAX_ANSWER_BODY: usize = 64 * 1024;
+
+/// Reads the answer to the request started on `ex` (a bounded body is read and dropped) before
+/// `end`, with the blocking driver of `s3_lite::net` (also for hipobj-rc-v2's exchanges).
+pub(crate) fn read_head_until(
+    s: &mut TcpStream,
+    ex: &mut HttpExchange,
+    end: Instant,
+) -> Result<ResponseHead, ()> {
+    read_answer_until(s, ex, end).map(|(head, _)| head)
 }
 
 /// [`read_head_until`], also returning the answer's body (at most 64 KiB: an error document).
 pub(crate) fn read_answer_until(
     s: &mut TcpStream,
+    ex: &mut HttpExchange,
     end: Instant,
 ) -> Result<(ResponseHead, Vec<u8>), ()> {
-    let mut body = Vec::new();
-    let head = read_answer(s, end, Some(&mut body)).map_err(|_| ())?;
-    Ok((head, body))
+    until::read(s, ex, end, MAX_ANSWER_BODY).map_err(|_| ())
 }
-
 #[cfg(test)]
 mod tests {
     /// The pairing thread hands its link to the worker.

@@ -27,7 +27,6 @@
 //! deadline (at most [`LIMIT`] without one); any failure after a session id was published
 //! sends one CANCEL, bounded by [`CANCEL_BUDGET`] and the remaining time.
 
-use std::io::Write;
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -35,7 +34,8 @@ use std::time::{Duration, Instant};
 
 use ring_api::{ErrorClass, ErrorCode};
 use s3_lite::Request;
-use s3_lite::http::{BodyFraming, ResponseHead, encode_request_head};
+use s3_lite::http::{Exchange as HttpExchange, Limits, ResponseHead};
+use s3_lite::net::blocking::until;
 use s3_lite::rdma::v2::{self, Target};
 use s3_lite::s3::Endpoint;
 use s3_lite::sigv4::{AmzDate, PayloadHash, Signer};
@@ -501,7 +501,8 @@ fn exchange(ctx: &Job, w: &Wire, ask: &Ask, exact: bool, end: Instant) -> Result
         v2::Op::Put => None,
     };
     let ready = v2_wire::ready_headers(&g.session, ask.cookie, ask.token.qpn, window);
-    send(ctx, &mut s, v2::READY_PATH, &ready, end).map_err(|x| (x, sid.clone()))?;
+    let mut ready_ex =
+        send(ctx, &mut s, v2::READY_PATH, &ready, end).map_err(|x| (x, sid.clone()))?;
     if ask.op == v2::Op::Put {
         let (Some((addr, rkey)), Ok(len)) = (g.staging, u32::try_from(ask.size)) else {
             return Err((TRANSPORT, sid));
@@ -520,7 +521,8 @@ fn exchange(ctx: &Job, w: &Wire, ask: &Ask, exact: bool, end: Instant) -> Result
             return Err((TRANSPORT, sid));
         }
     }
-    let head = read_head_until(&mut s, end).map_err(|()| (timed_or_transport(end), sid.clone()))?;
+    let head = read_head_until(&mut s, &mut ready_ex, end)
+        .map_err(|()| (timed_or_transport(end), sid.clone()))?;
     ctx.learned.note_capabilities(&head);
     let fin = match v2_wire::judge_final(&head, ask.op == v2::Op::Put, ask.cookie, ask.size, exact)
     {
@@ -570,9 +572,9 @@ fn prepare_call(
         if !w.keep(&s) {
             return Err((TRANSPORT, None));
         }
-        send(ctx, &mut s, v2::PREPARE_PATH, headers, end).map_err(|x| (x, None))?;
-        let (head, body) =
-            read_answer_until(&mut s, end).map_err(|()| (timed_or_transport(end), None))?;
+        let mut ex = send(ctx, &mut s, v2::PREPARE_PATH, headers, end).map_err(|x| (x, None))?;
+        let (head, body) = read_answer_until(&mut s, &mut ex, end)
+            .map_err(|()| (timed_or_transport(end), None))?;
         ctx.learned.note_capabilities(&head);
         if !switched
             && ctx.hipobj_signer.is_some()
@@ -617,14 +619,14 @@ fn wait_one(cq: &RcCq, end: Instant) -> Option<WorkCompletion> {
     }
 }
 
-/// Signs and writes one body-less POST on `s`.
+/// Signs and writes one body-less POST on `s`; the returned exchange reads its answer.
 fn send(
     ctx: &Job,
     s: &mut TcpStream,
     path: &str,
     headers: &[(String, String)],
     end: Instant,
-) -> Result<(), Exchange> {
+) -> Result<HttpExchange, Exchange> {
     let mut req = Request::new("POST", path);
     req.add_header("Host", ctx.endpoint.host_header(None));
     for (n, v) in headers {
@@ -634,11 +636,10 @@ fn send(
     ctx.signer()
         .sign_headers(&mut req, &PayloadHash::Unsigned, ctx.now)
         .map_err(|_| TRANSPORT)?;
-    let mut wire = Vec::new();
-    encode_request_head(&req, BodyFraming::None, &mut wire).map_err(|_| TRANSPORT)?;
-    let t = left(end).ok_or(TIMED_OUT)?;
-    s.set_write_timeout(Some(t)).map_err(|_| TRANSPORT)?;
-    s.write_all(&wire).map_err(|_| timed_or_transport(end))
+    left(end).ok_or(TIMED_OUT)?;
+    let mut ex = HttpExchange::new(Limits::default());
+    until::send(s, &mut ex, &req, end).map_err(|_| timed_or_transport(end))?;
+    Ok(ex)
 }
 
 /// [`send`], then reads the answer's head.
@@ -649,8 +650,8 @@ fn call(
     headers: &[(String, String)],
     end: Instant,
 ) -> Result<ResponseHead, Exchange> {
-    send(ctx, s, path, headers, end)?;
-    read_head_until(s, end).map_err(|()| timed_or_transport(end))
+    let mut ex = send(ctx, s, path, headers, end)?;
+    read_head_until(s, &mut ex, end).map_err(|()| timed_or_transport(end))
 }
 
 /// One CANCEL on a fresh connection (the exchange's may be mid-answer), bounded by

@@ -1,7 +1,7 @@
 //! Blocking byte streams to an endpoint: plain TCP or TLS over TCP.
 //!
-//! This is the thin socket driver under the sans-IO `s3-lite` codec (the engine replaces it with
-//! mio workers). Sockets get `TCP_NODELAY` (a request head and a small body must not wait for a
+//! The blocking socket layer under [`super::blocking::HttpClient`] (readiness loops use
+//! [`super::transport::Transport`] instead). Sockets get `TCP_NODELAY` (a request head and a small body must not wait for a
 //! delayed ACK) and read/write timeouts, so a stalled peer ends in an error, not a hang.
 
 use std::io::{self, Read, Write};
@@ -19,6 +19,9 @@ pub struct Timeouts {
     pub connect: Duration,
     /// Limit for each blocking read or write.
     pub io: Duration,
+    /// How long a request with `Expect: 100-continue` waits for the go-ahead before it sends
+    /// its body anyway (RFC 9110 §10.1.1).
+    pub expect_continue: Duration,
 }
 
 impl Default for Timeouts {
@@ -26,6 +29,7 @@ impl Default for Timeouts {
         Self {
             connect: Duration::from_secs(5),
             io: Duration::from_secs(30),
+            expect_continue: Duration::from_secs(1),
         }
     }
 }
@@ -119,6 +123,26 @@ fn handshake_error(e: io::Error) -> io::Error {
         )
     } else {
         e
+    }
+}
+
+impl Stream {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => &s.sock,
+        }
+    }
+
+    /// One read that waits at most `limit` (then fails with `WouldBlock`/`TimedOut`); the
+    /// stream's own read timeout applies again afterwards.
+    pub fn read_within(&mut self, buf: &mut [u8], limit: Duration) -> io::Result<usize> {
+        let before = self.tcp().read_timeout()?;
+        self.tcp()
+            .set_read_timeout(Some(limit.max(Duration::from_millis(1))))?;
+        let result = self.read(buf);
+        self.tcp().set_read_timeout(before)?;
+        result
     }
 }
 

@@ -1,9 +1,15 @@
-//! TLS client configuration for `https://` endpoints (rustls with the ring provider).
+//! TLS client configuration for `https://` endpoints (rustls with the ring provider), shared by
+//! every driver (the blocking [`super::blocking::HttpClient`], the engine's mio connections).
 //!
 //! Certificate verification is on by default against the Mozilla roots (`webpki-roots`). A CA
-//! bundle (PEM) replaces them for private CAs. Verification can only be switched off through
-//! [`TlsOptions::insecure_skip_verify`], surfaced as `--insecure-skip-tls-verify`: the name says
-//! what it does, and a warning is printed when it is used.
+//! bundle (PEM) replaces them for private CAs; which bundle follows the AWS conventions
+//! ([`TlsOptions::with_aws_ca_bundle`]: an explicit setting, else `AWS_CA_BUNDLE`, else the
+//! profile's `ca_bundle`, as resolved by [`crate::credentials::resolve`]). Verification can only
+//! be switched off through [`TlsOptions::insecure_skip_verify`] (surfaced as
+//! `--insecure-skip-tls-verify`): the name says what it does.
+//!
+//! [`CertificateProblem`] names why a server's certificate was refused, for errors a user can
+//! act on ("unknown issuer: pass the CA bundle").
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,7 +18,13 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+};
+
+/// The rustls client configuration the drivers take (re-exported so callers need not name
+/// rustls themselves).
+pub use rustls::ClientConfig as TlsClientConfig;
 
 /// How to trust the server.
 #[derive(Debug, Clone, Default)]
@@ -21,6 +33,78 @@ pub struct TlsOptions {
     pub ca_bundle: Option<PathBuf>,
     /// Accept any server certificate. Only for testing against self-signed servers.
     pub insecure_skip_verify: bool,
+}
+
+impl TlsOptions {
+    /// Fills in the CA bundle from the AWS conventions when none was set explicitly:
+    /// `resolved` is [`crate::credentials::ResolvedConfig::ca_bundle`] (`AWS_CA_BUNDLE`, else the
+    /// profile's `ca_bundle`).
+    #[must_use]
+    pub fn with_aws_ca_bundle(mut self, resolved: Option<&Path>) -> Self {
+        if self.ca_bundle.is_none() {
+            self.ca_bundle = resolved.map(Path::to_path_buf);
+        }
+        self
+    }
+}
+
+/// Why a server's certificate was refused, in words a user can act on.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CertificateProblem {
+    /// Not issued by a trusted CA (a private CA needs its bundle: `--ca-bundle`,
+    /// `AWS_CA_BUNDLE`, the profile's `ca_bundle` or the engine's `ca_bundle`).
+    #[error(
+        "certificate issued by an unknown CA (trust it with a CA bundle: AWS_CA_BUNDLE, ca_bundle)"
+    )]
+    UnknownIssuer,
+    /// Past its validity period.
+    #[error("certificate expired")]
+    Expired,
+    /// Not valid yet.
+    #[error("certificate not valid yet")]
+    NotValidYet,
+    /// Not issued for the host name connected to.
+    #[error("certificate not valid for the endpoint's host name")]
+    NotValidForName,
+    /// Revoked by its issuer.
+    #[error("certificate revoked")]
+    Revoked,
+    /// A signature in the chain does not verify.
+    #[error("certificate signature invalid")]
+    BadSignature,
+    /// Anything else rustls refused (its words).
+    #[error("certificate refused: {0}")]
+    Other(String),
+}
+
+impl CertificateProblem {
+    /// The certificate problem behind a rustls error, if it is one.
+    pub fn of_rustls(e: &rustls::Error) -> Option<Self> {
+        let rustls::Error::InvalidCertificate(c) = e else {
+            return None;
+        };
+        Some(match c {
+            CertificateError::UnknownIssuer => Self::UnknownIssuer,
+            CertificateError::Expired | CertificateError::ExpiredContext { .. } => Self::Expired,
+            CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
+                Self::NotValidYet
+            }
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
+                Self::NotValidForName
+            }
+            CertificateError::Revoked => Self::Revoked,
+            CertificateError::BadSignature => Self::BadSignature,
+            other => Self::Other(format!("{other:?}")),
+        })
+    }
+
+    /// The certificate problem carried by an I/O error from a TLS stream, if any.
+    pub fn of_io(e: &std::io::Error) -> Option<Self> {
+        e.get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+            .and_then(Self::of_rustls)
+    }
 }
 
 /// Why a TLS configuration could not be built.
