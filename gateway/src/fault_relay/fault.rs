@@ -1,7 +1,7 @@
 //! Fault specifications (`KIND[=N][,times=K]`) and their shared budgets.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::RelayStats;
@@ -190,11 +190,18 @@ pub(crate) struct Faults {
     pub(crate) list: Vec<Armed>,
     pub(crate) responses_with_body: AtomicU64,
     pub(crate) stats: Arc<RelayStats>,
+    /// Relay raw bytes even without a `flip-stream` fault ([`super::Relay::start_raw`]).
+    pub(crate) raw_mode: bool,
+    /// Set by [`super::Relay::disarm`]: no fault applies any more.
+    pub(crate) disarmed: AtomicBool,
 }
 
 impl Faults {
     /// Takes one application of `left` (a fault's remaining budget; `None`: unlimited).
     fn grant(&self, left: Option<&AtomicU64>) -> bool {
+        if self.disarmed.load(Ordering::SeqCst) {
+            return false;
+        }
         let granted = left.is_none_or(|left| {
             left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                 .is_ok()
@@ -244,8 +251,10 @@ impl Faults {
 
     /// Whether the relay frames nothing (a `flip-stream` fault: raw bytes both ways).
     pub(crate) fn raw(&self) -> bool {
-        self.list
-            .iter()
-            .any(|a| matches!(a.kind, FaultKind::FlipStream(_)))
+        self.raw_mode
+            || self
+                .list
+                .iter()
+                .any(|a| matches!(a.kind, FaultKind::FlipStream(_)))
     }
 }
