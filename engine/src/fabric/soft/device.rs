@@ -21,9 +21,9 @@ use s3_lite::rdma::{RcToken, Transport, gid_from_ipv4};
 use super::cq::CompletionQueue;
 use super::frame::{CONNECT_PAYLOAD, HEADER_LEN, Header, NakCode, Opcode, PSN_MASK, decode_header};
 use super::mr::ProtectionDomain;
+use super::wr::Access;
 use super::qp::{QpCaps, QpError, QpState, QueuePair, RtrAttr};
 use super::shared::{Core, QpShared};
-use super::wr::Access;
 
 /// Pairing handshakes served at once; more are closed at once.
 pub const MAX_HANDSHAKES: usize = 64;

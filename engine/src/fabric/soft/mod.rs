@@ -42,4 +42,6 @@ pub use pair::{Endpoint, loopback_pair};
 pub use qp::{
     MAX_RD_ATOMIC, PostError, QpCaps, QpError, QpState, QueuePair, RtrAttr, RtsAttr, SoftPath,
 };
-pub use wr::{Access, RecvWr, RemoteAddr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
+pub use wr::{
+    Access, RecvWr, RemoteAddr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+};

@@ -8,8 +8,8 @@ use s3_lite::rdma::RcToken;
 use super::cq::CompletionQueue;
 use super::device::SoftDevice;
 use super::mr::ProtectionDomain;
-use super::qp::{QpCaps, QpError, QueuePair, SoftPath};
 use super::wr::Access;
+use super::qp::{QpCaps, QpError, QueuePair, SoftPath};
 
 /// One side of a [`loopback_pair`]: a device, a domain, one CQ (send and receive) and the QP.
 #[derive(Debug)]

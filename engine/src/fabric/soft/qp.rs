@@ -14,8 +14,8 @@ use s3_lite::rdma::RcToken;
 
 use super::frame::PSN_MASK;
 use super::mr::{MemoryRegion, MrError};
-use super::shared::{Posted, PostedRecv, QpShared, Shut, send_opcode};
 use super::wr::Access;
+use super::shared::{Posted, PostedRecv, QpShared, Shut, send_opcode};
 use super::wr::{RecvWr, SendOp, SendWr, WcOpcode, WcStatus};
 
 /// Verbs QP states.

@@ -16,9 +16,9 @@ use super::frame::{
     HEADER_LEN, Header, NakCode, Opcode, PSN_MASK, TRAILER_LEN, decode_header, frame_crc, trailer,
 };
 use super::mr::Granted;
+use super::wr::Access;
 use super::qp::{MAX_RD_ATOMIC, QpState};
 use super::shared::{QpShared, Resp, Shut};
-use super::wr::Access;
 use super::wr::{WcOpcode, WcStatus};
 
 /// How long a NAK-ing responder keeps draining before closing.

@@ -14,9 +14,9 @@ use std::time::Instant;
 
 use super::frame::{FIRST, Header, LAST, NakCode, Opcode, frame_crc, trailer};
 use super::mr::Granted;
+use super::wr::Access;
 use super::qp::{MAX_RD_ATOMIC, QpState};
 use super::shared::{Core, Outstanding, Posted, QpShared, ReadDst, Resp, Shut, send_opcode};
-use super::wr::Access;
 use super::wr::{SendOp, WcStatus};
 
 /// Frames in flight at most (keeps 24-bit PSNs unambiguous).

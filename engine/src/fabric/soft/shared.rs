@@ -16,8 +16,8 @@ use s3_lite::rdma::{RcToken, Transport};
 use super::cq::CompletionQueue;
 use super::frame::PSN_MASK;
 use super::mr::{MrInner, ProtectionDomain};
-use super::qp::{QpCaps, QpState};
 use super::wr::Access;
+use super::qp::{QpCaps, QpState};
 use super::wr::{RecvWr, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion};
 
 /// A posted send with its local region resolved.
