@@ -12,8 +12,9 @@
 //! protocol such as the soft fabric's data port) and only the byte-count faults and
 //! `flip-stream` apply.
 //!
-//! Faults (`--fault SPEC`, repeatable; `SPEC` is `KIND[=N][,times=K]`, and `times` limits a
-//! fault to its first K applications, counted over the relay's life):
+//! Faults (`--fault SPEC`, repeatable; `SPEC` is `KIND[=N][,times=K][,every=M]`: `times`
+//! limits a fault to its first K applications and `every` to every Mth match, both counted
+//! over the relay's life):
 //!
 //! | KIND                  | Effect |
 //! |-----------------------|--------|
