@@ -37,7 +37,7 @@ use hipobj_gateway::{Gateway, RcLimits, RcTarget, RunningGateway};
 use raw::{ACCESS, SECRET, call};
 use rig::pattern;
 use ring_api::opcode::{CompleteMultipart, CreateMultipart, Get, Head, Put, RangeGet, UploadPart};
-use ring_api::{BufHandle, BufSlice, Cqe, ErrorCode, ObjectId, PartNumber, UploadHandle};
+use ring_api::{BufHandle, BufSlice, Cqe, ObjectId, PartNumber, UploadHandle};
 
 const BUCKET: &str = "campaign";
 /// The seeded object every read op reads.
