@@ -52,6 +52,14 @@ pub fn part_page(parts: &[PartEntry], marker: u32, max: u32) -> (&[PartEntry], b
     (rest.get(..n).unwrap_or_default(), n < rest.len() && n > 0)
 }
 
+/// ListParts' `max-parts` (default and cap 1000) and `part-number-marker` (default 0).
+pub fn part_params(query: &Query) -> Result<(u32, u32), ApiError> {
+    Ok((
+        count(query, "max-parts", MAX_PAGE)?.min(MAX_PAGE),
+        count(query, "part-number-marker", 0)?,
+    ))
+}
+
 /// Serves ListParts.
 pub fn list_parts(
     backend: &dyn Backend,
@@ -61,8 +69,7 @@ pub fn list_parts(
     query: &Query,
     out: &mut dyn Respond,
 ) -> Result<(), ApiError> {
-    let max = count(query, "max-parts", MAX_PAGE)?.min(MAX_PAGE);
-    let marker = count(query, "part-number-marker", 0)?;
+    let (max, marker) = part_params(query)?;
     let (upload, parts) = backend.list_parts(bucket, key, upload_id)?;
     let (page, truncated) = part_page(&parts, marker, max);
     let mut d = format!("<ListPartsResult xmlns=\"{S3_NS}\">");
@@ -116,6 +123,26 @@ pub struct UploadQuery {
     pub upload_id_marker: Option<String>,
     /// 0..=1000.
     pub max_uploads: u32,
+}
+
+impl UploadQuery {
+    /// From ListMultipartUploads' query (`prefix`, `delimiter`, `key-marker`,
+    /// `upload-id-marker`, `max-uploads`).
+    pub fn parse(query: &Query) -> Result<Self, ApiError> {
+        Ok(Self {
+            prefix: query.get("prefix").unwrap_or_default().to_owned(),
+            delimiter: query
+                .get("delimiter")
+                .filter(|d| !d.is_empty())
+                .map(str::to_owned),
+            key_marker: query.get("key-marker").unwrap_or_default().to_owned(),
+            upload_id_marker: query
+                .get("upload-id-marker")
+                .filter(|m| !m.is_empty())
+                .map(str::to_owned),
+            max_uploads: count(query, "max-uploads", MAX_PAGE)?.min(MAX_PAGE),
+        })
+    }
 }
 
 /// One entry of an uploads page.
@@ -231,19 +258,7 @@ pub fn list_uploads(
             s.to_owned()
         }
     };
-    let q = UploadQuery {
-        prefix: query.get("prefix").unwrap_or_default().to_owned(),
-        delimiter: query
-            .get("delimiter")
-            .filter(|d| !d.is_empty())
-            .map(str::to_owned),
-        key_marker: query.get("key-marker").unwrap_or_default().to_owned(),
-        upload_id_marker: query
-            .get("upload-id-marker")
-            .filter(|m| !m.is_empty())
-            .map(str::to_owned),
-        max_uploads: count(query, "max-uploads", MAX_PAGE)?.min(MAX_PAGE),
-    };
+    let q = UploadQuery::parse(query)?;
     let mut uploads = backend.list_uploads(bucket)?;
     sort_uploads(&mut uploads);
     let page = upload_page(&uploads, &q);
