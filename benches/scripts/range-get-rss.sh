@@ -7,4 +7,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cargo test -p hipobj-cli --test range_get_rss "$@" -- --ignored --nocapture range_gets_1m_bounded_rss 2>&1 \
-    | grep -E '^RSS |test result|panicked|FAILED'
+    | grep --line-buffered -E '^RSS |test result|panicked|FAILED'

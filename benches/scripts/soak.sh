@@ -11,5 +11,5 @@ export SOAK_SECS="${1:-600}"
 cargo test -p hipobj-gateway --test soak --no-run 2>/dev/null
 echo "soak: ${SOAK_SECS} s; load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 nice -n 10 cargo test -p hipobj-gateway --test soak -- --ignored --nocapture soak_long 2>&1 \
-    | grep -E '^soak|test result|panicked|FAILED|false successes'
+    | grep --line-buffered -E '^soak|test result|panicked|FAILED|false successes'
 echo "soak: load after: $(cut -d' ' -f1-3 /proc/loadavg)"

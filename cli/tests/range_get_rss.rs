@@ -225,6 +225,11 @@ fn batch(soft: bool, ops: u64) {
             }
             if done % (ops / 10).max(1) == 0 {
                 samples.push(status("VmRSS") / KIB);
+                println!(
+                    "RSS {label} progress: {done} ops, {:.0} s, VmRSS {} KiB",
+                    t.elapsed().as_secs_f64(),
+                    status("VmRSS") / KIB
+                );
             }
         }
     }
