@@ -28,7 +28,9 @@ use hipobj_gateway::fault_relay::{Fault, Relay};
 use hipobj_gateway::{Gateway, RcLimits, RcTarget, RunningGateway};
 use raw::{ACCESS, SECRET, call};
 use rig::pattern;
-use ring_api::opcode::{CompleteMultipart, CreateMultipart, Get, Head, Put, RangeGet, UploadPart};
+use ring_api::opcode::{
+    AbortMultipart, CompleteMultipart, CreateMultipart, Get, Head, Put, RangeGet, UploadPart,
+};
 use ring_api::{BufSlice, Cqe, PartNumber, UploadHandle};
 
 const BUCKET: &str = "soak";
@@ -293,10 +295,17 @@ fn multipart(
         let part = PartNumber::new(n as u32 + 1).unwrap();
         let c = run(UploadPart::new(obj, upload, part, BufSlice::new(buf, at, size)).build());
         if !c.is_ok() {
+            // Abandoned uploads are aborted (best effort), so none pile up in the engine's
+            // upload table or the gateway's directory over a long run.
+            let _ = run(AbortMultipart::new(obj, upload).build());
             return c;
         }
     }
-    run(CompleteMultipart::new(obj, upload, PartNumber::new(2).unwrap()).build())
+    let c = run(CompleteMultipart::new(obj, upload, PartNumber::new(2).unwrap()).build());
+    if !c.is_ok() {
+        let _ = run(AbortMultipart::new(obj, upload).build());
+    }
+    c
 }
 
 fn soak(secs: u64, check_growth: bool) {
