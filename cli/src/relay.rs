@@ -14,7 +14,7 @@ pub struct RelayArgs {
     /// Upstream HOST:PORT every connection is relayed to.
     #[arg(long)]
     pub to: String,
-    /// A fault, `KIND[=N][,times=K]` (repeatable): latency=MS, reset-after=N,
+    /// A fault, `KIND[=N][,times=K][,every=M]` (repeatable): latency=MS, reset-after=N,
     /// truncate-after=N, stall-after=N, flip=N, flip-every=N, content-length-minus=K,
     /// slowdown, flip-request=N, drop-header=NAME, lower-content-length=K,
     /// rewrite-header=NAME:VALUE, flip-bodies-of-length=LEN:AT:EVERY, flip-stream=N.

@@ -2,13 +2,16 @@
 //! (`fuzz/fuzz_targets/gateway_request_parts.rs` is a one-liner into this). Not a stable API.
 
 use crate::backend::ObjectInfo;
+use crate::backend::{PartEntry, UploadEntry};
 use crate::ops::conditions::Conditions;
+use crate::ops::multipart_list::{self, Listed, UploadQuery};
 use crate::ops::{copy, delete_objects, meta};
 use crate::{time, xml};
 
 /// The request documents and header values the gateway parses itself: the
 /// CompleteMultipartUpload and Delete documents, `x-amz-copy-source` and its range, HTTP
-/// dates, stored metadata headers and conditional headers. Each ends in a value or a typed
+/// dates, stored metadata headers, conditional headers and the ListParts /
+/// ListMultipartUploads paging of a query (the first line). Each ends in a value or a typed
 /// error, never a panic; cross-checks: a Delete document yields 1..=1000 keys, a parsed copy
 /// source names a non-empty bucket and key, a parsed date formats back to itself when it is in
 /// canonical form, stored user metadata stays within its limit.
@@ -53,6 +56,9 @@ pub fn request_parts(data: &[u8]) {
             .map(|(_, v)| v.as_str())
     };
     signed_chunks_body(data);
+    if let Some(Ok(query)) = text.lines().next().map(crate::route::Query::parse) {
+        multipart_pages(&query);
+    }
     let c = Conditions::from_headers(header, "");
     let info = ObjectInfo {
         etag: "\"0123\"".into(),
@@ -63,6 +69,51 @@ pub fn request_parts(data: &[u8]) {
     let _ = c.check_copy_source(&info);
     let _ = c.check_write(Some(&info), "k");
     let _ = c.check_write(None, "k");
+}
+
+/// ListParts and ListMultipartUploads paging for a query from the input, over fixed parts and
+/// uploads: a page never holds more than asked, parts come after the marker in ascending
+/// order, uploads start with the prefix, come after the key marker and in listing order, and
+/// a truncated page is never empty.
+fn multipart_pages(query: &crate::route::Query) {
+    if let Ok((max, marker)) = multipart_list::part_params(query) {
+        let parts: Vec<PartEntry> = [1, 2, 3, 7, 10_000]
+            .into_iter()
+            .map(|part_number| PartEntry {
+                part_number,
+                ..Default::default()
+            })
+            .collect();
+        let (page, truncated) = multipart_list::part_page(&parts, marker, max);
+        assert!(page.len() <= max as usize);
+        assert!(page.iter().all(|p| p.part_number > marker));
+        assert!(page.windows(2).all(|w| w[0].part_number < w[1].part_number));
+        assert!(!truncated || !page.is_empty());
+    }
+    if let Ok(q) = UploadQuery::parse(query) {
+        let mut uploads: Vec<UploadEntry> = ["a", "a/b", "a/c", "b", "b", "c/d/e", "é"]
+            .iter()
+            .enumerate()
+            .map(|(i, k)| UploadEntry {
+                key: (*k).to_owned(),
+                upload_id: format!("{i:032x}"),
+                initiated: 7 - i as u64,
+                ..Default::default()
+            })
+            .collect();
+        multipart_list::sort_uploads(&mut uploads);
+        let page = multipart_list::upload_page(&uploads, &q);
+        assert!(page.entries.len() <= q.max_uploads as usize);
+        assert!(!page.truncated || !page.entries.is_empty());
+        for e in &page.entries {
+            let name = match e {
+                Listed::Upload(u) => u.key.as_str(),
+                Listed::Prefix(p) => p.as_str(),
+            };
+            assert!(name.starts_with(q.prefix.as_str()));
+            assert!(q.key_marker.is_empty() || name >= q.key_marker.as_str());
+        }
+    }
 }
 
 /// A signed aws-chunked body decoded with a fixed key, seed and date, fed in two pieces: it

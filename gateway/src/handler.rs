@@ -464,6 +464,9 @@ impl Ctx<'_> {
                 doc.push_str("</LocationConstraint>");
                 xml_ok(out, Vec::new(), doc)
             }
+            "GET" if query.has("uploads") => {
+                crate::ops::multipart_list::list_uploads(self.backend(), bucket, query, out)
+            }
             "GET" => crate::ops::list_v1::serve(self.backend(), bucket, query, out),
             "POST" if query.has("delete") => crate::ops::delete_objects::serve(
                 self.backend(),
@@ -511,6 +514,14 @@ impl Ctx<'_> {
         out: &mut dyn Respond,
     ) -> Result<(), ApiError> {
         match method {
+            "GET" if query.has("uploadId") => crate::ops::multipart_list::list_parts(
+                self.backend(),
+                bucket,
+                key,
+                query.get("uploadId").unwrap_or_default(),
+                query,
+                out,
+            ),
             "GET" | "HEAD" => self.get(bucket, key, query, method == "HEAD", out),
             "PUT" if self.head.header("x-amz-copy-source").is_some() => {
                 let copy = crate::ops::copy::CopyRequest::from_headers(
@@ -905,9 +916,21 @@ impl Ctx<'_> {
             })
             .collect();
         let whole = self.head.header("x-amz-checksum-crc64nvme").map(str::trim);
-        let info = self
-            .backend()
-            .complete_multipart(bucket, key, upload_id, &parts, whole)?;
+        let conditions = Conditions::from_headers(|n| self.head.header(n), "");
+        // Only the write conditions exist on CompleteMultipartUpload (as on PutObject).
+        let conditions = Conditions {
+            if_match: conditions.if_match,
+            if_none_match: conditions.if_none_match,
+            ..Default::default()
+        };
+        let info = self.backend().complete_multipart_if(
+            bucket,
+            key,
+            upload_id,
+            &parts,
+            whole,
+            &conditions,
+        )?;
         let host = self.head.header("host").unwrap_or("localhost");
         let mut doc = format!("<CompleteMultipartUploadResult xmlns=\"{S3_NS}\">");
         element(

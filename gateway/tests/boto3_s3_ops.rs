@@ -1,6 +1,7 @@
 //! boto3 (the AWS SDK for Python) against both gateway modes for what issue 17 names:
 //! list-buckets, list-objects (v1 and v2), delete-objects, copy-object, conditional put/get,
-//! and multipart with metadata for each checksum algorithm. In upstream mode the gateway
+//! multipart with metadata for each checksum algorithm, ListMultipartUploads, ListParts and a
+//! conditional CompleteMultipartUpload. In upstream mode the gateway
 //! answers what the upstream (s3s-fs) answers, so the script checks there only what
 //! s3s-fs itself implements (bytes, metadata, listings, deletes, copies). Needs python3 with
 //! boto3 and awscrt (`python3 -m pip install boto3 awscrt`; `.ci/run` installs them): without
@@ -111,6 +112,30 @@ for alg in algorithms:
             assert done["Checksum" + alg] == value, (alg, done)
     got = s3.get_object(Bucket=B, Key=key, ChecksumMode="ENABLED")["Body"].read()
     assert got == data, alg
+
+# ListMultipartUploads, ListParts (with paginators) and a conditional Complete.
+if directory:
+    ups = [s3.create_multipart_upload(Bucket=B, Key=k)["UploadId"] for k in ["up/1", "up/2", "up-x"]]
+    listed = [(u["Key"], u["UploadId"]) for page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=B, PaginationConfig={"PageSize": 1}) for u in page.get("Uploads", [])]
+    assert listed == list(zip(["up-x", "up/1", "up/2"], [ups[2], ups[0], ups[1]])), listed
+    rolled = s3.list_multipart_uploads(Bucket=B, Delimiter="/")
+    assert [p["Prefix"] for p in rolled["CommonPrefixes"]] == ["up/"], rolled
+    assert [u["Key"] for u in rolled["Uploads"]] == ["up-x"], rolled
+    for n in (1, 2, 3):
+        s3.upload_part(Bucket=B, Key="up/1", UploadId=ups[0], PartNumber=n, Body=b"p%d" % n)
+    parts = [p for page in s3.get_paginator("list_parts").paginate(Bucket=B, Key="up/1", UploadId=ups[0], PaginationConfig={"PageSize": 2}) for p in page["Parts"]]
+    assert [(p["PartNumber"], p["Size"]) for p in parts] == [(1, 2), (2, 2), (3, 2)], parts
+    for k, u in zip(["up/1", "up/2"], ups):
+        s3.abort_multipart_upload(Bucket=B, Key=k, UploadId=u)
+    one = s3.upload_part(Bucket=B, Key="up-x", UploadId=ups[2], PartNumber=1, Body=b"only part")
+    done = {"Parts": [{"PartNumber": 1, "ETag": one["ETag"]}]}
+    s3.put_object(Bucket=B, Key="up-x", Body=b"already here")
+    assert code(lambda: s3.complete_multipart_upload(Bucket=B, Key="up-x", UploadId=ups[2], MultipartUpload=done, IfNoneMatch="*")) == "PreconditionFailed"
+    assert code(lambda: s3.complete_multipart_upload(Bucket=B, Key="up-x", UploadId=ups[2], MultipartUpload=done, IfMatch='"0000"')) == "PreconditionFailed"
+    etag = s3.head_object(Bucket=B, Key="up-x")["ETag"]
+    s3.complete_multipart_upload(Bucket=B, Key="up-x", UploadId=ups[2], MultipartUpload=done, IfMatch=etag)
+    assert s3.get_object(Bucket=B, Key="up-x")["Body"].read() == b"only part"
+    assert "Uploads" not in s3.list_multipart_uploads(Bucket=B)
 
 # DeleteObjects, then the bucket is empty.
 everything = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=B) for o in page.get("Contents", [])]

@@ -25,7 +25,7 @@ use super::keymap::{self, DATA_TAG};
 use super::list::paginate;
 use super::{
     Backend, CompletePart, GetRequest, ListEntry, ListPage, ListQuery, ObjectInfo, ObjectSink,
-    PutMeta, check_if_match, etag_eq, resolve_range,
+    PartEntry, PutMeta, UploadEntry, check_if_match, etag_eq, resolve_range,
 };
 use crate::body::{Spooled, hex};
 use crate::error::ApiError;
@@ -267,6 +267,25 @@ fn supplied(meta: &PutMeta, name: &str) -> Option<String> {
         .iter()
         .find(|(n, _)| n.eq_ignore_ascii_case(name))
         .map(|(_, v)| v.clone())
+}
+
+/// The listing view of an upload record.
+fn upload_entry(id: &str, rec: UploadRecord) -> UploadEntry {
+    let alg = rec.meta.checksum_algorithm;
+    let checksum_type = rec.meta.checksum_type.or_else(|| {
+        let a = alg.as_deref()?;
+        Some(match Algorithm::parse(a) {
+            Some(x) if x.is_composite(None) => "COMPOSITE".to_owned(),
+            _ => "FULL_OBJECT".to_owned(),
+        })
+    });
+    UploadEntry {
+        key: rec.key,
+        upload_id: id.to_owned(),
+        initiated: rec.initiated,
+        checksum_algorithm: alg,
+        checksum_type,
+    }
 }
 
 fn new_upload_id() -> String {
@@ -512,6 +531,25 @@ impl Backend for LocalDir {
         parts: &[CompletePart],
         whole_crc64nvme: Option<&str>,
     ) -> Result<ObjectInfo, ApiError> {
+        self.complete_multipart_if(
+            bucket,
+            key,
+            upload_id,
+            parts,
+            whole_crc64nvme,
+            &Conditions::default(),
+        )
+    }
+
+    fn complete_multipart_if(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: &[CompletePart],
+        whole_crc64nvme: Option<&str>,
+        conditions: &Conditions,
+    ) -> Result<ObjectInfo, ApiError> {
         let (dir, rec) = self.load_upload(bucket, key, upload_id)?;
         if parts.is_empty() {
             return Err(ApiError::new(
@@ -685,7 +723,8 @@ impl Backend for LocalDir {
             }
             _ => {}
         }
-        self.install(bucket, key, out, &info, &Conditions::default())?;
+        // A failed condition returns here, before the upload is removed: it stays open.
+        self.install(bucket, key, out, &info, conditions)?;
         let _ = fs::remove_dir_all(&dir);
         Ok(info)
     }
@@ -693,5 +732,79 @@ impl Backend for LocalDir {
     fn abort_multipart(&self, bucket: &str, key: &str, upload_id: &str) -> Result<(), ApiError> {
         let (dir, _) = self.load_upload(bucket, key, upload_id)?;
         fs::remove_dir_all(dir).map_err(|e| io_err("abort upload", e))
+    }
+
+    fn list_parts(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<(UploadEntry, Vec<PartEntry>), ApiError> {
+        self.existing_bucket(bucket)?;
+        let (dir, rec) = self.load_upload(bucket, key, upload_id)?;
+        let alg = rec.meta.checksum_algorithm.clone();
+        let mut parts = Vec::new();
+        for entry in fs::read_dir(&dir).map_err(|_| ApiError::no_such_upload(upload_id))? {
+            let entry = entry.map_err(|e| io_err("list parts", e))?;
+            let name = entry.file_name();
+            let Some(n) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("part-")?.strip_suffix(".json"))
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            // A part being replaced concurrently may be momentarily unreadable: skipped.
+            let Some(r) = fs::read(entry.path())
+                .ok()
+                .and_then(|t| serde_json::from_slice::<PartRecord>(&t).ok())
+            else {
+                continue;
+            };
+            let last_modified = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(rec.initiated, |d| d.as_secs());
+            let checksum = match alg.as_deref() {
+                Some(a) if a.eq_ignore_ascii_case("CRC64NVME") => {
+                    Some(("CRC64NVME".to_owned(), encode_crc64nvme(r.crc64nvme)))
+                }
+                Some(a) => Algorithm::parse(a)
+                    .and_then(|alg| Some((alg.name().to_owned(), STANDARD.encode(r.raw(alg)?)))),
+                None => None,
+            };
+            parts.push(PartEntry {
+                part_number: n,
+                size: r.size,
+                etag: r.etag,
+                last_modified,
+                checksum,
+            });
+        }
+        parts.sort_by_key(|p| p.part_number);
+        Ok((upload_entry(upload_id, rec), parts))
+    }
+
+    fn list_uploads(&self, bucket: &str) -> Result<Vec<UploadEntry>, ApiError> {
+        self.existing_bucket(bucket)?;
+        let mut out = Vec::new();
+        for entry in fs::read_dir(&self.uploads).map_err(|e| io_err("list uploads", e))? {
+            let entry = entry.map_err(|e| io_err("list uploads", e))?;
+            let name = entry.file_name();
+            let Some(id) = name.to_str() else { continue };
+            // An upload being created or completed concurrently may be half there: skipped.
+            let Some(rec) = fs::read(entry.path().join("upload.json"))
+                .ok()
+                .and_then(|t| serde_json::from_slice::<UploadRecord>(&t).ok())
+            else {
+                continue;
+            };
+            if rec.bucket == bucket {
+                out.push(upload_entry(id, rec));
+            }
+        }
+        Ok(out)
     }
 }

@@ -156,6 +156,36 @@ pub struct CompletePart {
     pub checksums: Vec<(String, String)>,
 }
 
+/// One uploaded part of an open multipart upload (ListParts).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartEntry {
+    /// 1..=10000.
+    pub part_number: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// ETag, quotes included.
+    pub etag: String,
+    /// When the part was stored, Unix seconds.
+    pub last_modified: u64,
+    /// The part's checksum of the upload's algorithm, `(algorithm, base64)`.
+    pub checksum: Option<(String, String)>,
+}
+
+/// An open multipart upload (ListParts' header, ListMultipartUploads' entries).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UploadEntry {
+    /// The key it will be stored under.
+    pub key: String,
+    /// Its id.
+    pub upload_id: String,
+    /// When CreateMultipartUpload ran, Unix seconds.
+    pub initiated: u64,
+    /// `x-amz-checksum-algorithm` given at creation.
+    pub checksum_algorithm: Option<String>,
+    /// `x-amz-checksum-type` given at creation (or implied by the algorithm).
+    pub checksum_type: Option<String>,
+}
+
 /// The object storage behind the gateway. Implementations are shared by all connection
 /// threads (`Send + Sync`) and must make every write atomic: a reader sees the old object or
 /// the new one, never a mix, and a failed upload leaves nothing behind.
@@ -217,6 +247,46 @@ pub trait Backend: Send + Sync {
     ) -> Result<ObjectInfo, ApiError>;
     /// AbortMultipartUpload.
     fn abort_multipart(&self, bucket: &str, key: &str, upload_id: &str) -> Result<(), ApiError>;
+    /// CompleteMultipartUpload whose write conditions (`If-None-Match: *`, `If-Match`) are
+    /// checked against the object under the key at the moment the result replaces it; a
+    /// failed condition leaves the upload open. A backend that cannot check them atomically
+    /// refuses conditions (501) rather than ignore them.
+    fn complete_multipart_if(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: &[CompletePart],
+        whole_crc64nvme: Option<&str>,
+        conditions: &crate::ops::conditions::Conditions,
+    ) -> Result<ObjectInfo, ApiError> {
+        if !conditions.is_empty() {
+            return Err(ApiError::not_implemented(
+                "conditional CompleteMultipartUpload is not supported by this backend",
+            ));
+        }
+        self.complete_multipart(bucket, key, upload_id, parts, whole_crc64nvme)
+    }
+    /// ListParts: the upload and its parts in part-number order (pagination is the
+    /// caller's, [`crate::ops::multipart_list`]).
+    fn list_parts(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<(UploadEntry, Vec<PartEntry>), ApiError> {
+        let _ = (bucket, key, upload_id);
+        Err(ApiError::not_implemented(
+            "ListParts is not supported by this backend",
+        ))
+    }
+    /// ListMultipartUploads: every open upload of `bucket`, in any order.
+    fn list_uploads(&self, bucket: &str) -> Result<Vec<UploadEntry>, ApiError> {
+        let _ = bucket;
+        Err(ApiError::not_implemented(
+            "ListMultipartUploads is not supported by this backend",
+        ))
+    }
     /// The upstream store requests are forwarded to unchanged ([`crate::forward`]), when
     /// this backend is a bridge to one.
     fn upstream(&self) -> Option<&upstream::Upstream> {

@@ -1,7 +1,7 @@
-//! Fault specifications (`KIND[=N][,times=K]`) and their shared budgets.
+//! Fault specifications (`KIND[=N][,times=K][,every=M]`) and their shared budgets.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::RelayStats;
@@ -60,12 +60,19 @@ pub struct Fault {
     pub kind: FaultKind,
     /// Applies to the first `times` matches only (`None`: to all).
     pub times: Option<u64>,
+    /// Applies to every `every`th match only (`None`: to each), counted over the relay's
+    /// life: a low fault rate for soak runs. With `times`, the first `times` of those.
+    pub every: Option<u64>,
 }
 
 impl Fault {
     /// A fault that applies to every match.
     pub fn always(kind: FaultKind) -> Self {
-        Self { kind, times: None }
+        Self {
+            kind,
+            times: None,
+            every: None,
+        }
     }
 
     /// A fault that applies to its first `times` matches.
@@ -73,21 +80,39 @@ impl Fault {
         Self {
             kind,
             times: Some(times),
+            every: None,
         }
     }
 
-    /// Parses `KIND[=N][,times=K]`.
+    /// The same fault applied to every `n`th match only (`n` ≥ 1).
+    #[must_use]
+    pub fn every_nth(mut self, n: u64) -> Self {
+        self.every = Some(n.max(1));
+        self
+    }
+
+    /// Parses `KIND[=N][,times=K][,every=M]` (the options in either order).
     pub fn parse(spec: &str) -> Result<Self, String> {
-        let (main, times) = match spec.split_once(",times=") {
-            Some((m, t)) => (
-                m,
-                Some(
-                    t.parse::<u64>()
-                        .map_err(|_| format!("fault {spec:?}: times must be a number"))?,
-                ),
-            ),
-            None => (spec, None),
-        };
+        let (mut main, mut times, mut every) = (spec, None, None);
+        // Options are taken from the end, so a value with commas (a rewritten header) stays.
+        while let Some((head, opt)) = main.rsplit_once(',') {
+            let slot = match opt.split_once('=') {
+                Some(("times", _)) => &mut times,
+                Some(("every", _)) => &mut every,
+                _ => break,
+            };
+            let n = opt
+                .split_once('=')
+                .and_then(|(_, v)| v.parse::<u64>().ok())
+                .ok_or_else(|| format!("fault {spec:?}: {opt} must be a number"))?;
+            if slot.replace(n).is_some() {
+                return Err(format!("fault {spec:?}: {opt} given twice"));
+            }
+            main = head;
+        }
+        if every == Some(0) {
+            return Err(format!("fault {spec:?}: every must be at least 1"));
+        }
         let (name, arg) = match main.split_once('=') {
             Some((n, a)) => (n, Some(a)),
             None => (main, None),
@@ -147,11 +172,11 @@ impl Fault {
                      stall-after=N, flip=N, flip-every=N, content-length-minus=K, slowdown, \
                      flip-request=N, drop-header=NAME, lower-content-length=K, \
                      rewrite-header=NAME:VALUE, flip-bodies-of-length=LEN:AT:EVERY, \
-                     flip-stream=N; optional ,times=K)"
+                     flip-stream=N; optional ,times=K and ,every=M)"
                 ));
             }
         };
-        Ok(Self { kind, times })
+        Ok(Self { kind, times, every })
     }
 }
 
@@ -172,6 +197,9 @@ pub(crate) struct Armed {
     pub(crate) kind: FaultKind,
     left: Option<AtomicU64>,
     matches: AtomicU64,
+    every: Option<u64>,
+    /// Matches seen, for `every`.
+    seen: AtomicU64,
 }
 
 impl Armed {
@@ -180,6 +208,8 @@ impl Armed {
             kind: f.kind,
             left: f.times.map(AtomicU64::new),
             matches: AtomicU64::new(0),
+            every: f.every,
+            seen: AtomicU64::new(0),
         }
     }
 }
@@ -190,12 +220,25 @@ pub(crate) struct Faults {
     pub(crate) list: Vec<Armed>,
     pub(crate) responses_with_body: AtomicU64,
     pub(crate) stats: Arc<RelayStats>,
+    /// Relay raw bytes even without a `flip-stream` fault ([`super::Relay::start_raw`]).
+    pub(crate) raw_mode: bool,
+    /// Set by [`super::Relay::disarm`]: no fault applies any more.
+    pub(crate) disarmed: AtomicBool,
 }
 
 impl Faults {
-    /// Takes one application of `left` (a fault's remaining budget; `None`: unlimited).
-    fn grant(&self, left: Option<&AtomicU64>) -> bool {
-        let granted = left.is_none_or(|left| {
+    /// Takes one application of `a`: every `every`th match, while its budget (`times`) lasts.
+    fn grant(&self, a: &Armed) -> bool {
+        if self.disarmed.load(Ordering::SeqCst) {
+            return false;
+        }
+        if let Some(every) = a.every {
+            let nth = a.seen.fetch_add(1, Ordering::SeqCst) + 1;
+            if !nth.is_multiple_of(every) {
+                return false;
+            }
+        }
+        let granted = a.left.as_ref().is_none_or(|left| {
             left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                 .is_ok()
         });
@@ -209,14 +252,14 @@ impl Faults {
     pub(crate) fn take<T>(&self, pick: impl Fn(&FaultKind) -> Option<T>) -> Option<T> {
         self.list
             .iter()
-            .find_map(|a| pick(&a.kind).filter(|_| self.grant(a.left.as_ref())))
+            .find_map(|a| pick(&a.kind).filter(|_| self.grant(a)))
     }
 
     /// One application of every fault matching `pick` that has budget left.
     pub(crate) fn take_each<T>(&self, pick: impl Fn(&FaultKind) -> Option<T>) -> Vec<T> {
         self.list
             .iter()
-            .filter_map(|a| pick(&a.kind).filter(|_| self.grant(a.left.as_ref())))
+            .filter_map(|a| pick(&a.kind).filter(|_| self.grant(a)))
             .collect()
     }
 
@@ -233,8 +276,7 @@ impl Faults {
                 && want == len
             {
                 let nth = a.matches.fetch_add(1, Ordering::SeqCst) + 1;
-                if due.is_none() && nth.is_multiple_of(every.max(1)) && self.grant(a.left.as_ref())
-                {
+                if due.is_none() && nth.is_multiple_of(every.max(1)) && self.grant(a) {
                     due = Some(at);
                 }
             }
@@ -244,8 +286,57 @@ impl Faults {
 
     /// Whether the relay frames nothing (a `flip-stream` fault: raw bytes both ways).
     pub(crate) fn raw(&self) -> bool {
-        self.list
-            .iter()
-            .any(|a| matches!(a.kind, FaultKind::FlipStream(_)))
+        self.raw_mode
+            || self
+                .list
+                .iter()
+                .any(|a| matches!(a.kind, FaultKind::FlipStream(_)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_parse_in_either_order_and_values_keep_their_commas() {
+        let f = Fault::parse("slowdown,every=50,times=3").unwrap();
+        assert_eq!(
+            (f.kind, f.times, f.every),
+            (FaultKind::SlowDown, Some(3), Some(50))
+        );
+        let f = Fault::parse("reset-after=10,times=2").unwrap();
+        assert_eq!((f.times, f.every), (Some(2), None));
+        let f = Fault::parse("rewrite-header=x-a:1,2").unwrap();
+        assert_eq!(
+            f.kind,
+            FaultKind::RewriteHeader {
+                name: "x-a".into(),
+                value: "1,2".into()
+            }
+        );
+        assert!(Fault::parse("slowdown,every=0").is_err());
+        assert!(Fault::parse("slowdown,every=x").is_err());
+        assert!(Fault::parse("slowdown,times=1,times=2").is_err());
+    }
+
+    #[test]
+    fn every_nth_match_is_granted() {
+        let stats = Arc::new(RelayStats::default());
+        let faults = Faults {
+            list: vec![Armed::new(Fault::always(FaultKind::SlowDown).every_nth(3))],
+            responses_with_body: AtomicU64::new(0),
+            stats,
+            raw_mode: false,
+            disarmed: AtomicBool::new(false),
+        };
+        let pick = |k: &FaultKind| (*k == FaultKind::SlowDown).then_some(());
+        let got: Vec<bool> = (0..9).map(|_| faults.take(pick).is_some()).collect();
+        assert_eq!(
+            got,
+            [false, false, true, false, false, true, false, false, true]
+        );
+        faults.disarmed.store(true, Ordering::SeqCst);
+        assert!((0..6).all(|_| faults.take(pick).is_none()));
     }
 }

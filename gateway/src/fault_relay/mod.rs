@@ -12,8 +12,9 @@
 //! protocol such as the soft fabric's data port) and only the byte-count faults and
 //! `flip-stream` apply.
 //!
-//! Faults (`--fault SPEC`, repeatable; `SPEC` is `KIND[=N][,times=K]`, and `times` limits a
-//! fault to its first K applications, counted over the relay's life):
+//! Faults (`--fault SPEC`, repeatable; `SPEC` is `KIND[=N][,times=K][,every=M]`: `times`
+//! limits a fault to its first K applications and `every` to every Mth match, both counted
+//! over the relay's life):
 //!
 //! | KIND                  | Effect |
 //! |-----------------------|--------|
@@ -81,11 +82,34 @@ pub struct Relay {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
     stats: Arc<RelayStats>,
+    faults: Arc<Faults>,
 }
 
 impl Relay {
     /// Binds `listen` and relays every connection to `to` with `faults`, on background threads.
     pub fn start(listen: &str, to: &str, faults: Vec<Fault>) -> std::io::Result<Self> {
+        Self::start_with(listen, to, faults, false)
+    }
+
+    /// As [`Relay::start`], but relaying raw bytes (no HTTP framing) whatever the faults, as
+    /// a `flip-stream` fault does: for a protocol that is not HTTP (the soft fabric's data
+    /// port) with only byte-count faults (`reset-after`, `truncate-after`, `stall-after`).
+    pub fn start_raw(listen: &str, to: &str, faults: Vec<Fault>) -> std::io::Result<Self> {
+        Self::start_with(listen, to, faults, true)
+    }
+
+    /// From now on no fault applies (connections already cut, stalled or reset stay so):
+    /// the relay forwards faithfully, so a test can check that its client recovers.
+    pub fn disarm(&self) {
+        self.faults.disarmed.store(true, Ordering::SeqCst);
+    }
+
+    fn start_with(
+        listen: &str,
+        to: &str,
+        faults: Vec<Fault>,
+        raw_mode: bool,
+    ) -> std::io::Result<Self> {
         let upstream = to
             .to_socket_addrs()?
             .next()
@@ -98,8 +122,11 @@ impl Relay {
             list: faults.into_iter().map(Armed::new).collect(),
             responses_with_body: AtomicU64::new(0),
             stats: stats.clone(),
+            raw_mode,
+            disarmed: AtomicBool::new(false),
         });
         let stop2 = stop.clone();
+        let kept = faults.clone();
         std::thread::Builder::new()
             .name("relay-accept".into())
             .spawn(move || {
@@ -115,7 +142,12 @@ impl Relay {
                         .spawn(move || relay_connection(client, upstream, &faults));
                 }
             })?;
-        Ok(Self { addr, stop, stats })
+        Ok(Self {
+            addr,
+            stop,
+            stats,
+            faults: kept,
+        })
     }
 
     /// The address clients connect to.

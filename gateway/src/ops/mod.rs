@@ -1,6 +1,6 @@
 //! S3 operations served in directory mode beyond the basic object and bucket calls, one
 //! module each: DeleteObjects, ListObjects (v1), conditional requests, stored metadata
-//! headers and CopyObject.
+//! headers, CopyObject, ListParts and ListMultipartUploads.
 
 pub mod checksums;
 pub mod conditions;
@@ -8,5 +8,6 @@ pub mod copy;
 pub mod delete_objects;
 pub mod list_v1;
 pub mod meta;
+pub mod multipart_list;
 pub mod parts;
 pub mod signed_chunks;

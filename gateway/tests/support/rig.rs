@@ -50,3 +50,19 @@ pub fn run_one(q: &mut engine::Queue, sqe: ring_api::Sqe) -> ring_api::Cqe {
     assert_eq!(q.wait(1, Some(WAIT)), 1, "no completion within {WAIT:?}");
     q.completion().next().unwrap()
 }
+
+/// A cuObject descriptor provider for hosts without DC hardware: mints a syntactically valid
+/// descriptor for the op's buffer range (fixed rkey, DCT number and RoCE GID 10.0.0.5). Our
+/// gateway declines cuObject (501), so ops through it fall back to HTTP.
+#[derive(Debug, Default)]
+pub struct FixedDc;
+
+impl engine::DcTokenProvider for FixedDc {
+    fn mint(&self, addr: u64, len: u64, _op: engine::DcOp) -> Result<String, engine::DcTokenError> {
+        let size = u32::try_from(len)
+            .map_err(|_| engine::DcTokenError::Unavailable("4 GiB or more".into()))?;
+        Ok(format!(
+            "{addr:016x}:{size:08x}:001a2b3c:0000:00abcd:1:00000000000000000000ffff0a000005"
+        ))
+    }
+}

@@ -3,7 +3,9 @@
 //! - GET / RangeGet: success only with `x-amz-rdma-reply` ∈ {200, 206}, an empty body, and
 //!   `x-amz-rdma-bytes-transferred` (or `x-amz-rdma-bytes`) equal to the bytes asked for
 //!   (RangeGet) or at most the destination (Get). A plain answer with the object in the body
-//!   (reply `501`, or no reply header) is used as the HTTP fallback.
+//!   (reply `501`, or no reply header) is used as the HTTP fallback when its `Content-Range`
+//!   proves it; a whole-object `200` body (no range asked, so nothing proves its length) is
+//!   dropped and the GET resent over HTTP with `bytes=0-`.
 //! - PUT: success only with reply ∈ {200, 204}, or a `200` whose `x-amz-checksum-crc64nvme`
 //!   equals ours — never a bare `200`: a server that ignored the token stored 0 bytes, so the
 //!   PUT is resent with its body (which also overwrites that empty object).
@@ -72,10 +74,10 @@ pub(crate) fn judge(
                 (get_success(kind, buf_len, head), Verdict::Rdma)
             }
             Some(ReplyClass::Declined) if ok2xx => {
-                (http_plan(kind, buf_len, head), Verdict::Declined)
+                (fallback_get(kind, buf_len, head), Verdict::Declined)
             }
             Some(ReplyClass::Declined) => (RESEND, Verdict::Declined),
-            None if ok2xx => (http_plan(kind, buf_len, head), Verdict::Plain),
+            None if ok2xx => (fallback_get(kind, buf_len, head), Verdict::Plain),
             // A plain server's error (404, 403...) stands on its own.
             None => (http_plan(kind, buf_len, head), Verdict::Plain),
             Some(_) if !ok2xx => (Plan::Error(status_outcome(head.status)), Verdict::Failed),
@@ -111,6 +113,19 @@ pub(crate) fn judge(
         }
         OpKind::Head => (http_plan(kind, buf_len, head), Verdict::Plain),
     }
+}
+
+/// A declined (or plain) 2xx answer to a GET that carried a token, with the object in its
+/// body. A whole-object GET sent with a token asks for no `Range`, so a `200` body's length
+/// is named by `Content-Length` alone, which a faulty hop can lower (or a body it cut short
+/// can match): nothing proves it. Such a body is dropped (the connection with it) and the GET
+/// resent over HTTP, where `bytes=0-` makes the answer commit to the object's size. Ranged
+/// answers are judged as HTTP answers are (their `Content-Range` must match).
+fn fallback_get(kind: OpKind, buf_len: u64, head: &ResponseHead) -> Plan {
+    if kind == OpKind::Get && head.status == 200 {
+        return RESEND;
+    }
+    http_plan(kind, buf_len, head)
 }
 
 fn get_success(kind: OpKind, buf_len: u64, head: &ResponseHead) -> Plan {
@@ -255,6 +270,34 @@ mod tests {
         assert_eq!(judge(RG, 50, &plain, None).1, Verdict::Plain);
         let minio = head(501, &[("x-amz-rdma-reply", "501"), ("Content-Length", "0")]);
         assert_eq!(judge(RG, 50, &minio, None), (RESEND, Verdict::Declined));
+    }
+
+    /// A whole-object fallback body names its length by `Content-Length` only (the tokened
+    /// GET asked for no range): it is never used, the GET is resent over HTTP (`bytes=0-`).
+    #[test]
+    fn an_unproven_whole_object_fallback_body_is_resent() {
+        for reply in [Some("501"), None] {
+            let mut h = vec![("Content-Length", "599900")];
+            h.extend(reply.map(|r| ("x-amz-rdma-reply", r)));
+            let (plan, _) = judge(OpKind::Get, 1 << 20, &head(200, &h), None);
+            assert_eq!(plan, RESEND, "reply {reply:?}");
+        }
+        // A 206 with the whole object's Content-Range proves it and is used.
+        let whole = head(
+            206,
+            &[
+                ("x-amz-rdma-reply", "501"),
+                ("Content-Range", "bytes 0-99/100"),
+                ("Content-Length", "100"),
+            ],
+        );
+        assert_eq!(
+            judge(OpKind::Get, 1 << 20, &whole, None).0,
+            Plan::Payload {
+                expected: Some(100),
+                cap: 100
+            }
+        );
     }
 
     #[test]
