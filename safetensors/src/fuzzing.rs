@@ -56,3 +56,20 @@ mod tests {
         super::safetensors_header(&[0xff; 64]);
     }
 }
+
+#[cfg(test)]
+mod seeds {
+    /// The fuzz target's committed seeds (`fuzz/seeds/safetensors_header`) replay here too.
+    #[test]
+    fn the_fuzz_seeds_replay() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fuzz/seeds/safetensors_header");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).expect("seed directory") {
+            let data = std::fs::read(entry.expect("entry").path()).expect("seed");
+            super::safetensors_header(&data);
+            n += 1;
+        }
+        assert!(n >= 5, "{n} seeds in {}", dir.display());
+    }
+}
