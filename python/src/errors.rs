@@ -9,7 +9,12 @@ use ring_api::{ErrorClass, ErrorCode};
 use s3_lite::s3::ByteRange;
 
 /// An instance of `hipobj._errors.<class>(message, **fields)`.
-pub fn make(py: Python<'_>, class: &str, message: &str, fields: &[(&str, Option<String>)]) -> PyErr {
+pub fn make(
+    py: Python<'_>,
+    class: &str,
+    message: &str,
+    fields: &[(&str, Option<String>)],
+) -> PyErr {
     let build = || -> PyResult<PyErr> {
         let cls = py.import("hipobj._errors")?.getattr(class)?;
         let kwargs = PyDict::new(py);
@@ -50,7 +55,8 @@ pub fn op_error(
     f: &OpFailure,
 ) -> PyErr {
     let s3_code = match (f.class, f.code) {
-        (Some(ErrorClass::Client), _) | (_, Some(ErrorCode::NotFound | ErrorCode::AccessDenied)) => {
+        (Some(ErrorClass::Client), _)
+        | (_, Some(ErrorCode::NotFound | ErrorCode::AccessDenied)) => {
             py.detach(|| diagnose(settings, bucket, key))
         }
         _ => None,
@@ -60,7 +66,9 @@ pub fn op_error(
     let path = format!("s3://{bucket}/{key}");
     let message = format!(
         "{path}: {what}: {}{}",
-        s3_code.as_deref().map_or(String::new(), |c| format!("{c}: ")),
+        s3_code
+            .as_deref()
+            .map_or(String::new(), |c| format!("{c}: ")),
         f.message
     );
     make(
@@ -87,22 +95,34 @@ pub fn load_error(py: Python<'_>, settings: &ClientSettings, e: &LoadError) -> P
             what,
             failure,
         } => op_error(py, settings, bucket, key, what, failure),
-        LoadError::Header { bucket, key, .. } => {
-            make(py, "SafetensorsError", &e.to_string(), &[("path", path(bucket, key))])
-        }
-        LoadError::Index { bucket, key, .. } => {
-            make(py, "SafetensorsError", &e.to_string(), &[("path", path(bucket, key))])
-        }
+        LoadError::Header { bucket, key, .. } => make(
+            py,
+            "SafetensorsError",
+            &e.to_string(),
+            &[("path", path(bucket, key))],
+        ),
+        LoadError::Index { bucket, key, .. } => make(
+            py,
+            "SafetensorsError",
+            &e.to_string(),
+            &[("path", path(bucket, key))],
+        ),
         LoadError::Inconsistent(_) => make(py, "SafetensorsError", &e.to_string(), &[]),
         LoadError::NoModel { bucket, prefix } => make(
             py,
             "S3Error",
             &e.to_string(),
-            &[("code", Some("NoSuchKey".into())), ("path", path(bucket, prefix))],
+            &[
+                ("code", Some("NoSuchKey".into())),
+                ("path", path(bucket, prefix)),
+            ],
         ),
-        LoadError::Integrity { bucket, key, .. } => {
-            make(py, "IntegrityError", &e.to_string(), &[("path", path(bucket, key))])
-        }
+        LoadError::Integrity { bucket, key, .. } => make(
+            py,
+            "IntegrityError",
+            &e.to_string(),
+            &[("path", path(bucket, key))],
+        ),
         _ => make(py, "HipobjError", &e.to_string(), &[]),
     }
 }

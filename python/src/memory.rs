@@ -41,9 +41,10 @@ fn from_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<Memory> {
     let span = dlpack::describe(cap).map_err(PyBufferError::new_err)?;
     let place = match span.device_type {
         dlpack::DEVICE_CPU | dlpack::DEVICE_CUDA_HOST | dlpack::DEVICE_CUDA_MANAGED => Place::Host,
-        dlpack::DEVICE_CUDA => Place::Cuda(u32::try_from(span.device_id).map_err(|_| {
-            PyValueError::new_err(format!("CUDA device id {}", span.device_id))
-        })?),
+        dlpack::DEVICE_CUDA => Place::Cuda(
+            u32::try_from(span.device_id)
+                .map_err(|_| PyValueError::new_err(format!("CUDA device id {}", span.device_id)))?,
+        ),
         other => {
             return Err(PyTypeError::new_err(format!(
                 "DLPack device type {other} is not supported (host memory and CUDA are)"

@@ -129,7 +129,8 @@ impl NativeEngine {
         gpu: bool,
     ) -> PyResult<Self> {
         let fabric = parse_fabric(fabric)?;
-        let dialect = hipobj_cli::engine_io::parse_dialect(dialect).map_err(PyValueError::new_err)?;
+        let dialect =
+            hipobj_cli::engine_io::parse_dialect(dialect).map_err(PyValueError::new_err)?;
         let overrides = Overrides {
             access_key_id: access_key,
             secret_access_key: secret_key,
@@ -163,10 +164,8 @@ impl NativeEngine {
         if let Some(n) = connections {
             b = b.connections_per_worker(n);
         }
-        if gpu {
-            if let Ok(rt) = engine::gpu::try_detect() {
-                b = b.gpu(rt);
-            }
+        if gpu && let Ok(rt) = engine::gpu::try_detect() {
+            b = b.gpu(rt);
         }
         let engine = py
             .detach(|| b.build())
@@ -257,12 +256,11 @@ impl NativeEngine {
         let engine = &state.engine;
         let mut objects = Vec::with_capacity(prepared.len());
         for p in &prepared {
-            objects.push(match p {
-                Some(p) => Some(engine.object(&p.bucket, &p.key).map_err(|e| {
+            objects.push(p.as_ref().map(|p| {
+                engine.object(&p.bucket, &p.key).map_err(|e| {
                     invalid_url(py, &format!("s3://{}/{}", p.bucket, p.key), &e.to_string())
-                })),
-                None => None,
-            });
+                })
+            }));
         }
         // Sizes of the gets without a length: one HEAD each.
         let heads: Vec<usize> = (0..prepared.len())
@@ -291,7 +289,12 @@ impl NativeEngine {
                 Ok(d) => sizes[i] = Some(d.object_size),
                 Err(f) => {
                     outcome[i] = Some(Err(errors::op_error(
-                        py, &state.settings, &p.bucket, &p.key, "HEAD", &f,
+                        py,
+                        &state.settings,
+                        &p.bucket,
+                        &p.key,
+                        "HEAD",
+                        &f,
                     )));
                 }
             }
@@ -345,14 +348,21 @@ impl NativeEngine {
                 outcome[i] = Some(Err(make(
                     py,
                     "UnsupportedError",
-                    &format!("{path}: put_from of {len} bytes: above 5 GiB needs a multipart upload, which the Python package does not do"),
+                    &format!(
+                        "{path}: put_from of {len} bytes: above 5 GiB needs a multipart upload, which the Python package does not do"
+                    ),
                     &[("path", Some(path))],
                 )));
                 continue;
             }
             if len == 0 {
                 if p.put {
-                    outcome[i] = Some(Err(make(py, "UnsupportedError", &format!("{path}: the engine cannot PUT an empty buffer"), &[("path", Some(path))])));
+                    outcome[i] = Some(Err(make(
+                        py,
+                        "UnsupportedError",
+                        &format!("{path}: the engine cannot PUT an empty buffer"),
+                        &[("path", Some(path))],
+                    )));
                 } else {
                     outcome[i] = Some(Ok(0));
                 }
@@ -361,7 +371,12 @@ impl NativeEngine {
             let reg = match Registration::new(engine, &p.mem) {
                 Ok(r) => r,
                 Err(e) => {
-                    outcome[i] = Some(Err(make(py, "HipobjError", &format!("{path}: {e}"), &[("path", Some(path))])));
+                    outcome[i] = Some(Err(make(
+                        py,
+                        "HipobjError",
+                        &format!("{path}: {e}"),
+                        &[("path", Some(path))],
+                    )));
                     continue;
                 }
             };
@@ -415,7 +430,14 @@ impl NativeEngine {
             }
             let Some(p) = &prepared[i] else { continue };
             outcome[i] = Some(match &failed[i] {
-                Some((what, f)) => Err(errors::op_error(py, &state.settings, &p.bucket, &p.key, what, f)),
+                Some((what, f)) => Err(errors::op_error(
+                    py,
+                    &state.settings,
+                    &p.bucket,
+                    &p.key,
+                    what,
+                    f,
+                )),
                 None => Ok(want[i]),
             });
         }
@@ -472,7 +494,8 @@ impl NativeEngine {
         let mut regs = Vec::with_capacity(mems.len());
         let mut handles = vec![None; model.files.len()];
         for (i, mem) in &mems {
-            let reg = Registration::new(engine, mem).map_err(|e| make(py, "HipobjError", &e, &[]))?;
+            let reg =
+                Registration::new(engine, mem).map_err(|e| make(py, "HipobjError", &e, &[]))?;
             handles[*i] = Some(reg.handle);
             regs.push(reg);
         }
@@ -481,15 +504,22 @@ impl NativeEngine {
         let mut interrupted: Option<PyErr> = None;
         let report = py.detach(|| {
             let mut client = S3Client::new(state.settings.clone()).ok();
-            let r = model::fetch(engine, &model, &handles, &opts, client.as_mut(), &mut || {
-                Python::attach(|py| match py.check_signals() {
-                    Ok(()) => false,
-                    Err(e) => {
-                        interrupted = Some(e);
-                        true
-                    }
-                })
-            });
+            let r = model::fetch(
+                engine,
+                &model,
+                &handles,
+                &opts,
+                client.as_mut(),
+                &mut || {
+                    Python::attach(|py| match py.check_signals() {
+                        Ok(()) => false,
+                        Err(e) => {
+                            interrupted = Some(e);
+                            true
+                        }
+                    })
+                },
+            );
             drop(regs);
             r
         });

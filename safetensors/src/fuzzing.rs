@@ -11,9 +11,13 @@ pub fn safetensors_header(data: &[u8]) {
         .len()
         .checked_sub(4)
         .and_then(|i| data.get(i..))
-        .map_or(0, |t| u64::from(u32::from_le_bytes([t[0], t[1], t[2], t[3]])));
+        .map_or(0, |t| {
+            u64::from(u32::from_le_bytes([t[0], t[1], t[2], t[3]]))
+        });
     let size = data.len() as u64 + extra;
-    let Ok(n) = header_len(data, size) else { return };
+    let Ok(n) = header_len(data, size) else {
+        return;
+    };
     let Some(json) = usize::try_from(n)
         .ok()
         .and_then(|n| data.get(LEN_PREFIX as usize..LEN_PREFIX as usize + n))
@@ -29,7 +33,9 @@ pub fn safetensors_header(data: &[u8]) {
         .map(|t| {
             assert_eq!(t.begin, at, "tensors tile the data section");
             assert_eq!(
-                t.shape.iter().try_fold(t.dtype.size(), |a, &d| a.checked_mul(d)),
+                t.shape
+                    .iter()
+                    .try_fold(t.dtype.size(), |a, &d| a.checked_mul(d)),
                 Some(t.len())
             );
             at = t.end;
@@ -38,7 +44,10 @@ pub fn safetensors_header(data: &[u8]) {
         .collect();
     let reads = plan_reads(h.data_start, h.data_len, &spans, 1 << 16, 1 << 20);
     let covered: u64 = reads.iter().map(|r| r.len).sum();
-    assert_eq!(covered, h.data_len, "no holes: the reads cover the data section once");
+    assert_eq!(
+        covered, h.data_len,
+        "no holes: the reads cover the data section once"
+    );
 }
 
 #[cfg(test)]

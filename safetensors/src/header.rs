@@ -172,7 +172,9 @@ pub enum HeaderError {
         size: u64,
     },
     /// The length prefix is 0, over [`MAX_HEADER_LEN`] or past the end of the file.
-    #[error("corrupt safetensors header: header length {len} (file of {size} bytes, limit {MAX_HEADER_LEN})")]
+    #[error(
+        "corrupt safetensors header: header length {len} (file of {size} bytes, limit {MAX_HEADER_LEN})"
+    )]
     BadLength {
         /// The prefix's value.
         len: u64,
@@ -215,14 +217,22 @@ fn tensor_err(name: &str, reason: impl Into<String>) -> HeaderError {
     }
 }
 
-fn parse_u64s(name: &str, field: &str, v: Option<&serde_json::Value>) -> Result<Vec<u64>, HeaderError> {
+fn parse_u64s(
+    name: &str,
+    field: &str,
+    v: Option<&serde_json::Value>,
+) -> Result<Vec<u64>, HeaderError> {
     let arr = v
         .and_then(serde_json::Value::as_array)
         .ok_or_else(|| tensor_err(name, format!("{field} is not an array")))?;
     arr.iter()
         .map(|x| {
-            x.as_u64()
-                .ok_or_else(|| tensor_err(name, format!("{field} holds {x}, not a non-negative integer")))
+            x.as_u64().ok_or_else(|| {
+                tensor_err(
+                    name,
+                    format!("{field} holds {x}, not a non-negative integer"),
+                )
+            })
         })
         .collect()
 }
@@ -239,14 +249,20 @@ fn parse_tensor(name: &str, v: &serde_json::Value) -> Result<TensorInfo, HeaderE
         .ok_or_else(|| tensor_err(name, format!("unsupported dtype {dtype_s:?}")))?;
     let shape = parse_u64s(name, "shape", obj.get("shape"))?;
     if shape.len() > MAX_RANK {
-        return Err(tensor_err(name, format!("rank {} over {MAX_RANK}", shape.len())));
+        return Err(tensor_err(
+            name,
+            format!("rank {} over {MAX_RANK}", shape.len()),
+        ));
     }
     let offsets = parse_u64s(name, "data_offsets", obj.get("data_offsets"))?;
     let [begin, end] = offsets[..] else {
         return Err(tensor_err(name, "data_offsets is not [begin, end]"));
     };
     if end < begin {
-        return Err(tensor_err(name, format!("data_offsets [{begin}, {end}] end before begin")));
+        return Err(tensor_err(
+            name,
+            format!("data_offsets [{begin}, {end}] end before begin"),
+        ));
     }
     let want = shape
         .iter()
@@ -276,9 +292,10 @@ fn parse_tensor(name: &str, v: &serde_json::Value) -> Result<TensorInfo, HeaderE
 pub fn parse(json: &[u8], size: u64) -> Result<Header, HeaderError> {
     let header_len = json.len() as u64;
     let data_start = LEN_PREFIX + header_len;
-    let data_len = size
-        .checked_sub(data_start)
-        .ok_or(HeaderError::BadLength { len: header_len, size })?;
+    let data_len = size.checked_sub(data_start).ok_or(HeaderError::BadLength {
+        len: header_len,
+        size,
+    })?;
     let value: serde_json::Value =
         serde_json::from_slice(json).map_err(|e| HeaderError::Json(e.to_string()))?;
     let map = value
@@ -365,9 +382,18 @@ mod tests {
 
     #[test]
     fn refuses_bad_lengths() {
-        assert_eq!(header_len(&[1, 2, 3], 3), Err(HeaderError::TooShort { size: 3 }));
-        assert!(matches!(header_len(&0u64.to_le_bytes(), 100), Err(HeaderError::BadLength { .. })));
-        assert!(matches!(header_len(&93u64.to_le_bytes(), 100), Err(HeaderError::BadLength { .. })));
+        assert_eq!(
+            header_len(&[1, 2, 3], 3),
+            Err(HeaderError::TooShort { size: 3 })
+        );
+        assert!(matches!(
+            header_len(&0u64.to_le_bytes(), 100),
+            Err(HeaderError::BadLength { .. })
+        ));
+        assert!(matches!(
+            header_len(&93u64.to_le_bytes(), 100),
+            Err(HeaderError::BadLength { .. })
+        ));
         assert_eq!(header_len(&92u64.to_le_bytes(), 100), Ok(92));
         assert!(matches!(
             header_len(&u64::MAX.to_le_bytes(), u64::MAX),
@@ -378,19 +404,51 @@ mod tests {
     #[test]
     fn refuses_inconsistent_tensors() {
         let cases = [
-            (r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}"#, 4, "needs 8"),
-            (r#"{"a":{"dtype":"F31","shape":[1],"data_offsets":[0,4]}}"#, 4, "unsupported dtype"),
-            (r#"{"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}}"#, 4, "non-negative"),
-            (r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}}"#, 4, "end before begin"),
-            (r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0]}}"#, 4, "[begin, end]"),
-            (r#"{"a":{"dtype":"U8","shape":[4294967296,4294967296],"data_offsets":[0,0]}}"#, 0, "overflows"),
-            (r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}"#, 2, "a hole"),
+            (
+                r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}"#,
+                4,
+                "needs 8",
+            ),
+            (
+                r#"{"a":{"dtype":"F31","shape":[1],"data_offsets":[0,4]}}"#,
+                4,
+                "unsupported dtype",
+            ),
+            (
+                r#"{"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}}"#,
+                4,
+                "non-negative",
+            ),
+            (
+                r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}}"#,
+                4,
+                "end before begin",
+            ),
+            (
+                r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0]}}"#,
+                4,
+                "[begin, end]",
+            ),
+            (
+                r#"{"a":{"dtype":"U8","shape":[4294967296,4294967296],"data_offsets":[0,0]}}"#,
+                0,
+                "overflows",
+            ),
+            (
+                r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}"#,
+                2,
+                "a hole",
+            ),
             (
                 r#"{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}}"#,
                 3,
                 "an overlap",
             ),
-            (r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}"#, 2, "file holds 2"),
+            (
+                r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}"#,
+                2,
+                "file holds 2",
+            ),
             (r#"[1,2]"#, 0, "not a JSON object"),
             (r#"{"a":1"#, 0, "EOF"),
             (r#"{"__metadata__":{"k":1}}"#, 0, "not a string"),

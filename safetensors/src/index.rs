@@ -34,7 +34,9 @@ fn plain_relative(name: &str) -> bool {
     !name.is_empty()
         && !name.starts_with('/')
         && !name.chars().any(char::is_control)
-        && name.split('/').all(|seg| !seg.is_empty() && seg != "." && seg != "..")
+        && name
+            .split('/')
+            .all(|seg| !seg.is_empty() && seg != "." && seg != "..")
 }
 
 impl ShardIndex {

@@ -67,10 +67,18 @@ mod tests {
     #[test]
     fn coalesces_neighbours_and_splits_large_spans() {
         let reads = plan_reads(100, 1000, &[(0, 10), (12, 20), (500, 1000)], 4, 200);
-        let got: Vec<_> = reads.iter().map(|r| (r.file_offset, r.buf_offset, r.len)).collect();
+        let got: Vec<_> = reads
+            .iter()
+            .map(|r| (r.file_offset, r.buf_offset, r.len))
+            .collect();
         assert_eq!(
             got,
-            [(100, 0, 20), (600, 500, 200), (800, 700, 200), (1000, 900, 100)]
+            [
+                (100, 0, 20),
+                (600, 500, 200),
+                (800, 700, 200),
+                (1000, 900, 100)
+            ]
         );
         assert!(plan_reads(0, 10, &[(5, 5), (20, 30)], 0, 4).is_empty());
     }

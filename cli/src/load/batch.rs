@@ -169,7 +169,10 @@ pub fn run(
                 s.spawn(move || drive(engine, ops, &mine, opts, cancel))
             })
             .collect();
-        while !handles.iter().all(std::thread::ScopedJoinHandle::is_finished) {
+        while !handles
+            .iter()
+            .all(std::thread::ScopedJoinHandle::is_finished)
+        {
             if !cancel.load(Ordering::Relaxed) && stop() {
                 cancel.store(true, Ordering::Relaxed);
             }
@@ -178,8 +181,9 @@ pub fn run(
         handles
             .into_iter()
             .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| vec![(usize::MAX, Err(OpFailure::local("queue thread panicked")))])
+                h.join().unwrap_or_else(|_| {
+                    vec![(usize::MAX, Err(OpFailure::local("queue thread panicked")))]
+                })
             })
             .collect()
     });
@@ -227,9 +231,9 @@ fn drive(
             let slice = BufSlice::new(op.buf, op.buf_offset, op.len);
             let tag = i as u64;
             let sqe = match op.kind {
-                OpKind::RangeGet { offset } => {
-                    RangeGet::new(op.object, offset, slice).user_data(tag).build()
-                }
+                OpKind::RangeGet { offset } => RangeGet::new(op.object, offset, slice)
+                    .user_data(tag)
+                    .build(),
                 OpKind::Put => Put::new(op.object, slice).user_data(tag).build(),
                 OpKind::Head => Head::new(op.object).user_data(tag).build(),
             };
@@ -298,7 +302,9 @@ pub fn split_range_get(
     while at < len {
         let n = chunk.min(len - at);
         out.push(Op {
-            kind: OpKind::RangeGet { offset: offset + at },
+            kind: OpKind::RangeGet {
+                offset: offset + at,
+            },
             object,
             buf,
             buf_offset: buf_offset + at,

@@ -81,7 +81,9 @@ pub fn parse_fabric(s: &str) -> Result<Fabric, String> {
         "soft" => Ok(Fabric::Soft),
         "verbs" => Ok(Fabric::Verbs),
         "http" => Ok(Fabric::Http),
-        _ => Err(format!("--fabric {s:?}: expected auto, soft, verbs or http")),
+        _ => Err(format!(
+            "--fabric {s:?}: expected auto, soft, verbs or http"
+        )),
     }
 }
 

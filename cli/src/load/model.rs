@@ -207,11 +207,11 @@ fn never_stop() -> bool {
     false
 }
 
+/// Per read: the engine's outcome, and the bytes read.
+type ReadOutcomes = (Vec<Result<OpDone, OpFailure>>, Vec<Vec<u8>>);
+
 /// Small reads of whole objects or ranges into one scratch registration (headers, index).
-fn read_ranges(
-    engine: &Engine,
-    reads: &[(ObjectId, u64, u64)],
-) -> Result<(Vec<Result<OpDone, OpFailure>>, Vec<Vec<u8>>), LoadError> {
+fn read_ranges(engine: &Engine, reads: &[(ObjectId, u64, u64)]) -> Result<ReadOutcomes, LoadError> {
     let total: u64 = reads.iter().map(|r| r.2).sum();
     if total == 0 {
         return Ok((Vec::new(), vec![Vec::new(); reads.len()]));
@@ -295,12 +295,11 @@ fn is_not_found(r: &Result<OpDone, OpFailure>) -> bool {
     matches!(r, Err(f) if f.code == Some(ErrorCode::NotFound))
 }
 
+/// A model's file keys, and its index with the directory it sits in (sharded models).
+type Resolved = (Vec<String>, Option<(ShardIndex, String)>);
+
 /// Which keys hold the model named by `key` (see the module doc) and the index, if any.
-fn resolve(
-    engine: &Engine,
-    bucket: &str,
-    key: &str,
-) -> Result<(Vec<String>, Option<ShardIndex>), LoadError> {
+fn resolve(engine: &Engine, bucket: &str, key: &str) -> Result<Resolved, LoadError> {
     let index_key = if key.ends_with(".safetensors") {
         return Ok((vec![key.to_owned()], None));
     } else if key.ends_with(".json") {
@@ -356,12 +355,8 @@ fn resolve(
     }
     let index = ShardIndex::parse(&bytes.remove(0)).map_err(index_err)?;
     let dir = index_key.rsplit_once('/').map_or("", |(d, _)| d);
-    let keys = index
-        .shards
-        .iter()
-        .map(|s| if dir.is_empty() { s.clone() } else { format!("{dir}/{s}") })
-        .collect();
-    Ok((keys, Some(index)))
+    let keys = index.shards.iter().map(|s| shard_key(dir, s)).collect();
+    Ok((keys, Some((index, dir.to_owned()))))
 }
 
 /// Finds the model's files and reads and validates all their headers (nothing else moves).
@@ -423,8 +418,8 @@ pub fn open(engine: &Engine, bucket: &str, key: &str) -> Result<Model, LoadError
             object: ids[i],
         });
     }
-    if let Some(index) = index {
-        check_index(&index, &files)?;
+    if let Some((index, dir)) = index {
+        check_index(&index, &dir, &files)?;
     } else {
         check_unique(&files)?;
     }
@@ -449,11 +444,20 @@ fn check_unique(files: &[ModelFile]) -> Result<BTreeMap<&str, &str>, LoadError> 
     Ok(seen)
 }
 
-fn check_index(index: &ShardIndex, files: &[ModelFile]) -> Result<(), LoadError> {
+/// The key of `shard` named by an index in `dir`.
+fn shard_key(dir: &str, shard: &str) -> String {
+    if dir.is_empty() {
+        shard.to_owned()
+    } else {
+        format!("{dir}/{shard}")
+    }
+}
+
+fn check_index(index: &ShardIndex, dir: &str, files: &[ModelFile]) -> Result<(), LoadError> {
     let seen = check_unique(files)?;
     for (tensor, shard) in &index.weight_map {
         let found = seen.get(tensor.as_str());
-        if !found.is_some_and(|k| k.rsplit('/').next() == shard.rsplit('/').next()) {
+        if found.is_none_or(|k| *k != shard_key(dir, shard)) {
             return Err(LoadError::Inconsistent(format!(
                 "{INDEX_NAME} puts tensor {tensor:?} in {shard}, but {}",
                 found.map_or_else(|| "no shard holds it".to_owned(), |k| format!("{k} does"))
@@ -594,9 +598,12 @@ fn verify_whole(
     buf: Option<BufHandle>,
     client: &mut S3Client,
 ) -> Result<Verification, LoadError> {
-    let meta = client
-        .head_with(&model.bucket, &f.key, true)
-        .map_err(|e| local(format!("s3://{}/{}: HEAD for its checksum: {e}", model.bucket, f.key)))?;
+    let meta = client.head_with(&model.bucket, &f.key, true).map_err(|e| {
+        local(format!(
+            "s3://{}/{}: HEAD for its checksum: {e}",
+            model.bucket, f.key
+        ))
+    })?;
     let composite = meta
         .checksum_type
         .as_deref()
@@ -606,11 +613,9 @@ fn verify_whole(
     };
     let mut crc = Crc64Nvme::new();
     crc.update(&f.head_bytes);
-    if let (Some(buf), len) = (buf, f.data_len()) {
-        if len > 0 {
-            let view = engine.read(buf, 0, len).map_err(local)?;
-            crc.update(&view);
-        }
+    if let (Some(buf), len @ 1..) = (buf, f.data_len()) {
+        let view = engine.read(buf, 0, len).map_err(local)?;
+        crc.update(&view);
     }
     let actual = encode_crc64nvme(crc.finish());
     if actual != expected {
