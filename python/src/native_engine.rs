@@ -471,6 +471,7 @@ impl NativeEngine {
         let model = py
             .detach(|| model::open(engine, &uri.bucket, &uri.key))
             .map_err(|e| errors::load_error(py, &state.settings, &e))?;
+        let headers_done = start.elapsed().as_secs_f64();
         let mut buffers: Vec<Option<Bound<'py, PyAny>>> = Vec::with_capacity(model.files.len());
         let mut mems = Vec::with_capacity(model.files.len());
         for (i, f) in model.files.iter().enumerate() {
@@ -499,6 +500,7 @@ impl NativeEngine {
             handles[*i] = Some(reg.handle);
             regs.push(reg);
         }
+        let registered = start.elapsed().as_secs_f64();
         let mut opts = FetchOptions::for_engine(engine);
         opts.batch = state.batch;
         let mut interrupted: Option<PyErr> = None;
@@ -546,6 +548,11 @@ impl NativeEngine {
         r.set_item("bytes", model.data_bytes())?;
         r.set_item("requests", report.requests)?;
         r.set_item("seconds", seconds)?;
+        // Where the time went: headers read and checked, buffers allocated and registered,
+        // tensor bytes fetched and verified.
+        r.set_item("seconds_headers", headers_done)?;
+        r.set_item("seconds_allocate", registered - headers_done)?;
+        r.set_item("seconds_fetch", seconds - registered)?;
         r.set_item("paths", report.paths.clone())?;
         r.set_item("dialects", report.dialects.clone())?;
         Ok((files, r))
