@@ -10,9 +10,12 @@
 
 mod dlpack;
 mod errors;
+mod load;
 mod memory;
 mod native_engine;
 mod registration;
+mod state;
+mod transfer;
 
 use pyo3::prelude::*;
 
