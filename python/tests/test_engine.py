@@ -199,3 +199,27 @@ def test_interrupted_batch_returns_promptly():
         assert eng.closed
     finally:
         peer.close()
+
+
+def test_credentials_and_endpoint_from_the_aws_environment(server, bucket, monkeypatch, tmp_path):
+    from conftest import ACCESS_KEY, SECRET_KEY
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", server.url)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    # A profile in a credentials file, chosen by AWS_PROFILE (no keys in the environment).
+    creds = tmp_path / "credentials"
+    creds.write_text(f"[bench]\naws_access_key_id = {ACCESS_KEY}\naws_secret_access_key = {SECRET_KEY}\n")
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY", raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_PROFILE", "bench")
+    with hipobj.Engine() as eng:
+        assert eng.endpoint == server.url
+        eng.put_from(f"s3://{bucket}/env", b"from the environment")
+        out = bytearray(20)
+        assert eng.get_into(f"s3://{bucket}/env", out) == 20 and bytes(out) == b"from the environment"
+    # Keyword arguments win over the environment.
+    with hipobj.Engine(access_key=ACCESS_KEY, secret_key="wrong") as eng:
+        with pytest.raises(hipobj.S3Error):
+            eng.get_into(f"s3://{bucket}/env", out)
