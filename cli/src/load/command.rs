@@ -132,12 +132,6 @@ fn allocate(
 /// Runs `hipobj load`.
 pub fn load(ctx: &mut Context, args: &LoadArgs) -> CommandResult {
     let uri = S3Uri::parse(&args.src).map_err(|e| e.to_string())?;
-    if !ctx.site.is_plain_http() {
-        return Err(format!(
-            "load runs on the engine, which speaks only http:// endpoints; {} is not one",
-            ctx.site.url
-        ));
-    }
     let rt = match args.device {
         Device::Cpu => None,
         Device::Cuda(_) => crate::vram::select_runtime(crate::bench::MemoryKind::Cuda)?,
