@@ -138,7 +138,7 @@ impl Default for BatchOptions {
     }
 }
 
-/// How often a waiting queue looks at the stop flag.
+/// How often a waiting queue looks at the stop flag (and the calling thread asks `stop`).
 const POLL: Duration = Duration::from_millis(50);
 
 /// Runs `ops` and returns one outcome per op, in order. `stop` is asked every few tens of
@@ -161,31 +161,44 @@ pub fn run(
     }
     let queues = opts.queues.clamp(1, ops.len());
     let cancel = AtomicBool::new(false);
+    let share = |q: usize| -> Vec<usize> { (q..ops.len()).step_by(queues).collect() };
+    let caller = std::thread::current();
     let results: Vec<Vec<(usize, Result<OpDone, OpFailure>)>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..queues)
+        // Queues 1.. on threads of their own; the calling thread drives queue 0 and asks
+        // `stop` while it waits (a single-queue batch starts no thread at all).
+        let handles: Vec<_> = (1..queues)
             .map(|q| {
-                let mine: Vec<usize> = (q..ops.len()).step_by(queues).collect();
-                let cancel = &cancel;
-                s.spawn(move || drive(engine, ops, &mine, opts, cancel))
+                let (mine, cancel, caller) = (share(q), &cancel, caller.clone());
+                s.spawn(move || {
+                    let r = drive(engine, ops, &mine, opts, cancel, &mut || false);
+                    caller.unpark();
+                    r
+                })
             })
             .collect();
+        let mut watch = || {
+            if !cancel.load(Ordering::Relaxed) && stop() {
+                cancel.store(true, Ordering::Relaxed);
+            }
+        };
+        let first = drive(engine, ops, &share(0), opts, &cancel, &mut || {
+            watch();
+            cancel.load(Ordering::Relaxed)
+        });
         while !handles
             .iter()
             .all(std::thread::ScopedJoinHandle::is_finished)
         {
-            if !cancel.load(Ordering::Relaxed) && stop() {
-                cancel.store(true, Ordering::Relaxed);
-            }
-            std::thread::sleep(Duration::from_millis(10));
+            watch();
+            std::thread::park_timeout(POLL);
         }
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    vec![(usize::MAX, Err(OpFailure::local("queue thread panicked")))]
-                })
+        let mut all = vec![first];
+        all.extend(handles.into_iter().map(|h| {
+            h.join().unwrap_or_else(|_| {
+                vec![(usize::MAX, Err(OpFailure::local("queue thread panicked")))]
             })
-            .collect()
+        }));
+        all
     });
     for (i, r) in results.into_iter().flatten() {
         if let Some(slot) = out.get_mut(i) {
@@ -202,6 +215,7 @@ fn drive(
     mine: &[usize],
     opts: BatchOptions,
     cancel: &AtomicBool,
+    stopped: &mut dyn FnMut() -> bool,
 ) -> Vec<(usize, Result<OpDone, OpFailure>)> {
     let mut done = Vec::with_capacity(mine.len());
     let fail_rest = |done: &mut Vec<_>, from: &[usize], why: &str| {
@@ -219,8 +233,13 @@ fn drive(
     let mut next = 0;
     let mut cqes = vec![Cqe::default(); q.cq_capacity()];
     let mut last_progress = Instant::now();
+    let mut last_stop_check = Instant::now();
     while next < mine.len() || !in_flight.is_empty() {
-        if cancel.load(Ordering::Relaxed) {
+        let asked = last_stop_check.elapsed() >= POLL && {
+            last_stop_check = Instant::now();
+            stopped()
+        };
+        if asked || cancel.load(Ordering::Relaxed) {
             fail_rest(&mut done, &in_flight, "interrupted");
             fail_rest(&mut done, &mine[next..], "interrupted");
             return done;
@@ -237,8 +256,14 @@ fn drive(
                 OpKind::Put => Put::new(op.object, slice).user_data(tag).build(),
                 OpKind::Head => Head::new(op.object).user_data(tag).build(),
             };
-            if q.push(&sqe).is_err() {
-                break;
+            if let Err(e) = q.push(&sqe) {
+                if !in_flight.is_empty() {
+                    break; // full: reap first
+                }
+                // Refused with nothing in flight: it would never go in.
+                done.push((i, Err(OpFailure::local(format!("queueing: {e:?}")))));
+                next += 1;
+                continue;
             }
             in_flight.push(i);
             next += 1;
