@@ -16,12 +16,13 @@ BIN=.gpu-bin-python
 
 if [ "${1:-}" = build ]; then
   set -e
-  cargo build --release -p hipobj-cli --bin hipobj
+  # One profile for both (the shipped-library profile: release without debug info, as for
+  # libhipobj.so), so the workspace is built once and the wheel stays small to carry.
+  cargo build --locked --profile capi-release -p hipobj-cli --bin hipobj
   rm -rf "$BIN"; mkdir -p "$BIN"
-  # The shipped-library profile (no debug info), as for libhipobj.so.
   python3 -m maturin build --locked --profile capi-release -m python/Cargo.toml -o "$BIN" \
     --interpreter python3 --compatibility linux --quiet
-  cp target/release/hipobj "$BIN/"
+  cp target/capi-release/hipobj "$BIN/"
   strip "$BIN/hipobj"
   grep -qx "/$BIN/" .git/info/exclude 2>/dev/null || echo "/$BIN/" >> .git/info/exclude
   ls -la "$BIN"
