@@ -43,7 +43,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 uname -r; nproc; grep MemTotal /proc/meminfo
 python3 -c 'import torch, safetensors; print("torch", torch.__version__, "safetensors", safetensors.__version__)'
 python3 -c 'import boto3; print("boto3", boto3.__version__)' 2>/dev/null || echo "boto3: absent (urllib baseline)"
-python3 -m pip install --quiet --no-deps --no-index --target "$WORK/site" "$BIN"/hipobj-*.whl || exit 1
+# A wheel is a zip archive: unpacking it is installing it when pip is absent.
+python3 -m pip install --quiet --no-deps --no-index --target "$WORK/site" "$BIN"/hipobj-*.whl \
+  || python3 -m zipfile -e "$BIN"/hipobj-*.whl "$WORK/site" || exit 1
 "$BIN/hipobj" serve --root "$WORK/root" --listen 127.0.0.1:0 --fabric soft \
   --access-key benchkey --secret-key benchsecret > "$WORK/serve.out" 2> "$WORK/serve.err" &
 SERVE_PID=$!
