@@ -339,3 +339,26 @@ pub fn split_range_get(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_range_is_split_into_adjacent_reads_of_at_most_chunk_bytes() {
+        let ops = split_range_get(ObjectId(7), 100, BufHandle(3), 10, 25, 10);
+        let got: Vec<_> = ops
+            .iter()
+            .map(|o| match o.kind {
+                OpKind::RangeGet { offset } => (offset, o.buf_offset, o.len),
+                _ => panic!("a range-get"),
+            })
+            .collect();
+        assert_eq!(got, [(100, 10, 10), (110, 20, 10), (120, 30, 5)]);
+        assert!(split_range_get(ObjectId(7), 0, BufHandle(3), 0, 0, 10).is_empty());
+        assert_eq!(
+            split_range_get(ObjectId(7), 0, BufHandle(3), 0, 3, 0).len(),
+            3
+        );
+    }
+}

@@ -243,3 +243,20 @@ pub fn load(ctx: &mut Context, args: &LoadArgs) -> CommandResult {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_and_fabrics_parse() {
+        assert_eq!(Device::parse("cpu"), Ok(Device::Cpu));
+        assert_eq!(Device::parse("cuda"), Ok(Device::Cuda(0)));
+        assert_eq!(Device::parse("cuda:3"), Ok(Device::Cuda(3)));
+        assert!(Device::parse("cuda:x").is_err());
+        assert!(Device::parse("gpu").is_err());
+        assert_eq!(Device::Cuda(2).name(), "cuda:2");
+        assert_eq!(parse_fabric("soft"), Ok(Fabric::Soft));
+        assert!(parse_fabric("rdma").is_err());
+    }
+}

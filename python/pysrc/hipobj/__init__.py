@@ -82,6 +82,9 @@ class Engine:
             endpoint, region, access_key, secret_key, session_token, profile,
             fabric, dialect, workers, connections, gpu,
         )
+        #: The report of the last ``load_safetensors`` on this engine (bytes, requests,
+        #: seconds and their split, bytes per path and dialect, each file's verification).
+        self.last_load_report: Optional[dict] = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
