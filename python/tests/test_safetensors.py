@@ -177,3 +177,19 @@ def test_cli_load_prints_tensors_bytes_and_rate(server, engine, bucket):
     assert f"loaded {len(want)} tensors from 2 file(s) into cpu" in human.stdout and "GB/s" in human.stdout
     bad = server.cli("load", f"s3://{bucket}/nothing/", check=False)
     assert bad.returncode == 1 and "no model.safetensors.index.json or model.safetensors" in bad.stderr
+
+
+def test_empty_objects_are_refused_not_crashed_on(engine, bucket, server):
+    # put_from refuses empty buffers; the CLI uploads an empty file.
+    import tempfile, os
+    with tempfile.NamedTemporaryFile(delete=False) as f:
+        path = f.name
+    try:
+        server.cli("put", path, f"s3://{bucket}/e/model.safetensors")
+        server.cli("put", path, f"s3://{bucket}/ei/model.safetensors.index.json")
+    finally:
+        os.unlink(path)
+    with pytest.raises(hipobj.SafetensorsError, match="shorter than the 8-byte header length"):
+        load(engine, f"s3://{bucket}/e/")
+    with pytest.raises(hipobj.SafetensorsError, match="model.safetensors.index.json"):
+        load(engine, f"s3://{bucket}/ei/")

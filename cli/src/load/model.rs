@@ -214,7 +214,9 @@ type ReadOutcomes = (Vec<Result<OpDone, OpFailure>>, Vec<Vec<u8>>);
 fn read_ranges(engine: &Engine, reads: &[(ObjectId, u64, u64)]) -> Result<ReadOutcomes, LoadError> {
     let total: u64 = reads.iter().map(|r| r.2).sum();
     if total == 0 {
-        return Ok((Vec::new(), vec![Vec::new(); reads.len()]));
+        // Nothing to read (empty objects): every read succeeds with no bytes.
+        let done = reads.iter().map(|_| Ok(OpDone::empty())).collect();
+        return Ok((done, vec![Vec::new(); reads.len()]));
     }
     let len = usize::try_from(total).map_err(local)?;
     let buf = engine
