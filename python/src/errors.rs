@@ -5,7 +5,7 @@ use hipobj_cli::load::batch::OpFailure;
 use hipobj_cli::load::model::LoadError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use ring_api::{ErrorClass, ErrorCode};
+use ring_api::ErrorCode;
 use s3_lite::s3::ByteRange;
 
 /// An instance of `hipobj._errors.<class>(message, **fields)`.
@@ -44,7 +44,7 @@ pub fn diagnose(settings: &ClientSettings, bucket: &str, key: &str) -> Option<St
 }
 
 /// What a failed operation becomes: `S3Error` with the S3 code (the server's, fetched by
-/// [`diagnose`] for client errors; else the engine's code name), the engine's code, class,
+/// [`diagnose`] for missing objects and refused credentials; else the engine's code name), the engine's code, class,
 /// dialect and the object's path.
 pub fn op_error(
     py: Python<'_>,
@@ -54,9 +54,11 @@ pub fn op_error(
     what: &str,
     f: &OpFailure,
 ) -> PyErr {
-    let s3_code = match (f.class, f.code) {
-        (Some(ErrorClass::Client), _)
-        | (_, Some(ErrorCode::NotFound | ErrorCode::AccessDenied)) => {
+    // A GET of the object answers for what the object and the credentials are (missing key,
+    // missing bucket, refused signature), so it is asked only about those; any other 4xx
+    // (a PUT's EntityTooLarge, say) keeps the engine's code rather than a GET's unrelated one.
+    let s3_code = match f.code {
+        Some(ErrorCode::NotFound | ErrorCode::AccessDenied) => {
             py.detach(|| diagnose(settings, bucket, key))
         }
         _ => None,
