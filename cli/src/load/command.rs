@@ -134,7 +134,17 @@ pub fn load(ctx: &mut Context, args: &LoadArgs) -> CommandResult {
     let uri = S3Uri::parse(&args.src).map_err(|e| e.to_string())?;
     let rt = match args.device {
         Device::Cpu => None,
-        Device::Cuda(_) => crate::vram::select_runtime(crate::bench::MemoryKind::Cuda)?,
+        Device::Cuda(n) => match engine::gpu::cuda::CudaRuntime::load() {
+            Ok(rt) if rt.device_count() > n => Some(Arc::new(rt) as Arc<dyn GpuRuntime>),
+            Ok(rt) => {
+                return Err(format!(
+                    "--device cuda:{n}: {} reports {} device(s)",
+                    rt.name(),
+                    rt.device_count()
+                ));
+            }
+            Err(e) => return Err(format!("--device cuda:{n}: no CUDA runtime: {e}")),
+        },
     };
     let mut b = Engine::builder()
         .endpoint_url(&ctx.site.url)
