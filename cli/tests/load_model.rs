@@ -87,7 +87,7 @@ fn a_sharded_model_loads_exactly_over_rdma_and_a_corrupt_header_loads_nothing() 
         .region("us-east-1")
         .build()
         .unwrap();
-    let loaded = model::open(&engine, "models", "m/").unwrap();
+    let loaded = model::open(&engine, "models", "m/", &mut || false).unwrap();
     assert_eq!(loaded.tensor_count(), 4);
     let keys: Vec<&str> = loaded.files.iter().map(|f| f.key.as_str()).collect();
     assert_eq!(keys, ["m/model-1.safetensors", "m/model-2.safetensors"]);
@@ -131,7 +131,7 @@ fn a_sharded_model_loads_exactly_over_rdma_and_a_corrupt_header_loads_nothing() 
     let mut bad = two.clone();
     bad.truncate(bad.len() - 2);
     put(&url, dir.path(), "m/model-2.safetensors", &bad);
-    match model::open(&engine, "models", "m/") {
+    match model::open(&engine, "models", "m/", &mut || false) {
         Err(LoadError::Header { key, source, .. }) => {
             assert_eq!(key, "m/model-2.safetensors");
             assert!(source.to_string().contains("file holds 18"), "{source}");

@@ -53,9 +53,19 @@ pub fn run<'py>(
     let engine = &state.engine;
     let start = Instant::now();
     // 1. Every header read and validated before anything is allocated.
-    let model = py
-        .detach(|| model::open(engine, &uri.bucket, &uri.key))
-        .map_err(|e| errors::load_error(py, &state.settings, &e))?;
+    let mut interrupted = None;
+    let opened = py.detach(|| {
+        model::open(
+            engine,
+            &uri.bucket,
+            &uri.key,
+            &mut stop_on_signal(&mut interrupted),
+        )
+    });
+    if let Some(e) = interrupted {
+        return Err(e);
+    }
+    let model = opened.map_err(|e| errors::load_error(py, &state.settings, &e))?;
     let headers_done = start.elapsed().as_secs_f64();
     // 2. One buffer per file, from the Python layer, registered.
     let mut buffers = Vec::with_capacity(model.files.len());

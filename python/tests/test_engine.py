@@ -5,7 +5,6 @@ from __future__ import annotations
 import _thread
 import array
 import asyncio
-import socket
 import threading
 import time
 
@@ -13,7 +12,7 @@ import numpy as np
 import pytest
 
 import hipobj
-from conftest import make_engine
+from conftest import SilentPeer, make_engine
 
 
 def payload(n: int, seed: int = 0) -> np.ndarray:
@@ -153,31 +152,6 @@ def test_missing_endpoint_is_a_config_error(monkeypatch):
         hipobj.Engine(access_key="a", secret_key="b")
     with pytest.raises(ValueError):
         hipobj.Engine(endpoint="http://127.0.0.1:1", access_key="a", secret_key="b", fabric="carrier-pigeon")
-
-
-class SilentPeer:
-    """Accepts connections and never answers: every request stalls."""
-
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.conns = []
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            self.conns.append(c)
-
-    def close(self):
-        self.sock.close()
-        for c in self.conns:
-            c.close()
 
 
 def test_interrupted_batch_returns_promptly():

@@ -193,3 +193,26 @@ def test_empty_objects_are_refused_not_crashed_on(engine, bucket, server):
         load(engine, f"s3://{bucket}/e/")
     with pytest.raises(hipobj.SafetensorsError, match="model.safetensors.index.json"):
         load(engine, f"s3://{bucket}/ei/")
+
+
+def test_interrupted_load_returns_promptly():
+    import _thread
+    import threading
+    import time
+
+    from conftest import SilentPeer, make_engine
+
+    peer = SilentPeer()
+    try:
+        with make_engine(peer.url, fabric="http") as eng:
+            timer = threading.Timer(0.5, _thread.interrupt_main)
+            start = time.monotonic()
+            timer.start()
+            try:
+                with pytest.raises(KeyboardInterrupt):
+                    eng.load_safetensors("s3://bucket/model/", device="cpu", framework="numpy")
+            finally:
+                timer.cancel()
+            assert time.monotonic() - start < 5
+    finally:
+        peer.close()

@@ -160,7 +160,8 @@ pub fn load(ctx: &mut Context, args: &LoadArgs) -> CommandResult {
     }
     let engine = b.build().map_err(|e| format!("engine: {e}"))?;
     let start = Instant::now();
-    let model = model::open(&engine, &uri.bucket, &uri.key).map_err(|e| e.to_string())?;
+    let model =
+        model::open(&engine, &uri.bucket, &uri.key, &mut || false).map_err(|e| e.to_string())?;
     let bufs = allocate(&engine, &model, args.device, rt.as_ref())?;
     let opts = FetchOptions::for_engine(&engine);
     let report = model::fetch(

@@ -203,15 +203,15 @@ fn local(e: impl std::fmt::Display) -> LoadError {
     LoadError::Local(e.to_string())
 }
 
-fn never_stop() -> bool {
-    false
-}
-
 /// Per read: the engine's outcome, and the bytes read.
 type ReadOutcomes = (Vec<Result<OpDone, OpFailure>>, Vec<Vec<u8>>);
 
 /// Small reads of whole objects or ranges into one scratch registration (headers, index).
-fn read_ranges(engine: &Engine, reads: &[(ObjectId, u64, u64)]) -> Result<ReadOutcomes, LoadError> {
+fn read_ranges(
+    engine: &Engine,
+    reads: &[(ObjectId, u64, u64)],
+    stop: &mut dyn FnMut() -> bool,
+) -> Result<ReadOutcomes, LoadError> {
     let total: u64 = reads.iter().map(|r| r.2).sum();
     if total == 0 {
         // Nothing to read (empty objects): every read succeeds with no bytes.
@@ -244,7 +244,7 @@ fn read_ranges(engine: &Engine, reads: &[(ObjectId, u64, u64)]) -> Result<ReadOu
             queues: engine.workers().len(),
             ..BatchOptions::default()
         },
-        &mut never_stop,
+        stop,
     );
     let mut results: Vec<Result<OpDone, OpFailure>> = reads
         .iter()
@@ -271,7 +271,11 @@ fn read_ranges(engine: &Engine, reads: &[(ObjectId, u64, u64)]) -> Result<ReadOu
     Ok((results, bytes))
 }
 
-fn heads(engine: &Engine, objects: &[ObjectId]) -> Vec<Result<OpDone, OpFailure>> {
+fn heads(
+    engine: &Engine,
+    objects: &[ObjectId],
+    stop: &mut dyn FnMut() -> bool,
+) -> Vec<Result<OpDone, OpFailure>> {
     let ops: Vec<Op> = objects
         .iter()
         .map(|&object| Op {
@@ -289,7 +293,7 @@ fn heads(engine: &Engine, objects: &[ObjectId]) -> Vec<Result<OpDone, OpFailure>
             queues: engine.workers().len(),
             ..BatchOptions::default()
         },
-        &mut never_stop,
+        stop,
     )
 }
 
@@ -301,7 +305,12 @@ fn is_not_found(r: &Result<OpDone, OpFailure>) -> bool {
 type Resolved = (Vec<String>, Option<(ShardIndex, String)>);
 
 /// Which keys hold the model named by `key` (see the module doc) and the index, if any.
-fn resolve(engine: &Engine, bucket: &str, key: &str) -> Result<Resolved, LoadError> {
+fn resolve(
+    engine: &Engine,
+    bucket: &str,
+    key: &str,
+    stop: &mut dyn FnMut() -> bool,
+) -> Result<Resolved, LoadError> {
     let index_key = if key.ends_with(".safetensors") {
         return Ok((vec![key.to_owned()], None));
     } else if key.ends_with(".json") {
@@ -318,7 +327,7 @@ fn resolve(engine: &Engine, bucket: &str, key: &str) -> Result<Resolved, LoadErr
             engine.object(bucket, &index_key).map_err(local)?,
             engine.object(bucket, &single_key).map_err(local)?,
         ];
-        let found = heads(engine, &ids);
+        let found = heads(engine, &ids, stop);
         match (&found[0], &found[1]) {
             (Ok(_), _) => index_key,
             (a @ Err(f), _) if !is_not_found(a) => {
@@ -337,7 +346,7 @@ fn resolve(engine: &Engine, bucket: &str, key: &str) -> Result<Resolved, LoadErr
         }
     };
     let id = engine.object(bucket, &index_key).map_err(local)?;
-    let size = match heads(engine, &[id]).remove(0) {
+    let size = match heads(engine, &[id], stop).remove(0) {
         Ok(d) => d.object_size,
         Err(f) => return Err(op_err(bucket, &index_key, "HEAD", f)),
     };
@@ -351,7 +360,7 @@ fn resolve(engine: &Engine, bucket: &str, key: &str) -> Result<Resolved, LoadErr
             "{size} bytes, over the {MAX_INDEX_LEN}-byte limit"
         ))));
     }
-    let (mut r, mut bytes) = read_ranges(engine, &[(id, 0, size)])?;
+    let (mut r, mut bytes) = read_ranges(engine, &[(id, 0, size)], stop)?;
     if let Err(f) = r.remove(0) {
         return Err(op_err(bucket, &index_key, "GET", f));
     }
@@ -362,14 +371,20 @@ fn resolve(engine: &Engine, bucket: &str, key: &str) -> Result<Resolved, LoadErr
 }
 
 /// Finds the model's files and reads and validates all their headers (nothing else moves).
-pub fn open(engine: &Engine, bucket: &str, key: &str) -> Result<Model, LoadError> {
-    let (keys, index) = resolve(engine, bucket, key)?;
+/// `stop` as in [`batch::run`].
+pub fn open(
+    engine: &Engine,
+    bucket: &str,
+    key: &str,
+    stop: &mut dyn FnMut() -> bool,
+) -> Result<Model, LoadError> {
+    let (keys, index) = resolve(engine, bucket, key, stop)?;
     let ids = keys
         .iter()
         .map(|k| engine.object(bucket, k).map_err(local))
         .collect::<Result<Vec<_>, _>>()?;
     let mut sizes = Vec::with_capacity(keys.len());
-    for (k, r) in keys.iter().zip(heads(engine, &ids)) {
+    for (k, r) in keys.iter().zip(heads(engine, &ids, stop)) {
         sizes.push(r.map_err(|f| op_err(bucket, k, "HEAD", f))?.object_size);
     }
     let header_err = |k: &str, source| LoadError::Header {
@@ -383,7 +398,7 @@ pub fn open(engine: &Engine, bucket: &str, key: &str) -> Result<Model, LoadError
         .zip(&sizes)
         .map(|(&id, &size)| (id, 0, size.min(HEADER_PROBE)))
         .collect();
-    let (results, mut firsts) = read_ranges(engine, &probes)?;
+    let (results, mut firsts) = read_ranges(engine, &probes, stop)?;
     let mut lens = Vec::with_capacity(keys.len());
     for (i, r) in results.into_iter().enumerate() {
         let done = r.map_err(|f| op_err(bucket, &keys[i], "reading the header", f))?;
@@ -399,7 +414,7 @@ pub fn open(engine: &Engine, bucket: &str, key: &str) -> Result<Model, LoadError
         })
         .collect();
     if rest.iter().any(|r| r.2 > 0) {
-        let (results, more) = read_ranges(engine, &rest)?;
+        let (results, more) = read_ranges(engine, &rest, stop)?;
         for (i, (r, more)) in results.into_iter().zip(more).enumerate() {
             let done = r.map_err(|f| op_err(bucket, &keys[i], "reading the header", f))?;
             check_size(bucket, &keys[i], &done, sizes[i])?;
