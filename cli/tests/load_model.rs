@@ -115,7 +115,8 @@ fn a_sharded_model_loads_exactly_over_rdma_and_a_corrupt_header_loads_nothing() 
     // Shard 1 is one run of 9 MiB + 20 bytes: an 8 MiB read, then the rest of `big` with the
     // two small tensors coalesced behind it; shard 2 is one read.
     assert_eq!(report.requests, 3);
-    assert_eq!(report.paths, [("rdma-soft", loaded.data_bytes())]);
+    assert_eq!(report.paths.0, [("rdma-soft", loaded.data_bytes())]);
+    assert_eq!(report.paths.dialect(), "rc-persistent");
     assert_eq!(report.verification, [Some(Verification::RangeChecksums); 2]);
     for (f, (buf, file)) in loaded.files.iter().zip(bufs.iter().zip([&one, &two])) {
         let start = usize::try_from(f.header.data_start).unwrap();
@@ -153,5 +154,6 @@ fn a_sharded_model_loads_exactly_over_rdma_and_a_corrupt_header_loads_nothing() 
     assert_eq!(v["tensors"], 4);
     assert_eq!(v["bytes"], loaded.data_bytes());
     assert_eq!(v["paths"], json!({"rdma-soft": loaded.data_bytes()}));
+    assert_eq!(v["dialect"], "rc-persistent");
     assert_eq!(v["files"][0]["verification"], "range-checksums");
 }

@@ -126,7 +126,7 @@ pub fn run<'py>(
     r.set_item("seconds_headers", headers_done)?;
     r.set_item("seconds_allocate", registered - headers_done)?;
     r.set_item("seconds_fetch", seconds - registered)?;
-    r.set_item("paths", report.paths.clone())?;
-    r.set_item("dialects", report.dialects.clone())?;
+    r.set_item("paths", report.paths.0.clone())?;
+    r.set_item("dialects", report.paths.1.clone())?;
     Ok((files, r))
 }

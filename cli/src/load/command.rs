@@ -238,8 +238,8 @@ pub fn load(ctx: &mut Context, args: &LoadArgs) -> CommandResult {
         "gb_per_s": gbps,
         "requests": report.requests,
         "files": files,
-        "paths": Value::Object(report.paths.iter().map(|(p, b)| ((*p).to_owned(), (*b).into())).collect()),
-        "dialects": Value::Object(report.dialects.iter().map(|(p, b)| ((*p).to_owned(), (*b).into())).collect()),
+        "paths": report.paths.to_json(),
+        "dialect": report.paths.dialect(),
     });
     if args.tensors {
         out["tensor_list"] = model

@@ -26,6 +26,7 @@ use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
 
 use super::batch::{self, BatchOptions, Op, OpDone, OpFailure, OpKind};
 use crate::client::S3Client;
+use crate::engine_io::PathBytes;
 
 /// Bytes of a file read to find its header (most headers fit; longer ones take a second read).
 pub const HEADER_PROBE: u64 = 256 << 10;
@@ -111,10 +112,8 @@ pub struct FetchReport {
     pub bytes: u64,
     /// Per file, in [`Model::files`] order.
     pub verification: Vec<Option<Verification>>,
-    /// Bytes per path (`http`, `rdma-soft`, ...), first-seen order.
-    pub paths: Vec<(&'static str, u64)>,
-    /// Bytes per dialect, first-seen order.
-    pub dialects: Vec<(&'static str, u64)>,
+    /// Bytes per data path and per wire dialect (the shape `get` and `put` report).
+    pub paths: PathBytes,
 }
 
 /// Why a load failed.
@@ -593,8 +592,8 @@ pub fn fetch(
         check_size(&model.bucket, &f.key, &done, f.size)?;
         all_verified[i] &= done.verified;
         report.bytes += done.bytes;
-        crate::bench::add_path_bytes(&mut report.paths, done.path, done.bytes);
-        crate::bench::add_path_bytes(&mut report.dialects, done.dialect, done.bytes);
+        crate::bench::add_path_bytes(&mut report.paths.0, done.path, done.bytes);
+        crate::bench::add_path_bytes(&mut report.paths.1, done.dialect, done.bytes);
     }
     for (i, f) in model.files.iter().enumerate() {
         let v = match checksums.as_deref_mut() {
