@@ -23,6 +23,7 @@ struct DlDevice {
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct DlDataType {
+    #[allow(dead_code)] // laid out as DLPack defines it; only the size matters here
     code: u8,
     bits: u8,
     lanes: u16,
@@ -121,7 +122,6 @@ pub fn describe(capsule: &Bound<'_, PyCapsule>) -> Result<Span, String> {
             t.dtype.bits, t.dtype.lanes
         ));
     }
-    let _ = t.dtype.code;
     let mut elements: u64 = 1;
     for &d in shape {
         let d = u64::try_from(d).map_err(|_| format!("DLPack shape {shape:?}"))?;
