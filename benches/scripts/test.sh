@@ -18,6 +18,10 @@ if [ "${HIPOBJ_REQUIRE_HIP:-}" = 1 ]; then
 fi
 # The fuzz workspace: every target builds on stable and replays its seed corpus.
 cargo test --manifest-path fuzz/Cargo.toml --locked
+# The Python package (python/): wheel built in the dev profile, pytest against our gateway and
+# s3s-fs. What cannot run here (no maturin/pytest/numpy, no torch) is counted below.
+echo "== Python package tests"
+./benches/scripts/python-tests.sh 2>&1 | tee -a "$LOG"
 # One line: the ignored tests that no later run in this script ran, grouped by their reason.
 python3 - "$LOG" <<'PY'
 import re, sys, collections
@@ -29,6 +33,14 @@ for line in open(sys.argv[1], errors="replace"):
     m = re.match(r"test (\S+) \.\.\. ok$", line.rstrip())
     if m:
         ran.add(m.group(1))
+    # pytest -rs: "SKIPPED [2] python/tests/x.py:150: could not import 'torch'"
+    m = re.match(r"SKIPPED \[(\d+)\] (\S+?):\d+: (.*)$", line.rstrip())
+    if m:
+        for i in range(int(m.group(1))):
+            ignored["%s#%d" % (m.group(2) + m.group(3), i)] = "python: " + m.group(3)
+    m = re.match(r"python tests: SKIPPED, not run: (.*)$", line.rstrip())
+    if m:
+        ignored["python tests"] = "python package tests: " + m.group(1)
 left = collections.Counter(r for t, r in ignored.items() if t not in ran)
 print("did not run here: %d test(s)%s" % (sum(left.values()),
       "".join("; %d %s" % (n, r) for r, n in left.most_common()) if left else ""))

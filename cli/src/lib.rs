@@ -9,6 +9,7 @@ pub mod embedded;
 pub mod engine_io;
 pub mod interrupt;
 pub mod json_out;
+pub mod load;
 pub mod net;
 pub mod quiet_log;
 pub mod relay;

@@ -44,6 +44,9 @@ enum Command {
     Mb(commands::MbArgs),
     /// Delete a bucket (--force: its objects first).
     Rb(commands::RbArgs),
+    /// Load a safetensors model (s3://BUCKET/PREFIX/) into host memory or VRAM through the
+    /// engine and print tensors, bytes, seconds and GB/s.
+    Load(hipobj_cli::load::command::LoadArgs),
     /// Run N range-gets of size S at random aligned offsets of an object and print a results table.
     Bench {
         #[command(flatten)]
@@ -198,6 +201,9 @@ fn main() -> ExitCode {
         })),
         Command::Rb(a) => exit(commands::run(&a.client.or(before), |ctx| {
             commands::rb(ctx, a)
+        })),
+        Command::Load(a) => exit(commands::run(&a.client.or(before), |ctx| {
+            hipobj_cli::load::command::load(ctx, a)
         })),
     }
 }

@@ -1,0 +1,183 @@
+"""hipobj: S3 objects straight into numpy arrays, torch/cupy tensors and GPU memory.
+
+>>> import hipobj
+>>> with hipobj.Engine(endpoint="http://127.0.0.1:9000") as eng:
+...     tensors = eng.load_safetensors("s3://models/llama/", device="cuda:0")
+
+Credentials follow the AWS conventions: ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` /
+``AWS_SESSION_TOKEN``, ``AWS_PROFILE`` and ``~/.aws/credentials``, ``AWS_REGION``,
+``AWS_ENDPOINT_URL``; keyword arguments override them. The engine speaks ``http://`` endpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import Any, Iterable, List, Optional, Sequence, Tuple
+
+from . import _native
+from ._errors import (
+    BatchError,
+    ConfigError,
+    HipobjError,
+    IntegrityError,
+    InvalidURLError,
+    S3Error,
+    SafetensorsError,
+    UnsupportedError,
+)
+from ._memory import adapt as _adapt
+from . import _safetensors
+
+__version__ = _native.__version__
+__all__ = [
+    "Engine", "load_safetensors", "HipobjError", "ConfigError", "InvalidURLError", "S3Error",
+    "IntegrityError", "SafetensorsError", "UnsupportedError", "BatchError",
+]
+
+Item = Tuple[Any, ...]
+
+
+def _normalize(items: Iterable[Item]) -> List[Tuple[str, str, Any, int, Optional[int]]]:
+    out = []
+    for it in items:
+        if not isinstance(it, (tuple, list)) or not 2 <= len(it) <= 4:
+            raise TypeError("each item is (url, dest[, offset[, length]])")
+        url, dest = it[0], it[1]
+        offset = int(it[2]) if len(it) > 2 and it[2] is not None else 0
+        length = int(it[3]) if len(it) > 3 and it[3] is not None else None
+        if offset < 0 or (length is not None and length < 0):
+            raise ValueError("offset and length must be >= 0")
+        out.append(("get", str(url), _adapt(dest), offset, length))
+    return out
+
+
+class Engine:
+    """The hipObject engine: worker threads, connections and registered memory.
+
+    ``fabric``: ``"auto"`` (RDMA when the endpoint pairs, else HTTP), ``"soft"``, ``"verbs"``,
+    ``"http"``. ``workers``: engine threads (default: one per NUMA node or RDMA NIC);
+    ``connections``: connections per worker (default 32). ``gpu``: look for a CUDA/HIP
+    runtime so CUDA tensors can be destinations.
+
+    Do not touch a buffer from another thread while a call that moves its bytes runs.
+    """
+
+    def __init__(
+        self,
+        endpoint: Optional[str] = None,
+        region: Optional[str] = None,
+        fabric: str = "auto",
+        *,
+        access_key: Optional[str] = None,
+        secret_key: Optional[str] = None,
+        session_token: Optional[str] = None,
+        profile: Optional[str] = None,
+        dialect: str = "auto",
+        workers: Optional[int] = None,
+        connections: Optional[int] = None,
+        gpu: bool = True,
+    ) -> None:
+        self._native = _native.NativeEngine(
+            endpoint, region, access_key, secret_key, session_token, profile,
+            fabric, dialect, workers, connections, gpu,
+        )
+        #: The report of the last ``load_safetensors`` on this engine (bytes, requests,
+        #: seconds and their split, bytes per path and dialect, each file's verification).
+        self.last_load_report: Optional[dict] = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stops the engine (idempotent)."""
+        self._native.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._native.closed
+
+    @property
+    def endpoint(self) -> str:
+        return self._native.endpoint
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- transfers -------------------------------------------------------------------------
+    def _run(self, items) -> Tuple[List[Optional[int]], List[Tuple[int, BaseException]]]:
+        outcomes = self._native.transfer(items)
+        results: List[Optional[int]] = []
+        errors: List[Tuple[int, BaseException]] = []
+        for i, o in enumerate(outcomes):
+            if isinstance(o, BaseException):
+                results.append(None)
+                errors.append((i, o))
+            else:
+                results.append(o)
+        return results, errors
+
+    def get_into(self, url: str, dest: Any, offset: int = 0, length: Optional[int] = None) -> int:
+        """Reads ``length`` bytes (default: the rest of the object) at ``offset`` of ``url``
+        into ``dest`` (a DLPack or buffer-protocol object: numpy array, torch/cupy tensor on
+        CPU or CUDA, bytearray, memoryview) with no copy in Python. Returns the bytes read."""
+        results, errors = self._run(_normalize([(url, dest, offset, length)]))
+        if errors:
+            raise errors[0][1]
+        return results[0] or 0
+
+    def put_from(self, url: str, src: Any) -> int:
+        """Uploads all of ``src`` (DLPack, buffer protocol or bytes) as the object ``url``
+        (at most 5 GiB). Returns the bytes sent."""
+        results, errors = self._run([("put", str(url), _adapt(src), 0, None)])
+        if errors:
+            raise errors[0][1]
+        return results[0] or 0
+
+    def get_many(self, items: Sequence[Item]) -> List[int]:
+        """Runs every ``(url, dest[, offset[, length]])`` at once with the GIL released, and
+        returns when all finished: the bytes read per item, or :class:`BatchError` naming each
+        failure (the other items completed). Ctrl-C stops the batch (KeyboardInterrupt)."""
+        results, errors = self._run(_normalize(items))
+        if errors:
+            raise BatchError(errors, results)
+        return [r or 0 for r in results]
+
+    async def get_many_async(self, items: Sequence[Item]) -> List[int]:
+        """``get_many`` on a worker thread, awaitable from asyncio (the event loop keeps
+        running: the batch holds no GIL while bytes move)."""
+        normalized = _normalize(items)
+        loop = asyncio.get_running_loop()
+        results, errors = await loop.run_in_executor(None, functools.partial(self._run, normalized))
+        if errors:
+            raise BatchError(errors, results)
+        return [r or 0 for r in results]
+
+    def load_safetensors(self, url_or_prefix: str, device: str = "cuda:0", dtype: Any = None,
+                         framework: Optional[str] = None) -> dict:
+        """See :func:`hipobj.load_safetensors`."""
+        tensors, self.last_load_report = _safetensors.load(self._native, url_or_prefix, device, dtype, framework)
+        return tensors
+
+
+def load_safetensors(url_or_prefix: str, device: str = "cuda:0", dtype: Any = None, *,
+                     engine: Optional[Engine] = None, framework: Optional[str] = None,
+                     **engine_options: Any) -> dict:
+    """Loads a safetensors model from S3: ``{name: tensor}``.
+
+    ``url_or_prefix``: ``s3://bucket/model/`` (holding ``model.safetensors.index.json`` for a
+    sharded model, or ``model.safetensors``), an index ``.json``, or one ``.safetensors`` file.
+    ``device``: ``"cuda:N"`` (torch tensors in VRAM) or ``"cpu"`` (torch tensors, or numpy
+    arrays when torch is absent or ``framework="numpy"``). ``dtype``: cast every tensor.
+
+    Every header is read (one ranged GET each, a second only for headers over 256 KiB) and
+    validated before any tensor byte moves; each file then lands in one buffer through
+    batched range-gets and is verified against the server's checksums when it keeps them.
+    The tensors are views of those buffers. On any error nothing is returned.
+    ``engine_options`` go to :class:`Engine` when ``engine`` is not given.
+    """
+    if engine is not None:
+        return engine.load_safetensors(url_or_prefix, device, dtype, framework)
+    with Engine(**engine_options) as eng:
+        return eng.load_safetensors(url_or_prefix, device, dtype, framework)

@@ -1,0 +1,180 @@
+//! `hipobj._native.NativeEngine`: the engine behind `hipobj.Engine`.
+
+use std::sync::{Arc, RwLock};
+
+use engine::{Engine, Fabric, Placement};
+use hipobj_cli::client::ClientSettings;
+use hipobj_cli::load::batch::BatchOptions;
+use hipobj_cli::net::tls::TlsOptions;
+use hipobj_cli::net::transport::Timeouts;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use s3_lite::credentials::{self, Overrides, ProcessEnvironment};
+use s3_lite::s3::Endpoint;
+
+use crate::errors::make;
+use crate::state::State;
+use crate::{load, transfer};
+
+/// The engine, its endpoint and signing identity (resolved like the AWS CLI does).
+#[pyclass(module = "hipobj._native", frozen)]
+pub struct NativeEngine {
+    state: RwLock<Option<Arc<State>>>,
+}
+
+fn parse_fabric(s: &str) -> PyResult<Fabric> {
+    match s {
+        "auto" => Ok(Fabric::Auto),
+        "soft" => Ok(Fabric::Soft),
+        "verbs" => Ok(Fabric::Verbs),
+        "http" => Ok(Fabric::Http),
+        _ => Err(PyValueError::new_err(format!(
+            "fabric {s:?}: expected 'auto', 'soft', 'verbs' or 'http'"
+        ))),
+    }
+}
+
+impl NativeEngine {
+    fn state(&self) -> PyResult<Arc<State>> {
+        self.state
+            .read()
+            .map_err(|_| PyRuntimeError::new_err("engine lock poisoned"))?
+            .clone()
+            .ok_or_else(|| PyRuntimeError::new_err("the engine is closed"))
+    }
+}
+
+#[pymethods]
+impl NativeEngine {
+    /// See `hipobj.Engine`.
+    #[new]
+    #[pyo3(signature = (endpoint=None, region=None, access_key=None, secret_key=None,
+                        session_token=None, profile=None, fabric="auto", dialect="auto",
+                        workers=None, connections=None, gpu=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        endpoint: Option<String>,
+        region: Option<String>,
+        access_key: Option<String>,
+        secret_key: Option<String>,
+        session_token: Option<String>,
+        profile: Option<String>,
+        fabric: &str,
+        dialect: &str,
+        workers: Option<usize>,
+        connections: Option<usize>,
+        gpu: bool,
+    ) -> PyResult<Self> {
+        let fabric = parse_fabric(fabric)?;
+        let dialect =
+            hipobj_cli::engine_io::parse_dialect(dialect).map_err(PyValueError::new_err)?;
+        let overrides = Overrides {
+            access_key_id: access_key,
+            secret_access_key: secret_key,
+            session_token,
+            profile,
+            region,
+            endpoint_url: endpoint,
+        };
+        let resolved = credentials::resolve(&overrides, &ProcessEnvironment)
+            .map_err(|e| make(py, "ConfigError", &e.to_string(), &[]))?;
+        let url = resolved.endpoint_url.clone().ok_or_else(|| {
+            make(
+                py,
+                "ConfigError",
+                "no endpoint: pass Engine(endpoint='http://host:port') or set AWS_ENDPOINT_URL \
+                 (the engine speaks http:// endpoints)",
+                &[],
+            )
+        })?;
+        let ep = Endpoint::parse(&url)
+            .map_err(|e| make(py, "ConfigError", &format!("endpoint {url:?}: {e}"), &[]))?;
+        let mut b = Engine::builder()
+            .endpoint_url(&url)
+            .credentials(resolved.credentials.clone())
+            .region(&resolved.region)
+            .fabric(fabric)
+            .dialect(dialect);
+        if let Some(n) = workers {
+            b = b.placement(Placement::Workers(n));
+        }
+        if let Some(n) = connections {
+            b = b.connections_per_worker(n);
+        }
+        if gpu && let Ok(rt) = engine::gpu::try_detect() {
+            b = b.gpu(rt);
+        }
+        let engine = py
+            .detach(|| b.build())
+            .map_err(|e| make(py, "ConfigError", &format!("engine: {e}"), &[]))?;
+        let queues = engine.workers().len().max(1);
+        let per_queue = u32::try_from(connections.unwrap_or(32).clamp(1, 1024)).unwrap_or(32);
+        let settings = ClientSettings {
+            endpoint: ep,
+            credentials: resolved.credentials,
+            region: resolved.region,
+            tls: TlsOptions::default(),
+            timeouts: Timeouts::default(),
+        };
+        Ok(Self {
+            state: RwLock::new(Some(Arc::new(State {
+                engine,
+                settings,
+                endpoint: url,
+                batch: BatchOptions {
+                    queues,
+                    depth: per_queue,
+                    ..BatchOptions::default()
+                },
+            }))),
+        })
+    }
+
+    /// Stops the engine's workers (idempotent). Calls in progress on other threads finish
+    /// first: they hold the engine until they return.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = self
+            .state
+            .write()
+            .map_err(|_| PyRuntimeError::new_err("engine lock poisoned"))?
+            .take();
+        py.detach(|| drop(taken));
+        Ok(())
+    }
+
+    /// Whether `close` ran.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.state.read().map_or(true, |s| s.is_none())
+    }
+
+    /// The endpoint URL.
+    #[getter]
+    fn endpoint(&self) -> PyResult<String> {
+        Ok(self.state()?.endpoint.clone())
+    }
+
+    /// Runs `items` (`(kind, url, memory, offset, length)`, kind `"get"` or `"put"`) at once
+    /// and returns, per item, the bytes moved or the exception instance it failed with.
+    fn transfer<'py>(
+        &self,
+        py: Python<'py>,
+        items: Vec<transfer::Item<'py>>,
+    ) -> PyResult<Vec<Py<PyAny>>> {
+        transfer::run(py, &*self.state()?, items)
+    }
+
+    /// Loads a safetensors model: `alloc(nbytes, file_index)` returns each file's destination
+    /// (anything `transfer` accepts, at least `nbytes` long). Returns `(files, report)`: per
+    /// file a dict `{key, buffer, tensors: [(name, dtype, shape, begin, end)], metadata,
+    /// verification}`.
+    fn load_safetensors<'py>(
+        &self,
+        py: Python<'py>,
+        url: &str,
+        alloc: Bound<'py, PyAny>,
+    ) -> PyResult<load::Loaded<'py>> {
+        load::run(py, &*self.state()?, url, &alloc)
+    }
+}
