@@ -17,7 +17,7 @@ BIN=.gpu-bin-capi
 
 if [ "${1:-}" = build ]; then
   set -e
-  exe=$(cargo test --release -p hipobj-capi --test c_programs --no-run --message-format=json 2>/dev/null \
+  exe=$(cargo test --profile capi-release -p hipobj-capi --test c_programs --no-run --message-format=json 2>/dev/null \
     | python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
