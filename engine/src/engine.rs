@@ -17,7 +17,7 @@ use s3_lite::sigv4::Signer;
 use crate::config::{EngineBuilder, RetryPolicy};
 use crate::error::EngineError;
 use crate::fabric::http::HttpFabric;
-use crate::gpu::stager::GpuStaging;
+use crate::worker::stager::GpuStaging;
 use crate::gpu::{DevicePtr, GpuRuntime, PointerKind, StagingCounters};
 use crate::memory::raw::RawMem;
 use crate::memory::{BufferView, DeviceMirror, RegisterOptions, Registry};

@@ -15,7 +15,7 @@
 //!
 //! Device registrations ([`crate::Engine::register_device`]): the region's memory is pinned
 //! host memory from the GPU runtime, a *mirror* of a device range of the same length. The
-//! fabrics see only the mirror; the worker's stager (`gpu::stager`) copies a completed GET's
+//! fabrics see only the mirror; the worker's stager (`worker/stager.rs`) copies a completed GET's
 //! bytes mirror → device before posting its completion, and a PUT's bytes device → mirror
 //! before starting it. The lease protocol covers both copies because the stager holds the
 //! operation (and so its lease) until the copy has finished.

@@ -15,6 +15,7 @@
 mod event_loop;
 pub(crate) mod handoff;
 mod outcome;
+pub(crate) mod stager;
 
 use std::sync::Arc;
 use std::sync::PoisonError;

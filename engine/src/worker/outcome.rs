@@ -8,7 +8,7 @@ use ring_api::{Cqe, ErrorClass, ErrorCode};
 use super::event_loop::Worker;
 use super::handoff::Msg;
 use crate::fabric::{AUX_VERIFIED, Outcome, Retry};
-use crate::gpu::stager;
+use super::stager;
 use crate::inflight::{InFlight, MultipartOp, OpKey, OpKind, Phase, QueueRef};
 use crate::timers::TimerKind;
 

@@ -8,7 +8,7 @@
 //! - **GET / RangeGet**: when the fabric reports an operation done, the worker hands it here
 //!   ([`Stager::land`]) instead of completing it. At the end of the turn [`Stager::flush`] sorts
 //!   everything that landed by (device, registration, offset), merges ranges contiguous on both
-//!   sides into copies of at most the coalescing limit ([`super::coalesce::plan`]), queues the
+//!   sides into copies of at most the coalescing limit ([`crate::gpu::coalesce::plan`]), queues the
 //!   host → device copies on the stager's own stream and records one event after them.
 //!   While two such batches are in flight, newly landed GETs wait for the next one, so a busy
 //!   copy engine makes batches larger instead of launches more numerous.
@@ -36,18 +36,12 @@ use std::sync::atomic::Ordering;
 
 use ring_api::{Cqe, ErrorClass, ErrorCode};
 
-use super::coalesce::{CopyRange, plan};
-use super::{DevicePtr, GpuError, GpuEvent, GpuRuntime, GpuStream};
+use crate::gpu::coalesce::{CopyRange, plan};
+use crate::gpu::{DevicePtr, GpuError, GpuEvent, GpuRuntime, GpuStream};
 use crate::inflight::{InFlight, OpKey};
 use crate::memory::{DeviceSpan, LeaseGuard};
 
-pub use super::staging_stats::StagingCounters;
-pub(crate) use super::staging_stats::{GpuStaging, StagingStats};
-
-/// Default upper bound of one merged copy: large enough for the copy engine's full rate
-/// (≥ 4 MiB reached 96% of the pinned ceiling on the H200), small enough that the first
-/// completions of a batch are not held back long.
-pub const DEFAULT_COALESCE_LIMIT: u64 = 8 << 20;
+pub(crate) use crate::gpu::staging_stats::{GpuStaging, StagingStats};
 
 /// Host → device batches in flight at once. While both are busy, landed GETs wait and join
 /// the next batch: the copy engine stays fed (one batch runs while the next is queued) and
@@ -60,18 +54,13 @@ const MAX_GET_BATCHES: usize = 2;
 /// earlier for less worker time than the turn they would otherwise wait.
 const SPIN_BYTES: u64 = 2 << 20;
 
-/// Default upper bound of that wait (`EngineBuilder::gpu_poll_spin`): none. On the H200 lane
-/// (docs/gpu.md, 2026-11-30) a 150 µs spin gave no measurable gain for 64 KiB ranges over the
-/// soft fabric and cost throughput in one run, so it is opt-in.
-pub const DEFAULT_POLL_SPIN: std::time::Duration = std::time::Duration::ZERO;
-
 /// Host → device bytes after which the stager records an event between the copies of one
 /// batch, so an operation completes when *its* copy has finished, not when the last copy of
 /// its batch has: a batch of eight 16 MiB ranges otherwise holds the first range's completion
 /// for seven more copies (≈ 2 ms at 55 GB/s). Small copies share an event (an event record is
 /// a driver call of a few µs, as long as a 64 KiB copy), so 64 KiB ranges pay ≈ one record
 /// per MiB.
-pub const EVENT_BYTES: u64 = 1 << 20;
+pub(crate) const EVENT_BYTES: u64 = 1 << 20;
 
 /// Operations whose copies were queued together on one stream.
 ///
@@ -556,7 +545,7 @@ impl Stager {
 
     /// [`Stager::poll`], then, while only a few small host → device copies are in flight
     /// (≤ [`SPIN_BYTES`]), keeps querying their events for at most the configured spin
-    /// ([`DEFAULT_POLL_SPIN`]), so their
+    /// ([`crate::gpu::DEFAULT_POLL_SPIN`]), so their
     /// completions go out with this turn instead of the next one. Never a blocking sync: a
     /// copy that takes longer is simply found done on a later turn.
     pub(crate) fn poll_briefly(&mut self, stats: &StagingStats, out: &mut Finished) {
