@@ -317,7 +317,10 @@ mod tests {
             panic!("create should start")
         };
         assert_eq!(create.multipart, Some(MultipartOp::Create));
-        assert!(!create.may_retry, "a lost Create answer is not repeated");
+        assert!(
+            create.may_retry,
+            "a Create that met a transient failure is repeated (worst case: an orphan upload)"
+        );
         let unknown = UploadPart::new(o, UploadHandle(5), p(1), BufSlice::new(h, 0, 10)).build();
         assert_eq!(
             error_of(dispatch_with(&unknown, Q, &c, &table)),

@@ -88,10 +88,20 @@ pub(crate) enum MultipartOp {
 
 impl MultipartOp {
     /// Whether a failed attempt may be repeated. A part re-sent from the same pinned bytes
-    /// replaces itself; Complete and Abort name a fixed upload id. Create is not repeated: a
-    /// lost answer would leave an upload open on the server that nobody can name.
+    /// replaces itself; Complete, Abort and the stored-object HEAD name a fixed upload id or
+    /// object. Create is repeated too: a transient failure (503 SlowDown, a reset before any
+    /// answer) at worst leaves an upload open on the server that nobody names, which S3 clients
+    /// routinely leave behind and bucket lifecycle rules (`AbortIncompleteMultipartUpload`)
+    /// clean up; the upload id we use is always the one of the answer we read. Every variant is
+    /// listed so a new step has to make this choice.
     pub(crate) fn idempotent(&self) -> bool {
-        !matches!(self, Self::Create)
+        match self {
+            Self::Create
+            | Self::Part { .. }
+            | Self::Complete { .. }
+            | Self::Abort { .. }
+            | Self::VerifyStored { .. } => true,
+        }
     }
 }
 

@@ -531,16 +531,90 @@ fn fault_campaign() {
     campaign(false);
 }
 
-/// The same table, where the first clean op after every fault must already succeed. Known
-/// to fail today (findings of issue 17's campaign, in the engine's HTTP connection reuse,
-/// `engine/src/fabric/http`): after a response with more bytes than its `Content-Length`
-/// (`lower-content-length`) or a connection closed by the peer mid-flow (`truncate-after`,
-/// `content-length-minus`) on a multipart flow, the next op reuses the poisoned keep-alive
-/// connection and fails once (`Protocol`, `ConnectionReset`).
+/// The same table, where the first clean op after every fault must already succeed: after a
+/// response with more bytes than its `Content-Length` (`lower-content-length`), one cut short
+/// (`content-length-minus`) or a connection the peer closed mid-flow (`truncate-after`), the
+/// next op must not meet the damaged keep-alive connection (the engine pools a connection
+/// only after a clean exchange and probes an idle one before reusing it,
+/// `engine/src/fabric/http`), and a CreateMultipart that meets a stale connection is retried.
+/// Failed on the engine before those fixes (9 multipart cells: `Protocol`, `ConnectionReset`,
+/// `TimedOut` on the first clean op).
 #[test]
-#[ignore = "known engine finding: a poisoned keep-alive connection fails the next op once (engine/src/fabric/http); run with --ignored after a fix"]
 fn fault_campaign_strict_recovery() {
     campaign(true);
+}
+
+/// One engine (HTTP) behind one relay with `spec`; the relay's counters tell whether it hit.
+fn faulted_client(sh: &Shared, spec: &str) -> (Client, Relay) {
+    let gw = sh.gw.local_addr().to_string();
+    let relay = Relay::start("127.0.0.1:0", &gw, vec![Fault::parse(spec).unwrap()]).unwrap();
+    let client = Client::new(relay.addr(), Wire::Http);
+    (client, relay)
+}
+
+/// CreateMultipartUpload is retried after a transient failure (a `503 SlowDown`, a reset
+/// before any answer): the op succeeds, flagged retried, and the upload it names works. Before
+/// the fix Create was never retried and completed `SlowDown` / `ConnectionReset`.
+#[test]
+fn create_multipart_is_retried_after_a_transient_failure() {
+    let sh = shared();
+    for spec in ["slowdown,times=1", "reset-after=0,times=1"] {
+        let (mut client, relay) = faulted_client(&sh, spec);
+        let key = format!("create-retry/{}", spec.replace([',', '='], "_"));
+        let obj = client.object(&key);
+        let d = OP_DEADLINE.as_nanos() as u64;
+        let c = client.run(CreateMultipart::new(obj).deadline_ns(d).build());
+        assert!(relay.stats().faults() > 0, "{spec}: the fault was not hit");
+        assert!(
+            c.is_ok(),
+            "{spec}: Create failed: {:?} ({:?})",
+            c.error_code(),
+            c.error_class()
+        );
+        assert!(c.retried(), "{spec}: Create succeeded without a retry");
+        // The handle names a live upload: one part and Complete store the object.
+        let upload = UploadHandle(u32::try_from(c.aux()).unwrap());
+        let part = pattern(PARTS[0], 7);
+        client.engine.copy_in(client.buf, 0, &part).unwrap();
+        let n = PartNumber::new(1).unwrap();
+        let c = client.run(
+            UploadPart::new(obj, upload, n, BufSlice::new(client.buf, 0, part.len() as u64))
+                .deadline_ns(d)
+                .build(),
+        );
+        assert!(c.is_ok(), "{spec}: part: {:?}", c.error_code());
+        let c = client.run(CompleteMultipart::new(obj, upload, n).deadline_ns(d).build());
+        assert!(c.is_ok(), "{spec}: complete: {:?}", c.error_code());
+        assert_eq!(stored(sh.gw.local_addr(), &key), Some(part), "{spec}");
+    }
+    sh.gw.shutdown();
+}
+
+/// A PUT whose body is damaged on the way is refused by the gateway with `400 BadDigest`
+/// (it checks the `x-amz-checksum-crc64nvme` the engine sends); the engine completes it
+/// `Integrity`/Integrity, not `InvalidArgument`/Client as it did before, and nothing is stored.
+#[test]
+fn bad_digest_completes_integrity() {
+    let sh = shared();
+    let (mut client, relay) = faulted_client(&sh, "flip-request=1000");
+    let data = pattern(PUT_LEN, 9);
+    client.engine.copy_in(client.buf, 0, &data).unwrap();
+    let obj = client.object("bad-digest");
+    let c = client.run(
+        Put::new(obj, BufSlice::new(client.buf, 0, data.len() as u64))
+            .deadline_ns(OP_DEADLINE.as_nanos() as u64)
+            .build(),
+    );
+    assert!(relay.stats().faults() > 0, "the request body was not flipped");
+    assert_eq!(
+        (c.error_code(), c.error_class()),
+        (
+            Some(ring_api::ErrorCode::Integrity),
+            Some(ring_api::ErrorClass::Integrity)
+        )
+    );
+    assert_eq!(stored(sh.gw.local_addr(), "bad-digest"), None);
+    sh.gw.shutdown();
 }
 
 fn campaign(strict: bool) {

@@ -23,7 +23,9 @@ use s3_lite::net::transport::Transport;
 
 use super::tls::TlsContext;
 
-use super::response::{MAX_XML_ANSWER, Plan, finish_multipart, needs_stored_check, plan_for};
+use super::response::{
+    MAX_XML_ANSWER, Plan, error_outcome, finish_multipart, needs_stored_check, plan_for,
+};
 use crate::fabric::{Outcome, Retry};
 use crate::inflight::{InFlight, OpKind};
 
@@ -132,6 +134,20 @@ fn io_fail(reused: bool, got_bytes: bool) -> Step {
 const CERTIFICATE_REFUSED: Outcome =
     Outcome::fail(ErrorCode::AccessDenied, ErrorClass::Transport, Retry::No);
 
+/// Whether an exchange that ended with `outcome` leaves a connection nobody should trust
+/// with another request: the answer did not parse or contradicted itself (class
+/// `Integrity`), so the bytes that followed its framing may belong to it (a body longer than
+/// its `Content-Length`, a server that cut its answer short and closes).
+fn untrustworthy(outcome: Outcome) -> bool {
+    matches!(
+        outcome,
+        Outcome::Failed {
+            class: ErrorClass::Integrity,
+            ..
+        }
+    )
+}
+
 const fn integrity(code: ErrorCode) -> Outcome {
     Outcome::fail(code, ErrorClass::Integrity, Retry::No)
 }
@@ -217,10 +233,30 @@ impl Conn {
         }
     }
 
-    /// Probes an idle connection: `true` if the socket has nothing to say (would block).
+    /// Probes an idle connection without consuming anything a request could need: `true` only
+    /// if no unread input is buffered and the socket has nothing to say (would block). A
+    /// connection the server closed (end of stream, reset) or that holds bytes nobody asked for
+    /// (a response longer than its framing said) is not healthy and must not carry a request.
+    ///
+    /// Plain TCP is peeked (`MSG_PEEK`). TLS reads through the record layer: a session ticket
+    /// or other handshake record is consumed there and yields no plaintext (would block), while
+    /// any plaintext is unread response bytes.
     pub(crate) fn idle_is_healthy(&mut self) -> bool {
+        if self.rstart != self.rend {
+            return false;
+        }
         let mut probe = [0u8; 1];
-        matches!(self.stream.read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+        loop {
+            let r = match &mut self.stream {
+                Transport::Plain(s) => s.peek(&mut probe),
+                tls @ Transport::Tls(_) => tls.read(&mut probe),
+            };
+            match r {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                _ => return false,
+            }
+        }
     }
 
     /// Makes as much progress on the exchange of `op` as the socket allows.
@@ -464,10 +500,11 @@ impl Conn {
     }
 
     fn finish(&mut self, op: &InFlight) -> Step {
-        let reusable = self.exchange.is_reusable() && self.rstart == self.rend;
-        if reusable {
-            self.reused = true;
-        }
+        // Framing clean and nothing left over; whether the answer made sense is judged below.
+        let framed_cleanly = self.exchange.is_reusable() && self.rstart == self.rend;
+        // An error status is the server's word, read as framed (even `BadDigest`, class
+        // Integrity, says nothing against the connection).
+        let server_error = matches!(self.plan, Some(Plan::Error(_)));
         let outcome = match self.plan.take() {
             Some(Plan::Payload { expected, .. }) => match (expected, self.body_sum.take()) {
                 (Some(n), _) if n != self.received => integrity(ErrorCode::Integrity),
@@ -475,7 +512,9 @@ impl Conn {
                 (_, Some(sum)) if !sum.matches() => integrity(ErrorCode::Integrity),
                 (_, sum) => Outcome::got(self.received, self.object_size, sum.is_some()),
             },
-            Some(Plan::Finish(o) | Plan::Error(o)) => o,
+            Some(Plan::Finish(o)) => o,
+            // The error document may name a more precise cause than the status.
+            Some(Plan::Error(o)) => error_outcome(o, &self.err_body),
             Some(Plan::Collect) => Outcome::Done { bytes: 0, aux: 0 },
             None => integrity(ErrorCode::Protocol),
         };
@@ -495,6 +534,10 @@ impl Conn {
             }
             None => outcome,
         };
+        let reusable = framed_cleanly && (server_error || !untrustworthy(outcome));
+        if reusable {
+            self.reused = true;
+        }
         Step::Finished { outcome, reusable }
     }
 }

@@ -144,6 +144,25 @@ impl HttpFabric {
         Some(Ok(idx))
     }
 
+    /// The most recently used idle connection that is still fit to carry a request. Each one
+    /// popped is probed first ([`Conn::idle_is_healthy`]): one the server closed, or that holds
+    /// bytes nobody asked for, is closed here, so it costs the op no attempt (readiness on an
+    /// idle connection may not have been seen yet when the next op starts).
+    fn healthy_idle(&mut self, io: &mio::Registry) -> Option<usize> {
+        while let Some(idx) = self.idle.pop() {
+            let healthy = self
+                .slots
+                .get_mut(idx)
+                .and_then(Option::as_mut)
+                .is_some_and(|s| s.conn.idle_is_healthy());
+            if healthy {
+                return Some(idx);
+            }
+            self.close(idx, io);
+        }
+        None
+    }
+
     fn close(&mut self, idx: usize, io: &mio::Registry) {
         if let Some(mut slot) = self.slots.get_mut(idx).and_then(Option::take) {
             let _ = io.deregister(slot.conn.stream.socket_mut());
@@ -350,7 +369,7 @@ impl Fabric for HttpFabric {
         io: &mio::Registry,
         done: &mut Finished,
     ) -> bool {
-        let idx = match self.idle.pop() {
+        let idx = match self.healthy_idle(io) {
             Some(i) => i,
             None => match self.open(io) {
                 None => return false,

@@ -62,6 +62,31 @@ pub(crate) fn status_outcome(status: u16) -> Outcome {
     Outcome::fail(code, class, retry)
 }
 
+/// S3 error codes saying the request's bytes did not reach the server as sent: a
+/// `Content-Md5` or `x-amz-checksum-*` that does not match the body (`BadDigest`), one that is
+/// not a valid digest (`InvalidDigest`), a SigV4 payload hash that does not match the body
+/// (`XAmzContentSHA256Mismatch`). Nothing was stored; the completion says `Integrity`, not
+/// `InvalidArgument`.
+pub(crate) fn is_integrity_code(code: &str) -> bool {
+    matches!(
+        code,
+        "BadDigest" | "InvalidDigest" | "XAmzContentSHA256Mismatch"
+    )
+}
+
+/// The outcome of an error answer read whole ([`Plan::Error`]): `by_status` (from
+/// [`status_outcome`]), unless its `<Error>` body names an integrity code
+/// ([`is_integrity_code`]), which completes `Integrity`/Integrity, not retried, whatever the
+/// status. An unparseable or empty body (a HEAD answer) keeps `by_status`.
+pub(crate) fn error_outcome(by_status: Outcome, body: &[u8]) -> Outcome {
+    match s3_lite::s3::parse_error_xml(body) {
+        Ok(doc) if is_integrity_code(&doc.code) => {
+            Outcome::fail(ErrorCode::Integrity, ErrorClass::Integrity, Retry::No)
+        }
+        _ => by_status,
+    }
+}
+
 fn body_len(head: &ResponseHead) -> Option<u64> {
     match head.framing {
         BodyFraming::Length(n) => Some(n),
@@ -154,6 +179,9 @@ fn complete_error(code: &str, retryable: bool) -> Outcome {
         "NoSuchUpload" => Outcome::fail(ErrorCode::NotFound, ErrorClass::Client, Retry::No),
         "AccessDenied" => Outcome::fail(ErrorCode::AccessDenied, ErrorClass::Client, Retry::No),
         "SlowDown" => Outcome::fail(ErrorCode::SlowDown, ErrorClass::Server, Retry::Yes),
+        c if is_integrity_code(c) => {
+            Outcome::fail(ErrorCode::Integrity, ErrorClass::Integrity, Retry::No)
+        }
         _ if retryable => Outcome::fail(ErrorCode::Remote, ErrorClass::Server, Retry::Yes),
         // InvalidPart, InvalidPartOrder, EntityTooSmall, ...
         _ => Outcome::fail(ErrorCode::InvalidArgument, ErrorClass::Client, Retry::No),
@@ -481,6 +509,35 @@ mod tests {
                 Retry::No
             ))
         );
+    }
+
+    #[test]
+    fn integrity_error_codes_complete_integrity_not_invalid_argument() {
+        let doc = |code: &str| {
+            format!("<?xml version=\"1.0\"?><Error><Code>{code}</Code><Message>m</Message></Error>")
+        };
+        let integrity = Outcome::fail(ErrorCode::Integrity, ErrorClass::Integrity, Retry::No);
+        for code in ["BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch"] {
+            assert_eq!(
+                error_outcome(status_outcome(400), doc(code).as_bytes()),
+                integrity,
+                "{code}"
+            );
+        }
+        // Other 400s stay InvalidArgument; a body that does not parse keeps the status' meaning.
+        let invalid = Outcome::fail(ErrorCode::InvalidArgument, ErrorClass::Client, Retry::No);
+        assert_eq!(
+            error_outcome(status_outcome(400), doc("InvalidRequest").as_bytes()),
+            invalid
+        );
+        assert_eq!(error_outcome(status_outcome(400), b""), invalid);
+        assert_eq!(error_outcome(status_outcome(400), b"<Error>"), invalid);
+        assert_eq!(
+            error_outcome(status_outcome(503), doc("SlowDown").as_bytes()),
+            status_outcome(503)
+        );
+        // Inside a 200 CompleteMultipart answer too.
+        assert_eq!(complete_error("BadDigest", false), integrity);
     }
 
     fn name() -> std::sync::Arc<ObjectName> {
