@@ -65,7 +65,7 @@ typedef enum {
   hipObjInvalidValue = 1,         /**< NULL pointer, unknown handle, bad value */
   hipObjNotInitialized = 2,       /**< hipObjInit has not been called */
   hipObjAlreadyInitialized = 3,   /**< hipObjInit called twice */
-  hipObjRdmaError = 4,            /**< RDMA failure, or no RDMA fabric in this build */
+  hipObjRdmaError = 4,            /**< RDMA failure; hipObjGetRdmaToken (tokens stay inside the engine) */
   hipObjS3Error = 5,              /**< the server rejected the request (HTTP 4xx/5xx) */
   hipObjBufNotRegistered = 6,     /**< pointer not inside a registered buffer */
   hipObjBufAlreadyRegistered = 7, /**< range overlaps an existing registration */
@@ -125,13 +125,13 @@ typedef void* hipObjHandle_t;
  * "default") in ~/.aws/credentials and ~/.aws/config. Strings are copied.
  */
 typedef struct {
-  const char* endpoint;  /**< "http://host:port" (https is not supported yet) */
+  const char* endpoint;  /**< "http://host:port" or "https://..." (CA bundle: AWS_CA_BUNDLE / profile ca_bundle) */
   const char* region;    /**< signing region */
   const char* accessKey; /**< access key id */
   const char* secretKey; /**< secret access key */
   uint32_t flags;        /**< reserved, must be 0 */
   int gpuDevice;         /**< HIP/CUDA device index, or -1: no GPU probing */
-  const char* nicHint;   /**< RDMA NIC name hint, or NULL (unused: no RDMA yet) */
+  const char* nicHint;   /**< verbs device name ("mlx5_0", "rxe0") or its PCI address ("0000:3b:00.0"); NULL: the default device */
   uint32_t dialect;      /**< HIPOBJ_DIALECT_*: 0 (AUTO, the default) negotiates */
 } hipObjConfig_t;
 
@@ -160,9 +160,15 @@ typedef struct {
 
 /**
  * Resolves credentials, starts the engine's worker threads. Does not contact
- * the server. Errors: hipObjInvalidValue (NULL config, flags != 0, gpuDevice <
- * -1, no endpoint, unresolvable host, bad credentials file), hipObjOpNotSupported
- * (https endpoint), hipObjAlreadyInitialized.
+ * the server. The engine uses its automatic fabric: each worker pairs once with
+ * the endpoint over RDMA (verbs when this host has an RDMA device -- nicHint
+ * picks which -- else the soft fabric) and falls back to HTTP bodies when the
+ * endpoint does not pair (a plain S3 server); dialect chooses what is
+ * negotiated. hipObjGetStats / hipObjCompletion_t.flags say which path and
+ * dialect carried each op. Errors: hipObjInvalidValue (NULL config, flags != 0,
+ * gpuDevice < -1, dialect > 3, empty nicHint, no endpoint, unresolvable host,
+ * bad credentials file or CA bundle), hipObjNicNotFound (nicHint names no RDMA
+ * device of this host), hipObjAlreadyInitialized.
  * If gpuDevice >= 0 the HIP/CUDA runtime is probed so that hipObjBufRegister
  * can recognise device pointers (and register them with the engine's staging).
  * Thread safety: call once, before other calls; not concurrently with Shutdown.
@@ -257,9 +263,10 @@ HIPOBJ_API hipObjError_t hipObjPut(hipObjHandle_t handle, const void* buf,
 
 /**
  * Mints the 88-hex RC token for [ptr, ptr+size) of a registered buffer; release
- * it with hipObjPutRdmaToken. This build has no RDMA fabric: after checking the
- * arguments (hipObjInvalidValue, hipObjBufNotRegistered, hipObjSizeTooLarge) it
- * returns hipObjRdmaError with *outToken = NULL.
+ * it with hipObjPutRdmaToken. The engine mints its RDMA tokens per operation
+ * itself and hands none to the caller: after checking the arguments
+ * (hipObjInvalidValue, hipObjBufNotRegistered, hipObjSizeTooLarge) this returns
+ * hipObjRdmaError with *outToken = NULL.
  */
 HIPOBJ_API hipObjError_t hipObjGetRdmaToken(const void* ptr, size_t size,
                                             int op, char** outToken);

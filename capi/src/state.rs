@@ -43,7 +43,7 @@ pub struct Settings {
     pub flags: u32,
     /// GPU device index or -1.
     pub gpu_device: i32,
-    /// NIC name hint.
+    /// RDMA device name or PCI address (`None`: the engine's default device).
     pub nic_hint: Option<String>,
     /// `HIPOBJ_DIALECT_*` (0: negotiate).
     pub dialect: u32,
@@ -212,7 +212,11 @@ impl Library {
             .endpoint_url(url)
             .credentials(resolved.credentials)
             .region(resolved.region)
+            .fabric(engine::Fabric::Auto)
             .dialect(dialect);
+        if let Some(hint) = &s.nic_hint {
+            builder = builder.verbs_device(crate::nic::resolve(hint)?);
+        }
         if s.gpu_device >= 0 {
             // Device pointers are recognised (and staged) by the engine's GPU runtime.
             builder = builder.gpu_if_present();

@@ -53,6 +53,14 @@ int main(int argc, char** argv) {
   unsetenv("AWS_CA_BUNDLE");
   OK(hipObjInit(&bad));
   OK(hipObjShutdown());
+  /* nicHint must name an RDMA device of this host (by name or PCI address). */
+  bad.endpoint = ep;
+  bad.nicHint = "hipobj-no-such-nic0";
+  CHECK(hipObjInit(&bad), hipObjNicNotFound);
+  expect_detail("hipobj-no-such-nic0");
+  bad.nicHint = "";
+  CHECK(hipObjInit(&bad), hipObjInvalidValue);
+  bad.nicHint = NULL;
   bad.endpoint = "ftp://x";
   CHECK(hipObjInit(&bad), hipObjInvalidValue);
   bad.endpoint = NULL; /* and no AWS_ENDPOINT_URL in the environment */
@@ -117,11 +125,11 @@ int main(int argc, char** argv) {
   CHECK(hipObjGet(missing, buf, 10, 0), hipObjInvalidValue);
   CHECK(hipObjClose((hipObjHandle_t)(uintptr_t)0xdead0000), hipObjInvalidValue);
 
-  /* Tokens: no RDMA fabric in this build; arguments are still checked first. */
+  /* Tokens: none exported (the engine mints its own); arguments are still checked first. */
   char* tok = (char*)1;
   CHECK(hipObjGetRdmaToken(buf, 4096, HIPOBJ_RDMA_OP_GET, &tok), hipObjRdmaError);
   EXPECT(tok == NULL);
-  expect_detail("no RDMA fabric");
+  expect_detail("no RDMA token for the caller");
   CHECK(hipObjGetRdmaToken(stack, 16, HIPOBJ_RDMA_OP_GET, &tok), hipObjBufNotRegistered);
   CHECK(hipObjGetRdmaToken(buf, (size_t)2 << 20, HIPOBJ_RDMA_OP_PUT, &tok), hipObjSizeTooLarge);
   CHECK(hipObjGetRdmaToken(buf, 16, 7, &tok), hipObjInvalidValue);
