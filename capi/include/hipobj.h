@@ -9,7 +9,8 @@
  *   - hipObjGet / hipObjPut take (handle, buf, size, offset): the library sends
  *     the S3 request itself, so the seed's hipObjOps_t callbacks are not taken;
  *   - object handles come from hipObjOpen(bucket, key, &handle);
- *   - a batch extension (hipObjQueue*) and hipObjGetLastErrorMessage are added.
+ *   - a batch extension (hipObjQueue*), hipObjGetLastErrorMessage and the
+ *     path/dialect report (hipObjGetStats, hipObjGetLastOpInfo) are added.
  * Maintained by hand; capi/tests/header.rs checks it against the library
  * (exported symbols both ways, struct layouts, every constant). The full
  * guide is docs/c-api.md.
@@ -219,6 +220,53 @@ HIPOBJ_API hipObjError_t hipObjBufRegisterHost(void* hostPtr, size_t size);
 HIPOBJ_API hipObjError_t hipObjBufDeregister(void* ptr);
 
 /* ------------------------------------------------------------------------
+ * Which path and dialect carried the bytes (the CLI's --json names)
+ * ------------------------------------------------------------------------ */
+
+/** Data paths (hipObjStats_t index, completion path field, hipObjGetLastOpInfo). */
+#define HIPOBJ_PATH_NONE 0u       /**< "none": no payload moved */
+#define HIPOBJ_PATH_HTTP 1u       /**< "http": the HTTP body */
+#define HIPOBJ_PATH_RDMA_SOFT 2u  /**< "rdma-soft": RC emulated over TCP */
+#define HIPOBJ_PATH_RDMA_VERBS 3u /**< "rdma-verbs": libibverbs (RoCE, IB, Soft-RoCE) */
+
+/** Entries of hipObjStats_t.opsByPath / bytesByPath and of opsByDialect. */
+#define HIPOBJ_STATS_PATHS 4
+#define HIPOBJ_STATS_DIALECTS 8
+
+/**
+ * Counters of this library instance since hipObjInit, over hipObjGet/hipObjPut
+ * and every reaped batch completion. Dialect values: 0 none, 1 HTTP,
+ * 2 rc-persistent, 3 hipobj-rc-v2, 4 cuObject (hipObjDialectName).
+ */
+typedef struct {
+  uint64_t ops;       /**< completed operations, successful or not */
+  uint64_t failedOps; /**< of those, failed (counted nowhere else) */
+  uint64_t opsByPath[HIPOBJ_STATS_PATHS];      /**< successful ops per HIPOBJ_PATH_* */
+  uint64_t bytesByPath[HIPOBJ_STATS_PATHS];    /**< their payload bytes */
+  uint64_t opsByDialect[HIPOBJ_STATS_DIALECTS]; /**< successful ops per dialect */
+} hipObjStats_t;
+
+/**
+ * Copies the counters to *stats. Errors: hipObjInvalidValue (NULL),
+ * hipObjNotInitialized. Thread safety: any thread (counters are atomic; a
+ * snapshot taken while ops complete may mix before and after).
+ */
+HIPOBJ_API hipObjError_t hipObjGetStats(hipObjStats_t* stats);
+
+/**
+ * Path (HIPOBJ_PATH_*) and dialect of the calling thread's latest hipObjGet /
+ * hipObjPut; 0 and 0 if it failed or none ran. Either pointer may be NULL.
+ * Thread safety: per thread; any time.
+ */
+HIPOBJ_API hipObjError_t hipObjGetLastOpInfo(uint32_t* path, uint32_t* dialect);
+
+/** "none", "http", "rdma-soft", "rdma-verbs" ("unknown" otherwise). Static. */
+HIPOBJ_API const char* hipObjPathName(uint32_t path);
+
+/** "none", "http", "rc-persistent", "hipobj-rc-v2", "cuobject" ("unknown"). Static. */
+HIPOBJ_API const char* hipObjDialectName(uint32_t dialect);
+
+/* ------------------------------------------------------------------------
  * Objects and synchronous transfers
  * ------------------------------------------------------------------------ */
 
@@ -346,6 +394,10 @@ typedef struct {
  *  (0 none, 1 HTTP, 2 rc-persistent, 3 hipobj-rc-v2, 4 cuObject). */
 #define HIPOBJ_COMPLETION_DIALECT_SHIFT 8u
 #define HIPOBJ_COMPLETION_DIALECT_MASK 0xF00u
+/** Bits 4..7 of a completion's flags: the data path that carried the bytes
+ *  (HIPOBJ_PATH_*; hipObjPathName gives its name). */
+#define HIPOBJ_COMPLETION_PATH_SHIFT 4u
+#define HIPOBJ_COMPLETION_PATH_MASK 0xF0u
 
 /** One completion. */
 typedef struct {

@@ -28,6 +28,7 @@ pub fn transfer(
     size: u64,
     offset: i64,
 ) -> CResult<u64> {
+    crate::stats::clear_last_op();
     let obj = lib.object(handle)?;
     let offset = u64::try_from(offset).map_err(|_| {
         Fail::new(
@@ -65,6 +66,9 @@ pub fn transfer(
         }
     };
     let cqe = lib.run_one(&sqe)?;
+    let seen = crate::batch::convert(&cqe);
+    lib.stats.record(&seen);
+    crate::stats::set_last_op(&seen);
     if cqe.is_ok() {
         if cqe.bytes() != size {
             return Err(Fail::new(

@@ -95,6 +95,9 @@ mod tests {
         let e = resolve_in(&none.path().join("absent"), "mlx5_0").unwrap_err();
         assert_eq!(e.op, OpError::NicNotFound);
         assert!(e.message.contains("no RDMA devices"), "{}", e.message);
-        assert_eq!(resolve_in(d.path(), "").unwrap_err().op, OpError::InvalidValue);
+        assert_eq!(
+            resolve_in(d.path(), "").unwrap_err().op,
+            OpError::InvalidValue
+        );
     }
 }

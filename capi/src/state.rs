@@ -85,6 +85,8 @@ pub struct Library {
     pub settings: Settings,
     /// Registered buffers.
     pub regs: RwLock<Registry>,
+    /// Operations by path and dialect (`hipObjGetStats`).
+    pub stats: crate::stats::Stats,
     objects: RwLock<HashMap<u64, Object>>,
     queues: Mutex<HashMap<u64, Arc<Mutex<Batch>>>>,
     pool: Mutex<Vec<Queue>>,
@@ -228,6 +230,7 @@ impl Library {
             ca_bundle,
             settings: s,
             regs: RwLock::new(Registry::default()),
+            stats: crate::stats::Stats::default(),
             objects: RwLock::new(HashMap::new()),
             queues: Mutex::new(HashMap::new()),
             pool: Mutex::new(Vec::new()),
