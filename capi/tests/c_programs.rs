@@ -1,9 +1,78 @@
 //! C programs compiled with the system `cc` against `libhipobj.so` and run against the
 //! project's gateway (`hipobj-gateway`, a real S3 server with SigV4 checks) on loopback.
 
+#[path = "../../cli/tests/support/s3s_fs.rs"]
+mod s3s_fs;
 mod support;
 
 use support::*;
+
+/// Compiles `name` and runs it against `hipobj serve --fabric soft` (the gateway in-process
+/// with the soft RDMA target), expecting every op over `rdma-soft`.
+fn run_against_soft_gateway(name: &str, needle: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(name, dir.path());
+    let gw = gateway_soft(&dir.path().join("objects"));
+    assert_eq!(gw.fabric(), "soft");
+    let endpoint = format!("http://{}", gw.local_addr());
+    let out = run(
+        &exe,
+        &[&endpoint, ACCESS, SECRET, BUCKET, "rdma-soft"],
+        dir.path(),
+    );
+    let stdout = expect_ok(&out, needle);
+    gw.shutdown();
+    stdout
+}
+
+/// Compiles `name` and runs it against s3s-fs (a plain S3 server: no RDMA pairing), expecting
+/// every op over `http`.
+fn run_against_s3s_fs(name: &str, needle: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(name, dir.path());
+    let server = s3s_fs::S3sFs::start();
+    server.create_bucket_dir(BUCKET);
+    let out = run(
+        &exe,
+        &[
+            &server.endpoint_url(),
+            s3s_fs::ACCESS_KEY,
+            s3s_fs::SECRET_KEY,
+            BUCKET,
+            "http",
+        ],
+        dir.path(),
+    );
+    expect_ok(&out, needle)
+}
+
+#[test]
+fn quickstart_over_rdma_soft() {
+    let out = run_against_soft_gateway("quickstart", "quickstart ok");
+    assert!(out.contains("dialects: rc-persistent=5\n"), "{out}");
+    println!("{out}");
+}
+
+#[test]
+fn batch_of_1000_over_rdma_soft() {
+    let out = run_against_soft_gateway("batch", "batch ok 1000 range-gets");
+    assert!(out.contains("dialects: rc-persistent=1002\n"), "{out}");
+    println!("{out}");
+}
+
+#[test]
+fn quickstart_against_s3s_fs_is_http() {
+    let out = run_against_s3s_fs("quickstart", "quickstart ok");
+    assert!(out.contains("dialects: http=5\n"), "{out}");
+    println!("{out}");
+}
+
+#[test]
+fn batch_of_1000_against_s3s_fs_is_http() {
+    let out = run_against_s3s_fs("batch", "batch ok 1000 range-gets");
+    assert!(out.contains("dialects: http=1002\n"), "{out}");
+    println!("{out}");
+}
 
 /// Compiles `name`, starts a gateway and runs the program with its endpoint and keys.
 fn run_against_gateway(name: &str, needle: &str) -> String {
