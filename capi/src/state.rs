@@ -60,6 +60,17 @@ pub fn dialect_of(v: u32) -> Option<engine::Dialect> {
     })
 }
 
+/// The name of a `HIPOBJ_DIALECT_*` configuration value, for messages.
+pub fn requested_dialect_name(v: u32) -> &'static str {
+    match v {
+        0 => "auto",
+        1 => "rc-persistent",
+        2 => "hipobj-rc-v2",
+        3 => "http",
+        _ => "unknown",
+    }
+}
+
 /// An object handle's target.
 #[derive(Debug, Clone)]
 pub struct Object {

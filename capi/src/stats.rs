@@ -3,7 +3,7 @@
 //! thread's most recent synchronous call). The names are the CLI's `--json` ones.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::types::{
     COMPLETION_DIALECT_MASK, COMPLETION_DIALECT_SHIFT, COMPLETION_PATH_MASK, COMPLETION_PATH_SHIFT,
@@ -34,13 +34,28 @@ pub const fn dialect_of(c: &HipObjCompletion) -> u32 {
 }
 
 /// Counters of one library instance (reset by `hipObjInit`).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Stats {
     ops: AtomicU64,
     failed: AtomicU64,
     path_ops: [AtomicU64; STATS_PATHS],
     path_bytes: [AtomicU64; STATS_PATHS],
     dialect_ops: [AtomicU64; STATS_DIALECTS],
+    /// `path << 8 | dialect` of the latest successful op, `u32::MAX` before the first.
+    last_ok: AtomicU32,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats {
+            ops: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            path_ops: Default::default(),
+            path_bytes: Default::default(),
+            dialect_ops: Default::default(),
+            last_ok: AtomicU32::new(u32::MAX),
+        }
+    }
 }
 
 impl Stats {
@@ -51,6 +66,8 @@ impl Stats {
             self.failed.fetch_add(1, Ordering::Relaxed);
             return;
         }
+        self.last_ok
+            .store(path_of(c) << 8 | dialect_of(c), Ordering::Relaxed);
         // A value past the known ones (a newer engine) is counted in `ops` only.
         let p = path_of(c) as usize;
         if let (Some(n), Some(b)) = (self.path_ops.get(p), self.path_bytes.get(p)) {
@@ -71,6 +88,50 @@ impl Stats {
             ops_by_path: self.path_ops.each_ref().map(load),
             bytes_by_path: self.path_bytes.each_ref().map(load),
             ops_by_dialect: self.dialect_ops.each_ref().map(load),
+        }
+    }
+}
+
+/// The name of a `HIPOBJ_PATH_*` value.
+pub fn path_name(p: u32) -> &'static str {
+    PATH_NAMES
+        .get(p as usize)
+        .and_then(|n| n.to_str().ok())
+        .unwrap_or("unknown")
+}
+
+/// The name of a completion dialect value.
+pub fn dialect_name(d: u32) -> &'static str {
+    DIALECT_NAMES
+        .get(d as usize)
+        .and_then(|n| n.to_str().ok())
+        .unwrap_or("unknown")
+}
+
+impl Stats {
+    /// For a failure message: the path and dialect of the failed op when the engine recorded
+    /// them, else those of this library's latest successful op (what the endpoint negotiated),
+    /// and the dialect the configuration asked for.
+    pub fn describe_path(&self, failed: &HipObjCompletion, requested: &str) -> String {
+        let (p, d) = (path_of(failed), dialect_of(failed));
+        if p != 0 || d != 0 {
+            return format!(
+                "path {}, dialect {} (requested {requested})",
+                path_name(p),
+                dialect_name(d)
+            );
+        }
+        match self.last_ok.load(Ordering::Relaxed) {
+            u32::MAX => format!(
+                "path and dialect not recorded for a failed op, and no op has succeeded yet \
+                 (requested dialect {requested})"
+            ),
+            v => format!(
+                "path and dialect not recorded for a failed op; the latest successful op went \
+                 over path {}, dialect {} (requested {requested})",
+                path_name(v >> 8),
+                dialect_name(v & 0xFF)
+            ),
         }
     }
 }
@@ -119,6 +180,14 @@ mod tests {
             ErrorCode::AccessDenied,
             ErrorClass::Client,
         )));
+        let failed = convert(&Cqe::error(4, ErrorCode::NotFound, ErrorClass::Client));
+        let msg = s.describe_path(&failed, "auto");
+        assert!(
+            msg.contains("path http, dialect http (requested auto)"),
+            "{msg}"
+        );
+        let fresh = Stats::default().describe_path(&failed, "rc-persistent");
+        assert!(fresh.contains("no op has succeeded yet"), "{fresh}");
         let v = s.snapshot();
         assert_eq!((v.ops, v.failed_ops), (3, 1));
         assert_eq!(v.ops_by_path, [0, 1, 1, 0]);

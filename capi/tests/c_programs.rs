@@ -147,6 +147,23 @@ fn error_paths() {
     println!("{out}");
 }
 
+/// The same error paths against the gateway with the soft RDMA target: the S3 errors are still
+/// named, and the message names the path (`rdma-soft`) and dialect the endpoint negotiated.
+#[test]
+fn error_paths_over_rdma_soft() {
+    let out = run_against_soft_gateway("errors", "errors ok");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("no such key: "))
+        .unwrap();
+    assert!(line.contains("NoSuchKey"), "{line}");
+    assert!(
+        line.contains("path rdma-soft, dialect rc-persistent (requested auto)"),
+        "{line}"
+    );
+    println!("{out}");
+}
+
 #[test]
 fn token_helpers() {
     let dir = tempfile::tempdir().unwrap();

@@ -2,7 +2,9 @@
  * Error paths: not initialized, bad arguments, unregistered buffers, sizes too
  * large, unsupported requests, S3 errors named through the last-error message.
  *
- * usage: errors <endpoint> <access key> <secret key> <bucket>
+ * usage: errors <endpoint> <access key> <secret key> <bucket> [path]
+ * With [path], the S3 error messages must name it (the path the endpoint's
+ * successful ops took) and the dialect.
  */
 #define _POSIX_C_SOURCE 200112L /* setenv, unsetenv */
 #include <stdint.h>
@@ -20,7 +22,8 @@ static void expect_detail(const char* needle) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 5) return 2;
+  if (argc != 5 && argc != 6) return 2;
+  const char* want = argc == 6 ? argv[5] : NULL;
   const char *ep = argv[1], *ak = argv[2], *sk = argv[3], *bucket = argv[4];
   unsigned char* buf = aligned_alloc(4096, 1 << 20);
   EXPECT(buf != NULL);
@@ -113,6 +116,9 @@ int main(int argc, char** argv) {
   OK(hipObjOpen(bucket, "errors/no-such-key", &missing));
   CHECK(hipObjGet(missing, buf, 10, 0), hipObjS3Error);
   expect_detail("NoSuchKey");
+  expect_detail("dialect");
+  if (want != NULL) expect_detail(want);
+  printf("no such key: %s\n", hipObjGetLastErrorMessage());
   hipObjHandle_t nobucket = NULL;
   OK(hipObjOpen("no-such-bucket-here", "k", &nobucket));
   CHECK(hipObjGet(nobucket, buf, 10, 0), hipObjS3Error);
