@@ -103,8 +103,12 @@ HIPOBJ_API const char* hipObjGetErrorString(hipObjOpError_t err);
 
 /**
  * Detail of the calling thread's most recent failed call: what failed and why,
- * e.g. "GET s3://b/k: access denied (errno 13, class Client); server error
- * SignatureDoesNotMatch: ... (HTTP 403)". "" after a successful call. The string
+ * e.g. "GET s3://b/k: access denied (errno 13, class Client); path and
+ * dialect not recorded for a failed op; the latest successful op went over path
+ * rdma-soft, dialect rc-persistent (requested auto); server error
+ * SignatureDoesNotMatch: ... (HTTP 403)": the engine's errno and class, the data
+ * path and dialect, and for HTTP 4xx the server's S3 code. "" after a successful
+ * call. The string
  * stays valid until the same thread's next hipObj* call.
  * Thread safety: per thread; any time.
  */
