@@ -53,6 +53,25 @@ fn quickstart_over_rdma_soft() {
     println!("{out}");
 }
 
+/// `HIPOBJ_DIALECT_RC_V2` against the same gateway: every op over `rdma-soft` in
+/// `hipobj-rc-v2` (PREPARE / READY per op), the dialect the configuration asked for.
+#[test]
+fn quickstart_over_rdma_soft_in_hipobj_rc_v2() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("quickstart", dir.path());
+    let gw = gateway_soft(&dir.path().join("objects"));
+    let endpoint = format!("http://{}", gw.local_addr());
+    let out = run(
+        &exe,
+        &[&endpoint, ACCESS, SECRET, BUCKET, "rdma-soft", "2"],
+        dir.path(),
+    );
+    let out = expect_ok(&out, "quickstart ok");
+    gw.shutdown();
+    assert!(out.contains("dialects: hipobj-rc-v2=5\n"), "{out}");
+    println!("{out}");
+}
+
 #[test]
 fn batch_of_1000_over_rdma_soft() {
     let out = run_against_soft_gateway("batch", "batch ok 1000 range-gets");

@@ -3,9 +3,10 @@
  * init with endpoint and keys, register a buffer, open, put, get, verify,
  * close, deregister, shutdown.
  *
- * usage: quickstart <endpoint> <access key> <secret key> <bucket> [path]
+ * usage: quickstart <endpoint> <access key> <secret key> <bucket> [path [dialect]]
  * With [path] ("http", "rdma-soft", "rdma-verbs"), every operation must have
  * moved its bytes over that path (hipObjGetLastOpInfo, hipObjGetStats).
+ * [dialect] is a HIPOBJ_DIALECT_* number for hipObjConfig_t.dialect (default 0).
  */
 #include <stdint.h>
 #include <string.h>
@@ -15,11 +16,12 @@
 #define SIZE (1024 * 1024)
 
 int main(int argc, char** argv) {
-  if (argc != 5 && argc != 6) {
-    fprintf(stderr, "usage: %s endpoint access secret bucket [path]\n", argv[0]);
+  if (argc < 5 || argc > 7) {
+    fprintf(stderr, "usage: %s endpoint access secret bucket [path [dialect]]\n", argv[0]);
     return 2;
   }
-  const char* want = argc == 6 ? argv[5] : NULL;
+  const char* want = argc >= 6 ? argv[5] : NULL;
+  uint32_t dialect = argc == 7 ? (uint32_t)strtoul(argv[6], NULL, 10) : HIPOBJ_DIALECT_AUTO;
   printf("%s\n", hipObjGetVersionString());
 
   /* One registration holding the source (first half) and destination (second). */
@@ -34,6 +36,7 @@ int main(int argc, char** argv) {
       .accessKey = argv[2],
       .secretKey = argv[3],
       .gpuDevice = -1,
+      .dialect = dialect,
   };
   OK(hipObjInit(&config));
   OK(hipObjBufRegister(buf, 2 * SIZE));
