@@ -4,6 +4,8 @@
 #[path = "../../cli/tests/support/s3s_fs.rs"]
 mod s3s_fs;
 mod support;
+#[path = "../../cli/tests/support/tls_front.rs"]
+mod tls_front;
 
 use support::*;
 
@@ -181,6 +183,46 @@ fn error_paths_over_rdma_soft() {
         "{line}"
     );
     println!("{out}");
+}
+
+/// `https://`: the Quick Start through a TLS front (rustls, a fresh test CA) relaying to the
+/// gateway. With the CA in `AWS_CA_BUNDLE` every op completes byte-exact over `http` (the RDMA
+/// dialects need `http://`); without it the first op fails and the message names the
+/// certificate problem and how to trust the CA.
+#[test]
+fn quickstart_over_https_needs_the_right_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("quickstart", dir.path());
+    let gw = gateway(&dir.path().join("objects"));
+    let front = tls_front::TlsFront::start(gw.local_addr());
+    let endpoint = format!("https://127.0.0.1:{}", front.port);
+    let ca = front.write_ca(dir.path());
+    let ok = run_with_env(
+        &exe,
+        &[&endpoint, ACCESS, SECRET, BUCKET, "http"],
+        dir.path(),
+        &[("AWS_CA_BUNDLE", ca.to_str().unwrap())],
+    );
+    let out = expect_ok(&ok, "quickstart ok");
+    assert!(out.contains("dialects: http=5\n"), "{out}");
+    println!("{out}");
+
+    let refused = run(
+        &exe,
+        &[&endpoint, ACCESS, SECRET, BUCKET, "http"],
+        dir.path(),
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    // check.h prints the code: hipObjNetworkError is 18.
+    assert!(stderr.contains("-> 18 (network error"), "{stderr}");
+    assert!(
+        stderr.contains("TLS: certificate issued by an unknown CA")
+            && stderr.contains("AWS_CA_BUNDLE"),
+        "{stderr}"
+    );
+    println!("{stderr}");
+    gw.shutdown();
 }
 
 #[test]
