@@ -6,6 +6,11 @@ mod s3s_fs;
 mod support;
 #[path = "../../cli/tests/support/tls_front.rs"]
 mod tls_front;
+// The gateway tests' v2-only peer (`v2_peer` reaches its raw client as `super::raw`).
+#[path = "../../gateway/tests/support/raw.rs"]
+mod raw;
+#[path = "../../gateway/tests/support/v2_peer.rs"]
+mod v2_peer;
 
 use support::*;
 
@@ -72,6 +77,38 @@ fn quickstart_over_rdma_soft_in_hipobj_rc_v2() {
     gw.shutdown();
     assert!(out.contains("dialects: hipobj-rc-v2=5\n"), "{out}");
     println!("{out}");
+}
+
+/// Dialect negotiation under `HIPOBJ_DIALECT_AUTO`: a v2-only peer (the `rc-persistent` routes
+/// answer 404, as third-party hipobj-rc-v2 servers do) in front of the soft gateway. The library
+/// tries rc-persistent, learns the refusal and carries every op over `rdma-soft` in
+/// `hipobj-rc-v2`, byte-exact.
+#[test]
+fn quickstart_negotiates_hipobj_rc_v2_with_a_v2_only_peer() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("quickstart", dir.path());
+    let root = dir.path().join("objects");
+    std::fs::create_dir_all(root.join(BUCKET)).unwrap();
+    let gw = v2_peer::gateway(&root);
+    let (peer, seen) = v2_peer::start_peer(gw.local_addr(), v2_peer::Peer::Mp);
+    let endpoint = format!("http://{peer}");
+    let out = run(
+        &exe,
+        &[&endpoint, raw::ACCESS, raw::SECRET, BUCKET, "rdma-soft"],
+        dir.path(),
+    );
+    let out = expect_ok(&out, "quickstart ok");
+    assert!(out.contains("dialects: hipobj-rc-v2=5\n"), "{out}");
+    let seen = seen.lock().unwrap();
+    assert!(
+        seen.rc_persistent > 0,
+        "rc-persistent was never tried: {seen:?}"
+    );
+    println!(
+        "{out}rc-persistent attempts refused by the peer: {}",
+        seen.rc_persistent
+    );
+    gw.shutdown();
 }
 
 #[test]
