@@ -646,7 +646,24 @@ mod tests {
                 hipObjTokenClientNic(c"00".as_ptr(), std::ptr::null_mut(), 16).op_error,
                 OpError::InvalidValue as c_int
             );
+            assert_eq!(
+                hipObjGetStats(std::ptr::null_mut()).op_error,
+                OpError::InvalidValue as c_int
+            );
+            // Both outputs are optional.
+            assert_eq!(
+                hipObjGetLastOpInfo(std::ptr::null_mut(), std::ptr::null_mut()).op_error,
+                0
+            );
         }
+        let name = |p: *const c_char| {
+            // SAFETY: the name functions return static NUL-terminated strings.
+            unsafe { CStr::from_ptr(p) }.to_str().unwrap()
+        };
+        assert_eq!(name(hipObjPathName(3)), "rdma-verbs");
+        assert_eq!(name(hipObjPathName(4)), "unknown");
+        assert_eq!(name(hipObjDialectName(3)), "hipobj-rc-v2");
+        assert_eq!(name(hipObjDialectName(99)), "unknown");
         assert_eq!(
             hipObjClose(std::ptr::null_mut()).op_error,
             OpError::InvalidValue as c_int
