@@ -9,7 +9,8 @@
  *   - hipObjGet / hipObjPut take (handle, buf, size, offset): the library sends
  *     the S3 request itself, so the seed's hipObjOps_t callbacks are not taken;
  *   - object handles come from hipObjOpen(bucket, key, &handle);
- *   - a batch extension (hipObjQueue*) and hipObjGetLastErrorMessage are added.
+ *   - a batch extension (hipObjQueue*), hipObjGetLastErrorMessage and the
+ *     path/dialect report (hipObjGetStats, hipObjGetLastOpInfo) are added.
  * Maintained by hand; capi/tests/header.rs checks it against the library
  * (exported symbols both ways, struct layouts, every constant). The full
  * guide is docs/c-api.md.
@@ -65,7 +66,7 @@ typedef enum {
   hipObjInvalidValue = 1,         /**< NULL pointer, unknown handle, bad value */
   hipObjNotInitialized = 2,       /**< hipObjInit has not been called */
   hipObjAlreadyInitialized = 3,   /**< hipObjInit called twice */
-  hipObjRdmaError = 4,            /**< RDMA failure, or no RDMA fabric in this build */
+  hipObjRdmaError = 4,            /**< RDMA failure; hipObjGetRdmaToken (tokens stay inside the engine) */
   hipObjS3Error = 5,              /**< the server rejected the request (HTTP 4xx/5xx) */
   hipObjBufNotRegistered = 6,     /**< pointer not inside a registered buffer */
   hipObjBufAlreadyRegistered = 7, /**< range overlaps an existing registration */
@@ -102,8 +103,12 @@ HIPOBJ_API const char* hipObjGetErrorString(hipObjOpError_t err);
 
 /**
  * Detail of the calling thread's most recent failed call: what failed and why,
- * e.g. "GET s3://b/k: access denied (errno 13, class Client); server error
- * SignatureDoesNotMatch: ... (HTTP 403)". "" after a successful call. The string
+ * e.g. "GET s3://b/k: access denied (errno 13, class Client); path and
+ * dialect not recorded for a failed op; the latest successful op went over path
+ * rdma-soft, dialect rc-persistent (requested auto); server error
+ * SignatureDoesNotMatch: ... (HTTP 403)": the engine's errno and class, the data
+ * path and dialect, and for HTTP 4xx the server's S3 code. "" after a successful
+ * call. The string
  * stays valid until the same thread's next hipObj* call.
  * Thread safety: per thread; any time.
  */
@@ -125,13 +130,13 @@ typedef void* hipObjHandle_t;
  * "default") in ~/.aws/credentials and ~/.aws/config. Strings are copied.
  */
 typedef struct {
-  const char* endpoint;  /**< "http://host:port" (https is not supported yet) */
+  const char* endpoint;  /**< "http://host:port" or "https://..." (CA bundle: AWS_CA_BUNDLE / profile ca_bundle) */
   const char* region;    /**< signing region */
   const char* accessKey; /**< access key id */
   const char* secretKey; /**< secret access key */
   uint32_t flags;        /**< reserved, must be 0 */
   int gpuDevice;         /**< HIP/CUDA device index, or -1: no GPU probing */
-  const char* nicHint;   /**< RDMA NIC name hint, or NULL (unused: no RDMA yet) */
+  const char* nicHint;   /**< verbs device name ("mlx5_0", "rxe0") or its PCI address ("0000:3b:00.0"); NULL: the default device */
   uint32_t dialect;      /**< HIPOBJ_DIALECT_*: 0 (AUTO, the default) negotiates */
 } hipObjConfig_t;
 
@@ -160,9 +165,15 @@ typedef struct {
 
 /**
  * Resolves credentials, starts the engine's worker threads. Does not contact
- * the server. Errors: hipObjInvalidValue (NULL config, flags != 0, gpuDevice <
- * -1, no endpoint, unresolvable host, bad credentials file), hipObjOpNotSupported
- * (https endpoint), hipObjAlreadyInitialized.
+ * the server. The engine uses its automatic fabric: each worker pairs once with
+ * the endpoint over RDMA (verbs when this host has an RDMA device -- nicHint
+ * picks which -- else the soft fabric) and falls back to HTTP bodies when the
+ * endpoint does not pair (a plain S3 server); dialect chooses what is
+ * negotiated. hipObjGetStats / hipObjCompletion_t.flags say which path and
+ * dialect carried each op. Errors: hipObjInvalidValue (NULL config, flags != 0,
+ * gpuDevice < -1, dialect > 3, empty nicHint, no endpoint, unresolvable host,
+ * bad credentials file or CA bundle), hipObjNicNotFound (nicHint names no RDMA
+ * device of this host), hipObjAlreadyInitialized.
  * If gpuDevice >= 0 the HIP/CUDA runtime is probed so that hipObjBufRegister
  * can recognise device pointers (and register them with the engine's staging).
  * Thread safety: call once, before other calls; not concurrently with Shutdown.
@@ -213,6 +224,53 @@ HIPOBJ_API hipObjError_t hipObjBufRegisterHost(void* hostPtr, size_t size);
 HIPOBJ_API hipObjError_t hipObjBufDeregister(void* ptr);
 
 /* ------------------------------------------------------------------------
+ * Which path and dialect carried the bytes (the CLI's --json names)
+ * ------------------------------------------------------------------------ */
+
+/** Data paths (hipObjStats_t index, completion path field, hipObjGetLastOpInfo). */
+#define HIPOBJ_PATH_NONE 0u       /**< "none": no payload moved */
+#define HIPOBJ_PATH_HTTP 1u       /**< "http": the HTTP body */
+#define HIPOBJ_PATH_RDMA_SOFT 2u  /**< "rdma-soft": RC emulated over TCP */
+#define HIPOBJ_PATH_RDMA_VERBS 3u /**< "rdma-verbs": libibverbs (RoCE, IB, Soft-RoCE) */
+
+/** Entries of hipObjStats_t.opsByPath / bytesByPath and of opsByDialect. */
+#define HIPOBJ_STATS_PATHS 4
+#define HIPOBJ_STATS_DIALECTS 8
+
+/**
+ * Counters of this library instance since hipObjInit, over hipObjGet/hipObjPut
+ * and every reaped batch completion. Dialect values: 0 none, 1 HTTP,
+ * 2 rc-persistent, 3 hipobj-rc-v2, 4 cuObject (hipObjDialectName).
+ */
+typedef struct {
+  uint64_t ops;       /**< completed operations, successful or not */
+  uint64_t failedOps; /**< of those, failed (counted nowhere else) */
+  uint64_t opsByPath[HIPOBJ_STATS_PATHS];      /**< successful ops per HIPOBJ_PATH_* */
+  uint64_t bytesByPath[HIPOBJ_STATS_PATHS];    /**< their payload bytes */
+  uint64_t opsByDialect[HIPOBJ_STATS_DIALECTS]; /**< successful ops per dialect */
+} hipObjStats_t;
+
+/**
+ * Copies the counters to *stats. Errors: hipObjInvalidValue (NULL),
+ * hipObjNotInitialized. Thread safety: any thread (counters are atomic; a
+ * snapshot taken while ops complete may mix before and after).
+ */
+HIPOBJ_API hipObjError_t hipObjGetStats(hipObjStats_t* stats);
+
+/**
+ * Path (HIPOBJ_PATH_*) and dialect of the calling thread's latest hipObjGet /
+ * hipObjPut; 0 and 0 if it failed or none ran. Either pointer may be NULL.
+ * Thread safety: per thread; any time.
+ */
+HIPOBJ_API hipObjError_t hipObjGetLastOpInfo(uint32_t* path, uint32_t* dialect);
+
+/** "none", "http", "rdma-soft", "rdma-verbs" ("unknown" otherwise). Static. */
+HIPOBJ_API const char* hipObjPathName(uint32_t path);
+
+/** "none", "http", "rc-persistent", "hipobj-rc-v2", "cuobject" ("unknown"). Static. */
+HIPOBJ_API const char* hipObjDialectName(uint32_t dialect);
+
+/* ------------------------------------------------------------------------
  * Objects and synchronous transfers
  * ------------------------------------------------------------------------ */
 
@@ -257,9 +315,10 @@ HIPOBJ_API hipObjError_t hipObjPut(hipObjHandle_t handle, const void* buf,
 
 /**
  * Mints the 88-hex RC token for [ptr, ptr+size) of a registered buffer; release
- * it with hipObjPutRdmaToken. This build has no RDMA fabric: after checking the
- * arguments (hipObjInvalidValue, hipObjBufNotRegistered, hipObjSizeTooLarge) it
- * returns hipObjRdmaError with *outToken = NULL.
+ * it with hipObjPutRdmaToken. The engine mints its RDMA tokens per operation
+ * itself and hands none to the caller: after checking the arguments
+ * (hipObjInvalidValue, hipObjBufNotRegistered, hipObjSizeTooLarge) this returns
+ * hipObjRdmaError with *outToken = NULL.
  */
 HIPOBJ_API hipObjError_t hipObjGetRdmaToken(const void* ptr, size_t size,
                                             int op, char** outToken);
@@ -339,6 +398,10 @@ typedef struct {
  *  (0 none, 1 HTTP, 2 rc-persistent, 3 hipobj-rc-v2, 4 cuObject). */
 #define HIPOBJ_COMPLETION_DIALECT_SHIFT 8u
 #define HIPOBJ_COMPLETION_DIALECT_MASK 0xF00u
+/** Bits 4..7 of a completion's flags: the data path that carried the bytes
+ *  (HIPOBJ_PATH_*; hipObjPathName gives its name). */
+#define HIPOBJ_COMPLETION_PATH_SHIFT 4u
+#define HIPOBJ_COMPLETION_PATH_MASK 0xF0u
 
 /** One completion. */
 typedef struct {

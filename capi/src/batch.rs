@@ -16,8 +16,9 @@ use ring_api::{BufSlice, Cqe, DataPath, ErrorClass, Sqe, cqe_flags};
 use crate::error::{Fail, OpError, completion_error};
 use crate::state::Library;
 use crate::types::{
-    COMPLETION_DIALECT_SHIFT, COMPLETION_HTTP, COMPLETION_RDMA, COMPLETION_RETRIED,
-    HipObjCompletion, OP_GET, OP_PUT, OP_RANGE_GET, OP_UPLOAD_PART, OPF_ALL, OPF_NO_RETRY,
+    COMPLETION_DIALECT_SHIFT, COMPLETION_HTTP, COMPLETION_PATH_SHIFT, COMPLETION_RDMA,
+    COMPLETION_RETRIED, HipObjCompletion, OP_GET, OP_PUT, OP_RANGE_GET, OP_UPLOAD_PART, OPF_ALL,
+    OPF_NO_RETRY, PATH_HTTP, PATH_NONE, PATH_RDMA_SOFT, PATH_RDMA_VERBS,
 };
 
 /// A `hipObjOp_t` as read from C memory (plain values; the pointers are not dereferenced).
@@ -233,11 +234,22 @@ pub fn convert(c: &Cqe) -> HipObjCompletion {
     if c.retried() {
         flags |= COMPLETION_RETRIED;
     }
-    match c.path() {
-        Some(DataPath::Http) => flags |= COMPLETION_HTTP,
-        Some(DataPath::RdmaSoft | DataPath::RdmaVerbs) => flags |= COMPLETION_RDMA,
-        _ => {}
-    }
+    let path = match c.path() {
+        Some(DataPath::Http) => {
+            flags |= COMPLETION_HTTP;
+            PATH_HTTP
+        }
+        Some(DataPath::RdmaSoft) => {
+            flags |= COMPLETION_RDMA;
+            PATH_RDMA_SOFT
+        }
+        Some(DataPath::RdmaVerbs) => {
+            flags |= COMPLETION_RDMA;
+            PATH_RDMA_VERBS
+        }
+        _ => PATH_NONE,
+    };
+    flags |= path << COMPLETION_PATH_SHIFT;
     if let Some(d) = c.dialect() {
         flags |= (d as u32) << COMPLETION_DIALECT_SHIFT;
     }
@@ -271,13 +283,15 @@ mod tests {
                 op_error: 0,
                 errnum: 0,
                 error_class: 0,
-                flags: COMPLETION_RETRIED | COMPLETION_HTTP,
+                flags: COMPLETION_RETRIED | COMPLETION_HTTP | (PATH_HTTP << COMPLETION_PATH_SHIFT),
             }
         );
         let v2 = Cqe::success(8, 64, DataPath::RdmaVerbs).with_dialect(ring_api::WireDialect::RcV2);
         assert_eq!(
             convert(&v2).flags,
-            COMPLETION_RDMA | (3 << COMPLETION_DIALECT_SHIFT)
+            COMPLETION_RDMA
+                | (PATH_RDMA_VERBS << COMPLETION_PATH_SHIFT)
+                | (3 << COMPLETION_DIALECT_SHIFT)
         );
         let e = convert(&Cqe::error(9, ErrorCode::AccessDenied, ErrorClass::Client));
         assert_eq!(

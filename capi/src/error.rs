@@ -115,7 +115,7 @@ impl OpError {
             Self::InvalidValue => c"invalid argument (NULL pointer, bad handle, or a value out of range)",
             Self::NotInitialized => c"hipObject is not initialized (call hipObjInit first)",
             Self::AlreadyInitialized => c"hipObject is already initialized (call hipObjShutdown first)",
-            Self::RdmaError => c"RDMA error (or no RDMA fabric available in this build)",
+            Self::RdmaError => c"RDMA error",
             Self::S3Error => c"the S3 server rejected the request (see hipObjGetLastErrorMessage for the S3 error code)",
             Self::BufNotRegistered => c"buffer is not registered (hipObjBufRegister)",
             Self::BufAlreadyRegistered => c"buffer (or part of it) is already registered",

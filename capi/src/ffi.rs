@@ -21,10 +21,10 @@ use crate::error::{self, CResult, Fail, OpError};
 use crate::io::{self, Dir};
 use crate::registry::Registration;
 use crate::state::{self, Settings};
-use crate::token;
 use crate::types::{
-    HipObjCompletion, HipObjConfig, HipObjError, HipObjOp, RDMA_OP_GET, RDMA_OP_PUT,
+    HipObjCompletion, HipObjConfig, HipObjError, HipObjOp, HipObjStats, RDMA_OP_GET, RDMA_OP_PUT,
 };
+use crate::{stats, token};
 
 /// `hipObjHandle_t` (the seed's `void*`).
 pub type HipObjHandle = *mut c_void;
@@ -275,6 +275,61 @@ pub extern "C" fn hipObjGetLastErrorMessage() -> *const c_char {
     catch_unwind(error::last_message_ptr).unwrap_or(c"".as_ptr())
 }
 
+/// Operation counters by path and dialect. See `hipObjGetStats`.
+///
+/// # Safety
+/// `stats` is NULL or writable for one `hipObjStats_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipObjGetStats(stats: *mut HipObjStats) -> HipObjError {
+    guard(|| {
+        if stats.is_null() {
+            return Err(null("stats"));
+        }
+        let v = state::current()?.stats.snapshot();
+        // SAFETY: non-NULL and writable for one `hipObjStats_t` per the contract.
+        unsafe { stats.write(v) };
+        Ok(())
+    })
+}
+
+/// Path and dialect of the calling thread's latest `hipObjGet`/`hipObjPut`. See
+/// `hipObjGetLastOpInfo`.
+///
+/// # Safety
+/// `path` and `dialect` are each NULL or writable for one `uint32_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipObjGetLastOpInfo(path: *mut u32, dialect: *mut u32) -> HipObjError {
+    guard(|| {
+        let (p, d) = stats::last_op();
+        if !path.is_null() {
+            // SAFETY: non-NULL and writable for one `uint32_t` per the contract.
+            unsafe { path.write(p) };
+        }
+        if !dialect.is_null() {
+            // SAFETY: as above.
+            unsafe { dialect.write(d) };
+        }
+        Ok(())
+    })
+}
+
+/// Name of a `HIPOBJ_PATH_*` value (`http`, `rdma-soft`, `rdma-verbs`, `none`; `unknown`).
+#[unsafe(no_mangle)]
+pub extern "C" fn hipObjPathName(path: u32) -> *const c_char {
+    stats::PATH_NAMES
+        .get(path as usize)
+        .map_or(c"unknown".as_ptr(), |n| n.as_ptr())
+}
+
+/// Name of a completion dialect value (`http`, `rc-persistent`, `hipobj-rc-v2`, `cuobject`,
+/// `none`; `unknown`).
+#[unsafe(no_mangle)]
+pub extern "C" fn hipObjDialectName(dialect: u32) -> *const c_char {
+    stats::DIALECT_NAMES
+        .get(dialect as usize)
+        .map_or(c"unknown".as_ptr(), |n| n.as_ptr())
+}
+
 /// Library version string.
 #[unsafe(no_mangle)]
 pub extern "C" fn hipObjGetVersionString() -> *const c_char {
@@ -284,7 +339,7 @@ pub extern "C" fn hipObjGetVersionString() -> *const c_char {
             concat!(
                 "hipobj-rs ",
                 env!("CARGO_PKG_VERSION"),
-                " (hipObject C API; data path: HTTP; RDMA: not available)\0"
+                " (hipObject C API; paths: http, rdma-soft, rdma-verbs)\0"
             )
             .as_bytes(),
         ) {
@@ -524,11 +579,15 @@ pub unsafe extern "C" fn hipObjQueueReap(
             Ok(ms) => Some(Duration::from_millis(ms)),
             Err(_) => None,
         };
-        let batch = state::current()?.queue(q)?;
+        let lib = state::current()?;
+        let batch = lib.queue(q)?;
         let got = batch
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .reap(max, timeout);
+        for c in &got {
+            lib.stats.record(c);
+        }
         // SAFETY: `out` is writable for `max >= got.len()` entries per the contract, and
         // `got` is a separate Rust allocation.
         unsafe { std::ptr::copy_nonoverlapping(got.as_ptr(), out, got.len()) };
@@ -587,7 +646,24 @@ mod tests {
                 hipObjTokenClientNic(c"00".as_ptr(), std::ptr::null_mut(), 16).op_error,
                 OpError::InvalidValue as c_int
             );
+            assert_eq!(
+                hipObjGetStats(std::ptr::null_mut()).op_error,
+                OpError::InvalidValue as c_int
+            );
+            // Both outputs are optional.
+            assert_eq!(
+                hipObjGetLastOpInfo(std::ptr::null_mut(), std::ptr::null_mut()).op_error,
+                0
+            );
         }
+        let name = |p: *const c_char| {
+            // SAFETY: the name functions return static NUL-terminated strings.
+            unsafe { CStr::from_ptr(p) }.to_str().unwrap()
+        };
+        assert_eq!(name(hipObjPathName(3)), "rdma-verbs");
+        assert_eq!(name(hipObjPathName(4)), "unknown");
+        assert_eq!(name(hipObjDialectName(3)), "hipobj-rc-v2");
+        assert_eq!(name(hipObjDialectName(99)), "unknown");
         assert_eq!(
             hipObjClose(std::ptr::null_mut()).op_error,
             OpError::InvalidValue as c_int

@@ -9,6 +9,7 @@ use ring_api::{BufSlice, Cqe, ErrorClass};
 use crate::diag;
 use crate::error::{CResult, Fail, OpError, completion_error, describe_completion};
 use crate::state::{Library, Object};
+use crate::types::HipObjCompletion;
 
 /// Which synchronous call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +29,7 @@ pub fn transfer(
     size: u64,
     offset: i64,
 ) -> CResult<u64> {
+    crate::stats::clear_last_op();
     let obj = lib.object(handle)?;
     let offset = u64::try_from(offset).map_err(|_| {
         Fail::new(
@@ -65,6 +67,9 @@ pub fn transfer(
         }
     };
     let cqe = lib.run_one(&sqe)?;
+    let seen = crate::batch::convert(&cqe);
+    lib.stats.record(&seen);
+    crate::stats::set_last_op(&seen);
     if cqe.is_ok() {
         if cqe.bytes() != size {
             return Err(Fail::new(
@@ -74,10 +79,10 @@ pub fn transfer(
         }
         return Ok(cqe.bytes());
     }
-    Err(failure(lib, dir, &obj, &cqe))
+    Err(failure(lib, dir, &obj, &cqe, &seen))
 }
 
-fn failure(lib: &Library, dir: Dir, obj: &Object, cqe: &Cqe) -> Fail {
+fn failure(lib: &Library, dir: Dir, obj: &Object, cqe: &Cqe, seen: &HipObjCompletion) -> Fail {
     let op = completion_error(cqe);
     let verb = match dir {
         Dir::Get => "GET",
@@ -89,6 +94,11 @@ fn failure(lib: &Library, dir: Dir, obj: &Object, cqe: &Cqe) -> Fail {
         obj.key,
         describe_completion(cqe)
     );
+    msg.push_str("; ");
+    msg.push_str(&lib.stats.describe_path(
+        seen,
+        crate::state::requested_dialect_name(lib.settings.dialect),
+    ));
     if let Some(problem) = lib.engine.tls_failure()
         && cqe.error_class() == Some(ErrorClass::Transport)
     {

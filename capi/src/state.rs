@@ -43,7 +43,7 @@ pub struct Settings {
     pub flags: u32,
     /// GPU device index or -1.
     pub gpu_device: i32,
-    /// NIC name hint.
+    /// RDMA device name or PCI address (`None`: the engine's default device).
     pub nic_hint: Option<String>,
     /// `HIPOBJ_DIALECT_*` (0: negotiate).
     pub dialect: u32,
@@ -58,6 +58,17 @@ pub fn dialect_of(v: u32) -> Option<engine::Dialect> {
         3 => engine::Dialect::Http,
         _ => return None,
     })
+}
+
+/// The name of a `HIPOBJ_DIALECT_*` configuration value, for messages.
+pub fn requested_dialect_name(v: u32) -> &'static str {
+    match v {
+        0 => "auto",
+        1 => "rc-persistent",
+        2 => "hipobj-rc-v2",
+        3 => "http",
+        _ => "unknown",
+    }
 }
 
 /// An object handle's target.
@@ -85,6 +96,8 @@ pub struct Library {
     pub settings: Settings,
     /// Registered buffers.
     pub regs: RwLock<Registry>,
+    /// Operations by path and dialect (`hipObjGetStats`).
+    pub stats: crate::stats::Stats,
     objects: RwLock<HashMap<u64, Object>>,
     queues: Mutex<HashMap<u64, Arc<Mutex<Batch>>>>,
     pool: Mutex<Vec<Queue>>,
@@ -212,7 +225,11 @@ impl Library {
             .endpoint_url(url)
             .credentials(resolved.credentials)
             .region(resolved.region)
+            .fabric(engine::Fabric::Auto)
             .dialect(dialect);
+        if let Some(hint) = &s.nic_hint {
+            builder = builder.verbs_device(crate::nic::resolve(hint)?);
+        }
         if s.gpu_device >= 0 {
             // Device pointers are recognised (and staged) by the engine's GPU runtime.
             builder = builder.gpu_if_present();
@@ -224,6 +241,7 @@ impl Library {
             ca_bundle,
             settings: s,
             regs: RwLock::new(Registry::default()),
+            stats: crate::stats::Stats::default(),
             objects: RwLock::new(HashMap::new()),
             queues: Mutex::new(HashMap::new()),
             pool: Mutex::new(Vec::new()),

@@ -113,13 +113,14 @@ impl Issued {
     }
 }
 
-/// Why no token can be minted in this build: a token names a queue pair and a memory key, and
-/// the engine has no RDMA fabric yet (HTTP data path only).
+/// Why no token is handed to the caller: the engine pairs its own queue pairs and mints a
+/// token per operation inside hipObjGet/hipObjPut and batch entries; none is exported.
 pub fn no_fabric() -> Fail {
     Fail::new(
         OpError::RdmaError,
-        "no RDMA fabric in this build: the engine moves data over HTTP only, so there is no \
-         queue pair or memory key to put in a token (hipObjGet/hipObjPut work without one)",
+        "no RDMA token for the caller: the engine mints its tokens per operation itself \
+         (hipObjGet/hipObjPut and batch entries move bytes over RDMA when the endpoint pairs); \
+         none is exported to C",
     )
 }
 

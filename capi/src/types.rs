@@ -130,6 +130,44 @@ pub const COMPLETION_RDMA: u32 = 4;
 /// (`ring_api::WireDialect` values, 4 bits).
 pub const COMPLETION_DIALECT_SHIFT: u32 = 8;
 
+/// `HIPOBJ_COMPLETION_DIALECT_MASK`.
+pub const COMPLETION_DIALECT_MASK: u32 = 0xF << COMPLETION_DIALECT_SHIFT;
+/// `HIPOBJ_COMPLETION_PATH_SHIFT`: where the data path (`HIPOBJ_PATH_*`) sits in a
+/// completion's flags.
+pub const COMPLETION_PATH_SHIFT: u32 = 4;
+/// `HIPOBJ_COMPLETION_PATH_MASK`.
+pub const COMPLETION_PATH_MASK: u32 = 0xF << COMPLETION_PATH_SHIFT;
+/// `HIPOBJ_PATH_NONE`: no payload moved.
+pub const PATH_NONE: u32 = 0;
+/// `HIPOBJ_PATH_HTTP`: the HTTP body.
+pub const PATH_HTTP: u32 = 1;
+/// `HIPOBJ_PATH_RDMA_SOFT`: RDMA over the soft fabric (RC emulated over TCP).
+pub const PATH_RDMA_SOFT: u32 = 2;
+/// `HIPOBJ_PATH_RDMA_VERBS`: RDMA over libibverbs (RoCE, InfiniBand, Soft-RoCE).
+pub const PATH_RDMA_VERBS: u32 = 3;
+/// `HIPOBJ_STATS_PATHS`: entries of `hipObjStats_t.opsByPath` / `bytesByPath`.
+pub const STATS_PATHS: usize = 4;
+/// `HIPOBJ_STATS_DIALECTS`: entries of `hipObjStats_t.opsByDialect`.
+pub const STATS_DIALECTS: usize = 8;
+
+/// `hipObjStats_t`: operations of this library instance by the path and dialect that carried
+/// them.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HipObjStats {
+    /// Completed operations (synchronous and batch), successful or not.
+    pub ops: u64,
+    /// Of those, failed ones.
+    pub failed_ops: u64,
+    /// Successful operations per `HIPOBJ_PATH_*`.
+    pub ops_by_path: [u64; STATS_PATHS],
+    /// Payload bytes of successful operations per `HIPOBJ_PATH_*`.
+    pub bytes_by_path: [u64; STATS_PATHS],
+    /// Successful operations per dialect value (0 none, 1 HTTP, 2 rc-persistent,
+    /// 3 hipobj-rc-v2, 4 cuObject).
+    pub ops_by_dialect: [u64; STATS_DIALECTS],
+}
+
 /// `HIPOBJ_RDMA_OP_PUT` (server RDMA READ).
 pub const RDMA_OP_PUT: c_int = 0;
 /// `HIPOBJ_RDMA_OP_GET` (server RDMA WRITE).
@@ -215,6 +253,24 @@ pub fn layout_facts() -> Vec<(&'static str, usize)> {
             "offsetof(hipObjOp_t, reserved)",
             offset_of!(HipObjOp, reserved),
         ),
+        ("sizeof(hipObjStats_t)", size_of::<HipObjStats>()),
+        ("offsetof(hipObjStats_t, ops)", offset_of!(HipObjStats, ops)),
+        (
+            "offsetof(hipObjStats_t, failedOps)",
+            offset_of!(HipObjStats, failed_ops),
+        ),
+        (
+            "offsetof(hipObjStats_t, opsByPath)",
+            offset_of!(HipObjStats, ops_by_path),
+        ),
+        (
+            "offsetof(hipObjStats_t, bytesByPath)",
+            offset_of!(HipObjStats, bytes_by_path),
+        ),
+        (
+            "offsetof(hipObjStats_t, opsByDialect)",
+            offset_of!(HipObjStats, ops_by_dialect),
+        ),
         ("sizeof(hipObjCompletion_t)", size_of::<HipObjCompletion>()),
         (
             "offsetof(hipObjCompletion_t, userData)",
@@ -260,6 +316,28 @@ pub fn constant_facts() -> Vec<(String, i64)> {
             ("HIPOBJ_COMPLETION_RETRIED", i64::from(COMPLETION_RETRIED)),
             ("HIPOBJ_COMPLETION_HTTP", i64::from(COMPLETION_HTTP)),
             ("HIPOBJ_COMPLETION_RDMA", i64::from(COMPLETION_RDMA)),
+            (
+                "HIPOBJ_COMPLETION_DIALECT_SHIFT",
+                i64::from(COMPLETION_DIALECT_SHIFT),
+            ),
+            (
+                "HIPOBJ_COMPLETION_DIALECT_MASK",
+                i64::from(COMPLETION_DIALECT_MASK),
+            ),
+            (
+                "HIPOBJ_COMPLETION_PATH_SHIFT",
+                i64::from(COMPLETION_PATH_SHIFT),
+            ),
+            (
+                "HIPOBJ_COMPLETION_PATH_MASK",
+                i64::from(COMPLETION_PATH_MASK),
+            ),
+            ("HIPOBJ_PATH_NONE", i64::from(PATH_NONE)),
+            ("HIPOBJ_PATH_HTTP", i64::from(PATH_HTTP)),
+            ("HIPOBJ_PATH_RDMA_SOFT", i64::from(PATH_RDMA_SOFT)),
+            ("HIPOBJ_PATH_RDMA_VERBS", i64::from(PATH_RDMA_VERBS)),
+            ("HIPOBJ_STATS_PATHS", STATS_PATHS as i64),
+            ("HIPOBJ_STATS_DIALECTS", STATS_DIALECTS as i64),
             ("HIPOBJ_RDMA_OP_PUT", i64::from(RDMA_OP_PUT)),
             ("HIPOBJ_RDMA_OP_GET", i64::from(RDMA_OP_GET)),
             (

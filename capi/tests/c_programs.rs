@@ -1,9 +1,136 @@
 //! C programs compiled with the system `cc` against `libhipobj.so` and run against the
 //! project's gateway (`hipobj-gateway`, a real S3 server with SigV4 checks) on loopback.
 
+#[path = "../../cli/tests/support/s3s_fs.rs"]
+mod s3s_fs;
 mod support;
+#[path = "../../cli/tests/support/tls_front.rs"]
+mod tls_front;
+// The gateway tests' v2-only peer (`v2_peer` reaches its raw client as `super::raw`).
+#[path = "../../gateway/tests/support/raw.rs"]
+mod raw;
+#[path = "../../gateway/tests/support/v2_peer.rs"]
+mod v2_peer;
 
 use support::*;
+
+/// Compiles `name` and runs it against `hipobj serve --fabric soft` (the gateway in-process
+/// with the soft RDMA target), expecting every op over `rdma-soft`.
+fn run_against_soft_gateway(name: &str, needle: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(name, dir.path());
+    let gw = gateway_soft(&dir.path().join("objects"));
+    assert_eq!(gw.fabric(), "soft");
+    let endpoint = format!("http://{}", gw.local_addr());
+    let out = run(
+        &exe,
+        &[&endpoint, ACCESS, SECRET, BUCKET, "rdma-soft"],
+        dir.path(),
+    );
+    let stdout = expect_ok(&out, needle);
+    gw.shutdown();
+    stdout
+}
+
+/// Compiles `name` and runs it against s3s-fs (a plain S3 server: no RDMA pairing), expecting
+/// every op over `http`.
+fn run_against_s3s_fs(name: &str, needle: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(name, dir.path());
+    let server = s3s_fs::S3sFs::start();
+    server.create_bucket_dir(BUCKET);
+    let out = run(
+        &exe,
+        &[
+            &server.endpoint_url(),
+            s3s_fs::ACCESS_KEY,
+            s3s_fs::SECRET_KEY,
+            BUCKET,
+            "http",
+        ],
+        dir.path(),
+    );
+    expect_ok(&out, needle)
+}
+
+#[test]
+fn quickstart_over_rdma_soft() {
+    let out = run_against_soft_gateway("quickstart", "quickstart ok");
+    assert!(out.contains("dialects: rc-persistent=5\n"), "{out}");
+    println!("{out}");
+}
+
+/// `HIPOBJ_DIALECT_RC_V2` against the same gateway: every op over `rdma-soft` in
+/// `hipobj-rc-v2` (PREPARE / READY per op), the dialect the configuration asked for.
+#[test]
+fn quickstart_over_rdma_soft_in_hipobj_rc_v2() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("quickstart", dir.path());
+    let gw = gateway_soft(&dir.path().join("objects"));
+    let endpoint = format!("http://{}", gw.local_addr());
+    let out = run(
+        &exe,
+        &[&endpoint, ACCESS, SECRET, BUCKET, "rdma-soft", "2"],
+        dir.path(),
+    );
+    let out = expect_ok(&out, "quickstart ok");
+    gw.shutdown();
+    assert!(out.contains("dialects: hipobj-rc-v2=5\n"), "{out}");
+    println!("{out}");
+}
+
+/// Dialect negotiation under `HIPOBJ_DIALECT_AUTO`: a v2-only peer (the `rc-persistent` routes
+/// answer 404, as third-party hipobj-rc-v2 servers do) in front of the soft gateway. The library
+/// tries rc-persistent, learns the refusal and carries every op over `rdma-soft` in
+/// `hipobj-rc-v2`, byte-exact.
+#[test]
+fn quickstart_negotiates_hipobj_rc_v2_with_a_v2_only_peer() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("quickstart", dir.path());
+    let root = dir.path().join("objects");
+    std::fs::create_dir_all(root.join(BUCKET)).unwrap();
+    let gw = v2_peer::gateway(&root);
+    let (peer, seen) = v2_peer::start_peer(gw.local_addr(), v2_peer::Peer::Mp);
+    let endpoint = format!("http://{peer}");
+    let out = run(
+        &exe,
+        &[&endpoint, raw::ACCESS, raw::SECRET, BUCKET, "rdma-soft"],
+        dir.path(),
+    );
+    let out = expect_ok(&out, "quickstart ok");
+    assert!(out.contains("dialects: hipobj-rc-v2=5\n"), "{out}");
+    let seen = seen.lock().unwrap();
+    assert!(
+        seen.rc_persistent > 0,
+        "rc-persistent was never tried: {seen:?}"
+    );
+    println!(
+        "{out}rc-persistent attempts refused by the peer: {}",
+        seen.rc_persistent
+    );
+    gw.shutdown();
+}
+
+#[test]
+fn batch_of_1000_over_rdma_soft() {
+    let out = run_against_soft_gateway("batch", "batch ok 1000 range-gets");
+    assert!(out.contains("dialects: rc-persistent=1002\n"), "{out}");
+    println!("{out}");
+}
+
+#[test]
+fn quickstart_against_s3s_fs_is_http() {
+    let out = run_against_s3s_fs("quickstart", "quickstart ok");
+    assert!(out.contains("dialects: http=5\n"), "{out}");
+    println!("{out}");
+}
+
+#[test]
+fn batch_of_1000_against_s3s_fs_is_http() {
+    let out = run_against_s3s_fs("batch", "batch ok 1000 range-gets");
+    assert!(out.contains("dialects: http=1002\n"), "{out}");
+    println!("{out}");
+}
 
 /// Compiles `name`, starts a gateway and runs the program with its endpoint and keys.
 fn run_against_gateway(name: &str, needle: &str) -> String {
@@ -76,6 +203,63 @@ fn error_paths() {
     assert!(line.contains("SignatureDoesNotMatch"), "{line}");
     assert!(line.contains("HTTP 403"), "{line}");
     println!("{out}");
+}
+
+/// The same error paths against the gateway with the soft RDMA target: the S3 errors are still
+/// named, and the message names the path (`rdma-soft`) and dialect the endpoint negotiated.
+#[test]
+fn error_paths_over_rdma_soft() {
+    let out = run_against_soft_gateway("errors", "errors ok");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("no such key: "))
+        .unwrap();
+    assert!(line.contains("NoSuchKey"), "{line}");
+    assert!(
+        line.contains("path rdma-soft, dialect rc-persistent (requested auto)"),
+        "{line}"
+    );
+    println!("{out}");
+}
+
+/// `https://`: the Quick Start through a TLS front (rustls, a fresh test CA) relaying to the
+/// gateway. With the CA in `AWS_CA_BUNDLE` every op completes byte-exact over `http` (the RDMA
+/// dialects need `http://`); without it the first op fails and the message names the
+/// certificate problem and how to trust the CA.
+#[test]
+fn quickstart_over_https_needs_the_right_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("quickstart", dir.path());
+    let gw = gateway(&dir.path().join("objects"));
+    let front = tls_front::TlsFront::start(gw.local_addr());
+    let endpoint = format!("https://127.0.0.1:{}", front.port);
+    let ca = front.write_ca(dir.path());
+    let ok = run_with_env(
+        &exe,
+        &[&endpoint, ACCESS, SECRET, BUCKET, "http"],
+        dir.path(),
+        &[("AWS_CA_BUNDLE", ca.to_str().unwrap())],
+    );
+    let out = expect_ok(&ok, "quickstart ok");
+    assert!(out.contains("dialects: http=5\n"), "{out}");
+    println!("{out}");
+
+    let refused = run(
+        &exe,
+        &[&endpoint, ACCESS, SECRET, BUCKET, "http"],
+        dir.path(),
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    // check.h prints the code: hipObjNetworkError is 18.
+    assert!(stderr.contains("-> 18 (network error"), "{stderr}");
+    assert!(
+        stderr.contains("TLS: certificate issued by an unknown CA")
+            && stderr.contains("AWS_CA_BUNDLE"),
+        "{stderr}"
+    );
+    println!("{stderr}");
+    gw.shutdown();
 }
 
 #[test]

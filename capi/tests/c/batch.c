@@ -3,7 +3,9 @@
  * plus a whole-object GET, a PUT, an UPLOAD_PART (not supported: completes with
  * hipObjOpNotSupported) and an entry naming unregistered memory.
  *
- * usage: batch <endpoint> <access key> <secret key> <bucket>
+ * usage: batch <endpoint> <access key> <secret key> <bucket> [path]
+ * With [path] ("http", "rdma-soft", "rdma-verbs"), every successful completion
+ * must name that path, and hipObjGetStats must agree.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -23,8 +25,26 @@ static uint64_t next_rand(void) {
   return lcg >> 33;
 }
 
+/* The completion's path field names `want` (NULL: anything), and the older
+ * HTTP / RDMA bits agree with it. */
+static int completion_path_is(const hipObjCompletion_t* c, const char* want) {
+  uint32_t path = (c->flags & HIPOBJ_COMPLETION_PATH_MASK) >> HIPOBJ_COMPLETION_PATH_SHIFT;
+  int http = (c->flags & HIPOBJ_COMPLETION_HTTP) != 0;
+  int rdma = (c->flags & HIPOBJ_COMPLETION_RDMA) != 0;
+  if (http != (path == HIPOBJ_PATH_HTTP)) return 0;
+  if (rdma != (path == HIPOBJ_PATH_RDMA_SOFT || path == HIPOBJ_PATH_RDMA_VERBS)) return 0;
+  if (want != NULL && strcmp(hipObjPathName(path), want) != 0) {
+    fprintf(stderr, "completion %llu went over %s, expected %s\n",
+            (unsigned long long)c->userData, hipObjPathName(path), want);
+    return 0;
+  }
+  return 1;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 5) return 2;
+  if (argc != 5 && argc != 6) return 2;
+  const char* want = argc == 6 ? argv[5] : NULL;
+  uint64_t ok_bytes = 0;
   hipObjConfig_t config = {.endpoint = argv[1], .accessKey = argv[2],
                            .secretKey = argv[3], .gpuDevice = -1};
   OK(hipObjInit(&config));
@@ -56,7 +76,9 @@ int main(int argc, char** argv) {
             hipObjGetErrorString(c[0].opError), c[0].errnum, c[0].errorClass);
     return 1;
   }
-  EXPECT(c[0].bytes == OBJ && (c[0].flags & HIPOBJ_COMPLETION_HTTP));
+  EXPECT(c[0].bytes == OBJ);
+  EXPECT(completion_path_is(&c[0], want));
+  ok_bytes += OBJ;
 
   /* OPS range-gets of 1..SLOT bytes at random object offsets, each into its slot. */
   static hipObjOp_t ops[OPS + EXTRA];
@@ -109,8 +131,12 @@ int main(int argc, char** argv) {
           return 1;
         }
         EXPECT(c[k].bytes == want_len[u]);
+        EXPECT(completion_path_is(&c[k], want));
+        ok_bytes += want_len[u];
       } else if (u == OPS) {
         EXPECT(c[k].opError == hipObjSuccess && c[k].bytes == OBJ);
+        EXPECT(completion_path_is(&c[k], want));
+        ok_bytes += OBJ;
       } else if (u == OPS + 1) {
         EXPECT(c[k].opError == hipObjOpNotSupported && c[k].errnum == EOPNOTSUPP);
         EXPECT(c[k].errorClass == HIPOBJ_ERRCLASS_INVALID);
@@ -148,6 +174,9 @@ int main(int argc, char** argv) {
   /* Nothing left: a zero-timeout reap returns 0 completions, successfully. */
   OK(hipObjQueueReap(q, c, DEPTH, 0, &n));
   EXPECT(n == 0);
+
+  /* 1,002 successes over the expected path; UPLOAD_PART, unregistered, 416 failed. */
+  expect_stats(want, OPS + 2, ok_bytes, 3);
 
   OK(hipObjQueueDestroy(q));
   CHECK(hipObjQueueReap(q, c, DEPTH, 0, &n), hipObjInvalidValue);

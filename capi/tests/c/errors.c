@@ -2,7 +2,9 @@
  * Error paths: not initialized, bad arguments, unregistered buffers, sizes too
  * large, unsupported requests, S3 errors named through the last-error message.
  *
- * usage: errors <endpoint> <access key> <secret key> <bucket>
+ * usage: errors <endpoint> <access key> <secret key> <bucket> [path]
+ * With [path], the S3 error messages must name it (the path the endpoint's
+ * successful ops took) and the dialect.
  */
 #define _POSIX_C_SOURCE 200112L /* setenv, unsetenv */
 #include <stdint.h>
@@ -20,7 +22,8 @@ static void expect_detail(const char* needle) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 5) return 2;
+  if (argc != 5 && argc != 6) return 2;
+  const char* want = argc == 6 ? argv[5] : NULL;
   const char *ep = argv[1], *ak = argv[2], *sk = argv[3], *bucket = argv[4];
   unsigned char* buf = aligned_alloc(4096, 1 << 20);
   EXPECT(buf != NULL);
@@ -53,6 +56,14 @@ int main(int argc, char** argv) {
   unsetenv("AWS_CA_BUNDLE");
   OK(hipObjInit(&bad));
   OK(hipObjShutdown());
+  /* nicHint must name an RDMA device of this host (by name or PCI address). */
+  bad.endpoint = ep;
+  bad.nicHint = "hipobj-no-such-nic0";
+  CHECK(hipObjInit(&bad), hipObjNicNotFound);
+  expect_detail("hipobj-no-such-nic0");
+  bad.nicHint = "";
+  CHECK(hipObjInit(&bad), hipObjInvalidValue);
+  bad.nicHint = NULL;
   bad.endpoint = "ftp://x";
   CHECK(hipObjInit(&bad), hipObjInvalidValue);
   bad.endpoint = NULL; /* and no AWS_ENDPOINT_URL in the environment */
@@ -105,6 +116,9 @@ int main(int argc, char** argv) {
   OK(hipObjOpen(bucket, "errors/no-such-key", &missing));
   CHECK(hipObjGet(missing, buf, 10, 0), hipObjS3Error);
   expect_detail("NoSuchKey");
+  expect_detail("dialect");
+  if (want != NULL) expect_detail(want);
+  printf("no such key: %s\n", hipObjGetLastErrorMessage());
   hipObjHandle_t nobucket = NULL;
   OK(hipObjOpen("no-such-bucket-here", "k", &nobucket));
   CHECK(hipObjGet(nobucket, buf, 10, 0), hipObjS3Error);
@@ -117,11 +131,11 @@ int main(int argc, char** argv) {
   CHECK(hipObjGet(missing, buf, 10, 0), hipObjInvalidValue);
   CHECK(hipObjClose((hipObjHandle_t)(uintptr_t)0xdead0000), hipObjInvalidValue);
 
-  /* Tokens: no RDMA fabric in this build; arguments are still checked first. */
+  /* Tokens: none exported (the engine mints its own); arguments are still checked first. */
   char* tok = (char*)1;
   CHECK(hipObjGetRdmaToken(buf, 4096, HIPOBJ_RDMA_OP_GET, &tok), hipObjRdmaError);
   EXPECT(tok == NULL);
-  expect_detail("no RDMA fabric");
+  expect_detail("no RDMA token for the caller");
   CHECK(hipObjGetRdmaToken(stack, 16, HIPOBJ_RDMA_OP_GET, &tok), hipObjBufNotRegistered);
   CHECK(hipObjGetRdmaToken(buf, (size_t)2 << 20, HIPOBJ_RDMA_OP_PUT, &tok), hipObjSizeTooLarge);
   CHECK(hipObjGetRdmaToken(buf, 16, 7, &tok), hipObjInvalidValue);

@@ -3,7 +3,10 @@
  * init with endpoint and keys, register a buffer, open, put, get, verify,
  * close, deregister, shutdown.
  *
- * usage: quickstart <endpoint> <access key> <secret key> <bucket>
+ * usage: quickstart <endpoint> <access key> <secret key> <bucket> [path [dialect]]
+ * With [path] ("http", "rdma-soft", "rdma-verbs"), every operation must have
+ * moved its bytes over that path (hipObjGetLastOpInfo, hipObjGetStats).
+ * [dialect] is a HIPOBJ_DIALECT_* number for hipObjConfig_t.dialect (default 0).
  */
 #include <stdint.h>
 #include <string.h>
@@ -13,10 +16,12 @@
 #define SIZE (1024 * 1024)
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    fprintf(stderr, "usage: %s endpoint access secret bucket\n", argv[0]);
+  if (argc < 5 || argc > 7) {
+    fprintf(stderr, "usage: %s endpoint access secret bucket [path [dialect]]\n", argv[0]);
     return 2;
   }
+  const char* want = argc >= 6 ? argv[5] : NULL;
+  uint32_t dialect = argc == 7 ? (uint32_t)strtoul(argv[6], NULL, 10) : HIPOBJ_DIALECT_AUTO;
   printf("%s\n", hipObjGetVersionString());
 
   /* One registration holding the source (first half) and destination (second). */
@@ -31,6 +36,7 @@ int main(int argc, char** argv) {
       .accessKey = argv[2],
       .secretKey = argv[3],
       .gpuDevice = -1,
+      .dialect = dialect,
   };
   OK(hipObjInit(&config));
   OK(hipObjBufRegister(buf, 2 * SIZE));
@@ -40,12 +46,15 @@ int main(int argc, char** argv) {
   EXPECT(handle != NULL);
 
   OK(hipObjPut(handle, buf, SIZE, 0));
+  expect_last_path(want, __LINE__);
   OK(hipObjGet(handle, buf + SIZE, SIZE, 0));
+  expect_last_path(want, __LINE__);
   EXPECT(memcmp(buf, buf + SIZE, SIZE) == 0);
 
   /* buf may point anywhere inside the registration; offset is the object's. */
   memset(buf + SIZE, 0, SIZE);
   OK(hipObjGet(handle, buf + SIZE + 12345, 5000, 777777));
+  expect_last_path(want, __LINE__);
   for (size_t i = 0; i < 5000; i++) EXPECT(buf[SIZE + 12345 + i] == pattern(777777 + i));
   EXPECT(buf[SIZE + 12344] == 0 && buf[SIZE + 12345 + 5000] == 0);
 
@@ -55,8 +64,12 @@ int main(int argc, char** argv) {
   OK(hipObjPut(tail, buf + 1000, 3000, 0));
   memset(buf + SIZE, 0, 3000);
   OK(hipObjGet(tail, buf + SIZE, 3000, 0));
+  expect_last_path(want, __LINE__);
   EXPECT(memcmp(buf + 1000, buf + SIZE, 3000) == 0);
   OK(hipObjClose(tail));
+
+  /* Five operations, every one over the expected path, none failed. */
+  expect_stats(want, 5, 2ull * SIZE + 5000 + 2 * 3000, 0);
 
   OK(hipObjClose(handle));
   OK(hipObjBufDeregister(buf));

@@ -122,6 +122,25 @@ pub fn gateway(root: &Path) -> hipobj_gateway::RunningGateway {
         .expect("gateway starts")
 }
 
+/// [`gateway`] with the soft RDMA target (what `hipobj serve --fabric soft` runs): clients that
+/// pair move payloads over `rdma-soft`.
+pub fn gateway_soft(root: &Path) -> hipobj_gateway::RunningGateway {
+    std::fs::create_dir_all(root.join(BUCKET)).expect("bucket directory");
+    let target = hipobj_gateway::RcTarget::start(
+        std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, 0)),
+        hipobj_gateway::RcLimits::default(),
+    )
+    .expect("soft RDMA target starts");
+    hipobj_gateway::Gateway::builder()
+        .listen("127.0.0.1:0")
+        .root_dir(root)
+        .credentials(ACCESS, SECRET)
+        .threads(8)
+        .rdma_target(target)
+        .start()
+        .expect("gateway starts")
+}
+
 /// Runs `exe` with `args` in an environment without AWS settings (HOME points at an empty
 /// directory, so no profile is read by accident), loading the library from [`lib_dir`].
 pub fn run(exe: &Path, args: &[&str], home: &Path) -> Output {
