@@ -15,7 +15,8 @@
 //! let mut q = engine.queue(256)?;
 //! q.push(&RangeGet::new(obj, 4096, BufSlice::new(buf, 0, 65536)).user_data(1).build())?;
 //! q.wait(1, None);
-//! let cqe = q.completion().next().expect("one completion");
+//! // `wait` also returns (with nothing ready) once the engine is gone.
+//! let cqe = q.completion().next().ok_or("engine shut down before completing")?;
 //! assert!(cqe.is_ok(), "error {:?}", cqe.error_code());
 //! let bytes = engine.read(buf, 0, 65536)?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
