@@ -497,14 +497,20 @@ impl Engine {
     /// One worker (chosen round-robin) owns the queue's rings: it drains the submissions and
     /// posts the completions. The operations themselves run on every worker eligible for them
     /// (the least loaded takes each), so one queue can use all the engine's workers.
+    ///
+    /// A `depth` of 0 is refused ([`EngineError::Config`]): a queue needs at least one slot.
     pub fn queue(&self, depth: u32) -> Result<Queue, EngineError> {
-        let sq = depth
-            .max(1)
-            .checked_next_power_of_two()
-            .ok_or(EngineError::Ring(ring_api::SetupError::Capacity {
+        if depth == 0 {
+            return Err(EngineError::Config(
+                "Engine::queue depth must be at least 1 (got 0)".to_owned(),
+            ));
+        }
+        let sq = depth.checked_next_power_of_two().ok_or(EngineError::Ring(
+            ring_api::SetupError::Capacity {
                 requested: depth,
                 max: ring_api::MAX_ENTRIES,
-            }))?;
+            },
+        ))?;
         let cq = sq.saturating_mul(2);
         let eligible = &self.crew.eligible;
         let n = self.next_worker.fetch_add(1, Ordering::Relaxed) % eligible.len().max(1);
