@@ -188,3 +188,45 @@ fn each_failure_has_one_code_and_class_on_every_path() {
     }
     assert!(wrong.is_empty(), "disagreements:\n{}", wrong.join("\n"));
 }
+
+/// The other side of the v2 too-big fix: a whole-object GET whose object exactly fills the
+/// buffer (which v2 alone cannot tell from a larger object cut at the buffer's end) still
+/// succeeds, byte-exact, proven over HTTP; one smaller than the buffer stays on RDMA.
+#[test]
+fn v2_whole_get_that_fills_the_buffer_arrives_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path());
+    let addr = gw.local_addr();
+    assert_eq!(call(addr, "PUT", "/fits", "", &[], b"").status(), 200);
+    let exact = pattern(BUF_LEN, 4);
+    assert_eq!(
+        call(addr, "PUT", "/fits/exact", "", &[], &exact).status(),
+        200
+    );
+    let small = pattern(BUF_LEN - 100, 5);
+    assert_eq!(
+        call(addr, "PUT", "/fits/small", "", &[], &small).status(),
+        200
+    );
+    let engine = engine_for(addr, PATHS[2], true);
+    let buf = engine
+        .register_host(BUF_LEN, RegisterOptions::pageable())
+        .unwrap();
+    let mut q = engine.queue(4).unwrap();
+    for (key, data, path) in [
+        ("exact", &exact, DataPath::Http),
+        ("small", &small, DataPath::RdmaSoft),
+    ] {
+        let obj = engine.object("fits", key).unwrap();
+        let c = rig::run_one(
+            &mut q,
+            Get::new(obj, BufSlice::new(buf, 0, BUF_LEN as u64)).build(),
+        );
+        assert_eq!(c.into_result(), Ok(data.len() as u64), "{key}");
+        assert_eq!(c.path(), Some(path), "{key}");
+        assert!(
+            engine.read(buf, 0, data.len() as u64).unwrap()[..] == data[..],
+            "{key}"
+        );
+    }
+}
