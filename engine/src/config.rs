@@ -318,7 +318,7 @@ impl EngineBuilder {
         self
     }
 
-    /// The process's GPU runtime ([`crate::gpu::detect`]: CUDA, then HIP) when the host has
+    /// The process's GPU runtime ([`crate::gpu::detect()`]: CUDA, then HIP) when the host has
     /// one, as with [`EngineBuilder::gpu`]; on a host without one, nothing (device
     /// registrations then fail with "no GPU runtime", host memory works).
     #[must_use]

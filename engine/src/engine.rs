@@ -313,9 +313,7 @@ impl Engine {
             if opts.require_pinned {
                 return Err(EngineError::Pin { len, source });
             }
-            tracing::warn!(
-                "mlock of {len} bytes failed ({source}); using pageable memory"
-            );
+            tracing::warn!("mlock of {len} bytes failed ({source}); using pageable memory");
         }
         self.shared.registry.insert(mem)
     }
@@ -499,14 +497,20 @@ impl Engine {
     /// One worker (chosen round-robin) owns the queue's rings: it drains the submissions and
     /// posts the completions. The operations themselves run on every worker eligible for them
     /// (the least loaded takes each), so one queue can use all the engine's workers.
+    ///
+    /// A `depth` of 0 is refused ([`EngineError::Config`]): a queue needs at least one slot.
     pub fn queue(&self, depth: u32) -> Result<Queue, EngineError> {
-        let sq = depth
-            .max(1)
-            .checked_next_power_of_two()
-            .ok_or(EngineError::Ring(ring_api::SetupError::Capacity {
+        if depth == 0 {
+            return Err(EngineError::Config(
+                "Engine::queue depth must be at least 1 (got 0)".to_owned(),
+            ));
+        }
+        let sq = depth.checked_next_power_of_two().ok_or(EngineError::Ring(
+            ring_api::SetupError::Capacity {
                 requested: depth,
                 max: ring_api::MAX_ENTRIES,
-            }))?;
+            },
+        ))?;
         let cq = sq.saturating_mul(2);
         let eligible = &self.crew.eligible;
         let n = self.next_worker.fetch_add(1, Ordering::Relaxed) % eligible.len().max(1);
@@ -561,6 +565,9 @@ impl Drop for WakeOnDrop {
 
 impl Queue {
     /// Pushes one entry and publishes it at once (rings the worker only if it sleeps).
+    ///
+    /// Fails with [`PushError::Full`] when the submission ring is full (reap, then retry) and
+    /// with [`PushError::Closed`] once the [`Engine`] has been dropped.
     pub fn push(&mut self, sqe: &Sqe) -> Result<(), PushError> {
         self.app.submission().push(sqe)
     }
@@ -587,8 +594,20 @@ impl Queue {
 
     /// Blocks until `min` completions are ready or `timeout` passes; returns how many are
     /// ready.
+    ///
+    /// Once the [`Engine`] is dropped (also while this call sleeps) it returns at once with
+    /// what is ready; operations that were in flight never complete. A reaping loop should
+    /// stop when `wait` returns fewer than `min` and [`Queue::is_closed`] is `true`.
     pub fn wait(&mut self, min: usize, timeout: Option<Duration>) -> usize {
         self.app.wait_completions(min, timeout)
+    }
+
+    /// `true` once the engine behind this queue has shut down (the [`Engine`] was dropped):
+    /// pushes fail with [`PushError::Closed`], completions already posted can still be reaped,
+    /// and nothing else will complete.
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.app.worker_dropped()
     }
 
     /// Submission ring capacity.

@@ -4,20 +4,31 @@
 //! thread and then pushes fixed-size submission entries (`ring_api::opcode` builders) and
 //! reaps completions, never blocking a worker and never being blocked by one.
 //!
-//! ```no_run
-//! use engine::{Engine, RegisterOptions};
-//! use ring_api::opcode::RangeGet;
-//! use ring_api::BufSlice;
+//! One dependency is enough: the ring types ([`Sqe`], [`Cqe`], [`BufSlice`], the
+//! [`opcode`] builders, [`ErrorCode`]…) and [`Credentials`] are re-exported here.
 //!
-//! let engine = Engine::builder().endpoint_url("http://127.0.0.1:9000").build()?;
+//! ```no_run
+//! use engine::opcode::RangeGet;
+//! use engine::{BufSlice, Credentials, Engine, ErrorClass, ErrorCode, Fabric, RegisterOptions};
+//!
+//! let engine = Engine::builder()
+//!     .endpoint_url("http://127.0.0.1:9000")
+//!     .credentials(Credentials::new("access-key", "secret-key"))
+//!     .fabric(Fabric::Auto) // RDMA when the endpoint pairs, else HTTP
+//!     .build()?;
 //! let buf = engine.register_host(1 << 20, RegisterOptions::pinned())?;
 //! let obj = engine.object("bucket", "model.safetensors")?;
 //! let mut q = engine.queue(256)?;
 //! q.push(&RangeGet::new(obj, 4096, BufSlice::new(buf, 0, 65536)).user_data(1).build())?;
 //! q.wait(1, None);
-//! let cqe = q.completion().next().expect("one completion");
-//! assert!(cqe.is_ok(), "error {:?}", cqe.error_code());
-//! let bytes = engine.read(buf, 0, 65536)?;
+//! // `wait` also returns (with nothing ready) once the engine is gone.
+//! let cqe = q.completion().next().ok_or("engine shut down before completing")?;
+//! match cqe.into_result() {
+//!     Ok(bytes) => println!("{bytes} bytes: {:?}", &engine.read(buf, 0, bytes)?[..8]),
+//!     Err(e) if e.code == Some(ErrorCode::NotFound) => println!("no such object"),
+//!     Err(e) if e.class == Some(ErrorClass::Server) => println!("server trouble: {e}"),
+//!     Err(e) => return Err(e.into()),
+//! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -67,3 +78,12 @@ pub use fabric::{rc, soft};
 pub use memory::{BufferView, RegisterOptions};
 pub use placement::DEFAULT_WORKERS_PER_NIC;
 pub use sys::{monotonic_ns, process_cpu_time};
+
+// What an application needs besides the engine itself, so `engine` is its one dependency and
+// rustdoc links these types.
+pub use ring_api::{
+    BufHandle, BufSlice, CompletionQueue, Cqe, DataPath, ErrorClass, ErrorCode, ObjectId, OpError,
+    PartNumber, PushError, Sqe, SubmissionQueue, UploadHandle, WireDialect, cqe_flags, opcode,
+    sqe_flags,
+};
+pub use s3_lite::credentials::Credentials;

@@ -191,14 +191,22 @@ pub enum SetupError {
     },
 }
 
-/// A batch push did not fit; nothing was pushed.
+/// A push was refused; nothing was pushed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("ring full: {needed} entries needed, {available} free")]
-pub struct PushError {
-    /// Entries in the rejected batch.
-    pub needed: usize,
-    /// Free slots at the time of the attempt.
-    pub available: usize,
+#[non_exhaustive]
+pub enum PushError {
+    /// The batch did not fit: reap completions (so the worker can take submissions) and retry.
+    #[error("ring full: {needed} entries needed, {available} free")]
+    Full {
+        /// Entries in the rejected batch.
+        needed: usize,
+        /// Free slots at the time of the attempt.
+        available: usize,
+    },
+    /// The consuming side (the engine's worker) is gone — the engine was shut down. Nothing
+    /// will ever take entries from this ring again; retrying cannot succeed.
+    #[error("ring closed: the worker side is gone (engine shut down)")]
+    Closed,
 }
 
 /// Interning an object name failed.

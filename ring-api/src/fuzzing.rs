@@ -9,6 +9,7 @@
 use std::collections::VecDeque;
 
 use crate::cqe::Cqe;
+use crate::error::PushError;
 use crate::opcode::Nop;
 use crate::queue::queue_pair;
 
@@ -133,7 +134,13 @@ pub fn run(sq_log2: u8, cq_log2: u8, seq: &[RingOp]) {
                     let r = sq.push_multiple(&batch);
                     assert_eq!(r.is_ok(), sq_m.free() >= batch.len(), "sq push_multiple");
                     if let Err(e) = r {
-                        assert_eq!((e.needed, e.available), (batch.len(), sq_m.free()));
+                        assert_eq!(
+                            e,
+                            PushError::Full {
+                                needed: batch.len(),
+                                available: sq_m.free()
+                            }
+                        );
                     } else {
                         sq_m.staged.extend(next..next + u64::from(n));
                         next += u64::from(n);

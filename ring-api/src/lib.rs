@@ -34,7 +34,8 @@
 //!
 //! # Pieces
 //!
-//! - [`Sqe`] / [`Cqe`]: `#[repr(C)]`, sizes and offsets pinned by `const` assertions.
+//! - [`Sqe`] / [`Cqe`]: `#[repr(C)]`, sizes and offsets pinned by `const` assertions;
+//!   [`Cqe::into_result`] turns a completion into `Result<bytes, OpError>`.
 //! - [`opcode`]: one builder per operation; [`Sqe::validate`] decodes untrusted entries into
 //!   [`ValidOp`] or an [`InvalidEntry`] that becomes an error completion.
 //! - [`ObjectTable`], [`ObjectId`], [`BufHandle`], [`UploadHandle`]: names and buffers as ids,
@@ -75,6 +76,7 @@ mod cqe;
 mod error;
 mod handle;
 mod object_table;
+mod op_error;
 pub mod opcode;
 mod pending;
 mod queue;
@@ -92,6 +94,7 @@ pub use cqe::{Cqe, DataPath, ErrorClass, WireDialect, cqe_flags};
 pub use error::{ErrorCode, InternError, InvalidEntry, PushError, SetupError, UnknownErrorCode};
 pub use handle::{BufHandle, BufSlice, ObjectId, PartNumber, UploadHandle};
 pub use object_table::{MAX_BUCKET_LEN, MAX_KEY_LEN, ObjectName, ObjectTable};
+pub use op_error::OpError;
 pub use pending::PendingCompletions;
 pub use queue::{
     AppQueue, CompletionQueue, CompletionWriter, SubmissionQueue, SubmissionReader, WorkerQueue,

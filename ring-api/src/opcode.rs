@@ -66,8 +66,10 @@ macro_rules! common_setters {
             self
         }
 
-        /// Deadline in nanoseconds counted from when a worker takes the entry off the ring
-        /// (default: none). Clears a previous [`Self::deadline_at_ns`].
+        /// Deadline in nanoseconds counted from when a worker takes the entry off the ring.
+        /// `0` (the default) names none, so the engine's default applies (the `engine`
+        /// crate: `EngineBuilder::default_deadline`, 60 s unless changed). Clears a previous
+        /// [`Self::deadline_at_ns`].
         #[must_use]
         pub const fn deadline_ns(mut self, ns: u64) -> Self {
             self.common.deadline_ns = ns;
@@ -76,7 +78,8 @@ macro_rules! common_setters {
         }
 
         /// Absolute deadline on the engine's monotonic clock (`CLOCK_MONOTONIC` ns).
-        /// `0` means "no deadline" and clears the absolute flag.
+        /// `0` names none (the engine's default deadline applies, as for
+        /// [`Self::deadline_ns`]) and clears the absolute flag.
         #[must_use]
         pub const fn deadline_at_ns(mut self, ns: u64) -> Self {
             self.common.deadline_ns = ns;
@@ -175,8 +178,10 @@ builder! {
 }
 
 builder! {
-    /// Cancel the in-flight operation whose `user_data` is `target`. Completes with 0, or
-    /// `NotFound` / `AlreadyCompleting`; the target completes with `Cancelled` if stopped.
+    /// Cancel the in-flight operation whose `user_data` is `target`. Completes with 0 (the
+    /// target then completes with `Cancelled`) or `NotFound` (nothing with that tag in
+    /// flight). `AlreadyCompleting` is reserved: this engine never produces it, because the
+    /// worker that aborts an op is its only writer and aborting is synchronous.
     Cancel = 9, { target: u64 }
 }
 

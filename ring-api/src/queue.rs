@@ -81,7 +81,8 @@ impl AppQueue {
 
     /// Blocks until at least `min` completions are ready or `timeout` passes (`None`: no
     /// limit). Returns the number ready, which may be below `min` on timeout or if the worker
-    /// half was dropped.
+    /// half was dropped: then it returns at once, also when the worker goes away while this
+    /// call sleeps. Tell the two apart with [`AppQueue::worker_dropped`].
     pub fn wait_completions(&mut self, min: usize, timeout: Option<Duration>) -> usize {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         loop {
@@ -97,7 +98,12 @@ impl AppQueue {
                 None => None,
             };
             if self.cq.prepare_park(min) {
-                self.waiter.wait(left);
+                // Re-checked after the announcement's fence: a worker dropped between the
+                // check above and `prepare_park` rang no bell (it saw no park), but its
+                // `closed` store is visible now (see the Dekker pair in `crate::wakeup`).
+                if !self.cq.peer_dropped() {
+                    self.waiter.wait(left);
+                }
                 self.cq.finish_park();
             }
         }
@@ -133,18 +139,25 @@ pub struct SubmissionQueue<'a> {
 }
 
 impl SubmissionQueue<'_> {
-    /// Stages one entry; `Err` (nothing staged) if the ring is full.
+    /// Stages one entry; `Err` (nothing staged) if the ring is full
+    /// ([`PushError::Full`]) or the worker half is gone ([`PushError::Closed`]).
     #[inline]
     pub fn push(&mut self, sqe: &Sqe) -> Result<(), PushError> {
-        self.p.push(*sqe).map_err(|_| PushError {
+        if self.p.peer_dropped() {
+            return Err(PushError::Closed);
+        }
+        self.p.push(*sqe).map_err(|_| PushError::Full {
             needed: 1,
             available: 0,
         })
     }
 
-    /// Stages all of `sqes` or none of them.
+    /// Stages all of `sqes` or none of them (errors as for [`SubmissionQueue::push`]).
     #[inline]
     pub fn push_multiple(&mut self, sqes: &[Sqe]) -> Result<(), PushError> {
+        if self.p.peer_dropped() {
+            return Err(PushError::Closed);
+        }
         self.p.push_multiple(sqes)
     }
 
@@ -481,6 +494,35 @@ mod tests {
         fn assert_send<T: Send>() {}
         assert_send::<AppQueue>();
         assert_send::<WorkerQueue>();
+    }
+
+    #[test]
+    fn push_after_worker_drop_is_closed() {
+        let (mut app, worker) = queue_pair(4, 4, None).unwrap();
+        drop(worker);
+        assert!(app.worker_dropped());
+        let sqe = Nop::new().build();
+        assert_eq!(app.submission().push(&sqe), Err(PushError::Closed));
+        assert_eq!(
+            app.submission().push_multiple(&[sqe, sqe]),
+            Err(PushError::Closed)
+        );
+        assert_eq!(app.wait_completions(1, None), 0);
+    }
+
+    #[test]
+    fn worker_drop_wakes_a_parked_waiter() {
+        let (mut app, worker) = queue_pair(4, 4, None).unwrap();
+        let dropper = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            drop(worker);
+        });
+        let t = Instant::now();
+        // On old code this slept the whole timeout.
+        assert_eq!(app.wait_completions(1, Some(Duration::from_secs(30))), 0);
+        assert!(t.elapsed() < Duration::from_secs(10));
+        assert!(app.worker_dropped());
+        dropper.join().unwrap();
     }
 
     #[test]

@@ -21,7 +21,7 @@ use std::cell::Cell;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
-use std::sync::atomic::{AtomicU32, fence};
+use std::sync::atomic::{AtomicBool, AtomicU32, fence};
 
 use crossbeam_utils::CachePadded;
 
@@ -40,6 +40,8 @@ struct ConsumerSide {
     /// 1 while the consumer is (about to be) parked waiting for entries; written by the
     /// consumer, read by the producer after its SeqCst fence.
     parked: AtomicU32,
+    /// Set once when the consumer end is dropped, before it checks `producer.parked`.
+    closed: AtomicBool,
 }
 
 /// Fields written only by the producer.
@@ -49,6 +51,8 @@ struct ProducerSide {
     tail: AtomicU32,
     /// 1 while the producer is (about to be) parked waiting for space.
     parked: AtomicU32,
+    /// Set once when the producer end is dropped, before it checks `consumer.parked`.
+    closed: AtomicBool,
 }
 
 struct Shared<E: Entry> {
@@ -166,7 +170,7 @@ impl<E: Entry> Producer<E> {
         if free < es.len() {
             free = self.space();
             if free < es.len() {
-                return Err(PushError {
+                return Err(PushError::Full {
                     needed: es.len(),
                     available: free,
                 });
@@ -221,8 +225,25 @@ impl<E: Entry> Producer<E> {
     }
 
     /// `true` when the consumer end has been dropped.
+    #[inline]
     pub(crate) fn peer_dropped(&self) -> bool {
-        Arc::strong_count(&self.shared) == 1
+        self.shared.consumer.closed.load(Acquire)
+    }
+}
+
+impl<E: Entry> Drop for Producer<E> {
+    /// Marks the ring closed and wakes a consumer parked on it, so a waiter learns that no
+    /// more entries will come instead of sleeping forever.
+    fn drop(&mut self) {
+        self.shared.producer.closed.store(true, Release);
+        // Pairs with the fence in `Consumer::prepare_park` (same Dekker pair as `publish`):
+        // either the consumer sees `closed` after announcing its park, or we see its `parked`.
+        fence(SeqCst);
+        if self.shared.consumer.parked.load(Relaxed) != 0
+            && let Some(bell) = &self.bell
+        {
+            bell.ring();
+        }
     }
 }
 
@@ -305,8 +326,23 @@ impl<E: Entry> Consumer<E> {
     }
 
     /// `true` when the producer end has been dropped.
+    #[inline]
     pub(crate) fn peer_dropped(&self) -> bool {
-        Arc::strong_count(&self.shared) == 1
+        self.shared.producer.closed.load(Acquire)
+    }
+}
+
+impl<E: Entry> Drop for Consumer<E> {
+    /// Marks the ring closed and wakes a producer parked waiting for space.
+    fn drop(&mut self) {
+        self.shared.consumer.closed.store(true, Release);
+        // Pairs with the fence in `Producer::prepare_park`.
+        fence(SeqCst);
+        if self.shared.producer.parked.load(Relaxed) != 0
+            && let Some(bell) = &self.bell
+        {
+            bell.ring();
+        }
     }
 }
 

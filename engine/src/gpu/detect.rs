@@ -2,7 +2,6 @@
 
 use std::sync::{Arc, OnceLock};
 
-use super::cuda::CudaRuntime;
 use super::hip::HipRuntime;
 use super::{GpuError, GpuRuntime};
 
@@ -31,12 +30,27 @@ fn with_devices<R: GpuRuntime + 'static>(
     Ok(Arc::new(rt))
 }
 
+#[cfg(feature = "cuda")]
+fn load_cuda() -> Result<Arc<dyn GpuRuntime>, GpuError> {
+    with_devices(super::cuda::CudaRuntime::load(), "cuda devices")
+}
+
+/// Built without the `cuda` feature: CUDA is reported unsupported, HIP is still tried.
+#[cfg(not(feature = "cuda"))]
+fn load_cuda() -> Result<Arc<dyn GpuRuntime>, GpuError> {
+    Err(GpuError::Unsupported {
+        backend: super::Backend::Cuda,
+        what: "cuda devices",
+        why: "built without the engine's `cuda` feature".into(),
+    })
+}
+
 /// Loads the first runtime that has a device: CUDA (`libcuda.so`), then HIP (`libamdhip64.so`).
 ///
 /// Not cached: each call loads afresh (the libraries themselves stay loaded by the process).
 #[allow(clippy::result_large_err)] // once per process, on a cold path; the detail is the point
 pub fn try_detect() -> Result<Arc<dyn GpuRuntime>, NoGpuRuntime> {
-    let cuda = match with_devices(CudaRuntime::load(), "cuda devices") {
+    let cuda = match load_cuda() {
         Ok(rt) => return Ok(rt),
         Err(e) => e,
     };
@@ -80,4 +94,18 @@ pub fn detect_error() -> Option<NoGpuRuntime> {
         return None;
     }
     try_detect().err()
+}
+
+// The build without `cuda` is checked by `cargo check -p engine --no-default-features`; its
+// tests cannot run inside this workspace, where the gateway dev-dependency turns `cuda` on.
+#[cfg(all(test, feature = "cuda"))]
+mod tests {
+    /// With `cuda`, detection tries the real library: whatever it says, it is not the
+    /// missing-feature message.
+    #[test]
+    fn cuda_with_the_feature_is_loaded() {
+        if let Err(e) = super::load_cuda() {
+            assert!(!e.to_string().contains("`cuda` feature"), "{e}");
+        }
+    }
 }

@@ -22,6 +22,7 @@
 //! `#[allow(unsafe_code)]`; every block has a `// SAFETY:` comment.
 
 pub mod coalesce;
+#[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod detect;
 pub mod dmabuf;

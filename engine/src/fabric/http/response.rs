@@ -44,6 +44,12 @@ const fn fail(code: ErrorCode, class: ErrorClass) -> Plan {
     Plan::Finish(Outcome::fail(code, class, Retry::No))
 }
 
+/// A RangeGet whose range ends past the object's end: the caller asked for bytes that do not
+/// exist, the same failure as a `416` (`ERANGE`, class `Client`) on every path.
+pub(crate) const fn past_end() -> Plan {
+    fail(ErrorCode::RangeNotSatisfiable, ErrorClass::Client)
+}
+
 /// The outcome of an error status (4xx/5xx, or any non-2xx we cannot use).
 pub(crate) fn status_outcome(status: u16) -> Outcome {
     let (code, class, retry) = match status {
@@ -351,9 +357,7 @@ fn range_plan(offset: u64, want: u64, head: &ResponseHead, len: Option<u64>) -> 
                     first,
                     last: l,
                     total: Some(t),
-                } if first == offset && l < last && l + 1 == t => {
-                    fail(ErrorCode::RangeNotSatisfiable, ErrorClass::Integrity)
-                }
+                } if first == offset && l < last && l + 1 == t => past_end(),
                 _ => fail(ErrorCode::Integrity, ErrorClass::Integrity),
             }
         }
@@ -363,9 +367,7 @@ fn range_plan(offset: u64, want: u64, head: &ResponseHead, len: Option<u64>) -> 
             expected: Some(want),
             cap: want,
         },
-        200 if offset == 0 && len.is_some_and(|n| n < want) => {
-            fail(ErrorCode::RangeNotSatisfiable, ErrorClass::Integrity)
-        }
+        200 if offset == 0 && len.is_some_and(|n| n < want) => past_end(),
         _ => fail(ErrorCode::Integrity, ErrorClass::Integrity),
     }
 }
@@ -429,7 +431,7 @@ mod tests {
         );
         assert_eq!(
             plan(RG, 50, &past_eof),
-            fail(ErrorCode::RangeNotSatisfiable, ErrorClass::Integrity)
+            fail(ErrorCode::RangeNotSatisfiable, ErrorClass::Client)
         );
         let no_range = head(206, &[("Content-Length", "50")]);
         assert_eq!(

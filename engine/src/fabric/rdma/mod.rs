@@ -505,6 +505,9 @@ impl RdmaClient {
                     };
                 }
             }
+            Some(Verdict::Refused) => {
+                self.http_next.insert(key);
+            }
             Some(Verdict::Plain) => {
                 self.http_next.insert(key);
                 if self.mode == Fabric::Auto && !matches!(self.state, State::Pairing { .. }) {

@@ -544,6 +544,14 @@ fn exchange(ctx: &Job, w: &Wire, ask: &Ask, exact: bool, end: Instant) -> Result
             sid,
         ));
     }
+    // A whole-object GET that filled the window may have been cut at it: v2 names no object
+    // size, so only an answer shorter than the window proves the object ended. Resend it over
+    // HTTP (`bytes=0-` commits to the size): the object arrives whole, or the op fails with
+    // `EFBIG` as on every path — never a silently truncated success. The session ended with
+    // this READY.
+    if ask.op == v2::Op::Get && !exact && fin.bytes == ask.size {
+        return Ok(Checked::Other(Exchange::Fallback { learn: false }));
+    }
     Ok(Checked::Done {
         bytes: fin.bytes,
         sums: fin.sums,

@@ -31,6 +31,10 @@ pub(crate) enum Verdict {
     Plain,
     /// An RDMA answer that failed (error status, bad counts); nothing to learn.
     Failed,
+    /// The server refused this one transfer (a `400` to a whole-object GET: e.g. the object
+    /// is larger than the token's window): resend it over HTTP, whose answer names the failure
+    /// as it does on every path (`EFBIG` for a too-small buffer); nothing to learn.
+    Refused,
 }
 
 const fn integrity(code: ErrorCode) -> Plan {
@@ -79,6 +83,9 @@ pub(crate) fn judge(
             Some(ReplyClass::Declined) => (RESEND, Verdict::Declined),
             None if ok2xx => (fallback_get(kind, buf_len, head), Verdict::Plain),
             // A plain server's error (404, 403...) stands on its own.
+            // A 400 to a whole-object GET (our gateway: the object is larger than the token's
+            // window): this one request goes over HTTP, which names the failure.
+            _ if kind == OpKind::Get && head.status == 400 => (RESEND, Verdict::Refused),
             None => (http_plan(kind, buf_len, head), Verdict::Plain),
             Some(_) if !ok2xx => (Plan::Error(status_outcome(head.status)), Verdict::Failed),
             Some(_) => (integrity(ErrorCode::Protocol), Verdict::Failed),
@@ -137,6 +144,23 @@ fn get_success(kind: OpKind, buf_len: u64, head: &ResponseHead) -> Plan {
         Ok(Some(b)) => (b.count, b.total),
         _ => return integrity(ErrorCode::Protocol),
     };
+    // The object's size, from `N/total` or else the answer's `Content-Range`.
+    let size = total.or_else(|| {
+        match head
+            .header("content-range")
+            .and_then(|v| s3_lite::s3::ContentRange::parse(v).ok())
+        {
+            Some(s3_lite::s3::ContentRange::Bytes { total, .. }) => total,
+            _ => None,
+        }
+    });
+    if let OpKind::RangeGet { offset } = kind
+        && moved < buf_len
+        && size.is_some_and(|t| offset.checked_add(moved) == Some(t))
+    {
+        // The object ends inside the asked range: the same failure as HTTP's.
+        return crate::fabric::http::response::past_end();
+    }
     let ok = match kind {
         OpKind::RangeGet { .. } => moved == buf_len,
         // A whole-object GET whose `N/total` says part of the object is missing is short.
