@@ -4,6 +4,12 @@ use std::time::Duration;
 
 use s3_lite::credentials::Credentials;
 
+/// Keep-alive connections an engine opens to its endpoint by default, over all its workers
+/// (each worker gets an equal share, at least 2; [`EngineBuilder::connections_per_worker`]
+/// overrides it). Our gateway holds 256 connections by default and evicts idle ones beyond
+/// that; 16 workers × the former 32 per worker could open 512.
+pub const DEFAULT_CONNECTIONS: usize = 64;
+
 /// Where worker threads run.
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -111,7 +117,8 @@ pub struct EngineBuilder {
     pub(crate) region: Option<String>,
     pub(crate) placement: Placement,
     pub(crate) workers_per_nic: usize,
-    pub(crate) connections_per_worker: usize,
+    /// `None`: [`DEFAULT_CONNECTIONS`] shared out over the workers.
+    pub(crate) connections_per_worker: Option<usize>,
     pub(crate) inflight_per_connection: usize,
     pub(crate) retry: RetryPolicy,
     pub(crate) default_deadline: Option<Duration>,
@@ -138,7 +145,7 @@ impl Default for EngineBuilder {
             region: None,
             placement: Placement::Auto,
             workers_per_nic: crate::placement::DEFAULT_WORKERS_PER_NIC,
-            connections_per_worker: 32,
+            connections_per_worker: None,
             inflight_per_connection: 1,
             retry: RetryPolicy::default(),
             default_deadline: Some(Duration::from_secs(60)),
@@ -200,11 +207,13 @@ impl EngineBuilder {
         self
     }
 
-    /// Keep-alive connections each worker may open to the endpoint (default 32). This bounds
-    /// the operations a worker has on the wire at once.
+    /// Keep-alive connections each worker may open to the endpoint. This bounds the
+    /// operations a worker has on the wire at once. Default: [`DEFAULT_CONNECTIONS`] for the
+    /// whole engine, shared out over its workers (at least 2 each), so more workers do not
+    /// mean more connections than a server expects from one client.
     #[must_use]
     pub fn connections_per_worker(mut self, n: usize) -> Self {
-        self.connections_per_worker = n;
+        self.connections_per_worker = Some(n);
         self
     }
 

@@ -81,7 +81,7 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
             "HTTP pipelining: inflight_per_connection must be 1 (one request per connection at a time)",
         ));
     }
-    if b.connections_per_worker == 0 {
+    if b.connections_per_worker == Some(0) {
         return Err(EngineError::Config(
             "connections_per_worker must be at least 1".into(),
         ));
@@ -145,13 +145,18 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
         peers: prepared.iter().map(|p| p.peer.clone()).collect(),
         eligible: eligible_workers(&slots, verbs.as_ref().map(|d| d.name()).as_deref()),
     });
+    let connections_per_worker = b.connections_per_worker.unwrap_or_else(|| {
+        crate::config::DEFAULT_CONNECTIONS
+            .div_ceil(slots.len().max(1))
+            .max(2)
+    });
     let mut workers = Vec::with_capacity(slots.len());
     for (i, (slot, prep)) in slots.into_iter().zip(prepared).enumerate() {
         let mut fabric = HttpFabric::new(
             addr,
             endpoint.clone(),
             Arc::clone(&signer),
-            b.connections_per_worker,
+            connections_per_worker,
             b.read_buffer,
             b.quickack,
         );

@@ -70,7 +70,7 @@ mod timers;
 pub mod verbs;
 mod worker;
 
-pub use config::{EngineBuilder, Placement, RetryPolicy};
+pub use config::{DEFAULT_CONNECTIONS, EngineBuilder, Placement, RetryPolicy};
 pub use engine::{Engine, MemoryKind, Queue, WorkerInfo};
 pub use error::EngineError;
 pub use fabric::rdma::{DcOp, DcTokenError, DcTokenProvider, Dialect, Fabric};
