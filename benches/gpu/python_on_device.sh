@@ -53,6 +53,6 @@ for _ in $(seq 50); do grep -q "listening on" "$WORK/serve.out" && break; sleep 
 url=$(sed -n 's/^listening on //p' "$WORK/serve.out" | head -1)
 [ -n "$url" ] || { echo "hipobj serve did not start:"; cat "$WORK/serve.err"; exit 1; }
 echo "== gateway at $url (soft fabric)"
-PYTHONPATH="$WORK/site" python3 benches/gpu/python_load_bench.py --endpoint "$url" \
+PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}" python3 benches/gpu/python_load_bench.py --endpoint "$url" \
   --hipobj-bin "$BIN/hipobj" --gib "${GIB:-4.5}" --runs "${RUNS:-3}" \
   --out "$DEST/python-load-$stamp.json" --workdir "$WORK"
