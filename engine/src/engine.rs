@@ -17,11 +17,11 @@ use s3_lite::sigv4::Signer;
 use crate::config::{EngineBuilder, RetryPolicy};
 use crate::error::EngineError;
 use crate::fabric::http::HttpFabric;
-use crate::worker::stager::GpuStaging;
 use crate::gpu::{DevicePtr, GpuRuntime, PointerKind, StagingCounters};
 use crate::memory::raw::RawMem;
 use crate::memory::{BufferView, DeviceMirror, RegisterOptions, Registry};
 use crate::placement;
+use crate::worker::stager::GpuStaging;
 use crate::worker::{Crew, Prepared, WorkerHandle};
 
 /// State shared by the engine handle and every worker.

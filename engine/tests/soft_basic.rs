@@ -290,3 +290,46 @@ fn state_machine_follows_verbs() {
     assert_eq!(cq.poll(&mut wc), 1);
     assert_eq!(wc[0].status, WcStatus::WrFlushError);
 }
+
+/// A responder that destroys its QP as soon as it sees a WRITE_WITH_IMM's completion (as a
+/// hipobj-rc-v2 server does after answering FINAL) must not cost the requester its ACK: the
+/// requester's write completes `Success`, never `RetryExceeded`. A NIC acknowledges a message
+/// as it places it; the soft device queues the ACK before posting the completion and lets
+/// queued answers leave in `modify_to_err`. Before that the ACK was dropped (`rdma_v2_peers`
+/// failed 3–4 of 24 parallel runs; this test failed in round 3 on that code).
+#[test]
+fn a_responder_destroying_its_qp_at_once_still_acks_the_write() {
+    for round in 0..20u8 {
+        let (a, b) = loopback_pair(QpCaps::default()).unwrap();
+        let src = a.pd.register_owned(64 * 1024, Access::NONE).unwrap();
+        let dst =
+            b.pd.register_owned(64 * 1024, Access::REMOTE_WRITE)
+                .unwrap();
+        src.write(0, &pattern(64 * 1024, round)).unwrap();
+        b.qp.post_recv(&RecvWr {
+            wr_id: 9,
+            sge: None,
+        })
+        .unwrap();
+        let wr = SendWr::new(
+            1,
+            SendOp::WriteWithImm(remote(&dst, 0), u32::from(round)),
+            sge(&src, 0, 64 * 1024),
+        );
+        a.qp.post_send(&wr).unwrap();
+        let wb = reap(&b, 1);
+        assert_eq!(
+            (wb[0].status, wb[0].imm_data),
+            (WcStatus::Success, Some(u32::from(round)))
+        );
+        // The responder's application is done with the message: tear its QP down at once.
+        b.qp.modify_to_err();
+        drop(b);
+        let wa = reap(&a, 1);
+        assert_eq!(
+            (wa[0].wr_id, wa[0].status),
+            (1, WcStatus::Success),
+            "round {round}: the requester lost the ACK of a write that landed"
+        );
+    }
+}

@@ -7,8 +7,8 @@ use ring_api::{Cqe, ErrorClass, ErrorCode};
 
 use super::event_loop::Worker;
 use super::handoff::Msg;
-use crate::fabric::{AUX_VERIFIED, Outcome, Retry};
 use super::stager;
+use crate::fabric::{AUX_VERIFIED, Outcome, Retry};
 use crate::inflight::{InFlight, MultipartOp, OpKey, OpKind, Phase, QueueRef};
 use crate::timers::TimerKind;
 
