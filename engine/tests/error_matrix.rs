@@ -8,11 +8,10 @@ mod raw;
 #[path = "../../gateway/tests/support/rig.rs"]
 mod rig;
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 
 use engine::{Dialect, Engine, Fabric, RegisterOptions};
-use hipobj_gateway::{Gateway, RcLimits, RcTarget, RunningGateway};
-use raw::{ACCESS, SECRET, call};
+use raw::{ACCESS, call};
 use rig::{WAIT, pattern};
 use ring_api::opcode::{Get, RangeGet};
 use ring_api::{BufSlice, Cqe, DataPath, ErrorClass, ErrorCode};
@@ -89,21 +88,6 @@ const PATHS: [Path; 3] = [
     },
 ];
 
-fn gateway(root: &std::path::Path) -> RunningGateway {
-    let t = RcTarget::start(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        RcLimits::default(),
-    )
-    .unwrap();
-    Gateway::builder()
-        .listen("127.0.0.1:0")
-        .root_dir(root)
-        .credentials(ACCESS, SECRET)
-        .rdma_target(t)
-        .start()
-        .unwrap()
-}
-
 fn engine_for(gw: SocketAddr, path: Path, good_credentials: bool) -> Engine {
     let mut b = rig::engine_builder(gw)
         .fabric(path.fabric)
@@ -154,7 +138,7 @@ fn exception(path: Path, failure: Failure) -> Option<(ErrorCode, ErrorClass)> {
 #[test]
 fn each_failure_has_one_code_and_class_on_every_path() {
     let dir = tempfile::tempdir().unwrap();
-    let gw = gateway(dir.path());
+    let gw = rig::soft_gateway(dir.path());
     let addr = gw.local_addr();
     assert_eq!(call(addr, "PUT", "/matrix", "", &[], b"").status(), 200);
     let r = call(addr, "PUT", "/matrix/obj", "", &[], &pattern(OBJECT_LEN, 3));
@@ -195,7 +179,7 @@ fn each_failure_has_one_code_and_class_on_every_path() {
 #[test]
 fn v2_whole_get_that_fills_the_buffer_arrives_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let gw = gateway(dir.path());
+    let gw = rig::soft_gateway(dir.path());
     let addr = gw.local_addr();
     assert_eq!(call(addr, "PUT", "/fits", "", &[], b"").status(), 200);
     let exact = pattern(BUF_LEN, 4);

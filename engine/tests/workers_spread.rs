@@ -10,12 +10,11 @@ mod raw;
 #[path = "../../gateway/tests/support/rig.rs"]
 mod rig;
 
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use common::{S3sFs, put_file};
 use engine::{Dialect, Engine, Fabric, Placement, RegisterOptions};
-use hipobj_gateway::{Gateway, RcLimits, RcTarget};
 use ring_api::opcode::{Cancel, RangeGet};
 use ring_api::{BufSlice, Cqe, DataPath, ErrorClass, ErrorCode};
 use s3_lite::credentials::Credentials;
@@ -102,18 +101,7 @@ fn one_queue_runs_on_every_worker_over_http() {
 #[test]
 fn one_queue_runs_on_every_worker_over_soft() {
     let dir = tempfile::tempdir().unwrap();
-    let target = RcTarget::start(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        RcLimits::default(),
-    )
-    .unwrap();
-    let gw = Gateway::builder()
-        .listen("127.0.0.1:0")
-        .root_dir(dir.path())
-        .credentials(raw::ACCESS, raw::SECRET)
-        .rdma_target(target)
-        .start()
-        .unwrap();
+    let gw = rig::soft_gateway(dir.path());
     let a = gw.local_addr();
     let data = rig::pattern(1 << 20, 9);
     assert_eq!(raw::call(a, "PUT", "/spread", "", &[], b"").status(), 200);

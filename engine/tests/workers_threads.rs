@@ -14,12 +14,11 @@ mod rig;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read};
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use engine::{Dialect, Engine, Fabric, Placement, RegisterOptions};
-use hipobj_gateway::{Gateway, RcLimits, RcTarget};
 use ring_api::opcode::RangeGet;
 use ring_api::{BufSlice, Cqe, DataPath};
 
@@ -33,18 +32,7 @@ const CHILD_ENV: &str = "HIPOBJ_THREADS_TEST_GATEWAY_ROOT";
 #[ignore = "helper, not a test: the thread-count test runs it as its gateway process"]
 fn gateway_child() {
     let root = std::env::var(CHILD_ENV).expect("run by workers_threads' test only");
-    let target = RcTarget::start(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        RcLimits::default(),
-    )
-    .unwrap();
-    let gw = Gateway::builder()
-        .listen("127.0.0.1:0")
-        .root_dir(&root)
-        .credentials(raw::ACCESS, raw::SECRET)
-        .rdma_target(target)
-        .start()
-        .unwrap();
+    let gw = rig::soft_gateway(std::path::Path::new(&root));
     println!("ADDR {}", gw.local_addr());
     let mut sink = Vec::new();
     let _ = std::io::stdin().read_to_end(&mut sink);

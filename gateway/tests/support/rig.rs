@@ -1,12 +1,14 @@
-//! What the engine-against-gateway tests share: a deterministic payload, its CRC64NVME, and an
-//! engine builder pointed at a test gateway (one worker, the raw-request credentials, quick
-//! retries). Included with `#[path]` by gateway and engine tests; each uses what it needs.
+//! What the engine-against-gateway tests share: a deterministic payload, its CRC64NVME, an
+//! in-process gateway with the soft RDMA target, and an engine builder pointed at a test
+//! gateway (one worker, the raw-request credentials, quick retries). Included with `#[path]` by gateway and engine tests; each uses what it needs.
 #![allow(dead_code)]
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
 use std::time::Duration;
 
 use engine::{Engine, EngineBuilder, Placement, RetryPolicy};
+use hipobj_gateway::{Gateway, RcLimits, RcTarget, RunningGateway};
 use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
 use s3_lite::credentials::Credentials;
 
@@ -24,6 +26,23 @@ pub fn crc64(data: &[u8]) -> String {
     let mut c = Crc64Nvme::new();
     c.update(data);
     encode_crc64nvme(c.finish())
+}
+
+/// Our gateway in process over `root`, with the soft RDMA target (what `hipobj serve --fabric
+/// soft` runs) and the raw-request credentials.
+pub fn soft_gateway(root: &Path) -> RunningGateway {
+    let target = RcTarget::start(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        RcLimits::default(),
+    )
+    .unwrap();
+    Gateway::builder()
+        .listen("127.0.0.1:0")
+        .root_dir(root)
+        .credentials(ACCESS, SECRET)
+        .rdma_target(target)
+        .start()
+        .unwrap()
 }
 
 /// An engine for the gateway at `addr`: one worker, `ACCESS`/`SECRET`, two quick retries.
