@@ -133,6 +133,7 @@ pub struct EngineBuilder {
     pub(crate) gpu: Option<std::sync::Arc<dyn crate::gpu::GpuRuntime>>,
     pub(crate) gpu_coalesce_limit: u64,
     pub(crate) gpu_poll_spin: Duration,
+    pub(crate) gpu_bounce_bytes: u64,
     pub(crate) ca_bundle: Option<std::path::PathBuf>,
     pub(crate) insecure_skip_tls_verify: bool,
 }
@@ -160,6 +161,7 @@ impl Default for EngineBuilder {
             gpu: None,
             gpu_coalesce_limit: crate::gpu::DEFAULT_COALESCE_LIMIT,
             gpu_poll_spin: crate::gpu::DEFAULT_POLL_SPIN,
+            gpu_bounce_bytes: crate::gpu::DEFAULT_BOUNCE_BYTES,
             ca_bundle: None,
             insecure_skip_tls_verify: false,
         }
@@ -353,6 +355,21 @@ impl EngineBuilder {
     #[must_use]
     pub fn gpu_poll_spin(mut self, spin: Duration) -> Self {
         self.gpu_poll_spin = spin;
+        self
+    }
+
+    /// Size of the pinned bounce pool that operations on device memory are staged through
+    /// (default [`crate::gpu::DEFAULT_BOUNCE_BYTES`], 256 MiB; rounded down to 4 KiB, at
+    /// least 4 KiB or `build` fails with [`crate::EngineError::Config`]). It is allocated from
+    /// the GPU runtime once, on the first device operation — registering device memory
+    /// allocates nothing. Each operation holds a range of its own length from when it starts
+    /// until its bytes are in VRAM (GET) or it has ended (PUT); operations that do not fit wait
+    /// in order of arrival, and one longer than the pool completes with `TooLarge`. Larger
+    /// pools let more (or larger) device operations run at once; the pool costs this much
+    /// page-locked host memory.
+    #[must_use]
+    pub fn gpu_bounce_bytes(mut self, bytes: u64) -> Self {
+        self.gpu_bounce_bytes = bytes;
         self
     }
 

@@ -19,7 +19,7 @@ use crate::error::EngineError;
 use crate::fabric::http::HttpFabric;
 use crate::gpu::{DevicePtr, GpuRuntime, PointerKind, StagingCounters};
 use crate::memory::raw::RawMem;
-use crate::memory::{BufferView, DeviceMirror, RegisterOptions, Registry};
+use crate::memory::{BufferView, RegisterOptions, Registry};
 use crate::placement;
 use crate::worker::stager::GpuStaging;
 use crate::worker::{Crew, Prepared, WorkerHandle};
@@ -109,6 +109,13 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
             .map_err(EngineError::Signing)?,
     );
     let slots = placement::plan(&b.placement, b.workers_per_nic)?;
+    if b.gpu_bounce_bytes < crate::memory::bounce::GRANULE {
+        return Err(EngineError::Config(format!(
+            "gpu_bounce_bytes must be at least {} (got {})",
+            crate::memory::bounce::GRANULE,
+            b.gpu_bounce_bytes
+        )));
+    }
     let shared = Arc::new(Shared {
         registry: Registry::new(),
         objects: ObjectTable::new(),
@@ -118,6 +125,7 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
         attempt_timeout: b.attempt_timeout,
         spin: b.spin,
         gpu: b.gpu.map(|rt| GpuStaging {
+            pool: crate::memory::bounce::BouncePool::new(Arc::clone(&rt), b.gpu_bounce_bytes),
             rt,
             coalesce_limit: b.gpu_coalesce_limit,
             poll_spin: b.gpu_poll_spin,
@@ -398,27 +406,42 @@ impl Engine {
         self.shared.retry_budget.stats()
     }
 
-    /// Counters of the GPU staging (copies, merged copies, bytes, failures); `None` without a
-    /// GPU runtime.
+    /// Counters of the GPU staging (copies, merged copies, bytes, failures, and the bounce
+    /// pool: its pinned bytes, bytes in use, waits); `None` without a GPU runtime.
     #[must_use]
     pub fn gpu_staging(&self) -> Option<StagingCounters> {
-        self.shared.gpu.as_ref().map(|g| g.stats.snapshot())
+        self.shared
+            .gpu
+            .as_ref()
+            .map(|g| g.stats.snapshot(&g.pool))
+    }
+
+    /// Size in bytes of the bounce pool device operations are staged through (see
+    /// [`EngineBuilder::gpu_bounce_bytes`]): the longest operation on device memory the engine
+    /// accepts. `None` without a GPU runtime.
+    #[must_use]
+    pub fn gpu_bounce_bytes(&self) -> Option<u64> {
+        self.shared.gpu.as_ref().map(|g| g.pool.capacity())
     }
 
     /// Registers `len` bytes of device memory at `ptr` as a destination of GET / RangeGet and a
     /// source of PUT.
     ///
-    /// The engine allocates `len` bytes of pinned host memory from the GPU runtime as the
-    /// registration's bounce mirror (byte `i` ↔ `ptr + i`); the fabric moves bytes into and
-    /// out of the mirror, and the worker copies them to VRAM on its own stream (merging
-    /// adjacent ranges) and posts a GET's completion only after that copy has finished; a
-    /// PUT's bytes are copied from VRAM before it starts. [`Engine::read`] and
-    /// [`Engine::copy_in`] on the handle see the mirror, not VRAM.
+    /// Nothing is allocated: the engine checks the range with the runtime and records it. Each
+    /// operation on the registration is staged through its own range of the engine's pinned
+    /// bounce pool ([`EngineBuilder::gpu_bounce_bytes`], allocated once, on the first device
+    /// operation), taken when the operation starts: the fabric moves bytes into and out of that
+    /// range, and the worker copies them to VRAM on its own stream (merging adjacent ranges)
+    /// and posts a GET's completion only after that copy has finished; a PUT's bytes are
+    /// copied from VRAM before it starts. When the pool is full, operations wait (in order of
+    /// arrival, deadlines and cancels still apply); one longer than the whole pool completes
+    /// with `TooLarge` (class `Local`): split it into pieces of at most
+    /// [`Engine::gpu_bounce_bytes`]. [`Engine::read`], [`Engine::copy_out`] and
+    /// [`Engine::copy_in`] on the handle copy VRAM synchronously through the runtime.
     ///
     /// Errors: [`EngineError::Unsupported`] "device memory: no GPU runtime" when the engine
     /// was built without [`EngineBuilder::gpu`]; [`EngineError::Config`] when the runtime does
-    /// not see `ptr` as memory of device `ptr.ordinal`, or `len` is 0;
-    /// [`EngineError::Alloc`] when the pinned mirror cannot be allocated.
+    /// not see `ptr` as memory of device `ptr.ordinal`, or `len` is 0.
     ///
     /// # Safety
     ///
@@ -454,10 +477,7 @@ impl Engine {
                 }
             }
         }
-        let mem = RawMem::alloc_gpu_pinned(&gpu.rt, len).map_err(|_| EngineError::Alloc { len })?;
-        self.shared
-            .registry
-            .insert_device(mem, DeviceMirror { dev: ptr })
+        self.shared.registry.insert_device(ptr, len as u64)
     }
 
     /// Deregisters `handle`, waiting up to `timeout` for operations in flight on it and live
@@ -469,16 +489,24 @@ impl Engine {
 
     /// Read access to `len` bytes at `offset` of a registration; fails with
     /// [`EngineError::Busy`] if an operation in flight writes any of them.
+    ///
+    /// On a device registration ([`Engine::register_device`]) the bytes are copied out of
+    /// VRAM into host memory owned by the view, synchronously through the runtime
+    /// (`cuMemcpyDtoH`; [`EngineError::Gpu`] if it fails): the view shows the device bytes as
+    /// they were when it was taken.
     pub fn read(
         &self,
         handle: BufHandle,
         offset: u64,
         len: u64,
     ) -> Result<BufferView, EngineError> {
-        self.shared.registry.view(handle, offset, len)
+        self.shared
+            .registry
+            .view(handle, offset, len, self.shared.gpu.as_ref().map(|g| &g.rt))
     }
 
-    /// Copies registered bytes at `offset` into `out` (same rules as [`Engine::read`]).
+    /// Copies registered bytes at `offset` into `out` (same rules as [`Engine::read`]; device
+    /// registrations are read from VRAM).
     pub fn copy_out(
         &self,
         handle: BufHandle,
@@ -492,8 +520,14 @@ impl Engine {
 
     /// Copies `data` into a registration at `offset` (e.g. a PUT source); fails with
     /// [`EngineError::Busy`] if an operation in flight reads or writes any of those bytes.
+    /// A device registration's bytes are written into VRAM, synchronously through the runtime.
     pub fn copy_in(&self, handle: BufHandle, offset: u64, data: &[u8]) -> Result<(), EngineError> {
-        self.shared.registry.copy_in(handle, offset, data)
+        self.shared.registry.copy_in(
+            handle,
+            offset,
+            data,
+            self.shared.gpu.as_ref().map(|g| &g.rt),
+        )
     }
 
     /// A new queue for the calling thread: `depth` submission slots and `2 * depth`
@@ -537,7 +571,7 @@ impl Engine {
 pub enum MemoryKind {
     /// Host memory: the engine reads and writes it directly.
     Host,
-    /// Device memory of GPU `ordinal`, staged by the engine through pinned host memory.
+    /// Device memory of GPU `ordinal`, staged by the engine through its pinned bounce pool.
     Device {
         /// The device's index in its runtime.
         ordinal: u32,

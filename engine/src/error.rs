@@ -99,4 +99,8 @@ pub enum EngineError {
     /// The engine's workers have stopped.
     #[error("the engine has shut down")]
     Shutdown,
+    /// A GPU runtime call the engine made for the caller failed (copying a device
+    /// registration's bytes in [`crate::Engine::read`] / [`crate::Engine::copy_in`]).
+    #[error("GPU: {0}")]
+    Gpu(#[source] crate::gpu::GpuError),
 }

@@ -52,4 +52,10 @@ pub const DEFAULT_COALESCE_LIMIT: u64 = 8 << 20;
 /// spin gave no measurable gain for 64 KiB ranges over the soft fabric and cost throughput in
 /// one run, so it is opt-in.
 pub const DEFAULT_POLL_SPIN: std::time::Duration = std::time::Duration::ZERO;
+
+/// Default size of the engine's pinned bounce pool (`EngineBuilder::gpu_bounce_bytes`):
+/// 256 MiB holds 32 operations of 8 MiB (the loaders' range size) in flight at once — more
+/// than the engine's default connections keep busy — for a fixed cost of 256 MiB of
+/// page-locked host memory, whatever the amount of VRAM registered.
+pub const DEFAULT_BOUNCE_BYTES: u64 = 256 << 20;
 pub use types::{Capabilities, DevicePtr, PointerKind, RawEvent, RawStream};

@@ -6,11 +6,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::{GpuError, GpuRuntime};
+use crate::memory::bounce::BouncePool;
 
 /// GPU staging configuration shared by the engine's workers.
 #[derive(Debug)]
 pub(crate) struct GpuStaging {
     pub(crate) rt: Arc<dyn GpuRuntime>,
+    /// The pinned memory every device operation is staged through.
+    pub(crate) pool: Arc<BouncePool>,
     /// Largest merged copy in bytes; 0 = one copy per operation.
     pub(crate) coalesce_limit: u64,
     /// Longest in-turn wait for small copies (`Stager::poll_briefly`); zero = none.
@@ -49,10 +52,19 @@ impl StagingStats {
             .unwrap_or_else(PoisonError::into_inner) = Some(e);
     }
 
-    /// A snapshot.
-    pub(crate) fn snapshot(&self) -> StagingCounters {
+    /// A snapshot, with the counters of `pool`.
+    pub(crate) fn snapshot(&self, pool: &BouncePool) -> StagingCounters {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let p = &pool.stats;
         StagingCounters {
+            bounce_capacity: pool.capacity(),
+            bounce_pinned_bytes: g(&p.pinned),
+            bounce_in_use_bytes: g(&p.in_use),
+            bounce_peak_bytes: g(&p.peak),
+            bounce_acquired: g(&p.acquired),
+            bounce_waits: g(&p.waits),
+            bounce_waiting: pool.waiting() as u64,
+            bounce_too_large: g(&p.too_large),
             ranges_to_device: g(&self.ranges_in),
             copies_to_device: g(&self.copies_in),
             bytes_to_device: g(&self.bytes_in),
@@ -97,4 +109,22 @@ pub struct StagingCounters {
     pub stage_wait_max_ns: u64,
     /// The last such failure.
     pub last_error: Option<GpuError>,
+    /// Size of the bounce pool (`EngineBuilder::gpu_bounce_bytes`, rounded down to 4 KiB).
+    pub bounce_capacity: u64,
+    /// Pinned host bytes the pool has allocated: 0 until the first operation on device
+    /// memory, then `bounce_capacity` (registering device memory allocates none).
+    pub bounce_pinned_bytes: u64,
+    /// Bytes of the pool held by operations now (each range rounded up to 4 KiB).
+    pub bounce_in_use_bytes: u64,
+    /// The most bytes held at once.
+    pub bounce_peak_bytes: u64,
+    /// Bounce ranges handed out (one per device operation).
+    pub bounce_acquired: u64,
+    /// Operations that had to wait for pool memory (they queue in arrival order).
+    pub bounce_waits: u64,
+    /// Operations waiting for pool memory now.
+    pub bounce_waiting: u64,
+    /// Operations refused because they are longer than the whole pool (completed with
+    /// `TooLarge`, class `Local`: split them, or raise `gpu_bounce_bytes`).
+    pub bounce_too_large: u64,
 }

@@ -13,13 +13,19 @@
 //! writing. Conflict checks scan the region's lease list, whose length is bounded by the
 //! operations in flight on that region.
 //!
-//! Device registrations ([`crate::Engine::register_device`]): the region's memory is pinned
-//! host memory from the GPU runtime, a *mirror* of a device range of the same length. The
-//! fabrics see only the mirror; the worker's stager (`worker/stager.rs`) copies a completed GET's
-//! bytes mirror → device before posting its completion, and a PUT's bytes device → mirror
-//! before starting it. The lease protocol covers both copies because the stager holds the
-//! operation (and so its lease) until the copy has finished.
+//! Device registrations ([`crate::Engine::register_device`]): the region is a device range and
+//! owns no host memory. An operation on it is given a [`bounce::BounceRange`] of its own
+//! length from the engine's bounce pool when it starts ([`LeaseGuard::attach_bounce`]); from
+//! then on every host address the lease resolves ([`LeaseGuard::write`],
+//! [`LeaseGuard::bytes_from`], [`LeaseGuard::raw_range`], [`LeaseGuard::device_span`]) is in
+//! that range, and before it none is (they write nothing, read nothing, return `None`). The
+//! worker's stager (`worker/stager.rs`) copies a completed GET's bytes bounce → device before
+//! posting its completion, and a PUT's bytes device → bounce before starting it. The lease
+//! protocol covers both copies because the stager holds the operation (and so its lease and
+//! bounce range) until the copy has finished. [`LeaseGuard::tier`] says which kind of memory an
+//! operation moves (the hook for a direct, dmabuf-registered tier).
 
+pub(crate) mod bounce;
 pub(crate) mod raw;
 
 use std::collections::HashMap;
@@ -32,14 +38,38 @@ use std::time::{Duration, Instant};
 use ring_api::BufHandle;
 
 use crate::error::EngineError;
-use crate::gpu::DevicePtr;
+use crate::gpu::{DevicePtr, GpuRuntime};
+use bounce::BounceRange;
 use raw::RawMem;
 
-/// The device range a device registration mirrors (byte `i` of the region ↔ `dev + i`).
+/// What a registration is.
+#[derive(Debug)]
+pub(crate) enum Backing {
+    /// Host memory the fabrics read and write directly.
+    Host(RawMem),
+    /// `len` bytes of device memory at `dev` (byte `i` of the region ↔ `dev + i`), staged
+    /// through the bounce pool; no host memory of its own.
+    Device {
+        /// Device address of the region's byte 0.
+        dev: DevicePtr,
+        /// Bytes.
+        len: u64,
+    },
+}
+
+/// Which memory an operation's bytes move through (see [`LeaseGuard::tier`]).
+///
+/// A direct tier (device memory registered with the NIC from its dmabuf, no staging) would be
+/// a third variant: the worker then skips the bounce acquisition and the stager for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct DeviceMirror {
-    /// Device address of the region's byte 0.
-    pub(crate) dev: DevicePtr,
+pub(crate) enum MemoryTier {
+    /// Host memory: the fabrics use the registration itself.
+    Host,
+    /// Device memory staged through a bounce range; `staged` once the range is attached.
+    DeviceStaged {
+        /// Whether the operation holds its bounce range.
+        staged: bool,
+    },
 }
 
 /// A leased range of a device registration: where its bounce bytes are and where they go.
@@ -112,18 +142,28 @@ pub(crate) enum LeaseError {
 /// One registration.
 #[derive(Debug)]
 pub(crate) struct Region {
-    mem: RawMem,
+    mem: Backing,
     handle: BufHandle,
     leases: Mutex<Leases>,
     drained: Condvar,
     closing: AtomicBool,
-    device: Option<DeviceMirror>,
 }
 
 impl Region {
     /// Size in bytes.
     pub(crate) fn len(&self) -> u64 {
-        self.mem.len() as u64
+        match &self.mem {
+            Backing::Host(m) => m.len() as u64,
+            Backing::Device { len, .. } => *len,
+        }
+    }
+
+    /// The device range of a device registration.
+    fn device(&self) -> Option<DevicePtr> {
+        match &self.mem {
+            Backing::Host(_) => None,
+            Backing::Device { dev, .. } => Some(*dev),
+        }
     }
 
     /// Takes a lease on `off..off+len` (see the module docs).
@@ -163,6 +203,7 @@ impl Region {
             len,
             exclusive,
             staged_out: AtomicBool::new(false),
+            bounce: None,
         })
     }
 
@@ -190,19 +231,59 @@ pub(crate) struct LeaseGuard {
     /// Device registrations: the range's bytes have been copied device → bounce for this
     /// operation (a PUT retried after a failed attempt is not copied again).
     staged_out: AtomicBool,
+    /// Device registrations: the operation's bounce range (shared with the stager while a
+    /// copy into it is in flight), once attached.
+    bounce: Option<Arc<BounceRange>>,
+}
+
+/// Where a lease's bytes are on the host: the registration's memory at an offset, or a
+/// bounce range.
+enum HostBytes<'a> {
+    Host(&'a RawMem, u64),
+    Bounce(&'a BounceRange),
 }
 
 impl LeaseGuard {
-    /// Where this range lives on the device, when the registration is a device mirror.
+    /// Which memory the operation's bytes move through.
+    pub(crate) fn tier(&self) -> MemoryTier {
+        match self.region.mem {
+            Backing::Host(_) => MemoryTier::Host,
+            Backing::Device { .. } => MemoryTier::DeviceStaged {
+                staged: self.bounce.is_some(),
+            },
+        }
+    }
+
+    /// Gives a device lease its bounce range (of at least the lease's length). Refused
+    /// (handing the range back) for host leases, leases that already have one, and ranges
+    /// shorter than the lease.
+    pub(crate) fn attach_bounce(&mut self, range: BounceRange) -> Result<(), BounceRange> {
+        let fits = range.len() >= self.len;
+        if self.tier() != (MemoryTier::DeviceStaged { staged: false }) || !fits {
+            return Err(range);
+        }
+        self.bounce = Some(Arc::new(range));
+        Ok(())
+    }
+
+    fn host_bytes(&self) -> Option<HostBytes<'_>> {
+        match &self.region.mem {
+            Backing::Host(m) => Some(HostBytes::Host(m, self.off)),
+            Backing::Device { .. } => self.bounce.as_deref().map(HostBytes::Bounce),
+        }
+    }
+
+    /// Where this range lives on the device and in its bounce range, for a device registration
+    /// whose operation holds its bounce range.
     pub(crate) fn device_span(&self) -> Option<DeviceSpan> {
-        let mirror = self.region.device?;
-        let (host, len) = self.raw_range()?;
+        let dev = self.region.device()?;
+        let (host, len) = self.bounce.as_ref()?.raw_range()?;
         Some(DeviceSpan {
             handle: self.region.handle.0,
             off: self.off,
-            len: len as u64,
+            len: (len as u64).min(self.len),
             host,
-            dev: mirror.dev.offset(self.off)?,
+            dev: dev.offset(self.off)?,
         })
     }
 
@@ -221,10 +302,13 @@ impl LeaseGuard {
         self.staged_out.store(true, Ordering::Relaxed);
     }
 
-    /// Another shared lease on the same range (held by the stager while it copies device →
-    /// bounce, so the bytes stay out of reach of writers even if the operation ends first).
+    /// Another shared lease on the same range, with the same bounce range (held by the stager
+    /// while it copies device → bounce, so the device bytes stay out of reach of writers and
+    /// the bounce range stays allocated even if the operation ends first).
     pub(crate) fn share(&self) -> Result<LeaseGuard, LeaseError> {
-        self.region.lease(self.off, self.len, false)
+        let mut g = self.region.lease(self.off, self.len, false)?;
+        g.bounce = self.bounce.clone();
+        Ok(g)
     }
 
     /// Length of the leased range.
@@ -234,42 +318,61 @@ impl LeaseGuard {
 
     /// Writes `data` at `at` bytes into the leased range; `false` if it would leave the range.
     /// Only exclusive leases are ever used to write (see `memory::raw`).
+    /// Device registrations write into the operation's bounce range, and nothing before it
+    /// has one (`false`).
     pub(crate) fn write(&self, at: u64, data: &[u8]) -> bool {
         let fits = at
             .checked_add(data.len() as u64)
             .is_some_and(|e| e <= self.len);
-        let Some(abs) = self
-            .off
-            .checked_add(at)
-            .and_then(|a| usize::try_from(a).ok())
-        else {
+        if !fits {
             return false;
-        };
-        fits && self.region.mem.write(abs, data)
+        }
+        match self.host_bytes() {
+            Some(HostBytes::Host(mem, off)) => off
+                .checked_add(at)
+                .and_then(|a| usize::try_from(a).ok())
+                .is_some_and(|abs| mem.write(abs, data)),
+            Some(HostBytes::Bounce(b)) => b.write(at, data),
+            None => false,
+        }
     }
 
-    /// Address and length of the leased range, for registering it with an RDMA fabric for
-    /// the life of one operation (the lease must outlive that registration).
+    /// Address and length of the leased range on the host (a device registration's bounce
+    /// range; `None` before it has one), for registering it with an RDMA fabric for the life
+    /// of one operation (the lease must outlive that registration).
     pub(crate) fn raw_range(&self) -> Option<(std::ptr::NonNull<u8>, usize)> {
-        let off = usize::try_from(self.off).ok()?;
         let len = usize::try_from(self.len).ok()?;
-        Some((self.region.mem.addr_of(off, len)?, len))
+        match self.host_bytes()? {
+            HostBytes::Host(mem, off) => Some((mem.addr_of(usize::try_from(off).ok()?, len)?, len)),
+            HostBytes::Bounce(b) => {
+                let (ptr, n) = b.raw_range()?;
+                (n >= len).then_some((ptr, len))
+            }
+        }
     }
 
-    /// The leased bytes from `at` to the end of the lease.
+    /// The leased bytes from `at` to the end of the lease (empty for a device registration
+    /// without its bounce range).
     pub(crate) fn bytes_from(&self, at: u64) -> &[u8] {
         let Some(rest) = self.len.checked_sub(at) else {
             return &[];
         };
-        let (Some(abs), Ok(n)) = (
-            self.off
-                .checked_add(at)
-                .and_then(|a| usize::try_from(a).ok()),
-            usize::try_from(rest),
-        ) else {
-            return &[];
-        };
-        self.region.mem.slice(abs, n).unwrap_or_default()
+        match self.host_bytes() {
+            Some(HostBytes::Host(mem, off)) => {
+                let (Some(abs), Ok(n)) = (
+                    off.checked_add(at).and_then(|a| usize::try_from(a).ok()),
+                    usize::try_from(rest),
+                ) else {
+                    return &[];
+                };
+                mem.slice(abs, n).unwrap_or_default()
+            }
+            Some(HostBytes::Bounce(b)) => b
+                .bytes_from(at)
+                .get(..usize::try_from(rest).unwrap_or(usize::MAX))
+                .unwrap_or_default(),
+            None => &[],
+        }
     }
 }
 
@@ -282,17 +385,24 @@ impl Drop for LeaseGuard {
 /// Read-only access to completed data in a registration (from [`crate::Engine::read`]).
 ///
 /// Holds a shared lease: while it lives, operations that would write this range complete with
-/// `EBUSY`, and `deregister` waits for it.
+/// `EBUSY`, and `deregister` waits for it. For host memory it dereferences to the registered
+/// bytes themselves; for a device registration to a host copy of the device bytes made when
+/// the view was taken.
 #[derive(Debug)]
 pub struct BufferView {
     guard: LeaseGuard,
+    /// The device bytes, copied out (device registrations only).
+    copied: Option<Vec<u8>>,
 }
 
 impl Deref for BufferView {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        self.guard.bytes_from(0)
+        match &self.copied {
+            Some(v) => v,
+            None => self.guard.bytes_from(0),
+        }
     }
 }
 
@@ -313,23 +423,15 @@ impl Registry {
     }
 
     pub(crate) fn insert(&self, mem: RawMem) -> Result<BufHandle, EngineError> {
-        self.insert_with(mem, None)
+        self.insert_with(Backing::Host(mem))
     }
 
-    /// Registers `mem` as the bounce mirror of the device range `mirror` (same length).
-    pub(crate) fn insert_device(
-        &self,
-        mem: RawMem,
-        mirror: DeviceMirror,
-    ) -> Result<BufHandle, EngineError> {
-        self.insert_with(mem, Some(mirror))
+    /// Registers the device range `dev..dev+len` (checked by the caller); no host memory.
+    pub(crate) fn insert_device(&self, dev: DevicePtr, len: u64) -> Result<BufHandle, EngineError> {
+        self.insert_with(Backing::Device { dev, len })
     }
 
-    fn insert_with(
-        &self,
-        mem: RawMem,
-        device: Option<DeviceMirror>,
-    ) -> Result<BufHandle, EngineError> {
+    fn insert_with(&self, mem: Backing) -> Result<BufHandle, EngineError> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         if id == 0 || id == u32::MAX {
             return Err(EngineError::Config("buffer handle space exhausted".into()));
@@ -341,7 +443,6 @@ impl Registry {
             leases: Mutex::new(Leases::default()),
             drained: Condvar::new(),
             closing: AtomicBool::new(false),
-            device,
         });
         self.map
             .write()
@@ -358,32 +459,52 @@ impl Registry {
             .cloned()
     }
 
-    /// A shared-lease view of `offset..offset+len`.
+    /// A shared-lease view of `offset..offset+len`. A device registration's bytes are copied
+    /// out of VRAM with `rt` (synchronously) while the lease keeps every writer away.
     pub(crate) fn view(
         &self,
         handle: BufHandle,
         offset: u64,
         len: u64,
+        rt: Option<&Arc<dyn GpuRuntime>>,
     ) -> Result<BufferView, EngineError> {
         let region = self.get(handle).ok_or(EngineError::BadHandle(handle))?;
         let guard = region
             .lease(offset, len, false)
             .map_err(|e| lease_error(e, offset, len, &region))?;
-        Ok(BufferView { guard })
+        let copied = match region.device() {
+            None => None,
+            Some(dev) => {
+                let (rt, at) = device_access(rt, dev, offset)?;
+                let n = usize::try_from(len).map_err(|_| EngineError::Alloc { len: usize::MAX })?;
+                let mut out = vec![0u8; n];
+                raw::copy_from_device(rt, &mut out, at).map_err(EngineError::Gpu)?;
+                Some(out)
+            }
+        };
+        Ok(BufferView { guard, copied })
     }
 
-    /// Copies `data` into the registration under a short exclusive lease.
+    /// Copies `data` into the registration under a short exclusive lease (into VRAM with
+    /// `rt`, synchronously, for a device registration).
     pub(crate) fn copy_in(
         &self,
         handle: BufHandle,
         offset: u64,
         data: &[u8],
+        rt: Option<&Arc<dyn GpuRuntime>>,
     ) -> Result<(), EngineError> {
         let region = self.get(handle).ok_or(EngineError::BadHandle(handle))?;
         let len = data.len() as u64;
         let guard = region
             .lease(offset, len, true)
             .map_err(|e| lease_error(e, offset, len, &region))?;
+        if let Some(dev) = region.device() {
+            let (rt, at) = device_access(rt, dev, offset)?;
+            raw::copy_to_device(rt, at, data).map_err(EngineError::Gpu)?;
+            drop(guard);
+            return Ok(());
+        }
         if guard.write(0, data) {
             Ok(())
         } else {
@@ -427,6 +548,22 @@ impl Registry {
             .remove(&region.handle.0);
         Ok(())
     }
+}
+
+/// The runtime and device address of byte `offset` of a device registration at `dev` (the
+/// lease taken by the caller has checked the bounds).
+fn device_access(
+    rt: Option<&Arc<dyn GpuRuntime>>,
+    dev: DevicePtr,
+    offset: u64,
+) -> Result<(&Arc<dyn GpuRuntime>, DevicePtr), EngineError> {
+    let rt = rt.ok_or(EngineError::Unsupported(
+        "device memory: no GPU runtime (build the engine with EngineBuilder::gpu)",
+    ))?;
+    let at = dev
+        .offset(offset)
+        .ok_or_else(|| EngineError::Config("device range overflows".into()))?;
+    Ok((rt, at))
 }
 
 fn lease_error(e: LeaseError, offset: u64, len: u64, region: &Region) -> EngineError {
@@ -473,23 +610,23 @@ mod tests {
     #[test]
     fn views_see_copied_data_and_block_deregister() {
         let (r, h) = registry_with(64);
-        r.copy_in(h, 8, b"hello").unwrap();
-        let v = r.view(h, 8, 5).unwrap();
+        r.copy_in(h, 8, b"hello", None).unwrap();
+        let v = r.view(h, 8, 5, None).unwrap();
         assert_eq!(&*v, b"hello");
-        assert!(matches!(r.copy_in(h, 10, b"x"), Err(EngineError::Busy)));
+        assert!(matches!(r.copy_in(h, 10, b"x", None), Err(EngineError::Busy)));
         assert!(matches!(
             r.deregister(h, Duration::from_millis(20)),
             Err(EngineError::BusyTimeout(_))
         ));
         assert!(
-            r.view(h, 0, 1).is_ok(),
+            r.view(h, 0, 1, None).is_ok(),
             "a timed-out deregister leaves the handle usable"
         );
         drop(v);
         r.deregister(h, Duration::from_millis(20)).unwrap();
-        assert!(matches!(r.view(h, 0, 1), Err(EngineError::BadHandle(_))));
+        assert!(matches!(r.view(h, 0, 1, None), Err(EngineError::BadHandle(_))));
         assert!(matches!(
-            r.copy_in(BufHandle(0), 0, b"x"),
+            r.copy_in(BufHandle(0), 0, b"x", None),
             Err(EngineError::BadHandle(_))
         ));
     }

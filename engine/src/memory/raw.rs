@@ -8,7 +8,13 @@
 //! INVARIANT (leases): while a byte range is covered by an exclusive lease, only the lease
 //! holder reads or writes it; while it is covered by shared leases, nobody writes it. The
 //! engine's own code only calls [`RawMem::write`] under an exclusive lease and
-//! [`RawMem::slice`] under a shared one.
+//! [`RawMem::slice`] under a shared one. The bounce pool's memory (`super::bounce`) is one
+//! `RawMem` whose ranges are each owned by one operation at a time (the pool's allocator
+//! never hands out overlapping ranges): the owner is the only one to touch its range, and
+//! what it does with it is governed by its lease on the device registration exactly as above.
+//!
+//! Device registrations have no `RawMem`; [`copy_from_device`] and [`copy_to_device`] copy
+//! their bytes synchronously through the GPU runtime for `Engine::read` / `Engine::copy_in`.
 #![allow(unsafe_code)]
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};
@@ -92,7 +98,9 @@ impl RawMem {
     }
 
     /// Allocates `len` (> 0) bytes of pinned host memory from `rt` (page-locked and mapped
-    /// for DMA by the GPU's copy engines), zeroed: the bounce memory of a device registration.
+    /// for DMA by the GPU's copy engines): the engine's bounce pool. Not zeroed (the runtime's
+    /// pages come from the kernel, zero-filled; every bounce range is written — by a fabric or
+    /// a copy from VRAM — before its bytes are read).
     pub(crate) fn alloc_gpu_pinned(rt: &Arc<dyn GpuRuntime>, len: usize) -> Result<Self, GpuError> {
         if len == 0 {
             return Err(GpuError::InvalidArgument("pinned buffer of 0 bytes".into()));
@@ -101,8 +109,6 @@ impl RawMem {
         let ptr = NonNull::new(raw).ok_or_else(|| {
             GpuError::InvalidArgument("runtime returned a null pinned buffer".into())
         })?;
-        // SAFETY: `ptr` is a fresh allocation of `len` writable bytes owned by nobody else.
-        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, len) };
         Ok(Self {
             ptr,
             len,
@@ -165,6 +171,39 @@ impl RawMem {
     }
 }
 
+/// Copies `out.len()` bytes of device memory at `src` into `out`, synchronously.
+///
+/// The caller holds a lease over the device bytes (so no operation writes them meanwhile) of
+/// a device registration, whose registrant promised `src..src+len` lies in a live allocation
+/// of `rt` (`Engine::register_device`'s contract; the lease checked the bounds).
+pub(crate) fn copy_from_device(
+    rt: &Arc<dyn GpuRuntime>,
+    out: &mut [u8],
+    src: crate::gpu::DevicePtr,
+) -> Result<(), GpuError> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: `out` is an exclusive borrow of `out.len()` writable bytes for the duration of
+    // the call; the device range is valid by the caller's contract above.
+    unsafe { rt.memcpy_d2h(out.as_mut_ptr(), src, out.len()) }
+}
+
+/// Copies `data` into device memory at `dst`, synchronously (same contract as
+/// [`copy_from_device`], with an exclusive lease).
+pub(crate) fn copy_to_device(
+    rt: &Arc<dyn GpuRuntime>,
+    dst: crate::gpu::DevicePtr,
+    data: &[u8],
+) -> Result<(), GpuError> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: `data` is readable for the call; the device range is valid and leased
+    // exclusively by the caller (contract above).
+    unsafe { rt.memcpy_h2d(dst, data.as_ptr(), data.len()) }
+}
+
 impl Drop for RawMem {
     fn drop(&mut self) {
         if self.locked {
@@ -177,8 +216,9 @@ impl Drop for RawMem {
         }
         if let Some(rt) = self.gpu.take() {
             // SAFETY: allocated by `rt.alloc_pinned` in `alloc_gpu_pinned`, freed once here;
-            // the last lease on the region is gone (we are dropping), and the worker's stager
-            // waits for every copy from or into it before it drops the lease it holds.
+            // this is the bounce pool's memory, dropped with the pool after its last range
+            // (each range holds the pool), and the worker's stager waits for every copy from or
+            // into a range before it drops the operation (and range) it holds.
             let _ = unsafe { rt.free_pinned(self.ptr.as_ptr()) };
         }
     }

@@ -71,6 +71,9 @@ pub(crate) struct Worker {
     pub(super) queues: Vec<Option<QueueSlot>>,
     pub(super) ops: Slab,
     pub(super) ready: VecDeque<OpKey>,
+    /// Operations on device memory queued for a bounce range, oldest first, with their places
+    /// in the engine's bounce queue.
+    pub(super) waiting: VecDeque<(OpKey, crate::memory::bounce::Ticket)>,
     pub(super) timers: Timers,
     pub(super) done: Finished,
 }
@@ -99,6 +102,7 @@ impl Worker {
             queues: Vec::new(),
             ops: Slab::default(),
             ready: VecDeque::new(),
+            waiting: VecDeque::new(),
             timers: Timers::default(),
             done: Vec::new(),
         }
@@ -486,6 +490,7 @@ impl Worker {
 
     /// Stops `key`'s transfer and forgets it without a completion (its queue is gone).
     fn abort_op(&mut self, key: OpKey) {
+        self.forget_wait(key);
         if let Some(op) = self.ops.get(key) {
             self.fabric.abort(op, self.poll.registry());
         }

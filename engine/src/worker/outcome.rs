@@ -10,6 +10,8 @@ use super::handoff::Msg;
 use super::stager;
 use crate::fabric::{AUX_VERIFIED, Outcome, Retry};
 use crate::inflight::{InFlight, MultipartOp, OpKey, OpKind, Phase, QueueRef};
+use crate::memory::MemoryTier;
+use crate::memory::bounce::{Acquire, BounceRange};
 use crate::timers::TimerKind;
 
 /// Immediate retries allowed after stale keep-alive connections, per operation.
@@ -18,7 +20,7 @@ const MAX_FREE_RETRIES: u8 = 3;
 impl Worker {
     /// Starts ready operations while the fabric has capacity.
     pub(super) fn start_ready(&mut self, now: Instant) -> bool {
-        let mut started = false;
+        let mut started = self.admit_waiting();
         while let Some(&key) = self.ready.front() {
             let Some(op) = self.ops.get_mut(key) else {
                 self.ready.pop_front();
@@ -34,6 +36,15 @@ impl Worker {
                     key,
                     Cqe::error(0, ErrorCode::TimedOut, ErrorClass::Deadline),
                 );
+                started = true;
+                continue;
+            }
+            // Device memory: take the operation's bounce range first (or queue for one).
+            if op.buf.as_ref().map(crate::memory::LeaseGuard::tier)
+                == Some(MemoryTier::DeviceStaged { staged: false })
+            {
+                self.ready.pop_front();
+                self.take_bounce(key);
                 started = true;
                 continue;
             }
@@ -84,6 +95,86 @@ impl Worker {
             self.timers.compact(|k| ops.get(k).is_some());
         }
         started
+    }
+
+    /// Gives the operation `key` (on device memory, without a bounce range) its range from
+    /// the engine's pool and readies it again, or queues it for one (FIFO; the pool wakes
+    /// this worker when it may retry), or fails it when it can never fit.
+    fn take_bounce(&mut self, key: OpKey) {
+        let Some(gpu) = self.shared.gpu.as_ref() else {
+            self.finish(
+                key,
+                Cqe::error(0, ErrorCode::Unsupported, ErrorClass::Local),
+            );
+            return;
+        };
+        let Some(len) = self.ops.get(key).map(InFlight::buf_len) else {
+            return;
+        };
+        let waker = match self.crew.peers.get(self.index) {
+            Some(p) => std::sync::Arc::clone(&p.waker),
+            None => return,
+        };
+        match gpu.pool.acquire(len, &waker) {
+            Acquire::Got(range) => self.attach_bounce(key, range, true),
+            Acquire::Wait(ticket) => self.waiting.push_back((key, ticket)),
+            Acquire::TooLarge => {
+                self.finish(key, Cqe::error(0, ErrorCode::TooLarge, ErrorClass::Local));
+            }
+            Acquire::Failed(e) => {
+                gpu.stats.error(e);
+                self.finish(key, Cqe::error(0, ErrorCode::Io, ErrorClass::Local));
+            }
+        }
+    }
+
+    /// Hands `range` to operation `key` and readies it (at the front when `now`, so it starts
+    /// in this pass of `start_ready`).
+    fn attach_bounce(&mut self, key: OpKey, range: BounceRange, now: bool) {
+        let attached = self
+            .ops
+            .get_mut(key)
+            .and_then(|op| op.buf.as_mut())
+            .map(|b| b.attach_bounce(range).is_ok());
+        match attached {
+            Some(true) if now => self.ready.push_front(key),
+            Some(true) => self.ready.push_back(key),
+            // Not a device lease without a range (impossible by construction): fail it rather
+            // than run it without host memory.
+            Some(false) => self.finish(key, Cqe::error(0, ErrorCode::Io, ErrorClass::Local)),
+            None => {}
+        }
+    }
+
+    /// Serves this worker's operations queued for bounce memory, oldest first, while the pool
+    /// has room for the oldest ticket. Returns whether any was served.
+    fn admit_waiting(&mut self) -> bool {
+        let Some(pool) = self.shared.gpu.as_ref().map(|g| std::sync::Arc::clone(&g.pool)) else {
+            return false;
+        };
+        let mut any = false;
+        while let Some((key, ticket)) = self.waiting.front_mut() {
+            let key = *key;
+            let Some(len) = self.ops.get(key).map(InFlight::buf_len) else {
+                // Gone (its ticket leaves the queue as it drops).
+                self.waiting.pop_front();
+                continue;
+            };
+            let Some(range) = pool.retry(ticket, len) else {
+                break;
+            };
+            self.waiting.pop_front();
+            self.attach_bounce(key, range, false);
+            any = true;
+        }
+        any
+    }
+
+    /// Drops `key`'s place in the bounce queue, if it has one (it completed or was aborted).
+    pub(super) fn forget_wait(&mut self, key: OpKey) {
+        if !self.waiting.is_empty() {
+            self.waiting.retain(|(k, _)| *k != key);
+        }
     }
 
     /// Applies the outcomes fabrics reported.
@@ -335,6 +426,7 @@ impl Worker {
     /// Removes `key` (releasing its buffer lease before the completion becomes visible) and
     /// stages `cqe` with the operation's tag and retry flag for its queue.
     pub(super) fn finish(&mut self, key: OpKey, cqe: Cqe) {
+        self.forget_wait(key);
         let Some(op) = self.ops.remove(key) else {
             return;
         };

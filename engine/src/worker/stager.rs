@@ -1,9 +1,10 @@
 //! The worker's GPU stager: completions of operations on device registrations.
 //!
-//! A device registration ([`crate::Engine::register_device`]) is pinned host memory mirroring a
-//! device range. The fabrics move bytes into and out of the mirror exactly as for host memory;
-//! this module moves them between the mirror and VRAM, on the worker thread, without ever
-//! blocking it:
+//! A device registration ([`crate::Engine::register_device`]) is a device range with no host
+//! memory; each operation on it holds a range of the engine's pinned bounce pool
+//! (`memory::bounce`) from when it starts. The fabrics move bytes into and out of that range
+//! exactly as for host memory; this module moves them between the range and VRAM, on the
+//! worker thread, without ever blocking it:
 //!
 //! - **GET / RangeGet**: when the fabric reports an operation done, the worker hands it here
 //!   ([`Stager::land`]) instead of completing it. At the end of the turn [`Stager::flush`] sorts
@@ -18,15 +19,16 @@
 //! - **PUT**: before the fabric starts an operation whose source is a device registration, the
 //!   worker hands it here ([`Stager::stage_out`]); the device → host copies are queued (merged
 //!   likewise) on a second stream at the end of the turn, and the operation goes back to the
-//!   ready queue once their event has completed. A retried PUT is not copied again.
+//!   ready queue once their event has completed. A retried PUT is not copied again (it keeps
+//!   its bounce range until it ends).
 //!
 //! The stager lives in a thread local of the worker thread (one per worker, created on first
 //! use); on thread exit it waits for its streams before it drops the operations it holds, so no
 //! copy outlives the memory it touches.
 //!
 //! `#[allow(unsafe_code)]`: the asynchronous copies are `unsafe fn`s of the runtime; their
-//! contract is kept by holding each operation (hence its lease on the bounce range, and the
-//! registration) until the event recorded after its copy has completed.
+//! contract is kept by holding each operation (hence its lease on the registration and its
+//! bounce range) until the event recorded after its copy has completed.
 #![allow(unsafe_code)]
 
 use std::cell::RefCell;
@@ -133,7 +135,9 @@ fn copies_needed(spans: &[DeviceSpan], copies: &[CopyRange]) -> Vec<usize> {
         .collect()
 }
 
-/// A PUT waiting for its device → host copy: its key and a shared lease of its own.
+/// A PUT waiting for its device → host copy: its key and a shared lease of its own (holding
+/// the operation's bounce range too, so the range outlives the copy even if the operation is
+/// cancelled meanwhile).
 #[derive(Debug)]
 struct Outgoing {
     key: OpKey,
@@ -174,25 +178,6 @@ impl Finished {
     pub(crate) fn is_empty(&self) -> bool {
         self.done.is_empty() && self.staged_out.is_empty() && self.failed_out.is_empty()
     }
-}
-
-/// Merges overlapping spans of one registration (sorted by handle, offset) into their union,
-/// so bytes shared by two PUTs are copied once. Touching spans stay apart (the planner merges
-/// those within its limit).
-fn dedup_overlaps(spans: impl Iterator<Item = DeviceSpan>) -> Vec<DeviceSpan> {
-    let mut out: Vec<DeviceSpan> = Vec::new();
-    for s in spans {
-        if let Some(last) = out.last_mut()
-            && last.handle == s.handle
-            && last.off.saturating_add(last.len) > s.off
-        {
-            let end = (s.off.saturating_add(s.len)).max(last.off.saturating_add(last.len));
-            last.len = end - last.off;
-            continue;
-        }
-        out.push(s);
-    }
-    out
 }
 
 thread_local! {
@@ -371,8 +356,10 @@ impl Stager {
                     .unwrap_or(leaving.len());
                 let rest = leaving.split_off(n);
                 let group = std::mem::replace(&mut leaving, rest);
-                // Shared leases may overlap (two PUTs of the same bytes): copy each byte once.
-                let spans: Vec<DeviceSpan> = dedup_overlaps(group.iter().map(|g| g.span));
+                // Each PUT has a bounce range of its own, so two PUTs of the same device bytes
+                // are two copies (into two ranges); the plan merges only ranges contiguous on
+                // both sides.
+                let spans: Vec<DeviceSpan> = group.iter().map(|g| g.span).collect();
                 let copies = self.plan(&spans);
                 let bytes: u64 = copies.iter().map(|c| c.len).sum();
                 let all = copies.len();
@@ -385,7 +372,7 @@ impl Stager {
                             .copies_out
                             .fetch_add(copies.len() as u64, Ordering::Relaxed);
                         stats.bytes_out.fetch_add(bytes, Ordering::Relaxed);
-                        // Overlapping sources were merged: each PUT waits for the whole batch.
+                        // Each PUT waits for the whole batch (one event after its last copy).
                         self.puts.push_back(Batch {
                             ordinal,
                             events,
@@ -462,15 +449,17 @@ impl Stager {
                 };
                 let host = c.src as usize as *mut u8;
                 if to_device {
-                    // SAFETY: `host..+len` lies in the bounce mirror of a registration whose
-                    // operations (holding exclusive leases over exactly these bytes) the stager
-                    // keeps until the event recorded below has completed; `dev..+len` lies in
-                    // the device range the registration mirrors (checked at registration and by
-                    // the lease bounds), and merged copies never cross a registration.
+                    // SAFETY: `host..+len` lies in the bounce ranges of operations (each owning
+                    // its range, holding an exclusive lease over its device bytes) that the
+                    // stager keeps until the event recorded below has completed; merged copies
+                    // join only ranges contiguous on both sides. `dev..+len` lies in the
+                    // device range of the registration (checked at registration and by the
+                    // lease bounds), and merged copies never cross a registration.
                     unsafe { rt.memcpy_h2d_async(dev, host, len, stream.raw())? };
                 } else {
                     // SAFETY: as above with the roles swapped; the stager holds a shared lease
-                    // on the bounce bytes, which keeps every writer (GET) away until the event.
+                    // on the device bytes (keeping every writer away) and, through it, the
+                    // operation's bounce range, until the event.
                     unsafe { rt.memcpy_d2h_async(host, dev, len, stream.raw())? };
                 }
                 if let Some((ev, _)) = next.next_if(|(_, m)| *m == i + 1) {
@@ -635,22 +624,5 @@ mod tests {
         // A range the plan does not cover (never produced) waits for every copy.
         let spans = vec![span(1, 0, k), span(2, 50 * k, k)];
         assert_eq!(copies_needed(&spans, &[copy(&spans[0], k)]), vec![1, 1]);
-    }
-
-    #[test]
-    fn overlapping_put_sources_are_copied_once() {
-        let v = dedup_overlaps(
-            [
-                span(1, 0, 10),
-                span(1, 5, 10),
-                span(1, 15, 5),
-                span(2, 0, 4),
-            ]
-            .into_iter(),
-        );
-        assert_eq!(v.len(), 3);
-        assert_eq!((v[0].off, v[0].len), (0, 15));
-        assert_eq!((v[1].off, v[1].len), (15, 5));
-        assert_eq!((v[2].handle, v[2].len), (2, 4));
     }
 }
