@@ -61,8 +61,6 @@ for k, v in d["dmabuf"].items():
 for r in b["pinned_h2d"]: print(f"pinned H2D {r['bytes']>>10:>7} KiB {r['gbps']:6.1f} GB/s  lat {r['latency_us_median']:.1f} us")
 for r in b["pageable_h2d"]: print(f"pageable H2D {r['bytes']>>10:>7} KiB {r['gbps']:6.1f} GB/s")
 print(f"pinned D2H {b['pinned_d2h']['gbps']:.1f} GB/s; ceiling {b['ceiling_gbps']:.1f} GB/s")
-for r in b["staged_h2d"]: print(f"staged chunk {r['chunk']>>20} MiB x{r['depth']} fill={r['fill']:<6} {r['gbps']:6.1f} GB/s = {100*r['fraction_of_ceiling']:.0f}% {r.get('verified','')}")
-print("cpu fill only", round(b["cpu_fill_only"]["gbps"], 1), "GB/s")
 s = b["small_ranges"]
 for k in ("one_copy_per_range", "coalesced"): print(k, {x: s[k][x] for x in ("copies", "gbps", "ranges_per_s", "verified")})
 print("elapsed", round(d["elapsed_s"], 1), "s")

@@ -2,8 +2,9 @@
 //!
 //! What it measures (see docs/gpu.md): the runtime and device, pointer-kind detection, dmabuf
 //! export of device memory (whole buffer and a sub-allocation), pinned and pageable
-//! host → device bandwidth, the pipelined staged-copy loop against the pinned ceiling, and
-//! 10,000 × 64 KiB copies one launch each versus coalesced into 1 MiB copies.
+//! host → device bandwidth, pinned device → host bandwidth, and 10,000 × 64 KiB copies one
+//! launch each versus coalesced into 1 MiB copies. The engine's own staging (the worker's
+//! stager and its bounce pool) is measured end to end by `benches/gpu/run_lane.sh`.
 //!
 //! On a host without a GPU it prints `{"gpu": null, "reason": ...}` and exits 0.
 //!
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use engine::gpu::coalesce::{self, CopyRange};
-use engine::gpu::staging::{self, StagedCopier};
+use engine::gpu::staging;
 use engine::gpu::{self, DeviceBuffer, GpuError, GpuRuntime, GpuStream, PinnedBuffer, PointerKind};
 use serde_json::{Value, json};
 
@@ -159,75 +160,19 @@ fn pageable_h2d(dst: &DeviceBuffer, src: &[u8], size: usize, reps: usize) -> Res
     Ok(json!({"bytes": size, "copies_per_trial": reps, "gbps": median(trials)}))
 }
 
+/// Pinned device → host: `reps` synchronous copies of `size` bytes into pinned memory
+/// (median).
 fn pinned_d2h(rt: &Arc<dyn GpuRuntime>, size: usize, reps: usize) -> Res<Value> {
     let dev = DeviceBuffer::new(rt, 0, size)?;
-    let mut c = StagedCopier::new(rt, 0, 2, size)?;
-    c.copy_from_device(&dev, 0, size, |_, _| {})?;
+    let mut host = PinnedBuffer::new(rt, size)?;
+    dev.read(0, host.as_mut_slice())?;
     let mut trials = Vec::new();
     for _ in 0..reps {
         let t = Instant::now();
-        c.copy_from_device(&dev, 0, size, |_, _| {})?;
+        dev.read(0, host.as_mut_slice())?;
         trials.push(gbps(size, t.elapsed().as_secs_f64()));
     }
     Ok(json!({"bytes": size, "gbps": median(trials)}))
-}
-
-#[allow(clippy::too_many_arguments)]
-/// The staged loop: `total` bytes into VRAM through `depth` bounce buffers of `chunk` bytes.
-/// `fill`: "none" (the buffers already hold the bytes, as when a NIC wrote them), or
-/// "memcpy" (one CPU thread copies each chunk from pageable memory first).
-fn staged(
-    rt: &Arc<dyn GpuRuntime>,
-    dst: &DeviceBuffer,
-    src: &[u8],
-    total: usize,
-    chunk: usize,
-    depth: usize,
-    memcpy_fill: bool,
-    ceiling: f64,
-) -> Res<Value> {
-    let mut c = StagedCopier::new(rt, 0, depth, chunk)?;
-    let run = |c: &mut StagedCopier| -> Result<f64, GpuError> {
-        let t = Instant::now();
-        c.copy_to_device(dst, 0, total, |off, buf| {
-            if memcpy_fill {
-                let o = off as usize;
-                if let Some(s) = src.get(o..o + buf.len()) {
-                    buf.copy_from_slice(s);
-                }
-            }
-        })?;
-        Ok(gbps(total, t.elapsed().as_secs_f64()))
-    };
-    run(&mut c)?;
-    let trials: Vec<f64> = (0..3).map(|_| run(&mut c)).collect::<Result<_, _>>()?;
-    let g = median(trials);
-    let mut v = json!({
-        "total_bytes": total, "chunk": chunk, "depth": depth,
-        "fill": if memcpy_fill { "memcpy" } else { "none" },
-        "gbps": g, "fraction_of_ceiling": g / ceiling,
-    });
-    if memcpy_fill {
-        // The bytes must really be in VRAM: read back and compare.
-        let mut back = vec![0u8; total];
-        dst.read(0, &mut back)?;
-        v["verified"] = json!(back.as_slice() == src.get(..total).ok_or("src")?);
-    }
-    Ok(v)
-}
-
-/// One CPU thread's memcpy from pageable into pinned memory: the bound of the memcpy fill.
-fn fill_only(src: &[u8], pinned: &mut PinnedBuffer, total: usize, chunk: usize) -> Value {
-    let t = Instant::now();
-    let mut off = 0;
-    while off < total {
-        let n = chunk.min(total - off);
-        if let (Some(d), Some(s)) = (pinned.as_mut_slice().get_mut(..n), src.get(off..off + n)) {
-            d.copy_from_slice(s);
-        }
-        off += n;
-    }
-    json!({"total_bytes": total, "chunk": chunk, "gbps": gbps(total, t.elapsed().as_secs_f64())})
 }
 
 fn small_batch(rt: &Arc<dyn GpuRuntime>, n: usize, size: usize, batch: usize) -> Res<Value> {
@@ -311,36 +256,12 @@ fn bench(rt: &Arc<dyn GpuRuntime>, quick: bool) -> Res<Value> {
     }
     let d2h = pinned_d2h(rt, big, 5)?;
 
-    let total = s(1024 * MIB, 64 * MIB);
-    let mut staged_rows = Vec::new();
-    for (chunk, depth) in [
-        (MIB, 2),
-        (MIB, 4),
-        (4 * MIB, 2),
-        (4 * MIB, 4),
-        (16 * MIB, 2),
-        (16 * MIB, 4),
-    ] {
-        staged_rows.push(staged(
-            rt, &dev, &pageable, total, chunk, depth, false, ceiling,
-        )?);
-    }
-    for (chunk, depth) in [(4 * MIB, 2), (4 * MIB, 4), (16 * MIB, 4)] {
-        staged_rows.push(staged(
-            rt, &dev, &pageable, total, chunk, depth, true, ceiling,
-        )?);
-    }
-    let mut fill_pinned = PinnedBuffer::new(rt, 16 * MIB)?;
-    let fill = fill_only(&pageable, &mut fill_pinned, total, 4 * MIB);
-
     let small = small_batch(rt, s(10_000, 1000), 64 * KIB, MIB)?;
     Ok(json!({
         "ceiling_gbps": ceiling,
         "pinned_h2d": ceiling_rows,
         "pageable_h2d": pageable_rows,
         "pinned_d2h": d2h,
-        "staged_h2d": staged_rows,
-        "cpu_fill_only": fill,
         "small_ranges": small,
     }))
 }

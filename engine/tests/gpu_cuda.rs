@@ -2,11 +2,20 @@
 //! each is `#[ignore]`d (the runner reports them as ignored where there is none); the GPU lane
 //! runs them with `--include-ignored` (benches/gpu/run_on_device.sh), where a missing GPU fails.
 
-use std::sync::Arc;
+#[path = "../../gateway/tests/support/raw.rs"]
+mod raw;
+#[path = "../../gateway/tests/support/rig.rs"]
+mod rig;
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use engine::Fabric;
 use engine::gpu::coalesce::{self, CopyRange};
-use engine::gpu::staging::{self, StagedCopier};
+use engine::gpu::staging;
 use engine::gpu::{self, DeviceBuffer, GpuEvent, GpuRuntime, GpuStream, PinnedBuffer, PointerKind};
+use ring_api::BufSlice;
+use ring_api::opcode::{Put, RangeGet};
 
 fn runtime() -> Arc<dyn GpuRuntime> {
     gpu::try_detect()
@@ -92,39 +101,88 @@ fn dmabuf_export_reports_sub_allocation_offset() {
     assert!(link.to_string_lossy().contains("dmabuf"), "{link:?}");
 }
 
+/// The engine's staging against the real runtime, over HTTP and the soft RDMA fabric (our
+/// gateway in process): 10 MiB + 12345 bytes PUT from VRAM in 1 MiB pieces through a 4 MiB
+/// bounce pool (so operations wait for pool memory), then read back with range-gets into
+/// another VRAM buffer at an offset; every byte equal, the bytes around the target untouched,
+/// and registering the VRAM pinned no host memory.
 #[test]
 #[ignore = "needs a GPU (CUDA or HIP runtime and a device); benches/gpu/run_on_device.sh runs it"]
-fn staged_copies_both_directions_are_exact() {
+fn engine_staging_through_a_small_bounce_pool_is_exact_both_ways() {
     let rt = runtime();
-    let len = (10 << 20) + 12345; // not a multiple of the chunk
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("gpu")).unwrap();
+    let gw = rig::soft_gateway(root.path());
+    let len = (10 << 20) + 12345;
+    let piece = 1usize << 20;
     let src = pattern(len, 3);
-    let dev = DeviceBuffer::new(&rt, 0, len + 4096).unwrap();
-    dev.write(0, &vec![0xeeu8; len + 4096]).unwrap();
-    let mut c = StagedCopier::new(&rt, 0, 3, 1 << 20).unwrap();
-    c.copy_to_device(&dev, 4096, len, |off, buf| {
-        let o = off as usize;
-        buf.copy_from_slice(&src[o..o + buf.len()]);
-    })
-    .unwrap();
-    let mut back = vec![0u8; len + 4096];
-    dev.read(0, &mut back).unwrap();
-    assert!(
-        back[..4096].iter().all(|&b| b == 0xee),
-        "bytes before the target were touched"
-    );
-    assert!(back[4096..] == src[..], "staged H2D bytes differ");
-
-    let mut got = vec![0u8; len];
-    let mut seen = 0usize;
-    c.copy_from_device(&dev, 4096, len, |off, bytes| {
-        assert_eq!(off as usize, seen, "chunks out of order");
-        got[seen..seen + bytes.len()].copy_from_slice(bytes);
-        seen += bytes.len();
-    })
-    .unwrap();
-    assert_eq!(seen, len);
-    assert!(got == src, "staged D2H bytes differ");
-    assert!(c.copy_to_device(&dev, 4097, len + 4096, |_, _| {}).is_err());
+    let from = DeviceBuffer::new(&rt, 0, len).unwrap();
+    from.write(0, &src).unwrap();
+    let to = DeviceBuffer::new(&rt, 0, len + 8192).unwrap();
+    for (i, fabric) in [Fabric::Http, Fabric::Soft].into_iter().enumerate() {
+        to.write(0, &vec![0xeeu8; len + 8192]).unwrap();
+        let engine = rig::engine_builder(gw.local_addr())
+            .fabric(fabric)
+            .gpu(Arc::clone(&rt))
+            .gpu_bounce_bytes(4 << 20)
+            .build()
+            .unwrap();
+        // SAFETY: both buffers outlive the engine (dropped at the end of this iteration).
+        let (hf, ht) = unsafe {
+            (
+                engine.register_device(from.ptr(), len).unwrap(),
+                engine.register_device(to.ptr(), len + 8192).unwrap(),
+            )
+        };
+        assert_eq!(engine.gpu_staging().unwrap().bounce_pinned_bytes, 0);
+        let mut q = engine.queue(64).unwrap();
+        let pieces: Vec<(usize, usize)> = (0..len)
+            .step_by(piece)
+            .map(|o| (o, piece.min(len - o)))
+            .collect();
+        // One PUT of the whole range would not fit the pool: PUT the pieces as objects.
+        for (k, &(o, n)) in pieces.iter().enumerate() {
+            let part = engine.object("gpu", &format!("obj-{i}/{k}")).unwrap();
+            q.push(
+                &Put::new(part, BufSlice::new(hf, o as u64, n as u64))
+                    .user_data(k as u64)
+                    .build(),
+            )
+            .unwrap();
+        }
+        for _ in &pieces {
+            assert_eq!(q.wait(1, Some(rig::WAIT)), 1);
+            let c = q.completion().next().unwrap();
+            assert!(c.is_ok(), "{fabric:?} PUT {}: {:?}", c.user_data(), c.error_code());
+        }
+        for (k, &(o, n)) in pieces.iter().enumerate() {
+            let part = engine.object("gpu", &format!("obj-{i}/{k}")).unwrap();
+            q.push(
+                &RangeGet::new(part, 0, BufSlice::new(ht, 4096 + o as u64, n as u64))
+                    .user_data(k as u64)
+                    .build(),
+            )
+            .unwrap();
+        }
+        for _ in &pieces {
+            assert_eq!(q.wait(1, Some(rig::WAIT)), 1);
+            let c = q.completion().next().unwrap();
+            assert!(c.is_ok(), "{fabric:?} GET {}: {:?}", c.user_data(), c.error_code());
+        }
+        let mut back = vec![0u8; len + 8192];
+        to.read(0, &mut back).unwrap();
+        assert!(back[..4096].iter().all(|&b| b == 0xee), "{fabric:?}: bytes before touched");
+        assert!(back[4096 + len..].iter().all(|&b| b == 0xee), "{fabric:?}: bytes after touched");
+        assert!(back[4096..4096 + len] == src[..], "{fabric:?}: staged bytes differ");
+        let st = engine.gpu_staging().unwrap();
+        assert_eq!(st.bounce_pinned_bytes, 4 << 20, "{st:?}");
+        assert!(st.bounce_peak_bytes <= 4 << 20, "{st:?}");
+        assert_eq!(st.errors, 0, "{st:?}");
+        drop(q);
+        engine.deregister(hf, Duration::from_secs(5)).unwrap();
+        engine.deregister(ht, Duration::from_secs(5)).unwrap();
+    }
+    gw.shutdown();
 }
 
 #[test]

@@ -11,8 +11,10 @@
 //! - result: [`cuda::ffi`], [`hip::result`] — one function per C call, status → [`GpuError`];
 //! - the [`GpuRuntime`] trait (object safe, `Arc<dyn GpuRuntime>`), implemented by
 //!   [`cuda::CudaRuntime`] and [`hip::HipRuntime`];
-//! - safe owners: [`DeviceBuffer`], [`PinnedBuffer`], [`GpuStream`], [`GpuEvent`], and the
-//!   staged path ([`staging::StagedCopier`], [`coalesce::plan`], [`staging::copy_ranges`]).
+//! - safe owners: [`DeviceBuffer`], [`PinnedBuffer`], [`GpuStream`], [`GpuEvent`], and copy
+//!   helpers ([`coalesce::plan`], [`staging::copy_ranges`]). The engine stages device
+//!   registrations itself (the worker's stager and the bounce pool, see
+//!   `crate::Engine::register_device`).
 //!
 //! Device memory is registered with a NIC through [`GpuRuntime::export_dmabuf`], which exports
 //! the page-aligned enclosing range and reports the caller's offset in it ([`dmabuf::window`]).
