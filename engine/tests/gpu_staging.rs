@@ -8,10 +8,19 @@
 //!   `gpu_coalesce_limit(0)`);
 //! - a completion is posted when its own copy has finished, not the last copy of its batch;
 //! - PUT from device memory sends the device's bytes (copied out before the PUT starts);
-//! - without a runtime, a device registration fails with a typed "no GPU runtime" error.
+//! - without a runtime, a device registration fails with a typed "no GPU runtime" error;
+//! - the bounded bounce pool: registering device memory allocates no host memory, GETs and
+//!   PUTs are byte-exact over HTTP and the soft fabric through a small pool, a batch larger
+//!   than the pool waits and completes in order of arrival, an operation larger than the pool
+//!   fails with `TooLarge`, waiting operations can be cancelled, expire, and hold off
+//!   deregistration.
 #![allow(unsafe_code)]
 
 mod common;
+#[path = "../../gateway/tests/support/raw.rs"]
+mod raw;
+#[path = "../../gateway/tests/support/rig.rs"]
+mod rig;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -92,6 +101,11 @@ impl HostBackedTestGpu {
             .push_back(cmd);
         self.state.1.notify_all();
         Ok(())
+    }
+
+    /// Pinned host bytes allocated now.
+    fn pinned_bytes(&self) -> usize {
+        self.state.0.lock().unwrap().pinned.values().sum()
     }
 
     /// The "device" bytes at `ptr..ptr+len` (it is host memory).
@@ -656,8 +670,8 @@ fn upload_part_from_vram_sends_the_device_bytes() {
     let data = pattern(len, 31);
     // SAFETY: synchronous copy into our own test-double allocation.
     unsafe { gpu.memcpy_h2d(dev, data.as_ptr(), len) }.unwrap();
-    // SAFETY: freed after the engine is dropped. The mirror starts zeroed, so only bytes copied
-    // out of VRAM can make the stored object equal `data`.
+    // SAFETY: freed after the engine is dropped. The data reaches VRAM without passing through
+    // the bounce pool, so only bytes copied out of VRAM can make the stored object equal it.
     let buf = unsafe { engine.register_device(dev, len) }.unwrap();
     let obj = engine.object("bkt", "mp/from-vram").unwrap();
     let mut q = engine.queue(16).unwrap();
@@ -700,6 +714,376 @@ fn upload_part_from_vram_sends_the_device_bytes() {
     assert_eq!(st.ranges_from_device, parts.len() as u64);
     assert_eq!(st.bytes_from_device, len as u64);
     drop(q);
+    drop(engine);
+    // SAFETY: the engine is gone.
+    unsafe { gpu.free_device(dev) }.unwrap();
+}
+
+/// Pushes `sqes` and collects one completion each (in the order they were reaped).
+fn run_all(q: &mut engine::Queue, sqes: &[ring_api::Sqe]) -> Vec<Cqe> {
+    for sqe in sqes {
+        q.push(sqe).unwrap();
+    }
+    let mut out = Vec::new();
+    reap(q, sqes.len(), |c| out.push(c));
+    out
+}
+
+/// Registering 4 GiB of device memory pins no host memory (the runtime's pinned allocations
+/// stay empty and the pool reports nothing allocated); the first device operation allocates
+/// the pool once, at its configured size, however much VRAM is registered.
+#[test]
+fn registering_device_memory_allocates_no_host_memory() {
+    let server = S3sFs::start();
+    let data = pattern(K64, 4);
+    put_file(&server, "bkt", "small", &data);
+    let gpu = HostBackedTestGpu::new(Duration::ZERO);
+    let engine = builder(&server)
+        .gpu(as_dyn(&gpu))
+        .gpu_bounce_bytes(1 << 20)
+        .build()
+        .unwrap();
+    let big = 4usize << 30;
+    // The test double's "VRAM" is calloc'ed host memory: untouched pages cost nothing.
+    let dev = gpu.alloc_device(0, big).unwrap();
+    // SAFETY: freed after the engine is dropped.
+    let buf = unsafe { engine.register_device(dev, big) }.unwrap();
+    assert_eq!(gpu.pinned_bytes(), 0, "registration allocated pinned memory");
+    let st = engine.gpu_staging().unwrap();
+    assert_eq!((st.bounce_pinned_bytes, st.bounce_capacity), (0, 1 << 20));
+    assert_eq!(engine.gpu_bounce_bytes(), Some(1 << 20));
+
+    let obj = engine.object("bkt", "small").unwrap();
+    let mut q = engine.queue(4).unwrap();
+    let at = (3u64 << 30) + 12345;
+    let c = run_all(
+        &mut q,
+        &[RangeGet::new(obj, 0, BufSlice::new(buf, at, K64 as u64)).build()],
+    );
+    assert!(c[0].is_ok(), "{:?}", c[0].error_code());
+    assert!(gpu.device_bytes(dev.offset(at).unwrap(), K64) == data);
+    assert_eq!(gpu.pinned_bytes(), 1 << 20, "the pool, once");
+    let st = engine.gpu_staging().unwrap();
+    assert_eq!((st.bounce_pinned_bytes, st.bounce_acquired), (1 << 20, 1));
+    assert_eq!(st.bounce_in_use_bytes, 0, "released after the copy");
+    drop(q);
+    drop(engine);
+    assert_eq!(gpu.pinned_bytes(), 0, "the pool is freed with the engine");
+    // SAFETY: the engine is gone.
+    unsafe { gpu.free_device(dev) }.unwrap();
+}
+
+/// PUTs from VRAM and range-gets back into VRAM through a 256 KiB pool, over HTTP and over the
+/// soft RDMA fabric (our gateway in process): odd sizes and offsets, more bytes in flight than
+/// the pool holds; every byte lands where it belongs and nothing around it is touched.
+#[test]
+fn device_gets_and_puts_through_a_small_pool_are_exact_over_http_and_soft() {
+    use engine::Fabric;
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("bkt")).unwrap();
+    let gw = rig::soft_gateway(root.path());
+    let gpu = HostBackedTestGpu::new(Duration::from_micros(100));
+    let sizes = [1usize, 4095, 4096, 65_537, 200_000, 262_144, 100_003];
+    let total: usize = sizes.iter().sum();
+    let data = pattern(total, 9);
+    let src = gpu.alloc_device(0, total).unwrap();
+    // SAFETY: synchronous copy into our own test-double allocation (never through the pool).
+    unsafe { gpu.memcpy_h2d(src, data.as_ptr(), total) }.unwrap();
+    let pad = 5000usize;
+    let dst = gpu.alloc_device(0, total + 2 * pad).unwrap();
+    for fabric in [Fabric::Http, Fabric::Soft] {
+        let fill = vec![0xeeu8; total + 2 * pad];
+        // SAFETY: our own allocation, no engine operation on it in flight.
+        unsafe { gpu.memcpy_h2d(dst, fill.as_ptr(), fill.len()) }.unwrap();
+        let engine = rig::engine_builder(gw.local_addr())
+            .fabric(fabric)
+            .gpu(as_dyn(&gpu))
+            .gpu_bounce_bytes(256 << 10)
+            .build()
+            .unwrap();
+        // SAFETY: both allocations outlive the engine.
+        let (hs, hd) = unsafe {
+            (
+                engine.register_device(src, total).unwrap(),
+                engine.register_device(dst, total + 2 * pad).unwrap(),
+            )
+        };
+        let mut q = engine.queue(32).unwrap();
+        let mut puts = Vec::new();
+        let mut gets = Vec::new();
+        let mut off = 0usize;
+        for (i, &n) in sizes.iter().enumerate() {
+            let obj = engine.object("bkt", &format!("{fabric:?}/{i}")).unwrap();
+            puts.push(
+                Put::new(obj, BufSlice::new(hs, off as u64, n as u64))
+                    .user_data(i as u64)
+                    .build(),
+            );
+            gets.push(
+                RangeGet::new(obj, 0, BufSlice::new(hd, (pad + off) as u64, n as u64))
+                    .user_data(i as u64)
+                    .build(),
+            );
+            off += n;
+        }
+        for c in run_all(&mut q, &puts) {
+            assert!(c.is_ok(), "{fabric:?} PUT {}: {:?}", c.user_data(), c.error_code());
+        }
+        let mut off = 0usize;
+        for (i, &n) in sizes.iter().enumerate() {
+            let r = raw::call(gw.local_addr(), "GET", &format!("/bkt/{fabric:?}/{i}"), "", &[], b"");
+            assert_eq!(r.status(), 200, "{fabric:?}: object {i}");
+            let stored = r.body;
+            assert!(stored == data[off..off + n], "{fabric:?}: object {i} differs from VRAM");
+            off += n;
+        }
+        for c in run_all(&mut q, &gets) {
+            assert!(c.is_ok(), "{fabric:?} GET {}: {:?}", c.user_data(), c.error_code());
+            if fabric == Fabric::Soft {
+                assert_eq!(c.path(), Some(ring_api::DataPath::RdmaSoft), "{fabric:?}");
+            }
+        }
+        let back = gpu.device_bytes(dst, total + 2 * pad);
+        assert!(back[..pad].iter().all(|&b| b == 0xee), "{fabric:?}: bytes before touched");
+        assert!(back[pad + total..].iter().all(|&b| b == 0xee), "{fabric:?}: bytes after");
+        assert!(back[pad..pad + total] == data[..], "{fabric:?}: GET bytes differ");
+        let st = engine.gpu_staging().unwrap();
+        assert_eq!(st.bounce_acquired, 2 * sizes.len() as u64, "{fabric:?}: {st:?}");
+        assert!(st.bounce_peak_bytes <= 256 << 10, "{fabric:?}: {st:?}");
+        assert!(st.bounce_waits > 0, "{fabric:?}: nothing waited: {st:?}");
+        assert_eq!((st.bounce_in_use_bytes, st.errors), (0, 0), "{fabric:?}: {st:?}");
+        drop(q);
+        drop(engine);
+    }
+    gw.shutdown();
+    // SAFETY: the engines are gone.
+    unsafe {
+        gpu.free_device(src).unwrap();
+        gpu.free_device(dst).unwrap();
+    }
+}
+
+/// Sixteen range-gets of 256 KiB through a pool of exactly 256 KiB: each must wait for the one
+/// before it to be copied into VRAM and release its range, so they complete one at a time, in
+/// the order they were submitted, every byte right.
+#[test]
+fn a_batch_larger_than_the_pool_waits_and_completes_in_order_of_arrival() {
+    let server = S3sFs::start();
+    let (n, size) = (16usize, 256usize << 10);
+    let data = pattern(n * size, 17);
+    put_file(&server, "bkt", "batch", &data);
+    let gpu = HostBackedTestGpu::new(Duration::from_micros(300));
+    let engine = builder(&server)
+        .gpu(as_dyn(&gpu))
+        .gpu_bounce_bytes(size as u64)
+        .build()
+        .unwrap();
+    let obj = engine.object("bkt", "batch").unwrap();
+    let dev = gpu.alloc_device(0, n * size).unwrap();
+    // SAFETY: freed after the engine is dropped.
+    let buf = unsafe { engine.register_device(dev, n * size) }.unwrap();
+    let mut q = engine.queue(32).unwrap();
+    let sqes: Vec<_> = (0..n)
+        .map(|i| {
+            let off = (i * size) as u64;
+            RangeGet::new(obj, off, BufSlice::new(buf, off, size as u64))
+                .user_data(i as u64)
+                .build()
+        })
+        .collect();
+    let done = run_all(&mut q, &sqes);
+    let order: Vec<u64> = done.iter().map(Cqe::user_data).collect();
+    assert_eq!(order, (0..n as u64).collect::<Vec<_>>(), "not in order of arrival");
+    assert!(done.iter().all(Cqe::is_ok));
+    assert_eq!(gpu.device_bytes(dev, n * size), data);
+    let st = engine.gpu_staging().unwrap();
+    assert_eq!(st.bounce_peak_bytes, size as u64, "{st:?}");
+    assert!(st.bounce_waits >= n as u64 - 1, "{st:?}");
+    assert_eq!((st.bounce_waiting, st.bounce_in_use_bytes), (0, 0), "{st:?}");
+    drop(q);
+    drop(engine);
+    // SAFETY: the engine is gone.
+    unsafe { gpu.free_device(dev) }.unwrap();
+}
+
+/// A GET or PUT longer than the whole pool completes at once with `TooLarge` (class `Local`),
+/// pins nothing, and leaves the pool usable.
+#[test]
+fn an_operation_larger_than_the_pool_is_refused_with_too_large() {
+    let server = S3sFs::start();
+    let data = pattern(3 * K64, 21);
+    put_file(&server, "bkt", "obj", &data);
+    let gpu = HostBackedTestGpu::new(Duration::ZERO);
+    let engine = builder(&server)
+        .gpu(as_dyn(&gpu))
+        .gpu_bounce_bytes(2 * K64 as u64)
+        .build()
+        .unwrap();
+    let obj = engine.object("bkt", "obj").unwrap();
+    let dev = gpu.alloc_device(0, 3 * K64).unwrap();
+    // SAFETY: freed after the engine is dropped.
+    let buf = unsafe { engine.register_device(dev, 3 * K64) }.unwrap();
+    let mut q = engine.queue(8).unwrap();
+    let out = engine.object("bkt", "out").unwrap();
+    let mut done = run_all(
+        &mut q,
+        &[RangeGet::new(obj, 0, BufSlice::new(buf, 0, 3 * K64 as u64))
+            .user_data(1)
+            .build()],
+    );
+    done.extend(run_all(
+        &mut q,
+        &[Put::new(out, BufSlice::new(buf, 0, 2 * K64 as u64 + 1))
+            .user_data(2)
+            .build()],
+    ));
+    for c in &done {
+        assert_eq!(c.error_code(), Some(ring_api::ErrorCode::TooLarge), "{c:?}");
+        assert_eq!(c.error_class(), Some(ring_api::ErrorClass::Local), "{c:?}");
+    }
+    let st = engine.gpu_staging().unwrap();
+    assert_eq!((st.bounce_too_large, st.bounce_pinned_bytes), (2, 0), "{st:?}");
+    // Split into pieces that fit, the same bytes arrive.
+    let done = run_all(
+        &mut q,
+        &[
+            RangeGet::new(obj, 0, BufSlice::new(buf, 0, 2 * K64 as u64)).build(),
+            RangeGet::new(obj, 2 * K64 as u64, BufSlice::new(buf, 2 * K64 as u64, K64 as u64))
+                .build(),
+        ],
+    );
+    assert!(done.iter().all(Cqe::is_ok), "{done:?}");
+    assert_eq!(gpu.device_bytes(dev, 3 * K64), data);
+    drop(q);
+    drop(engine);
+    // SAFETY: the engine is gone.
+    unsafe { gpu.free_device(dev) }.unwrap();
+}
+
+/// With the copy engine paused, a GET that landed holds the whole pool; the operations behind
+/// it wait. A Cancel completes a waiting one at once, a deadline expires another, and a
+/// deregistration of a handle whose operations wait times out (they hold it) and leaves it
+/// usable. Unpaused, everything else completes with the right bytes and the pool is empty.
+#[test]
+fn waiting_operations_can_be_cancelled_expire_and_hold_off_deregistration() {
+    use ring_api::opcode::Cancel;
+    let server = S3sFs::start();
+    let data = pattern(4 * K64, 33);
+    put_file(&server, "bkt", "obj", &data);
+    let gpu = HostBackedTestGpu::new(Duration::from_micros(100));
+    let engine = builder(&server)
+        .gpu(as_dyn(&gpu))
+        .gpu_bounce_bytes(K64 as u64)
+        .build()
+        .unwrap();
+    let obj = engine.object("bkt", "obj").unwrap();
+    let dev1 = gpu.alloc_device(0, K64).unwrap();
+    let dev2 = gpu.alloc_device(0, 3 * K64).unwrap();
+    // SAFETY: freed after the engine is dropped.
+    let (h1, h2) = unsafe {
+        (
+            engine.register_device(dev1, K64).unwrap(),
+            engine.register_device(dev2, 3 * K64).unwrap(),
+        )
+    };
+    let mut q = engine.queue(16).unwrap();
+    gpu.set_paused(true);
+    let get = |h, at: usize, off: usize| {
+        RangeGet::new(obj, off as u64, BufSlice::new(h, at as u64, K64 as u64))
+    };
+    q.push(&get(h1, 0, 0).user_data(1).build()).unwrap();
+    // Wait until it landed (its range stays held: its copy cannot run).
+    let t = Instant::now();
+    while engine.gpu_staging().unwrap().ranges_to_device == 0 {
+        assert!(t.elapsed() < Duration::from_secs(30), "the first GET never landed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for (i, sqe) in [
+        get(h2, 0, K64).user_data(2).build(),
+        get(h2, K64, 2 * K64).user_data(3).build(),
+        get(h2, 2 * K64, 3 * K64)
+            .user_data(4)
+            .deadline_ns(300_000_000)
+            .build(),
+    ]
+    .iter()
+    .enumerate()
+    {
+        q.push(sqe).unwrap();
+        let t = Instant::now();
+        while engine.gpu_staging().unwrap().bounce_waiting < i as u64 + 1 {
+            assert!(t.elapsed() < Duration::from_secs(30), "op {} never queued", i + 2);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    // Their leases hold h2: a deregistration times out and leaves it registered.
+    let err = engine.deregister(h2, Duration::from_millis(100)).unwrap_err();
+    assert!(matches!(err, EngineError::BusyTimeout(_)), "{err:?}");
+    // Cancel op 3 while it waits.
+    q.push(&Cancel::new(3).user_data(100).build()).unwrap();
+    let mut got = HashMap::new();
+    reap(&mut q, 2, |c| {
+        got.insert(c.user_data(), c);
+    });
+    assert!(got[&100].is_ok(), "the Cancel itself: {:?}", got[&100]);
+    assert_eq!(got[&3].error_code(), Some(ring_api::ErrorCode::Cancelled));
+    // Op 4's deadline passes while it waits.
+    let t = Instant::now();
+    reap(&mut q, 1, |c| {
+        assert_eq!(c.user_data(), 4);
+        assert_eq!(c.error_code(), Some(ring_api::ErrorCode::TimedOut), "{c:?}");
+    });
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert_eq!(engine.gpu_staging().unwrap().bounce_waiting, 1, "only op 2 still waits");
+    assert!(q.wait(1, Some(Duration::from_millis(100))) == 0, "nothing else may complete");
+    gpu.set_paused(false);
+    let mut ok = Vec::new();
+    reap(&mut q, 2, |c| {
+        assert!(c.is_ok(), "{c:?}");
+        ok.push(c.user_data());
+    });
+    ok.sort_unstable();
+    assert_eq!(ok, vec![1, 2]);
+    assert!(gpu.device_bytes(dev1, K64) == data[..K64]);
+    assert!(gpu.device_bytes(dev2, K64) == data[K64..2 * K64]);
+    let st = engine.gpu_staging().unwrap();
+    assert_eq!((st.bounce_waiting, st.bounce_in_use_bytes), (0, 0), "{st:?}");
+    engine.deregister(h2, Duration::from_secs(5)).unwrap();
+    engine.deregister(h1, Duration::from_secs(5)).unwrap();
+    drop(q);
+    drop(engine);
+    // SAFETY: the engine is gone.
+    unsafe {
+        gpu.free_device(dev1).unwrap();
+        gpu.free_device(dev2).unwrap();
+    }
+}
+
+/// `Engine::read`, `copy_out` and `copy_in` on a device registration go to VRAM (there is no
+/// host copy of it): written bytes are in VRAM, read bytes come from VRAM.
+#[test]
+fn read_and_copy_in_on_a_device_registration_reach_vram() {
+    let server = S3sFs::start();
+    let gpu = HostBackedTestGpu::new(Duration::ZERO);
+    let engine = builder(&server).gpu(as_dyn(&gpu)).build().unwrap();
+    let dev = gpu.alloc_device(0, 3 * K64).unwrap();
+    // SAFETY: freed after the engine is dropped.
+    let buf = unsafe { engine.register_device(dev, 3 * K64) }.unwrap();
+    let data = pattern(K64 + 7, 41);
+    engine.copy_in(buf, 1000, &data).unwrap();
+    assert!(gpu.device_bytes(dev.offset(1000).unwrap(), data.len()) == data);
+    let direct = pattern(100, 42);
+    // SAFETY: our own allocation, no operation in flight.
+    unsafe { gpu.memcpy_h2d(dev.offset(5).unwrap(), direct.as_ptr(), 100) }.unwrap();
+    assert_eq!(&*engine.read(buf, 5, 100).unwrap(), &direct[..]);
+    let mut out = vec![0u8; data.len()];
+    engine.copy_out(buf, 1000, &mut out).unwrap();
+    assert_eq!(out, data);
+    assert!(matches!(
+        engine.read(buf, 3 * K64 as u64 - 1, 2),
+        Err(EngineError::OutOfBounds { .. })
+    ));
+    assert_eq!(gpu.pinned_bytes(), 0, "no host memory for any of it");
     drop(engine);
     // SAFETY: the engine is gone.
     unsafe { gpu.free_device(dev) }.unwrap();
