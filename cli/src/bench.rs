@@ -467,13 +467,16 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
         None => engine.register_host(total, opts),
     }
     .map_err(|e| e.to_string())?;
-    // Fault the pages in before the timed phase, so it measures transfers, not page faults.
-    let zeros = vec![0u8; total.min(16 << 20)];
-    for start in (0..total).step_by(zeros.len().max(1)) {
-        let n = zeros.len().min(total - start);
-        engine
-            .copy_in(buf, start as u64, &zeros[..n])
-            .map_err(|e| e.to_string())?;
+    // Fault the pages in before the timed phase, so it measures transfers, not page faults
+    // (host memory only: VRAM has no pages to fault, and the bounce pool is pinned).
+    if image.is_none() {
+        let zeros = vec![0u8; total.min(16 << 20)];
+        for start in (0..total).step_by(zeros.len().max(1)) {
+            let n = zeros.len().min(total - start);
+            engine
+                .copy_in(buf, start as u64, &zeros[..n])
+                .map_err(|e| e.to_string())?;
+        }
     }
     let depth = u32::try_from(conc).unwrap_or(u32::MAX);
     let mut q = engine.queue(depth).map_err(|e| e.to_string())?;

@@ -13,7 +13,7 @@
 //!
 //! Every range-get lands at its object offset in an image of the object. `--memory
 //! cuda|hip|auto` makes that image VRAM, registered with `Engine::register_device`: the engine
-//! stages each range through its pinned bounce mirror, copies it into VRAM on its own stream
+//! stages each range through its pinned bounce pool, copies it into VRAM on its own stream
 //! (coalescing adjacent ranges) and posts the completion only after that copy has finished.
 //! After the batch every written VRAM byte is read back and compared with the model; then 16
 //! pieces are PUT from VRAM through the engine ([`vram::put_round_trip`]) and a multipart
@@ -278,7 +278,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
                 .map_err(|e| format!("allocating VRAM: {e}"))?;
             let _ = writeln!(
                 stderr,
-                "GPU memory: {} ({}), VRAM image {} (engine-staged: pinned bounce mirror of the same size)",
+                "GPU memory: {} ({}), VRAM image {} (engine-staged through its pinned bounce pool)",
                 rt.device_name(0).unwrap_or_default(),
                 rt.name(),
                 format_bytes(model.size),
@@ -324,7 +324,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
     }
     .map_err(|e| e.to_string())?;
     if image.is_none() {
-        // Fault the host pages in before the timed phase (the GPU mirror is pinned, so faulted).
+        // Fault the host pages in before the timed phase (the GPU bounce pool is pinned).
         let zeros = vec![0u8; image_len.min(16 << 20)];
         for start in (0..image_len).step_by(zeros.len().max(1)) {
             let n = zeros.len().min(image_len - start);

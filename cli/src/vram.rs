@@ -1,9 +1,9 @@
 //! GPU memory for `hipobj bench --embedded --memory cuda|hip|auto`.
 //!
 //! The staging itself is the engine's (`EngineBuilder::gpu`, `Engine::register_device`): the
-//! VRAM image of the object is registered as device memory, each range-get lands in the
-//! engine's pinned bounce mirror at its object offset, the engine copies it into VRAM on its
-//! own stream (merging adjacent ranges) and posts the completion only when that copy has
+//! VRAM image of the object is registered as device memory, each range-get lands in a range
+//! of the engine's pinned bounce pool, the engine copies it into VRAM (at its object offset) on
+//! its own stream (merging adjacent ranges) and posts the completion only when that copy has
 //! finished. This module owns what the app still does with VRAM: reading the image back to
 //! verify it ([`verify_image`]), and the PUT- and UploadPart-from-VRAM checks
 //! ([`put_round_trip`], [`upload_parts_from_vram`], both through the engine's own ops).
@@ -117,8 +117,9 @@ fn get_back(
 /// PUT from VRAM through the engine, verified: each `(offset, len)` piece of the device
 /// registration `dev` (bytes the GET phase put into VRAM) is PUT as its own object
 /// `{prefix}{i}` with the registration as the source — the engine copies VRAM → bounce before
-/// it starts the PUT. The bounce mirror of the piece is zeroed first, so only bytes copied
-/// out of VRAM can make the check pass. Each object is read back with a GET into the host
+/// it starts the PUT, into a bounce range of its own (a device registration has no host copy:
+/// the PUT can only send what the stager copied out of VRAM). Each object is read back with a
+/// GET into the host
 /// registration `host` (≥ the largest piece) and compared with `mismatch(offset, bytes)`.
 /// All PUTs run at once; no other operation may be in flight on `dev` meanwhile.
 #[allow(clippy::too_many_arguments)]
@@ -137,8 +138,6 @@ pub fn put_round_trip(
     let t0 = Instant::now();
     let mut objs = Vec::with_capacity(pieces.len());
     for (i, &(off, len)) in pieces.iter().enumerate() {
-        let wipe = vec![0u8; usize::try_from(len).map_err(|_| "piece too large")?];
-        engine.copy_in(dev, off, &wipe).map_err(|e| e.to_string())?;
         let obj = engine
             .object(bucket, &format!("{prefix}{i}"))
             .map_err(|e| e.to_string())?;
@@ -181,8 +180,8 @@ pub fn put_round_trip(
 /// device registration `dev` from `off` become one multipart object `key` — CreateMultipart,
 /// then one UploadPart per `part_size` piece (the last may be shorter) whose source is the
 /// device registration itself (the engine copies each part VRAM → bounce before it sends it,
-/// as for PUT), all parts in flight at once, then CompleteMultipart. The bounce mirror of the
-/// range is zeroed first, so only bytes the engine copied out of VRAM can make the check pass.
+/// as for PUT, each part into a bounce range of its own), all parts in flight at once, then
+/// CompleteMultipart.
 /// The object is read back through the engine into `host` (≥ `len`) and compared with
 /// `mismatch(offset, bytes)`. No other operation may be in flight on `dev` meanwhile, and the
 /// queue must hold `len / part_size + 1` entries.
@@ -203,9 +202,6 @@ pub fn upload_parts_from_vram(
         return Err("UploadPart from VRAM: empty part size or length".into());
     }
     let t0 = Instant::now();
-    let wipe = vec![0u8; usize::try_from(len).map_err(|_| "upload too large")?];
-    engine.copy_in(dev, off, &wipe).map_err(|e| e.to_string())?;
-    drop(wipe);
     let obj = engine.object(bucket, key).map_err(|e| e.to_string())?;
     q.push(&CreateMultipart::new(obj).build())
         .map_err(|e| e.to_string())?;

@@ -34,8 +34,9 @@ pub enum ErrorCode {
     /// The entry failed validation (`EINVAL`).
     #[error("invalid submission entry")]
     InvalidArgument = 22,
-    /// A length exceeds the protocol limit, or the object does not fit the buffer (`EFBIG`).
-    #[error("too large")]
+    /// A length exceeds the protocol limit, the object does not fit the buffer, or an
+    /// operation on GPU memory is longer than the engine's bounce pool (`EFBIG`).
+    #[error("too large (for a protocol limit, the buffer, or the GPU bounce pool: split it)")]
     TooLarge = 27,
     /// The requested range is not satisfiable (HTTP 416) (`ERANGE`).
     #[error("range not satisfiable")]
