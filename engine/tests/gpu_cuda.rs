@@ -153,7 +153,12 @@ fn engine_staging_through_a_small_bounce_pool_is_exact_both_ways() {
         for _ in &pieces {
             assert_eq!(q.wait(1, Some(rig::WAIT)), 1);
             let c = q.completion().next().unwrap();
-            assert!(c.is_ok(), "{fabric:?} PUT {}: {:?}", c.user_data(), c.error_code());
+            assert!(
+                c.is_ok(),
+                "{fabric:?} PUT {}: {:?}",
+                c.user_data(),
+                c.error_code()
+            );
         }
         for (k, &(o, n)) in pieces.iter().enumerate() {
             let part = engine.object("gpu", &format!("obj-{i}/{k}")).unwrap();
@@ -167,13 +172,27 @@ fn engine_staging_through_a_small_bounce_pool_is_exact_both_ways() {
         for _ in &pieces {
             assert_eq!(q.wait(1, Some(rig::WAIT)), 1);
             let c = q.completion().next().unwrap();
-            assert!(c.is_ok(), "{fabric:?} GET {}: {:?}", c.user_data(), c.error_code());
+            assert!(
+                c.is_ok(),
+                "{fabric:?} GET {}: {:?}",
+                c.user_data(),
+                c.error_code()
+            );
         }
         let mut back = vec![0u8; len + 8192];
         to.read(0, &mut back).unwrap();
-        assert!(back[..4096].iter().all(|&b| b == 0xee), "{fabric:?}: bytes before touched");
-        assert!(back[4096 + len..].iter().all(|&b| b == 0xee), "{fabric:?}: bytes after touched");
-        assert!(back[4096..4096 + len] == src[..], "{fabric:?}: staged bytes differ");
+        assert!(
+            back[..4096].iter().all(|&b| b == 0xee),
+            "{fabric:?}: bytes before touched"
+        );
+        assert!(
+            back[4096 + len..].iter().all(|&b| b == 0xee),
+            "{fabric:?}: bytes after touched"
+        );
+        assert!(
+            back[4096..4096 + len] == src[..],
+            "{fabric:?}: staged bytes differ"
+        );
         let st = engine.gpu_staging().unwrap();
         assert_eq!(st.bounce_pinned_bytes, 4 << 20, "{st:?}");
         assert!(st.bounce_peak_bytes <= 4 << 20, "{st:?}");

@@ -748,7 +748,11 @@ fn registering_device_memory_allocates_no_host_memory() {
     let dev = gpu.alloc_device(0, big).unwrap();
     // SAFETY: freed after the engine is dropped.
     let buf = unsafe { engine.register_device(dev, big) }.unwrap();
-    assert_eq!(gpu.pinned_bytes(), 0, "registration allocated pinned memory");
+    assert_eq!(
+        gpu.pinned_bytes(),
+        0,
+        "registration allocated pinned memory"
+    );
     let st = engine.gpu_staging().unwrap();
     assert_eq!((st.bounce_pinned_bytes, st.bounce_capacity), (0, 1 << 20));
     assert_eq!(engine.gpu_bounce_bytes(), Some(1 << 20));
@@ -827,31 +831,68 @@ fn device_gets_and_puts_through_a_small_pool_are_exact_over_http_and_soft() {
             off += n;
         }
         for c in run_all(&mut q, &puts) {
-            assert!(c.is_ok(), "{fabric:?} PUT {}: {:?}", c.user_data(), c.error_code());
+            assert!(
+                c.is_ok(),
+                "{fabric:?} PUT {}: {:?}",
+                c.user_data(),
+                c.error_code()
+            );
         }
         let mut off = 0usize;
         for (i, &n) in sizes.iter().enumerate() {
-            let r = raw::call(gw.local_addr(), "GET", &format!("/bkt/{fabric:?}/{i}"), "", &[], b"");
+            let r = raw::call(
+                gw.local_addr(),
+                "GET",
+                &format!("/bkt/{fabric:?}/{i}"),
+                "",
+                &[],
+                b"",
+            );
             assert_eq!(r.status(), 200, "{fabric:?}: object {i}");
             let stored = r.body;
-            assert!(stored == data[off..off + n], "{fabric:?}: object {i} differs from VRAM");
+            assert!(
+                stored == data[off..off + n],
+                "{fabric:?}: object {i} differs from VRAM"
+            );
             off += n;
         }
         for c in run_all(&mut q, &gets) {
-            assert!(c.is_ok(), "{fabric:?} GET {}: {:?}", c.user_data(), c.error_code());
+            assert!(
+                c.is_ok(),
+                "{fabric:?} GET {}: {:?}",
+                c.user_data(),
+                c.error_code()
+            );
             if fabric == Fabric::Soft {
                 assert_eq!(c.path(), Some(ring_api::DataPath::RdmaSoft), "{fabric:?}");
             }
         }
         let back = gpu.device_bytes(dst, total + 2 * pad);
-        assert!(back[..pad].iter().all(|&b| b == 0xee), "{fabric:?}: bytes before touched");
-        assert!(back[pad + total..].iter().all(|&b| b == 0xee), "{fabric:?}: bytes after");
-        assert!(back[pad..pad + total] == data[..], "{fabric:?}: GET bytes differ");
+        assert!(
+            back[..pad].iter().all(|&b| b == 0xee),
+            "{fabric:?}: bytes before touched"
+        );
+        assert!(
+            back[pad + total..].iter().all(|&b| b == 0xee),
+            "{fabric:?}: bytes after"
+        );
+        assert!(
+            back[pad..pad + total] == data[..],
+            "{fabric:?}: GET bytes differ"
+        );
         let st = engine.gpu_staging().unwrap();
-        assert_eq!(st.bounce_acquired, 2 * sizes.len() as u64, "{fabric:?}: {st:?}");
+        assert_eq!(
+            st.bounce_acquired,
+            2 * sizes.len() as u64,
+            "{fabric:?}: {st:?}"
+        );
         assert!(st.bounce_peak_bytes <= 256 << 10, "{fabric:?}: {st:?}");
         assert!(st.bounce_waits > 0, "{fabric:?}: nothing waited: {st:?}");
-        assert_eq!((st.bounce_in_use_bytes, st.errors), (0, 0), "{fabric:?}: {st:?}");
+        assert_eq!(
+            (st.bounce_in_use_bytes, st.errors),
+            (0, 0),
+            "{fabric:?}: {st:?}"
+        );
         drop(q);
         drop(engine);
     }
@@ -893,13 +934,21 @@ fn a_batch_larger_than_the_pool_waits_and_completes_in_order_of_arrival() {
         .collect();
     let done = run_all(&mut q, &sqes);
     let order: Vec<u64> = done.iter().map(Cqe::user_data).collect();
-    assert_eq!(order, (0..n as u64).collect::<Vec<_>>(), "not in order of arrival");
+    assert_eq!(
+        order,
+        (0..n as u64).collect::<Vec<_>>(),
+        "not in order of arrival"
+    );
     assert!(done.iter().all(Cqe::is_ok));
     assert_eq!(gpu.device_bytes(dev, n * size), data);
     let st = engine.gpu_staging().unwrap();
     assert_eq!(st.bounce_peak_bytes, size as u64, "{st:?}");
     assert!(st.bounce_waits >= n as u64 - 1, "{st:?}");
-    assert_eq!((st.bounce_waiting, st.bounce_in_use_bytes), (0, 0), "{st:?}");
+    assert_eq!(
+        (st.bounce_waiting, st.bounce_in_use_bytes),
+        (0, 0),
+        "{st:?}"
+    );
     drop(q);
     drop(engine);
     // SAFETY: the engine is gone.
@@ -942,14 +991,22 @@ fn an_operation_larger_than_the_pool_is_refused_with_too_large() {
         assert_eq!(c.error_class(), Some(ring_api::ErrorClass::Local), "{c:?}");
     }
     let st = engine.gpu_staging().unwrap();
-    assert_eq!((st.bounce_too_large, st.bounce_pinned_bytes), (2, 0), "{st:?}");
+    assert_eq!(
+        (st.bounce_too_large, st.bounce_pinned_bytes),
+        (2, 0),
+        "{st:?}"
+    );
     // Split into pieces that fit, the same bytes arrive.
     let done = run_all(
         &mut q,
         &[
             RangeGet::new(obj, 0, BufSlice::new(buf, 0, 2 * K64 as u64)).build(),
-            RangeGet::new(obj, 2 * K64 as u64, BufSlice::new(buf, 2 * K64 as u64, K64 as u64))
-                .build(),
+            RangeGet::new(
+                obj,
+                2 * K64 as u64,
+                BufSlice::new(buf, 2 * K64 as u64, K64 as u64),
+            )
+            .build(),
         ],
     );
     assert!(done.iter().all(Cqe::is_ok), "{done:?}");
@@ -995,7 +1052,10 @@ fn waiting_operations_can_be_cancelled_expire_and_hold_off_deregistration() {
     // Wait until it landed (its range stays held: its copy cannot run).
     let t = Instant::now();
     while engine.gpu_staging().unwrap().ranges_to_device == 0 {
-        assert!(t.elapsed() < Duration::from_secs(30), "the first GET never landed");
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the first GET never landed"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     for (i, sqe) in [
@@ -1012,12 +1072,18 @@ fn waiting_operations_can_be_cancelled_expire_and_hold_off_deregistration() {
         q.push(sqe).unwrap();
         let t = Instant::now();
         while engine.gpu_staging().unwrap().bounce_waiting < i as u64 + 1 {
-            assert!(t.elapsed() < Duration::from_secs(30), "op {} never queued", i + 2);
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "op {} never queued",
+                i + 2
+            );
             std::thread::sleep(Duration::from_millis(2));
         }
     }
     // Their leases hold h2: a deregistration times out and leaves it registered.
-    let err = engine.deregister(h2, Duration::from_millis(100)).unwrap_err();
+    let err = engine
+        .deregister(h2, Duration::from_millis(100))
+        .unwrap_err();
     assert!(matches!(err, EngineError::BusyTimeout(_)), "{err:?}");
     // Cancel op 3 while it waits.
     q.push(&Cancel::new(3).user_data(100).build()).unwrap();
@@ -1034,8 +1100,15 @@ fn waiting_operations_can_be_cancelled_expire_and_hold_off_deregistration() {
         assert_eq!(c.error_code(), Some(ring_api::ErrorCode::TimedOut), "{c:?}");
     });
     assert!(t.elapsed() < Duration::from_secs(5));
-    assert_eq!(engine.gpu_staging().unwrap().bounce_waiting, 1, "only op 2 still waits");
-    assert!(q.wait(1, Some(Duration::from_millis(100))) == 0, "nothing else may complete");
+    assert_eq!(
+        engine.gpu_staging().unwrap().bounce_waiting,
+        1,
+        "only op 2 still waits"
+    );
+    assert!(
+        q.wait(1, Some(Duration::from_millis(100))) == 0,
+        "nothing else may complete"
+    );
     gpu.set_paused(false);
     let mut ok = Vec::new();
     reap(&mut q, 2, |c| {
@@ -1047,7 +1120,11 @@ fn waiting_operations_can_be_cancelled_expire_and_hold_off_deregistration() {
     assert!(gpu.device_bytes(dev1, K64) == data[..K64]);
     assert!(gpu.device_bytes(dev2, K64) == data[K64..2 * K64]);
     let st = engine.gpu_staging().unwrap();
-    assert_eq!((st.bounce_waiting, st.bounce_in_use_bytes), (0, 0), "{st:?}");
+    assert_eq!(
+        (st.bounce_waiting, st.bounce_in_use_bytes),
+        (0, 0),
+        "{st:?}"
+    );
     engine.deregister(h2, Duration::from_secs(5)).unwrap();
     engine.deregister(h1, Duration::from_secs(5)).unwrap();
     drop(q);

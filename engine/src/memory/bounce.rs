@@ -336,7 +336,9 @@ impl BounceRange {
             .is_some_and(|e| e <= self.len);
         let (Some(mem), Some(abs)) = (
             self.mem(),
-            self.off.checked_add(at).and_then(|a| usize::try_from(a).ok()),
+            self.off
+                .checked_add(at)
+                .and_then(|a| usize::try_from(a).ok()),
         ) else {
             return false;
         };
@@ -350,7 +352,9 @@ impl BounceRange {
         };
         let (Some(mem), Some(abs), Ok(n)) = (
             self.mem(),
-            self.off.checked_add(at).and_then(|a| usize::try_from(a).ok()),
+            self.off
+                .checked_add(at)
+                .and_then(|a| usize::try_from(a).ok()),
             usize::try_from(rest),
         ) else {
             return &[];

@@ -613,7 +613,10 @@ mod tests {
         r.copy_in(h, 8, b"hello", None).unwrap();
         let v = r.view(h, 8, 5, None).unwrap();
         assert_eq!(&*v, b"hello");
-        assert!(matches!(r.copy_in(h, 10, b"x", None), Err(EngineError::Busy)));
+        assert!(matches!(
+            r.copy_in(h, 10, b"x", None),
+            Err(EngineError::Busy)
+        ));
         assert!(matches!(
             r.deregister(h, Duration::from_millis(20)),
             Err(EngineError::BusyTimeout(_))
@@ -624,7 +627,10 @@ mod tests {
         );
         drop(v);
         r.deregister(h, Duration::from_millis(20)).unwrap();
-        assert!(matches!(r.view(h, 0, 1, None), Err(EngineError::BadHandle(_))));
+        assert!(matches!(
+            r.view(h, 0, 1, None),
+            Err(EngineError::BadHandle(_))
+        ));
         assert!(matches!(
             r.copy_in(BufHandle(0), 0, b"x", None),
             Err(EngineError::BadHandle(_))

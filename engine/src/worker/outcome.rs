@@ -149,7 +149,12 @@ impl Worker {
     /// Serves this worker's operations queued for bounce memory, oldest first, while the pool
     /// has room for the oldest ticket. Returns whether any was served.
     fn admit_waiting(&mut self) -> bool {
-        let Some(pool) = self.shared.gpu.as_ref().map(|g| std::sync::Arc::clone(&g.pool)) else {
+        let Some(pool) = self
+            .shared
+            .gpu
+            .as_ref()
+            .map(|g| std::sync::Arc::clone(&g.pool))
+        else {
             return false;
         };
         let mut any = false;
