@@ -418,7 +418,8 @@ impl RdmaClient {
         if link.qp.is_failed() {
             return None;
         }
-        // SAFETY: `ptr..ptr+n` is the op's leased range of a live engine registration: the
+        // SAFETY: `ptr..ptr+n` is the op's leased range of a live engine registration (of a
+        // device registration: the op's bounce range, which the lease owns): the
         // lease (held by `op` until its completion is staged) keeps the region's memory alive
         // and gives this op exclusive (GET) or shared read-only (PUT) use of the range; the
         // window is deregistered in `finish` / `abort`, before the lease can be released, so

@@ -297,7 +297,8 @@ where
     let Ok(qp) = dev.device.create_qp(&dev.pd, &cq, &cq, RcCaps::default()) else {
         return Launch::Http;
     };
-    // SAFETY: `ptr..ptr+n` is the op's leased range of a live engine registration; the lease
+    // SAFETY: `ptr..ptr+n` is the op's leased range of a live engine registration (of a
+    // device registration: the op's bounce range, which the lease owns); the lease
     // (held by `op` until the worker completes it) keeps the memory alive and gives this op
     // exclusive (GET) or shared read-only (PUT) use of it. The worker completes the op only
     // after the exchange thread reported (it deregisters the window first, `Wire`'s drop) or
