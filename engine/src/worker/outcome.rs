@@ -111,9 +111,15 @@ impl Worker {
         let Some(len) = self.ops.get(key).map(InFlight::buf_len) else {
             return;
         };
-        let waker = match self.crew.peers.get(self.index) {
-            Some(p) => std::sync::Arc::clone(&p.waker),
-            None => return,
+        // This worker's own waker (always present: the crew lists every worker).
+        let Some(waker) = self
+            .crew
+            .peers
+            .get(self.index)
+            .map(|p| std::sync::Arc::clone(&p.waker))
+        else {
+            self.finish(key, Cqe::error(0, ErrorCode::Io, ErrorClass::Local));
+            return;
         };
         match gpu.pool.acquire(len, &waker) {
             Acquire::Got(range) => self.attach_bounce(key, range, true),
@@ -149,6 +155,9 @@ impl Worker {
     /// Serves this worker's operations queued for bounce memory, oldest first, while the pool
     /// has room for the oldest ticket. Returns whether any was served.
     fn admit_waiting(&mut self) -> bool {
+        if self.waiting.is_empty() {
+            return false;
+        }
         let Some(pool) = self
             .shared
             .gpu
