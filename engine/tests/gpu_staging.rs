@@ -1087,19 +1087,20 @@ fn waiting_operations_can_be_cancelled_expire_and_hold_off_deregistration() {
     assert!(matches!(err, EngineError::BusyTimeout(_)), "{err:?}");
     // Cancel op 3 while it waits.
     q.push(&Cancel::new(3).user_data(100).build()).unwrap();
+    // The Cancel, the cancelled op and (its deadline passing while it waits) op 4, in
+    // whatever order.
     let mut got = HashMap::new();
-    reap(&mut q, 2, |c| {
+    reap(&mut q, 3, |c| {
         got.insert(c.user_data(), c);
     });
     assert!(got[&100].is_ok(), "the Cancel itself: {:?}", got[&100]);
     assert_eq!(got[&3].error_code(), Some(ring_api::ErrorCode::Cancelled));
-    // Op 4's deadline passes while it waits.
-    let t = Instant::now();
-    reap(&mut q, 1, |c| {
-        assert_eq!(c.user_data(), 4);
-        assert_eq!(c.error_code(), Some(ring_api::ErrorCode::TimedOut), "{c:?}");
-    });
-    assert!(t.elapsed() < Duration::from_secs(5));
+    assert_eq!(
+        got[&4].error_code(),
+        Some(ring_api::ErrorCode::TimedOut),
+        "{:?}",
+        got[&4]
+    );
     assert_eq!(
         engine.gpu_staging().unwrap().bounce_waiting,
         1,
