@@ -19,6 +19,11 @@
 //! bytes mirror → device before posting its completion, and a PUT's bytes device → mirror
 //! before starting it. The lease protocol covers both copies because the stager holds the
 //! operation (and so its lease) until the copy has finished.
+//!
+//! A device registration of the GPUDirect tier (`gpu::direct`) also keeps the dmabuf of its
+//! device range ([`Registry::set_direct`]); an RDMA GET may then register its window from it
+//! ([`LeaseGuard::dmabuf_span`]) and mark the lease ([`LeaseGuard::set_landed_direct`]), so
+//! the worker completes it without a copy into VRAM.
 
 pub(crate) mod raw;
 
@@ -26,13 +31,14 @@ use std::collections::HashMap;
 use std::ops::Deref;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use ring_api::BufHandle;
 
 use crate::error::EngineError;
 use crate::gpu::DevicePtr;
+use crate::gpu::direct::{DirectSource, DmabufSpan};
 use raw::RawMem;
 
 /// The device range a device registration mirrors (byte `i` of the region ↔ `dev + i`).
@@ -118,6 +124,8 @@ pub(crate) struct Region {
     drained: Condvar,
     closing: AtomicBool,
     device: Option<DeviceMirror>,
+    /// The dmabuf of a GPUDirect-tier device registration.
+    direct: OnceLock<DirectSource>,
 }
 
 impl Region {
@@ -163,6 +171,7 @@ impl Region {
             len,
             exclusive,
             staged_out: AtomicBool::new(false),
+            landed_direct: AtomicBool::new(false),
         })
     }
 
@@ -190,9 +199,28 @@ pub(crate) struct LeaseGuard {
     /// Device registrations: the range's bytes have been copied device → bounce for this
     /// operation (a PUT retried after a failed attempt is not copied again).
     staged_out: AtomicBool,
+    /// The current attempt's RDMA window is the dmabuf of the device range (GPUDirect): the
+    /// bytes land in VRAM, not in bounce memory.
+    landed_direct: AtomicBool,
 }
 
 impl LeaseGuard {
+    /// The dmabuf arguments of this range, when the registration has the GPUDirect tier.
+    pub(crate) fn dmabuf_span(&self) -> Option<DmabufSpan<'_>> {
+        self.region.direct.get()?.span(self.off, self.len)
+    }
+
+    /// Whether the current attempt's RDMA window is the dmabuf (set per attempt by the RDMA
+    /// client; cleared by the worker before each attempt).
+    pub(crate) fn landed_direct(&self) -> bool {
+        self.landed_direct.load(Ordering::Relaxed)
+    }
+
+    /// Records whether the current attempt's RDMA window is the dmabuf.
+    pub(crate) fn set_landed_direct(&self, direct: bool) {
+        self.landed_direct.store(direct, Ordering::Relaxed);
+    }
+
     /// Where this range lives on the device, when the registration is a device mirror.
     pub(crate) fn device_span(&self) -> Option<DeviceSpan> {
         let mirror = self.region.device?;
@@ -342,12 +370,33 @@ impl Registry {
             drained: Condvar::new(),
             closing: AtomicBool::new(false),
             device,
+            direct: OnceLock::new(),
         });
         self.map
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(id, region);
         Ok(handle)
+    }
+
+    /// Gives the device registration `handle` the GPUDirect tier (its dmabuf). `false` when the
+    /// handle is unknown, not a device registration, or already has one.
+    pub(crate) fn set_direct(&self, handle: BufHandle, src: DirectSource) -> bool {
+        self.get(handle)
+            .is_some_and(|r| r.device.is_some() && r.direct.set(src).is_ok())
+    }
+
+    /// The tier of a device registration (`None`: a host registration); `BadHandle` when
+    /// unknown.
+    pub(crate) fn tier(&self, handle: BufHandle) -> Result<Option<crate::gpu::GpuTier>, EngineError> {
+        let r = self.get(handle).ok_or(EngineError::BadHandle(handle))?;
+        Ok(r.device.map(|_| {
+            if r.direct.get().is_some() {
+                crate::gpu::GpuTier::Direct
+            } else {
+                crate::gpu::GpuTier::Staged
+            }
+        }))
     }
 
     pub(crate) fn get(&self, handle: BufHandle) -> Option<Arc<Region>> {
