@@ -89,8 +89,15 @@ fn write_and_read_through_a_dmabuf_window(kind: ExportKind) {
     );
     a.qp.post_send(&wr).unwrap();
     assert_eq!(reap(&a, 1)[0].status, WcStatus::Success);
-    assert_eq!(mapped(&buf, at, len), data, "the WRITE did not land in the buffer");
-    assert!(mapped(&buf, 0, at).iter().all(|&x| x == 0), "bytes before moved");
+    assert_eq!(
+        mapped(&buf, at, len),
+        data,
+        "the WRITE did not land in the buffer"
+    );
+    assert!(
+        mapped(&buf, 0, at).iter().all(|&x| x == 0),
+        "bytes before moved"
+    );
     assert!(
         mapped(&buf, at + len, (1 << 20) - at - len)
             .iter()
@@ -140,7 +147,9 @@ fn read_through_a_dmabuf_window_takes_the_buffers_bytes() {
     let win =
         b.pd.register_dmabuf(fd.as_fd(), 5000, data.len(), 0x1000, Access::REMOTE_READ)
             .unwrap();
-    let back = a.pd.register_owned(data.len(), Access::LOCAL_WRITE).unwrap();
+    let back =
+        a.pd.register_owned(data.len(), Access::LOCAL_WRITE)
+            .unwrap();
     let wr = SendWr::new(
         1,
         SendOp::Read(RemoteAddr {
@@ -175,7 +184,9 @@ fn unmappable_or_short_dmabufs_are_refused_with_typed_errors() {
     let mut f = tempfile::NamedTempFile::new().unwrap();
     f.write_all(&[0u8; 8192]).unwrap();
     let ro = std::fs::File::open(f.path()).unwrap();
-    let e = b.pd.register_dmabuf(ro.as_fd(), 0, 4096, 0, rw).unwrap_err();
+    let e =
+        b.pd.register_dmabuf(ro.as_fd(), 0, 4096, 0, rw)
+            .unwrap_err();
     assert_eq!(e, MrError::Dmabuf(libc::EACCES), "{e}");
     assert!(e.to_string().contains("cannot be mapped"), "{e}");
     // Past the end of the buffer (mapping it would SIGBUS on touch), empty, overflowing.

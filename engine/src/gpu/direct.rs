@@ -221,10 +221,11 @@ impl DirectConfig {
             .device
             .as_ref()
             .map_err(|why| GpuDirectError::NoRdmaFabric(why))?;
-        let dmabuf = rt
-            .export_dmabuf(ptr, len)
-            .map_err(GpuDirectError::Export)?;
-        let src = DirectSource { dmabuf, iova: ptr.addr };
+        let dmabuf = rt.export_dmabuf(ptr, len).map_err(GpuDirectError::Export)?;
+        let src = DirectSource {
+            dmabuf,
+            iova: ptr.addr,
+        };
         let refused = |e: crate::fabric::rc::RcError| GpuDirectError::Refused {
             device: device.name(),
             errno: e.errno(),
@@ -258,18 +259,18 @@ pub(crate) fn rdma_device_for_direct(
     use crate::fabric::rdma::{Dialect, Fabric};
     match (fabric, dialect) {
         (Fabric::Http, _) | (_, Dialect::Http) => Err("the engine's payloads go over HTTP"),
-        (_, Dialect::RcV2) => Err(
-            "dialect hipobj-rc-v2 checksums each window through host memory, so it stages",
-        ),
+        (_, Dialect::RcV2) => {
+            Err("dialect hipobj-rc-v2 checksums each window through host memory, so it stages")
+        }
         (_, Dialect::CuObject) => {
             Err("dialect cuObject's descriptor provider describes host memory, so it stages")
         }
         (Fabric::Verbs, _) if verbs.is_none() => {
             Err("Fabric::Verbs without a usable verbs device (payloads go over HTTP)")
         }
-        _ => Ok(verbs.cloned().unwrap_or_else(|| {
-            RcDevice::soft(std::net::Ipv4Addr::LOCALHOST)
-        })),
+        _ => Ok(verbs
+            .cloned()
+            .unwrap_or_else(|| RcDevice::soft(std::net::Ipv4Addr::LOCALHOST))),
     }
 }
 

@@ -388,7 +388,10 @@ impl Registry {
 
     /// The tier of a device registration (`None`: a host registration); `BadHandle` when
     /// unknown.
-    pub(crate) fn tier(&self, handle: BufHandle) -> Result<Option<crate::gpu::GpuTier>, EngineError> {
+    pub(crate) fn tier(
+        &self,
+        handle: BufHandle,
+    ) -> Result<Option<crate::gpu::GpuTier>, EngineError> {
         let r = self.get(handle).ok_or(EngineError::BadHandle(handle))?;
         Ok(r.device.map(|_| {
             if r.direct.get().is_some() {

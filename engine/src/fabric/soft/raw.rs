@@ -334,7 +334,9 @@ impl ProtectionDomain {
 
 /// The calling thread's `errno` after a failed call.
 fn last_errno() -> i32 {
-    io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 /// The host page size (mmap offsets are multiples of it).

@@ -22,7 +22,8 @@ pub const UDMABUF_DEVICE: &str = "/dev/udmabuf";
 
 /// `UDMABUF_CREATE` = `_IOW('u', 0x42, struct udmabuf_create)` (linux/udmabuf.h): direction
 /// write (1 << 30), size 24 << 16, type `'u'` << 8, number 0x42.
-const UDMABUF_CREATE: libc::c_ulong = (1 << 30) | (24 << 16) | ((b'u' as libc::c_ulong) << 8) | 0x42;
+const UDMABUF_CREATE: libc::c_ulong =
+    (1 << 30) | (24 << 16) | ((b'u' as libc::c_ulong) << 8) | 0x42;
 /// `UDMABUF_FLAGS_CLOEXEC`.
 const UDMABUF_FLAGS_CLOEXEC: u32 = 0x01;
 
@@ -168,9 +169,8 @@ impl HostDmabuf {
                 };
                 // SAFETY: UDMABUF_CREATE reads one `struct udmabuf_create` (layout asserted
                 // above) from the pointer, which is valid for the call; it returns a new fd.
-                let fd = unsafe {
-                    libc::ioctl(dev.as_fd().as_raw_fd(), UDMABUF_CREATE, &raw const arg)
-                };
+                let fd =
+                    unsafe { libc::ioctl(dev.as_fd().as_raw_fd(), UDMABUF_CREATE, &raw const arg) };
                 if fd < 0 {
                     return Err(io::Error::last_os_error());
                 }
