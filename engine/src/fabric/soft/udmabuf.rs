@@ -77,7 +77,7 @@ impl HostDmabuf {
     /// shrinking, and mapped.
     pub fn new(len: usize) -> io::Result<Self> {
         let page = usize::try_from(page_size()).unwrap_or(4096);
-        if len == 0 || len % page != 0 {
+        if len == 0 || !len.is_multiple_of(page) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("{len} bytes is not a positive multiple of the {page}-byte page"),
@@ -143,8 +143,8 @@ impl HostDmabuf {
         let page = page_size();
         let end = offset.checked_add(len);
         if len == 0
-            || offset % page != 0
-            || len % page != 0
+            || !offset.is_multiple_of(page)
+            || !len.is_multiple_of(page)
             || end.is_none_or(|e| e > self.len as u64)
         {
             return Err(io::Error::new(
