@@ -588,7 +588,8 @@ impl Engine {
 pub enum MemoryKind {
     /// Host memory: the engine reads and writes it directly.
     Host,
-    /// Device memory of GPU `ordinal`, staged by the engine through pinned host memory.
+    /// Device memory of GPU `ordinal`: staged by the engine through pinned host memory, or
+    /// written by the RDMA device directly ([`Engine::gpu_tier`]).
     Device {
         /// The device's index in its runtime.
         ordinal: u32,

@@ -1,4 +1,5 @@
-//! Raw access to registered memory: the only `unsafe` code of the soft fabric.
+//! Raw access to registered memory: the `unsafe` code of the soft fabric's data path (the only
+//! other `unsafe` module is `udmabuf`, which makes dmabufs of host memory for tests).
 //!
 //! A [`RegionMem`] is a byte range that is either owned (a zeroed, page-aligned allocation made
 //! here) or caller-supplied (`ProtectionDomain::register_raw`, whose `# Safety` contract makes
