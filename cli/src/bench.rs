@@ -349,7 +349,11 @@ pub fn parse_gpu_direct(s: &str) -> Result<engine::gpu::GpuDirect, String> {
 
 /// The tier name of registration `buf` (`None`: host memory).
 pub fn tier_name(engine: &Engine, buf: ring_api::BufHandle) -> Option<&'static str> {
-    engine.gpu_tier(buf).ok().flatten().map(engine::gpu::GpuTier::as_str)
+    engine
+        .gpu_tier(buf)
+        .ok()
+        .flatten()
+        .map(engine::gpu::GpuTier::as_str)
 }
 
 /// Mean and longest staging wait in µs between two snapshots of the engine's counters
