@@ -84,6 +84,12 @@ pub struct BenchArgs {
     /// to finish (`EngineBuilder::gpu_poll_spin`; default: the engine's, 0 = never).
     #[arg(long)]
     pub gpu_spin_us: Option<u64>,
+    /// GPU memory: the GPUDirect tier (`EngineBuilder::gpu_direct`): `auto` (default: RDMA
+    /// GETs land in VRAM through a dmabuf window when the RDMA device accepts one, else
+    /// staged), `require` (fail when it cannot), `off` (always staged). The table and `--json`
+    /// name the tier the registration got (`gpu_tier`).
+    #[arg(long, value_parser = parse_gpu_direct, default_value = "auto")]
+    pub gpu_direct: engine::gpu::GpuDirect,
     /// Microseconds a worker keeps polling with operations in flight before it blocks
     /// (`EngineBuilder::spin`; default 0: lowest CPU per op on shared cores).
     #[arg(long, default_value_t = 0)]
@@ -330,6 +336,24 @@ pub struct BenchReport {
     /// its completion being posted (the copy into VRAM and the worker noticing it), and the
     /// longest such time (timed phase; the longest is over the engine's life).
     pub gpu_stage_us: (f64, f64),
+    /// GPU memory: the registration's tier (`direct` / `staged`; `null` for host memory).
+    pub gpu_tier: Option<&'static str>,
+    /// GPU memory: range-gets the RDMA device wrote into VRAM directly (timed phase).
+    pub gpu_direct_ops: u64,
+}
+
+/// Parses `--gpu-direct`.
+pub fn parse_gpu_direct(s: &str) -> Result<engine::gpu::GpuDirect, String> {
+    engine::gpu::GpuDirect::parse(s).ok_or_else(|| format!("{s:?}: expected auto, require or off"))
+}
+
+/// The tier name of registration `buf` (`None`: host memory).
+pub fn tier_name(engine: &Engine, buf: ring_api::BufHandle) -> Option<&'static str> {
+    engine
+        .gpu_tier(buf)
+        .ok()
+        .flatten()
+        .map(engine::gpu::GpuTier::as_str)
 }
 
 /// Mean and longest staging wait in µs between two snapshots of the engine's counters
@@ -434,7 +458,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
         builder = builder.verbs_device(d.clone());
     }
     if let Some(rt) = &gpu {
-        builder = builder.gpu(Arc::clone(rt));
+        builder = builder.gpu(Arc::clone(rt)).gpu_direct(args.gpu_direct);
         if args.no_coalesce {
             builder = builder.gpu_coalesce_limit(0);
         }
@@ -532,6 +556,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
     });
     let mut state = args.seed;
     let staged0 = engine.gpu_staging().unwrap_or_default();
+    let direct0 = engine.gpu_direct_stats();
     let cpu0 = process_cpu_time();
     let t0 = Instant::now();
     let mut timed = run_phase(&mut q, &ctx, args.ops, &mut state, bar.as_ref())?;
@@ -592,6 +617,8 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
         gpu_ranges: staged.ranges_to_device - staged0.ranges_to_device,
         gpu_copies: staged.copies_to_device - staged0.copies_to_device,
         gpu_stage_us: stage_wait_us(&staged0, &staged),
+        gpu_tier: tier_name(&engine, buf),
+        gpu_direct_ops: engine.gpu_direct_stats().direct_ops - direct0.direct_ops,
     })
 }
 
@@ -845,6 +872,8 @@ fn print_table(r: &BenchReport, out: &mut dyn Write) -> std::io::Result<()> {
     }
     if r.memory != "host" {
         writeln!(out, "{:<12} {:>14}", "gpu copies", r.gpu_copies)?;
+        writeln!(out, "{:<12} {:>14}", "gpu tier", r.gpu_tier.unwrap_or("-"))?;
+        writeln!(out, "{:<12} {:>14}", "gpu direct", r.gpu_direct_ops)?;
     }
     for (name, n) in &r.error_codes {
         writeln!(out, "  error {name}: {n}")?;

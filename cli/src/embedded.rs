@@ -99,6 +99,8 @@ pub struct EmbeddedReport {
     pub gpu_stage_us: (f64, f64),
     /// GPU memory: whether adjacent ranges were merged into one copy.
     pub coalesce: bool,
+    /// GPU memory: the registration's tier (`direct` / `staged`; `null` for host memory).
+    pub gpu_tier: Option<&'static str>,
     /// GPU memory or --verify-after: seconds spent comparing the image (VRAM read back, or
     /// the registered host image) after the timed phase.
     pub verify_s: f64,
@@ -298,7 +300,9 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
             engine::Fabric::Soft
         });
     if let Some(rt) = &gpu {
-        builder = builder.gpu(std::sync::Arc::clone(rt));
+        builder = builder
+            .gpu(std::sync::Arc::clone(rt))
+            .gpu_direct(args.gpu_direct);
         if args.no_coalesce {
             builder = builder.gpu_coalesce_limit(0);
         }
@@ -323,6 +327,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
         }
     }
     .map_err(|e| e.to_string())?;
+    let gpu_tier = crate::bench::tier_name(&engine, buf);
     if image.is_none() {
         // Fault the host pages in before the timed phase (the GPU bounce pool is pinned).
         let zeros = vec![0u8; image_len.min(16 << 20)];
@@ -594,6 +599,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<EmbeddedReport, S
         gpu_copies,
         gpu_stage_us,
         coalesce: gpu.is_some() && !args.no_coalesce,
+        gpu_tier,
         verify_s,
         put_from_vram,
         upload_part_from_vram,

@@ -134,6 +134,7 @@ pub struct EngineBuilder {
     pub(crate) gpu_coalesce_limit: u64,
     pub(crate) gpu_poll_spin: Duration,
     pub(crate) gpu_bounce_bytes: u64,
+    pub(crate) gpu_direct: crate::gpu::GpuDirect,
     pub(crate) ca_bundle: Option<std::path::PathBuf>,
     pub(crate) insecure_skip_tls_verify: bool,
 }
@@ -162,6 +163,7 @@ impl Default for EngineBuilder {
             gpu_coalesce_limit: crate::gpu::DEFAULT_COALESCE_LIMIT,
             gpu_poll_spin: crate::gpu::DEFAULT_POLL_SPIN,
             gpu_bounce_bytes: crate::gpu::DEFAULT_BOUNCE_BYTES,
+            gpu_direct: crate::gpu::GpuDirect::default(),
             ca_bundle: None,
             insecure_skip_tls_verify: false,
         }
@@ -370,6 +372,17 @@ impl EngineBuilder {
     #[must_use]
     pub fn gpu_bounce_bytes(mut self, bytes: u64) -> Self {
         self.gpu_bounce_bytes = bytes;
+        self
+    }
+
+    /// Whether device registrations may use the GPUDirect tier (default
+    /// [`crate::gpu::GpuDirect::Auto`]): the RDMA device registers the device range from its
+    /// dmabuf and RDMA GETs land in VRAM with no staging copy. `Require` makes
+    /// [`crate::Engine::register_device`] fail with [`crate::EngineError::GpuDirect`] (saying
+    /// why) when that is not possible; `Off` always stages. See docs/gpu.md, GPUDirect.
+    #[must_use]
+    pub fn gpu_direct(mut self, mode: crate::gpu::GpuDirect) -> Self {
+        self.gpu_direct = mode;
         self
     }
 

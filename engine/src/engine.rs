@@ -37,6 +37,8 @@ pub(crate) struct Shared {
     pub(crate) spin: Duration,
     /// GPU staging: the runtime, coalescing limit and counters (`None` without a runtime).
     pub(crate) gpu: Option<GpuStaging>,
+    /// The GPUDirect tier's mode, probe device and counters (`gpu::direct`).
+    pub(crate) gpu_direct: crate::gpu::direct::DirectConfig,
 }
 
 /// A running engine: registered memory, interned objects and worker threads.
@@ -116,6 +118,8 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
             b.gpu_bounce_bytes
         )));
     }
+    // One verbs device for the engine (each worker's client makes its own QPs on it).
+    let verbs = crate::fabric::rdma::open_verbs(rdma_fabric, b.verbs_device.as_deref());
     let shared = Arc::new(Shared {
         registry: Registry::new(),
         objects: ObjectTable::new(),
@@ -131,6 +135,10 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
             poll_spin: b.gpu_poll_spin,
             stats: Default::default(),
         }),
+        gpu_direct: crate::gpu::direct::DirectConfig::new(
+            b.gpu_direct,
+            crate::gpu::direct::rdma_device_for_direct(rdma_fabric, b.dialect, verbs.as_ref()),
+        ),
     });
     // The same credentials scoped to service `hipobj`, for v2 servers that refuse `s3`.
     let hipobj_signer = Signer::new(
@@ -143,8 +151,6 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
     // What the engine learns about its endpoint (dialects refused, `mp`, service), shared by
     // every worker for the engine's life.
     let learned = Arc::new(crate::fabric::rdma::learned::Learned::default());
-    // One verbs device for the engine (each worker's client makes its own QPs on it).
-    let verbs = crate::fabric::rdma::open_verbs(rdma_fabric, b.verbs_device.as_deref());
     let mut prepared = Vec::with_capacity(slots.len());
     for _ in &slots {
         prepared.push(Prepared::new()?);
@@ -438,7 +444,11 @@ impl Engine {
     ///
     /// Errors: [`EngineError::Unsupported`] "device memory: no GPU runtime" when the engine
     /// was built without [`EngineBuilder::gpu`]; [`EngineError::Config`] when the runtime does
-    /// not see `ptr` as memory of device `ptr.ordinal`, or `len` is 0.
+    /// not see `ptr` as memory of device `ptr.ordinal`, or `len` is 0;
+    /// [`EngineError::GpuDirect`] under [`crate::gpu::GpuDirect::Require`] when the range
+    /// cannot have the GPUDirect tier (no RDMA fabric, the runtime cannot export it, the RDMA
+    /// device refused the dmabuf). Under `Auto` (the default) such a registration is staged;
+    /// [`Engine::gpu_tier`] tells which tier it got.
     ///
     /// # Safety
     ///
@@ -474,7 +484,47 @@ impl Engine {
                 }
             }
         }
-        self.shared.registry.insert_device(ptr, len as u64)
+        let handle = self.shared.registry.insert_device(ptr, len as u64)?;
+        // GPUDirect hook (gpu/direct.rs): the registration's tier.
+        self.attach_gpu_direct(&gpu.rt, handle, ptr, len)?;
+        Ok(handle)
+    }
+
+    /// Decides the GPUDirect tier of the new device registration `handle` (see
+    /// [`crate::gpu::direct`]); under `Require`, a registration that cannot have it is removed
+    /// again and the reason returned.
+    fn attach_gpu_direct(
+        &self,
+        rt: &Arc<dyn GpuRuntime>,
+        handle: BufHandle,
+        ptr: DevicePtr,
+        len: usize,
+    ) -> Result<(), EngineError> {
+        match self.shared.gpu_direct.decide(rt, ptr, len) {
+            Ok(Some(src)) => {
+                self.shared.registry.set_direct(handle, src);
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(e) => {
+                let _ = self.shared.registry.deregister(handle, Duration::ZERO);
+                Err(EngineError::GpuDirect(e))
+            }
+        }
+    }
+
+    /// The tier of a registration: `Some(Direct | Staged)` for device memory
+    /// ([`EngineBuilder::gpu_direct`]), `None` for host memory; [`EngineError::BadHandle`]
+    /// when unknown.
+    pub fn gpu_tier(&self, handle: BufHandle) -> Result<Option<crate::gpu::GpuTier>, EngineError> {
+        self.shared.registry.tier(handle)
+    }
+
+    /// What the GPUDirect tier has done: registrations per tier, `Auto` fallbacks, and the
+    /// GETs (and bytes) the RDMA device wrote into VRAM directly.
+    #[must_use]
+    pub fn gpu_direct_stats(&self) -> crate::gpu::GpuDirectCounters {
+        self.shared.gpu_direct.stats.snapshot()
     }
 
     /// Deregisters `handle`, waiting up to `timeout` for operations in flight on it and live
@@ -568,7 +618,8 @@ impl Engine {
 pub enum MemoryKind {
     /// Host memory: the engine reads and writes it directly.
     Host,
-    /// Device memory of GPU `ordinal`, staged by the engine through its pinned bounce pool.
+    /// Device memory of GPU `ordinal`: staged by the engine through its pinned bounce pool, or
+    /// written by the RDMA device directly ([`Engine::gpu_tier`]).
     Device {
         /// The device's index in its runtime.
         ordinal: u32,

@@ -96,6 +96,9 @@ pub enum EngineError {
     /// The object name was rejected by the interner.
     #[error("object name: {0}")]
     Intern(#[source] InternError),
+    /// A device registration could not get the GPUDirect tier under `GpuDirect::Require`.
+    #[error(transparent)]
+    GpuDirect(#[from] crate::gpu::GpuDirectError),
     /// The engine's workers have stopped.
     #[error("the engine has shut down")]
     Shutdown,

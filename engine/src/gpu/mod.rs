@@ -17,7 +17,9 @@
 //!   `crate::Engine::register_device`).
 //!
 //! Device memory is registered with a NIC through [`GpuRuntime::export_dmabuf`], which exports
-//! the page-aligned enclosing range and reports the caller's offset in it ([`dmabuf::window`]).
+//! the page-aligned enclosing range and reports the caller's offset in it ([`dmabuf::window`]);
+//! [`direct`] decides per registration whether the engine uses it (the GPUDirect tier) or
+//! stages through pinned host memory.
 //!
 //! Unsafe code: the modules `runtime` (declares `unsafe fn`s), `handles`, `staging`,
 //! `dmabuf::host_page_size`, `cuda`, `cuda::ffi`, `hip`, `hip::sys`, `hip::result` carry
@@ -27,6 +29,7 @@ pub mod coalesce;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod detect;
+pub mod direct;
 pub mod dmabuf;
 mod error;
 mod handles;
@@ -37,6 +40,7 @@ pub(crate) mod staging_stats;
 mod types;
 
 pub use detect::{NoGpuRuntime, detect, try_detect};
+pub use direct::{GpuDirect, GpuDirectCounters, GpuDirectError, GpuTier};
 pub use dmabuf::DmabufRegion;
 pub use error::{Backend, GpuError};
 pub use handles::{DeviceBuffer, GpuEvent, GpuStream, PinnedBuffer};

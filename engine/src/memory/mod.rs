@@ -24,6 +24,13 @@
 //! protocol covers both copies because the stager holds the operation (and so its lease and
 //! bounce range) until the copy has finished. [`LeaseGuard::tier`] says which kind of memory an
 //! operation moves (the hook for a direct, dmabuf-registered tier).
+//!
+//! A device registration of the GPUDirect tier (`gpu::direct`) also keeps the dmabuf of its
+//! device range ([`Registry::set_direct`]); an RDMA GET may then register its window from it
+//! ([`LeaseGuard::dmabuf_span`]) and mark the lease ([`LeaseGuard::set_landed_direct`]), so
+//! the worker completes it without a copy into VRAM. Such an operation still takes its bounce
+//! range when it starts (an attempt that cannot go direct — HTTP, another dialect — is staged
+//! through it); the range is released unused when the bytes landed directly.
 
 pub(crate) mod bounce;
 pub(crate) mod raw;
@@ -32,12 +39,13 @@ use std::collections::HashMap;
 use std::ops::Deref;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use ring_api::BufHandle;
 
 use crate::error::EngineError;
+use crate::gpu::direct::{DirectSource, DmabufSpan};
 use crate::gpu::{DevicePtr, GpuRuntime};
 use bounce::BounceRange;
 use raw::RawMem;
@@ -59,8 +67,9 @@ pub(crate) enum Backing {
 
 /// Which memory an operation's bytes move through (see [`LeaseGuard::tier`]).
 ///
-/// A direct tier (device memory registered with the NIC from its dmabuf, no staging) would be
-/// a third variant: the worker then skips the bounce acquisition and the stager for it.
+/// A GPUDirect-tier registration is `DeviceStaged` too: its operations take a bounce range
+/// like any device operation, and an RDMA GET whose window was registered from the dmabuf
+/// marks its lease ([`LeaseGuard::set_landed_direct`]) so the stager skips its copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum MemoryTier {
     /// Host memory: the fabrics use the registration itself.
@@ -147,6 +156,8 @@ pub(crate) struct Region {
     leases: Mutex<Leases>,
     drained: Condvar,
     closing: AtomicBool,
+    /// The dmabuf of a GPUDirect-tier device registration.
+    direct: OnceLock<DirectSource>,
 }
 
 impl Region {
@@ -204,6 +215,7 @@ impl Region {
             exclusive,
             staged_out: AtomicBool::new(false),
             bounce: None,
+            landed_direct: AtomicBool::new(false),
         })
     }
 
@@ -234,6 +246,9 @@ pub(crate) struct LeaseGuard {
     /// Device registrations: the operation's bounce range (shared with the stager while a
     /// copy into it is in flight), once attached.
     bounce: Option<Arc<BounceRange>>,
+    /// The current attempt's RDMA window is the dmabuf of the device range (GPUDirect): the
+    /// bytes land in VRAM, not in bounce memory.
+    landed_direct: AtomicBool,
 }
 
 /// Where a lease's bytes are on the host: the registration's memory at an offset, or a
@@ -244,6 +259,22 @@ enum HostBytes<'a> {
 }
 
 impl LeaseGuard {
+    /// The dmabuf arguments of this range, when the registration has the GPUDirect tier.
+    pub(crate) fn dmabuf_span(&self) -> Option<DmabufSpan<'_>> {
+        self.region.direct.get()?.span(self.off, self.len)
+    }
+
+    /// Whether the current attempt's RDMA window is the dmabuf (set per attempt by the RDMA
+    /// client; cleared by the worker before each attempt).
+    pub(crate) fn landed_direct(&self) -> bool {
+        self.landed_direct.load(Ordering::Relaxed)
+    }
+
+    /// Records whether the current attempt's RDMA window is the dmabuf.
+    pub(crate) fn set_landed_direct(&self, direct: bool) {
+        self.landed_direct.store(direct, Ordering::Relaxed);
+    }
+
     /// Which memory the operation's bytes move through.
     pub(crate) fn tier(&self) -> MemoryTier {
         match self.region.mem {
@@ -443,12 +474,36 @@ impl Registry {
             leases: Mutex::new(Leases::default()),
             drained: Condvar::new(),
             closing: AtomicBool::new(false),
+            direct: OnceLock::new(),
         });
         self.map
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(id, region);
         Ok(handle)
+    }
+
+    /// Gives the device registration `handle` the GPUDirect tier (its dmabuf). `false` when the
+    /// handle is unknown, not a device registration, or already has one.
+    pub(crate) fn set_direct(&self, handle: BufHandle, src: DirectSource) -> bool {
+        self.get(handle)
+            .is_some_and(|r| r.device().is_some() && r.direct.set(src).is_ok())
+    }
+
+    /// The tier of a device registration (`None`: a host registration); `BadHandle` when
+    /// unknown.
+    pub(crate) fn tier(
+        &self,
+        handle: BufHandle,
+    ) -> Result<Option<crate::gpu::GpuTier>, EngineError> {
+        let r = self.get(handle).ok_or(EngineError::BadHandle(handle))?;
+        Ok(r.device().map(|_| {
+            if r.direct.get().is_some() {
+                crate::gpu::GpuTier::Direct
+            } else {
+                crate::gpu::GpuTier::Staged
+            }
+        }))
     }
 
     pub(crate) fn get(&self, handle: BufHandle) -> Option<Arc<Region>> {

@@ -71,6 +71,10 @@ impl Worker {
                 started = true;
                 continue;
             }
+            // The RDMA client marks an attempt whose window is a GPUDirect dmabuf.
+            if let Some(buf) = op.buf.as_ref() {
+                buf.set_landed_direct(false);
+            }
             op.attempts += 1;
             let attempt = op.attempts;
             if !self
@@ -263,10 +267,17 @@ impl Worker {
     /// hand it to the stager, which completes it once the copy into VRAM has finished.
     /// Returns the operation back when it is not such a GET.
     fn stage_in(&mut self, key: OpKey, cqe: Cqe) -> Option<Cqe> {
-        let span = self
-            .ops
-            .get(key)
-            .and_then(|op| op.buf.as_ref())
+        let buf = self.ops.get(key).and_then(|op| op.buf.as_ref());
+        // GPUDirect: the RDMA device wrote the bytes into VRAM; nothing to copy.
+        let rdma = matches!(
+            cqe.path(),
+            Some(ring_api::DataPath::RdmaSoft | ring_api::DataPath::RdmaVerbs)
+        );
+        if rdma && buf.is_some_and(|b| b.landed_direct()) {
+            self.shared.gpu_direct.stats.landed(cqe.bytes());
+            return Some(cqe);
+        }
+        let span = buf
             .filter(|b| b.is_exclusive())
             .and_then(|b| b.device_span());
         let Some(mut span) = span else {

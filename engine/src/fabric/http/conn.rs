@@ -419,9 +419,16 @@ impl Conn {
                                     let landed = landed
                                         .get(..usize::try_from(bytes).unwrap_or(usize::MAX))
                                         .unwrap_or(landed);
-                                    match crate::fabric::rdma::cuobject::check_destination(
-                                        op.kind, &head, landed,
-                                    ) {
+                                    // A GPUDirect window put the bytes in VRAM, out of the
+                                    // host's reach: not checked here (docs/gpu.md).
+                                    let checked = if buf.landed_direct() {
+                                        Ok(false)
+                                    } else {
+                                        crate::fabric::rdma::cuobject::check_destination(
+                                            op.kind, &head, landed,
+                                        )
+                                    };
+                                    match checked {
                                         Ok(proven) if op.kind != OpKind::Put => {
                                             // The size: the byte count's `/total`, else the
                                             // reply's `Content-Range` total.

@@ -111,6 +111,19 @@ pub enum RcError {
 }
 
 impl RcError {
+    /// The errno of a refused registration or verb, where the fabric reported one (a soft
+    /// dmabuf that cannot be mapped; a verbs call's `source`).
+    #[must_use]
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Self::SoftMr(e) => e.errno(),
+            Self::Verbs(e) => std::error::Error::source(e)
+                .and_then(|s| s.downcast_ref::<std::io::Error>())
+                .and_then(std::io::Error::raw_os_error),
+            _ => None,
+        }
+    }
+
     /// Whether the error comes from the peer's token rather than from this host: no local GID
     /// of the peer's family, or a QP transition towards the peer's address refused (`RTR`).
     /// A server answers these with a 4xx naming the cause.

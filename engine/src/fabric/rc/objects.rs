@@ -60,6 +60,30 @@ impl RcPd {
         })
     }
 
+    /// Registers `len` bytes at `offset` of the dmabuf `fd`, addressed by peers from `iova`:
+    /// `ibv_reg_dmabuf_mr(pd, offset, len, iova, fd, access)` on verbs (the NIC reads and
+    /// writes the exporter's memory, e.g. VRAM, directly), a `MAP_SHARED` mapping of the dmabuf
+    /// on the soft device (exporters with `mmap` only). The fd may be closed afterwards.
+    ///
+    /// Errors: the soft device's [`soft::MrError::Dmabuf`] / `Bounds`; verbs'
+    /// `Error::RegDmabufMr` (with the errno) or `Unsupported` (libibverbs before rdma-core 34).
+    /// See [`RcError::errno`].
+    pub fn register_dmabuf(
+        &self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<RcMr, RcError> {
+        Ok(match self {
+            Self::Soft(pd) => RcMr::Soft(pd.register_dmabuf(fd, offset, len, iova, access)?),
+            Self::Verbs(pd) => {
+                RcMr::Verbs(pd.register_dmabuf(fd, offset, len, iova, access.into())?)
+            }
+        })
+    }
+
     /// Ends a registration. When this returns no peer access with its keys is in progress
     /// and none will succeed (soft: the domain's fence; verbs: `ibv_dereg_mr`, which runs
     /// here because the region is consumed and regions are never cloned by the dialects).

@@ -418,19 +418,28 @@ impl RdmaClient {
         if link.qp.is_failed() {
             return None;
         }
-        // SAFETY: `ptr..ptr+n` is the op's leased range of a live engine registration (of a
-        // device registration: the op's bounce range, which the lease owns): the
-        // lease (held by `op` until its completion is staged) keeps the region's memory alive
-        // and gives this op exclusive (GET) or shared read-only (PUT) use of the range; the
-        // window is deregistered in `finish` / `abort`, before the lease can be released, so
-        // it never outlives the memory. The engine touches the bytes only through the lease
-        // after completion.
-        #[allow(unsafe_code)]
-        let mr = unsafe { link.pd.register_raw(ptr, n, access) }.ok()?;
+        // GPUDirect (gpu/direct.rs): a GET into a direct registration's range registers its
+        // window from the dmabuf, so the bytes land in VRAM; a refusal sends it over HTTP.
+        let direct = lease.dmabuf_span().filter(|_| lease.is_exclusive());
+        let mr = match direct {
+            Some(d) => link
+                .pd
+                .register_dmabuf(d.fd, d.offset, d.len, d.iova, access)
+                .ok()?,
+            // SAFETY: `ptr..ptr+n` is the op's leased range of a live engine registration (of a
+            // device registration: the op's bounce range, which the lease owns): the lease (held by `op` until its completion is staged) keeps the region's memory
+            // alive and gives this op exclusive (GET) or shared read-only (PUT) use of the
+            // range; the window is deregistered in `finish` / `abort`, before the lease can be
+            // released, so it never outlives the memory. The engine touches the bytes only
+            // through the lease after completion.
+            #[allow(unsafe_code)]
+            None => unsafe { link.pd.register_raw(ptr, n, access) }.ok()?,
+        };
         let Ok(token) = link.qp.local_token(Some((&mr, 0, len))) else {
             let _ = link.pd.deregister(mr);
             return None;
         };
+        lease.set_landed_direct(direct.is_some());
         let mut headers = vec![
             (s3_lite::rdma::RDMA_TOKEN.to_owned(), token.encode()),
             (s3_lite::rdma::RDMA_SESSION.to_owned(), link.session.clone()),

@@ -18,6 +18,9 @@
 //!   WRITE_WITH_IMM completion at the responder implies every earlier WRITE landed.
 //! - Payload moves between the socket and registered memory with no intermediate copy.
 //! - Every frame header is decoded by the pure [`frame::decode_header`] (fuzzed).
+//! - A dmabuf is registered by mapping it ([`ProtectionDomain::register_dmabuf`], the soft
+//!   `ibv_reg_dmabuf_mr`): exporters with `mmap` (udmabuf, [`udmabuf::HostDmabuf`]) work, others
+//!   (CUDA's VRAM dmabufs) are refused with the errno.
 //!
 //! Threads: an established QP runs one receiver and one sender thread (simple and adequate for
 //! the few QPs per worker the dialects use); completion waiting is `CompletionQueue::wait` or a
@@ -33,6 +36,7 @@ mod raw;
 mod receiver;
 mod sender;
 mod shared;
+pub mod udmabuf;
 mod wr;
 
 pub use cq::CompletionQueue;

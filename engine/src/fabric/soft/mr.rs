@@ -35,6 +35,21 @@ pub enum MrError {
     /// The allocation failed.
     #[error("could not allocate {0} bytes")]
     Alloc(usize),
+    /// A dmabuf could not be registered: its size could not be read or it cannot be mapped
+    /// (the errno; `ENODEV`: the exporter has no `mmap`, as CUDA's VRAM dmabufs).
+    #[error("dmabuf cannot be mapped by the soft device: {}", std::io::Error::from_raw_os_error(*.0))]
+    Dmabuf(i32),
+}
+
+impl MrError {
+    /// The errno of a refused dmabuf registration.
+    #[must_use]
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Self::Dmabuf(e) => Some(*e),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug)]

@@ -1,4 +1,5 @@
-//! Raw access to registered memory: the only `unsafe` code of the soft fabric.
+//! Raw access to registered memory: the `unsafe` code of the soft fabric's data path (the only
+//! other `unsafe` module is `udmabuf`, which makes dmabufs of host memory for tests).
 //!
 //! A [`RegionMem`] is a byte range that is either owned (a zeroed, page-aligned allocation made
 //! here) or caller-supplied (`ProtectionDomain::register_raw`, whose `# Safety` contract makes
@@ -11,15 +12,21 @@
 //! INVARIANT (gate): every function here that touches bytes is called with the owning region's
 //! gate held: shared for socket I/O (fabric threads), exclusive for `copy_in`/`copy_out`
 //! (application accessors). Exclusive holders therefore never race a fabric access.
+//!
+//! A third kind of region is a *dmabuf mapping* ([`ProtectionDomain::register_dmabuf`]): the
+//! soft device's stand-in for `ibv_reg_dmabuf_mr`. It `mmap`s the dmabuf (`MAP_SHARED`) and uses
+//! the mapping as the region, so the peer's WRITEs land in the exporter's memory itself. That
+//! works for dmabufs whose exporter implements `mmap` (udmabuf: memfd pages; a sealed memfd
+//! behaves the same); CUDA's dmabufs of VRAM cannot be mapped and are refused with the errno.
 #![allow(unsafe_code)]
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::io;
 use std::net::TcpStream;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 
-use super::mr::{MemoryRegion, ProtectionDomain};
+use super::mr::{MemoryRegion, MrError, ProtectionDomain};
 use super::wr::Access;
 
 const PAGE: usize = 4096;
@@ -33,6 +40,11 @@ pub(crate) struct RegionMem {
     ptr: NonNull<u8>,
     len: usize,
     layout: Option<Layout>,
+    /// The address peers name byte 0 by (the MR's `addr`): `ptr` itself, except for a dmabuf
+    /// mapping, whose iova the registration chose (as `ibv_reg_dmabuf_mr`'s `iova`).
+    iova: u64,
+    /// A dmabuf mapping: its page-aligned start and length, unmapped on drop.
+    mapping: Option<(NonNull<u8>, usize)>,
 }
 
 // SAFETY: an address range, not thread-affine; concurrent access is governed by the gate
@@ -53,6 +65,8 @@ impl RegionMem {
             ptr,
             len,
             layout: Some(layout),
+            iova: raw as usize as u64,
+            mapping: None,
         })
     }
 
@@ -66,12 +80,79 @@ impl RegionMem {
             ptr,
             len,
             layout: None,
+            iova: ptr.as_ptr() as usize as u64,
+            mapping: None,
         }
+    }
+
+    /// Maps `len` (> 0) bytes at `offset` of the dmabuf `fd` (`MAP_SHARED`, read and write),
+    /// to be addressed by peers from `iova`.
+    ///
+    /// Refused, with nothing mapped: an empty or overflowing range, or one past the end of
+    /// the dmabuf ([`MrError::Bounds`]: touching such a mapping would raise `SIGBUS`); an fd
+    /// whose size cannot be read or which cannot be mapped ([`MrError::Dmabuf`] with the errno:
+    /// `ENODEV` for exporters without `mmap`, such as CUDA's).
+    ///
+    /// The exporter must not shrink the buffer while it is registered (udmabuf requires its
+    /// memfd to be sealed with `F_SEAL_SHRINK`; device exporters have fixed sizes).
+    pub(crate) fn map_dmabuf(
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        iova: u64,
+    ) -> Result<Self, MrError> {
+        let end = offset
+            .checked_add(len as u64)
+            .filter(|_| len > 0)
+            .ok_or(MrError::Bounds)?;
+        iova.checked_add(len as u64).ok_or(MrError::Bounds)?;
+        // SAFETY: lseek on a caller-borrowed fd reads its size; no memory is involved. A dmabuf
+        // answers SEEK_END with its size (the kernel's documented way to learn it); the file
+        // position it sets is never used by the mapping.
+        let size = unsafe { libc::lseek(fd.as_raw_fd(), 0, libc::SEEK_END) };
+        let size = u64::try_from(size).map_err(|_| MrError::Dmabuf(last_errno()))?;
+        if end > size {
+            return Err(MrError::Bounds);
+        }
+        let page = page_size();
+        let lead = offset % page;
+        let map_off = offset - lead;
+        let map_len = usize::try_from(lead)
+            .ok()
+            .and_then(|l| l.checked_add(len))
+            .ok_or(MrError::Bounds)?;
+        let map_off = libc::off_t::try_from(map_off).map_err(|_| MrError::Bounds)?;
+        // SAFETY: a fresh shared mapping chosen by the kernel (no fixed address, so nothing of
+        // ours is replaced); the fd is borrowed for the call only (the mapping keeps its own
+        // reference to the buffer).
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                map_off,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(MrError::Dmabuf(last_errno()));
+        }
+        let base = NonNull::new(base.cast::<u8>()).ok_or(MrError::Dmabuf(libc::EINVAL))?;
+        // `lead < page <= map_len`, so the caller's first byte lies inside the mapping.
+        let ptr = NonNull::new(base.as_ptr().wrapping_add(map_len - len)).unwrap_or(base);
+        Ok(Self {
+            ptr,
+            len,
+            layout: None,
+            iova,
+            mapping: Some((base, map_len)),
+        })
     }
 
     /// The start address (what verbs calls the MR's `addr`).
     pub(crate) fn addr(&self) -> u64 {
-        self.ptr.as_ptr() as usize as u64
+        self.iova
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -233,11 +314,53 @@ impl ProtectionDomain {
     }
 }
 
+impl ProtectionDomain {
+    /// Registers `len` bytes at `offset` of the dmabuf `fd`, addressed by peers from `iova`:
+    /// the soft device's `ibv_reg_dmabuf_mr(pd, offset, len, iova, fd, access)`. The dmabuf is
+    /// mapped (`MAP_SHARED`) and the mapping is the region, so remote WRITEs land in the
+    /// exporter's memory. The fd may be closed after this returns (the mapping holds the
+    /// buffer). Errors: see `RegionMem::map_dmabuf` ([`MrError::Bounds`], [`MrError::Dmabuf`]).
+    pub fn register_dmabuf(
+        &self,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<MemoryRegion, MrError> {
+        let mem = RegionMem::map_dmabuf(fd, offset, len, iova)?;
+        Ok(self.insert(mem, access))
+    }
+}
+
+/// The calling thread's `errno` after a failed call.
+fn last_errno() -> i32 {
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// The host page size (mmap offsets are multiples of it).
+fn page_size() -> u64 {
+    // SAFETY: sysconf reads a process-wide constant; no pointers are involved.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(p)
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(PAGE as u64)
+}
+
 impl Drop for RegionMem {
     fn drop(&mut self) {
         if let Some(layout) = self.layout {
             // SAFETY: allocated by `alloc_zeroed` with exactly this layout, freed once.
             unsafe { dealloc(self.ptr.as_ptr(), layout) };
+        }
+        if let Some((base, len)) = self.mapping {
+            // SAFETY: mapped by `map_dmabuf` with exactly this start and length, unmapped
+            // once; the region is being dropped, so no access through it remains (every
+            // accessor borrows the region).
+            unsafe { libc::munmap(base.as_ptr().cast(), len) };
         }
     }
 }
