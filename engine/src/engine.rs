@@ -37,6 +37,8 @@ pub(crate) struct Shared {
     pub(crate) spin: Duration,
     /// GPU staging: the runtime, coalescing limit and counters (`None` without a runtime).
     pub(crate) gpu: Option<GpuStaging>,
+    /// The workers, the topology, and which NICs a registration binds to.
+    pub(crate) placement: crate::nic_plan::PlacementPlan,
 }
 
 /// A running engine: registered memory, interned objects and worker threads.
@@ -48,6 +50,8 @@ pub(crate) struct Shared {
 pub struct Engine {
     shared: Arc<Shared>,
     workers: Vec<WorkerHandle>,
+    /// The verbs device each worker opened (`None`: soft fabric or HTTP).
+    device_names: Vec<Option<String>>,
     crew: Arc<Crew>,
     next_worker: AtomicUsize,
     next_queue_id: AtomicU64,
@@ -68,8 +72,10 @@ pub struct WorkerInfo {
     pub nic: Option<String>,
     /// The NUMA node of its NIC or core, when known.
     pub numa_node: Option<u32>,
-    /// Whether operations are handed to it (it serves the engine's RDMA device, or the engine
-    /// has none that any worker serves).
+    /// The verbs device it opened (its NIC's, one context per NIC shared by that NIC's
+    /// workers; `None`: soft fabric or HTTP).
+    pub rdma_device: Option<String>,
+    /// Whether operations are handed to it (its verbs device opened, or no worker's did).
     pub runs_ops: bool,
     /// Operations it has run so far, from any queue.
     pub ops: u64,
@@ -108,7 +114,13 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
         Signer::new(resolved.credentials.clone(), resolved.region.clone(), "s3")
             .map_err(EngineError::Signing)?,
     );
-    let slots = placement::plan(&b.placement, b.workers_per_nic)?;
+    let (mut plan, forced_device) = crate::nic_plan::plan_for_builder(&b)?;
+    let slots = plan.workers().to_vec();
+    // One verbs context per NIC, shared by that NIC's workers (each worker's client makes its
+    // own QPs on it); workers without a NIC of their own share the default device.
+    let devices = open_devices(rdma_fabric, &slots, forced_device.as_deref(), &b);
+    let eligible = eligible_workers(&devices.iter().map(Option::is_some).collect::<Vec<_>>());
+    plan.set_eligible(eligible.clone());
     let shared = Arc::new(Shared {
         registry: Registry::new(),
         objects: ObjectTable::new(),
@@ -123,6 +135,7 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
             poll_spin: b.gpu_poll_spin,
             stats: Default::default(),
         }),
+        placement: plan,
     });
     // The same credentials scoped to service `hipobj`, for v2 servers that refuse `s3`.
     let hipobj_signer = Signer::new(
@@ -135,23 +148,25 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
     // What the engine learns about its endpoint (dialects refused, `mp`, service), shared by
     // every worker for the engine's life.
     let learned = Arc::new(crate::fabric::rdma::learned::Learned::default());
-    // One verbs device for the engine (each worker's client makes its own QPs on it).
-    let verbs = crate::fabric::rdma::open_verbs(rdma_fabric, b.verbs_device.as_deref());
     let mut prepared = Vec::with_capacity(slots.len());
     for _ in &slots {
         prepared.push(Prepared::new()?);
     }
     let crew = Arc::new(Crew {
         peers: prepared.iter().map(|p| p.peer.clone()).collect(),
-        eligible: eligible_workers(&slots, verbs.as_ref().map(|d| d.name()).as_deref()),
+        eligible,
     });
     let connections_per_worker = b.connections_per_worker.unwrap_or_else(|| {
         crate::config::DEFAULT_CONNECTIONS
             .div_ceil(slots.len().max(1))
             .max(2)
     });
+    let device_names: Vec<Option<String>> = devices
+        .iter()
+        .map(|d| d.as_ref().map(crate::fabric::rc::RcDevice::name))
+        .collect();
     let mut workers = Vec::with_capacity(slots.len());
-    for (i, (slot, prep)) in slots.into_iter().zip(prepared).enumerate() {
+    for (i, ((slot, prep), verbs)) in slots.into_iter().zip(prepared).zip(devices).enumerate() {
         let mut fabric = HttpFabric::new(
             addr,
             endpoint.clone(),
@@ -166,7 +181,7 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
         let fabric = fabric.with_rdma(
             crate::fabric::rdma::RdmaClient::new(
                 rdma_fabric,
-                verbs.clone(),
+                verbs,
                 addr,
                 endpoint.clone(),
                 Arc::clone(&signer),
@@ -193,6 +208,7 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
     Ok(Engine {
         shared,
         workers,
+        device_names,
         crew,
         next_worker: AtomicUsize::new(0),
         next_queue_id: AtomicU64::new(1),
@@ -201,18 +217,43 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
     })
 }
 
-/// Which workers run operations: those serving the engine's RDMA device `nic` when any does,
-/// else every worker (HTTP and the soft fabric use no NIC of their own).
-fn eligible_workers(slots: &[placement::Slot], nic: Option<&str>) -> Vec<usize> {
-    let all = 0..slots.len();
-    let on_nic: Vec<usize> = all
-        .clone()
-        .filter(|&i| nic.is_some() && slots.get(i).and_then(|s| s.nic.as_deref()) == nic)
+/// Opens one verbs device per NIC named by `slots` (each once, shared by that NIC's workers)
+/// and the default one (`forced`, else `EngineBuilder::verbs_device`, else the first listed)
+/// for workers without a NIC; returns each worker's device. `forced` overrides every worker's
+/// NIC (a `verbs_device` the topology does not list).
+fn open_devices(
+    fabric: crate::fabric::rdma::Fabric,
+    slots: &[placement::Slot],
+    forced: Option<&str>,
+    b: &EngineBuilder,
+) -> Vec<Option<crate::fabric::rc::RcDevice>> {
+    let mut opened: std::collections::HashMap<Option<String>, Option<crate::fabric::rc::RcDevice>> =
+        std::collections::HashMap::new();
+    slots
+        .iter()
+        .map(|s| {
+            let name = forced
+                .map(str::to_owned)
+                .or_else(|| s.nic.clone())
+                .or_else(|| b.verbs_device.clone());
+            opened
+                .entry(name)
+                .or_insert_with_key(|n| crate::fabric::rdma::open_verbs(fabric, n.as_deref()))
+                .clone()
+        })
+        .collect()
+}
+
+/// Which workers run operations: those whose verbs device opened when any did, else every
+/// worker (HTTP and the soft fabric use no NIC of their own).
+fn eligible_workers(opened: &[bool]) -> Vec<usize> {
+    let with: Vec<usize> = (0..opened.len())
+        .filter(|&i| opened.get(i).copied().unwrap_or(false))
         .collect();
-    if on_nic.is_empty() {
-        all.collect()
+    if with.is_empty() {
+        (0..opened.len()).collect()
     } else {
-        on_nic
+        with
     }
 }
 
@@ -283,6 +324,7 @@ impl Engine {
                 pinned: w.pinned(),
                 nic: w.slot.nic.clone(),
                 numa_node: w.slot.numa_node,
+                rdma_device: self.device_names.get(i).cloned().flatten(),
                 runs_ops: self.crew.eligible.contains(&i),
                 ops: w.executed(),
             })
@@ -320,7 +362,12 @@ impl Engine {
             }
             tracing::warn!("mlock of {len} bytes failed ({source}); using pageable memory");
         }
-        self.shared.registry.insert(mem)
+        let addr = mem
+            .addr_of(0, 1)
+            .map_or(std::ptr::null(), |p| p.as_ptr().cast_const());
+        let h = self.shared.registry.insert(mem)?;
+        crate::nic_plan::bind_host(&self.shared, h, addr);
+        Ok(h)
     }
 
     /// Registers caller-owned memory (the C ABI and GPU pointers go through here).
@@ -342,7 +389,9 @@ impl Engine {
         }
         // SAFETY: forwarded to our caller's contract above.
         let mem = unsafe { RawMem::from_raw(ptr, len) };
-        self.shared.registry.insert(mem)
+        let h = self.shared.registry.insert(mem)?;
+        crate::nic_plan::bind_host(&self.shared, h, ptr.as_ptr());
+        Ok(h)
     }
 
     /// Registers caller memory of either kind: device memory of the engine's GPU runtime goes
@@ -455,9 +504,29 @@ impl Engine {
             }
         }
         let mem = RawMem::alloc_gpu_pinned(&gpu.rt, len).map_err(|_| EngineError::Alloc { len })?;
-        self.shared
+        let h = self
+            .shared
             .registry
-            .insert_device(mem, DeviceMirror { dev: ptr })
+            .insert_device(mem, DeviceMirror { dev: ptr })?;
+        crate::nic_plan::bind_device(&self.shared, h, ptr.ordinal);
+        Ok(h)
+    }
+
+    /// The NICs (and workers) operations on `handle` run on: device memory is bound to the
+    /// NICs nearest its GPU, host memory to the NICs of its NUMA node (`nic_plan` in the
+    /// crate docs, docs/engine.md "Placement"). `None` when the registration is unbound (no
+    /// RDMA NIC with a worker, an unknown GPU, or an unknown handle): its operations run on
+    /// any worker.
+    #[must_use]
+    pub fn buffer_nics(&self, handle: BufHandle) -> Option<crate::NicAffinity> {
+        self.shared.registry.affinity(handle)
+    }
+
+    /// The workers as planned and the topology they were planned from (for each GPU, the
+    /// NICs its buffers would use: [`crate::PlacementPlan::for_gpu`]).
+    #[must_use]
+    pub fn placement(&self) -> &crate::PlacementPlan {
+        &self.shared.placement
     }
 
     /// Deregisters `handle`, waiting up to `timeout` for operations in flight on it and live
@@ -632,29 +701,13 @@ impl Queue {
 mod tests {
     use super::*;
 
-    fn slot(nic: Option<&str>) -> placement::Slot {
-        placement::Slot {
-            core: None,
-            nic: nic.map(str::to_owned),
-            numa_node: None,
-        }
-    }
-
     #[test]
-    fn ops_go_only_to_workers_of_the_engines_nic() {
-        let slots = [
-            slot(Some("mlx5_0")),
-            slot(Some("mlx5_1")),
-            slot(Some("mlx5_0")),
-        ];
-        assert_eq!(eligible_workers(&slots, Some("mlx5_0")), vec![0, 2]);
-        assert_eq!(eligible_workers(&slots, Some("mlx5_1")), vec![1]);
-        // No RDMA device (HTTP, soft) or one no worker serves: every worker.
-        assert_eq!(eligible_workers(&slots, None), vec![0, 1, 2]);
-        assert_eq!(eligible_workers(&slots, Some("rxe0")), vec![0, 1, 2]);
-        assert_eq!(
-            eligible_workers(&[slot(None), slot(None)], None),
-            vec![0, 1]
-        );
+    fn ops_go_to_the_workers_whose_verbs_device_opened() {
+        // Workers of two NICs, the second NIC's device failed to open.
+        assert_eq!(eligible_workers(&[true, false, true]), vec![0, 2]);
+        assert_eq!(eligible_workers(&[false, true]), vec![1]);
+        // No device at all (HTTP, soft fabric, no RDMA NIC): every worker.
+        assert_eq!(eligible_workers(&[false, false, false]), vec![0, 1, 2]);
+        assert_eq!(eligible_workers(&[]), Vec::<usize>::new());
     }
 }

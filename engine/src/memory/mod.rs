@@ -26,13 +26,14 @@ use std::collections::HashMap;
 use std::ops::Deref;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use ring_api::BufHandle;
 
 use crate::error::EngineError;
 use crate::gpu::DevicePtr;
+use crate::nic_plan::NicAffinity;
 use raw::RawMem;
 
 /// The device range a device registration mirrors (byte `i` of the region ↔ `dev + i`).
@@ -118,6 +119,9 @@ pub(crate) struct Region {
     drained: Condvar,
     closing: AtomicBool,
     device: Option<DeviceMirror>,
+    /// The NICs (and workers) its operations run on, set once right after registration
+    /// (`nic_plan`); unset: any worker.
+    affinity: OnceLock<NicAffinity>,
 }
 
 impl Region {
@@ -204,6 +208,11 @@ impl LeaseGuard {
             host,
             dev: mirror.dev.offset(self.off)?,
         })
+    }
+
+    /// The workers operations on this registration run on; `None`: any worker.
+    pub(crate) fn workers(&self) -> Option<&[usize]> {
+        self.region.affinity.get().map(|a| a.workers.as_slice())
     }
 
     /// Whether the operation holding this lease writes the range.
@@ -342,12 +351,25 @@ impl Registry {
             drained: Condvar::new(),
             closing: AtomicBool::new(false),
             device,
+            affinity: OnceLock::new(),
         });
         self.map
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(id, region);
         Ok(handle)
+    }
+
+    /// Binds a registration to NICs (once; later calls are ignored).
+    pub(crate) fn set_affinity(&self, handle: BufHandle, affinity: NicAffinity) {
+        if let Some(r) = self.get(handle) {
+            let _ = r.affinity.set(affinity);
+        }
+    }
+
+    /// The NICs a registration is bound to, if any.
+    pub(crate) fn affinity(&self, handle: BufHandle) -> Option<NicAffinity> {
+        self.get(handle).and_then(|r| r.affinity.get().cloned())
     }
 
     pub(crate) fn get(&self, handle: BufHandle) -> Option<Arc<Region>> {
