@@ -96,20 +96,13 @@ impl PlacementPlan {
         })
     }
 
-    /// [`PlacementPlan::new`] for this process on the sysfs tree below `sysfs_root` (`/` on a
-    /// live system), with the cores its scheduler affinity allows. An unreadable topology is an
-    /// error only when `nics` names NICs.
+    /// [`PlacementPlan::new`] for this process: the cores its scheduler affinity allows.
     pub fn for_process(
-        sysfs_root: &std::path::Path,
+        topology: Option<Topology>,
         placement: &Placement,
         workers_per_nic: usize,
         nics: &[String],
     ) -> Result<Self, EngineError> {
-        let topology = match Topology::from_root(sysfs_root) {
-            Ok(t) => Some(t),
-            Err(e) if !nics.is_empty() => return Err(EngineError::Topology(e)),
-            Err(_) => None,
-        };
         Self::new(
             topology,
             placement,
@@ -234,13 +227,7 @@ pub(crate) fn plan_for_builder(
         Err(e) if !hints.is_empty() => return Err(EngineError::Topology(e)),
         Err(_) => None,
     };
-    let plan = PlacementPlan::new(
-        topology,
-        &b.placement,
-        b.workers_per_nic,
-        &hints,
-        &placement::allowed_cores(),
-    )?;
+    let plan = PlacementPlan::for_process(topology, &b.placement, b.workers_per_nic, &hints)?;
     Ok((plan, forced))
 }
 
