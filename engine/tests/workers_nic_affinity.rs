@@ -459,6 +459,7 @@ fn engine_binds_gpu_and_host_registrations_to_the_near_nic() {
         )
     }
     .unwrap();
+    // SAFETY: as above.
     let on_node0 = unsafe {
         engine.register_device(
             DevicePtr {
