@@ -227,7 +227,17 @@ fn open_devices(
     forced: Option<&str>,
     b: &EngineBuilder,
 ) -> Vec<Option<crate::fabric::rc::RcDevice>> {
-    let mut opened: std::collections::HashMap<Option<String>, Option<crate::fabric::rc::RcDevice>> =
+    use crate::fabric::rc::RcDevice;
+    use crate::fabric::rdma::Fabric;
+    // `Auto` probes libibverbs once for the engine, not once per NIC (a probe opens every
+    // device).
+    let auto_verbs = fabric == Fabric::Auto && crate::verbs::probe().is_available();
+    let open = |name: Option<&str>| match fabric {
+        Fabric::Auto if auto_verbs => RcDevice::open_verbs(name).ok(),
+        Fabric::Auto => None,
+        other => crate::fabric::rdma::open_verbs(other, name),
+    };
+    let mut opened: std::collections::HashMap<Option<String>, Option<RcDevice>> =
         std::collections::HashMap::new();
     slots
         .iter()
@@ -238,7 +248,7 @@ fn open_devices(
                 .or_else(|| b.verbs_device.clone());
             opened
                 .entry(name)
-                .or_insert_with_key(|n| crate::fabric::rdma::open_verbs(fabric, n.as_deref()))
+                .or_insert_with_key(|n| open(n.as_deref()))
                 .clone()
         })
         .collect()
