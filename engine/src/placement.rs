@@ -236,6 +236,45 @@ mod tests {
         assert!(!plan(&Placement::Auto, 4).unwrap().is_empty());
     }
 
+    fn hgx() -> numa::Topology {
+        let root =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../numa/fixtures/hgx-h100");
+        numa::Topology::from_root(root).unwrap()
+    }
+
+    #[test]
+    fn named_nics_restrict_auto_and_are_dealt_to_explicit_workers() {
+        let t = hgx();
+        let all: Vec<u32> = t.online_cpus.iter().collect();
+        let nics = |v: &[Slot]| v.iter().map(|s| s.nic.clone().unwrap()).collect::<Vec<_>>();
+        // Auto over NICs 0 and 4 only (mlx5_0 on socket 0, mlx5_6 on socket 1).
+        let p = plan(&Placement::Auto, 2, Some(&t), &[0, 4], &all).unwrap();
+        assert_eq!(nics(&p), ["mlx5_0", "mlx5_0", "mlx5_6", "mlx5_6"]);
+        assert_eq!(cores(&p), [1, 2, 56, 57].map(Some).to_vec());
+        // Unrestricted: every NIC.
+        assert_eq!(
+            plan(&Placement::Auto, 1, Some(&t), &[], &all)
+                .unwrap()
+                .len(),
+            8
+        );
+        // Workers(3) and Cores take the named NICs in turn, with their nodes.
+        let p = plan(&Placement::Workers(3), 1, Some(&t), &[0, 4], &all).unwrap();
+        assert_eq!(nics(&p), ["mlx5_0", "mlx5_6", "mlx5_0"]);
+        assert_eq!(p[1].numa_node, Some(1));
+        assert_eq!(p[1].core, None);
+        let p = plan(&Placement::Cores(vec![7, 9]), 1, Some(&t), &[4], &all).unwrap();
+        assert_eq!(nics(&p), ["mlx5_6", "mlx5_6"]);
+        assert_eq!(cores(&p), [7, 9].map(Some).to_vec());
+        // Without names they serve no NIC, as before.
+        let p = plan(&Placement::Workers(2), 1, Some(&t), &[], &all).unwrap();
+        assert!(p.iter().all(|s| s.nic.is_none()));
+        // The process confined to socket 0's cores: the named socket-1 NIC still gets the
+        // fallback workers rather than none.
+        let p = plan(&Placement::Auto, 2, Some(&t), &[4], &[1, 2]).unwrap();
+        assert_eq!(nics(&p), ["mlx5_6", "mlx5_6"]);
+    }
+
     fn target(nic: Option<&str>, node: u32, cpus: std::ops::Range<u32>) -> Target {
         Target {
             nic: nic.map(str::to_owned),
