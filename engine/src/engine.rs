@@ -20,7 +20,6 @@ use crate::fabric::http::HttpFabric;
 use crate::gpu::{DevicePtr, GpuRuntime, PointerKind, StagingCounters};
 use crate::memory::raw::RawMem;
 use crate::memory::{BufferView, DeviceMirror, RegisterOptions, Registry};
-use crate::placement;
 use crate::worker::stager::GpuStaging;
 use crate::worker::{Crew, Prepared, WorkerHandle};
 
@@ -118,8 +117,9 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
     let slots = plan.workers().to_vec();
     // One verbs context per NIC, shared by that NIC's workers (each worker's client makes its
     // own QPs on it); workers without a NIC of their own share the default device.
-    let devices = open_devices(rdma_fabric, &slots, forced_device.as_deref(), &b);
-    let eligible = eligible_workers(&devices.iter().map(Option::is_some).collect::<Vec<_>>());
+    let devices = crate::nic_plan::open_devices(rdma_fabric, &slots, forced_device.as_deref(), &b);
+    let eligible =
+        crate::nic_plan::eligible_workers(&devices.iter().map(Option::is_some).collect::<Vec<_>>());
     plan.set_eligible(eligible.clone());
     let shared = Arc::new(Shared {
         registry: Registry::new(),
@@ -215,56 +215,6 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
         endpoint,
         tls,
     })
-}
-
-/// Opens one verbs device per NIC named by `slots` (each once, shared by that NIC's workers)
-/// and the default one (`forced`, else `EngineBuilder::verbs_device`, else the first listed)
-/// for workers without a NIC; returns each worker's device. `forced` overrides every worker's
-/// NIC (a `verbs_device` the topology does not list).
-fn open_devices(
-    fabric: crate::fabric::rdma::Fabric,
-    slots: &[placement::Slot],
-    forced: Option<&str>,
-    b: &EngineBuilder,
-) -> Vec<Option<crate::fabric::rc::RcDevice>> {
-    use crate::fabric::rc::RcDevice;
-    use crate::fabric::rdma::Fabric;
-    // `Auto` probes libibverbs once for the engine, not once per NIC (a probe opens every
-    // device).
-    let auto_verbs = fabric == Fabric::Auto && crate::verbs::probe().is_available();
-    let open = |name: Option<&str>| match fabric {
-        Fabric::Auto if auto_verbs => RcDevice::open_verbs(name).ok(),
-        Fabric::Auto => None,
-        other => crate::fabric::rdma::open_verbs(other, name),
-    };
-    let mut opened: std::collections::HashMap<Option<String>, Option<RcDevice>> =
-        std::collections::HashMap::new();
-    slots
-        .iter()
-        .map(|s| {
-            let name = forced
-                .map(str::to_owned)
-                .or_else(|| s.nic.clone())
-                .or_else(|| b.verbs_device.clone());
-            opened
-                .entry(name)
-                .or_insert_with_key(|n| open(n.as_deref()))
-                .clone()
-        })
-        .collect()
-}
-
-/// Which workers run operations: those whose verbs device opened when any did, else every
-/// worker (HTTP and the soft fabric use no NIC of their own).
-fn eligible_workers(opened: &[bool]) -> Vec<usize> {
-    let with: Vec<usize> = (0..opened.len())
-        .filter(|&i| opened.get(i).copied().unwrap_or(false))
-        .collect();
-    if with.is_empty() {
-        (0..opened.len()).collect()
-    } else {
-        with
-    }
 }
 
 /// Signals every worker to stop, then joins them (so none waits on another's shutdown).
@@ -704,20 +654,5 @@ impl Queue {
     #[must_use]
     pub fn cq_capacity(&self) -> usize {
         self.app.cq_capacity()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ops_go_to_the_workers_whose_verbs_device_opened() {
-        // Workers of two NICs, the second NIC's device failed to open.
-        assert_eq!(eligible_workers(&[true, false, true]), vec![0, 2]);
-        assert_eq!(eligible_workers(&[false, true]), vec![1]);
-        // No device at all (HTTP, soft fabric, no RDMA NIC): every worker.
-        assert_eq!(eligible_workers(&[false, false, false]), vec![0, 1, 2]);
-        assert_eq!(eligible_workers(&[]), Vec::<usize>::new());
     }
 }

@@ -231,6 +231,56 @@ pub(crate) fn plan_for_builder(
     Ok((plan, forced))
 }
 
+/// Opens one verbs device per NIC named by `slots` (each once, shared by that NIC's workers)
+/// and the default one (`forced`, else `EngineBuilder::verbs_device`, else the first listed)
+/// for workers without a NIC; returns each worker's device. `forced` overrides every worker's
+/// NIC (a `verbs_device` the topology does not list).
+pub(crate) fn open_devices(
+    fabric: crate::fabric::rdma::Fabric,
+    slots: &[PlannedWorker],
+    forced: Option<&str>,
+    b: &crate::config::EngineBuilder,
+) -> Vec<Option<crate::fabric::rc::RcDevice>> {
+    use crate::fabric::rc::RcDevice;
+    use crate::fabric::rdma::Fabric;
+    // `Auto` probes libibverbs once for the engine, not once per NIC (a probe opens every
+    // device).
+    let auto_verbs = fabric == Fabric::Auto && crate::verbs::probe().is_available();
+    let open = |name: Option<&str>| match fabric {
+        Fabric::Auto if auto_verbs => RcDevice::open_verbs(name).ok(),
+        Fabric::Auto => None,
+        other => crate::fabric::rdma::open_verbs(other, name),
+    };
+    let mut opened: std::collections::HashMap<Option<String>, Option<RcDevice>> =
+        std::collections::HashMap::new();
+    slots
+        .iter()
+        .map(|s| {
+            let name = forced
+                .map(str::to_owned)
+                .or_else(|| s.nic.clone())
+                .or_else(|| b.verbs_device.clone());
+            opened
+                .entry(name)
+                .or_insert_with_key(|n| open(n.as_deref()))
+                .clone()
+        })
+        .collect()
+}
+
+/// Which workers run operations: those whose verbs device opened when any did, else every
+/// worker (HTTP and the soft fabric use no NIC of their own).
+pub(crate) fn eligible_workers(opened: &[bool]) -> Vec<usize> {
+    let with: Vec<usize> = (0..opened.len())
+        .filter(|&i| opened.get(i).copied().unwrap_or(false))
+        .collect();
+    if with.is_empty() {
+        (0..opened.len()).collect()
+    } else {
+        with
+    }
+}
+
 /// A topology with nothing in it (hints are then checked against no NIC at all).
 fn empty_topology() -> Topology {
     Topology {
@@ -299,5 +349,20 @@ pub(crate) fn bind_host(
         && let Some(a) = shared.placement.for_node(node)
     {
         shared.registry.set_affinity(handle, a);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ops_go_to_the_workers_whose_verbs_device_opened() {
+        // Workers of two NICs, the second NIC's device failed to open.
+        assert_eq!(eligible_workers(&[true, false, true]), vec![0, 2]);
+        assert_eq!(eligible_workers(&[false, true]), vec![1]);
+        // No device at all (HTTP, soft fabric, no RDMA NIC): every worker.
+        assert_eq!(eligible_workers(&[false, false, false]), vec![0, 1, 2]);
+        assert_eq!(eligible_workers(&[]), Vec::<usize>::new());
     }
 }
