@@ -178,6 +178,7 @@ impl From<EngineError> for Fail {
             | EngineError::Tls(_)
             | EngineError::Intern(_) => OpError::InvalidValue,
             EngineError::Unsupported(_) => OpError::OpNotSupported,
+            EngineError::NicNotFound { .. } => OpError::NicNotFound,
             EngineError::BadHandle(_) => OpError::BufNotRegistered,
             EngineError::OutOfBounds { .. } => OpError::SizeTooLarge,
             EngineError::Busy | EngineError::BusyTimeout(_) => OpError::Busy,
@@ -272,6 +273,24 @@ mod tests {
         assert_eq!(OpError::S3Error as i32, 5);
         assert_eq!(OpError::SizeTooLarge as i32, 10);
         assert_eq!(OpError::InternalError as i32, 11);
+    }
+
+    #[test]
+    fn engine_nic_errors_keep_their_codes() {
+        let e = Fail::from(EngineError::NicNotFound {
+            hint: "bnxt_re9".into(),
+            available: vec!["mlx5_0".into(), "rxe0".into()],
+        });
+        assert_eq!(e.op, OpError::NicNotFound);
+        assert!(e.message.contains("\"bnxt_re9\""), "{}", e.message);
+        assert!(e.message.contains("mlx5_0, rxe0"), "{}", e.message);
+        let e = Fail::from(EngineError::NicNotFound {
+            hint: "mlx5_0".into(),
+            available: vec![],
+        });
+        assert!(e.message.contains("no RDMA NIC"), "{}", e.message);
+        let e = Fail::from(EngineError::Config("EngineBuilder::nics: an empty NIC name".into()));
+        assert_eq!(e.op, OpError::InvalidValue);
     }
 
     #[test]

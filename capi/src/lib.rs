@@ -11,7 +11,6 @@
 //! - [`ffi`]: every `extern "C"` function; the only module with `unsafe` code. Catches panics,
 //!   checks pointers, converts C values to Rust values and back.
 //! - [`state`]: the process-wide library instance (engine, handles, queue pool).
-//! - [`nic`]: `nicHint` → the verbs device.
 //! - [`stats`]: which path and dialect carried each op.
 //! - [`registry`]: pointer → (engine buffer handle, offset), sorted by address.
 //! - [`io`]: synchronous GET/PUT; [`batch`]: the queue extension; [`diag`]: naming the S3 error
@@ -29,7 +28,6 @@ pub mod diag;
 pub mod error;
 pub mod ffi;
 pub mod io;
-pub mod nic;
 pub mod registry;
 pub mod state;
 pub mod stats;

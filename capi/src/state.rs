@@ -228,7 +228,10 @@ impl Library {
             .fabric(engine::Fabric::Auto)
             .dialect(dialect);
         if let Some(hint) = &s.nic_hint {
-            builder = builder.verbs_device(crate::nic::resolve(hint)?);
+            // A comma-separated list, as the seed's nicHint; the engine resolves each name or
+            // PCI address through the host topology (`hipObjNicNotFound` when one names no
+            // NIC, `hipObjInvalidValue` for an empty name).
+            builder = builder.nics(hint.split(','));
         }
         if s.gpu_device >= 0 {
             // Device pointers are recognised (and staged) by the engine's GPU runtime.

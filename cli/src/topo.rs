@@ -6,10 +6,16 @@
 //! `nvidia-smi` prints `NV18` we print the PCIe path that would be used without it. The JSON form
 //! carries the whole [`numa::Topology`] plus the matrix, each GPU's closest NICs and the worker
 //! plan the engine would use.
+//!
+//! Both forms end with, for each GPU, the NICs and the engine workers its buffers would use
+//! (`engine::PlacementPlan` under `Placement::Auto`, as `hipobj get`/`put` build the engine): on
+//! the live system for the cores this process may run on, on a `--sysfs-root` tree for all of
+//! its online CPUs.
 
 use std::io::Write;
 use std::path::PathBuf;
 
+use engine::{EngineError, PlacementPlan};
 use numa::{Matrix, PathClass, TopoError, Topology, Worker};
 use serde::Serialize;
 
@@ -22,6 +28,13 @@ pub struct TopoArgs {
     /// Print JSON instead of the `nvidia-smi topo -m` style matrix.
     #[arg(long)]
     pub json: bool,
+    /// Preview the engine restricted to these RDMA NICs (name, netdev or PCI address; repeat
+    /// or separate with commas), as `EngineBuilder::nics` / the C API's `nicHint` do.
+    #[arg(long = "nic", value_delimiter = ',')]
+    pub nics: Vec<String>,
+    /// Workers per NIC in the preview (the engine's default: 16).
+    #[arg(long, default_value_t = engine::DEFAULT_WORKERS_PER_NIC)]
+    pub workers_per_nic: usize,
 }
 
 /// Runs the subcommand; returns the process exit code (0 success, 1 when the topology cannot be
@@ -34,10 +47,13 @@ pub fn run(args: &TopoArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> i
     let result = Topology::from_root(&root)
         .map_err(|e| e.to_string())
         .and_then(|t| {
+            let plan = preview(&t, args, args.sysfs_root.is_some()).map_err(|e| e.to_string())?;
             let text = if args.json {
-                render_json(&t).map_err(|e| e.to_string())?
+                render_json_with(&t, Some(&plan))?
             } else {
-                render_text(&t).map_err(|e| e.to_string())?
+                let mut text = render_text(&t).map_err(|e| e.to_string())?;
+                text.push_str(&render_buffers(&t, &plan));
+                text
             };
             stdout
                 .write_all(text.as_bytes())
@@ -173,6 +189,99 @@ fn cpus_or_na(c: &numa::CpuSet) -> String {
     }
 }
 
+/// The engine's plan for `t` under `Placement::Auto`: for a fixture tree (`fixture`) as if the
+/// process could run on every online CPU of it, else for this process's CPUs.
+fn preview(t: &Topology, args: &TopoArgs, fixture: bool) -> Result<PlacementPlan, EngineError> {
+    let auto = engine::Placement::Auto;
+    if fixture {
+        let all: Vec<u32> = t.online_cpus.iter().collect();
+        PlacementPlan::new(
+            Some(t.clone()),
+            &auto,
+            args.workers_per_nic,
+            &args.nics,
+            &all,
+        )
+    } else {
+        PlacementPlan::for_process(Some(t.clone()), &auto, args.workers_per_nic, &args.nics)
+    }
+}
+
+/// Comma-separated ranges (`0-15,32`) of sorted small integers.
+fn ranges(v: impl IntoIterator<Item = usize>) -> String {
+    let ids: Vec<u32> = v
+        .into_iter()
+        .filter_map(|i| u32::try_from(i).ok())
+        .collect();
+    numa::CpuSet::from_cpus(ids).map_or_else(|_| "?".to_owned(), |s| s.to_string())
+}
+
+/// "workers 0-15 on cores 1-16" for worker indices `w` of `plan`.
+fn describe_workers(plan: &PlacementPlan, w: &[usize]) -> String {
+    let cores: Vec<usize> = w
+        .iter()
+        .filter_map(|&i| plan.workers().get(i).and_then(|p| p.core))
+        .collect();
+    let on = if cores.is_empty() {
+        "unpinned".to_owned()
+    } else {
+        let plural = if cores.len() == 1 { "" } else { "s" };
+        format!("on core{plural} {}", ranges(cores))
+    };
+    format!(
+        "worker{} {} {on}",
+        if w.len() == 1 { "" } else { "s" },
+        ranges(w.iter().copied())
+    )
+}
+
+/// For each GPU, the NICs and engine workers its buffers would use.
+pub fn render_buffers(t: &Topology, plan: &PlacementPlan) -> String {
+    if t.gpus.is_empty() {
+        return String::new();
+    }
+    let n = plan.workers().len();
+    let mut out = format!(
+        "\nGPU buffers (engine, Placement::Auto: {n} worker{}):\n\n",
+        if n == 1 { "" } else { "s" }
+    );
+    for g in &t.gpus {
+        let line = match plan.for_gpu(g.pci) {
+            Some(a) => format!(
+                "{} ({}) -> {}",
+                a.nics.join(", "),
+                a.class.map_or("-", PathClass::as_str),
+                describe_workers(plan, &a.workers)
+            ),
+            None => format!(
+                "no RDMA NIC with a worker -> any of {}",
+                describe_workers(plan, &(0..n).collect::<Vec<_>>())
+            ),
+        };
+        out.push_str(&format!("  GPU{} {}: {line}\n", g.index, g.pci));
+    }
+    out
+}
+
+/// One GPU's buffers in the JSON report.
+#[derive(Serialize)]
+struct GpuBuffers {
+    gpu: usize,
+    /// NIC names (empty: unbound, any worker).
+    nics: Vec<String>,
+    class: Option<PathClass>,
+    /// Indices into `engine_workers`.
+    workers: Vec<usize>,
+}
+
+/// One engine worker in the JSON report.
+#[derive(Serialize)]
+struct EngineWorker {
+    core: Option<usize>,
+    nic: Option<String>,
+    numa_node: Option<u32>,
+}
+
 /// Closest NICs of one GPU, for the JSON report.
 #[derive(Serialize)]
 struct Closest {
@@ -189,10 +298,21 @@ struct Report<'a> {
     matrix: Matrix,
     closest_nics: Vec<Closest>,
     workers: Vec<Worker>,
+    /// The engine's workers under `Placement::Auto` (absent without a plan).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    engine_workers: Option<Vec<EngineWorker>>,
+    /// For each GPU, the NICs and engine workers its buffers would use.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    buffers: Option<Vec<GpuBuffers>>,
 }
 
 /// Renders the JSON report (pretty-printed, newline-terminated).
 pub fn render_json(t: &Topology) -> Result<String, String> {
+    render_json_with(t, None)
+}
+
+/// [`render_json`] plus the engine's workers and each GPU's buffers under `plan`.
+pub fn render_json_with(t: &Topology, plan: Option<&PlacementPlan>) -> Result<String, String> {
     let mut closest_nics = Vec::with_capacity(t.gpus.len());
     for g in &t.gpus {
         let ranking = t.nic_ranking(g.index).map_err(|e| e.to_string())?;
@@ -214,6 +334,30 @@ pub fn render_json(t: &Topology) -> Result<String, String> {
         matrix: t.matrix().map_err(|e| e.to_string())?,
         closest_nics,
         workers: t.worker_plan().map_err(|e| e.to_string())?,
+        engine_workers: plan.map(|p| {
+            p.workers()
+                .iter()
+                .map(|w| EngineWorker {
+                    core: w.core,
+                    nic: w.nic.clone(),
+                    numa_node: w.numa_node,
+                })
+                .collect()
+        }),
+        buffers: plan.map(|p| {
+            t.gpus
+                .iter()
+                .map(|g| {
+                    let a = p.for_gpu(g.pci);
+                    GpuBuffers {
+                        gpu: g.index,
+                        nics: a.as_ref().map(|a| a.nics.clone()).unwrap_or_default(),
+                        class: a.as_ref().and_then(|a| a.class),
+                        workers: a.map(|a| a.workers).unwrap_or_default(),
+                    }
+                })
+                .collect()
+        }),
     };
     let mut s = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
     s.push('\n');

@@ -9,9 +9,20 @@ fn fixtures() -> PathBuf {
 }
 
 fn topo(root: Option<PathBuf>, json: bool) -> (i32, String, String) {
+    topo_with(root, json, &[], 16)
+}
+
+fn topo_with(
+    root: Option<PathBuf>,
+    json: bool,
+    nics: &[&str],
+    workers_per_nic: usize,
+) -> (i32, String, String) {
     let args = TopoArgs {
         sysfs_root: root,
         json,
+        nics: nics.iter().map(|s| s.to_string()).collect(),
+        workers_per_nic,
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let code = run(&args, &mut out, &mut err);
@@ -48,7 +59,78 @@ fn h200_matrix_matches_nvidia_smi() {
         .filter(|l| !l.starts_with("  NV#"))
         .map(|l| format!("{l}\n"))
         .collect();
-    assert_eq!(out, smi);
+    let (matrix, buffers) = out
+        .split_once("\nGPU buffers")
+        .expect("a GPU buffers section");
+    assert_eq!(matrix, smi);
+    assert_eq!(
+        buffers,
+        " (engine, Placement::Auto: 16 workers):\n\n  GPU0 0000:00:06.0: no RDMA NIC with a worker -> \
+         any of workers 0-15 on cores 0-15\n"
+    );
+}
+
+/// Each GPU's buffers: its own NIC and that NIC's workers, on every fixture with NICs.
+#[test]
+fn gpu_buffers_section_names_nics_and_workers() {
+    let (code, out, err) = topo_with(Some(fixtures().join("hgx-h100")), false, &[], 2);
+    assert_eq!(code, 0, "{err}");
+    let (_, buffers) = out.split_once("\nGPU buffers").unwrap();
+    assert!(
+        buffers.starts_with(" (engine, Placement::Auto: 16 workers):\n"),
+        "{buffers}"
+    );
+    assert!(
+        buffers.contains("\n  GPU0 0000:1b:00.0: mlx5_0 (PIX) -> workers 0-1 on cores 1,5\n"),
+        "{buffers}"
+    );
+    assert!(
+        buffers.contains("\n  GPU7 0000:df:00.0: mlx5_11 (PIX) -> workers 14-15 on cores 59,63\n"),
+        "{buffers}"
+    );
+    let (code, out, _) = topo_with(Some(fixtures().join("two-socket-2nic")), false, &[], 1);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("  GPU1 0000:31:00.0: mlx5_0 (NODE) -> worker 0 on core 1\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  GPU2 0000:91:00.0: mlx5_1 (PHB) -> worker 1 on core 32\n"),
+        "{out}"
+    );
+    // Restricted to two NICs by name and PCI address: the other GPUs of each socket use the
+    // socket's remaining NIC (NODE), never the other socket's.
+    let (code, out, err) = topo_with(
+        Some(fixtures().join("mi300x")),
+        false,
+        &["ionic_0", "0000:13:00.0"],
+        1,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("  GPU0 0000:16:00.0: bnxt_re0 (PXB) -> worker 0 on core 1\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  GPU3 0000:76:00.0: bnxt_re0 (NODE) -> worker 0 on core 1\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  GPU5 0000:b6:00.0: ionic_0 (NODE) -> worker 1 on core 48\n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_nic_that_names_nothing_is_exit_1_listing_the_nics() {
+    let (code, out, err) = topo_with(Some(fixtures().join("mi300x")), false, &["mlx5_0"], 1);
+    assert_eq!(code, 1);
+    assert_eq!(out, "");
+    assert!(
+        err.starts_with("hipobj: error: no RDMA NIC matches \"mlx5_0\""),
+        "{err}"
+    );
+    assert!(err.contains("bnxt_re0, bnxt_re1"), "{err}");
 }
 
 #[test]
@@ -86,6 +168,15 @@ fn hgx_json() {
     assert_eq!(v["workers"].as_array().unwrap().len(), 8);
     assert_eq!(v["workers"][4]["target"], serde_json::json!({"nic": 4}));
     assert_eq!(v["workers"][4]["core"], 56);
+    // 16 engine workers per NIC (the default): GPU g's buffers use NIC g's sixteen.
+    assert_eq!(v["engine_workers"].as_array().unwrap().len(), 128);
+    assert_eq!(v["engine_workers"][16]["nic"], "mlx5_3");
+    for g in 0..8 {
+        assert_eq!(v["buffers"][g]["nics"][0], v["nics"][g]["name"]);
+        assert_eq!(v["buffers"][g]["class"], "PIX");
+        let w: Vec<u64> = (16 * g as u64..16 * g as u64 + 16).collect();
+        assert_eq!(v["buffers"][g]["workers"], serde_json::json!(w));
+    }
 }
 
 #[test]
@@ -99,6 +190,10 @@ fn h200_json_has_node_worker() {
     assert_eq!(
         v["workers"],
         serde_json::json!([{"target": {"node": 0}, "cpus": "0-15", "core": 1}])
+    );
+    assert_eq!(
+        v["buffers"],
+        serde_json::json!([{"gpu": 0, "nics": [], "class": null, "workers": []}])
     );
 }
 

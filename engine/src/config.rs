@@ -129,6 +129,10 @@ pub struct EngineBuilder {
     pub(crate) fabric: crate::fabric::rdma::Fabric,
     pub(crate) dialect: crate::fabric::rdma::Dialect,
     pub(crate) verbs_device: Option<String>,
+    /// NICs named by [`EngineBuilder::nics`] (empty: every NIC).
+    pub(crate) nics: Vec<String>,
+    /// Where the topology is read (`/`).
+    pub(crate) sysfs_root: std::path::PathBuf,
     pub(crate) dc_provider: Option<std::sync::Arc<dyn crate::fabric::rdma::DcTokenProvider>>,
     pub(crate) gpu: Option<std::sync::Arc<dyn crate::gpu::GpuRuntime>>,
     pub(crate) gpu_coalesce_limit: u64,
@@ -158,6 +162,8 @@ impl Default for EngineBuilder {
             fabric: crate::fabric::rdma::Fabric::default(),
             dialect: crate::fabric::rdma::Dialect::default(),
             verbs_device: None,
+            nics: Vec::new(),
+            sysfs_root: std::path::PathBuf::from("/"),
             dc_provider: None,
             gpu: None,
             gpu_coalesce_limit: crate::gpu::DEFAULT_COALESCE_LIMIT,
@@ -277,11 +283,42 @@ impl EngineBuilder {
         self
     }
 
-    /// The RDMA device `Fabric::Verbs` / `Fabric::Auto` use (a libibverbs device name such as
-    /// `mlx5_0`, `bnxt_re0`, `ionic_0` or `rxe0`); default: the first one listed.
+    /// One RDMA device for `Fabric::Verbs` / `Fabric::Auto` (a libibverbs device name such as
+    /// `mlx5_0`, `bnxt_re0`, `ionic_0` or `rxe0`). When the host's topology lists it, this is
+    /// `nics([name])` (workers only for that NIC); when it does not, every worker opens `name`
+    /// through libibverbs, and a name libibverbs does not know either gives the fallback of
+    /// `Fabric::Verbs` (a warning, payloads over HTTP), not an error. [`EngineBuilder::nics`]
+    /// wins when both are set.
     #[must_use]
     pub fn verbs_device(mut self, name: impl Into<String>) -> Self {
         self.verbs_device = Some(name.into());
+        self
+    }
+
+    /// Restricts the engine to these RDMA NICs, each named by device name (`mlx5_0`, `rxe0`,
+    /// `bnxt_re0`, `ionic_0`), netdev (`ibp24s0`) or PCI address (`0000:17:00.0`, `17:00.0`).
+    /// `Placement::Auto` then plans workers only for them; `Workers(n)` / `Cores(..)` give
+    /// their workers these NICs in turn. Each worker opens its own NIC's verbs device (one
+    /// context per NIC, shared by that NIC's workers). Default (empty): every NIC of the host.
+    ///
+    /// `build` fails with [`crate::EngineError::NicNotFound`] (naming the hint and listing
+    /// the NICs present) when one names no NIC of this host, and with
+    /// [`crate::EngineError::Config`] for an empty name.
+    #[must_use]
+    pub fn nics<I, S>(mut self, nics: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.nics = nics.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Reads the host topology (GPUs, NICs, NUMA nodes) below this directory instead of `/`:
+    /// a captured sysfs tree (`hipobj topo --sysfs-root`), for tests and placement previews.
+    #[must_use]
+    pub fn sysfs_root(mut self, root: impl Into<std::path::PathBuf>) -> Self {
+        self.sysfs_root = root.into();
         self
     }
 

@@ -20,7 +20,6 @@ use crate::fabric::http::HttpFabric;
 use crate::gpu::{DevicePtr, GpuRuntime, PointerKind, StagingCounters};
 use crate::memory::raw::RawMem;
 use crate::memory::{BufferView, RegisterOptions, Registry};
-use crate::placement;
 use crate::worker::stager::GpuStaging;
 use crate::worker::{Crew, Prepared, WorkerHandle};
 
@@ -39,6 +38,8 @@ pub(crate) struct Shared {
     pub(crate) gpu: Option<GpuStaging>,
     /// The GPUDirect tier's mode, probe device and counters (`gpu::direct`).
     pub(crate) gpu_direct: crate::gpu::direct::DirectConfig,
+    /// The workers, the topology, and which NICs a registration binds to.
+    pub(crate) placement: crate::nic_plan::PlacementPlan,
 }
 
 /// A running engine: registered memory, interned objects and worker threads.
@@ -50,6 +51,8 @@ pub(crate) struct Shared {
 pub struct Engine {
     shared: Arc<Shared>,
     workers: Vec<WorkerHandle>,
+    /// The verbs device each worker opened (`None`: soft fabric or HTTP).
+    device_names: Vec<Option<String>>,
     crew: Arc<Crew>,
     next_worker: AtomicUsize,
     next_queue_id: AtomicU64,
@@ -70,8 +73,10 @@ pub struct WorkerInfo {
     pub nic: Option<String>,
     /// The NUMA node of its NIC or core, when known.
     pub numa_node: Option<u32>,
-    /// Whether operations are handed to it (it serves the engine's RDMA device, or the engine
-    /// has none that any worker serves).
+    /// The verbs device it opened (its NIC's, one context per NIC shared by that NIC's
+    /// workers; `None`: soft fabric or HTTP).
+    pub rdma_device: Option<String>,
+    /// Whether operations are handed to it (its verbs device opened, or no worker's did).
     pub runs_ops: bool,
     /// Operations it has run so far, from any queue.
     pub ops: u64,
@@ -110,7 +115,6 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
         Signer::new(resolved.credentials.clone(), resolved.region.clone(), "s3")
             .map_err(EngineError::Signing)?,
     );
-    let slots = placement::plan(&b.placement, b.workers_per_nic)?;
     if b.gpu_bounce_bytes < crate::memory::bounce::GRANULE {
         return Err(EngineError::Config(format!(
             "gpu_bounce_bytes must be at least {} (got {})",
@@ -118,8 +122,14 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
             b.gpu_bounce_bytes
         )));
     }
-    // One verbs device for the engine (each worker's client makes its own QPs on it).
-    let verbs = crate::fabric::rdma::open_verbs(rdma_fabric, b.verbs_device.as_deref());
+    let (mut plan, forced_device) = crate::nic_plan::plan_for_builder(&b)?;
+    let slots = plan.workers().to_vec();
+    // One verbs context per NIC, shared by that NIC's workers (each worker's client makes its
+    // own QPs on it); workers without a NIC of their own share the default device.
+    let devices = crate::nic_plan::open_devices(rdma_fabric, &slots, forced_device.as_deref(), &b);
+    let eligible =
+        crate::nic_plan::eligible_workers(&devices.iter().map(Option::is_some).collect::<Vec<_>>());
+    plan.set_eligible(eligible.clone());
     let shared = Arc::new(Shared {
         registry: Registry::new(),
         objects: ObjectTable::new(),
@@ -137,8 +147,13 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
         }),
         gpu_direct: crate::gpu::direct::DirectConfig::new(
             b.gpu_direct,
-            crate::gpu::direct::rdma_device_for_direct(rdma_fabric, b.dialect, verbs.as_ref()),
+            crate::gpu::direct::rdma_device_for_direct(
+                rdma_fabric,
+                b.dialect,
+                devices.iter().flatten().next(),
+            ),
         ),
+        placement: plan,
     });
     // The same credentials scoped to service `hipobj`, for v2 servers that refuse `s3`.
     let hipobj_signer = Signer::new(
@@ -157,15 +172,19 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
     }
     let crew = Arc::new(Crew {
         peers: prepared.iter().map(|p| p.peer.clone()).collect(),
-        eligible: eligible_workers(&slots, verbs.as_ref().map(|d| d.name()).as_deref()),
+        eligible,
     });
     let connections_per_worker = b.connections_per_worker.unwrap_or_else(|| {
         crate::config::DEFAULT_CONNECTIONS
             .div_ceil(slots.len().max(1))
             .max(2)
     });
+    let device_names: Vec<Option<String>> = devices
+        .iter()
+        .map(|d| d.as_ref().map(crate::fabric::rc::RcDevice::name))
+        .collect();
     let mut workers = Vec::with_capacity(slots.len());
-    for (i, (slot, prep)) in slots.into_iter().zip(prepared).enumerate() {
+    for (i, ((slot, prep), verbs)) in slots.into_iter().zip(prepared).zip(devices).enumerate() {
         let mut fabric = HttpFabric::new(
             addr,
             endpoint.clone(),
@@ -180,7 +199,7 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
         let fabric = fabric.with_rdma(
             crate::fabric::rdma::RdmaClient::new(
                 rdma_fabric,
-                verbs.clone(),
+                verbs,
                 addr,
                 endpoint.clone(),
                 Arc::clone(&signer),
@@ -207,27 +226,13 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
     Ok(Engine {
         shared,
         workers,
+        device_names,
         crew,
         next_worker: AtomicUsize::new(0),
         next_queue_id: AtomicU64::new(1),
         endpoint,
         tls,
     })
-}
-
-/// Which workers run operations: those serving the engine's RDMA device `nic` when any does,
-/// else every worker (HTTP and the soft fabric use no NIC of their own).
-fn eligible_workers(slots: &[placement::Slot], nic: Option<&str>) -> Vec<usize> {
-    let all = 0..slots.len();
-    let on_nic: Vec<usize> = all
-        .clone()
-        .filter(|&i| nic.is_some() && slots.get(i).and_then(|s| s.nic.as_deref()) == nic)
-        .collect();
-    if on_nic.is_empty() {
-        all.collect()
-    } else {
-        on_nic
-    }
 }
 
 /// Signals every worker to stop, then joins them (so none waits on another's shutdown).
@@ -297,6 +302,7 @@ impl Engine {
                 pinned: w.pinned(),
                 nic: w.slot.nic.clone(),
                 numa_node: w.slot.numa_node,
+                rdma_device: self.device_names.get(i).cloned().flatten(),
                 runs_ops: self.crew.eligible.contains(&i),
                 ops: w.executed(),
             })
@@ -334,7 +340,12 @@ impl Engine {
             }
             tracing::warn!("mlock of {len} bytes failed ({source}); using pageable memory");
         }
-        self.shared.registry.insert(mem)
+        let addr = mem
+            .addr_of(0, 1)
+            .map_or(std::ptr::null(), |p| p.as_ptr().cast_const());
+        let h = self.shared.registry.insert(mem)?;
+        crate::nic_plan::bind_host(&self.shared, h, addr);
+        Ok(h)
     }
 
     /// Registers caller-owned memory (the C ABI and GPU pointers go through here).
@@ -356,7 +367,9 @@ impl Engine {
         }
         // SAFETY: forwarded to our caller's contract above.
         let mem = unsafe { RawMem::from_raw(ptr, len) };
-        self.shared.registry.insert(mem)
+        let h = self.shared.registry.insert(mem)?;
+        crate::nic_plan::bind_host(&self.shared, h, ptr.as_ptr());
+        Ok(h)
     }
 
     /// Registers caller memory of either kind: device memory of the engine's GPU runtime goes
@@ -485,6 +498,7 @@ impl Engine {
             }
         }
         let handle = self.shared.registry.insert_device(ptr, len as u64)?;
+        crate::nic_plan::bind_device(&self.shared, handle, ptr.ordinal);
         // GPUDirect hook (gpu/direct.rs): the registration's tier.
         self.attach_gpu_direct(&gpu.rt, handle, ptr, len)?;
         Ok(handle)
@@ -525,6 +539,23 @@ impl Engine {
     #[must_use]
     pub fn gpu_direct_stats(&self) -> crate::gpu::GpuDirectCounters {
         self.shared.gpu_direct.stats.snapshot()
+    }
+
+    /// The NICs (and workers) operations on `handle` run on: device memory is bound to the
+    /// NICs nearest its GPU, host memory to the NICs of its NUMA node (`nic_plan` in the
+    /// crate docs, docs/engine.md "Placement"). `None` when the registration is unbound (no
+    /// RDMA NIC with a worker, an unknown GPU, or an unknown handle): its operations run on
+    /// any worker.
+    #[must_use]
+    pub fn buffer_nics(&self, handle: BufHandle) -> Option<crate::NicAffinity> {
+        self.shared.registry.affinity(handle)
+    }
+
+    /// The workers as planned and the topology they were planned from (for each GPU, the
+    /// NICs its buffers would use: [`crate::PlacementPlan::for_gpu`]).
+    #[must_use]
+    pub fn placement(&self) -> &crate::PlacementPlan {
+        &self.shared.placement
     }
 
     /// Deregisters `handle`, waiting up to `timeout` for operations in flight on it and live
@@ -707,36 +738,5 @@ impl Queue {
     #[must_use]
     pub fn cq_capacity(&self) -> usize {
         self.app.cq_capacity()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn slot(nic: Option<&str>) -> placement::Slot {
-        placement::Slot {
-            core: None,
-            nic: nic.map(str::to_owned),
-            numa_node: None,
-        }
-    }
-
-    #[test]
-    fn ops_go_only_to_workers_of_the_engines_nic() {
-        let slots = [
-            slot(Some("mlx5_0")),
-            slot(Some("mlx5_1")),
-            slot(Some("mlx5_0")),
-        ];
-        assert_eq!(eligible_workers(&slots, Some("mlx5_0")), vec![0, 2]);
-        assert_eq!(eligible_workers(&slots, Some("mlx5_1")), vec![1]);
-        // No RDMA device (HTTP, soft) or one no worker serves: every worker.
-        assert_eq!(eligible_workers(&slots, None), vec![0, 1, 2]);
-        assert_eq!(eligible_workers(&slots, Some("rxe0")), vec![0, 1, 2]);
-        assert_eq!(
-            eligible_workers(&[slot(None), slot(None)], None),
-            vec![0, 1]
-        );
     }
 }

@@ -45,6 +45,15 @@ pub enum EngineError {
     /// A builder setting is out of range (the message says which).
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A NIC named to `EngineBuilder::nics` / `verbs_device` (or the C API's `nicHint`) is not
+    /// an RDMA NIC of this host: no device name, netdev or PCI address matches.
+    #[error("no RDMA NIC matches {hint:?} by name, netdev or PCI address ({})", nic_list(.available))]
+    NicNotFound {
+        /// The hint as given.
+        hint: String,
+        /// The RDMA NICs this host has (empty: none).
+        available: Vec<String>,
+    },
     /// The sysfs topology could not be read for automatic placement.
     #[error("topology: {0}")]
     Topology(#[source] numa::TopoError),
@@ -106,4 +115,12 @@ pub enum EngineError {
     /// registration's bytes in [`crate::Engine::read`] / [`crate::Engine::copy_in`]).
     #[error("GPU: {0}")]
     Gpu(#[source] crate::gpu::GpuError),
+}
+
+fn nic_list(names: &[String]) -> String {
+    if names.is_empty() {
+        "this host has no RDMA NIC".to_owned()
+    } else {
+        format!("NICs here: {}", names.join(", "))
+    }
 }

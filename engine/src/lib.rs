@@ -62,7 +62,9 @@ pub mod fuzzing;
 pub mod gpu;
 mod inflight;
 mod memory;
+mod mempolicy;
 mod multipart;
+mod nic_plan;
 mod placement;
 pub mod retry;
 mod sys;
@@ -76,7 +78,8 @@ pub use error::EngineError;
 pub use fabric::rdma::{DcOp, DcTokenError, DcTokenProvider, Dialect, Fabric};
 pub use fabric::{rc, soft};
 pub use memory::{BufferView, RegisterOptions};
-pub use placement::DEFAULT_WORKERS_PER_NIC;
+pub use nic_plan::{Locality, NicAffinity, PlacementPlan};
+pub use placement::{DEFAULT_WORKERS_PER_NIC, PlannedWorker};
 pub use sys::{monotonic_ns, process_cpu_time};
 
 // What an application needs besides the engine itself, so `engine` is its one dependency and

@@ -1,16 +1,19 @@
 //! Turning a [`Placement`] into the workers to start: a core (or none), and the NIC and NUMA
 //! node each serves.
 //!
-//! `Auto` starts from `numa::Topology::worker_plan` — one slot per RDMA NIC, or per NUMA node
-//! on a host without one, with the CPUs near it — and widens every slot to **one worker per
-//! core of that slot the process may run on** (its scheduler affinity, as `taskset` or a
-//! cgroup cpuset sets it), capped at [`DEFAULT_WORKERS_PER_NIC`] per slot or the builder's
-//! `workers_per_nic`. Cores are handed out lowest first, CPU 0 last (most housekeeping
-//! interrupts land there), round robin between slots that share CPUs (two NICs on one node
-//! split its cores), and never twice while a free one remains. A slot none of whose
-//! CPUs the process may use gets no worker; when that leaves no worker at all (or sysfs is
-//! unreadable) the plan is one worker per allowed core (capped), serving no particular NIC.
-//! It ignores GPU locality, SMT siblings and isolated cores (`isolcpus`).
+//! `Auto` starts from `numa::Topology::worker_plan` — one slot per RDMA NIC (only the NICs
+//! `EngineBuilder::nics` names, when it names any), or per NUMA node on a host without one,
+//! with the CPUs near it — and widens every slot to **one worker per core of that slot the
+//! process may run on** (its scheduler affinity, as `taskset` or a cgroup cpuset sets it),
+//! capped at [`DEFAULT_WORKERS_PER_NIC`] per slot or the builder's `workers_per_nic`. Cores are
+//! handed out lowest first, CPU 0 last (most housekeeping interrupts land there), round robin
+//! between slots that share CPUs (two NICs on one node split its cores), and never twice while
+//! a free one remains. A slot none of whose CPUs the process may use gets no worker; when that
+//! leaves no worker at all (or sysfs is unreadable) the plan is one worker per allowed core
+//! (capped), serving no particular NIC (or the named NICs in turn). `Workers(n)` and
+//! `Cores(..)` serve no NIC unless `nics` names some; then their workers take the named NICs
+//! in turn. It ignores SMT siblings and isolated cores (`isolcpus`); GPU locality is applied
+//! per registration (`nic_plan`).
 
 use crate::config::Placement;
 use crate::error::EngineError;
@@ -20,16 +23,20 @@ use crate::error::EngineError;
 /// than the slot has allowed cores.
 pub const DEFAULT_WORKERS_PER_NIC: usize = 16;
 
-/// One worker to start.
+/// One worker to start (see [`crate::PlacementPlan::workers`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Slot {
+#[non_exhaustive]
+pub struct PlannedWorker {
     /// Core to pin to (`None`: unpinned).
-    pub(crate) core: Option<usize>,
+    pub core: Option<usize>,
     /// The RDMA device (libibverbs name) the worker serves, if the plan has one.
-    pub(crate) nic: Option<String>,
+    pub nic: Option<String>,
     /// The NUMA node of its core or NIC, when known.
-    pub(crate) numa_node: Option<u32>,
+    pub numa_node: Option<u32>,
 }
+
+/// The engine's name for a planned worker.
+pub(crate) type Slot = PlannedWorker;
 
 impl Slot {
     fn unpinned() -> Self {
@@ -41,33 +48,60 @@ impl Slot {
     }
 }
 
-/// The workers to start for `p`; `per_nic` caps `Auto`'s workers per slot.
-pub(crate) fn plan(p: &Placement, per_nic: usize) -> Result<Vec<Slot>, EngineError> {
-    match p {
-        Placement::Workers(0) => Err(EngineError::Config(
-            "Placement::Workers(0): need at least one worker".into(),
-        )),
-        Placement::Workers(n) => Ok(vec![Slot::unpinned(); *n]),
-        Placement::Cores(c) if c.is_empty() => Err(EngineError::Config(
-            "Placement::Cores: empty core list".into(),
-        )),
-        Placement::Cores(c) => Ok(c
+/// The workers to start for `p`; `per_nic` caps `Auto`'s workers per slot. `topo` is the
+/// host's topology (`None`: unreadable), `only` the indices of the NICs `EngineBuilder::nics`
+/// named (empty: every NIC), `allowed` the cores the process may run on (empty: unknown).
+pub(crate) fn plan(
+    p: &Placement,
+    per_nic: usize,
+    topo: Option<&numa::Topology>,
+    only: &[usize],
+    allowed: &[u32],
+) -> Result<Vec<Slot>, EngineError> {
+    let mut slots = match p {
+        Placement::Workers(0) => {
+            return Err(EngineError::Config(
+                "Placement::Workers(0): need at least one worker".into(),
+            ));
+        }
+        Placement::Workers(n) => vec![Slot::unpinned(); *n],
+        Placement::Cores(c) if c.is_empty() => {
+            return Err(EngineError::Config(
+                "Placement::Cores: empty core list".into(),
+            ));
+        }
+        Placement::Cores(c) => c
             .iter()
             .map(|&c| Slot {
                 core: Some(c),
                 ..Slot::unpinned()
             })
-            .collect()),
-        Placement::Auto if per_nic == 0 => Err(EngineError::Config(
-            "workers_per_nic must be at least 1".into(),
-        )),
-        Placement::Auto => Ok(auto(per_nic)),
+            .collect(),
+        Placement::Auto if per_nic == 0 => {
+            return Err(EngineError::Config(
+                "workers_per_nic must be at least 1".into(),
+            ));
+        }
+        Placement::Auto => expand(&targets(topo, only), allowed, per_nic),
+    };
+    // Workers that serve no NIC take the named ones in turn.
+    if let Some(topo) = topo {
+        let named: Vec<&numa::Nic> = only.iter().filter_map(|&i| topo.nics.get(i)).collect();
+        for (slot, nic) in slots
+            .iter_mut()
+            .filter(|s| s.nic.is_none())
+            .zip(named.iter().cycle())
+        {
+            slot.nic = Some(nic.name.clone());
+            slot.numa_node = slot.numa_node.or(nic.numa_node);
+        }
     }
+    Ok(slots)
 }
 
 /// The cores this thread (and so, normally, the process) may run on, in increasing order;
 /// empty when the affinity cannot be read.
-fn allowed_cores() -> Vec<u32> {
+pub(crate) fn allowed_cores() -> Vec<u32> {
     let mut ids: Vec<u32> = core_affinity::get_core_ids()
         .unwrap_or_default()
         .into_iter()
@@ -78,29 +112,34 @@ fn allowed_cores() -> Vec<u32> {
     ids
 }
 
-fn auto(per_nic: usize) -> Vec<Slot> {
-    let allowed = allowed_cores();
-    let planned = numa::Topology::from_system().and_then(|t| {
-        let plan = t.worker_plan()?;
-        Ok(plan
-            .into_iter()
-            .map(|w| {
-                let (nic, node) = match w.target {
-                    numa::WorkerTarget::Nic(i) => t
-                        .nics
-                        .get(i)
-                        .map_or((None, None), |n| (Some(n.name.clone()), n.numa_node)),
-                    numa::WorkerTarget::Node(id) => (None, Some(id)),
-                };
-                Target {
-                    nic,
-                    numa_node: node,
-                    cpus: w.cpus.iter().collect(),
-                }
-            })
-            .collect::<Vec<_>>())
-    });
-    expand(&planned.unwrap_or_default(), &allowed, per_nic)
+/// The topology's worker slots, restricted to the NICs in `only` when it names any.
+fn targets(topo: Option<&numa::Topology>, only: &[usize]) -> Vec<Target> {
+    let Some(t) = topo else {
+        return Vec::new();
+    };
+    let Ok(plan) = t.worker_plan() else {
+        return Vec::new();
+    };
+    plan.into_iter()
+        .filter(|w| match w.target {
+            numa::WorkerTarget::Nic(i) => only.is_empty() || only.contains(&i),
+            numa::WorkerTarget::Node(_) => only.is_empty(),
+        })
+        .map(|w| {
+            let (nic, node) = match w.target {
+                numa::WorkerTarget::Nic(i) => t
+                    .nics
+                    .get(i)
+                    .map_or((None, None), |n| (Some(n.name.clone()), n.numa_node)),
+                numa::WorkerTarget::Node(id) => (None, Some(id)),
+            };
+            Target {
+                nic,
+                numa_node: node,
+                cpus: w.cpus.iter().collect(),
+            }
+        })
+        .collect()
 }
 
 /// One slot of the topology's plan: what it serves and the CPUs near it.
@@ -182,6 +221,7 @@ mod tests {
     #[test]
     fn explicit_placements() {
         let cores = |v: Vec<Slot>| v.into_iter().map(|s| s.core).collect::<Vec<_>>();
+        let plan = |p: &Placement, n| plan(p, n, None, &[], &[]);
         assert_eq!(
             cores(plan(&Placement::Workers(2), 4).unwrap()),
             vec![None, None]
@@ -194,6 +234,45 @@ mod tests {
         assert!(plan(&Placement::Cores(vec![]), 4).is_err());
         assert!(plan(&Placement::Auto, 0).is_err());
         assert!(!plan(&Placement::Auto, 4).unwrap().is_empty());
+    }
+
+    fn hgx() -> numa::Topology {
+        let root =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../numa/fixtures/hgx-h100");
+        numa::Topology::from_root(root).unwrap()
+    }
+
+    #[test]
+    fn named_nics_restrict_auto_and_are_dealt_to_explicit_workers() {
+        let t = hgx();
+        let all: Vec<u32> = t.online_cpus.iter().collect();
+        let nics = |v: &[Slot]| v.iter().map(|s| s.nic.clone().unwrap()).collect::<Vec<_>>();
+        // Auto over NICs 0 and 4 only (mlx5_0 on socket 0, mlx5_6 on socket 1).
+        let p = plan(&Placement::Auto, 2, Some(&t), &[0, 4], &all).unwrap();
+        assert_eq!(nics(&p), ["mlx5_0", "mlx5_0", "mlx5_6", "mlx5_6"]);
+        assert_eq!(cores(&p), [1, 2, 56, 57].map(Some).to_vec());
+        // Unrestricted: every NIC.
+        assert_eq!(
+            plan(&Placement::Auto, 1, Some(&t), &[], &all)
+                .unwrap()
+                .len(),
+            8
+        );
+        // Workers(3) and Cores take the named NICs in turn, with their nodes.
+        let p = plan(&Placement::Workers(3), 1, Some(&t), &[0, 4], &all).unwrap();
+        assert_eq!(nics(&p), ["mlx5_0", "mlx5_6", "mlx5_0"]);
+        assert_eq!(p[1].numa_node, Some(1));
+        assert_eq!(p[1].core, None);
+        let p = plan(&Placement::Cores(vec![7, 9]), 1, Some(&t), &[4], &all).unwrap();
+        assert_eq!(nics(&p), ["mlx5_6", "mlx5_6"]);
+        assert_eq!(cores(&p), [7, 9].map(Some).to_vec());
+        // Without names they serve no NIC, as before.
+        let p = plan(&Placement::Workers(2), 1, Some(&t), &[], &all).unwrap();
+        assert!(p.iter().all(|s| s.nic.is_none()));
+        // The process confined to socket 0's cores: the named socket-1 NIC still gets the
+        // fallback workers rather than none.
+        let p = plan(&Placement::Auto, 2, Some(&t), &[4], &[1, 2]).unwrap();
+        assert_eq!(nics(&p), ["mlx5_6", "mlx5_6"]);
     }
 
     fn target(nic: Option<&str>, node: u32, cpus: std::ops::Range<u32>) -> Target {

@@ -24,6 +24,7 @@ mod error;
 mod model;
 pub mod pci;
 mod placement;
+mod select;
 pub mod sysfs;
 
 pub use classify::{Distance, PathClass};
@@ -33,3 +34,4 @@ pub use error::TopoError;
 pub use model::{Gpu, GpuVendor, NetFunction, Nic, NumaNode, RdmaPort, Topology};
 pub use pci::{PciAddr, PciPath};
 pub use placement::{Endpoint, Matrix, Worker, WorkerTarget};
+pub use select::{NicTier, parse_pci_hint};

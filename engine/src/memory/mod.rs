@@ -47,6 +47,7 @@ use ring_api::BufHandle;
 use crate::error::EngineError;
 use crate::gpu::direct::{DirectSource, DmabufSpan};
 use crate::gpu::{DevicePtr, GpuRuntime};
+use crate::nic_plan::NicAffinity;
 use bounce::BounceRange;
 use raw::RawMem;
 
@@ -158,6 +159,9 @@ pub(crate) struct Region {
     closing: AtomicBool,
     /// The dmabuf of a GPUDirect-tier device registration.
     direct: OnceLock<DirectSource>,
+    /// The NICs (and workers) its operations run on, set once right after registration
+    /// (`nic_plan`); unset: any worker.
+    affinity: OnceLock<NicAffinity>,
 }
 
 impl Region {
@@ -318,6 +322,11 @@ impl LeaseGuard {
         })
     }
 
+    /// The workers operations on this registration run on; `None`: any worker.
+    pub(crate) fn workers(&self) -> Option<&[usize]> {
+        self.region.affinity.get().map(|a| a.workers.as_slice())
+    }
+
     /// Whether the operation holding this lease writes the range.
     pub(crate) fn is_exclusive(&self) -> bool {
         self.exclusive
@@ -475,6 +484,7 @@ impl Registry {
             drained: Condvar::new(),
             closing: AtomicBool::new(false),
             direct: OnceLock::new(),
+            affinity: OnceLock::new(),
         });
         self.map
             .write()
@@ -504,6 +514,18 @@ impl Registry {
                 crate::gpu::GpuTier::Staged
             }
         }))
+    }
+
+    /// Binds a registration to NICs (once; later calls are ignored).
+    pub(crate) fn set_affinity(&self, handle: BufHandle, affinity: NicAffinity) {
+        if let Some(r) = self.get(handle) {
+            let _ = r.affinity.set(affinity);
+        }
+    }
+
+    /// The NICs a registration is bound to, if any.
+    pub(crate) fn affinity(&self, handle: BufHandle) -> Option<NicAffinity> {
+        self.get(handle).and_then(|r| r.affinity.get().cloned())
     }
 
     pub(crate) fn get(&self, handle: BufHandle) -> Option<Arc<Region>> {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use mio::{Events, Poll};
 use ring_api::{Cqe, WorkerQueue};
 
-use super::handoff::{Inbox, Msg, Outbox};
+use super::handoff::{self, Inbox, Msg, Outbox};
 use super::{Crew, WAKER};
 use crate::dispatch::{Dispatch, DispatchCtx, dispatch};
 use crate::engine::Shared;
@@ -276,13 +276,21 @@ impl Worker {
                             self.read_loads();
                             loads_read = true;
                         }
+                        // A registration bound to NICs runs on their workers only.
+                        let among = op.buf.as_ref().and_then(|b| b.workers());
                         let to = match block {
-                            Some((to, left)) if left > 0 => {
+                            Some((to, left)) if left > 0 && handoff::may_run(among, to) => {
                                 block = Some((to, left - 1));
                                 to
                             }
                             _ => {
-                                let to = self.least_loaded();
+                                let among = among.unwrap_or(&self.crew.eligible);
+                                let to = handoff::least_loaded(
+                                    &self.loads,
+                                    among,
+                                    self.index,
+                                    &mut self.rotor,
+                                );
                                 block = Some((to, run - 1));
                                 to
                             }
@@ -303,29 +311,6 @@ impl Worker {
                 *l = p.inbox.load.load(Ordering::Relaxed);
             }
         }
-    }
-
-    /// The least-loaded eligible worker; this one on a tie (no hand-off), else the ties
-    /// rotate.
-    fn least_loaded(&mut self) -> usize {
-        let n = self.crew.eligible.len();
-        let mut best = self.index;
-        let mut best_load = self.loads.get(best).copied().unwrap_or(usize::MAX);
-        if n == 0 {
-            return best;
-        }
-        self.rotor = self.rotor.wrapping_add(1);
-        for k in 0..n {
-            let Some(&w) = self.crew.eligible.get((self.rotor + k) % n) else {
-                continue;
-            };
-            let l = self.loads.get(w).copied().unwrap_or(usize::MAX);
-            if l < best_load {
-                best = w;
-                best_load = l;
-            }
-        }
-        best
     }
 
     /// Starts `op` (from one of this worker's queues) here or on worker `to`, remembering

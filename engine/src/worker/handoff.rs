@@ -150,9 +150,73 @@ impl Outbox {
     }
 }
 
+/// Whether an operation whose registration is bound to workers `among` (`None`: unbound) may
+/// run on worker `w`.
+pub(crate) fn may_run(among: Option<&[usize]>, w: usize) -> bool {
+    among.is_none_or(|a| a.contains(&w))
+}
+
+/// The least-loaded worker of `among` by `loads`: worker `me` on a tie when it is one of them
+/// (no hand-off), else the ties rotate with `rotor`. `among` is the engine's eligible workers,
+/// or the workers of a registration's NICs (a subset of them).
+pub(crate) fn least_loaded(
+    loads: &[usize],
+    among: &[usize],
+    me: usize,
+    rotor: &mut usize,
+) -> usize {
+    let n = among.len();
+    let Some(&first) = among.first() else {
+        return me;
+    };
+    let (mut best, mut best_load) = if among.contains(&me) {
+        (me, loads.get(me).copied().unwrap_or(usize::MAX))
+    } else {
+        (first, usize::MAX)
+    };
+    *rotor = rotor.wrapping_add(1);
+    for k in 0..n {
+        let Some(&w) = among.get((*rotor + k) % n) else {
+            continue;
+        };
+        let l = loads.get(w).copied().unwrap_or(usize::MAX);
+        if l < best_load {
+            best = w;
+            best_load = l;
+        }
+    }
+    best
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn least_loaded_stays_inside_the_registrations_workers() {
+        let loads = [5, 0, 0, 3, 1, 9];
+        let mut rotor = 0;
+        // Unbound: the idle workers 1 and 2 (rotating), never the busy ones.
+        let all = [0, 1, 2, 3, 4, 5];
+        for _ in 0..4 {
+            let w = least_loaded(&loads, &all, 0, &mut rotor);
+            assert!(w == 1 || w == 2, "{w}");
+        }
+        // Bound to the workers of one NIC (3, 4, 5): the least loaded of them, even though
+        // workers 1 and 2 are idle.
+        for me in 0..6 {
+            assert_eq!(least_loaded(&loads, &[3, 4, 5], me, &mut rotor), 4);
+        }
+        // The owner keeps a tie only when it is one of the registration's workers.
+        assert_eq!(least_loaded(&[1, 1, 1], &[1, 2], 1, &mut rotor), 1);
+        let w = least_loaded(&[1, 1, 1], &[1, 2], 0, &mut rotor);
+        assert!(w == 1 || w == 2);
+        // Every candidate saturated (not eligible): still one of them.
+        assert_eq!(least_loaded(&[0, usize::MAX], &[1], 0, &mut rotor), 1);
+        assert!(may_run(None, 7));
+        assert!(may_run(Some(&[3, 4]), 4));
+        assert!(!may_run(Some(&[3, 4]), 1));
+    }
 
     #[test]
     fn batches_reach_their_worker_in_order_with_one_wake() {

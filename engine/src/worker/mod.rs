@@ -72,8 +72,9 @@ impl Prepared {
 pub(crate) struct Crew {
     /// Every worker, by index.
     pub(crate) peers: Vec<Peer>,
-    /// Indices of the workers operations may be handed to (those bound to the engine's RDMA
-    /// NIC when it has one and some workers serve it; otherwise all).
+    /// Indices of the workers operations may be handed to (those whose NIC's verbs device
+    /// opened, when any did; otherwise all). A registration bound to NICs narrows this further
+    /// to its NICs' workers (`nic_plan`, `handoff::least_loaded`).
     pub(crate) eligible: Vec<usize>,
 }
 

@@ -4,7 +4,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// The committed fixture tree `name` (`hgx-h100`, `dev-vm`, `h200-vm`).
+/// The committed fixture tree `name` (`hgx-h100`, `dev-vm`, `h200-vm`, `two-socket-2nic`,
+/// `mi300x`).
 pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fixtures")
