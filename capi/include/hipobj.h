@@ -138,7 +138,23 @@ typedef struct {
   int gpuDevice;         /**< HIP/CUDA device index, or -1: no GPU probing */
   const char* nicHint;   /**< verbs device name ("mlx5_0", "rxe0") or its PCI address ("0000:3b:00.0"); NULL: the default device */
   uint32_t dialect;      /**< HIPOBJ_DIALECT_*: 0 (AUTO, the default) negotiates */
+  uint32_t fabric;       /**< HIPOBJ_FABRIC_*: 0 (AUTO, the default) picks the data path */
 } hipObjConfig_t;
+
+/** Fabric: RDMA when the endpoint pairs (verbs when this host has an RDMA
+ *  device, else the soft fabric), learned per worker; HTTP bodies otherwise. An
+ *  op waits at most 150 ms for a pairing in progress, then goes over HTTP. */
+#define HIPOBJ_FABRIC_AUTO 0u
+/** Fabric: payloads in the HTTP body only (never pairs). */
+#define HIPOBJ_FABRIC_HTTP 1u
+/** Fabric: the soft RDMA fabric (RC over TCP), always tried first; ops wait for
+ *  the pairing, and a request the endpoint does not take over RDMA (a plain S3
+ *  server) goes over HTTP. */
+#define HIPOBJ_FABRIC_SOFT 2u
+/** Fabric: RDMA over libibverbs (nicHint, else the first device); ops wait for
+ *  the pairing; per-request HTTP fallback as SOFT. hipObjInit fails with
+ *  hipObjNicNotFound when this host has no usable verbs device. */
+#define HIPOBJ_FABRIC_VERBS 3u
 
 /** Dialect: negotiate (rc-persistent, then hipobj-rc-v2, then HTTP; learned per endpoint). */
 #define HIPOBJ_DIALECT_AUTO 0u
@@ -165,15 +181,19 @@ typedef struct {
 
 /**
  * Resolves credentials, starts the engine's worker threads. Does not contact
- * the server. The engine uses its automatic fabric: each worker pairs once with
- * the endpoint over RDMA (verbs when this host has an RDMA device -- nicHint
- * picks which -- else the soft fabric) and falls back to HTTP bodies when the
- * endpoint does not pair (a plain S3 server); dialect chooses what is
- * negotiated. hipObjGetStats / hipObjCompletion_t.flags say which path and
- * dialect carried each op. Errors: hipObjInvalidValue (NULL config, flags != 0,
- * gpuDevice < -1, dialect > 3, empty nicHint, no endpoint, unresolvable host,
- * bad credentials file or CA bundle), hipObjNicNotFound (nicHint names no RDMA
- * device of this host), hipObjAlreadyInitialized.
+ * the server. fabric picks the data path (HIPOBJ_FABRIC_*); with the default
+ * (AUTO) each worker pairs once with the endpoint over RDMA (verbs when this
+ * host has an RDMA device -- nicHint picks which -- else the soft fabric) and
+ * falls back to HTTP bodies when the endpoint does not pair (a plain S3
+ * server); dialect chooses what is negotiated. hipObjGetStats /
+ * hipObjCompletion_t.flags say which path and dialect carried each op.
+ * HIPOBJ_LOG=error|warn|info|debug|trace in the environment prints the
+ * engine's events at that level to stderr (unset: silent).
+ * Errors: hipObjInvalidValue (NULL config, flags != 0, gpuDevice < -1,
+ * dialect > 3, fabric > 3, empty nicHint, no endpoint, unresolvable host,
+ * bad credentials file or CA bundle, unknown HIPOBJ_LOG level),
+ * hipObjNicNotFound (nicHint names no RDMA device of this host, or fabric is
+ * VERBS and verbs cannot be used here), hipObjAlreadyInitialized.
  * If gpuDevice >= 0 the HIP/CUDA runtime is probed so that hipObjBufRegister
  * can recognise device pointers (and register them with the engine's staging).
  * Thread safety: call once, before other calls; not concurrently with Shutdown.

@@ -123,6 +123,7 @@ pub unsafe extern "C" fn hipObjInit(config: *const HipObjConfig) -> HipObjError 
                 gpu_device: c.gpu_device,
                 nic_hint: opt_str(c.nic_hint, "config.nicHint")?,
                 dialect: c.dialect,
+                fabric: c.fabric,
             }
         };
         state::init(settings)

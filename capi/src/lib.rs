@@ -11,7 +11,8 @@
 //! - [`ffi`]: every `extern "C"` function; the only module with `unsafe` code. Catches panics,
 //!   checks pointers, converts C values to Rust values and back.
 //! - [`state`]: the process-wide library instance (engine, handles, queue pool).
-//! - [`nic`]: `nicHint` → the verbs device.
+//! - [`nic`]: `nicHint` → the verbs device; [`fabric`]: `config.fabric` → the engine's fabric.
+//! - [`log`]: `HIPOBJ_LOG`, the engine's events on stderr.
 //! - [`stats`]: which path and dialect carried each op.
 //! - [`registry`]: pointer → (engine buffer handle, offset), sorted by address.
 //! - [`io`]: synchronous GET/PUT; [`batch`]: the queue extension; [`diag`]: naming the S3 error
@@ -27,8 +28,10 @@
 pub mod batch;
 pub mod diag;
 pub mod error;
+pub mod fabric;
 pub mod ffi;
 pub mod io;
+pub mod log;
 pub mod nic;
 pub mod registry;
 pub mod state;

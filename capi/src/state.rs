@@ -47,6 +47,8 @@ pub struct Settings {
     pub nic_hint: Option<String>,
     /// `HIPOBJ_DIALECT_*` (0: negotiate).
     pub dialect: u32,
+    /// `HIPOBJ_FABRIC_*` (0: automatic).
+    pub fabric: u32,
 }
 
 /// The engine dialect a `HIPOBJ_DIALECT_*` value names (`None`: not one of them).
@@ -203,6 +205,8 @@ impl Library {
                 ),
             )
         })?;
+        let fabric = crate::fabric::fabric_of(s.fabric)?;
+        crate::log::init_from_env()?;
         let overrides = Overrides {
             access_key_id: s.access_key.clone(),
             secret_access_key: s.secret_key.clone(),
@@ -225,8 +229,11 @@ impl Library {
             .endpoint_url(url)
             .credentials(resolved.credentials)
             .region(resolved.region)
-            .fabric(engine::Fabric::Auto)
+            .fabric(fabric)
             .dialect(dialect);
+        if fabric == engine::Fabric::Verbs {
+            crate::fabric::require_verbs(&engine::verbs::probe())?;
+        }
         if let Some(hint) = &s.nic_hint {
             builder = builder.verbs_device(crate::nic::resolve(hint)?);
         }

@@ -52,10 +52,13 @@ pub struct HipObjConfig {
     pub flags: u32,
     /// HIP/CUDA device index, or -1 for none.
     pub gpu_device: c_int,
-    /// RDMA NIC name hint, or NULL (unused until an RDMA fabric lands).
+    /// RDMA device name or PCI address, or NULL (the engine's default device).
     pub nic_hint: *const c_char,
     /// `HIPOBJ_DIALECT_*` (0: negotiate).
     pub dialect: u32,
+    /// `HIPOBJ_FABRIC_*` (0: automatic). Sits in what was the struct's tail padding, so the
+    /// size is unchanged.
+    pub fabric: u32,
 }
 
 /// `hipObjOp_t`: one entry of a batch submission.
@@ -226,6 +229,10 @@ pub fn layout_facts() -> Vec<(&'static str, usize)> {
             "offsetof(hipObjConfig_t, dialect)",
             offset_of!(HipObjConfig, dialect),
         ),
+        (
+            "offsetof(hipObjConfig_t, fabric)",
+            offset_of!(HipObjConfig, fabric),
+        ),
         ("sizeof(hipObjOp_t)", size_of::<HipObjOp>()),
         ("offsetof(hipObjOp_t, kind)", offset_of!(HipObjOp, kind)),
         ("offsetof(hipObjOp_t, flags)", offset_of!(HipObjOp, flags)),
@@ -338,6 +345,10 @@ pub fn constant_facts() -> Vec<(String, i64)> {
             ("HIPOBJ_PATH_RDMA_VERBS", i64::from(PATH_RDMA_VERBS)),
             ("HIPOBJ_STATS_PATHS", STATS_PATHS as i64),
             ("HIPOBJ_STATS_DIALECTS", STATS_DIALECTS as i64),
+            ("HIPOBJ_FABRIC_AUTO", i64::from(crate::fabric::FABRIC_AUTO)),
+            ("HIPOBJ_FABRIC_HTTP", i64::from(crate::fabric::FABRIC_HTTP)),
+            ("HIPOBJ_FABRIC_SOFT", i64::from(crate::fabric::FABRIC_SOFT)),
+            ("HIPOBJ_FABRIC_VERBS", i64::from(crate::fabric::FABRIC_VERBS)),
             ("HIPOBJ_RDMA_OP_PUT", i64::from(RDMA_OP_PUT)),
             ("HIPOBJ_RDMA_OP_GET", i64::from(RDMA_OP_GET)),
             (
