@@ -11,6 +11,8 @@
  *   - object handles come from hipObjOpen(bucket, key, &handle);
  *   - a batch extension (hipObjQueue*), hipObjGetLastErrorMessage and the
  *     path/dialect report (hipObjGetStats, hipObjGetLastOpInfo) are added.
+ *   - hipObjConfig_t gains dialect and fabric (HIPOBJ_DIALECT_*, HIPOBJ_FABRIC_*)
+ *     after the seed's fields (source-compatible; rebuild against this header).
  * Maintained by hand; capi/tests/header.rs checks it against the library
  * (exported symbols both ways, struct layouts, every constant). The full
  * guide is docs/c-api.md.

@@ -56,8 +56,8 @@ pub struct HipObjConfig {
     pub nic_hint: *const c_char,
     /// `HIPOBJ_DIALECT_*` (0: negotiate).
     pub dialect: u32,
-    /// `HIPOBJ_FABRIC_*` (0: automatic). Sits in what was the struct's tail padding, so the
-    /// size is unchanged.
+    /// `HIPOBJ_FABRIC_*` (0: automatic). Sits in what was the tail padding after `dialect`,
+    /// so the size is unchanged.
     pub fabric: u32,
 }
 
