@@ -21,9 +21,7 @@ pub fn level_of(value: &str) -> CResult<Option<tracing::Level>> {
         other => {
             return Err(Fail::new(
                 OpError::InvalidValue,
-                format!(
-                    "{ENV}={other:?}: expected off, error, warn, info, debug or trace"
-                ),
+                format!("{ENV}={other:?}: expected off, error, warn, info, debug or trace"),
             ));
         }
     }))

@@ -348,7 +348,10 @@ pub fn constant_facts() -> Vec<(String, i64)> {
             ("HIPOBJ_FABRIC_AUTO", i64::from(crate::fabric::FABRIC_AUTO)),
             ("HIPOBJ_FABRIC_HTTP", i64::from(crate::fabric::FABRIC_HTTP)),
             ("HIPOBJ_FABRIC_SOFT", i64::from(crate::fabric::FABRIC_SOFT)),
-            ("HIPOBJ_FABRIC_VERBS", i64::from(crate::fabric::FABRIC_VERBS)),
+            (
+                "HIPOBJ_FABRIC_VERBS",
+                i64::from(crate::fabric::FABRIC_VERBS),
+            ),
             ("HIPOBJ_RDMA_OP_PUT", i64::from(RDMA_OP_PUT)),
             ("HIPOBJ_RDMA_OP_GET", i64::from(RDMA_OP_GET)),
             (

@@ -369,7 +369,15 @@ fn verbs_fabric_without_a_verbs_device_is_nic_not_found() {
     let endpoint = format!("http://{}", gw.local_addr());
     let out = run(
         &exe,
-        &[&endpoint, ACCESS, SECRET, BUCKET, "rdma-verbs", "0", "verbs"],
+        &[
+            &endpoint,
+            ACCESS,
+            SECRET,
+            BUCKET,
+            "rdma-verbs",
+            "0",
+            "verbs",
+        ],
         dir.path(),
     );
     gw.shutdown();
