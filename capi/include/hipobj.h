@@ -124,6 +124,27 @@ HIPOBJ_API const char* hipObjGetLastErrorMessage(void);
 typedef void* hipObjHandle_t;
 
 /**
+ * cuObject DC descriptor provider (hipObjConfig_t.dcTokenProvider): what
+ * cuMemObjGetRDMAToken(ptr, size, 0, op, &desc) does. Mints the descriptor for
+ * the `size` bytes at `addr` (the op's buffer range, inside a registered
+ * buffer), `op` HIPOBJ_RDMA_OP_GET (the server writes into it) or
+ * HIPOBJ_RDMA_OP_PUT (the server reads it): writes it NUL-terminated into `out`
+ * (`outSize` = HIPOBJ_DC_TOKEN_MAX bytes) -- 81 characters
+ * "%016x:%08x:%08x:%04x:%06x:%1x:%032x" (address, size, rkey, reserved, DCT
+ * number, DC key kind, GID), optionally followed by ":<addr 16 hex>:<size 16
+ * hex>" -- and returns 0. Non-zero, no NUL, or a descriptor naming another
+ * address or fewer bytes: the op goes over HTTP instead (never an error).
+ * Threading: called on the library's worker threads, never the caller's, from
+ * several threads at once, once per RDMA attempt; it must be thread-safe, fast
+ * and non-blocking, must not call hipObj* functions, and it and `ctx` must stay
+ * valid from hipObjInit until hipObjShutdown returns.
+ */
+typedef int (*hipObjDcTokenProvider_t)(void* ctx, uint64_t addr, uint64_t size, int op,
+                                       char* out, size_t outSize);
+/** Size of the buffer a hipObjDcTokenProvider_t writes, NUL included. */
+#define HIPOBJ_DC_TOKEN_MAX 128
+
+/**
  * Configuration for hipObjInit. NULL strings fall back to the AWS conventions:
  * endpoint -> AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL or the profile's
  * endpoint_url; region -> AWS_REGION / AWS_DEFAULT_REGION, the profile, then
@@ -141,6 +162,8 @@ typedef struct {
   const char* nicHint;   /**< verbs device name ("mlx5_0", "rxe0") or its PCI address ("0000:3b:00.0"); NULL: the default device */
   uint32_t dialect;      /**< HIPOBJ_DIALECT_*: 0 (AUTO, the default) negotiates */
   uint32_t fabric;       /**< HIPOBJ_FABRIC_*: 0 (AUTO, the default) picks the data path */
+  hipObjDcTokenProvider_t dcTokenProvider; /**< cuObject descriptors; NULL: no cuObject dialect */
+  void* dcTokenContext;  /**< passed to dcTokenProvider as ctx */
 } hipObjConfig_t;
 
 /** Fabric: RDMA when the endpoint pairs (verbs when this host has an RDMA
@@ -158,7 +181,8 @@ typedef struct {
  *  hipObjNicNotFound when this host has no usable verbs device. */
 #define HIPOBJ_FABRIC_VERBS 3u
 
-/** Dialect: negotiate (rc-persistent, then hipobj-rc-v2, then HTTP; learned per endpoint). */
+/** Dialect: negotiate (rc-persistent, then hipobj-rc-v2, then cuObject with a
+ *  dcTokenProvider, then HTTP; learned per endpoint). */
 #define HIPOBJ_DIALECT_AUTO 0u
 /** Dialect: rc-persistent only (then HTTP). */
 #define HIPOBJ_DIALECT_RC_PERSISTENT 1u
@@ -166,6 +190,10 @@ typedef struct {
 #define HIPOBJ_DIALECT_RC_V2 2u
 /** Dialect: payloads in the HTTP body only. */
 #define HIPOBJ_DIALECT_HTTP 3u
+/** Dialect: cuObject DC descriptors from dcTokenProvider, one request per op
+ *  (then HTTP; hipObjInit refuses it without a provider). Under AUTO, cuObject
+ *  is negotiated after rc-persistent and hipobj-rc-v2 when a provider is set. */
+#define HIPOBJ_DIALECT_CUOBJECT 4u
 
 /** Largest registration in bytes (inclusive): 4 GiB. */
 #define HIPOBJ_MAX_REGISTRATION 4294967296ULL
@@ -192,7 +220,7 @@ typedef struct {
  * HIPOBJ_LOG=error|warn|info|debug|trace in the environment prints the
  * engine's events at that level to stderr (unset: silent).
  * Errors: hipObjInvalidValue (NULL config, flags != 0, gpuDevice < -1,
- * dialect > 3, fabric > 3, empty nicHint, no endpoint, unresolvable host,
+ * dialect > 4, CUOBJECT without dcTokenProvider, fabric > 3, empty nicHint, no endpoint, unresolvable host,
  * bad credentials file or CA bundle, unknown HIPOBJ_LOG level),
  * hipObjNicNotFound (nicHint names no RDMA device of this host, or fabric is
  * VERBS and verbs cannot be used here), hipObjAlreadyInitialized.

@@ -390,3 +390,43 @@ fn verbs_fabric_without_a_verbs_device_is_nic_not_found() {
     );
     println!("{stderr}");
 }
+
+/// Runs `capi/tests/c/cuobject.c` against the gateway without an RDMA target (it answers a DC
+/// descriptor with `x-amz-rdma-reply: 501`, as in `engine/tests/rdma_cuobject_wire.rs`).
+fn run_cuobject(dialect: &str, mode: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("cuobject", dir.path());
+    let gw = gateway(&dir.path().join("objects"));
+    let endpoint = format!("http://{}", gw.local_addr());
+    let out = run(
+        &exe,
+        &[&endpoint, ACCESS, SECRET, BUCKET, dialect, mode],
+        dir.path(),
+    );
+    let out = expect_ok(&out, "cuobject ok");
+    gw.shutdown();
+    assert!(out.contains("dialects: http=3\n"), "{out}");
+    println!("{out}");
+    out
+}
+
+/// cuObject from C (`HIPOBJ_DIALECT_CUOBJECT` + `dcTokenProvider`): the C provider is asked,
+/// on a worker thread, for exactly each op's buffer range and direction; the gateway cannot
+/// serve DC, so every op then completes over `http`, byte-exact.
+#[test]
+fn cuobject_provider_mints_per_op_and_a_dc_less_gateway_falls_back_to_http() {
+    run_cuobject("4", "mint");
+}
+
+/// A provider that returns non-zero: no descriptor, each op over `http`, none fails.
+#[test]
+fn cuobject_provider_refusing_sends_ops_over_http() {
+    run_cuobject("4", "refuse");
+}
+
+/// `HIPOBJ_DIALECT_AUTO` with a provider against a gateway that refuses both RC dialects:
+/// negotiation reaches cuObject (the provider is asked for every op), then HTTP.
+#[test]
+fn auto_dialect_negotiates_cuobject_when_a_provider_is_set() {
+    run_cuobject("0", "mint");
+}

@@ -77,6 +77,14 @@ int main(int argc, char** argv) {
   OK(hipObjInit(&bad));
   OK(hipObjShutdown());
   bad.fabric = HIPOBJ_FABRIC_AUTO;
+  /* cuObject descriptors come from a provider: the dialect without one is refused. */
+  bad.dialect = HIPOBJ_DIALECT_CUOBJECT;
+  CHECK(hipObjInit(&bad), hipObjInvalidValue);
+  expect_detail("dcTokenProvider");
+  bad.dialect = HIPOBJ_DIALECT_CUOBJECT + 1;
+  CHECK(hipObjInit(&bad), hipObjInvalidValue);
+  expect_detail("config.dialect");
+  bad.dialect = HIPOBJ_DIALECT_AUTO;
   bad.endpoint = "ftp://x";
   CHECK(hipObjInit(&bad), hipObjInvalidValue);
   bad.endpoint = NULL; /* and no AWS_ENDPOINT_URL in the environment */
