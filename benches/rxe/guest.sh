@@ -45,7 +45,7 @@ export HIPOBJ_TEST_ACCESS=gwtestkey HIPOBJ_TEST_SECRET=gwtestsecret/abcdef012345
 if [ $ROLE = server ]; then
   timeout 120 $BIN/verbs_rc_peer server 18600 rxe0 | tee /tmp/peer.txt
   grep -q VERBS_PEER_SERVER_OK /tmp/peer.txt || bad "verbs_rc_peer server"
-  mkdir -p /tmp/gwroot
+  mkdir -p /tmp/gwroot/capi-bucket
   timeout 400 $BIN/hipobj serve --fabric verbs --rdma-device rxe0 --listen $IP:$GW_PORT --root /tmp/gwroot \
       --access-key $HIPOBJ_TEST_ACCESS --secret-key $HIPOBJ_TEST_SECRET > /tmp/serve.txt 2>&1 & GW=$!
   listening $GW_PORT || bad "hipobj serve --fabric verbs did not listen"; cat /tmp/serve.txt
@@ -61,6 +61,20 @@ elif [ $ROLE = client ]; then
   ENGINE_TEST_NIC=rxe0 HIPOBJ_VERBS_GATEWAY=192.0.2.1:$GW_PORT RUST_BACKTRACE=1 \
     timeout 300 $BIN/rdma_matrix --ignored --nocapture --test-threads=1 \
       verbs_rc_persistent_all_ops verbs_rc_v2_all_ops || bad "rdma_matrix across two VMs"
+  # The C API (capi/tests/c/, hipObjConfig_t.fabric = HIPOBJ_FABRIC_VERBS): every op of the
+  # Quick Start and the 1,000-op batch must report rdma-verbs (per op and in hipObjGetStats),
+  # byte-exact. HIPOBJ_LOG=debug shows the engine's pairing events.
+  EP=http://192.0.2.1:$GW_PORT
+  HIPOBJ_LOG=debug timeout 300 $BIN/capi_quickstart $EP $HIPOBJ_TEST_ACCESS $HIPOBJ_TEST_SECRET \
+    capi-bucket rdma-verbs 0 verbs 2>&1 | tee /tmp/capi-quickstart.txt
+  grep -q "^quickstart ok" /tmp/capi-quickstart.txt || bad "C API quickstart over rdma-verbs"
+  HIPOBJ_LOG=debug timeout 300 $BIN/capi_batch $EP $HIPOBJ_TEST_ACCESS $HIPOBJ_TEST_SECRET \
+    capi-bucket rdma-verbs verbs 2>&1 | tee /tmp/capi-batch.txt
+  grep -q "^batch ok" /tmp/capi-batch.txt || bad "C API batch over rdma-verbs"
+  # The same Quick Start under HIPOBJ_FABRIC_AUTO, paths not required: which path each op
+  # took and why (the pairing events) go to the log.
+  HIPOBJ_LOG=debug timeout 300 $BIN/capi_quickstart $EP $HIPOBJ_TEST_ACCESS $HIPOBJ_TEST_SECRET \
+    capi-bucket - 0 auto 2>&1 | sed 's/^/capi-auto: /'
   echo done > /dev/tcp/192.0.2.1/18700 || bad "could not tell the server VM we are done"
   finish
 fi

@@ -89,7 +89,8 @@ BUILD_LOG="$WORK/cargo.log"
       --message-format=json) && (cd "$REPO" && cargo test -p hipobj-gateway --profile "$PROFILE" \
       --test rdma_matrix --test rdma_hostile --test rdma_v2 --no-run --message-format=json) && (cd "$REPO" && cargo build -p engine \
       --profile "$PROFILE" --example verbs_rc_peer --message-format=json) && (cd "$REPO" && \
-      cargo build -p hipobj-cli --profile "$PROFILE" --bin hipobj --message-format=json); } \
+      cargo build -p hipobj-cli --profile "$PROFILE" --bin hipobj --message-format=json) && (cd "$REPO" && \
+      cargo build -p hipobj-capi --profile "$PROFILE" --lib --message-format=json); } \
   2> "$BUILD_LOG" > "$WORK/cargo.json" || { tail -20 "$BUILD_LOG"; fatal "cargo build failed"; }
 BIN="$WORK/bin"; rm -rf "$BIN"; mkdir -p "$BIN"
 for name in verbs_rxe verbs_probe verbs_rc_peer rdma_matrix rdma_hostile rdma_v2 hipobj; do
@@ -101,6 +102,20 @@ for line in open(sys.argv[1]):
         print(m["executable"])' "$WORK/cargo.json" "$name" | tail -n1)
   [ -x "$exe" ] || fatal "no test executable for $name"
   cp "$exe" "$BIN/$name"
+done
+# The C API's Quick Start and 1,000-op batch (capi/tests/c/), linked against libhipobj.so next
+# to them; the client VM runs them against `hipobj serve --fabric verbs` expecting rdma-verbs.
+SO=$(python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "hipobj":
+        print("\n".join(f for f in m["filenames"] if f.endswith("libhipobj.so")))' "$WORK/cargo.json" | tail -n1)
+[ -f "$SO" ] || fatal "no libhipobj.so in the cargo output"
+cp "$SO" "$BIN/"
+for prog in quickstart batch; do
+  cc -std=c11 -O1 -D_GNU_SOURCE -I "$REPO/capi/include" "$REPO/capi/tests/c/$prog.c" -o "$BIN/capi_$prog" \
+    -L "$BIN" -Wl,-rpath,"$BIN" -lhipobj -lpthread -ldl -lm || fatal "cc capi/tests/c/$prog.c"
 done
 
 # 4. initramfs: busybox + what it takes to mount the shared root (virtio-pci, 9p, overlay).
@@ -160,7 +175,7 @@ vm() {
     < /dev/null > "$WORK/vm-$name.log" 2>&1
 }
 guest_ok() { [ "$(cat "$WORK/out-$1/status" 2>/dev/null)" = 0 ] && grep -q LANE_GUEST_OK "$WORK/vm-$1.log"; }
-show() { grep -E '^\[vm |LANE_|test result|^test |diagnosis|VERBS_|IB_WRITE_BW|verified|panicked|device rxe0|^(server|client):|verbs_rc_peer|^rdma: |^listening|hipobj serve' "$WORK/vm-$1.log" | sed "s/^/  $1 | /"; }
+show() { grep -E '^\[vm |LANE_|test result|^test |diagnosis|VERBS_|IB_WRITE_BW|verified|panicked|device rxe0|^(server|client):|verbs_rc_peer|^rdma: |^listening|hipobj serve|^(quickstart|batch) ok|^paths:|^dialects:|capi-auto: (paths|dialects|quickstart)|rdma: pairing|went over|expected' "$WORK/vm-$1.log" | sed "s/^/  $1 | /"; }
 
 log "phase 1: one VM ($ACCEL, $SMP vCPU, $MEM MiB)"
 P1=$(date +%s.%N)

@@ -11,6 +11,8 @@
  *   - object handles come from hipObjOpen(bucket, key, &handle);
  *   - a batch extension (hipObjQueue*), hipObjGetLastErrorMessage and the
  *     path/dialect report (hipObjGetStats, hipObjGetLastOpInfo) are added.
+ *   - hipObjConfig_t gains dialect and fabric (HIPOBJ_DIALECT_*, HIPOBJ_FABRIC_*)
+ *     after the seed's fields (source-compatible; rebuild against this header).
  * Maintained by hand; capi/tests/header.rs checks it against the library
  * (exported symbols both ways, struct layouts, every constant). The full
  * guide is docs/c-api.md.
@@ -122,6 +124,27 @@ HIPOBJ_API const char* hipObjGetLastErrorMessage(void);
 typedef void* hipObjHandle_t;
 
 /**
+ * cuObject DC descriptor provider (hipObjConfig_t.dcTokenProvider): what
+ * cuMemObjGetRDMAToken(ptr, size, 0, op, &desc) does. Mints the descriptor for
+ * the `size` bytes at `addr` (the op's buffer range, inside a registered
+ * buffer), `op` HIPOBJ_RDMA_OP_GET (the server writes into it) or
+ * HIPOBJ_RDMA_OP_PUT (the server reads it): writes it NUL-terminated into `out`
+ * (`outSize` = HIPOBJ_DC_TOKEN_MAX bytes) -- 81 characters
+ * "%016x:%08x:%08x:%04x:%06x:%1x:%032x" (address, size, rkey, reserved, DCT
+ * number, DC key kind, GID), optionally followed by ":<addr 16 hex>:<size 16
+ * hex>" -- and returns 0. Non-zero, no NUL, or a descriptor naming another
+ * address or fewer bytes: the op goes over HTTP instead (never an error).
+ * Threading: called on the library's worker threads, never the caller's, from
+ * several threads at once, once per RDMA attempt; it must be thread-safe, fast
+ * and non-blocking, must not call hipObj* functions, and it and `ctx` must stay
+ * valid from hipObjInit until hipObjShutdown returns.
+ */
+typedef int (*hipObjDcTokenProvider_t)(void* ctx, uint64_t addr, uint64_t size, int op,
+                                       char* out, size_t outSize);
+/** Size of the buffer a hipObjDcTokenProvider_t writes, NUL included. */
+#define HIPOBJ_DC_TOKEN_MAX 128
+
+/**
  * Configuration for hipObjInit. NULL strings fall back to the AWS conventions:
  * endpoint -> AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL or the profile's
  * endpoint_url; region -> AWS_REGION / AWS_DEFAULT_REGION, the profile, then
@@ -138,9 +161,28 @@ typedef struct {
   int gpuDevice;         /**< HIP/CUDA device index, or -1: no GPU probing */
   const char* nicHint;   /**< verbs device name ("mlx5_0", "rxe0") or its PCI address ("0000:3b:00.0"); NULL: the default device */
   uint32_t dialect;      /**< HIPOBJ_DIALECT_*: 0 (AUTO, the default) negotiates */
+  uint32_t fabric;       /**< HIPOBJ_FABRIC_*: 0 (AUTO, the default) picks the data path */
+  hipObjDcTokenProvider_t dcTokenProvider; /**< cuObject descriptors; NULL: no cuObject dialect */
+  void* dcTokenContext;  /**< passed to dcTokenProvider as ctx */
 } hipObjConfig_t;
 
-/** Dialect: negotiate (rc-persistent, then hipobj-rc-v2, then HTTP; learned per endpoint). */
+/** Fabric: RDMA when the endpoint pairs (verbs when this host has an RDMA
+ *  device, else the soft fabric), learned per worker; HTTP bodies otherwise. An
+ *  op waits at most 150 ms for a pairing in progress, then goes over HTTP. */
+#define HIPOBJ_FABRIC_AUTO 0u
+/** Fabric: payloads in the HTTP body only (never pairs). */
+#define HIPOBJ_FABRIC_HTTP 1u
+/** Fabric: the soft RDMA fabric (RC over TCP), always tried first; ops wait for
+ *  the pairing, and a request the endpoint does not take over RDMA (a plain S3
+ *  server) goes over HTTP. */
+#define HIPOBJ_FABRIC_SOFT 2u
+/** Fabric: RDMA over libibverbs (nicHint, else the first device); ops wait for
+ *  the pairing; per-request HTTP fallback as SOFT. hipObjInit fails with
+ *  hipObjNicNotFound when this host has no usable verbs device. */
+#define HIPOBJ_FABRIC_VERBS 3u
+
+/** Dialect: negotiate (rc-persistent, then hipobj-rc-v2, then cuObject with a
+ *  dcTokenProvider, then HTTP; learned per endpoint). */
 #define HIPOBJ_DIALECT_AUTO 0u
 /** Dialect: rc-persistent only (then HTTP). */
 #define HIPOBJ_DIALECT_RC_PERSISTENT 1u
@@ -148,6 +190,10 @@ typedef struct {
 #define HIPOBJ_DIALECT_RC_V2 2u
 /** Dialect: payloads in the HTTP body only. */
 #define HIPOBJ_DIALECT_HTTP 3u
+/** Dialect: cuObject DC descriptors from dcTokenProvider, one request per op
+ *  (then HTTP; hipObjInit refuses it without a provider). Under AUTO, cuObject
+ *  is negotiated after rc-persistent and hipobj-rc-v2 when a provider is set. */
+#define HIPOBJ_DIALECT_CUOBJECT 4u
 
 /** Largest registration in bytes (inclusive): 4 GiB. */
 #define HIPOBJ_MAX_REGISTRATION 4294967296ULL
@@ -165,15 +211,19 @@ typedef struct {
 
 /**
  * Resolves credentials, starts the engine's worker threads. Does not contact
- * the server. The engine uses its automatic fabric: each worker pairs once with
- * the endpoint over RDMA (verbs when this host has an RDMA device -- nicHint
- * picks which -- else the soft fabric) and falls back to HTTP bodies when the
- * endpoint does not pair (a plain S3 server); dialect chooses what is
- * negotiated. hipObjGetStats / hipObjCompletion_t.flags say which path and
- * dialect carried each op. Errors: hipObjInvalidValue (NULL config, flags != 0,
- * gpuDevice < -1, dialect > 3, empty nicHint, no endpoint, unresolvable host,
- * bad credentials file or CA bundle), hipObjNicNotFound (nicHint names no RDMA
- * device of this host), hipObjAlreadyInitialized.
+ * the server. fabric picks the data path (HIPOBJ_FABRIC_*); with the default
+ * (AUTO) each worker pairs once with the endpoint over RDMA (verbs when this
+ * host has an RDMA device -- nicHint picks which -- else the soft fabric) and
+ * falls back to HTTP bodies when the endpoint does not pair (a plain S3
+ * server); dialect chooses what is negotiated. hipObjGetStats /
+ * hipObjCompletion_t.flags say which path and dialect carried each op.
+ * HIPOBJ_LOG=error|warn|info|debug|trace in the environment prints the
+ * engine's events at that level to stderr (unset: silent).
+ * Errors: hipObjInvalidValue (NULL config, flags != 0, gpuDevice < -1,
+ * dialect > 4, CUOBJECT without dcTokenProvider, fabric > 3, empty nicHint, no endpoint, unresolvable host,
+ * bad credentials file or CA bundle, unknown HIPOBJ_LOG level),
+ * hipObjNicNotFound (nicHint names no RDMA device of this host, or fabric is
+ * VERBS and verbs cannot be used here), hipObjAlreadyInitialized.
  * If gpuDevice >= 0 the HIP/CUDA runtime is probed so that hipObjBufRegister
  * can recognise device pointers (and register them with the engine's staging).
  * Thread safety: call once, before other calls; not concurrently with Shutdown.

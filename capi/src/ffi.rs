@@ -123,10 +123,67 @@ pub unsafe extern "C" fn hipObjInit(config: *const HipObjConfig) -> HipObjError 
                 gpu_device: c.gpu_device,
                 nic_hint: opt_str(c.nic_hint, "config.nicHint")?,
                 dialect: c.dialect,
+                fabric: c.fabric,
             }
         };
-        state::init(settings)
+        let dc = c.dc_token_provider.map(|mint| {
+            std::sync::Arc::new(CDcProvider {
+                mint,
+                ctx: c.dc_token_context as usize,
+            }) as std::sync::Arc<dyn engine::DcTokenProvider>
+        });
+        state::init(settings, dc)
     })
+}
+
+/// `hipObjConfig_t.dcTokenProvider` with its context, as the engine's `DcTokenProvider`.
+/// The engine calls it on its worker threads; the header's contract makes the C function
+/// and its context thread-safe and valid until `hipObjShutdown` returns.
+#[derive(Debug)]
+struct CDcProvider {
+    mint: crate::types::DcTokenProviderFn,
+    /// The context pointer, kept as an address (the library never dereferences it).
+    ctx: usize,
+}
+
+impl engine::DcTokenProvider for CDcProvider {
+    fn mint(&self, addr: u64, len: u64, op: engine::DcOp) -> Result<String, engine::DcTokenError> {
+        use engine::DcTokenError::{Malformed, Unavailable};
+        let op = match op {
+            engine::DcOp::Get => crate::types::RDMA_OP_GET,
+            engine::DcOp::Put => crate::types::RDMA_OP_PUT,
+            other => return Err(Unavailable(format!("no C value for {other:?}"))),
+        };
+        let mut out = [0u8; crate::types::DC_TOKEN_MAX];
+        // SAFETY: `mint` is the caller's `hipObjDcTokenProvider_t`, which the header requires
+        // to be callable from any thread with its context until shutdown; `out` is a writable
+        // buffer of exactly `out.len()` bytes that outlives the call.
+        let rc = unsafe {
+            (self.mint)(
+                self.ctx as *mut c_void,
+                addr,
+                len,
+                op,
+                out.as_mut_ptr().cast::<c_char>(),
+                out.len(),
+            )
+        };
+        if rc != 0 {
+            return Err(Unavailable(format!(
+                "the C provider (hipObjConfig_t.dcTokenProvider) returned {rc}"
+            )));
+        }
+        // The engine checks what this returns (a descriptor naming exactly this range).
+        let n = out.iter().position(|&b| b == 0).ok_or_else(|| {
+            Malformed(format!(
+                "the C provider wrote no NUL within HIPOBJ_DC_TOKEN_MAX ({}) bytes",
+                out.len()
+            ))
+        })?;
+        std::str::from_utf8(&out[..n])
+            .map(str::to_owned)
+            .map_err(|_| Malformed("the C provider wrote a descriptor that is not ASCII".into()))
+    }
 }
 
 /// Shuts the library down. See `hipObjShutdown` in `include/hipobj.h`.

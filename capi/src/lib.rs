@@ -11,6 +11,9 @@
 //! - [`ffi`]: every `extern "C"` function; the only module with `unsafe` code. Catches panics,
 //!   checks pointers, converts C values to Rust values and back.
 //! - [`state`]: the process-wide library instance (engine, handles, queue pool).
+//! - [`fabric`]: `config.fabric` → the engine's fabric; `nicHint` goes straight to
+//!   `EngineBuilder::nics`.
+//! - [`log`]: `HIPOBJ_LOG`, the engine's events on stderr.
 //! - [`stats`]: which path and dialect carried each op.
 //! - [`registry`]: pointer → (engine buffer handle, offset), sorted by address.
 //! - [`io`]: synchronous GET/PUT; [`batch`]: the queue extension; [`diag`]: naming the S3 error
@@ -26,8 +29,10 @@
 pub mod batch;
 pub mod diag;
 pub mod error;
+pub mod fabric;
 pub mod ffi;
 pub mod io;
+pub mod log;
 pub mod registry;
 pub mod state;
 pub mod stats;

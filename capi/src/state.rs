@@ -47,6 +47,8 @@ pub struct Settings {
     pub nic_hint: Option<String>,
     /// `HIPOBJ_DIALECT_*` (0: negotiate).
     pub dialect: u32,
+    /// `HIPOBJ_FABRIC_*` (0: automatic).
+    pub fabric: u32,
 }
 
 /// The engine dialect a `HIPOBJ_DIALECT_*` value names (`None`: not one of them).
@@ -56,6 +58,7 @@ pub fn dialect_of(v: u32) -> Option<engine::Dialect> {
         1 => engine::Dialect::RcPersistent,
         2 => engine::Dialect::RcV2,
         3 => engine::Dialect::Http,
+        4 => engine::Dialect::CuObject,
         _ => return None,
     })
 }
@@ -67,6 +70,7 @@ pub fn requested_dialect_name(v: u32) -> &'static str {
         1 => "rc-persistent",
         2 => "hipobj-rc-v2",
         3 => "http",
+        4 => "cuobject",
         _ => "unknown",
     }
 }
@@ -128,8 +132,11 @@ pub fn current() -> CResult<Arc<Library>> {
         })
 }
 
+/// The cuObject descriptor provider of `hipObjInit` (`config.dcTokenProvider`), if any.
+pub type DcProvider = Option<Arc<dyn engine::DcTokenProvider>>;
+
 /// `hipObjInit`.
-pub fn init(settings: Settings) -> CResult<()> {
+pub fn init(settings: Settings, dc: DcProvider) -> CResult<()> {
     let mut slot = LIBRARY.write().unwrap_or_else(PoisonError::into_inner);
     if slot.is_some() {
         return Err(Fail::new(
@@ -137,7 +144,7 @@ pub fn init(settings: Settings) -> CResult<()> {
             "hipObjInit was already called (call hipObjShutdown first)",
         ));
     }
-    *slot = Some(Arc::new(Library::start(settings)?));
+    *slot = Some(Arc::new(Library::start(settings, dc)?));
     Ok(())
 }
 
@@ -175,7 +182,7 @@ pub fn shutdown() -> CResult<()> {
 }
 
 impl Library {
-    fn start(s: Settings) -> CResult<Library> {
+    fn start(s: Settings, dc: DcProvider) -> CResult<Library> {
         if s.flags != 0 {
             return Err(Fail::new(
                 OpError::InvalidValue,
@@ -198,11 +205,20 @@ impl Library {
             Fail::new(
                 OpError::InvalidValue,
                 format!(
-                    "config.dialect must be a HIPOBJ_DIALECT_* value 0..3 (got {})",
+                    "config.dialect must be a HIPOBJ_DIALECT_* value 0..4 (got {})",
                     s.dialect
                 ),
             )
         })?;
+        if dialect == engine::Dialect::CuObject && dc.is_none() {
+            return Err(Fail::new(
+                OpError::InvalidValue,
+                "config.dialect is HIPOBJ_DIALECT_CUOBJECT but config.dcTokenProvider is NULL \
+                 (cuObject descriptors come from the provider)",
+            ));
+        }
+        let fabric = crate::fabric::fabric_of(s.fabric)?;
+        crate::log::init_from_env()?;
         let overrides = Overrides {
             access_key_id: s.access_key.clone(),
             secret_access_key: s.secret_key.clone(),
@@ -225,8 +241,14 @@ impl Library {
             .endpoint_url(url)
             .credentials(resolved.credentials)
             .region(resolved.region)
-            .fabric(engine::Fabric::Auto)
+            .fabric(fabric)
             .dialect(dialect);
+        if let Some(p) = dc {
+            builder = builder.dc_token_provider(p);
+        }
+        if fabric == engine::Fabric::Verbs {
+            crate::fabric::require_verbs(&engine::verbs::probe())?;
+        }
         if let Some(hint) = &s.nic_hint {
             // A comma-separated list, as the seed's nicHint; the engine resolves each name or
             // PCI address through the host topology (`hipObjNicNotFound` when one names no

@@ -52,11 +52,33 @@ pub struct HipObjConfig {
     pub flags: u32,
     /// HIP/CUDA device index, or -1 for none.
     pub gpu_device: c_int,
-    /// RDMA NIC name hint, or NULL (unused until an RDMA fabric lands).
+    /// RDMA device name or PCI address, or NULL (the engine's default device).
     pub nic_hint: *const c_char,
     /// `HIPOBJ_DIALECT_*` (0: negotiate).
     pub dialect: u32,
+    /// `HIPOBJ_FABRIC_*` (0: automatic). Sits in what was the tail padding after `dialect`,
+    /// so the size is unchanged.
+    pub fabric: u32,
+    /// cuObject DC descriptor provider, or NULL (no cuObject dialect).
+    pub dc_token_provider: Option<DcTokenProviderFn>,
+    /// Passed to `dc_token_provider` as is.
+    pub dc_token_context: *mut c_void,
 }
+
+/// `hipObjDcTokenProvider_t`: `(ctx, addr, size, op, out, outSize) -> 0` with a NUL-terminated
+/// descriptor in `out`, non-zero for none.
+pub type DcTokenProviderFn = unsafe extern "C" fn(
+    ctx: *mut c_void,
+    addr: u64,
+    size: u64,
+    op: c_int,
+    out: *mut c_char,
+    out_size: usize,
+) -> c_int;
+
+/// `HIPOBJ_DC_TOKEN_MAX`: bytes of the buffer a provider writes, NUL included (a descriptor is
+/// 81 characters, 115 with the address/size suffix).
+pub const DC_TOKEN_MAX: usize = 128;
 
 /// `hipObjOp_t`: one entry of a batch submission.
 #[repr(C)]
@@ -226,6 +248,18 @@ pub fn layout_facts() -> Vec<(&'static str, usize)> {
             "offsetof(hipObjConfig_t, dialect)",
             offset_of!(HipObjConfig, dialect),
         ),
+        (
+            "offsetof(hipObjConfig_t, fabric)",
+            offset_of!(HipObjConfig, fabric),
+        ),
+        (
+            "offsetof(hipObjConfig_t, dcTokenProvider)",
+            offset_of!(HipObjConfig, dc_token_provider),
+        ),
+        (
+            "offsetof(hipObjConfig_t, dcTokenContext)",
+            offset_of!(HipObjConfig, dc_token_context),
+        ),
         ("sizeof(hipObjOp_t)", size_of::<HipObjOp>()),
         ("offsetof(hipObjOp_t, kind)", offset_of!(HipObjOp, kind)),
         ("offsetof(hipObjOp_t, flags)", offset_of!(HipObjOp, flags)),
@@ -338,6 +372,19 @@ pub fn constant_facts() -> Vec<(String, i64)> {
             ("HIPOBJ_PATH_RDMA_VERBS", i64::from(PATH_RDMA_VERBS)),
             ("HIPOBJ_STATS_PATHS", STATS_PATHS as i64),
             ("HIPOBJ_STATS_DIALECTS", STATS_DIALECTS as i64),
+            ("HIPOBJ_FABRIC_AUTO", i64::from(crate::fabric::FABRIC_AUTO)),
+            ("HIPOBJ_FABRIC_HTTP", i64::from(crate::fabric::FABRIC_HTTP)),
+            ("HIPOBJ_FABRIC_SOFT", i64::from(crate::fabric::FABRIC_SOFT)),
+            (
+                "HIPOBJ_FABRIC_VERBS",
+                i64::from(crate::fabric::FABRIC_VERBS),
+            ),
+            ("HIPOBJ_DIALECT_AUTO", 0),
+            ("HIPOBJ_DIALECT_RC_PERSISTENT", 1),
+            ("HIPOBJ_DIALECT_RC_V2", 2),
+            ("HIPOBJ_DIALECT_HTTP", 3),
+            ("HIPOBJ_DIALECT_CUOBJECT", 4),
+            ("HIPOBJ_DC_TOKEN_MAX", DC_TOKEN_MAX as i64),
             ("HIPOBJ_RDMA_OP_PUT", i64::from(RDMA_OP_PUT)),
             ("HIPOBJ_RDMA_OP_GET", i64::from(RDMA_OP_GET)),
             (

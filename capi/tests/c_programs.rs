@@ -285,3 +285,148 @@ fn token_helpers_linked_statically() {
     let out = run(&exe, &[], dir.path());
     expect_ok(&out, "tokens ok");
 }
+
+/// `hipObjConfig_t.fabric = HIPOBJ_FABRIC_HTTP` against the gateway with the soft RDMA target
+/// (which pairs under the default AUTO, see `quickstart_over_rdma_soft`): the library never
+/// pairs and every op goes over `http`, byte-exact.
+#[test]
+fn http_fabric_against_a_soft_gateway_is_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("quickstart", dir.path());
+    let gw = gateway_soft(&dir.path().join("objects"));
+    let endpoint = format!("http://{}", gw.local_addr());
+    let out = run(
+        &exe,
+        &[&endpoint, ACCESS, SECRET, BUCKET, "http", "0", "http"],
+        dir.path(),
+    );
+    let out = expect_ok(&out, "quickstart ok");
+    gw.shutdown();
+    assert!(out.contains("dialects: http=5\n"), "{out}");
+    println!("{out}");
+}
+
+/// `HIPOBJ_FABRIC_SOFT` against the soft gateway: every op over `rdma-soft` (explicitly asked
+/// for, rather than chosen by AUTO on a host without verbs).
+#[test]
+fn soft_fabric_against_a_soft_gateway_is_rdma_soft() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("batch", dir.path());
+    let gw = gateway_soft(&dir.path().join("objects"));
+    let endpoint = format!("http://{}", gw.local_addr());
+    let out = run(
+        &exe,
+        &[&endpoint, ACCESS, SECRET, BUCKET, "rdma-soft", "soft"],
+        dir.path(),
+    );
+    let out = expect_ok(&out, "batch ok 1000 range-gets");
+    gw.shutdown();
+    assert!(out.contains("dialects: rc-persistent=1002\n"), "{out}");
+    println!("{out}");
+}
+
+/// `HIPOBJ_FABRIC_SOFT` against s3s-fs (a plain S3 server that refuses the pairing routes):
+/// the engine's `Fabric::Soft` rule is per-request HTTP fallback, so every op succeeds over
+/// `http`, byte-exact — no error, no op lost.
+#[test]
+fn soft_fabric_against_s3s_fs_falls_back_to_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("quickstart", dir.path());
+    let server = s3s_fs::S3sFs::start();
+    server.create_bucket_dir(BUCKET);
+    let out = run(
+        &exe,
+        &[
+            &server.endpoint_url(),
+            s3s_fs::ACCESS_KEY,
+            s3s_fs::SECRET_KEY,
+            BUCKET,
+            "http",
+            "0",
+            "soft",
+        ],
+        dir.path(),
+    );
+    let out = expect_ok(&out, "quickstart ok");
+    assert!(out.contains("dialects: http=5\n"), "{out}");
+    println!("{out}");
+}
+
+/// `HIPOBJ_FABRIC_VERBS` on a host where libibverbs lists no device (this one; the VM lane
+/// runs the verbs case, `benches/rxe/guest.sh`): `hipObjInit` fails with `hipObjNicNotFound`
+/// and says why, instead of carrying the payloads over HTTP unasked.
+#[test]
+fn verbs_fabric_without_a_verbs_device_is_nic_not_found() {
+    let probe = engine::verbs::probe();
+    assert!(
+        !probe.is_available(),
+        "this test needs a host without RDMA verbs devices (found {probe:?}); the VM lane \
+         covers HIPOBJ_FABRIC_VERBS with a device"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("quickstart", dir.path());
+    let gw = gateway_soft(&dir.path().join("objects"));
+    let endpoint = format!("http://{}", gw.local_addr());
+    let out = run(
+        &exe,
+        &[
+            &endpoint,
+            ACCESS,
+            SECRET,
+            BUCKET,
+            "rdma-verbs",
+            "0",
+            "verbs",
+        ],
+        dir.path(),
+    );
+    gw.shutdown();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    // check.h prints the code: hipObjNicNotFound is 8.
+    assert!(
+        stderr.contains("hipObjInit(&config) -> 8 (") && stderr.contains("HIPOBJ_FABRIC_VERBS"),
+        "{stderr}"
+    );
+    println!("{stderr}");
+}
+
+/// Runs `capi/tests/c/cuobject.c` against the gateway without an RDMA target (it answers a DC
+/// descriptor with `x-amz-rdma-reply: 501`, as in `engine/tests/rdma_cuobject_wire.rs`).
+fn run_cuobject(dialect: &str, mode: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("cuobject", dir.path());
+    let gw = gateway(&dir.path().join("objects"));
+    let endpoint = format!("http://{}", gw.local_addr());
+    let out = run(
+        &exe,
+        &[&endpoint, ACCESS, SECRET, BUCKET, dialect, mode],
+        dir.path(),
+    );
+    let out = expect_ok(&out, "cuobject ok");
+    gw.shutdown();
+    assert!(out.contains("dialects: http=3\n"), "{out}");
+    println!("{out}");
+    out
+}
+
+/// cuObject from C (`HIPOBJ_DIALECT_CUOBJECT` + `dcTokenProvider`): the C provider is asked,
+/// on a worker thread, for exactly each op's buffer range and direction; the gateway cannot
+/// serve DC, so every op then completes over `http`, byte-exact.
+#[test]
+fn cuobject_provider_mints_per_op_and_a_dc_less_gateway_falls_back_to_http() {
+    run_cuobject("4", "mint");
+}
+
+/// A provider that returns non-zero: no descriptor, each op over `http`, none fails.
+#[test]
+fn cuobject_provider_refusing_sends_ops_over_http() {
+    run_cuobject("4", "refuse");
+}
+
+/// `HIPOBJ_DIALECT_AUTO` with a provider against a gateway that refuses both RC dialects:
+/// negotiation reaches cuObject (the provider is asked for every op), then HTTP.
+#[test]
+fn auto_dialect_negotiates_cuobject_when_a_provider_is_set() {
+    run_cuobject("0", "mint");
+}

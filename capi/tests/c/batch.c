@@ -3,9 +3,10 @@
  * plus a whole-object GET, a PUT, an UPLOAD_PART (not supported: completes with
  * hipObjOpNotSupported) and an entry naming unregistered memory.
  *
- * usage: batch <endpoint> <access key> <secret key> <bucket> [path]
+ * usage: batch <endpoint> <access key> <secret key> <bucket> [path [fabric]]
  * With [path] ("http", "rdma-soft", "rdma-verbs"), every successful completion
- * must name that path, and hipObjGetStats must agree.
+ * must name that path, and hipObjGetStats must agree; "-" checks nothing.
+ * [fabric] ("auto", "http", "soft", "verbs") sets hipObjConfig_t.fabric.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -42,11 +43,12 @@ static int completion_path_is(const hipObjCompletion_t* c, const char* want) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 5 && argc != 6) return 2;
-  const char* want = argc == 6 ? argv[5] : NULL;
+  if (argc < 5 || argc > 7) return 2;
+  const char* want = argc >= 6 && strcmp(argv[5], "-") != 0 ? argv[5] : NULL;
   uint64_t ok_bytes = 0;
   hipObjConfig_t config = {.endpoint = argv[1], .accessKey = argv[2],
-                           .secretKey = argv[3], .gpuDevice = -1};
+                           .secretKey = argv[3], .gpuDevice = -1,
+                           .fabric = fabric_arg(argc == 7 ? argv[6] : NULL)};
   OK(hipObjInit(&config));
 
   /* [0, OBJ): the object's bytes; then OPS slots of SLOT bytes; then a GET slot. */

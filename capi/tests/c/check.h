@@ -39,6 +39,17 @@ static inline unsigned char pattern(unsigned long long i) {
   return (unsigned char)(x >> 56) ^ (unsigned char)i;
 }
 
+/* HIPOBJ_FABRIC_* for "auto", "http", "soft", "verbs" (a program argument);
+ * NULL is AUTO; anything else ends the program. */
+static inline uint32_t fabric_arg(const char* name) {
+  if (name == NULL || strcmp(name, "auto") == 0) return HIPOBJ_FABRIC_AUTO;
+  if (strcmp(name, "http") == 0) return HIPOBJ_FABRIC_HTTP;
+  if (strcmp(name, "soft") == 0) return HIPOBJ_FABRIC_SOFT;
+  if (strcmp(name, "verbs") == 0) return HIPOBJ_FABRIC_VERBS;
+  fprintf(stderr, "unknown fabric %s (auto, http, soft, verbs)\n", name);
+  exit(2);
+}
+
 /* Fails unless the calling thread's latest hipObjGet/hipObjPut went over the
  * path named `want` ("http", "rdma-soft", "rdma-verbs"); NULL checks nothing. */
 static inline void expect_last_path(const char* want, int line) {

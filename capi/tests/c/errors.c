@@ -64,6 +64,27 @@ int main(int argc, char** argv) {
   bad.nicHint = "";
   CHECK(hipObjInit(&bad), hipObjInvalidValue);
   bad.nicHint = NULL;
+  /* fabric must be a HIPOBJ_FABRIC_* value. */
+  bad.fabric = HIPOBJ_FABRIC_VERBS + 1;
+  CHECK(hipObjInit(&bad), hipObjInvalidValue);
+  expect_detail("config.fabric");
+  bad.fabric = HIPOBJ_FABRIC_HTTP;
+  /* HIPOBJ_LOG must name a level. */
+  setenv("HIPOBJ_LOG", "loud", 1);
+  CHECK(hipObjInit(&bad), hipObjInvalidValue);
+  expect_detail("HIPOBJ_LOG");
+  unsetenv("HIPOBJ_LOG");
+  OK(hipObjInit(&bad));
+  OK(hipObjShutdown());
+  bad.fabric = HIPOBJ_FABRIC_AUTO;
+  /* cuObject descriptors come from a provider: the dialect without one is refused. */
+  bad.dialect = HIPOBJ_DIALECT_CUOBJECT;
+  CHECK(hipObjInit(&bad), hipObjInvalidValue);
+  expect_detail("dcTokenProvider");
+  bad.dialect = HIPOBJ_DIALECT_CUOBJECT + 1;
+  CHECK(hipObjInit(&bad), hipObjInvalidValue);
+  expect_detail("config.dialect");
+  bad.dialect = HIPOBJ_DIALECT_AUTO;
   bad.endpoint = "ftp://x";
   CHECK(hipObjInit(&bad), hipObjInvalidValue);
   bad.endpoint = NULL; /* and no AWS_ENDPOINT_URL in the environment */

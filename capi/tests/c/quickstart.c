@@ -3,10 +3,12 @@
  * init with endpoint and keys, register a buffer, open, put, get, verify,
  * close, deregister, shutdown.
  *
- * usage: quickstart <endpoint> <access key> <secret key> <bucket> [path [dialect]]
+ * usage: quickstart <endpoint> <access key> <secret key> <bucket> [path [dialect [fabric]]]
  * With [path] ("http", "rdma-soft", "rdma-verbs"), every operation must have
- * moved its bytes over that path (hipObjGetLastOpInfo, hipObjGetStats).
- * [dialect] is a HIPOBJ_DIALECT_* number for hipObjConfig_t.dialect (default 0).
+ * moved its bytes over that path (hipObjGetLastOpInfo, hipObjGetStats); "-"
+ * checks nothing. [dialect] is a HIPOBJ_DIALECT_* number for
+ * hipObjConfig_t.dialect (default 0); [fabric] ("auto", "http", "soft",
+ * "verbs") sets hipObjConfig_t.fabric (default auto).
  */
 #include <stdint.h>
 #include <string.h>
@@ -16,12 +18,13 @@
 #define SIZE (1024 * 1024)
 
 int main(int argc, char** argv) {
-  if (argc < 5 || argc > 7) {
-    fprintf(stderr, "usage: %s endpoint access secret bucket [path [dialect]]\n", argv[0]);
+  if (argc < 5 || argc > 8) {
+    fprintf(stderr, "usage: %s endpoint access secret bucket [path [dialect [fabric]]]\n", argv[0]);
     return 2;
   }
-  const char* want = argc >= 6 ? argv[5] : NULL;
-  uint32_t dialect = argc == 7 ? (uint32_t)strtoul(argv[6], NULL, 10) : HIPOBJ_DIALECT_AUTO;
+  const char* want = argc >= 6 && strcmp(argv[5], "-") != 0 ? argv[5] : NULL;
+  uint32_t dialect = argc >= 7 ? (uint32_t)strtoul(argv[6], NULL, 10) : HIPOBJ_DIALECT_AUTO;
+  uint32_t fabric = fabric_arg(argc == 8 ? argv[7] : NULL);
   printf("%s\n", hipObjGetVersionString());
 
   /* One registration holding the source (first half) and destination (second). */
@@ -37,6 +40,7 @@ int main(int argc, char** argv) {
       .secretKey = argv[3],
       .gpuDevice = -1,
       .dialect = dialect,
+      .fabric = fabric,
   };
   OK(hipObjInit(&config));
   OK(hipObjBufRegister(buf, 2 * SIZE));

@@ -98,7 +98,15 @@ impl RdmaClient {
         let spawned = std::thread::Builder::new()
             .name("hipobj-rc-pair".to_owned())
             .spawn(move || {
+                let started = Instant::now();
                 let result = connect::pair(&target, now, connect::LIMIT);
+                tracing::debug!(
+                    "rdma: pairing {epoch} with {} over {:?} ended after {:?}: {:?}",
+                    target.addr,
+                    target.home.kind(),
+                    started.elapsed(),
+                    result.as_ref().map(|_| "paired")
+                );
                 p.post(Msg::Paired { epoch, result });
             });
         if spawned.is_err() {
@@ -228,6 +236,11 @@ impl RdmaClient {
                         && *e == epoch
                     {
                         *slow = true;
+                        tracing::debug!(
+                            "rdma: pairing {epoch} still running after {AUTO_PAIR_WAIT:?} \
+                             (Auto): {} waiting op(s) and later ones go over HTTP until it ends",
+                            self.waiters.len()
+                        );
                         events.extend(self.waiters.drain(..).map(Event::Resume));
                     }
                 }
