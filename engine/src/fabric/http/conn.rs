@@ -419,8 +419,10 @@ impl Conn {
                                     let landed = landed
                                         .get(..usize::try_from(bytes).unwrap_or(usize::MAX))
                                         .unwrap_or(landed);
-                                    match crate::fabric::rdma::cuobject::check_destination(
-                                        op.kind, &head, landed,
+                                    match s3_lite::rdma::cuobject::check_destination(
+                                        crate::fabric::rdma::verdict::transfer(op.kind),
+                                        &head,
+                                        landed,
                                     ) {
                                         Ok(proven) if op.kind != OpKind::Put => {
                                             // The size: the byte count's `/total`, else the
@@ -430,7 +432,9 @@ impl Conn {
                                             Plan::Finish(Outcome::got(bytes, size, proven))
                                         }
                                         Ok(_) => Plan::Finish(Outcome::Done { bytes, aux }),
-                                        Err(code) => Plan::Finish(integrity(code)),
+                                        Err(_mismatch) => {
+                                            Plan::Finish(integrity(ErrorCode::Integrity))
+                                        }
                                     }
                                 }
                                 (p, _) => p,

@@ -1,7 +1,7 @@
 //! The RDMA dialects, client side, over either RC fabric (`crate::fabric::rc`: the soft fabric
 //! or verbs, chosen by [`Fabric`]): `rc-persistent` (below) and
 //! `hipobj-rc-v2` ([`Dialect::RcV2`]: the per-op PREPARE / READY exchange in `v2`, its pure
-//! rules in `v2_wire`, entered through [`RdmaClient::exchange`]), and the cuObject request
+//! rules in `s3_lite::rdma::v2::client`, entered through [`RdmaClient::exchange`]), and the cuObject request
 //! shape ([`Dialect::CuObject`]: a provider-minted DC descriptor per op, `cuobject`; no pairing,
 //! same acceptance rules; DC itself never ran here — no hardware).
 //!
@@ -56,7 +56,6 @@ pub(crate) mod cuobject;
 pub(crate) mod learned;
 pub(crate) mod offload;
 mod v2;
-pub(crate) mod v2_wire;
 pub(crate) mod verdict;
 
 use std::collections::{HashMap, HashSet};
