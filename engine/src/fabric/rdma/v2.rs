@@ -524,11 +524,11 @@ fn exchange(ctx: &Job, w: &Wire, ask: &Ask, exact: bool, end: Instant) -> Result
     let head = read_head_until(&mut s, &mut ready_ex, end)
         .map_err(|()| (timed_or_transport(end), sid.clone()))?;
     ctx.learned.note_capabilities(&head);
-    let fin = match v2_client::judge_final(&head, ask.op == v2::Op::Put, ask.cookie, ask.size, exact)
-    {
-        Ok(f) => f,
-        Err(e) => return Err((final_failure(&e), sid)),
-    };
+    let fin =
+        match v2_client::judge_final(&head, ask.op == v2::Op::Put, ask.cookie, ask.size, exact) {
+            Ok(f) => f,
+            Err(e) => return Err((final_failure(&e), sid)),
+        };
     // Our side must agree: the completing write's IMM (GET) or our write's success (PUT).
     let wc = wait_one(&w.cq, end).ok_or((timed_or_transport(end), sid.clone()))?;
     let ours = wc.status == WcStatus::Success

@@ -1,15 +1,17 @@
 //! The RDMA acceptance rules (`s3_lite::rdma::acceptance`, docs/protocol.md, Acceptance and
 //! fallback) mapped onto the HTTP transport's plan for the answer: what the protocol module
-//! decides (moved, judge as HTTP, resend, an error) becomes a [`Plan`].
+//! decides (moved, judge as HTTP, resend, an error) becomes a [`Plan`]. [`RdmaJudge`] is the
+//! judge a tokened exchange hands the transport.
 
 use ring_api::{ErrorClass, ErrorCode};
 use s3_lite::http::ResponseHead;
 pub(crate) use s3_lite::rdma::acceptance::Verdict;
 use s3_lite::rdma::acceptance::{self, Acceptance, Transfer};
 
-use crate::fabric::http::response::{Plan, plan as http_plan, status_outcome};
+use crate::fabric::http::ReplyJudge;
+use crate::fabric::http::response::{Plan, named_size, plan as http_plan, status_outcome};
 use crate::fabric::{Outcome, Retry};
-use crate::inflight::OpKind;
+use crate::inflight::{InFlight, OpKind};
 
 /// The protocol module's name for an op's kind.
 pub(crate) const fn transfer(kind: OpKind) -> Transfer {
@@ -53,6 +55,42 @@ pub(crate) fn judge(
         Acceptance::PastEnd => crate::fabric::http::response::past_end(),
     };
     (plan, verdict)
+}
+
+/// Judges the answer to a request that carried an RDMA token (`crc`: our base64 CRC64NVME of
+/// a PUT's payload). An accepted RDMA GET's bytes are already in the destination: when the
+/// server names a checksum of them, they are verified before the op completes
+/// (`s3_lite::rdma::cuobject::check_destination`; a mismatch is an integrity failure).
+#[derive(Debug)]
+pub(crate) struct RdmaJudge {
+    pub(crate) crc: Option<String>,
+}
+
+impl ReplyJudge for RdmaJudge {
+    type Note = Verdict;
+
+    fn judge(&self, op: &InFlight, head: &ResponseHead) -> (Plan, Verdict) {
+        let (plan, verdict) = judge(op.kind, op.buf_len(), head, self.crc.as_deref());
+        let (Plan::Finish(Outcome::Done { bytes, aux }), Some(buf)) = (plan, op.buf.as_ref())
+        else {
+            return (plan, verdict);
+        };
+        let landed = buf.bytes_from(0);
+        let landed = landed
+            .get(..usize::try_from(bytes).unwrap_or(usize::MAX))
+            .unwrap_or(landed);
+        let plan = match s3_lite::rdma::cuobject::check_destination(transfer(op.kind), head, landed)
+        {
+            Ok(proven) if op.kind != OpKind::Put => {
+                // The size: the byte count's `/total`, else the reply's `Content-Range` total.
+                let size = if aux == 0 { named_size(head) } else { aux };
+                Plan::Finish(Outcome::got(bytes, size, proven))
+            }
+            Ok(_) => Plan::Finish(Outcome::Done { bytes, aux }),
+            Err(_mismatch) => integrity(ErrorCode::Integrity),
+        };
+        (plan, verdict)
+    }
 }
 
 #[cfg(test)]
