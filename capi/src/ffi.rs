@@ -484,7 +484,8 @@ pub unsafe extern "C" fn hipObjParseRdmaReply(
             op => Err(Fail::new(
                 op,
                 format!(
-                    "x-amz-rdma-reply reports failure (code {})",
+                    "{} reports failure (code {})",
+                    s3_lite::rdma::RDMA_REPLY,
                     parsed.http_code
                 ),
             )),

@@ -25,8 +25,12 @@ pub struct ParsedReply {
 
 /// Parses an `x-amz-rdma-reply` value (trailing NUL/CR/LF trimmed, < 512 bytes).
 pub fn parse_reply(value: &[u8]) -> Result<ParsedReply, Fail> {
-    let reply = Reply::parse_bytes(value)
-        .map_err(|e| Fail::new(OpError::InvalidValue, format!("x-amz-rdma-reply: {e}")))?;
+    let reply = Reply::parse_bytes(value).map_err(|e| {
+        Fail::new(
+            OpError::InvalidValue,
+            format!("{}: {e}", s3_lite::rdma::RDMA_REPLY),
+        )
+    })?;
     let code = reply.status().map_or(-1, i32::from);
     Ok(match reply.classify() {
         ReplyClass::Success(_) | ReplyClass::Declined => ParsedReply {

@@ -15,8 +15,6 @@ use crate::engine_io::EngineSite;
 use crate::net::exchange::{BodySink, HttpClient, RequestBody};
 use crate::net::transport::Timeouts;
 
-/// The gateway's capability route.
-pub const CAPABILITIES_PATH: &str = "/.hipobj/rc/capabilities";
 /// Limits of the capability probe: it must cost little even against a slow server.
 pub const PROBE_TIMEOUTS: Timeouts = Timeouts {
     connect: Duration::from_secs(2),
@@ -78,7 +76,7 @@ pub fn classify(status: u16, fabric: Option<&str>, protocol: Option<&str>) -> Ca
     let fabric = fabric
         .map(str::trim)
         .filter(|f| matches!(*f, "soft" | "verbs"));
-    let protocol = protocol.is_some_and(|p| p.trim() == "rc-persistent");
+    let protocol = protocol.is_some_and(|p| p.trim() == s3_lite::rdma::pairing::PROTOCOL);
     match (status, fabric, protocol) {
         (200, Some(f), true) => Capability::Rdma {
             fabric: f.to_owned(),
@@ -90,7 +88,7 @@ pub fn classify(status: u16, fabric: Option<&str>, protocol: Option<&str>) -> Ca
 fn classify_head(head: &ResponseHead) -> Capability {
     classify(
         head.status,
-        head.header("x-amz-rdma-fabric"),
+        head.header(s3_lite::rdma::pairing::RDMA_FABRIC),
         head.header(s3_lite::rdma::RDMA_PROTOCOL),
     )
 }
@@ -108,7 +106,7 @@ fn now() -> Result<AmzDate, ProbeError> {
 pub fn probe(endpoint: &Endpoint, site: &EngineSite) -> Result<Capability, ProbeError> {
     let signer = Signer::new(site.credentials.clone(), site.region.clone(), "s3")
         .map_err(|e| ProbeError::Sign(e.to_string()))?;
-    let mut req = Request::new("GET", CAPABILITIES_PATH);
+    let mut req = Request::new("GET", s3_lite::rdma::pairing::CAPABILITIES_PATH);
     req.add_header("Host", endpoint.host_header(None));
     signer
         .sign_headers(

@@ -126,7 +126,7 @@ pub struct EngineBuilder {
     pub(crate) spin: Duration,
     pub(crate) read_buffer: usize,
     pub(crate) quickack: bool,
-    pub(crate) fabric: crate::fabric::rdma::Fabric,
+    pub(crate) fabric: Fabric,
     pub(crate) dialect: crate::fabric::rdma::Dialect,
     pub(crate) verbs_device: Option<String>,
     /// NICs named by [`EngineBuilder::nics`] (empty: every NIC).
@@ -159,7 +159,7 @@ impl Default for EngineBuilder {
             spin: Duration::ZERO,
             read_buffer: 256 * 1024,
             quickack: true,
-            fabric: crate::fabric::rdma::Fabric::default(),
+            fabric: Fabric::default(),
             dialect: crate::fabric::rdma::Dialect::default(),
             verbs_device: None,
             nics: Vec::new(),
@@ -278,7 +278,7 @@ impl EngineBuilder {
     /// per-request HTTP fallback), `Fabric::Verbs` (RDMA over libibverbs, see
     /// [`EngineBuilder::verbs_device`]) or `Fabric::Http` (payloads in the HTTP body only).
     #[must_use]
-    pub fn fabric(mut self, fabric: crate::fabric::rdma::Fabric) -> Self {
+    pub fn fabric(mut self, fabric: Fabric) -> Self {
         self.fabric = fabric;
         self
     }
@@ -445,6 +445,28 @@ impl EngineBuilder {
     pub fn build(self) -> Result<crate::Engine, crate::EngineError> {
         crate::engine::build(self)
     }
+}
+
+/// Which data path the engine uses for payloads (`EngineBuilder::fabric`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Fabric {
+    /// RDMA when the endpoint pairs, learned once per worker and endpoint; HTTP otherwise (the
+    /// default). Over verbs when this host has an RDMA device with an active port (a gateway
+    /// that serves only the soft fabric makes the client pair again over it), else over the
+    /// soft fabric. Pairing runs off the worker thread, so an unresponsive endpoint delays an
+    /// op by at most 150 ms and never holds up the worker's other operations; a plain S3
+    /// server costs one refused pairing per worker.
+    #[default]
+    Auto,
+    /// Always try the soft fabric first (per-request HTTP fallback still applies).
+    Soft,
+    /// RDMA over libibverbs (`EngineBuilder::verbs_device`, else the first device), per-request
+    /// HTTP fallback. Without libibverbs or a usable device the engine says why once (a `tracing` WARN event)
+    /// and carries payloads over HTTP.
+    Verbs,
+    /// Payloads in the HTTP body only.
+    Http,
 }
 
 #[cfg(test)]

@@ -71,26 +71,20 @@ fn trailer_of(frame: &[u8]) -> [u8; TRAILER_LEN] {
     trailer(&c)
 }
 
-/// A server's answer to each RDMA exchange, as the client judges it: the bytes are decoded as
-/// a response head (as the HTTP fabric would), then the `rc-persistent` connect answer, what
-/// dialect negotiation learns from it (capabilities, a refused service), the
-/// hipobj-rc-v2 PREPARE answer (both fabrics) and FINAL, and the acceptance verdict of every
-/// operation kind (with and without a PUT checksum, with a destination that the named
-/// checksums are checked against) must each end in a value, never a panic. Cross-checks (no
-/// false success): a paired connect, a granted PREPARE and an accepted FINAL each need a 200
-/// (FINAL: 204 for PUT too) and a FINAL's byte count fits the transfer; an RDMA verdict needs
-/// a success reply (or, for a PUT, a 200 echoing the checksum we sent); a verdict that finishes a GET never claims more bytes than the buffer holds.
+/// A server's answer to each RDMA exchange, as the client judges it: the protocol module's
+/// judgements first (`s3_lite::fuzzing::rdma_answers`: connect, PREPARE, FINAL, acceptance,
+/// destination checksums), then what the engine adds: what dialect negotiation learns from it
+/// (capabilities, a refused service), the `rc-persistent` connect answer as the pairing
+/// sees it, and the acceptance verdict of every operation kind mapped onto the HTTP
+/// transport's plan, which never finishes a GET claiming more bytes than the buffer holds.
 pub fn rdma_answers(data: &[u8]) {
-    use crate::fabric::rc::RcKind;
-    use crate::fabric::rdma::{connect, cuobject, v2_wire, verdict};
+    use crate::fabric::rdma::{connect, verdict};
     use crate::inflight::OpKind;
-    use s3_lite::http::{Event, Limits, ResponseDecoder};
-    use s3_lite::rdma::v2::Op;
 
+    let Some((head, consumed)) = s3_lite::fuzzing::rdma_answers::rdma_answers(data) else {
+        return;
+    };
     let (seed, wire) = data.split_first().map_or((0, data), |(s, w)| (*s, w));
-    let mut dec = ResponseDecoder::new(Limits::default(), false);
-    let Ok(d) = dec.decode(wire) else { return };
-    let Event::Head(head) = d.event else { return };
     if connect::parse(&head).is_ok() {
         assert_eq!(head.status, 200, "connect paired on a non-200");
     }
@@ -100,37 +94,9 @@ pub fn rdma_answers(data: &[u8]) {
     let _ = learned.multipart();
     let _ = crate::fabric::rdma::learned::refuses_service(
         head.status,
-        wire.get(d.consumed..).unwrap_or_default(),
+        wire.get(consumed..).unwrap_or_default(),
     );
-    for fabric in [RcKind::Soft, RcKind::Verbs] {
-        for op in [Op::Get, Op::Put] {
-            if let v2_wire::PrepareAnswer::Granted(_) = v2_wire::prepare_answer(&head, op, fabric) {
-                assert_eq!(head.status, 200, "PREPARE granted on a non-200");
-            }
-        }
-    }
-    let size = u64::from(seed) * 4099 + 1;
-    for (put, exact) in [(false, false), (false, true), (true, true)] {
-        let judged = v2_wire::judge_final(&head, put, u32::from(seed) * 0x0101_0101, size, exact);
-        if let Ok(f) = judged {
-            assert!(
-                head.status == 200 || (put && head.status == 204),
-                "FINAL on {}",
-                head.status
-            );
-            assert!(
-                (1..=size).contains(&f.bytes),
-                "FINAL claims {} of {size} bytes",
-                f.bytes
-            );
-            assert!(
-                !exact || f.bytes == size,
-                "exact FINAL of {} bytes",
-                f.bytes
-            );
-        }
-    }
-    let dest = vec![seed; (size as usize).min(64 * 1024)];
+    let dest_len = (u64::from(seed) * 4099 + 1).min(64 * 1024);
     for kind in [
         OpKind::Get,
         OpKind::RangeGet { offset: 7 },
@@ -138,38 +104,16 @@ pub fn rdma_answers(data: &[u8]) {
         OpKind::Head,
     ] {
         for crc in [None, Some("AAAAAAAAAAA=")] {
-            let (plan, v) = verdict::judge(kind, dest.len() as u64, &head, crc);
-            if v == verdict::Verdict::Rdma {
-                let reply = head
-                    .header(s3_lite::rdma::RDMA_REPLY)
-                    .map(s3_lite::rdma::Reply::parse);
-                // The one reply-less proof: a PUT whose 200 echoes the checksum we sent.
-                let echoed_ours = kind == OpKind::Put
-                    && head.status == 200
-                    && crc.is_some()
-                    && head
-                        .header(s3_lite::checksum::HEADER_CRC64NVME)
-                        .map(str::trim)
-                        == crc;
-                assert!(
-                    echoed_ours
-                        || matches!(reply, Some(Ok(r)) if matches!(r.classify(), s3_lite::rdma::ReplyClass::Success(_))),
-                    "an RDMA verdict without a success reply or our echoed checksum"
-                );
-            }
+            let (plan, _) = verdict::judge(kind, dest_len, &head, crc);
             if let crate::fabric::http::response::Plan::Finish(crate::fabric::Outcome::Done {
                 bytes,
                 ..
             }) = plan
                 && matches!(kind, OpKind::Get | OpKind::RangeGet { .. })
             {
-                assert!(
-                    bytes <= dest.len() as u64,
-                    "a GET verdict claimed {bytes} bytes"
-                );
+                assert!(bytes <= dest_len, "a GET verdict claimed {bytes} bytes");
             }
         }
-        let _ = cuobject::check_destination(kind, &head, &dest);
     }
 }
 

@@ -23,7 +23,7 @@ use crate::error::ApiError;
 use crate::time::now_secs;
 
 /// Path prefix of the hipobj-rc-v2 control routes (the only routes the relaxations apply to).
-pub const V2_ROUTE_PREFIX: &str = "/.hipobj-rc/";
+use s3_lite::rdma::v2::ROUTE_PREFIX as V2_ROUTE_PREFIX;
 
 /// Credential-scope services accepted on the v2 control routes (`s3` everywhere else).
 pub const V2_SERVICES: [&str; 2] = ["s3", "hipobj"];

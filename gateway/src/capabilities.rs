@@ -18,13 +18,6 @@ use crate::error::ApiError;
 use crate::handler::Respond;
 use crate::server::Shared;
 
-/// The route's path.
-pub const CAPABILITIES_PATH: &str = "/.hipobj/rc/capabilities";
-/// Header listing the pairing dialects this gateway serves, comma-separated.
-pub const DIALECTS_HEADER: &str = "x-amz-rdma-dialects";
-/// The v2 dialect's name in [`DIALECTS_HEADER`].
-pub const DIALECT_V2: &str = "hipobj-rc-v2";
-
 /// Handles the capability route (already authenticated).
 pub fn handle(shared: &Shared, head: &RequestHead, out: &mut dyn Respond) -> Result<(), ApiError> {
     if head.method != "GET" && head.method != "HEAD" {
@@ -46,15 +39,18 @@ pub fn handle(shared: &Shared, head: &RequestHead, out: &mut dyn Respond) -> Res
     let mut dialects = crate::connect::PROTOCOL.to_owned();
     if shared.rdma.rc_v2().is_some() {
         dialects.push(',');
-        dialects.push_str(DIALECT_V2);
+        dialects.push_str(s3_lite::rdma::v2::PROTOCOL);
     }
     let headers = vec![
-        (crate::target::FABRIC_HEADER.to_owned(), fabric.to_owned()),
+        (
+            s3_lite::rdma::pairing::RDMA_FABRIC.to_owned(),
+            fabric.to_owned(),
+        ),
         (
             s3_lite::rdma::RDMA_PROTOCOL.to_owned(),
             crate::connect::PROTOCOL.to_owned(),
         ),
-        (DIALECTS_HEADER.to_owned(), dialects),
+        (s3_lite::rdma::pairing::RDMA_DIALECTS.to_owned(), dialects),
     ];
     let mut headers = headers;
     if shared.rdma.rc_v2().is_some() {

@@ -20,7 +20,7 @@ use crate::rdma::ConnectRequest;
 use crate::server::Shared;
 
 /// `x-amz-rdma-protocol` value of the connect reply.
-pub const PROTOCOL: &str = "rc-persistent";
+pub use s3_lite::rdma::pairing::PROTOCOL;
 
 /// Handles the connect route (already authenticated).
 pub fn handle(
@@ -36,23 +36,27 @@ pub fn handle(
             "The specified method is not allowed against this resource.",
         ));
     }
-    let token = head
-        .header(s3_lite::rdma::RDMA_TOKEN)
-        .ok_or_else(|| ApiError::invalid_argument("x-amz-rdma-token is required"))?;
-    let token = RcToken::decode(token.trim())
-        .map_err(|e| ApiError::invalid_argument(format!("invalid x-amz-rdma-token: {e}")))?;
+    let token = head.header(s3_lite::rdma::RDMA_TOKEN).ok_or_else(|| {
+        ApiError::invalid_argument(format!("{} is required", s3_lite::rdma::RDMA_TOKEN))
+    })?;
+    let token = RcToken::decode(token.trim()).map_err(|e| {
+        ApiError::invalid_argument(format!("invalid {}: {e}", s3_lite::rdma::RDMA_TOKEN))
+    })?;
     let psn = head
         .header(s3_lite::rdma::RDMA_PSN)
-        .ok_or_else(|| ApiError::invalid_argument("x-amz-rdma-psn is required"))
+        .ok_or_else(|| {
+            ApiError::invalid_argument(format!("{} is required", s3_lite::rdma::RDMA_PSN))
+        })
         .and_then(|v| {
-            v2::Psn::parse(v.trim())
-                .map_err(|e| ApiError::invalid_argument(format!("invalid x-amz-rdma-psn: {e}")))
+            v2::Psn::parse(v.trim()).map_err(|e| {
+                ApiError::invalid_argument(format!("invalid {}: {e}", s3_lite::rdma::RDMA_PSN))
+            })
         })?;
     let req = ConnectRequest {
         token: &token,
         psn: psn.get(),
         principal: &auth.access_key,
-        fabric: head.header(crate::target::FABRIC_HEADER),
+        fabric: head.header(s3_lite::rdma::pairing::RDMA_FABRIC),
     };
     let Some(reply) = shared.rdma.connect(&req)? else {
         let mut e = ApiError::not_implemented(
@@ -77,13 +81,16 @@ pub fn handle(
         ),
         (s3_lite::rdma::RDMA_SESSION.to_owned(), reply.session),
         (
-            crate::target::FABRIC_HEADER.to_owned(),
+            s3_lite::rdma::pairing::RDMA_FABRIC.to_owned(),
             reply.fabric.as_str().to_owned(),
         ),
     ];
     let mut headers = headers;
     if let Some(a) = reply.soft_addr {
-        headers.push((crate::target::SOFT_ADDR_HEADER.to_owned(), a.to_string()));
+        headers.push((
+            s3_lite::rdma::pairing::RDMA_SOFT_ADDR.to_owned(),
+            a.to_string(),
+        ));
     }
     out.head(200, headers, s3_lite::http::BodyFraming::Length(0))?;
     Ok(())

@@ -102,13 +102,13 @@ pub fn handle(
     out: &mut dyn Respond,
 ) -> Result<(), ApiError> {
     let auth = shared.auth.authenticate(head)?;
-    if head.path == crate::target::CONNECT_PATH {
+    if head.path == s3_lite::rdma::pairing::CONNECT_PATH {
         return crate::connect::handle(shared, head, &auth, out);
     }
-    if head.path == crate::capabilities::CAPABILITIES_PATH {
+    if head.path == s3_lite::rdma::pairing::CAPABILITIES_PATH {
         return crate::capabilities::handle(shared, head, out);
     }
-    if head.path.starts_with("/.hipobj-rc/") {
+    if head.path.starts_with(s3_lite::rdma::v2::ROUTE_PREFIX) {
         // The hipobj-rc-v2 control routes (docs/protocol.md, hipobj-rc-v2), served by the fabric
         // when it can; otherwise answered as a v2 server with RC disabled does (501 + the
         // unsupported marker: docs/protocol.md, hipobj-rc-v2, status codes), so v2 clients fall back to HTTP.
@@ -734,9 +734,12 @@ impl Ctx<'_> {
                 format!("moved {bytes} of {expected} bytes"),
             ));
         }
-        h.push(("x-amz-rdma-reply".into(), status.to_string()));
-        h.push(("x-amz-rdma-bytes-transferred".into(), bytes.to_string()));
-        h.push(("x-amz-rdma-bytes".into(), bytes.to_string()));
+        h.push((s3_lite::rdma::RDMA_REPLY.into(), status.to_string()));
+        h.push((
+            s3_lite::rdma::RDMA_BYTES_TRANSFERRED.into(),
+            bytes.to_string(),
+        ));
+        h.push((s3_lite::rdma::RDMA_BYTES.into(), bytes.to_string()));
         h.push((
             s3_lite::rdma::RDMA_CHECKSUM_CRC64NVME.into(),
             encode_crc64nvme(tee.crc.finish()),
@@ -871,9 +874,9 @@ impl Ctx<'_> {
         };
         headers.push(("ETag".into(), info.etag));
         if let Some(n) = rdma_bytes {
-            headers.push(("x-amz-rdma-reply".into(), "200".into()));
-            headers.push(("x-amz-rdma-bytes-transferred".into(), n.to_string()));
-            headers.push(("x-amz-rdma-bytes".into(), n.to_string()));
+            headers.push((s3_lite::rdma::RDMA_REPLY.into(), "200".into()));
+            headers.push((s3_lite::rdma::RDMA_BYTES_TRANSFERRED.into(), n.to_string()));
+            headers.push((s3_lite::rdma::RDMA_BYTES.into(), n.to_string()));
         }
         full(out, 200, headers, &[], "")
     }

@@ -148,17 +148,18 @@ impl RdmaTarget for NoFabric {
 
 /// Classifies a token value: `400 InvalidArgument` (no reply header) when malformed.
 pub fn classify(value: &str) -> Result<TokenKind, ApiError> {
-    s3_lite::rdma::classify(value)
-        .map_err(|e| ApiError::invalid_argument(format!("invalid x-amz-rdma-token: {e}")))
+    s3_lite::rdma::classify(value).map_err(|e| {
+        ApiError::invalid_argument(format!("invalid {}: {e}", s3_lite::rdma::RDMA_TOKEN))
+    })
 }
 
 /// Headers of a declined RDMA request.
 pub fn decline_headers(token: &TokenKind) -> Vec<(String, String)> {
-    let mut h = vec![("x-amz-rdma-reply".to_owned(), "501".to_owned())];
+    let mut h = vec![(s3_lite::rdma::RDMA_REPLY.to_owned(), "501".to_owned())];
     if matches!(token, TokenKind::HipObjectRc(_)) {
         h.push((
-            "X-Amz-Rdma-Protocol-Status".to_owned(),
-            "unsupported".to_owned(),
+            s3_lite::rdma::RDMA_PROTOCOL_STATUS.to_owned(),
+            s3_lite::rdma::PROTOCOL_STATUS_UNSUPPORTED.to_owned(),
         ));
     }
     h
@@ -166,9 +167,10 @@ pub fn decline_headers(token: &TokenKind) -> Vec<(String, String)> {
 
 /// The `501 NotImplemented` of a declined PUT/UploadPart (or a GET under [`GetDecline::Error`]).
 pub fn decline_error(token: &TokenKind) -> ApiError {
-    let mut e = ApiError::not_implemented(
-        "this gateway cannot serve the request over RDMA (fabric none); resend without x-amz-rdma-token",
-    );
+    let mut e = ApiError::not_implemented(format!(
+        "this gateway cannot serve the request over RDMA (fabric none); resend without {}",
+        s3_lite::rdma::RDMA_TOKEN
+    ));
     e.headers = decline_headers(token);
     e
 }

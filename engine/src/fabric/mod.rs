@@ -2,12 +2,14 @@
 //!
 //! A worker hands each started operation to a [`Fabric`] and learns about progress through
 //! readiness events on tokens the fabric registered with the worker's `mio` poller. The one
-//! `Fabric` is [`http::HttpFabric`]: every operation is an S3 request; when its RDMA client
-//! ([`rdma`], over [`rc`]: the soft fabric or verbs) applies, the request carries a token and
-//! the payload moves by RDMA instead of in the body. Completions name the path in their
+//! `Fabric` is [`http_with_dialects::HttpWithDialects`]: the HTTP transport ([`http`], which
+//! knows no dialect) composed with the RDMA dialects ([`rdma`], over [`rc`]: the soft fabric
+//! or verbs). Every operation is an S3 request; when a dialect applies, the request carries a
+//! token and the payload moves by RDMA instead of in the body. Completions name the path in their
 //! [`DataPath`] flag (`Http`, `RdmaSoft`, `RdmaVerbs`), so callers never change with it.
 
 pub(crate) mod http;
+pub(crate) mod http_with_dialects;
 pub mod rc;
 pub mod rdma;
 pub mod soft;

@@ -36,14 +36,10 @@ use crate::rdma::{ConnectReply, ConnectRequest, DataPath, RdmaGrant, RdmaOp, Rdm
 pub use transfer::CHUNK;
 use transfer::{Demux, RcGet, RcPut};
 
-/// The signed pairing route of the `rc-persistent` dialect.
-pub const CONNECT_PATH: &str = "/.hipobj/rc/connect";
-/// Response header carrying the soft listener address (`ip:port`) the client's QP dials.
-pub const SOFT_ADDR_HEADER: &str = "x-amz-rdma-soft-addr";
 /// Request and response header naming the fabric of a QP (`soft` or `verbs`) on the connect
 /// route and on hipobj-rc-v2 PREPARE. Absent: the peer did not say (third-party v2 clients),
 /// and the gateway's own fabric is assumed.
-pub const FABRIC_HEADER: &str = "x-amz-rdma-fabric";
+use s3_lite::rdma::pairing::RDMA_FABRIC as FABRIC_HEADER;
 
 /// Completion-queue entries of a paired connection (its send queue depth, with room).
 const CQ_DEPTH: u32 = 256;
@@ -264,9 +260,10 @@ impl RcTarget {
             return Ok(None);
         }
         if c.client_qpn != client_qpn {
-            return Err(ApiError::invalid_argument(
-                "x-amz-rdma-token names a QPN other than the one paired with this session",
-            ));
+            return Err(ApiError::invalid_argument(format!(
+                "{} names a QPN other than the one paired with this session",
+                s3_lite::rdma::RDMA_TOKEN
+            )));
         }
         Ok(Some(c))
     }
@@ -336,9 +333,10 @@ impl RdmaTarget for RcTarget {
     fn connect(&self, req: &ConnectRequest<'_>) -> Result<Option<ConnectReply>, ApiError> {
         let client = req.token;
         if client.transport != Transport::Rc || client.qpn == 0 || client.gid == [0; 16] {
-            return Err(ApiError::invalid_argument(
-                "x-amz-rdma-token must be an RC token with a QPN and a GID",
-            ));
+            return Err(ApiError::invalid_argument(format!(
+                "{} must be an RC token with a QPN and a GID",
+                s3_lite::rdma::RDMA_TOKEN
+            )));
         }
         check_fabric(self.device.kind(), req.fabric)?;
         {
@@ -399,7 +397,7 @@ pub(crate) fn qp_failure(e: &engine::rc::RcError) -> ApiError {
         ApiError::new(
             400,
             "InvalidArgument",
-            format!("x-amz-rdma-token cannot be paired here: {e}"),
+            format!("{} cannot be paired here: {e}", s3_lite::rdma::RDMA_TOKEN),
         )
     } else {
         ApiError::internal(format!("RC queue pair: {e}"))

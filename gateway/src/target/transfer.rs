@@ -128,7 +128,10 @@ fn complete(conn: &Conn, wr_id: u64, deadline: Instant) -> Result<(), ApiError> 
             Err(ApiError::new(
                 400,
                 "InvalidArgument",
-                "the client refused the RDMA access (x-amz-rdma-token rkey or range not granted)",
+                format!(
+                    "the client refused the RDMA access ({} rkey or range not granted)",
+                    s3_lite::rdma::RDMA_TOKEN
+                ),
             ))
         }
         Some(s) => {
@@ -237,9 +240,10 @@ impl RcGet {
     fn push(&mut self, mut bytes: &[u8]) -> Result<(), ApiError> {
         let end = self.posted + (self.fill + bytes.len()) as u64;
         if end > self.window {
-            return Err(ApiError::invalid_argument(
-                "the object range is larger than the RDMA window of x-amz-rdma-token",
-            ));
+            return Err(ApiError::invalid_argument(format!(
+                "the object range is larger than the RDMA window of {}",
+                s3_lite::rdma::RDMA_TOKEN
+            )));
         }
         while !bytes.is_empty() {
             let i = self.cur;
@@ -274,7 +278,8 @@ impl ObjectSink for RcGet {
         };
         if len > self.window {
             return Err(self.fail(ApiError::invalid_argument(format!(
-                "the object range ({len} bytes) is larger than the RDMA window of x-amz-rdma-token ({} bytes)",
+                "the object range ({len} bytes) is larger than the RDMA window of {} ({} bytes)",
+                s3_lite::rdma::RDMA_TOKEN,
                 self.window
             ))));
         }

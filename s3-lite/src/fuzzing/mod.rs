@@ -6,6 +6,7 @@ pub mod exchange;
 pub mod http;
 pub mod http_server;
 pub mod rdma;
+pub mod rdma_answers;
 pub mod s3xml;
 pub mod sigv4;
 

@@ -19,11 +19,22 @@
 //! - [`v2`]: hipobj-rc-v2 headers (session, cookie, PSN, QPN, MR, op, target, size, offset,
 //!   checksums of both generations, capabilities).
 //! - [`dispatch`]: which token family a header value belongs to.
+//! - [`pairing`]: `rc-persistent` pairing and the capability route (routes, fabric names,
+//!   the connect request and the judgement of its answer).
+//! - [`acceptance`]: the client's acceptance rules for an answer to a tokened request.
+//! - [`cuobject`]: cuObject's checksum check of an accepted GET's destination.
+//! - [`v2::client`]: the client half of hipobj-rc-v2 (request headers, answer judgements).
+//!
+//! This module is the only place in the workspace that spells an `x-amz-rdma-*` header or an
+//! RDMA route (`s3-lite/tests/rdma_spelling.rs` checks the other crates).
 
+pub mod acceptance;
 pub mod bytes;
+pub mod cuobject;
 pub mod descriptor;
 pub mod dispatch;
 mod field;
+pub mod pairing;
 pub mod reply;
 pub mod token;
 pub mod v2;
@@ -90,7 +101,7 @@ pub const RDMA_CHECKSUM_CRC32C: &str = "x-amz-rdma-checksum-crc32c";
 pub const RDMA_ETAG: &str = "x-amz-rdma-etag";
 /// v2 FINAL: version id.
 pub const RDMA_VERSION_ID: &str = "x-amz-rdma-version-id";
-/// v2 (versitygw): server capabilities, comma list (`mp`).
+/// v2: server capabilities, comma list (`mp`).
 pub const RDMA_CAPABILITIES: &str = "x-amz-rdma-capabilities";
 
 /// versitygw's legacy three-header cuObject scheme: the descriptor.
@@ -106,6 +117,21 @@ pub fn is_rdma_header(name: &str) -> bool {
     name.get(..11)
         .is_some_and(|p| p.eq_ignore_ascii_case("x-amz-rdma-"))
         || name.eq_ignore_ascii_case(DELL_RDMA_INFO)
+}
+
+/// A response head decoded from `status` and `headers` (unit tests of the judgements).
+#[cfg(test)]
+pub(crate) fn test_head(status: u16, headers: &[(&str, &str)]) -> crate::http::ResponseHead {
+    let mut wire = format!("HTTP/1.1 {status} X\r\n");
+    for (n, v) in headers {
+        wire.push_str(&format!("{n}: {v}\r\n"));
+    }
+    wire.push_str("\r\n");
+    let mut d = crate::http::ResponseDecoder::new(crate::http::Limits::default(), false);
+    match d.decode(wire.as_bytes()).unwrap().event {
+        crate::http::Event::Head(h) => h,
+        other => panic!("{other:?}"),
+    }
 }
 
 #[cfg(test)]

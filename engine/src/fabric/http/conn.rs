@@ -21,10 +21,11 @@ use s3_lite::http::{BodyFraming, Event, Exchange, HttpError, Limits, Output};
 use s3_lite::net::tls::CertificateProblem;
 use s3_lite::net::transport::Transport;
 
+use super::ReplyJudge;
 use super::tls::TlsContext;
 
 use super::response::{
-    MAX_XML_ANSWER, Plan, error_outcome, finish_multipart, needs_stored_check, plan_for,
+    MAX_XML_ANSWER, Plan, error_outcome, finish_multipart, named_size, needs_stored_check, plan_for,
 };
 use crate::fabric::{Outcome, Retry};
 use crate::inflight::{InFlight, OpKind};
@@ -46,9 +47,9 @@ pub(crate) enum Step {
     },
 }
 
-/// One connection.
+/// One connection; `J` judges the answers of carried exchanges.
 #[derive(Debug)]
-pub(crate) struct Conn {
+pub(crate) struct Conn<J: ReplyJudge> {
     pub(crate) stream: Transport<TcpStream>,
     /// The endpoint's TLS context (`https://`), where refused certificates are reported.
     tls: Option<Arc<TlsContext>>,
@@ -72,10 +73,10 @@ pub(crate) struct Conn {
     answer: Vec<u8>,
     /// Re-arm `TCP_QUICKACK` after every read (see `sys::set_quickack`).
     quickack: bool,
-    /// This exchange carries an RDMA token: `Some(our PUT CRC)`; judged by `rdma::verdict`.
-    rdma: Option<Option<String>>,
-    /// What the RDMA answer meant (taken by the fabric when the exchange ends).
-    pub(crate) verdict: Option<crate::fabric::rdma::verdict::Verdict>,
+    /// The judge of this exchange's answer, when it carries its payload elsewhere.
+    judge: Option<J>,
+    /// What the judge noted (taken by the transport when the exchange ends).
+    pub(crate) note: Option<J::Note>,
     /// A GET body the server named a checksum of: its value and ours, fed as bytes land.
     body_sum: Option<BodySum>,
     /// The object size a GET's answer named (`Content-Range` total, else the 200's length).
@@ -105,19 +106,6 @@ impl BodySum {
 
     fn matches(&self) -> bool {
         s3_lite::checksum::encode_crc64nvme(self.ours.finish()) == self.expected
-    }
-}
-
-/// The object size an answer names: the `Content-Range` total, else a 200's body length.
-fn named_size(head: &s3_lite::http::ResponseHead) -> u64 {
-    match head
-        .header("content-range")
-        .map(s3_lite::s3::ContentRange::parse)
-    {
-        Some(Ok(s3_lite::s3::ContentRange::Bytes { total: Some(t), .. })) => t,
-        Some(_) => 0,
-        None if head.status == 200 => head.content_length().unwrap_or(0),
-        None => 0,
     }
 }
 
@@ -152,7 +140,7 @@ const fn integrity(code: ErrorCode) -> Outcome {
     Outcome::fail(code, ErrorClass::Integrity, Retry::No)
 }
 
-impl Conn {
+impl<J: ReplyJudge> Conn<J> {
     pub(crate) fn new(
         stream: Transport<TcpStream>,
         tls: Option<Arc<TlsContext>>,
@@ -175,8 +163,8 @@ impl Conn {
             etag: None,
             answer: Vec::new(),
             quickack,
-            rdma: None,
-            verdict: None,
+            judge: None,
+            note: None,
             body_sum: None,
             object_size: 0,
         }
@@ -202,9 +190,9 @@ impl Conn {
     }
 
     /// Prepares the rest of the exchange of `op`, whose head is in [`Conn::head_buf`].
-    pub(crate) fn begin(&mut self, rdma: Option<Option<String>>) {
-        self.rdma = rdma;
-        self.verdict = None;
+    pub(crate) fn begin(&mut self, judge: Option<J>) {
+        self.judge = judge;
+        self.note = None;
         self.etag = None;
         self.answer.clear();
         self.plan = None;
@@ -402,46 +390,11 @@ impl Conn {
             match d.event {
                 Event::NeedMore => return None,
                 Event::Head(head) => {
-                    let p = match &self.rdma {
-                        Some(crc) => {
-                            let (p, v) = crate::fabric::rdma::verdict::judge(
-                                op.kind,
-                                op.buf_len(),
-                                &head,
-                                crc.as_deref(),
-                            );
-                            self.verdict = Some(v);
-                            // An accepted RDMA GET: the bytes are already in the destination.
-                            // When the server names a checksum of them, verify before completing.
-                            match (p, op.buf.as_ref()) {
-                                (Plan::Finish(Outcome::Done { bytes, aux }), Some(buf)) => {
-                                    let landed = buf.bytes_from(0);
-                                    let landed = landed
-                                        .get(..usize::try_from(bytes).unwrap_or(usize::MAX))
-                                        .unwrap_or(landed);
-                                    // A GPUDirect window put the bytes in VRAM, out of the
-                                    // host's reach: not checked here (docs/gpu.md).
-                                    let checked = if buf.landed_direct() {
-                                        Ok(false)
-                                    } else {
-                                        crate::fabric::rdma::cuobject::check_destination(
-                                            op.kind, &head, landed,
-                                        )
-                                    };
-                                    match checked {
-                                        Ok(proven) if op.kind != OpKind::Put => {
-                                            // The size: the byte count's `/total`, else the
-                                            // reply's `Content-Range` total.
-                                            let size =
-                                                if aux == 0 { named_size(&head) } else { aux };
-                                            Plan::Finish(Outcome::got(bytes, size, proven))
-                                        }
-                                        Ok(_) => Plan::Finish(Outcome::Done { bytes, aux }),
-                                        Err(code) => Plan::Finish(integrity(code)),
-                                    }
-                                }
-                                (p, _) => p,
-                            }
+                    let p = match &self.judge {
+                        Some(judge) => {
+                            let (p, note) = judge.judge(op, &head);
+                            self.note = Some(note);
+                            p
                         }
                         None => plan_for(op, &head),
                     };

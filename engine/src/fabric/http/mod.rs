@@ -1,4 +1,4 @@
-//! The HTTP fabric: S3 requests over a per-worker pool of keep-alive TCP connections.
+//! The HTTP transport: S3 requests over a per-worker pool of keep-alive TCP connections.
 //!
 //! Bounded in-flight per connection: exactly one request at a time (no pipelining: S3 servers
 //! differ in how they treat pipelined requests, and one broken response would poison every
@@ -7,12 +7,14 @@
 //! wait for an ACK). `https://` endpoints get TLS on every connection ([`tls`]), handshake and
 //! records driven by the same readiness events.
 //!
-//! Parked slots: with an RDMA dialect, an op may wait for work running off the worker thread
-//! (a pairing, its hipobj-rc-v2 exchange). It then holds a connection slot, marked `parked`
-//! (readiness on it is ignored: nothing was sent), until the dialect reports through its
-//! doorbell token ([`NOTIFY`]): the op's request is then built on that slot, or the op
-//! completes and the slot returns to the idle pool. So such ops count against the
-//! connection limit, which bounds how many exchange threads run at once.
+//! The transport knows no payload dialect. What a layer above it (the RDMA dialects,
+//! `fabric/http_with_dialects.rs`) may ask of it, in its own neutral terms:
+//! - [`HttpFabric::send`] an op's exchange with extra request headers and a [`ReplyJudge`]
+//!   ([`Carried`]): the payload then moves outside the body, and the judge, not the HTTP
+//!   rules, plans the answer;
+//! - [`HttpFabric::park`] an op on a reserved connection (nothing sent; readiness ignored)
+//!   and [`HttpFabric::unpark`] it later, to send or to [`HttpFabric::release`] the slot;
+//! - [`HttpFabric::take_ended`]: every exchange's end, with what its judge noted.
 
 mod conn;
 mod request;
@@ -23,47 +25,84 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use mio::{Interest, Token};
-use ring_api::{DataPath, WireDialect};
 use s3_lite::net::transport::Transport;
 use s3_lite::s3::Endpoint;
 use s3_lite::sigv4::Signer;
 
 use self::conn::{Conn, Step};
 use self::request::DateCache;
-use super::rdma::{Admit, Event, NOTIFY, RdmaClient};
-use super::{Fabric, Finished, Outcome};
+use self::response::Plan;
+use super::{Finished, Outcome};
 use crate::inflight::{InFlight, OpKey, OpKind, Phase, Slab};
+
+/// Judges the answer to an exchange whose payload moves outside the HTTP body (supplied with
+/// the exchange by the layer that adds such exchanges; the transport only calls it).
+pub(crate) trait ReplyJudge: std::fmt::Debug + Send {
+    /// What a judgement teaches its caller, handed back when the exchange ends.
+    type Note: std::fmt::Debug + Copy + Send;
+    /// The plan for `head`, the answer to `op`'s request.
+    fn judge(&self, op: &InFlight, head: &s3_lite::http::ResponseHead) -> (Plan, Self::Note);
+}
+
+/// What an exchange carries beyond the op's own request: extra (signed) headers, and the
+/// judge of its answer. The request then has no body (the payload moves elsewhere).
+#[derive(Debug)]
+pub(crate) struct Carried<J> {
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) judge: J,
+}
+
+/// An exchange's end, reported to the layer above ([`HttpFabric::take_ended`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ended<N> {
+    pub(crate) key: OpKey,
+    /// What the exchange's judge noted (`None`: no judge, or no answer head).
+    pub(crate) note: Option<N>,
+    /// Whether the attempt succeeded.
+    pub(crate) success: bool,
+}
+
+/// A connection slot for a new op ([`HttpFabric::take_slot`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SlotGrant {
+    /// Slot `idx` holds a connection for the op.
+    Slot(usize),
+    /// Every connection is busy: try again later.
+    Busy,
+    /// A new connection could not be opened.
+    Broken,
+}
 
 /// Connection slot `i` uses `Token(i)`; the worker's waker uses a token above every slot.
 #[derive(Debug)]
-struct Slot {
-    conn: Conn,
+struct Slot<J: ReplyJudge> {
+    conn: Conn<J>,
     op: Option<OpKey>,
-    /// Reserved for `op`, which waits for off-loop work (nothing on the wire yet).
+    /// Reserved for `op`, which waits for work elsewhere (nothing on the wire yet).
     parked: bool,
 }
 
-/// A worker's HTTP data path to one endpoint.
+/// A worker's HTTP transport to one endpoint; `J` judges the answers of carried exchanges.
 #[derive(Debug)]
-pub(crate) struct HttpFabric {
+pub(crate) struct HttpFabric<J: ReplyJudge> {
     addr: SocketAddr,
     endpoint: Endpoint,
     /// TLS for an `https://` endpoint.
     tls: Option<Arc<tls::TlsContext>>,
     signer: Arc<Signer>,
     dates: DateCache,
-    slots: Vec<Option<Slot>>,
+    slots: Vec<Option<Slot<J>>>,
     /// Slots holding an idle, kept-alive connection (most recently used last).
     idle: Vec<usize>,
     limit: usize,
     read_buffer: usize,
     quickack: bool,
     active: usize,
-    /// The `rc-persistent` dialect (RDMA windows in the requests), when configured.
-    rdma: Option<RdmaClient>,
+    /// Exchanges that ended since the last [`HttpFabric::take_ended`].
+    ended: Vec<Ended<J::Note>>,
 }
 
-impl HttpFabric {
+impl<J: ReplyJudge> HttpFabric<J> {
     pub(crate) fn new(
         addr: SocketAddr,
         endpoint: Endpoint,
@@ -84,7 +123,7 @@ impl HttpFabric {
             read_buffer: read_buffer.max(4096),
             quickack,
             active: 0,
-            rdma: None,
+            ended: Vec::new(),
         }
     }
 
@@ -94,10 +133,35 @@ impl HttpFabric {
         self
     }
 
-    /// Adds the `rc-persistent` dialect.
-    pub(crate) fn with_rdma(mut self, rdma: RdmaClient) -> Self {
-        self.rdma = Some(rdma);
-        self
+    /// The current request date (`None` if the clock is unusable).
+    pub(crate) fn now(&mut self) -> Option<s3_lite::sigv4::AmzDate> {
+        self.dates.now()
+    }
+
+    /// Every exchange end since the last call (oldest first).
+    pub(crate) fn take_ended(&mut self) -> Vec<Ended<J::Note>> {
+        std::mem::take(&mut self.ended)
+    }
+
+    fn end(&mut self, key: OpKey, note: Option<J::Note>, success: bool) {
+        self.ended.push(Ended { key, note, success });
+    }
+
+    /// A connection for a new op: the most recent healthy idle one, else a new one.
+    pub(crate) fn take_slot(&mut self, io: &mio::Registry) -> SlotGrant {
+        match self.healthy_idle(io) {
+            Some(i) => SlotGrant::Slot(i),
+            None => match self.open(io) {
+                None => SlotGrant::Busy,
+                Some(Ok(i)) => SlotGrant::Slot(i),
+                Some(Err(())) => SlotGrant::Broken,
+            },
+        }
+    }
+
+    /// Returns slot `idx` (holding no op) to the idle pool unused.
+    pub(crate) fn pool(&mut self, idx: usize) {
+        self.idle.push(idx);
     }
 
     /// Opens a connection in a free slot; `None` when at the limit or the connect failed.
@@ -185,14 +249,12 @@ impl HttpFabric {
         let Step::Finished { outcome, reusable } = step else {
             return;
         };
-        if let Some(r) = self.rdma.as_mut() {
-            let verdict = self
-                .slots
-                .get_mut(idx)
-                .and_then(Option::as_mut)
-                .and_then(|s| s.conn.verdict.take());
-            r.finish(key, verdict, matches!(outcome, Outcome::Done { .. }));
-        }
+        let note = self
+            .slots
+            .get_mut(idx)
+            .and_then(Option::as_mut)
+            .and_then(|s| s.conn.note.take());
+        self.end(key, note, matches!(outcome, Outcome::Done { .. }));
         done.push((key, outcome));
         if reusable {
             if let Some(Some(slot)) = self.slots.get_mut(idx) {
@@ -205,29 +267,28 @@ impl HttpFabric {
         }
     }
 
-    /// Builds `op`'s request on slot `idx` (free, or just un-parked) and drives it.
-    fn launch(
+    /// Builds `op`'s request on slot `idx` (free, or just un-parked), with what `carried`
+    /// adds, and drives it.
+    pub(crate) fn send(
         &mut self,
         idx: usize,
         key: OpKey,
         op: &mut InFlight,
+        carried: Option<Carried<J>>,
         io: &mio::Registry,
         done: &mut Finished,
     ) {
-        let prepared = self.rdma.as_mut().and_then(|r| r.prepare(key, op));
         let Some(Some(slot)) = self.slots.get_mut(idx) else {
-            if let Some(r) = self.rdma.as_mut() {
-                r.finish(key, None, false);
-            }
+            self.end(key, None, false);
             done.push((key, Outcome::transport(false)));
             return;
         };
-        let body = if op.kind == OpKind::Put && prepared.is_none() {
+        let body = if op.kind == OpKind::Put && carried.is_none() {
             op.buf_len()
         } else {
             0
         };
-        let extra = prepared.as_ref().map(|p| p.headers.as_slice());
+        let extra = carried.as_ref().map(|c| c.headers.as_slice());
         let encoded = match slot.conn.head_buf(op, body) {
             Some(head) => request::encode(
                 &self.endpoint,
@@ -246,13 +307,11 @@ impl HttpFabric {
             } else {
                 self.close(idx, io);
             }
-            if let Some(r) = self.rdma.as_mut() {
-                r.finish(key, None, false);
-            }
+            self.end(key, None, false);
             done.push((key, outcome));
             return;
         }
-        slot.conn.begin(prepared.map(|p| p.crc));
+        slot.conn.begin(carried.map(|c| c.judge));
         slot.op = Some(key);
         self.active += 1;
         op.phase = Phase::Active { conn: idx };
@@ -260,8 +319,37 @@ impl HttpFabric {
         self.settle(idx, key, step, io, done);
     }
 
+    /// Reserves slot `idx` for `op`, which waits for work elsewhere: nothing is sent, and
+    /// readiness on it is ignored until [`HttpFabric::unpark`]. `false` if the slot is gone.
+    pub(crate) fn park(&mut self, idx: usize, key: OpKey, op: &mut InFlight) -> bool {
+        let Some(Some(slot)) = self.slots.get_mut(idx) else {
+            return false;
+        };
+        slot.op = Some(key);
+        slot.parked = true;
+        self.active += 1;
+        op.phase = Phase::Active { conn: idx };
+        true
+    }
+
+    /// Returns an un-parked slot that will carry no request: to the idle pool when its
+    /// connection is still fit (readiness was ignored while parked, so it is probed), else
+    /// closed.
+    pub(crate) fn release(&mut self, idx: usize, io: &mio::Registry) {
+        let healthy = self
+            .slots
+            .get_mut(idx)
+            .and_then(Option::as_mut)
+            .is_some_and(|s| s.conn.idle_is_healthy());
+        if healthy {
+            self.idle.push(idx);
+        } else {
+            self.close(idx, io);
+        }
+    }
+
     /// The slot `key` holds parked, un-parked and released (`None` if it holds none).
-    fn unpark(&mut self, key: OpKey, op: &InFlight) -> Option<usize> {
+    pub(crate) fn unpark(&mut self, key: OpKey, op: &InFlight) -> Option<usize> {
         let Phase::Active { conn: idx } = op.phase else {
             return None;
         };
@@ -275,137 +363,20 @@ impl HttpFabric {
         Some(idx)
     }
 
-    /// The RDMA dialect's doorbell rang: resume or complete the parked ops it names.
-    fn on_offload(&mut self, ops: &mut Slab, io: &mio::Registry, done: &mut Finished) {
-        let Some(r) = self.rdma.as_mut() else {
-            return;
-        };
-        for ev in r.drain() {
-            match ev {
-                Event::Resume(key) => {
-                    let Some(op) = ops.get_mut(key) else {
-                        continue;
-                    };
-                    if let Some(idx) = self.unpark(key, op) {
-                        self.launch(idx, key, op, io, done);
-                    }
-                }
-                Event::Readmit(key) => {
-                    let Some(op) = ops.get_mut(key) else {
-                        continue;
-                    };
-                    if let Some(idx) = self.unpark(key, op) {
-                        self.admit_and_launch(idx, key, op, io, done);
-                    }
-                }
-                Event::Complete(key, outcome) => {
-                    let Some(op) = ops.get(key) else {
-                        continue;
-                    };
-                    if let Some(idx) = self.unpark(key, op) {
-                        // Readiness was ignored while parked: probe before pooling it.
-                        let healthy = self
-                            .slots
-                            .get_mut(idx)
-                            .and_then(Option::as_mut)
-                            .is_some_and(|s| s.conn.idle_is_healthy());
-                        if healthy {
-                            self.idle.push(idx);
-                        } else {
-                            self.close(idx, io);
-                        }
-                        done.push((key, outcome));
-                    }
-                }
-            }
-        }
-    }
-    /// Lets the RDMA dialect admit `op` on slot `idx` (it may park it for off-loop work), then
-    /// builds and drives its request unless parked or failed.
-    fn admit_and_launch(
+    /// Readiness on connection `token`: drives the exchange on it.
+    pub(crate) fn on_ready(
         &mut self,
-        idx: usize,
-        key: OpKey,
-        op: &mut InFlight,
+        token: Token,
+        ops: &mut Slab,
         io: &mio::Registry,
         done: &mut Finished,
     ) {
-        // An RDMA dialect may need work off this thread first (pairing, a v2 exchange).
-        if let (Some(r), Some(now)) = (self.rdma.as_mut(), self.dates.now()) {
-            match r.admit(key, op, now, io) {
-                Admit::Now => {}
-                Admit::Parked => {
-                    if let Some(Some(slot)) = self.slots.get_mut(idx) {
-                        slot.op = Some(key);
-                        slot.parked = true;
-                        self.active += 1;
-                        op.phase = Phase::Active { conn: idx };
-                    } else {
-                        r.abort(key);
-                        done.push((key, Outcome::transport(false)));
-                    }
-                    return;
-                }
-                Admit::Failed(outcome) => {
-                    self.idle.push(idx);
-                    done.push((key, outcome));
-                    return;
-                }
-            }
-        }
-        self.launch(idx, key, op, io, done);
-    }
-}
-
-impl Fabric for HttpFabric {
-    fn path(&self) -> DataPath {
-        DataPath::Http
-    }
-
-    fn start(
-        &mut self,
-        key: OpKey,
-        op: &mut InFlight,
-        io: &mio::Registry,
-        done: &mut Finished,
-    ) -> bool {
-        let idx = match self.healthy_idle(io) {
-            Some(i) => i,
-            None => match self.open(io) {
-                None => return false,
-                Some(Ok(i)) => i,
-                Some(Err(())) => {
-                    done.push((key, Outcome::transport(false)));
-                    return true;
-                }
-            },
-        };
-        self.admit_and_launch(idx, key, op, io, done);
-        true
-    }
-
-    fn path_of(&mut self, key: OpKey) -> (DataPath, WireDialect) {
-        match self
-            .rdma
-            .as_mut()
-            .map(|r| (r.took_rdma(key), r.rdma_path()))
-        {
-            Some((Some(dialect), path)) => (path, dialect),
-            _ => (DataPath::Http, WireDialect::Http),
-        }
-    }
-
-    fn on_ready(&mut self, token: Token, ops: &mut Slab, io: &mio::Registry, done: &mut Finished) {
-        if token == NOTIFY {
-            self.on_offload(ops, io, done);
-            return;
-        }
         let idx = token.0;
         let Some(Some(slot)) = self.slots.get_mut(idx) else {
             return;
         };
         if slot.parked {
-            // Nothing sent yet; `launch` checks the connection when it writes.
+            // Nothing sent yet; `send` checks the connection when it writes.
             return;
         }
         let Some(key) = slot.op else {
@@ -424,21 +395,22 @@ impl Fabric for HttpFabric {
         self.settle(idx, key, step, io, done);
     }
 
-    fn abort(&mut self, op: &InFlight, io: &mio::Registry) {
-        if let Phase::Active { conn } = op.phase {
-            let key = self
-                .slots
-                .get(conn)
-                .and_then(Option::as_ref)
-                .and_then(|s| s.op);
-            self.close(conn, io);
-            if let (Some(r), Some(key)) = (self.rdma.as_mut(), key) {
-                r.abort(key);
-            }
-        }
+    /// Drops `op`'s connection (its exchange or reservation); the op it held, if any.
+    pub(crate) fn abort(&mut self, op: &InFlight, io: &mio::Registry) -> Option<OpKey> {
+        let Phase::Active { conn } = op.phase else {
+            return None;
+        };
+        let key = self
+            .slots
+            .get(conn)
+            .and_then(Option::as_ref)
+            .and_then(|s| s.op);
+        self.close(conn, io);
+        key
     }
 
-    fn active(&self) -> usize {
+    /// Ops holding a connection (sending, or parked).
+    pub(crate) fn active(&self) -> usize {
         self.active
     }
 }

@@ -372,6 +372,19 @@ fn range_plan(offset: u64, want: u64, head: &ResponseHead, len: Option<u64>) -> 
     }
 }
 
+/// The object size an answer names: the `Content-Range` total, else a 200's body length.
+pub(crate) fn named_size(head: &s3_lite::http::ResponseHead) -> u64 {
+    match head
+        .header("content-range")
+        .map(s3_lite::s3::ContentRange::parse)
+    {
+        Some(Ok(s3_lite::s3::ContentRange::Bytes { total: Some(t), .. })) => t,
+        Some(_) => 0,
+        None if head.status == 200 => head.content_length().unwrap_or(0),
+        None => 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

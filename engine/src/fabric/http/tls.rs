@@ -30,12 +30,12 @@ impl TlsContext {
         host: &str,
         ca_bundle: Option<PathBuf>,
         insecure_skip_verify: bool,
-    ) -> Result<Self, crate::EngineError> {
+    ) -> Result<Self, crate::error::EngineError> {
         let config = client_config(&TlsOptions {
             ca_bundle,
             insecure_skip_verify,
         })
-        .map_err(crate::EngineError::Tls)?;
+        .map_err(crate::error::EngineError::Tls)?;
         Ok(Self {
             config,
             server_name: host.to_owned(),
@@ -62,17 +62,17 @@ impl TlsContext {
 /// an RDMA fabric explicitly is refused rather than sending plaintext beside TLS).
 pub(crate) fn for_endpoint(
     endpoint: &s3_lite::s3::Endpoint,
-    b: &crate::EngineBuilder,
+    b: &crate::config::EngineBuilder,
     resolved: &s3_lite::credentials::ResolvedConfig,
-) -> Result<(Option<Arc<TlsContext>>, crate::fabric::rdma::Fabric), crate::EngineError> {
-    use crate::fabric::rdma::Fabric;
+) -> Result<(Option<Arc<TlsContext>>, crate::config::Fabric), crate::error::EngineError> {
+    use crate::config::Fabric;
     if endpoint.scheme != s3_lite::s3::Scheme::Https {
         return Ok((None, b.fabric));
     }
     let fabric = match b.fabric {
         Fabric::Auto | Fabric::Http => Fabric::Http,
         Fabric::Soft | Fabric::Verbs => {
-            return Err(crate::EngineError::Unsupported(
+            return Err(crate::error::EngineError::Unsupported(
                 "an RDMA fabric with an https:// endpoint: the RDMA dialects' side exchanges \
                  have no TLS yet (use Fabric::Auto or Fabric::Http: payloads then go over HTTPS)",
             ));

@@ -36,36 +36,9 @@ pub use wr::{Access, RecvWr, RemoteAddr, SendOp, SendWr, Sge, WcOpcode, WcStatus
 use crate::fabric::soft::SoftDevice;
 use crate::verbs;
 
-/// Which fabric a device is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum RcKind {
-    /// RC emulated over TCP (`crate::soft`).
-    Soft,
-    /// libibverbs (`crate::verbs`).
-    Verbs,
-}
-
-impl RcKind {
-    /// `soft` / `verbs`: the name in logs, the connect route and `--json` output.
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Soft => "soft",
-            Self::Verbs => "verbs",
-        }
-    }
-
-    /// Parses [`RcKind::as_str`].
-    #[must_use]
-    pub fn parse(s: &str) -> Option<Self> {
-        match s.trim() {
-            "soft" => Some(Self::Soft),
-            "verbs" => Some(Self::Verbs),
-            _ => None,
-        }
-    }
-}
+/// Which fabric a device is (the name the wire uses, `x-amz-rdma-fabric`, lives with the
+/// protocol in `s3_lite::rdma::pairing`).
+pub use s3_lite::rdma::pairing::RcKind;
 
 /// Queue depths of a new QP (the fabric-specific rest keeps each fabric's defaults).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

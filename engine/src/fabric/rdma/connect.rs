@@ -16,25 +16,10 @@ use std::time::{Duration, Instant};
 use s3_lite::Request;
 use s3_lite::http::{Exchange as HttpExchange, Limits, ResponseHead};
 use s3_lite::net::blocking::until;
-use s3_lite::rdma::{RcToken, Reply, v2};
+use s3_lite::rdma::RcToken;
+use s3_lite::rdma::pairing::{self, Paired};
 use s3_lite::s3::Endpoint;
 use s3_lite::sigv4::{PayloadHash, Signer};
-
-/// The route (the gateway's `soft::CONNECT_PATH`).
-pub(crate) const CONNECT_PATH: &str = "/.hipobj/rc/connect";
-
-/// What the gateway answered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Paired {
-    pub(crate) token: RcToken,
-    pub(crate) psn: u32,
-    pub(crate) session: String,
-    /// Where our QP dials (soft fabric only).
-    pub(crate) soft_addr: Option<SocketAddr>,
-}
-
-/// Response and request header naming a QP's fabric (the gateway's `FABRIC_HEADER`).
-pub(crate) const FABRIC_HEADER: &str = "x-amz-rdma-fabric";
 
 /// Where a client's QPs live.
 #[derive(Debug, Clone)]
@@ -158,14 +143,11 @@ fn exchange(
     limit: Duration,
 ) -> Result<Paired, ConnectError> {
     let end = Instant::now() + limit;
-    let mut req = Request::new("POST", CONNECT_PATH);
+    let mut req = Request::new("POST", pairing::CONNECT_PATH);
     req.add_header("Host", endpoint.host_header(None));
-    req.add_header(s3_lite::rdma::RDMA_TOKEN, client.encode());
-    let psn_hex = v2::Psn::new(psn)
-        .map_err(|_| ConnectError::Transport)?
-        .encode();
-    req.add_header(s3_lite::rdma::RDMA_PSN, psn_hex);
-    req.add_header(FABRIC_HEADER, fabric.as_str());
+    for (n, v) in pairing::connect_headers(client, psn, fabric).ok_or(ConnectError::Transport)? {
+        req.add_header(n, v);
+    }
     req.add_header("Content-Length", "0");
     signer
         .sign_headers(&mut req, &PayloadHash::Unsigned, now)
@@ -189,42 +171,11 @@ fn left(end: Instant) -> Result<Duration, ConnectError> {
     }
 }
 
-/// The pure part: a 200 with `x-amz-rdma-reply: 200:<token>`, a PSN, a session id and (soft
-/// fabric) the listener address; a decline naming another fabric is [`ConnectError::OtherFabric`];
-/// anything else declines.
+/// The connect answer judged by the protocol module (`s3_lite::rdma::pairing`).
 pub(crate) fn parse(head: &ResponseHead) -> Result<Paired, ConnectError> {
-    let declined = ConnectError::Declined(head.status);
-    if head.status != 200 {
-        if let Some(k) = head.header(FABRIC_HEADER).and_then(RcKind::parse) {
-            return Err(ConnectError::OtherFabric(k));
-        }
-        return Err(declined);
-    }
-    let token = match head.header(s3_lite::rdma::RDMA_REPLY).map(Reply::parse) {
-        Some(Ok(Reply::Code {
-            code: 200,
-            peer_token: Some(t),
-        })) => t,
-        _ => return Err(declined),
-    };
-    let psn = head
-        .header(s3_lite::rdma::RDMA_PSN)
-        .and_then(|v| v2::Psn::parse(v.trim()).ok())
-        .ok_or(declined.clone())?;
-    let session = head
-        .header(s3_lite::rdma::RDMA_SESSION)
-        .map(str::trim)
-        .filter(|s| s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit()))
-        .ok_or(declined.clone())?;
-    let soft_addr = match head.header("x-amz-rdma-soft-addr") {
-        Some(v) => Some(v.trim().parse::<SocketAddr>().map_err(|_| declined)?),
-        None => None,
-    };
-    Ok(Paired {
-        token,
-        psn: psn.get(),
-        session: session.to_owned(),
-        soft_addr,
+    pairing::parse_answer(head).map_err(|r| match r {
+        pairing::Refusal::OtherFabric(k) => ConnectError::OtherFabric(k),
+        pairing::Refusal::Declined(status) => ConnectError::Declined(status),
     })
 }
 

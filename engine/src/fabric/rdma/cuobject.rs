@@ -8,14 +8,10 @@
 //! With DC the client cannot observe the server's write into its memory: acceptance relies on
 //! the server's reply code and byte count (as NIXL and MinIO's clients do; docs/protocol.md, Acceptance and fallback). The defence
 //! against a server that lies is checksum verification of the destination
-//! ([`check_destination`]) whenever the answer carries a checksum that covers it.
+//! (`s3_lite::rdma::cuobject::check_destination`) whenever the answer carries a checksum that
+//! covers it.
 
-use ring_api::ErrorCode;
-use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
-use s3_lite::http::ResponseHead;
 use s3_lite::rdma::descriptor::DescriptorWithSuffix;
-
-use crate::inflight::OpKind;
 
 /// Direction of the transfer a descriptor is minted for (cuObject's `op` argument).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,47 +65,9 @@ pub(crate) fn mint_checked(
     Ok(s)
 }
 
-fn crc_b64(data: &[u8]) -> String {
-    let mut c = Crc64Nvme::new();
-    c.update(data);
-    encode_crc64nvme(c.finish())
-}
-
-/// Verifies the destination of an accepted DC GET (`dest` = the bytes the server says it
-/// wrote). Compared when present: `x-amz-rdma-checksum-crc64nvme` (covers the transferred
-/// bytes) and, for a whole-object GET answered 200 without `Content-Range`,
-/// `x-amz-checksum-crc64nvme` (the full object's). A mismatch is `ErrorCode::Integrity`.
-/// Answers without a covering checksum are accepted on the reply and count alone:
-/// `Ok(true)` says a checksum was compared (the bytes are proven), `Ok(false)` that none was.
-///
-/// Called by the connection (`fabric/http/conn.rs`) right after `verdict::judge` accepts an
-/// RDMA GET (any dialect carried over HTTP), before the operation completes.
-pub(crate) fn check_destination(
-    kind: OpKind,
-    head: &ResponseHead,
-    dest: &[u8],
-) -> Result<bool, ErrorCode> {
-    let rdma = head.header("x-amz-rdma-checksum-crc64nvme").map(str::trim);
-    let whole =
-        (kind == OpKind::Get && head.status == 200 && head.header("content-range").is_none())
-            .then(|| head.header("x-amz-checksum-crc64nvme").map(str::trim))
-            .flatten();
-    if rdma.is_none() && whole.is_none() {
-        return Ok(false);
-    }
-    let ours = crc_b64(dest);
-    for want in [rdma, whole].into_iter().flatten() {
-        if want != ours {
-            return Err(ErrorCode::Integrity);
-        }
-    }
-    Ok(true)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fabric::test_head as head;
 
     #[derive(Debug)]
     struct Fixed(String);
@@ -142,32 +100,5 @@ mod tests {
             mint_checked(&bad, 0x7f7c_1234_0000, 1, DcOp::Get),
             Err(DcTokenError::Malformed(_))
         ));
-    }
-
-    #[test]
-    fn destination_checksum_mismatch_is_integrity() {
-        let data = b"123456789";
-        // CRC-64/NVME check value of "123456789" is 0xae8b14860a799888.
-        let good = encode_crc64nvme(0xae8b_1486_0a79_9888);
-        assert_eq!(crc_b64(data), good);
-        let h = head(200, &[("x-amz-checksum-crc64nvme", &good)]);
-        assert_eq!(check_destination(OpKind::Get, &h, data), Ok(true));
-        assert_eq!(
-            check_destination(OpKind::Get, &h, b"12345678X"),
-            Err(ErrorCode::Integrity)
-        );
-        let r = head(206, &[("x-amz-rdma-checksum-crc64nvme", &good)]);
-        let rg = OpKind::RangeGet { offset: 3 };
-        assert_eq!(
-            check_destination(rg, &r, b"000000000"),
-            Err(ErrorCode::Integrity)
-        );
-        // A full-object checksum says nothing about a range.
-        let whole_on_range = head(206, &[("x-amz-checksum-crc64nvme", &good)]);
-        assert_eq!(check_destination(rg, &whole_on_range, b"000"), Ok(false));
-        assert_eq!(
-            check_destination(OpKind::Get, &head(200, &[]), b"x"),
-            Ok(false)
-        );
     }
 }

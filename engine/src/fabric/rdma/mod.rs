@@ -1,18 +1,19 @@
 //! The RDMA dialects, client side, over either RC fabric (`crate::fabric::rc`: the soft fabric
 //! or verbs, chosen by [`Fabric`]): `rc-persistent` (below) and
 //! `hipobj-rc-v2` ([`Dialect::RcV2`]: the per-op PREPARE / READY exchange in `v2`, its pure
-//! rules in `v2_wire`, entered through [`RdmaClient::exchange`]), and the cuObject request
+//! rules in `s3_lite::rdma::v2::client`, entered through [`RdmaClient::exchange`]), and the cuObject request
 //! shape ([`Dialect::CuObject`]: a provider-minted DC descriptor per op, `cuobject`; no pairing,
 //! same acceptance rules; DC itself never ran here — no hardware).
 //!
-//! Per worker and endpoint ([`RdmaClient`], owned by the worker's HTTP fabric): on first use a
+//! Per worker and endpoint ([`RdmaClient`], composed with the worker's HTTP transport by
+//! `fabric/http_with_dialects.rs`): on first use a
 //! QP is created on the client's device (`connect::Home`: a soft device, or the engine's verbs
 //! device) and paired with the server through the signed connect route ([`connect::pair`]).
 //! Then each GET / RangeGet / PUT / UploadPart carries `x-amz-rdma-token` (an 88-hex RC token
 //! naming our QPN and a window: the op's exact buffer range, registered for this one
 //! operation — `ibv_reg_mr` on verbs, so the NIC enforces the window's bounds) and
 //! `x-amz-rdma-session`; PUTs and parts also carry the payload's `x-amz-checksum-crc64nvme`. The server moves the bytes with RDMA WRITE / READ and answers
-//! on the same HTTP exchange; [`verdict::judge`] applies the acceptance rules.
+//! on the same HTTP exchange; [`verdict::RdmaJudge`] applies the acceptance rules.
 //!
 //! Nothing here blocks the worker thread. Pairing runs on a short-lived thread of its own
 //! (state `Pairing`), and each hipobj-rc-v2 exchange on an exchange thread; results come back
@@ -56,7 +57,6 @@ pub(crate) mod cuobject;
 pub(crate) mod learned;
 pub(crate) mod offload;
 mod v2;
-pub(crate) mod v2_wire;
 pub(crate) mod verdict;
 
 use std::collections::{HashMap, HashSet};
@@ -79,27 +79,9 @@ use crate::fabric::rc::{Access, RcDevice, RcKind, RcMr, RcPd};
 use crate::inflight::{InFlight, OpKey, OpKind};
 use ring_api::WireDialect;
 
-/// Which data path the engine uses for payloads (`EngineBuilder::fabric`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Fabric {
-    /// RDMA when the endpoint pairs, learned once per worker and endpoint; HTTP otherwise (the
-    /// default). Over verbs when this host has an RDMA device with an active port (a gateway
-    /// that serves only the soft fabric makes the client pair again over it), else over the
-    /// soft fabric. Pairing runs off the worker thread, so an unresponsive endpoint delays an
-    /// op by at most 150 ms and never holds up the worker's other operations; a plain S3
-    /// server costs one refused pairing per worker.
-    #[default]
-    Auto,
-    /// Always try the soft fabric first (per-request HTTP fallback still applies).
-    Soft,
-    /// RDMA over libibverbs (`EngineBuilder::verbs_device`, else the first device), per-request
-    /// HTTP fallback. Without libibverbs or a usable device the engine says why once (a `tracing` WARN event)
-    /// and carries payloads over HTTP.
-    Verbs,
-    /// Payloads in the HTTP body only.
-    Http,
-}
+/// The user's fabric choice lives in the engine's configuration (both the HTTP transport and
+/// the dialects read it); re-exported here where it has always been named.
+pub use crate::config::Fabric;
 
 /// Opens the verbs device `fabric` asks for: always for `Verbs` (a failure is reported once
 /// as a `tracing` WARN event and `None` returned: the engine then uses HTTP), quietly for `Auto` (only when a

@@ -8,7 +8,7 @@
 //! (`rq_psn` = server PSN, `sq_psn` = ours); GET posts the RECV for the completing
 //! WRITE_WITH_IMM before READY; signed `POST /.hipobj-rc/ready`; PUT then posts one
 //! WRITE_WITH_IMM of the whole payload into the staging window (imm = cookie); the READY
-//! answer (FINAL) is judged by [`v2_wire::judge_final`], our completion must agree, and the
+//! answer (FINAL) is judged by `s3_lite::rdma::v2::client::judge_final`, our completion must agree, and the
 //! checksums the FINAL carries (either generation) must match the bytes we hold.
 //!
 //! PUT grace: the hipObject client sleeps ~100 ms before its write because the ROCm reference
@@ -42,7 +42,6 @@ use s3_lite::sigv4::{AmzDate, PayloadHash, Signer};
 
 use super::connect::{read_answer_until, read_head_until};
 use super::learned::{self, Learned};
-use super::v2_wire::{self, Ask, FinalError, PrepareAnswer};
 use crate::fabric::http::response::status_outcome;
 use crate::fabric::rc::{
     Access, RcCaps, RcCq, RcDevice, RcError, RcKind, RcMr, RcPd, RcQp, RecvWr, RemoteAddr, SendOp,
@@ -50,6 +49,7 @@ use crate::fabric::rc::{
 };
 use crate::fabric::{Outcome, Retry};
 use crate::inflight::{InFlight, OpKind};
+use s3_lite::rdma::v2::client::{self as v2_client, Ask, FinalError, PrepareAnswer};
 
 /// The longest one exchange may run when the op has no deadline.
 pub(crate) const LIMIT: Duration = Duration::from_secs(30);
@@ -420,7 +420,7 @@ fn sums_match(window: &FenceInner, bytes: u64, sums: &v2::RdmaChecksums) -> bool
     if bytes > window.keys.len {
         return false;
     }
-    let mut check = v2_wire::SumCheck::default();
+    let mut check = v2_client::SumCheck::default();
     let mut chunk = vec![0u8; SUM_CHUNK];
     let mut off = 0u64;
     while off < bytes {
@@ -457,11 +457,11 @@ fn left(end: Instant) -> Option<Duration> {
 
 /// PREPARE … FINAL. An `Err` names the session to cancel.
 fn exchange(ctx: &Job, w: &Wire, ask: &Ask, exact: bool, end: Instant) -> Result<Checked, Failure> {
-    let Some(headers) = v2_wire::prepare_headers(ask) else {
+    let Some(headers) = v2_client::prepare_headers(ask) else {
         return Err((TRANSPORT, None));
     };
     let (mut s, head) = prepare_call(ctx, w, &headers, end)?;
-    let g = match v2_wire::prepare_answer(&head, ask.op, w.kind) {
+    let g = match v2_client::prepare_answer(&head, ask.op, w.kind) {
         PrepareAnswer::Granted(g) => g,
         PrepareAnswer::Unsupported { learn } => {
             return Ok(Checked::Other(Exchange::Fallback { learn }));
@@ -501,7 +501,7 @@ fn exchange(ctx: &Job, w: &Wire, ask: &Ask, exact: bool, end: Instant) -> Result
         }
         v2::Op::Put => None,
     };
-    let ready = v2_wire::ready_headers(&g.session, ask.cookie, ask.token.qpn, window);
+    let ready = v2_client::ready_headers(&g.session, ask.cookie, ask.token.qpn, window);
     let mut ready_ex =
         send(ctx, &mut s, v2::READY_PATH, &ready, end).map_err(|x| (x, sid.clone()))?;
     if ask.op == v2::Op::Put {
@@ -525,11 +525,11 @@ fn exchange(ctx: &Job, w: &Wire, ask: &Ask, exact: bool, end: Instant) -> Result
     let head = read_head_until(&mut s, &mut ready_ex, end)
         .map_err(|()| (timed_or_transport(end), sid.clone()))?;
     ctx.learned.note_capabilities(&head);
-    let fin = match v2_wire::judge_final(&head, ask.op == v2::Op::Put, ask.cookie, ask.size, exact)
-    {
-        Ok(f) => f,
-        Err(e) => return Err((final_failure(&e), sid)),
-    };
+    let fin =
+        match v2_client::judge_final(&head, ask.op == v2::Op::Put, ask.cookie, ask.size, exact) {
+            Ok(f) => f,
+            Err(e) => return Err((final_failure(&e), sid)),
+        };
     // Our side must agree: the completing write's IMM (GET) or our write's success (PUT).
     let wc = wait_one(&w.cq, end).ok_or((timed_or_transport(end), sid.clone()))?;
     let ours = wc.status == WcStatus::Success
@@ -676,7 +676,7 @@ fn cancel(ctx: &Job, session: &str, end: Instant) {
             ctx,
             &mut s,
             v2::CANCEL_PATH,
-            &v2_wire::cancel_headers(session),
+            &v2_client::cancel_headers(session),
             end,
         );
     }

@@ -50,7 +50,7 @@ impl RcV2 {
                 addr: remote
                     .addr
                     .checked_add(off)
-                    .ok_or_else(|| bad("x-amz-rdma-mr-addr overflows"))?,
+                    .ok_or_else(|| bad(format!("{} overflows", s3_lite::rdma::RDMA_MR_ADDR)))?,
                 rkey: remote.rkey,
             };
             let op = if off + len == n {

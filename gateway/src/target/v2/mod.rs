@@ -124,7 +124,11 @@ pub struct RcV2 {
     limits: V2Limits,
 }
 
-const PROTO: &str = "x-amz-rdma-protocol";
+use s3_lite::rdma::RDMA_PROTOCOL as PROTO;
+use s3_lite::rdma::{
+    RDMA_CHECKSUM, RDMA_CHECKSUM_CRC64NVME, RDMA_COOKIE, RDMA_ETAG, RDMA_MR_ADDR, RDMA_MR_RKEY,
+    RDMA_OFFSET, RDMA_OP, RDMA_SIZE, RDMA_TARGET,
+};
 /// Completion-queue entries of a session (≤ 64 one-MiB WRITEs of a GET, or one RECV).
 const CQ_DEPTH: u32 = 128;
 
@@ -217,14 +221,15 @@ impl RcV2 {
         let tok = field(head, s3_lite::rdma::RDMA_TOKEN)?;
         let client = RcToken::decode(tok.split(':').next().unwrap_or_default()).map_err(bad)?;
         if client.transport != Transport::Rc || client.qpn == 0 || client.gid == [0; 16] {
-            return Err(bad(
-                "x-amz-rdma-token must be an RC token with a QPN and a GID",
-            ));
+            return Err(bad(format!(
+                "{} must be an RC token with a QPN and a GID",
+                s3_lite::rdma::RDMA_TOKEN
+            )));
         }
         let client_psn = Psn::parse(field(head, s3_lite::rdma::RDMA_PSN)?).map_err(bad)?;
-        let cookie = Cookie::parse_strict(field(head, "x-amz-rdma-cookie")?).map_err(bad)?;
-        let op = Op::parse(field(head, "x-amz-rdma-op")?).map_err(bad)?;
-        let target = Target::parse(op, field(head, "x-amz-rdma-target")?).map_err(bad)?;
+        let cookie = Cookie::parse_strict(field(head, RDMA_COOKIE)?).map_err(bad)?;
+        let op = Op::parse(field(head, RDMA_OP)?).map_err(bad)?;
+        let target = Target::parse(op, field(head, RDMA_TARGET)?).map_err(bad)?;
         // Multipart over RC as versitygw serves it: a PUT target may name one part.
         let part = match &target.query {
             TargetQuery::None => None,
@@ -238,7 +243,7 @@ impl RcV2 {
                 ));
             }
         };
-        let size = match v2::parse_size(field(head, "x-amz-rdma-size")?) {
+        let size = match v2::parse_size(field(head, RDMA_SIZE)?) {
             Ok(n) => n,
             Err(V2Error::TooLarge) => return Err(too_large()),
             Err(e) => return Err(bad(e)),
@@ -246,14 +251,13 @@ impl RcV2 {
         if size > self.limits.max_size {
             return Err(too_large());
         }
-        let offset =
-            v2::parse_offset(head.header("x-amz-rdma-offset").map(str::trim)).map_err(bad)?;
+        let offset = v2::parse_offset(head.header(RDMA_OFFSET).map(str::trim)).map_err(bad)?;
         if op == Op::Put && offset != 0 {
-            return Err(bad("x-amz-rdma-offset must be 0 for PUT"));
+            return Err(bad(format!("{RDMA_OFFSET} must be 0 for PUT")));
         }
         offset
             .checked_add(size)
-            .ok_or_else(|| bad("x-amz-rdma-offset + size overflows"))?;
+            .ok_or_else(|| bad(format!("{RDMA_OFFSET} + size overflows")))?;
         {
             let mut s = lock(&self.sessions);
             let ttl = self.limits.prepare_ttl;
@@ -322,12 +326,15 @@ impl RcV2 {
             capabilities(),
         ];
         if let Some(a) = self.soft_addr {
-            headers.push((super::SOFT_ADDR_HEADER.to_owned(), a.to_string()));
+            headers.push((
+                s3_lite::rdma::pairing::RDMA_SOFT_ADDR.to_owned(),
+                a.to_string(),
+            ));
         }
         if op == Op::Put {
-            headers.push(("x-amz-rdma-mr-addr".into(), v2::encode_hex(staging.addr())));
+            headers.push((RDMA_MR_ADDR.into(), v2::encode_hex(staging.addr())));
             headers.push((
-                "x-amz-rdma-mr-rkey".into(),
+                RDMA_MR_RKEY.into(),
                 v2::encode_hex(u64::from(staging.rkey())),
             ));
         }
@@ -381,18 +388,21 @@ impl RcV2 {
     ) -> Result<(), ApiError> {
         v2::check_protocol(head.header(PROTO).map(str::trim)).map_err(bad)?;
         let (id, s) = self.lookup(head, principal)?;
-        let cookie = Cookie::parse_lenient(field(head, "x-amz-rdma-cookie")?).map_err(bad)?;
+        let cookie = Cookie::parse_lenient(field(head, RDMA_COOKIE)?).map_err(bad)?;
         if cookie.0 != s.cookie {
             return Err(no_session());
         }
         let qpn = v2::parse_qpn(field(head, s3_lite::rdma::RDMA_QPN)?).map_err(bad)?;
         if qpn != s.client_qpn {
-            return Err(bad("x-amz-rdma-qpn differs from the PREPARE token's QPN"));
+            return Err(bad(format!(
+                "{} differs from the PREPARE token's QPN",
+                s3_lite::rdma::RDMA_QPN
+            )));
         }
         let remote = match s.op {
             Op::Get => Some(RemoteAddr {
-                addr: v2::parse_mr_addr(field(head, "x-amz-rdma-mr-addr")?).map_err(bad)?,
-                rkey: v2::parse_mr_rkey(field(head, "x-amz-rdma-mr-rkey")?).map_err(bad)?,
+                addr: v2::parse_mr_addr(field(head, RDMA_MR_ADDR)?).map_err(bad)?,
+                rkey: v2::parse_mr_rkey(field(head, RDMA_MR_RKEY)?).map_err(bad)?,
             }),
             Op::Put => None,
         };
@@ -417,14 +427,14 @@ impl RcV2 {
         let crc = encode_crc64nvme(crc);
         let headers = vec![
             (PROTO.to_owned(), v2::PROTOCOL.to_owned()),
-            ("x-amz-rdma-cookie".to_owned(), Cookie(s.cookie).encode()),
+            (RDMA_COOKIE.to_owned(), Cookie(s.cookie).encode()),
             (
                 s3_lite::rdma::RDMA_BYTES_TRANSFERRED.to_owned(),
                 n.to_string(),
             ),
-            ("x-amz-rdma-checksum-crc64nvme".to_owned(), crc.clone()),
-            ("x-amz-rdma-checksum".to_owned(), format!("CRC64NVME {crc}")),
-            ("x-amz-rdma-etag".to_owned(), etag.clone()),
+            (RDMA_CHECKSUM_CRC64NVME.to_owned(), crc.clone()),
+            (RDMA_CHECKSUM.to_owned(), format!("CRC64NVME {crc}")),
+            (RDMA_ETAG.to_owned(), etag.clone()),
             ("ETag".to_owned(), etag),
             capabilities(),
         ];
@@ -465,7 +475,7 @@ fn too_large() -> ApiError {
     ApiError::new(
         413,
         "EntityTooLarge",
-        "x-amz-rdma-size exceeds this gateway's session limit",
+        format!("{RDMA_SIZE} exceeds this gateway's session limit"),
     )
 }
 

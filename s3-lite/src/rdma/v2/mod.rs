@@ -9,6 +9,7 @@
 //! Scalars are here; the target path is in [`target`], the checksum headers in [`checksum`].
 
 pub mod checksum;
+pub mod client;
 pub mod target;
 
 use thiserror::Error;
@@ -20,6 +21,8 @@ pub use target::{Target, TargetError, TargetQuery};
 
 /// Value of `x-amz-rdma-protocol` for this protocol.
 pub const PROTOCOL: &str = "hipobj-rc-v2";
+/// What every v2 route starts with.
+pub const ROUTE_PREFIX: &str = "/.hipobj-rc/";
 /// PREPARE route.
 pub const PREPARE_PATH: &str = "/.hipobj-rc/prepare";
 /// READY route (its answer is the final outcome).

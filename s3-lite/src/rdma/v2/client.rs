@@ -1,19 +1,18 @@
-//! The pure half of the `hipobj-rc-v2` client (docs/protocol.md, hipobj-rc-v2): the PREPARE / READY / CANCEL
-//! header sets, and the judgement of the PREPARE answer and of the FINAL (READY) answer.
-//! No I/O here, so every acceptance rule is unit-tested against hand-built heads.
+//! The client half of `hipobj-rc-v2` (docs/protocol.md, hipobj-rc-v2), pure: the PREPARE /
+//! READY / CANCEL header sets, and the judgement of the PREPARE answer and of the FINAL
+//! (READY) answer. No I/O here, so every acceptance rule is unit-tested against hand-built
+//! heads.
 
 use std::net::SocketAddr;
 
-use s3_lite::http::ResponseHead;
-use s3_lite::rdma::v2::{self, Cookie, Psn, RdmaChecksums, SessionId};
-use s3_lite::rdma::{RcToken, Reply, Transport};
-
-/// `x-amz-rdma-protocol`.
-pub(crate) const PROTOCOL: &str = "x-amz-rdma-protocol";
-/// `x-amz-rdma-cookie`.
-pub(crate) const COOKIE: &str = "x-amz-rdma-cookie";
-/// Where the soft-fabric gateway's QPs accept pairing connections (its `SOFT_ADDR_HEADER`).
-pub(crate) const SOFT_ADDR: &str = "x-amz-rdma-soft-addr";
+use crate::http::ResponseHead;
+use crate::rdma::pairing::{RDMA_FABRIC, RDMA_SOFT_ADDR, RcKind};
+use crate::rdma::v2::{self, Cookie, Psn, RdmaChecksums, SessionId};
+use crate::rdma::{
+    RDMA_COOKIE, RDMA_ETAG, RDMA_MR_ADDR, RDMA_MR_RKEY, RDMA_OFFSET, RDMA_OP, RDMA_PROTOCOL,
+    RDMA_PSN, RDMA_QPN, RDMA_REPLY, RDMA_SESSION, RDMA_SIZE, RDMA_TARGET, RDMA_TOKEN, RcToken,
+    Reply, Transport,
+};
 
 fn h(n: &str, v: impl Into<String>) -> (String, String) {
     (n.to_owned(), v.into())
@@ -21,78 +20,75 @@ fn h(n: &str, v: impl Into<String>) -> (String, String) {
 
 /// What one PREPARE asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Ask {
+pub struct Ask {
     /// Our RC token (QPN, GID; no window).
-    pub(crate) token: RcToken,
-    pub(crate) psn: u32,
-    pub(crate) cookie: u32,
-    pub(crate) op: v2::Op,
-    /// `s3_lite::rdma::v2::Target::encode` of the object.
-    pub(crate) target: String,
-    pub(crate) size: u64,
-    pub(crate) offset: u64,
+    pub token: RcToken,
+    pub psn: u32,
+    pub cookie: u32,
+    pub op: v2::Op,
+    /// `crate::rdma::v2::Target::encode` of the object.
+    pub target: String,
+    pub size: u64,
+    pub offset: u64,
     /// Our QP's fabric (`x-amz-rdma-fabric`; our gateway declines the other one).
-    pub(crate) fabric: crate::fabric::rc::RcKind,
+    pub fabric: RcKind,
 }
 
 /// The PREPARE request's `x-amz-rdma-*` headers (all of them are signed by the caller).
-pub(crate) fn prepare_headers(a: &Ask) -> Option<Vec<(String, String)>> {
+pub fn prepare_headers(a: &Ask) -> Option<Vec<(String, String)>> {
     Some(vec![
-        h(PROTOCOL, v2::PROTOCOL),
-        h(s3_lite::rdma::RDMA_TOKEN, a.token.encode()),
-        h(s3_lite::rdma::RDMA_PSN, Psn::new(a.psn).ok()?.encode()),
-        h(COOKIE, Cookie(a.cookie).encode()),
-        h("x-amz-rdma-op", a.op.as_str()),
-        h("x-amz-rdma-target", a.target.clone()),
-        h("x-amz-rdma-size", a.size.to_string()),
-        h("x-amz-rdma-offset", a.offset.to_string()),
-        h(super::connect::FABRIC_HEADER, a.fabric.as_str()),
+        h(RDMA_PROTOCOL, v2::PROTOCOL),
+        h(RDMA_TOKEN, a.token.encode()),
+        h(RDMA_PSN, Psn::new(a.psn).ok()?.encode()),
+        h(RDMA_COOKIE, Cookie(a.cookie).encode()),
+        h(RDMA_OP, a.op.as_str()),
+        h(RDMA_TARGET, a.target.clone()),
+        h(RDMA_SIZE, a.size.to_string()),
+        h(RDMA_OFFSET, a.offset.to_string()),
+        h(RDMA_FABRIC, a.fabric.as_str()),
     ])
 }
 
 /// The READY request's headers; `window` = our buffer (GET only).
-pub(crate) fn ready_headers(
+pub fn ready_headers(
     session: &str,
     cookie: u32,
     qpn: u32,
     window: Option<(u64, u32)>,
 ) -> Vec<(String, String)> {
     let mut v = vec![
-        h(PROTOCOL, v2::PROTOCOL),
-        h(s3_lite::rdma::RDMA_SESSION, session),
-        h(COOKIE, Cookie(cookie).encode()),
-        h(s3_lite::rdma::RDMA_QPN, v2::encode_hex(u64::from(qpn))),
+        h(RDMA_PROTOCOL, v2::PROTOCOL),
+        h(RDMA_SESSION, session),
+        h(RDMA_COOKIE, Cookie(cookie).encode()),
+        h(RDMA_QPN, v2::encode_hex(u64::from(qpn))),
     ];
     if let Some((addr, rkey)) = window {
-        v.push(h("x-amz-rdma-mr-addr", v2::encode_hex(addr)));
-        v.push(h("x-amz-rdma-mr-rkey", v2::encode_hex(u64::from(rkey))));
+        v.push(h(RDMA_MR_ADDR, v2::encode_hex(addr)));
+        v.push(h(RDMA_MR_RKEY, v2::encode_hex(u64::from(rkey))));
     }
     v
 }
 
 /// The CANCEL request's headers.
-pub(crate) fn cancel_headers(session: &str) -> Vec<(String, String)> {
-    vec![
-        h(PROTOCOL, v2::PROTOCOL),
-        h(s3_lite::rdma::RDMA_SESSION, session),
-    ]
+pub fn cancel_headers(session: &str) -> Vec<(String, String)> {
+    vec![h(RDMA_PROTOCOL, v2::PROTOCOL), h(RDMA_SESSION, session)]
 }
 
 /// A PREPARE the server granted.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Granted {
-    pub(crate) token: RcToken,
-    pub(crate) session: String,
-    pub(crate) psn: u32,
+pub struct Granted {
+    pub token: RcToken,
+    pub session: String,
+    pub psn: u32,
     /// The staging window (PUT): address and rkey.
-    pub(crate) staging: Option<(u64, u32)>,
+    pub staging: Option<(u64, u32)>,
     /// Where to dial the server's QP over the soft fabric (`None` from a verbs server).
-    pub(crate) soft_addr: Option<SocketAddr>,
+    pub soft_addr: Option<SocketAddr>,
 }
 
 /// What a PREPARE answer means.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum PrepareAnswer {
+pub enum PrepareAnswer {
     Granted(Granted),
     /// The server does not do v2 (for this request): send it over HTTP. `learn`: the endpoint
     /// as a whole does not (a `501`, or a plain S3 server's error without the protocol echo).
@@ -108,13 +104,9 @@ pub(crate) enum PrepareAnswer {
 }
 
 /// Judges a PREPARE answer for `op` from a client whose QP is on `fabric`.
-pub(crate) fn prepare_answer(
-    head: &ResponseHead,
-    op: v2::Op,
-    fabric: crate::fabric::rc::RcKind,
-) -> PrepareAnswer {
+pub fn prepare_answer(head: &ResponseHead, op: v2::Op, fabric: RcKind) -> PrepareAnswer {
     if head.status != 200 {
-        let echoed = head.header(PROTOCOL).is_some();
+        let echoed = head.header(RDMA_PROTOCOL).is_some();
         // 501 (ROCm reference, Ceph, elbencho, our gateway without fabric, versitygw stub):
         // the endpoint does not serve v2. A plain S3 server answers the unknown route with a
         // 4xx of its own and no protocol echo. 403 (auth), 413 (size), 429/503 (capacity)
@@ -123,17 +115,17 @@ pub(crate) fn prepare_answer(
         return PrepareAnswer::Unsupported { learn };
     }
     let session = head
-        .header(s3_lite::rdma::RDMA_SESSION)
+        .header(RDMA_SESSION)
         .and_then(|s| SessionId::parse(s.trim()).ok())
         .map(|s| s.encode());
     let unusable = |learn| PrepareAnswer::Unusable {
         session: session.clone(),
         learn,
     };
-    if head.header(PROTOCOL).map(str::trim) != Some(v2::PROTOCOL) {
+    if head.header(RDMA_PROTOCOL).map(str::trim) != Some(v2::PROTOCOL) {
         return unusable(false);
     }
-    let token = match head.header(s3_lite::rdma::RDMA_REPLY).map(Reply::parse) {
+    let token = match head.header(RDMA_REPLY).map(Reply::parse) {
         Some(Ok(Reply::Code {
             code: 200,
             peer_token: Some(t),
@@ -141,10 +133,10 @@ pub(crate) fn prepare_answer(
         _ => return unusable(false),
     };
     let psn = head
-        .header(s3_lite::rdma::RDMA_PSN)
+        .header(RDMA_PSN)
         .and_then(|v| Psn::parse(v.trim()).ok());
     let qpn = head
-        .header(s3_lite::rdma::RDMA_QPN)
+        .header(RDMA_QPN)
         .and_then(|v| v2::parse_qpn(v.trim()).ok());
     let (Some(sid), Some(psn), Some(qpn)) = (session.clone(), psn, qpn) else {
         return unusable(false);
@@ -153,9 +145,9 @@ pub(crate) fn prepare_answer(
         return unusable(false);
     }
     let staging = match (
-        head.header("x-amz-rdma-mr-addr")
+        head.header(RDMA_MR_ADDR)
             .and_then(|v| v2::parse_mr_addr(v.trim()).ok()),
-        head.header("x-amz-rdma-mr-rkey")
+        head.header(RDMA_MR_RKEY)
             .and_then(|v| v2::parse_mr_rkey(v.trim()).ok()),
     ) {
         (Some(a), Some(k)) if a != 0 && k != 0 => Some((a, k)),
@@ -166,9 +158,9 @@ pub(crate) fn prepare_answer(
     }
     // A server on real verbs publishes no soft address: unreachable from the soft fabric.
     let soft_addr = head
-        .header(SOFT_ADDR)
+        .header(RDMA_SOFT_ADDR)
         .and_then(|v| v.trim().parse::<SocketAddr>().ok());
-    if fabric == crate::fabric::rc::RcKind::Soft && soft_addr.is_none() {
+    if fabric == RcKind::Soft && soft_addr.is_none() {
         return unusable(true);
     }
     PrepareAnswer::Granted(Granted {
@@ -182,7 +174,7 @@ pub(crate) fn prepare_answer(
 
 /// Why a FINAL answer is not success.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum FinalError {
+pub enum FinalError {
     /// A non-2xx status (the S3 / v2 error stands).
     Status(u16),
     /// Missing protocol echo, cookie echo, or byte count; unparsable checksum headers.
@@ -193,17 +185,17 @@ pub(crate) enum FinalError {
 
 /// A FINAL answer's claims: bytes moved and the checksums to compare with ours.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Final {
-    pub(crate) bytes: u64,
-    pub(crate) sums: RdmaChecksums,
+pub struct Final {
+    pub bytes: u64,
+    pub sums: RdmaChecksums,
     /// The stored object's or part's ETag (`ETag`, else `x-amz-rdma-etag`), when named.
-    pub(crate) etag: Option<String>,
+    pub etag: Option<String>,
 }
 
 /// Judges a FINAL: 200 (204 for PUT), protocol echo, cookie echo equal to ours, and
 /// `x-amz-rdma-bytes-transferred` equal to `size`, or within `1..=size` when `exact` is
 /// false (a whole-object GET into a larger buffer: the server clamps the count to the object).
-pub(crate) fn judge_final(
+pub fn judge_final(
     head: &ResponseHead,
     put: bool,
     cookie: u32,
@@ -214,18 +206,18 @@ pub(crate) fn judge_final(
     if !ok {
         return Err(FinalError::Status(head.status));
     }
-    if head.header(PROTOCOL).map(str::trim) != Some(v2::PROTOCOL) {
+    if head.header(RDMA_PROTOCOL).map(str::trim) != Some(v2::PROTOCOL) {
         return Err(FinalError::Protocol);
     }
     let echo = head
-        .header(COOKIE)
+        .header(RDMA_COOKIE)
         .and_then(|v| Cookie::parse_lenient(v.trim()).ok())
         .ok_or(FinalError::Protocol)?;
     if echo.0 != cookie {
         return Err(FinalError::Integrity);
     }
     let pairs = head.headers.iter().map(|(n, v)| (n.as_str(), v.as_str()));
-    let bytes = match s3_lite::rdma::bytes::from_headers(pairs) {
+    let bytes = match crate::rdma::bytes::from_headers(pairs) {
         Ok(Some(b)) => b.count,
         _ => return Err(FinalError::Protocol),
     };
@@ -241,7 +233,7 @@ pub(crate) fn judge_final(
     let sums = RdmaChecksums::from_headers(pairs).map_err(|_| FinalError::Protocol)?;
     let etag = head
         .header("etag")
-        .or_else(|| head.header("x-amz-rdma-etag"))
+        .or_else(|| head.header(RDMA_ETAG))
         .map(|e| e.trim().to_owned())
         .filter(|e| !e.is_empty() && e.len() <= 1024);
     Ok(Final { bytes, sums, etag })
@@ -250,19 +242,19 @@ pub(crate) fn judge_final(
 /// The checksums of the bytes we hold, fed in pieces (the exchange thread reads its window in
 /// chunks), compared with the FINAL's (either generation, when present).
 #[derive(Debug, Default)]
-pub(crate) struct SumCheck {
-    crc64: s3_lite::checksum::Crc64Nvme,
-    crc32: s3_lite::checksum::Crc32c,
+pub struct SumCheck {
+    crc64: crate::checksum::Crc64Nvme,
+    crc32: crate::checksum::Crc32c,
 }
 
 impl SumCheck {
-    pub(crate) fn update(&mut self, data: &[u8]) {
+    pub fn update(&mut self, data: &[u8]) {
         self.crc64.update(data);
         self.crc32.update(data);
     }
 
     /// Whether every checksum the FINAL carries equals ours.
-    pub(crate) fn matches(&self, sums: &RdmaChecksums) -> bool {
+    pub fn matches(&self, sums: &RdmaChecksums) -> bool {
         sums.crc64nvme.is_none_or(|v| v == self.crc64.finish())
             && sums.crc32c.is_none_or(|v| v == self.crc32.finish())
     }
@@ -278,10 +270,10 @@ pub(crate) fn checksums_match(sums: &RdmaChecksums, data: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    const SOFT: crate::fabric::rc::RcKind = crate::fabric::rc::RcKind::Soft;
+    const SOFT: RcKind = RcKind::Soft;
     use super::*;
-    use crate::fabric::test_head as head;
-    use s3_lite::checksum::{encode_crc32c, encode_crc64nvme};
+    use crate::checksum::{encode_crc32c, encode_crc64nvme};
+    use crate::rdma::test_head as head;
 
     fn server_token() -> RcToken {
         let mut t = RcToken::decode(&"0".repeat(88)).unwrap();
@@ -368,7 +360,7 @@ mod tests {
         ));
         // The same grant is what a verbs client needs (its path is the token's GID).
         assert!(matches!(
-            prepare_answer(&g, v2::Op::Get, crate::fabric::rc::RcKind::Verbs),
+            prepare_answer(&g, v2::Op::Get, RcKind::Verbs),
             PrepareAnswer::Granted(Granted {
                 soft_addr: None,
                 ..
@@ -390,8 +382,8 @@ mod tests {
     #[test]
     fn final_needs_protocol_cookie_count_and_matching_checksums() {
         let data = b"hello, rc-v2 world";
-        let c64 = encode_crc64nvme(s3_lite::checksum::Crc64Nvme::checksum(data));
-        let c32 = encode_crc32c(s3_lite::checksum::Crc32c::checksum(data));
+        let c64 = encode_crc64nvme(crate::checksum::Crc64Nvme::checksum(data));
+        let c32 = encode_crc32c(crate::checksum::Crc32c::checksum(data));
         let legacy = format!("CRC64NVME {c64}");
         let good = head(
             200,
@@ -467,7 +459,7 @@ mod tests {
             target: "/b/k".into(),
             size: 77,
             offset: 5,
-            fabric: crate::fabric::rc::RcKind::Verbs,
+            fabric: RcKind::Verbs,
         };
         let p = prepare_headers(&a).unwrap();
         let get = |n: &str| p.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
