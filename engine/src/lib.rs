@@ -64,6 +64,7 @@ mod inflight;
 mod memory;
 mod multipart;
 mod placement;
+mod queue;
 pub mod retry;
 mod sys;
 mod timers;
@@ -71,12 +72,15 @@ pub mod verbs;
 mod worker;
 
 pub use config::{DEFAULT_CONNECTIONS, EngineBuilder, Placement, RetryPolicy};
-pub use engine::{Engine, MemoryKind, Queue, WorkerInfo};
+pub use engine::{Engine, MemoryKind, WorkerInfo};
 pub use error::EngineError;
 pub use fabric::rdma::{DcOp, DcTokenError, DcTokenProvider, Dialect, Fabric};
 pub use fabric::{rc, soft};
 pub use memory::{BufferView, RegisterOptions};
 pub use placement::DEFAULT_WORKERS_PER_NIC;
+pub use queue::Queue;
+#[cfg(feature = "tokio")]
+pub use queue::{AsyncError, AsyncQueue, NextCompletion, OpFuture};
 pub use sys::{monotonic_ns, process_cpu_time};
 
 // What an application needs besides the engine itself, so `engine` is its one dependency and
