@@ -167,6 +167,12 @@ fn no_lost_wakeup_over_10000_ops() {
                     if seen.len() >= target {
                         break;
                     }
+                    // The application's own work between reaping and waiting (0-40 µs):
+                    // completions posted meanwhile must be caught by the arm's re-check.
+                    let work = Instant::now();
+                    while work.elapsed() < Duration::from_micros(next % 41) {
+                        std::hint::spin_loop();
+                    }
                     if !q.arm_completion_fd() {
                         continue;
                     }

@@ -4,6 +4,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+#[cfg(feature = "tokio")]
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
