@@ -68,12 +68,17 @@ async fn futures_resolve_with_their_own_results_under_concurrency() {
             // No per-op timeout: a timer would poll the future and mask a stalled queue.
             let res = q.submit(sqe).await;
             if i % 10 == 3 {
-                let Err(AsyncError::Op(e)) = res else { panic!("op {i}: {res:?}") };
+                let Err(AsyncError::Op(e)) = res else {
+                    panic!("op {i}: {res:?}")
+                };
                 assert_eq!((e.user_data, e.code), (1000 + i, Some(ErrorCode::NotFound)));
             } else {
                 assert_eq!(res, Ok(len), "op {i}");
                 let got = eng.read(buf, i * SLOT, len).unwrap();
-                assert!(got[..] == data[off as usize..(off + len) as usize], "op {i}: wrong bytes");
+                assert!(
+                    got[..] == data[off as usize..(off + len) as usize],
+                    "op {i}: wrong bytes"
+                );
             }
         }));
     }
@@ -83,8 +88,13 @@ async fn futures_resolve_with_their_own_results_under_concurrency() {
         }
     };
     // Only the test's own task has a timer: if no future watched the fd, nothing would poll.
-    tokio::time::timeout(WAIT, all).await.expect("futures stalled");
-    eprintln!("{TASKS} ops: {} completion-fd writes", q.completion_fd_writes());
+    tokio::time::timeout(WAIT, all)
+        .await
+        .expect("futures stalled");
+    eprintln!(
+        "{TASKS} ops: {} completion-fd writes",
+        q.completion_fd_writes()
+    );
 }
 
 #[tokio::test]
@@ -92,17 +102,34 @@ async fn duplicate_tags_are_refused_and_untracked_pushes_reach_next_completion()
     let (_dir, gw, _) = gateway_with_object();
     let eng = engine(&gw, Fabric::Http, 1);
     let obj = eng.object("async", "obj").unwrap();
-    let buf = eng.register_host(8192, RegisterOptions::pageable()).unwrap();
+    let buf = eng
+        .register_host(8192, RegisterOptions::pageable())
+        .unwrap();
     let q = AsyncQueue::new(eng.queue(8).unwrap()).unwrap();
-    let first = q.submit(RangeGet::new(obj, 0, BufSlice::new(buf, 0, 4096)).user_data(7).build());
-    let dup = q.submit(RangeGet::new(obj, 0, BufSlice::new(buf, 4096, 4096)).user_data(7).build());
+    let first = q.submit(
+        RangeGet::new(obj, 0, BufSlice::new(buf, 0, 4096))
+            .user_data(7)
+            .build(),
+    );
+    let dup = q.submit(
+        RangeGet::new(obj, 0, BufSlice::new(buf, 4096, 4096))
+            .user_data(7)
+            .build(),
+    );
     assert_eq!(dup.await, Err(AsyncError::DuplicateUserData(7)));
     q.push(&Nop::new().user_data(8).build()).unwrap();
-    let next = tokio::time::timeout(WAIT, q.next_completion()).await.unwrap().unwrap();
+    let next = tokio::time::timeout(WAIT, q.next_completion())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((next.user_data(), next.into_result()), (8, Ok(0)));
     assert_eq!(tokio::time::timeout(WAIT, first).await.unwrap(), Ok(4096));
     // Tag 7 is free again once its future resolved.
-    let again = q.submit(RangeGet::new(obj, 1, BufSlice::new(buf, 0, 10)).user_data(7).build());
+    let again = q.submit(
+        RangeGet::new(obj, 1, BufSlice::new(buf, 0, 10))
+            .user_data(7)
+            .build(),
+    );
     assert_eq!(tokio::time::timeout(WAIT, again).await.unwrap(), Ok(10));
 }
 
@@ -130,13 +157,20 @@ fn silent_peer() -> (std::net::SocketAddr, std::thread::JoinHandle<()>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn engine_drop_resolves_pending_futures_with_shutdown() {
     let (addr, _peer) = silent_peer();
-    let eng = rig::engine_builder(addr).fabric(Fabric::Http).build().unwrap();
+    let eng = rig::engine_builder(addr)
+        .fabric(Fabric::Http)
+        .build()
+        .unwrap();
     let obj = eng.object("silent", "obj").unwrap();
-    let buf = eng.register_host(8 * 4096, RegisterOptions::pageable()).unwrap();
+    let buf = eng
+        .register_host(8 * 4096, RegisterOptions::pageable())
+        .unwrap();
     let q = AsyncQueue::new(eng.queue(8).unwrap()).unwrap();
     let mut pending = Vec::new();
     for i in 0..8u64 {
-        let sqe = RangeGet::new(obj, 0, BufSlice::new(buf, i * 4096, 4096)).user_data(i).build();
+        let sqe = RangeGet::new(obj, 0, BufSlice::new(buf, i * 4096, 4096))
+            .user_data(i)
+            .build();
         pending.push(tokio::spawn(q.submit(sqe)));
     }
     let next = tokio::spawn({
@@ -147,7 +181,9 @@ async fn engine_drop_resolves_pending_futures_with_shutdown() {
     if let Some(t) = pending.iter_mut().find(|t| t.is_finished()) {
         panic!("an op finished against a silent peer: {:?}", t.await);
     }
-    tokio::task::spawn_blocking(move || drop(eng)).await.unwrap();
+    tokio::task::spawn_blocking(move || drop(eng))
+        .await
+        .unwrap();
     for t in pending {
         let res = tokio::time::timeout(Duration::from_secs(10), t)
             .await
@@ -155,7 +191,10 @@ async fn engine_drop_resolves_pending_futures_with_shutdown() {
             .unwrap();
         assert_eq!(res, Err(AsyncError::Shutdown));
     }
-    let n = tokio::time::timeout(Duration::from_secs(10), next).await.unwrap().unwrap();
+    let n = tokio::time::timeout(Duration::from_secs(10), next)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(n.is_none(), "next_completion after shutdown: {n:?}");
     assert!(q.is_closed());
     let late = q.submit(Nop::new().user_data(99).build());
@@ -180,17 +219,39 @@ async fn tokio_server_example_serves_concurrent_clients() {
             for r in 0..8u64 {
                 let len = 1000 + (c * 8 + r) * 311 % 60_000;
                 let off = (c * 104_729 + r * 7_919) % (OBJECT_LEN as u64 - len);
-                let got = serve::request(&mut conn, "async", "obj", off, len).await.unwrap();
+                let got = serve::request(&mut conn, "async", "obj", off, len)
+                    .await
+                    .unwrap();
                 let got = got.unwrap_or_else(|e| panic!("client {c} request {r}: ERR {e}"));
-                assert!(got == data[off as usize..(off + len) as usize], "client {c} request {r}");
+                assert!(
+                    got == data[off as usize..(off + len) as usize],
+                    "client {c} request {r}"
+                );
             }
-            let miss = serve::request(&mut conn, "async", "nope", 0, 10).await.unwrap();
+            let miss = serve::request(&mut conn, "async", "nope", 0, 10)
+                .await
+                .unwrap();
             assert!(miss.unwrap_err().contains("not found"), "client {c}");
         }));
     }
     for c in clients {
-        tokio::time::timeout(WAIT, c).await.expect("client hung").unwrap();
+        tokio::time::timeout(WAIT, c)
+            .await
+            .expect("client hung")
+            .unwrap();
     }
     srv.abort();
-    eprintln!("server queue: {} completion-fd writes", server.queue().completion_fd_writes());
+    eprintln!(
+        "server queue: {} completion-fd writes",
+        server.queue().completion_fd_writes()
+    );
+}
+
+/// Outside a tokio runtime `AsyncQueue::new` is an error, not a panic.
+#[test]
+fn async_queue_outside_a_runtime_is_an_error() {
+    let (_dir, gw, _) = gateway_with_object();
+    let eng = engine(&gw, Fabric::Http, 1);
+    let err = AsyncQueue::new(eng.queue(4).unwrap()).unwrap_err();
+    assert!(err.to_string().contains("runtime"), "{err}");
 }

@@ -9,7 +9,7 @@ mod raw;
 mod rig;
 
 use std::collections::HashSet;
-use std::os::fd::{AsRawFd, OwnedFd, FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use engine::opcode::{Nop, RangeGet};
@@ -26,7 +26,11 @@ impl Epoll {
     fn watching(fd: RawFd) -> Self {
         // SAFETY: epoll_create1 takes no pointers.
         let raw = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        assert!(raw >= 0, "epoll_create1: {}", std::io::Error::last_os_error());
+        assert!(
+            raw >= 0,
+            "epoll_create1: {}",
+            std::io::Error::last_os_error()
+        );
         // SAFETY: `raw` is a new fd owned by nothing else.
         let ep = unsafe { OwnedFd::from_raw_fd(raw) };
         let mut ev = libc::epoll_event {
@@ -78,7 +82,12 @@ fn http_engine(gw: &hipobj_gateway::RunningGateway) -> Engine {
 
 fn reap_all(q: &mut Queue, seen: &mut Vec<u64>) {
     for cqe in q.completion() {
-        assert!(cqe.is_ok(), "op {} failed: {:?}", cqe.user_data(), cqe.into_result());
+        assert!(
+            cqe.is_ok(),
+            "op {} failed: {:?}",
+            cqe.user_data(),
+            cqe.into_result()
+        );
         seen.push(cqe.user_data());
     }
 }
@@ -88,17 +97,26 @@ fn fd_becomes_readable_after_completions_and_not_before() {
     let (_dir, gw, data) = gateway_with_object();
     let engine = http_engine(&gw);
     let obj = engine.object("async", "obj").unwrap();
-    let buf = engine.register_host(8192, RegisterOptions::pageable()).unwrap();
+    let buf = engine
+        .register_host(8192, RegisterOptions::pageable())
+        .unwrap();
     let mut q = engine.queue(8).unwrap();
     let ep = Epoll::watching(q.as_raw_fd());
 
     // Armed, nothing in flight: not readable.
     assert!(q.arm_completion_fd());
-    assert!(!ep.readable(Duration::from_millis(200)), "readable with nothing posted");
+    assert!(
+        !ep.readable(Duration::from_millis(200)),
+        "readable with nothing posted"
+    );
 
     // One range-get: readable once its completion is posted, and the completion is there.
-    q.push(&RangeGet::new(obj, 100, BufSlice::new(buf, 0, 4096)).user_data(1).build())
-        .unwrap();
+    q.push(
+        &RangeGet::new(obj, 100, BufSlice::new(buf, 0, 4096))
+            .user_data(1)
+            .build(),
+    )
+    .unwrap();
     assert!(ep.readable(WAIT), "no readiness within {WAIT:?}");
     q.clear_completion_fd();
     let got: Vec<_> = q.completion().collect();
@@ -111,18 +129,32 @@ fn fd_becomes_readable_after_completions_and_not_before() {
 
     // Not armed: completions are posted without a single write to the fd.
     for i in 0..4u64 {
-        q.push(&RangeGet::new(obj, i * 1000, BufSlice::new(buf, 4096, 4096)).user_data(10 + i).build())
-            .unwrap();
+        q.push(
+            &RangeGet::new(obj, i * 1000, BufSlice::new(buf, 4096, 4096))
+                .user_data(10 + i)
+                .build(),
+        )
+        .unwrap();
         assert_eq!(q.wait(1, Some(WAIT)), 1);
         assert_eq!(q.completion().count(), 1);
     }
-    assert!(!ep.readable(Duration::from_millis(100)), "readable while not armed");
-    assert_eq!(q.completion_fd_writes(), writes, "the worker wrote an unarmed fd");
+    assert!(
+        !ep.readable(Duration::from_millis(100)),
+        "readable while not armed"
+    );
+    assert_eq!(
+        q.completion_fd_writes(),
+        writes,
+        "the worker wrote an unarmed fd"
+    );
 
     // Completions already ready: arming refuses (reap instead of waiting).
     q.push(&Nop::new().user_data(99).build()).unwrap();
     assert_eq!(q.wait(1, Some(WAIT)), 1);
-    assert!(!q.arm_completion_fd(), "armed although a completion was ready");
+    assert!(
+        !q.arm_completion_fd(),
+        "armed although a completion was ready"
+    );
     assert_eq!(q.completion().next().map(|c| c.user_data()), Some(99));
 }
 
@@ -134,7 +166,9 @@ fn no_lost_wakeup_over_10000_ops() {
     let (_dir, gw, data) = gateway_with_object();
     let engine = http_engine(&gw);
     let obj = engine.object("async", "obj").unwrap();
-    let buf = engine.register_host(64 * 512, RegisterOptions::pageable()).unwrap();
+    let buf = engine
+        .register_host(64 * 512, RegisterOptions::pageable())
+        .unwrap();
     let mut q = engine.queue(64).unwrap();
     let started = Instant::now();
     let (seen, waits, timeouts, writes) = std::thread::scope(|s| {
@@ -195,7 +229,11 @@ fn no_lost_wakeup_over_10000_ops() {
     );
     assert_eq!(timeouts, 0, "lost wakeups");
     let unique: HashSet<u64> = seen.iter().copied().collect();
-    assert_eq!(unique.len(), OPS as usize, "duplicate or missing completions");
+    assert_eq!(
+        unique.len(),
+        OPS as usize,
+        "duplicate or missing completions"
+    );
     assert_eq!(unique, (0..OPS).collect());
     // At most one write per published batch, and a batch holds at least one completion.
     assert!(writes <= OPS, "{writes} writes for {OPS} completions");
@@ -203,7 +241,10 @@ fn no_lost_wakeup_over_10000_ops() {
     let last = (OPS - 1) / 4 * 4;
     let slot = (last / 4) % 64 * 512;
     let off = (last % 1000) as usize;
-    assert_eq!(&engine.read(buf, slot, 512).unwrap()[..], &data[off..off + 512]);
+    assert_eq!(
+        &engine.read(buf, slot, 512).unwrap()[..],
+        &data[off..off + 512]
+    );
 }
 
 #[test]
@@ -218,7 +259,10 @@ fn engine_drop_makes_an_armed_fd_readable() {
         drop(engine);
     });
     let t = Instant::now();
-    assert!(ep.readable(Duration::from_secs(30)), "shutdown did not signal the fd");
+    assert!(
+        ep.readable(Duration::from_secs(30)),
+        "shutdown did not signal the fd"
+    );
     assert!(t.elapsed() < Duration::from_secs(10));
     dropper.join().unwrap();
     q.clear_completion_fd();
@@ -233,11 +277,24 @@ fn tokio_is_linked_only_with_the_tokio_feature() {
     let tree = |features: &[&str]| -> String {
         let out = std::process::Command::new(env!("CARGO"))
             .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .args(["tree", "-p", "engine", "-e", "normal", "--prefix", "none", "--offline"])
+            .args([
+                "tree",
+                "-p",
+                "engine",
+                "-e",
+                "normal",
+                "--prefix",
+                "none",
+                "--offline",
+            ])
             .args(features)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     };
     let has_tokio = |t: &str| t.lines().any(|l| l.starts_with("tokio v"));

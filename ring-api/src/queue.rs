@@ -593,7 +593,10 @@ mod tests {
         let rings = || bell.0.load(std::sync::atomic::Ordering::SeqCst);
         post(&mut worker, 0..3);
         assert_eq!(rings(), 0, "not armed: no ring");
-        assert!(!app.arm_completion_bell(), "completions are ready: do not wait");
+        assert!(
+            !app.arm_completion_bell(),
+            "completions are ready: do not wait"
+        );
         assert_eq!(app.completion().count(), 3);
         assert!(app.arm_completion_bell());
         post(&mut worker, 3..7);
@@ -621,7 +624,10 @@ mod tests {
         assert!(app.arm_completion_bell());
         drop(worker);
         assert_eq!(bell.0.load(std::sync::atomic::Ordering::SeqCst), 1);
-        assert!(!app.arm_completion_bell(), "worker gone: nothing to wait for");
+        assert!(
+            !app.arm_completion_bell(),
+            "worker gone: nothing to wait for"
+        );
     }
 
     #[test]

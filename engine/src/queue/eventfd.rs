@@ -93,10 +93,7 @@ pub(crate) fn register_with_tokio(
     // the last reference drops, so the fd stays open and names the same eventfd for the
     // `AsyncFd`'s whole life; `as_raw_fd` always returns that one fd.
     unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(
-            ReadyFd(fd),
-            tokio::io::Interest::READABLE,
-        )
+        tokio::io::unix::AsyncFd::register_with_interest(ReadyFd(fd), tokio::io::Interest::READABLE)
     }
     .map_err(|e| e.into_parts().1)
 }
@@ -115,7 +112,10 @@ mod tests {
     #[test]
     fn signal_then_drain_once() {
         let e = EventFd::new().unwrap();
-        assert!(!e.drain(), "fresh eventfd is empty (and reading it does not block)");
+        assert!(
+            !e.drain(),
+            "fresh eventfd is empty (and reading it does not block)"
+        );
         e.signal();
         e.signal();
         assert!(e.drain());
