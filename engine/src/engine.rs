@@ -6,10 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use ring_api::{
-    AppQueue, BufHandle, CompletionQueue, Cqe, ObjectId, ObjectTable, PushError, Sqe,
-    SubmissionQueue,
-};
+use ring_api::{BufHandle, ObjectId, ObjectTable};
 use s3_lite::credentials::{Overrides, ProcessEnvironment, resolve};
 use s3_lite::s3::Endpoint;
 use s3_lite::sigv4::Signer;
@@ -20,6 +17,7 @@ use crate::fabric::http::HttpFabric;
 use crate::gpu::{DevicePtr, GpuRuntime, PointerKind, StagingCounters};
 use crate::memory::raw::RawMem;
 use crate::memory::{BufferView, RegisterOptions, Registry};
+use crate::queue::{EventFd, Queue};
 use crate::worker::stager::GpuStaging;
 use crate::worker::{Crew, Prepared, WorkerHandle};
 
@@ -633,14 +631,18 @@ impl Engine {
         let n = self.next_worker.fetch_add(1, Ordering::Relaxed) % eligible.len().max(1);
         let i = eligible.get(n).copied().ok_or(EngineError::Shutdown)?;
         let worker = self.workers.get(i).ok_or(EngineError::Shutdown)?;
-        let (app, wq) =
-            ring_api::queue_pair(sq, cq, Some(worker.bell())).map_err(EngineError::Ring)?;
+        // The completion-readiness fd (Queue's AsFd): rung by the owner only while armed.
+        let ready_fd = Arc::new(EventFd::new().map_err(EngineError::Poller)?);
+        let (app, wq) = ring_api::queue_pair_with_completion_bell(
+            sq,
+            cq,
+            Some(worker.bell()),
+            Some(Arc::clone(&ready_fd) as Arc<dyn ring_api::Doorbell>),
+        )
+        .map_err(EngineError::Ring)?;
         let id = self.next_queue_id.fetch_add(1, Ordering::Relaxed);
         worker.attach(wq, cq as usize, id);
-        Ok(Queue {
-            app,
-            _wake: WakeOnDrop(Arc::clone(&worker.waker)),
-        })
+        Ok(Queue::new(app, ready_fd, Arc::clone(&worker.waker)))
     }
 }
 
@@ -657,86 +659,3 @@ pub enum MemoryKind {
     },
 }
 
-/// An application thread's ring pair: push submissions, reap completions.
-///
-/// `Send` but not `Sync` and not `Clone`: one producer and one consumer per ring, enforced by
-/// the type system. Dropping it aborts the queue's operations in flight.
-#[derive(Debug)]
-pub struct Queue {
-    // Field order matters: `app` (the rings) is dropped before `_wake` rings the owner, so the
-    // worker that wakes sees the queue gone.
-    app: AppQueue,
-    _wake: WakeOnDrop,
-}
-
-/// Wakes the queue's owner worker when dropped.
-#[derive(Debug)]
-struct WakeOnDrop(Arc<mio::Waker>);
-
-impl Drop for WakeOnDrop {
-    fn drop(&mut self) {
-        // The worker notices the dropped rings on its next turn; wake it so that turn happens
-        // now even if it sleeps.
-        let _ = self.0.wake();
-    }
-}
-
-impl Queue {
-    /// Pushes one entry and publishes it at once (rings the worker only if it sleeps).
-    ///
-    /// Fails with [`PushError::Full`] when the submission ring is full (reap, then retry) and
-    /// with [`PushError::Closed`] once the [`Engine`] has been dropped.
-    pub fn push(&mut self, sqe: &Sqe) -> Result<(), PushError> {
-        self.app.submission().push(sqe)
-    }
-
-    /// Pushes all of `sqes` or none, publishing them with one release store.
-    pub fn push_multiple(&mut self, sqes: &[Sqe]) -> Result<(), PushError> {
-        self.app.submission().push_multiple(sqes)
-    }
-
-    /// A batch view: entries pushed through it are published on `sync()` or drop.
-    pub fn submission(&mut self) -> SubmissionQueue<'_> {
-        self.app.submission()
-    }
-
-    /// A batch view over ready completions (an iterator).
-    pub fn completion(&mut self) -> CompletionQueue<'_> {
-        self.app.completion()
-    }
-
-    /// Copies up to `out.len()` ready completions into `out`; returns how many.
-    pub fn reap(&mut self, out: &mut [Cqe]) -> usize {
-        self.app.completion().fill(out)
-    }
-
-    /// Blocks until `min` completions are ready or `timeout` passes; returns how many are
-    /// ready.
-    ///
-    /// Once the [`Engine`] is dropped (also while this call sleeps) it returns at once with
-    /// what is ready; operations that were in flight never complete. A reaping loop should
-    /// stop when `wait` returns fewer than `min` and [`Queue::is_closed`] is `true`.
-    pub fn wait(&mut self, min: usize, timeout: Option<Duration>) -> usize {
-        self.app.wait_completions(min, timeout)
-    }
-
-    /// `true` once the engine behind this queue has shut down (the [`Engine`] was dropped):
-    /// pushes fail with [`PushError::Closed`], completions already posted can still be reaped,
-    /// and nothing else will complete.
-    #[must_use]
-    pub fn is_closed(&self) -> bool {
-        self.app.worker_dropped()
-    }
-
-    /// Submission ring capacity.
-    #[must_use]
-    pub fn sq_capacity(&self) -> usize {
-        self.app.sq_capacity()
-    }
-
-    /// Completion ring capacity.
-    #[must_use]
-    pub fn cq_capacity(&self) -> usize {
-        self.app.cq_capacity()
-    }
-}

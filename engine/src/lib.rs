@@ -66,6 +66,7 @@ mod mempolicy;
 mod multipart;
 mod nic_plan;
 mod placement;
+mod queue;
 pub mod retry;
 mod sys;
 mod timers;
@@ -73,13 +74,16 @@ pub mod verbs;
 mod worker;
 
 pub use config::{DEFAULT_CONNECTIONS, EngineBuilder, Placement, RetryPolicy};
-pub use engine::{Engine, MemoryKind, Queue, WorkerInfo};
+pub use engine::{Engine, MemoryKind, WorkerInfo};
 pub use error::EngineError;
 pub use fabric::rdma::{DcOp, DcTokenError, DcTokenProvider, Dialect, Fabric};
 pub use fabric::{rc, soft};
 pub use memory::{BufferView, RegisterOptions};
 pub use nic_plan::{Locality, NicAffinity, PlacementPlan};
 pub use placement::{DEFAULT_WORKERS_PER_NIC, PlannedWorker};
+pub use queue::Queue;
+#[cfg(feature = "tokio")]
+pub use queue::{AsyncError, AsyncQueue, NextCompletion, OpFuture};
 pub use sys::{monotonic_ns, process_cpu_time};
 
 // What an application needs besides the engine itself, so `engine` is its one dependency and

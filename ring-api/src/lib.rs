@@ -98,7 +98,7 @@ pub use op_error::OpError;
 pub use pending::PendingCompletions;
 pub use queue::{
     AppQueue, CompletionQueue, CompletionWriter, SubmissionQueue, SubmissionReader, WorkerQueue,
-    queue_pair,
+    queue_pair, queue_pair_with_completion_bell,
 };
 pub use spsc::MAX_ENTRIES;
 pub use sqe::{Sqe, sqe_flags};

@@ -26,9 +26,27 @@ pub fn queue_pair(
     cq_entries: u32,
     worker_bell: Option<Arc<dyn Doorbell>>,
 ) -> Result<(AppQueue, WorkerQueue), SetupError> {
+    queue_pair_with_completion_bell(sq_entries, cq_entries, worker_bell, None)
+}
+
+/// [`queue_pair`] plus a `completion_bell` the worker rings when it publishes completions (or
+/// goes away) while the application has armed it with [`AppQueue::arm_completion_bell`] —
+/// typically an eventfd that an event loop (epoll, mio, tokio) watches.
+///
+/// The bell is rung at most once per publish (a publish is one batch of completions), and
+/// never while the application has not armed it, so a busy application that reaps without
+/// waiting costs the worker no system call. See [`AppQueue::arm_completion_bell`] for the
+/// protocol.
+pub fn queue_pair_with_completion_bell(
+    sq_entries: u32,
+    cq_entries: u32,
+    worker_bell: Option<Arc<dyn Doorbell>>,
+    completion_bell: Option<Arc<dyn Doorbell>>,
+) -> Result<(AppQueue, WorkerQueue), SetupError> {
     let waiter = ParkWaiter::new();
     let (sq_p, sq_c) = ring::<Sqe>(sq_entries, worker_bell.clone(), None)?;
-    let (cq_p, cq_c) = ring::<Cqe>(cq_entries, Some(waiter.doorbell()), worker_bell)?;
+    let (mut cq_p, cq_c) = ring::<Cqe>(cq_entries, Some(waiter.doorbell()), worker_bell)?;
+    cq_p.notify = completion_bell;
     Ok((
         AppQueue {
             sq: sq_p,
@@ -107,6 +125,31 @@ impl AppQueue {
                 self.cq.finish_park();
             }
         }
+    }
+
+    /// Asks the worker to ring the completion bell (see [`queue_pair_with_completion_bell`])
+    /// when it next publishes completions or goes away. Returns `false`, with the request
+    /// withdrawn, when completions are already ready or the worker half is gone: reap (or
+    /// stop) instead of waiting.
+    ///
+    /// The protocol that loses no wakeup, for a waiter on the bell's fd:
+    ///
+    /// 1. reap every ready completion;
+    /// 2. `arm_completion_bell()`; on `false` go back to 1;
+    /// 3. wait until the bell rings (the fd is readable);
+    /// 4. drain the bell, [`AppQueue::disarm_completion_bell`], go back to 1.
+    ///
+    /// Arming and the worker's publish form the same SeqCst (Dekker) pair as the park protocol
+    /// of [`crate::wakeup`]: either step 2 sees the new completions, or the worker sees the
+    /// arm and rings. While armed, the worker rings once per batch it publishes; disarming in
+    /// step 4 means it makes no system call while the application is busy reaping.
+    pub fn arm_completion_bell(&mut self) -> bool {
+        self.cq.arm()
+    }
+
+    /// Withdraws [`AppQueue::arm_completion_bell`] (harmless when not armed).
+    pub fn disarm_completion_bell(&mut self) {
+        self.cq.disarm();
     }
 
     /// Submission ring capacity.
@@ -523,6 +566,68 @@ mod tests {
         assert!(t.elapsed() < Duration::from_secs(10));
         assert!(app.worker_dropped());
         dropper.join().unwrap();
+    }
+
+    /// Counts rings.
+    #[derive(Default)]
+    struct Counter(std::sync::atomic::AtomicUsize);
+
+    impl Doorbell for Counter {
+        fn ring(&self) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    fn post(worker: &mut WorkerQueue, uds: std::ops::Range<u64>) {
+        let mut w = worker.completions();
+        for ud in uds {
+            w.push(Cqe::from_raw(ud, 0, 0, 0, 0));
+        }
+    }
+
+    #[test]
+    fn completion_bell_rings_once_per_publish_and_only_when_armed() {
+        let bell = Arc::new(Counter::default());
+        let (mut app, mut worker) =
+            queue_pair_with_completion_bell(8, 8, None, Some(bell.clone())).unwrap();
+        let rings = || bell.0.load(std::sync::atomic::Ordering::SeqCst);
+        post(&mut worker, 0..3);
+        assert_eq!(rings(), 0, "not armed: no ring");
+        assert!(
+            !app.arm_completion_bell(),
+            "completions are ready: do not wait"
+        );
+        assert_eq!(app.completion().count(), 3);
+        assert!(app.arm_completion_bell());
+        post(&mut worker, 3..7);
+        assert_eq!(rings(), 1, "one batch, one ring");
+        post(&mut worker, 7..8);
+        assert_eq!(rings(), 2, "still armed: the next batch rings again");
+        app.disarm_completion_bell();
+        assert_eq!(app.completion().count(), 5);
+        post(&mut worker, 8..9);
+        assert_eq!(rings(), 2, "disarmed: no ring");
+        // A parked `wait_completions` and an armed bell are independent requests.
+        assert_eq!(app.completion().count(), 1);
+        assert!(app.arm_completion_bell());
+        assert!(app.cq.prepare_park(1));
+        app.cq.finish_park();
+        post(&mut worker, 9..10);
+        assert_eq!(rings(), 3, "finish_park left the bell armed");
+    }
+
+    #[test]
+    fn worker_drop_rings_an_armed_completion_bell() {
+        let bell = Arc::new(Counter::default());
+        let (mut app, worker) =
+            queue_pair_with_completion_bell(4, 4, None, Some(bell.clone())).unwrap();
+        assert!(app.arm_completion_bell());
+        drop(worker);
+        assert_eq!(bell.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(
+            !app.arm_completion_bell(),
+            "worker gone: nothing to wait for"
+        );
     }
 
     #[test]

@@ -37,12 +37,19 @@ pub const MAX_ENTRIES: u32 = 1 << 20;
 struct ConsumerSide {
     /// Next index to consume, as published. Release by consumer, Acquire by producer.
     head: AtomicU32,
-    /// 1 while the consumer is (about to be) parked waiting for entries; written by the
-    /// consumer, read by the producer after its SeqCst fence.
+    /// Why the producer must ring after publishing, as bits: [`PARKED`] while the consumer
+    /// thread is (about to be) parked waiting for entries, [`ARMED`] while it waits through the
+    /// producer's notify bell (a readiness fd). Written by the consumer, read by the producer
+    /// after its SeqCst fence.
     parked: AtomicU32,
     /// Set once when the consumer end is dropped, before it checks `producer.parked`.
     closed: AtomicBool,
 }
+
+/// [`ConsumerSide::parked`] bit: the consumer thread parks on the producer's bell.
+const PARKED: u32 = 1;
+/// [`ConsumerSide::parked`] bit: the consumer waits on the producer's notify bell.
+const ARMED: u32 = 2;
 
 /// Fields written only by the producer.
 #[derive(Default)]
@@ -105,6 +112,7 @@ pub(crate) fn ring<E: Entry>(
             published: 0,
             cached_head: 0,
             bell: producer_bell,
+            notify: None,
             _not_sync: PhantomData,
         },
         Consumer {
@@ -128,10 +136,28 @@ pub(crate) struct Producer<E: Entry> {
     /// Last head observed; `tail - cached_head <= capacity`.
     cached_head: u32,
     bell: Option<Arc<dyn Doorbell>>,
+    /// Rung instead of (or besides) `bell` when the consumer armed [`ARMED`]: a readiness fd
+    /// an event loop watches.
+    pub(crate) notify: Option<Arc<dyn Doorbell>>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
 impl<E: Entry> Producer<E> {
+    /// Rings the bells the consumer asked for in `parked` (read after a SeqCst fence).
+    #[inline]
+    fn ring_for(&self, parked: u32) {
+        if parked & PARKED != 0
+            && let Some(bell) = &self.bell
+        {
+            bell.ring();
+        }
+        if parked & ARMED != 0
+            && let Some(bell) = &self.notify
+        {
+            bell.ring();
+        }
+    }
+
     pub(crate) fn capacity(&self) -> usize {
         self.shared.capacity() as usize
     }
@@ -195,13 +221,12 @@ impl<E: Entry> Producer<E> {
         // to it once it sees the new tail.
         self.shared.producer.tail.store(self.tail, Release);
         self.published = self.tail;
-        if let Some(bell) = &self.bell {
-            // SeqCst fence pairs with the fence in `Consumer::prepare_park`: either we see its
-            // `parked = 1` here, or it sees our tail store after setting it (never neither).
+        if self.bell.is_some() || self.notify.is_some() {
+            // SeqCst fence pairs with the fence in `Consumer::prepare_park` (and `arm`): either
+            // we see its `parked` bit here, or it sees our tail store after setting it (never
+            // neither).
             fence(SeqCst);
-            if self.shared.consumer.parked.load(Relaxed) != 0 {
-                bell.ring();
-            }
+            self.ring_for(self.shared.consumer.parked.load(Relaxed));
         }
         n as usize
     }
@@ -239,11 +264,7 @@ impl<E: Entry> Drop for Producer<E> {
         // Pairs with the fence in `Consumer::prepare_park` (same Dekker pair as `publish`):
         // either the consumer sees `closed` after announcing its park, or we see its `parked`.
         fence(SeqCst);
-        if self.shared.consumer.parked.load(Relaxed) != 0
-            && let Some(bell) = &self.bell
-        {
-            bell.ring();
-        }
+        self.ring_for(self.shared.consumer.parked.load(Relaxed));
     }
 }
 
@@ -310,7 +331,7 @@ impl<E: Entry> Consumer<E> {
     /// Announce that this consumer is about to park until at least `want` (min 1) entries are
     /// ready. Returns `false` (and undoes the announcement) if they already are: do not park.
     pub(crate) fn prepare_park(&mut self, want: usize) -> bool {
-        self.shared.consumer.parked.store(1, Relaxed);
+        self.shared.consumer.parked.fetch_or(PARKED, Relaxed);
         // Pairs with the fence in `Producer::publish`; see `crate::wakeup`.
         fence(SeqCst);
         if self.available() >= want.max(1) {
@@ -322,7 +343,27 @@ impl<E: Entry> Consumer<E> {
 
     /// Withdraws the announcement of [`Consumer::prepare_park`] after waking.
     pub(crate) fn finish_park(&mut self) {
-        self.shared.consumer.parked.store(0, Relaxed);
+        self.shared.consumer.parked.fetch_and(!PARKED, Relaxed);
+    }
+
+    /// Asks the producer to ring its notify bell on its next publish (or drop). Returns
+    /// `false`, with the request withdrawn, when entries are already published or the
+    /// producer is gone: read them instead of waiting. Same Dekker pair as
+    /// [`Consumer::prepare_park`].
+    pub(crate) fn arm(&mut self) -> bool {
+        self.shared.consumer.parked.fetch_or(ARMED, Relaxed);
+        // Pairs with the fence in `Producer::publish` and `Producer::drop`.
+        fence(SeqCst);
+        if self.available() > 0 || self.peer_dropped() {
+            self.disarm();
+            return false;
+        }
+        true
+    }
+
+    /// Withdraws [`Consumer::arm`].
+    pub(crate) fn disarm(&mut self) {
+        self.shared.consumer.parked.fetch_and(!ARMED, Relaxed);
     }
 
     /// `true` when the producer end has been dropped.
