@@ -151,16 +151,19 @@ impl State {
         }
     }
 
-    /// `token` stops waiting (done or dropped). If tokio's fd held its waker, another waiter
+    /// `token` stops waiting (done or dropped). If tokio's fd held its waker, or nobody's
+    /// (the waiter woken to take it over finished instead of registering), another waiter
     /// is woken to take the fd over; with no waiter left the fd is disarmed.
     fn leave(&mut self, token: u64) {
         self.waiting.remove(&token);
         self.general.remove(&token);
         if self.fd_owner == Some(token) {
             self.fd_owner = None;
-            if let Some(w) = self.waiting.values().next() {
-                w.wake_by_ref();
-            }
+        }
+        if self.fd_owner.is_none()
+            && let Some(w) = self.waiting.values().next()
+        {
+            w.wake_by_ref();
         }
         if self.waiting.is_empty() {
             self.queue.clear_completion_fd();
