@@ -427,7 +427,7 @@ impl Engine {
     /// pool: its pinned bytes, bytes in use, waits); `None` without a GPU runtime.
     #[must_use]
     pub fn gpu_staging(&self) -> Option<StagingCounters> {
-        self.shared.gpu.as_ref().map(|g| g.stats.snapshot(&g.pool))
+        self.shared.gpu.as_ref().map(GpuStaging::counters)
     }
 
     /// Size in bytes of the bounce pool device operations are staged through (see
@@ -658,4 +658,3 @@ pub enum MemoryKind {
         ordinal: u32,
     },
 }
-

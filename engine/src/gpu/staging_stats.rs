@@ -1,25 +1,12 @@
-//! What the engine's GPU staging is configured with and has done: the configuration the
-//! workers share ([`GpuStaging`]) and its counters ([`StagingStats`], read as
-//! [`StagingCounters`] through [`crate::Engine::gpu_staging`]).
+//! What the engine's GPU staging has done: its counters ([`StagingStats`], read as
+//! [`StagingCounters`] through [`crate::Engine::gpu_staging`]). The bounce pool's own counters
+//! are added by the worker side (`worker/stager.rs`, `GpuStaging::counters`), which owns the
+//! pool: the GPU runtimes know nothing of operations.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
-use super::{GpuError, GpuRuntime};
-use crate::memory::bounce::BouncePool;
-
-/// GPU staging configuration shared by the engine's workers.
-#[derive(Debug)]
-pub(crate) struct GpuStaging {
-    pub(crate) rt: Arc<dyn GpuRuntime>,
-    /// The pinned memory every device operation is staged through.
-    pub(crate) pool: Arc<BouncePool>,
-    /// Largest merged copy in bytes; 0 = one copy per operation.
-    pub(crate) coalesce_limit: u64,
-    /// Longest in-turn wait for small copies (`Stager::poll_briefly`); zero = none.
-    pub(crate) poll_spin: std::time::Duration,
-    pub(crate) stats: StagingStats,
-}
+use super::GpuError;
 
 /// Counters of the engine's GPU staging, summed over workers.
 #[derive(Debug, Default)]
@@ -52,19 +39,11 @@ impl StagingStats {
             .unwrap_or_else(PoisonError::into_inner) = Some(e);
     }
 
-    /// A snapshot, with the counters of `pool`.
-    pub(crate) fn snapshot(&self, pool: &BouncePool) -> StagingCounters {
+    /// A snapshot of the staging counters (the bounce pool's fields are left at zero for the
+    /// owner of the pool to fill in).
+    pub(crate) fn snapshot(&self) -> StagingCounters {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let p = &pool.stats;
         StagingCounters {
-            bounce_capacity: pool.capacity(),
-            bounce_pinned_bytes: g(&p.pinned),
-            bounce_in_use_bytes: g(&p.in_use),
-            bounce_peak_bytes: g(&p.peak),
-            bounce_acquired: g(&p.acquired),
-            bounce_waits: g(&p.waits),
-            bounce_waiting: pool.waiting() as u64,
-            bounce_too_large: g(&p.too_large),
             ranges_to_device: g(&self.ranges_in),
             copies_to_device: g(&self.copies_in),
             bytes_to_device: g(&self.bytes_in),
@@ -79,6 +58,7 @@ impl StagingStats {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone(),
+            ..StagingCounters::default()
         }
     }
 }

@@ -43,7 +43,41 @@ use crate::gpu::{DevicePtr, GpuError, GpuEvent, GpuRuntime, GpuStream};
 use crate::inflight::{InFlight, OpKey};
 use crate::memory::{DeviceSpan, LeaseGuard};
 
-pub(crate) use crate::gpu::staging_stats::{GpuStaging, StagingStats};
+use crate::gpu::StagingCounters;
+pub(crate) use crate::gpu::staging_stats::StagingStats;
+use crate::memory::bounce::BouncePool;
+
+/// GPU staging configuration shared by the engine's workers.
+#[derive(Debug)]
+pub(crate) struct GpuStaging {
+    pub(crate) rt: Arc<dyn GpuRuntime>,
+    /// The pinned memory every device operation is staged through.
+    pub(crate) pool: Arc<BouncePool>,
+    /// Largest merged copy in bytes; 0 = one copy per operation.
+    pub(crate) coalesce_limit: u64,
+    /// Longest in-turn wait for small copies (`Stager::poll_briefly`); zero = none.
+    pub(crate) poll_spin: std::time::Duration,
+    pub(crate) stats: StagingStats,
+}
+
+impl GpuStaging {
+    /// The staging counters with the bounce pool's.
+    pub(crate) fn counters(&self) -> StagingCounters {
+        let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let p = &self.pool.stats;
+        StagingCounters {
+            bounce_capacity: self.pool.capacity(),
+            bounce_pinned_bytes: g(&p.pinned),
+            bounce_in_use_bytes: g(&p.in_use),
+            bounce_peak_bytes: g(&p.peak),
+            bounce_acquired: g(&p.acquired),
+            bounce_waits: g(&p.waits),
+            bounce_waiting: self.pool.waiting() as u64,
+            bounce_too_large: g(&p.too_large),
+            ..self.stats.snapshot()
+        }
+    }
+}
 
 /// Host → device batches in flight at once. While both are busy, landed GETs wait and join
 /// the next batch: the copy engine stays fed (one batch runs while the next is queued) and
