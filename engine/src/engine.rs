@@ -38,6 +38,8 @@ pub(crate) struct Shared {
     pub(crate) gpu_direct: crate::gpu::direct::DirectConfig,
     /// The workers, the topology, and which NICs a registration binds to.
     pub(crate) placement: crate::nic_plan::PlacementPlan,
+    /// This engine's open multipart uploads (handles name uploads of this engine only).
+    pub(crate) uploads: Arc<crate::multipart::UploadTable>,
 }
 
 /// A running engine: registered memory, interned objects and worker threads.
@@ -133,6 +135,7 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
         objects: ObjectTable::new(),
         retry: b.retry,
         retry_budget: crate::retry::RetryBudget::default(),
+        uploads: Arc::default(),
         default_deadline: b.default_deadline,
         attempt_timeout: b.attempt_timeout,
         spin: b.spin,
@@ -658,4 +661,3 @@ pub enum MemoryKind {
         ordinal: u32,
     },
 }
-

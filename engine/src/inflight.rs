@@ -154,6 +154,9 @@ pub(crate) struct InFlight {
     pub(crate) phase: Phase,
     /// The multipart step, for CreateMultipart / UploadPart / Complete / Abort.
     pub(crate) multipart: Option<MultipartOp>,
+    /// The upload table of the engine that dispatched a multipart step (`Some` exactly when
+    /// `multipart` is): its handle names an upload there, and its answer is recorded there.
+    pub(crate) uploads: Option<Arc<crate::multipart::UploadTable>>,
     /// The base64 CRC64NVME of a PUT's source, computed once on first use
     /// ([`InFlight::source_crc64`]): every attempt, RDMA or HTTP, sends the same value.
     pub(crate) source_crc: std::cell::OnceCell<String>,
@@ -324,6 +327,7 @@ mod tests {
             free_retries: 0,
             phase: Phase::Ready,
             multipart: None,
+            uploads: None,
             source_crc: std::cell::OnceCell::new(),
             verify_stored: std::cell::Cell::new(None),
         }

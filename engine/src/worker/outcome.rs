@@ -306,12 +306,10 @@ impl Worker {
                 if let Some((upload, part)) = op.part_handle()
                     && let Some(crc) = op.source_crc64().and_then(decode_crc64nvme)
                 {
-                    let _ = crate::multipart::uploads().record_part_source(
-                        upload,
-                        part,
-                        op.buf_len(),
-                        crc,
-                    );
+                    let _ = self
+                        .shared
+                        .uploads
+                        .record_part_source(upload, part, op.buf_len(), crc);
                 }
                 // A CompleteMultipart whose answer named no checksum: HEAD the object.
                 if let Some(expect) = op.verify_stored.take() {
