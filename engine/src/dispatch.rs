@@ -159,9 +159,6 @@ pub(crate) fn dispatch(sqe: &Sqe, queue: QueueRef, ctx: &DispatchCtx<'_>) -> Dis
         Ok(m) => m,
         Err(code) => return local(ud, code),
     };
-    let idempotent = multipart
-        .as_ref()
-        .map_or(kind.idempotent(), MultipartOp::idempotent);
     let buf = match slice {
         None => None,
         Some(BufSlice { buf, offset, len }) => {
@@ -183,7 +180,13 @@ pub(crate) fn dispatch(sqe: &Sqe, queue: QueueRef, ctx: &DispatchCtx<'_>) -> Dis
         buf,
         deadline,
         attempts: 0,
-        may_retry: !v.no_retry && idempotent,
+        // Every kind is safe to repeat, so only the entry's NO_RETRY stops retries: GET,
+        // RangeGet and HEAD read; a PUT or UploadPart re-sends the same bytes (pinned by the
+        // shared lease); Complete, Abort and the stored-object HEAD name a fixed upload id or
+        // object; a repeated Create at worst leaves an unnamed upload open on the server
+        // (what every retrying S3 client risks; lifecycle rules clean those up), and the
+        // handle carries the upload id of the answer read. See docs/engine.md, "Retries".
+        may_retry: !v.no_retry,
         retried: false,
         free_retries: 0,
         phase: Phase::Ready,

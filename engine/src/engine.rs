@@ -83,11 +83,6 @@ pub struct WorkerInfo {
 }
 
 pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
-    if b.inflight_per_connection != 1 {
-        return Err(EngineError::Unsupported(
-            "HTTP pipelining: inflight_per_connection must be 1 (one request per connection at a time)",
-        ));
-    }
     if b.connections_per_worker == Some(0) {
         return Err(EngineError::Config(
             "connections_per_worker must be at least 1".into(),

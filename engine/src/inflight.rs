@@ -36,15 +36,6 @@ pub(crate) enum OpKind {
     Put,
 }
 
-impl OpKind {
-    /// Whether a failed attempt may be repeated. GET, RangeGet and HEAD are safe; PUT of
-    /// registered memory is too, because the source bytes are pinned by a shared lease and a
-    /// repeated PUT of the same bytes leaves the same object (S3 PUT is last-writer-wins).
-    pub(crate) fn idempotent(self) -> bool {
-        true
-    }
-}
-
 /// A multipart step: what the request is and what its answer updates in the upload table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum MultipartOp {
@@ -84,25 +75,6 @@ pub(crate) enum MultipartOp {
         /// S3 upload id of `upload`, read at dispatch.
         upload_id: Arc<str>,
     },
-}
-
-impl MultipartOp {
-    /// Whether a failed attempt may be repeated. A part re-sent from the same pinned bytes
-    /// replaces itself; Complete, Abort and the stored-object HEAD name a fixed upload id or
-    /// object. Create is repeated too: a transient failure (503 SlowDown, a reset before any
-    /// answer) at worst leaves an upload open on the server that nobody names, which S3 clients
-    /// routinely leave behind and bucket lifecycle rules (`AbortIncompleteMultipartUpload`)
-    /// clean up; the upload id we use is always the one of the answer we read. Every variant is
-    /// listed so a new step has to make this choice.
-    pub(crate) fn idempotent(&self) -> bool {
-        match self {
-            Self::Create
-            | Self::Part { .. }
-            | Self::Complete { .. }
-            | Self::Abort { .. }
-            | Self::VerifyStored { .. } => true,
-        }
-    }
 }
 
 /// Where an operation is in its life.

@@ -211,7 +211,7 @@ impl Worker {
             self.done.clear();
             progress = true;
         }
-        progress | self.drive_stager(now)
+        progress | self.drive_stager()
     }
 
     /// One non-blocking round of the GPU stager (nothing to do, and no cost beyond a
@@ -219,7 +219,7 @@ impl Worker {
     ///
     /// While copies are in flight the worker keeps turning to query their events
     /// ([`Worker::stager_pending`] makes the event loop poll without sleeping).
-    fn drive_stager(&mut self, _now: Instant) -> bool {
+    fn drive_stager(&mut self) -> bool {
         let Some(gpu) = self.shared.gpu.as_ref() else {
             return false;
         };
