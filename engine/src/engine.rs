@@ -656,3 +656,30 @@ pub enum MemoryKind {
         ordinal: u32,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The upload table is the engine's: each engine has its own, and dropping the engine
+    /// (its workers joined) frees it.
+    #[test]
+    fn each_engine_owns_its_upload_table() {
+        let build = || {
+            crate::Engine::builder()
+                .endpoint_url("http://127.0.0.1:9")
+                .credentials(crate::Credentials::new("k", "s"))
+                .region("us-east-1")
+                .placement(crate::Placement::Workers(1))
+                .fabric(crate::Fabric::Http)
+                .build()
+                .unwrap()
+        };
+        let (a, b) = (build(), build());
+        assert!(!Arc::ptr_eq(&a.shared.uploads, &b.shared.uploads));
+        let table = Arc::downgrade(&a.shared.uploads);
+        drop(a);
+        assert!(table.upgrade().is_none(), "the table outlived its engine");
+        drop(b);
+    }
+}
