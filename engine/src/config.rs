@@ -33,9 +33,9 @@ pub enum Placement {
 ///
 /// Retried: HTTP 5xx, 429 and 503 SlowDown, connection failures (refused, reset, EOF before
 /// the response ended) and per-attempt timeouts. Never retried: 4xx other than 429, integrity
-/// failures (a wrong Content-Range is a server bug, not a transient), local errors. Only
-/// idempotent operations are retried; see `docs/engine.md` for why PUT of registered memory
-/// counts as idempotent.
+/// failures (a wrong Content-Range is a server bug, not a transient), local errors. Every
+/// operation kind may be retried unless its entry sets `NO_RETRY`; see `docs/engine.md` for
+/// why PUT of registered memory and the multipart steps are safe to repeat.
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
@@ -119,7 +119,6 @@ pub struct EngineBuilder {
     pub(crate) workers_per_nic: usize,
     /// `None`: [`DEFAULT_CONNECTIONS`] shared out over the workers.
     pub(crate) connections_per_worker: Option<usize>,
-    pub(crate) inflight_per_connection: usize,
     pub(crate) retry: RetryPolicy,
     pub(crate) default_deadline: Option<Duration>,
     pub(crate) attempt_timeout: Duration,
@@ -152,7 +151,6 @@ impl Default for EngineBuilder {
             placement: Placement::Auto,
             workers_per_nic: crate::placement::DEFAULT_WORKERS_PER_NIC,
             connections_per_worker: None,
-            inflight_per_connection: 1,
             retry: RetryPolicy::default(),
             default_deadline: Some(Duration::from_secs(60)),
             attempt_timeout: Duration::from_secs(20),
@@ -224,14 +222,6 @@ impl EngineBuilder {
     #[must_use]
     pub fn connections_per_worker(mut self, n: usize) -> Self {
         self.connections_per_worker = Some(n);
-        self
-    }
-
-    /// Requests in flight per connection (default and, for now, only supported value: 1 —
-    /// no HTTP pipelining).
-    #[must_use]
-    pub fn inflight_per_connection(mut self, n: usize) -> Self {
-        self.inflight_per_connection = n;
         self
     }
 

@@ -3,6 +3,7 @@
 //! Entries are untrusted. [`dispatch`] never panics: every entry becomes either an immediate
 //! completion (Nop, or an error) or an [`InFlight`] ready for a fabric, or a cancellation.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ring_api::{
@@ -12,7 +13,7 @@ use ring_api::{
 
 use crate::inflight::{InFlight, MultipartOp, OpKind, Phase, QueueRef};
 use crate::memory::{LeaseError, Registry};
-use crate::multipart::{UploadTable, uploads};
+use crate::multipart::UploadTable;
 
 /// Engine state dispatch reads.
 #[derive(Debug)]
@@ -20,6 +21,8 @@ pub(crate) struct DispatchCtx<'a> {
     pub(crate) registry: &'a Registry,
     pub(crate) objects: &'a ObjectTable,
     pub(crate) default_deadline: Option<Duration>,
+    /// The engine's upload table (multipart handles resolve here; multipart ops carry it).
+    pub(crate) uploads: &'a Arc<UploadTable>,
     /// `Instant::now()` and `CLOCK_MONOTONIC` ns read at the same moment, to convert
     /// absolute deadlines.
     pub(crate) now: Instant,
@@ -89,18 +92,8 @@ fn multipart_op(
     Ok(op)
 }
 
-/// Decodes `sqe` from queue `queue` (multipart entries use the process's upload table).
+/// Decodes `sqe` from queue `queue` (multipart entries resolve in `ctx.uploads`).
 pub(crate) fn dispatch(sqe: &Sqe, queue: QueueRef, ctx: &DispatchCtx<'_>) -> Dispatch {
-    dispatch_with(sqe, queue, ctx, uploads())
-}
-
-/// [`dispatch`] against the upload table `table`.
-pub(crate) fn dispatch_with(
-    sqe: &Sqe,
-    queue: QueueRef,
-    ctx: &DispatchCtx<'_>,
-    table: &UploadTable,
-) -> Dispatch {
     let v = match sqe.validate() {
         Ok(v) => v,
         Err(e) => return Dispatch::Complete(e.to_cqe(sqe.user_data())),
@@ -162,13 +155,10 @@ pub(crate) fn dispatch_with(
     let Some(name) = resolve(ctx.objects, object) else {
         return local(ud, ErrorCode::BadHandle);
     };
-    let multipart = match mp.map(|r| multipart_op(table, r, &name)).transpose() {
+    let multipart = match mp.map(|r| multipart_op(ctx.uploads, r, &name)).transpose() {
         Ok(m) => m,
         Err(code) => return local(ud, code),
     };
-    let idempotent = multipart
-        .as_ref()
-        .map_or(kind.idempotent(), MultipartOp::idempotent);
     let buf = match slice {
         None => None,
         Some(BufSlice { buf, offset, len }) => {
@@ -190,17 +180,24 @@ pub(crate) fn dispatch_with(
         buf,
         deadline,
         attempts: 0,
-        may_retry: !v.no_retry && idempotent,
+        // Every kind is safe to repeat, so only the entry's NO_RETRY stops retries: GET,
+        // RangeGet and HEAD read; a PUT or UploadPart re-sends the same bytes (pinned by the
+        // shared lease); Complete, Abort and the stored-object HEAD name a fixed upload id or
+        // object; a repeated Create at worst leaves an unnamed upload open on the server
+        // (what every retrying S3 client risks; lifecycle rules clean those up), and the
+        // handle carries the upload id of the answer read. See docs/engine.md, "Retries".
+        may_retry: !v.no_retry,
         retried: false,
         free_retries: 0,
         phase: Phase::Ready,
+        uploads: multipart.as_ref().map(|_| Arc::clone(ctx.uploads)),
         multipart,
         source_crc: std::cell::OnceCell::new(),
         verify_stored: std::cell::Cell::new(None),
     })
 }
 
-fn resolve(objects: &ObjectTable, id: ObjectId) -> Option<std::sync::Arc<ring_api::ObjectName>> {
+fn resolve(objects: &ObjectTable, id: ObjectId) -> Option<Arc<ring_api::ObjectName>> {
     objects.resolve(id)
 }
 
@@ -226,11 +223,16 @@ mod tests {
         (reg, objects, h, o)
     }
 
-    fn ctx<'a>(reg: &'a Registry, objects: &'a ObjectTable) -> DispatchCtx<'a> {
+    fn ctx<'a>(
+        reg: &'a Registry,
+        objects: &'a ObjectTable,
+        uploads: &'a Arc<UploadTable>,
+    ) -> DispatchCtx<'a> {
         DispatchCtx {
             registry: reg,
             objects,
             default_deadline: None,
+            uploads,
             now: Instant::now(),
             now_mono_ns: 1_000,
         }
@@ -246,7 +248,8 @@ mod tests {
     #[test]
     fn invalid_and_unresolvable_entries_complete_with_errors() {
         let (reg, objects, h, o) = setup();
-        let c = ctx(&reg, &objects);
+        let uploads = Arc::default();
+        let c = ctx(&reg, &objects, &uploads);
         let bytes = {
             let mut b = Nop::new().user_data(5).build().to_bytes();
             b[0] = 200;
@@ -284,7 +287,8 @@ mod tests {
     #[test]
     fn overlapping_writes_are_busy_and_leases_follow_the_op() {
         let (reg, objects, h, o) = setup();
-        let c = ctx(&reg, &objects);
+        let uploads = Arc::default();
+        let c = ctx(&reg, &objects, &uploads);
         let first = dispatch(
             &RangeGet::new(o, 0, BufSlice::new(h, 0, 100)).build(),
             Q,
@@ -308,12 +312,10 @@ mod tests {
         use ring_api::opcode::{AbortMultipart, CompleteMultipart, CreateMultipart, UploadPart};
         use ring_api::{PartNumber, UploadHandle};
         let (reg, objects, h, o) = setup();
-        let c = ctx(&reg, &objects);
-        let table = UploadTable::new();
+        let uploads = Arc::default();
+        let c = ctx(&reg, &objects, &uploads);
         let p = |n| PartNumber::new(n).unwrap();
-        let Dispatch::Start(create) =
-            dispatch_with(&CreateMultipart::new(o).build(), Q, &c, &table)
-        else {
+        let Dispatch::Start(create) = dispatch(&CreateMultipart::new(o).build(), Q, &c) else {
             panic!("create should start")
         };
         assert_eq!(create.multipart, Some(MultipartOp::Create));
@@ -323,45 +325,38 @@ mod tests {
         );
         let unknown = UploadPart::new(o, UploadHandle(5), p(1), BufSlice::new(h, 0, 10)).build();
         assert_eq!(
-            error_of(dispatch_with(&unknown, Q, &c, &table)),
+            error_of(dispatch(&unknown, Q, &c)),
             (-9, Some(ErrorClass::Local))
         );
         let name = objects.resolve(o).unwrap();
-        let up = table.open(name, "id").unwrap();
-        let Dispatch::Start(part) = dispatch_with(
+        let up = uploads.open(name, "id").unwrap();
+        let Dispatch::Start(part) = dispatch(
             &UploadPart::new(o, up, p(2), BufSlice::new(h, 0, 10)).build(),
             Q,
             &c,
-            &table,
         ) else {
             panic!("part should start")
         };
         assert!(part.kind == OpKind::Put && part.may_retry && !part.head_only());
         assert_eq!(part.part_target().map(|(_, n)| n), Some(2));
         assert_eq!(part.buf_len(), 10);
-        table.record_part(up, 2, "\"e\"").unwrap();
+        uploads.record_part(up, 2, "\"e\"").unwrap();
         // Part 1 was never uploaded.
         assert_eq!(
-            error_of(dispatch_with(
+            error_of(dispatch(
                 &CompleteMultipart::new(o, up, p(2)).build(),
                 Q,
-                &c,
-                &table
+                &c
             )),
             (-22, Some(ErrorClass::Local))
         );
         let other = objects.intern("b", "other").unwrap();
         assert_eq!(
-            error_of(dispatch_with(
-                &AbortMultipart::new(other, up).build(),
-                Q,
-                &c,
-                &table
-            )),
+            error_of(dispatch(&AbortMultipart::new(other, up).build(), Q, &c)),
             (-22, Some(ErrorClass::Local))
         );
         assert!(matches!(
-            dispatch_with(&AbortMultipart::new(o, up).build(), Q, &c, &table),
+            dispatch(&AbortMultipart::new(o, up).build(), Q, &c),
             Dispatch::Start(InFlight {
                 multipart: Some(MultipartOp::Abort { .. }),
                 ..
@@ -372,7 +367,8 @@ mod tests {
     #[test]
     fn deadlines_resolve_against_both_clocks() {
         let (reg, objects, _, o) = setup();
-        let c = ctx(&reg, &objects);
+        let uploads = Arc::default();
+        let c = ctx(&reg, &objects, &uploads);
         let Dispatch::Start(rel) = dispatch(&Head::new(o).deadline_ns(5_000_000).build(), Q, &c)
         else {
             panic!()

@@ -38,6 +38,8 @@ pub(crate) struct Shared {
     pub(crate) gpu_direct: crate::gpu::direct::DirectConfig,
     /// The workers, the topology, and which NICs a registration binds to.
     pub(crate) placement: crate::nic_plan::PlacementPlan,
+    /// This engine's open multipart uploads (handles name uploads of this engine only).
+    pub(crate) uploads: Arc<crate::multipart::UploadTable>,
 }
 
 /// A running engine: registered memory, interned objects and worker threads.
@@ -81,11 +83,6 @@ pub struct WorkerInfo {
 }
 
 pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
-    if b.inflight_per_connection != 1 {
-        return Err(EngineError::Unsupported(
-            "HTTP pipelining: inflight_per_connection must be 1 (one request per connection at a time)",
-        ));
-    }
     if b.connections_per_worker == Some(0) {
         return Err(EngineError::Config(
             "connections_per_worker must be at least 1".into(),
@@ -133,6 +130,7 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
         objects: ObjectTable::new(),
         retry: b.retry,
         retry_budget: crate::retry::RetryBudget::default(),
+        uploads: Arc::default(),
         default_deadline: b.default_deadline,
         attempt_timeout: b.attempt_timeout,
         spin: b.spin,
@@ -657,4 +655,31 @@ pub enum MemoryKind {
         /// The device's index in its runtime.
         ordinal: u32,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The upload table is the engine's: each engine has its own, and dropping the engine
+    /// (its workers joined) frees it.
+    #[test]
+    fn each_engine_owns_its_upload_table() {
+        let build = || {
+            crate::Engine::builder()
+                .endpoint_url("http://127.0.0.1:9")
+                .credentials(crate::Credentials::new("k", "s"))
+                .region("us-east-1")
+                .placement(crate::Placement::Workers(1))
+                .fabric(crate::Fabric::Http)
+                .build()
+                .unwrap()
+        };
+        let (a, b) = (build(), build());
+        assert!(!Arc::ptr_eq(&a.shared.uploads, &b.shared.uploads));
+        let table = Arc::downgrade(&a.shared.uploads);
+        drop(a);
+        assert!(table.upgrade().is_none(), "the table outlived its engine");
+        drop(b);
+    }
 }

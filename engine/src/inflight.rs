@@ -36,15 +36,6 @@ pub(crate) enum OpKind {
     Put,
 }
 
-impl OpKind {
-    /// Whether a failed attempt may be repeated. GET, RangeGet and HEAD are safe; PUT of
-    /// registered memory is too, because the source bytes are pinned by a shared lease and a
-    /// repeated PUT of the same bytes leaves the same object (S3 PUT is last-writer-wins).
-    pub(crate) fn idempotent(self) -> bool {
-        true
-    }
-}
-
 /// A multipart step: what the request is and what its answer updates in the upload table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum MultipartOp {
@@ -84,25 +75,6 @@ pub(crate) enum MultipartOp {
         /// S3 upload id of `upload`, read at dispatch.
         upload_id: Arc<str>,
     },
-}
-
-impl MultipartOp {
-    /// Whether a failed attempt may be repeated. A part re-sent from the same pinned bytes
-    /// replaces itself; Complete, Abort and the stored-object HEAD name a fixed upload id or
-    /// object. Create is repeated too: a transient failure (503 SlowDown, a reset before any
-    /// answer) at worst leaves an upload open on the server that nobody names, which S3 clients
-    /// routinely leave behind and bucket lifecycle rules (`AbortIncompleteMultipartUpload`)
-    /// clean up; the upload id we use is always the one of the answer we read. Every variant is
-    /// listed so a new step has to make this choice.
-    pub(crate) fn idempotent(&self) -> bool {
-        match self {
-            Self::Create
-            | Self::Part { .. }
-            | Self::Complete { .. }
-            | Self::Abort { .. }
-            | Self::VerifyStored { .. } => true,
-        }
-    }
 }
 
 /// Where an operation is in its life.
@@ -154,6 +126,9 @@ pub(crate) struct InFlight {
     pub(crate) phase: Phase,
     /// The multipart step, for CreateMultipart / UploadPart / Complete / Abort.
     pub(crate) multipart: Option<MultipartOp>,
+    /// The upload table of the engine that dispatched a multipart step (`Some` exactly when
+    /// `multipart` is): its handle names an upload there, and its answer is recorded there.
+    pub(crate) uploads: Option<Arc<crate::multipart::UploadTable>>,
     /// The base64 CRC64NVME of a PUT's source, computed once on first use
     /// ([`InFlight::source_crc64`]): every attempt, RDMA or HTTP, sends the same value.
     pub(crate) source_crc: std::cell::OnceCell<String>,
@@ -324,6 +299,7 @@ mod tests {
             free_retries: 0,
             phase: Phase::Ready,
             multipart: None,
+            uploads: None,
             source_crc: std::cell::OnceCell::new(),
             verify_stored: std::cell::Cell::new(None),
         }

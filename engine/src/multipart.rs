@@ -3,15 +3,17 @@
 //! Applications name an upload by a small [`UploadHandle`] (the completion `aux` of
 //! CreateMultipart); the S3 upload id, the object it belongs to and the ETags of its uploaded
 //! parts stay here, so CompleteMultipart can list the parts without the application ever
-//! handling server strings. Every worker of an engine reads and writes the table (a part may
-//! be uploaded by any worker), so it sits behind one mutex: each operation touches it a
+//! handling server strings. Each engine has its own table (in its shared state, dropped with
+//! it): a handle names an upload of the engine that issued it and of no other. Every worker of
+//! the engine reads and writes the table (a part may be uploaded by any worker), and each
+//! multipart operation carries the table from dispatch, so it sits behind one mutex: each operation touches it a
 //! couple of times per request, which is nothing next to the request itself.
 //!
 //! Everything is bounded: at most [`MAX_OPEN_UPLOADS`] uploads, part numbers
 //! `1..=`[`MAX_PARTS`], ETags of at most [`MAX_ETAG_LEN`] bytes (a server chooses them).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use ring_api::{ErrorCode, ObjectName, UploadHandle};
 use s3_lite::s3::{CompletedPart, MAX_PARTS};
@@ -265,17 +267,6 @@ impl UploadTable {
     pub(crate) fn len(&self) -> usize {
         self.lock().uploads.len()
     }
-}
-
-/// The process's upload table.
-///
-/// Interim: the table belongs in the engine's shared state (one per engine, dropped with it),
-/// but that state and the workers' dispatch context are owned elsewhere for now; until they
-/// carry it, every engine of the process shares this one (handles stay unique across engines;
-/// an upload left open when its engine is dropped keeps its slot until completed or aborted).
-pub(crate) fn uploads() -> &'static UploadTable {
-    static TABLE: LazyLock<UploadTable> = LazyLock::new(UploadTable::new);
-    &TABLE
 }
 
 #[cfg(test)]

@@ -289,6 +289,70 @@ fn gateway_directory_backend() {
     gw.shutdown();
 }
 
+/// Two engines in one process upload the same key (one bucket each) at the same time. Each
+/// engine's handles name only its own uploads: the other engine naming the same handle and
+/// object is refused before anything goes on the wire (it cannot abort or complete an upload
+/// it never created), and both uploads complete into their own sources' bytes.
+#[test]
+fn engines_keep_their_own_uploads() {
+    const OTHER_BUCKET: &str = "multipart-twin";
+    const KEY: &str = "twin.bin";
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(OTHER_BUCKET)).unwrap();
+    let gw = gateway(dir.path());
+    let url = format!("http://{}", gw.local_addr());
+    let rigs = [
+        Rig::new(engine_at(url.clone(), ACCESS, SECRET), 21),
+        Rig::new(engine_at(url, ACCESS, SECRET), 22),
+    ];
+    let buckets = [BUCKET, OTHER_BUCKET];
+    let issued: [std::sync::Mutex<Option<UploadHandle>>; 2] = Default::default();
+    let barrier = std::sync::Barrier::new(2);
+    std::thread::scope(|s| {
+        for me in 0..2 {
+            let (rigs, issued, barrier) = (&rigs, &issued, &barrier);
+            s.spawn(move || {
+                let rig = &rigs[me];
+                let mut q = rig.engine.queue(16).unwrap();
+                let obj = rig.engine.object(buckets[me], KEY).unwrap();
+                let h = rig.create(&mut q, obj);
+                for c in run(&mut q, &rig.parts(obj, h, &[1, 2, 3, 4])) {
+                    ok(&c, "part");
+                }
+                *issued[me].lock().unwrap() = Some(h);
+                barrier.wait();
+                // The other engine's upload, by its handle and object, as seen from here.
+                let theirs = issued[1 - me].lock().unwrap().unwrap();
+                let their_obj = rig.engine.object(buckets[1 - me], KEY).unwrap();
+                let mut reached = Vec::new();
+                for sqe in [
+                    AbortMultipart::new(their_obj, theirs).build(),
+                    CompleteMultipart::new(their_obj, theirs, part(4)).build(),
+                ] {
+                    let c = one(&mut q, sqe);
+                    if c.is_ok() || c.error_class() != Some(ErrorClass::Local) {
+                        reached.push(failed(&c));
+                    }
+                }
+                // Both have tried before either completes (and before any assertion, so a
+                // failure here never leaves the other thread waiting).
+                barrier.wait();
+                assert!(
+                    reached.is_empty(),
+                    "engine {me} reached the other engine's upload {theirs:?}: {reached:?}"
+                );
+                ok(
+                    &one(&mut q, CompleteMultipart::new(obj, h, part(4)).build()),
+                    "complete",
+                );
+                rig.assert_stored(&mut q, obj);
+            });
+        }
+    });
+    drop(rigs);
+    gw.shutdown();
+}
+
 #[test]
 fn s3s_fs() {
     let server = S3sFs::start();

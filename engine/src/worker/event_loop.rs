@@ -238,6 +238,7 @@ impl Worker {
             registry: &shared.registry,
             objects: &shared.objects,
             default_deadline: shared.default_deadline,
+            uploads: &shared.uploads,
             now,
             now_mono_ns: monotonic_ns(),
         };

@@ -20,6 +20,9 @@ use ring_api::{Cqe, WorkerQueue};
 use crate::inflight::{InFlight, QueueRef};
 
 /// A message from one worker to another.
+// `Run` carries the operation by value: it is moved once, into the other worker's mailbox;
+// boxing it would allocate once per handed-off operation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum Msg {
     /// Run this operation here (its completion goes back to `op.queue.owner`).

@@ -211,7 +211,7 @@ impl Worker {
             self.done.clear();
             progress = true;
         }
-        progress | self.drive_stager(now)
+        progress | self.drive_stager()
     }
 
     /// One non-blocking round of the GPU stager (nothing to do, and no cost beyond a
@@ -219,7 +219,7 @@ impl Worker {
     ///
     /// While copies are in flight the worker keeps turning to query their events
     /// ([`Worker::stager_pending`] makes the event loop poll without sleeping).
-    fn drive_stager(&mut self, _now: Instant) -> bool {
+    fn drive_stager(&mut self) -> bool {
         let Some(gpu) = self.shared.gpu.as_ref() else {
             return false;
         };
@@ -306,12 +306,10 @@ impl Worker {
                 if let Some((upload, part)) = op.part_handle()
                     && let Some(crc) = op.source_crc64().and_then(decode_crc64nvme)
                 {
-                    let _ = crate::multipart::uploads().record_part_source(
-                        upload,
-                        part,
-                        op.buf_len(),
-                        crc,
-                    );
+                    let _ = self
+                        .shared
+                        .uploads
+                        .record_part_source(upload, part, op.buf_len(), crc);
                 }
                 // A CompleteMultipart whose answer named no checksum: HEAD the object.
                 if let Some(expect) = op.verify_stored.take() {

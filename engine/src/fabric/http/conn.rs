@@ -478,10 +478,10 @@ impl<J: ReplyJudge> Conn<J> {
             Some(Plan::Collect) => Outcome::Done { bytes: 0, aux: 0 },
             None => integrity(ErrorCode::Protocol),
         };
-        let outcome = match &op.multipart {
-            Some(step) => {
+        let outcome = match (&op.multipart, op.uploads.as_deref()) {
+            (Some(step), Some(table)) => {
                 let outcome = finish_multipart(
-                    crate::multipart::uploads(),
+                    table,
                     &op.object,
                     step,
                     outcome,
@@ -492,7 +492,10 @@ impl<J: ReplyJudge> Conn<J> {
                     .set(needs_stored_check(step, outcome, &self.answer));
                 outcome
             }
-            None => outcome,
+            // Dispatch gives every multipart step its engine's table; one without has no
+            // upload to apply its answer to.
+            (Some(_), None) => Outcome::fail(ErrorCode::BadHandle, ErrorClass::Local, Retry::No),
+            (None, _) => outcome,
         };
         let reusable = framed_cleanly && (server_error || !untrustworthy(outcome));
         if reusable {

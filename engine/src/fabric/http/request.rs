@@ -193,6 +193,7 @@ mod tests {
             free_retries: 0,
             phase: Phase::Ready,
             multipart: Some(multipart),
+            uploads: Some(Arc::default()),
             source_crc: std::cell::OnceCell::new(),
             verify_stored: std::cell::Cell::new(None),
         }

@@ -264,7 +264,8 @@ where
         OpKind::Head => return Launch::Http,
     };
     let mut target = Target::new(&*op.object.bucket, &*op.object.key);
-    let part_of = op.part_handle();
+    // An UploadPart's ETag is recorded in the upload table of the op's engine.
+    let part_of = op.part_handle().zip(op.uploads.clone());
     if let Some((upload_id, part)) = op.part_target() {
         let Ok(part_number) = u16::try_from(part) else {
             return Launch::Http;
@@ -363,7 +364,10 @@ fn run(
     ask: &Ask,
     exact: bool,
     end: Instant,
-    part: Option<(ring_api::UploadHandle, u32)>,
+    part: Option<(
+        (ring_api::UploadHandle, u32),
+        Arc<crate::multipart::UploadTable>,
+    )>,
 ) -> Finished {
     let out = exchange(job, &wire, ask, exact, end);
     let out = match out {
@@ -375,9 +379,7 @@ fn run(
         }) => {
             let recorded = match (part, etag) {
                 (None, _) => true,
-                (Some((h, n)), Some(e)) => {
-                    crate::multipart::uploads().record_part(h, n, &e).is_ok()
-                }
+                (Some(((h, n), table)), Some(e)) => table.record_part(h, n, &e).is_ok(),
                 (Some(_), None) => false,
             };
             if !recorded {
