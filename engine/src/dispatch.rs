@@ -197,6 +197,7 @@ pub(crate) fn dispatch_with(
         multipart,
         source_crc: std::cell::OnceCell::new(),
         verify_stored: std::cell::Cell::new(None),
+        stripe: None,
     })
 }
 

@@ -351,6 +351,56 @@ impl LeaseGuard {
         Ok(g)
     }
 
+    /// Splits the lease into consecutive leases of `chunk` bytes each (the last shorter),
+    /// of the same kind, in order. The region's lease list trades this lease for the parts
+    /// under one lock, so no other operation can take the range in between. A lease that
+    /// already has a bounce range, an empty one and `chunk == 0` are handed back.
+    pub(crate) fn split(self, chunk: u64) -> Result<Vec<LeaseGuard>, LeaseGuard> {
+        if chunk == 0 || self.len == 0 || self.bounce.is_some() {
+            return Err(self);
+        }
+        let mut parts = Vec::new();
+        {
+            let mut l = self
+                .region
+                .leases
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let Some(i) = l.list.iter().position(|h| h.id == self.id) else {
+                drop(l);
+                return Err(self);
+            };
+            l.list.swap_remove(i);
+            let mut at = 0;
+            while at < self.len {
+                let len = chunk.min(self.len - at);
+                l.next_id = l.next_id.wrapping_add(1);
+                let id = l.next_id;
+                let off = self.off + at;
+                l.list.push(Lease {
+                    id,
+                    start: off,
+                    end: off + len,
+                    exclusive: self.exclusive,
+                });
+                parts.push(LeaseGuard {
+                    region: Arc::clone(&self.region),
+                    id,
+                    off,
+                    len,
+                    exclusive: self.exclusive,
+                    staged_out: AtomicBool::new(false),
+                    bounce: None,
+                    landed_direct: AtomicBool::new(false),
+                });
+                at += len;
+            }
+        }
+        // Its entry is gone from the list: dropping it releases nothing.
+        drop(self);
+        Ok(parts)
+    }
+
     /// Length of the leased range.
     pub(crate) fn len(&self) -> u64 {
         self.len

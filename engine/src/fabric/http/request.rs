@@ -195,6 +195,7 @@ mod tests {
             multipart: Some(multipart),
             source_crc: std::cell::OnceCell::new(),
             verify_stored: std::cell::Cell::new(None),
+            stripe: None,
         }
     }
 
