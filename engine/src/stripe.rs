@@ -282,13 +282,13 @@ mod tests {
     fn the_parent_completes_once_with_the_total_or_the_first_error() {
         let mut j = Joins::default();
         let id = j.open(7, 42, 3);
-        let ok = |n| Cqe::success(42, n, DataPath::Tcp).with_aux(100).with_verified();
+        let ok = |n| Cqe::success(42, n, DataPath::Http).with_aux(100).with_verified();
         assert_eq!(j.land(id, ok(40)), Landed::Waiting);
         assert_eq!(j.land(id, ok(40)), Landed::Waiting);
         let c = done(j.land(id, ok(20)));
         assert!(c.is_ok() && c.verified());
         assert_eq!((c.user_data(), c.bytes(), c.aux()), (42, 100, 100));
-        assert_eq!(c.path(), Some(DataPath::Tcp));
+        assert_eq!(c.path(), Some(DataPath::Http));
         assert_eq!(j.land(id, ok(1)), Landed::Waiting, "a finished join completes nothing");
 
         // The first failure asks for the others to stop, once; the parent carries it.
@@ -304,7 +304,7 @@ mod tests {
         // One chunk unverified: the parent is not verified. Sizes differ: integrity error.
         let id = j.open(7, 44, 2);
         j.land(id, ok(1));
-        let c = done(j.land(id, Cqe::success(42, 1, DataPath::Tcp).with_aux(100)));
+        let c = done(j.land(id, Cqe::success(42, 1, DataPath::Http).with_aux(100)));
         assert!(c.is_ok() && !c.verified());
         let id = j.open(7, 45, 2);
         j.land(id, ok(1));

@@ -735,6 +735,29 @@ mod tests {
     }
 
     #[test]
+    fn a_split_lease_holds_its_range_in_parts_that_release_one_by_one() {
+        let (r, h) = registry_with(100);
+        let region = r.get(h).unwrap();
+        let w = region.lease(10, 10, true).unwrap();
+        let parts = w.split(4).unwrap();
+        let spans: Vec<(u64, u64)> = parts.iter().map(|p| (p.off, p.len())).collect();
+        assert_eq!(spans, [(10, 4), (14, 4), (18, 2)]);
+        assert!(parts.iter().all(LeaseGuard::is_exclusive));
+        assert!(parts[0].write(0, b"abcd") && !parts[0].write(1, b"abcd"));
+        // Each part still holds its bytes; released, they are free again.
+        let [a, b, c] = <[LeaseGuard; 3]>::try_from(parts).unwrap();
+        assert_eq!(region.lease(19, 1, false).unwrap_err(), LeaseError::Busy);
+        drop(c);
+        let _free = region.lease(18, 2, false).unwrap();
+        assert_eq!(region.lease(10, 1, false).unwrap_err(), LeaseError::Busy);
+        drop((a, b));
+        assert_eq!(&region.lease(10, 4, false).unwrap().bytes_from(0)[..4], b"abcd");
+        // Nothing to split: handed back.
+        assert!(region.lease(0, 0, true).unwrap().split(4).is_err());
+        assert!(region.lease(0, 5, true).unwrap().split(0).is_err());
+    }
+
+    #[test]
     fn views_see_copied_data_and_block_deregister() {
         let (r, h) = registry_with(64);
         r.copy_in(h, 8, b"hello", None).unwrap();
