@@ -94,26 +94,38 @@ pub(crate) fn nic_groups(
     groups.into_iter().map(|(_, ws)| ws).collect()
 }
 
+/// What [`split`] made of an operation.
+// Moved straight out of `split` once per large RangeGet (as `dispatch::Dispatch` is per
+// operation); boxing the whole operation would allocate for every one.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub(crate) enum Split {
+    /// Not to be split: the operation as it was.
+    Whole(InFlight),
+    /// Its chunks, in order (their `stripe` still unset).
+    Chunks(Vec<InFlight>),
+}
+
 /// Splits `op` into chunks when it is a RangeGet of at least `cfg.threshold` bytes longer
 /// than one chunk; otherwise (or when its lease cannot be split) hands it back whole.
-pub(crate) fn split(op: InFlight, cfg: &StripeConfig) -> Result<Vec<InFlight>, InFlight> {
+pub(crate) fn split(op: InFlight, cfg: &StripeConfig) -> Split {
     let OpKind::RangeGet { offset } = op.kind else {
-        return Err(op);
+        return Split::Whole(op);
     };
     let len = op.buf_len();
     let chunk = cfg.chunk.max(1);
     if op.multipart.is_some() || len < cfg.threshold || len <= chunk {
-        return Err(op);
+        return Split::Whole(op);
     }
     let mut op = op;
     let Some(lease) = op.buf.take() else {
-        return Err(op);
+        return Split::Whole(op);
     };
     let parts = match lease.split(chunk) {
         Ok(parts) => parts,
         Err(lease) => {
             op.buf = Some(lease);
-            return Err(op);
+            return Split::Whole(op);
         }
     };
     let mut at = 0;
@@ -141,7 +153,7 @@ pub(crate) fn split(op: InFlight, cfg: &StripeConfig) -> Result<Vec<InFlight>, I
             stripe: None,
         });
     }
-    Ok(chunks)
+    Split::Chunks(chunks)
 }
 
 /// Names a striped operation's join on its queue's owner.

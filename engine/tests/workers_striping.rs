@@ -217,7 +217,7 @@ fn small_ops_and_stripe_off_are_not_split() {
     assert_eq!(delta.iter().map(|d| d.0).sum::<u64>(), 1, "{delta:?}");
     assert_eq!(delta.iter().filter(|d| d.1 > 0).count(), 1, "{delta:?}");
     let got = engine.read(buf, 0, 16 * MIB).unwrap();
-    assert!(&got[..] == &data[MIB as usize..(17 * MIB) as usize]);
+    assert!(got[..] == data[MIB as usize..(17 * MIB) as usize]);
 }
 
 #[test]

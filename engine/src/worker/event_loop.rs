@@ -288,9 +288,8 @@ impl Worker {
                         }
                         // A RangeGet large enough on memory bound to several NICs: chunks
                         // on workers of each NIC (`stripe`).
-                        let op = match self.stripe(op) {
-                            Ok(()) => continue,
-                            Err(op) => op,
+                        let Some(op) = self.stripe(op) else {
+                            continue;
                         };
                         // A registration bound to NICs runs on their workers only.
                         let among = op.buf.as_ref().and_then(|b| b.workers());
@@ -321,16 +320,19 @@ impl Worker {
 
     /// Splits `op` into chunks handed round robin to workers of different NICs, under one join
     /// (see [`crate::stripe`]); hands it back when it is not to be striped.
-    fn stripe(&mut self, op: InFlight) -> Result<(), InFlight> {
+    fn stripe(&mut self, op: InFlight) -> Option<InFlight> {
         let cfg = self.shared.stripe;
         let bound = op.buf.as_ref().and_then(|b| b.workers());
         let groups =
             crate::stripe::nic_groups(&cfg, bound, &self.shared.placement, &self.crew.eligible);
         if groups.is_empty() {
-            return Err(op);
+            return Some(op);
         }
         let (queue, user_data) = (op.queue, op.user_data);
-        let chunks = crate::stripe::split(op, &cfg)?;
+        let chunks = match crate::stripe::split(op, &cfg) {
+            crate::stripe::Split::Whole(op) => return Some(op),
+            crate::stripe::Split::Chunks(chunks) => chunks,
+        };
         let join = self.joins.open(queue.id, user_data, chunks.len());
         let first = self.rotor % groups.len();
         for (i, mut chunk) in chunks.into_iter().enumerate() {
@@ -341,7 +343,7 @@ impl Worker {
             let to = handoff::least_loaded(&self.loads, group, self.index, &mut self.rotor);
             self.assign(chunk, to);
         }
-        Ok(())
+        None
     }
 
     /// Snapshots every worker's load; workers not eligible count as full.
