@@ -106,17 +106,28 @@ pub(crate) enum Split {
     Chunks(Vec<InFlight>),
 }
 
+/// Whether `op` is one [`split`] would cut: a RangeGet (not a multipart step) of at least
+/// `cfg.threshold` bytes and more than one chunk, with striping on. Cheap: the worker asks it
+/// before looking for NICs.
+pub(crate) fn wants_split(op: &InFlight, cfg: &StripeConfig) -> bool {
+    let len = op.buf_len();
+    cfg.policy != Stripe::Off
+        && matches!(op.kind, OpKind::RangeGet { .. })
+        && op.multipart.is_none()
+        && len >= cfg.threshold
+        && len > cfg.chunk.max(1)
+}
+
 /// Splits `op` into chunks when it is a RangeGet of at least `cfg.threshold` bytes longer
 /// than one chunk; otherwise (or when its lease cannot be split) hands it back whole.
 pub(crate) fn split(op: InFlight, cfg: &StripeConfig) -> Split {
     let OpKind::RangeGet { offset } = op.kind else {
         return Split::Whole(op);
     };
-    let len = op.buf_len();
-    let chunk = cfg.chunk.max(1);
-    if op.multipart.is_some() || len < cfg.threshold || len <= chunk {
+    if !wants_split(&op, cfg) {
         return Split::Whole(op);
     }
+    let chunk = cfg.chunk.max(1);
     let mut op = op;
     let Some(lease) = op.buf.take() else {
         return Split::Whole(op);
@@ -288,6 +299,37 @@ mod tests {
             Landed::Done(c) => c,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn policies_choose_the_bound_nics_every_nic_or_none() {
+        // Two sockets, one NIC each: one worker per NIC.
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../numa/fixtures/two-socket-2nic");
+        let t = numa::Topology::from_root(root).unwrap();
+        let allowed: Vec<u32> = t.online_cpus.iter().collect();
+        let plan =
+            PlacementPlan::new(Some(t), &crate::Placement::Auto, 1, &[], &allowed).unwrap();
+        let nics: Vec<_> = plan.workers().iter().map(|w| w.nic.is_some()).collect();
+        assert_eq!(nics, [true, true]);
+        let all = [0, 1];
+        let cfg = |policy| StripeConfig {
+            policy,
+            ..StripeConfig::default()
+        };
+        // Bound to one NIC: nothing to stripe across, except under `All`.
+        assert!(nic_groups(&cfg(Stripe::BestTier), Some(&[1]), &plan, &all).is_empty());
+        assert_eq!(
+            nic_groups(&cfg(Stripe::All), Some(&[1]), &plan, &all),
+            [vec![0], vec![1]]
+        );
+        // Bound to both: one group per NIC; unbound memory is not striped by `BestTier`.
+        assert_eq!(
+            nic_groups(&cfg(Stripe::BestTier), Some(&[0, 1]), &plan, &all),
+            [vec![0], vec![1]]
+        );
+        assert!(nic_groups(&cfg(Stripe::BestTier), None, &plan, &all).is_empty());
+        assert!(nic_groups(&cfg(Stripe::Off), Some(&[0, 1]), &plan, &all).is_empty());
     }
 
     #[test]

@@ -322,6 +322,9 @@ impl Worker {
     /// (see [`crate::stripe`]); hands it back when it is not to be striped.
     fn stripe(&mut self, op: InFlight) -> Option<InFlight> {
         let cfg = self.shared.stripe;
+        if !crate::stripe::wants_split(&op, &cfg) {
+            return Some(op);
+        }
         let bound = op.buf.as_ref().and_then(|b| b.workers());
         let groups =
             crate::stripe::nic_groups(&cfg, bound, &self.shared.placement, &self.crew.eligible);
