@@ -326,6 +326,11 @@ pub struct BenchReport {
     /// `hipobj-rc-v2`, `cuobject`), timed phase.
     #[serde(serialize_with = "crate::json_out::serialize_paths")]
     pub dialects: Vec<(String, u64)>,
+    /// Payload bytes per NIC whose workers moved them (RDMA device names; a striped range
+    /// counts on each NIC that carried a chunk), timed phase; empty when no worker serves a
+    /// NIC. JSON `{"mlx5_0": n, ...}`.
+    #[serde(serialize_with = "crate::json_out::serialize_paths")]
+    pub nics: Vec<(String, u64)>,
     /// Destination memory (`host`, `cuda`, `hip`).
     pub memory: &'static str,
     /// GPU memory: range-gets the engine copied into VRAM (timed phase).
@@ -557,6 +562,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
     let mut state = args.seed;
     let staged0 = engine.gpu_staging().unwrap_or_default();
     let direct0 = engine.gpu_direct_stats();
+    let nics0 = engine.nic_bytes();
     let cpu0 = process_cpu_time();
     let t0 = Instant::now();
     let mut timed = run_phase(&mut q, &ctx, args.ops, &mut state, bar.as_ref())?;
@@ -619,6 +625,12 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
         gpu_stage_us: stage_wait_us(&staged0, &staged),
         gpu_tier: tier_name(&engine, buf),
         gpu_direct_ops: engine.gpu_direct_stats().direct_ops - direct0.direct_ops,
+        nics: engine
+            .nic_bytes()
+            .into_iter()
+            .zip(nics0)
+            .map(|((nic, b), (_, b0))| (nic, b.saturating_sub(b0)))
+            .collect(),
     })
 }
 
@@ -867,6 +879,14 @@ fn print_table(r: &BenchReport, out: &mut dyn Write) -> std::io::Result<()> {
             out,
             "{:<12} {:>14}",
             format!("dialect {dialect}"),
+            format!("{bytes} B")
+        )?;
+    }
+    for (nic, bytes) in &r.nics {
+        writeln!(
+            out,
+            "{:<12} {:>14}",
+            format!("nic {nic}"),
             format!("{bytes} B")
         )?;
     }

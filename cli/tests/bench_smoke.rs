@@ -51,6 +51,10 @@ fn bench_prints_json_against_s3s_fs() {
         serde_json::json!({"http": 100 * 4096}),
         "{v}"
     );
+    // Bytes per NIC: an object; its sum is the payload when the workers serve NICs.
+    let nics = v["nics"].as_object().expect("nics is an object");
+    let sum: u64 = nics.values().map(|b| b.as_u64().unwrap()).sum();
+    assert!(nics.is_empty() || sum == 100 * 4096, "{v}");
 }
 
 /// Against our gateway with the soft fabric, the default `--fabric auto` pairs and the bytes

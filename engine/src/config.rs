@@ -138,6 +138,7 @@ pub struct EngineBuilder {
     pub(crate) gpu_poll_spin: Duration,
     pub(crate) gpu_bounce_bytes: u64,
     pub(crate) gpu_direct: crate::gpu::GpuDirect,
+    pub(crate) stripe: crate::stripe::StripeConfig,
     pub(crate) ca_bundle: Option<std::path::PathBuf>,
     pub(crate) insecure_skip_tls_verify: bool,
 }
@@ -168,6 +169,7 @@ impl Default for EngineBuilder {
             gpu_poll_spin: crate::gpu::DEFAULT_POLL_SPIN,
             gpu_bounce_bytes: crate::gpu::DEFAULT_BOUNCE_BYTES,
             gpu_direct: crate::gpu::GpuDirect::default(),
+            stripe: crate::stripe::StripeConfig::default(),
             ca_bundle: None,
             insecure_skip_tls_verify: false,
         }
@@ -410,6 +412,32 @@ impl EngineBuilder {
     #[must_use]
     pub fn gpu_direct(mut self, mode: crate::gpu::GpuDirect) -> Self {
         self.gpu_direct = mode;
+        self
+    }
+
+    /// Which NICs a large RangeGet is split across (default [`crate::Stripe::BestTier`]: the
+    /// NICs its registration is bound to, when there are several). See docs/engine.md,
+    /// Striping.
+    #[must_use]
+    pub fn stripe(mut self, policy: crate::stripe::Stripe) -> Self {
+        self.stripe.policy = policy;
+        self
+    }
+
+    /// Smallest RangeGet (bytes) that is striped (default
+    /// [`crate::DEFAULT_STRIPE_THRESHOLD`], 8 MiB). Operations shorter than two chunks are
+    /// never split.
+    #[must_use]
+    pub fn stripe_threshold(mut self, bytes: u64) -> Self {
+        self.stripe.threshold = bytes;
+        self
+    }
+
+    /// Bytes per chunk of a striped RangeGet (default [`crate::DEFAULT_STRIPE_CHUNK`],
+    /// 4 MiB; the last chunk may be shorter). `build` refuses 0.
+    #[must_use]
+    pub fn stripe_chunk(mut self, bytes: u64) -> Self {
+        self.stripe.chunk = bytes;
         self
     }
 

@@ -40,6 +40,8 @@ pub(crate) struct Shared {
     pub(crate) placement: crate::nic_plan::PlacementPlan,
     /// This engine's open multipart uploads (handles name uploads of this engine only).
     pub(crate) uploads: Arc<crate::multipart::UploadTable>,
+    /// Which operations are split across NICs, and in what chunks.
+    pub(crate) stripe: crate::stripe::StripeConfig,
 }
 
 /// A running engine: registered memory, interned objects and worker threads.
@@ -80,9 +82,15 @@ pub struct WorkerInfo {
     pub runs_ops: bool,
     /// Operations it has run so far, from any queue.
     pub ops: u64,
+    /// Bytes its successful operations moved so far (each chunk of a striped operation
+    /// counts on the worker that ran it; [`Engine::nic_bytes`] sums them per NIC).
+    pub bytes: u64,
 }
 
 pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
+    if b.stripe.chunk == 0 {
+        return Err(EngineError::Config("stripe_chunk must be at least 1 byte".into()));
+    }
     if b.connections_per_worker == Some(0) {
         return Err(EngineError::Config(
             "connections_per_worker must be at least 1".into(),
@@ -150,6 +158,7 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
             ),
         ),
         placement: plan,
+        stripe: b.stripe,
     });
     // The same credentials scoped to service `hipobj`, for v2 servers that refuse `s3`.
     let hipobj_signer = Signer::new(
@@ -301,8 +310,25 @@ impl Engine {
                 rdma_device: self.device_names.get(i).cloned().flatten(),
                 runs_ops: self.crew.eligible.contains(&i),
                 ops: w.executed(),
+                bytes: w.bytes(),
             })
             .collect()
+    }
+
+    /// Bytes moved so far per NIC (RDMA device name), summed over the NIC's workers, in
+    /// worker order; workers without a NIC are left out.
+    pub fn nic_bytes(&self) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = Vec::new();
+        for w in &self.workers {
+            let Some(nic) = w.slot.nic.as_deref() else {
+                continue;
+            };
+            match out.iter_mut().find(|(n, _)| n == nic) {
+                Some((_, b)) => *b += w.bytes(),
+                None => out.push((nic.to_owned(), w.bytes())),
+            }
+        }
+        out
     }
 
     /// Interns `(bucket, key)` once; submission entries then name the object by id.

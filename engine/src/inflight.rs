@@ -135,6 +135,9 @@ pub(crate) struct InFlight {
     /// Set when a CompleteMultipart succeeded without naming a full-object checksum: the
     /// worker then turns the operation into [`MultipartOp::VerifyStored`].
     pub(crate) verify_stored: std::cell::Cell<Option<crate::multipart::ExpectedObject>>,
+    /// A chunk of a striped operation: the join on the queue's owner that its completion
+    /// goes to instead of the queue ([`crate::stripe`]).
+    pub(crate) stripe: Option<crate::stripe::JoinId>,
 }
 
 impl InFlight {
@@ -302,6 +305,7 @@ mod tests {
             uploads: None,
             source_crc: std::cell::OnceCell::new(),
             verify_stored: std::cell::Cell::new(None),
+            stripe: None,
         }
     }
 

@@ -68,6 +68,7 @@ mod nic_plan;
 mod placement;
 mod queue;
 pub mod retry;
+mod stripe;
 mod sys;
 mod timers;
 pub mod verbs;
@@ -84,6 +85,7 @@ pub use placement::{DEFAULT_WORKERS_PER_NIC, PlannedWorker};
 pub use queue::Queue;
 #[cfg(feature = "tokio")]
 pub use queue::{AsyncError, AsyncQueue, NextCompletion, OpFuture};
+pub use stripe::{DEFAULT_STRIPE_CHUNK, DEFAULT_STRIPE_THRESHOLD, Stripe};
 pub use sys::{monotonic_ns, process_cpu_time};
 
 // What an application needs besides the engine itself, so `engine` is its one dependency and

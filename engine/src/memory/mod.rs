@@ -351,6 +351,56 @@ impl LeaseGuard {
         Ok(g)
     }
 
+    /// Splits the lease into consecutive leases of `chunk` bytes each (the last shorter),
+    /// of the same kind, in order. The region's lease list trades this lease for the parts
+    /// under one lock, so no other operation can take the range in between. A lease that
+    /// already has a bounce range, an empty one and `chunk == 0` are handed back.
+    pub(crate) fn split(self, chunk: u64) -> Result<Vec<LeaseGuard>, LeaseGuard> {
+        if chunk == 0 || self.len == 0 || self.bounce.is_some() {
+            return Err(self);
+        }
+        let mut parts = Vec::new();
+        {
+            let mut l = self
+                .region
+                .leases
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let Some(i) = l.list.iter().position(|h| h.id == self.id) else {
+                drop(l);
+                return Err(self);
+            };
+            l.list.swap_remove(i);
+            let mut at = 0;
+            while at < self.len {
+                let len = chunk.min(self.len - at);
+                l.next_id = l.next_id.wrapping_add(1);
+                let id = l.next_id;
+                let off = self.off + at;
+                l.list.push(Lease {
+                    id,
+                    start: off,
+                    end: off + len,
+                    exclusive: self.exclusive,
+                });
+                parts.push(LeaseGuard {
+                    region: Arc::clone(&self.region),
+                    id,
+                    off,
+                    len,
+                    exclusive: self.exclusive,
+                    staged_out: AtomicBool::new(false),
+                    bounce: None,
+                    landed_direct: AtomicBool::new(false),
+                });
+                at += len;
+            }
+        }
+        // Its entry is gone from the list: dropping it releases nothing.
+        drop(self);
+        Ok(parts)
+    }
+
     /// Length of the leased range.
     pub(crate) fn len(&self) -> u64 {
         self.len
@@ -682,6 +732,29 @@ mod tests {
         );
         drop(w);
         let _now_free = region.lease(10, 10, false).unwrap();
+    }
+
+    #[test]
+    fn a_split_lease_holds_its_range_in_parts_that_release_one_by_one() {
+        let (r, h) = registry_with(100);
+        let region = r.get(h).unwrap();
+        let w = region.lease(10, 10, true).unwrap();
+        let parts = w.split(4).unwrap();
+        let spans: Vec<(u64, u64)> = parts.iter().map(|p| (p.off, p.len())).collect();
+        assert_eq!(spans, [(10, 4), (14, 4), (18, 2)]);
+        assert!(parts.iter().all(LeaseGuard::is_exclusive));
+        assert!(parts[0].write(0, b"abcd") && !parts[0].write(1, b"abcd"));
+        // Each part still holds its bytes; released, they are free again.
+        let [a, b, c] = <[LeaseGuard; 3]>::try_from(parts).unwrap();
+        assert_eq!(region.lease(19, 1, false).unwrap_err(), LeaseError::Busy);
+        drop(c);
+        let _free = region.lease(18, 2, false).unwrap();
+        assert_eq!(region.lease(10, 1, false).unwrap_err(), LeaseError::Busy);
+        drop((a, b));
+        assert_eq!(&region.lease(10, 4, false).unwrap().bytes_from(0)[..4], b"abcd");
+        // Nothing to split: handed back.
+        assert!(region.lease(0, 0, true).unwrap().split(4).is_err());
+        assert!(region.lease(0, 5, true).unwrap().split(0).is_err());
     }
 
     #[test]

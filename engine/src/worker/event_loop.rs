@@ -15,6 +15,7 @@ use crate::dispatch::{Dispatch, DispatchCtx, dispatch};
 use crate::engine::Shared;
 use crate::fabric::{Fabric, Finished};
 use crate::inflight::{InFlight, OpKey, QueueRef, Slab};
+use crate::stripe::Landed;
 use crate::sys::monotonic_ns;
 use crate::timers::{TimerKind, Timers};
 
@@ -76,6 +77,8 @@ pub(crate) struct Worker {
     pub(super) waiting: VecDeque<(OpKey, crate::memory::bounce::Ticket)>,
     pub(super) timers: Timers,
     pub(super) done: Finished,
+    /// Striped operations of this worker's queues waiting for their chunks.
+    joins: crate::stripe::Joins,
 }
 
 impl Worker {
@@ -105,6 +108,7 @@ impl Worker {
             waiting: VecDeque::new(),
             timers: Timers::default(),
             done: Vec::new(),
+            joins: crate::stripe::Joins::default(),
         }
     }
 
@@ -217,12 +221,18 @@ impl Worker {
                     target,
                     hops,
                 } => self.cancel(queue, user_data, target, hops),
+                Msg::CancelChunks { queue, join } => self.cancel_chunks(queue, join),
                 Msg::QueueGone { id } => {
                     for key in self.ops.keys_where(|o| o.queue.id == id) {
                         self.abort_op(key);
                     }
                 }
-                Msg::Done { queue, cqe, op } => self.post_own(queue, cqe, op),
+                Msg::Done {
+                    queue,
+                    cqe,
+                    op,
+                    chunk,
+                } => self.post_own(queue, cqe, op, chunk),
             }
         }
         self.mail = mail;
@@ -277,6 +287,11 @@ impl Worker {
                             self.read_loads();
                             loads_read = true;
                         }
+                        // A RangeGet large enough on memory bound to several NICs: chunks
+                        // on workers of each NIC (`stripe`).
+                        let Some(op) = self.stripe(op) else {
+                            continue;
+                        };
                         // A registration bound to NICs runs on their workers only.
                         let among = op.buf.as_ref().and_then(|b| b.workers());
                         let to = match block {
@@ -302,6 +317,37 @@ impl Worker {
             }
         }
         took
+    }
+
+    /// Splits `op` into chunks handed round robin to workers of different NICs, under one join
+    /// (see [`crate::stripe`]); hands it back when it is not to be striped.
+    fn stripe(&mut self, op: InFlight) -> Option<InFlight> {
+        let cfg = self.shared.stripe;
+        if !crate::stripe::wants_split(&op, &cfg) {
+            return Some(op);
+        }
+        let bound = op.buf.as_ref().and_then(|b| b.workers());
+        let groups =
+            crate::stripe::nic_groups(&cfg, bound, &self.shared.placement, &self.crew.eligible);
+        if groups.is_empty() {
+            return Some(op);
+        }
+        let (queue, user_data) = (op.queue, op.user_data);
+        let chunks = match crate::stripe::split(op, &cfg) {
+            crate::stripe::Split::Whole(op) => return Some(op),
+            crate::stripe::Split::Chunks(chunks) => chunks,
+        };
+        let join = self.joins.open(queue.id, user_data, chunks.len());
+        let first = self.rotor % groups.len();
+        for (i, mut chunk) in chunks.into_iter().enumerate() {
+            chunk.stripe = Some(join);
+            let Some(group) = groups.get((first + i) % groups.len()) else {
+                continue;
+            };
+            let to = handoff::least_loaded(&self.loads, group, self.index, &mut self.rotor);
+            self.assign(chunk, to);
+        }
+        None
     }
 
     /// Snapshots every worker's load; workers not eligible count as full.
@@ -391,42 +437,97 @@ impl Worker {
     /// Posts a completion to `queue`: staged here if this worker owns it, else sent to its
     /// owner.
     pub(super) fn post(&mut self, queue: QueueRef, cqe: Cqe) {
-        self.route(queue, cqe, false);
+        self.route(queue, cqe, false, None);
     }
 
-    /// Posts the completion of an operation this worker ran (its load drops by one).
-    pub(super) fn complete_op(&mut self, queue: QueueRef, cqe: Cqe) {
+    /// Posts the completion of operation `op` that this worker ran (its load drops by one;
+    /// the bytes of a success count for this worker). `op` is dropped first, releasing its
+    /// lease before the completion becomes visible.
+    pub(super) fn complete_op(&mut self, op: InFlight, cqe: Cqe) {
+        let (queue, chunk) = (op.queue, op.stripe);
+        if cqe.is_ok() && op.buf.is_some() {
+            self.inbox.bytes.fetch_add(cqe.bytes(), Ordering::Relaxed);
+        }
+        drop(op);
         self.inbox.load.fetch_sub(1, Ordering::Relaxed);
-        self.route(queue, cqe, true);
+        self.route(queue, cqe, true, chunk);
     }
 
-    fn route(&mut self, queue: QueueRef, cqe: Cqe, op: bool) {
+    fn route(
+        &mut self,
+        queue: QueueRef,
+        cqe: Cqe,
+        op: bool,
+        chunk: Option<crate::stripe::JoinId>,
+    ) {
         if queue.owner == self.index {
-            self.post_own(queue, cqe, op);
+            self.post_own(queue, cqe, op, chunk);
         } else {
-            self.outbox.push(queue.owner, Msg::Done { queue, cqe, op });
+            self.outbox.push(
+                queue.owner,
+                Msg::Done {
+                    queue,
+                    cqe,
+                    op,
+                    chunk,
+                },
+            );
         }
     }
 
     /// Stages a completion for this worker's queue (published at the end of the turn);
     /// dropped if the queue is gone.
-    fn post_own(&mut self, queue: QueueRef, cqe: Cqe, op: bool) {
-        if let Some(Some(q)) = self.queues.get_mut(queue.slot)
-            && q.id == queue.id
+    fn post_own(
+        &mut self,
+        queue: QueueRef,
+        cqe: Cqe,
+        op: bool,
+        chunk: Option<crate::stripe::JoinId>,
+    ) {
+        let Some(Some(q)) = self.queues.get_mut(queue.slot) else {
+            return;
+        };
+        if q.id != queue.id {
+            return;
+        }
+        if op
+            && let std::collections::hash_map::Entry::Occupied(mut e) =
+                q.placed.entry(cqe.user_data())
         {
-            q.outstanding = q.outstanding.saturating_sub(1);
-            q.staged.push(cqe);
-            if op
-                && let std::collections::hash_map::Entry::Occupied(mut e) =
-                    q.placed.entry(cqe.user_data())
-            {
-                let p = e.get_mut();
-                p.count = p.count.saturating_sub(1);
-                if p.count == 0 {
-                    e.remove();
-                }
+            let p = e.get_mut();
+            p.count = p.count.saturating_sub(1);
+            if p.count == 0 {
+                e.remove();
             }
         }
+        // A chunk completes nothing by itself: its striped operation completes, once, with
+        // the last of its chunks.
+        let cqe = match chunk {
+            None => cqe,
+            Some(join) => match self.joins.land(join, cqe) {
+                Landed::Waiting => return,
+                Landed::FirstFailure => {
+                    // The parent fails with this chunk's error: stop the others.
+                    self.stop_chunks(queue, join);
+                    return;
+                }
+                Landed::Done(cqe) => cqe,
+            },
+        };
+        if let Some(Some(q)) = self.queues.get_mut(queue.slot) {
+            q.outstanding = q.outstanding.saturating_sub(1);
+            q.staged.push(cqe);
+        }
+    }
+
+    /// Stops every chunk of striped operation `join`, here and on the other workers.
+    pub(super) fn stop_chunks(&mut self, queue: QueueRef, join: crate::stripe::JoinId) {
+        for w in self.crew.eligible.clone() {
+            if w != self.index {
+                self.outbox.push(w, Msg::CancelChunks { queue, join });
+            }
+        }
+        self.cancel_chunks(queue, join);
     }
 
     /// Publishes the staged completions of every queue, and flushes completions that waited
@@ -455,6 +556,7 @@ impl Worker {
             let Some(Some(q)) = self.queues.get_mut(qi).map(Option::take) else {
                 continue;
             };
+            self.joins.forget_queue(q.id);
             for key in self.ops.keys_where(|o| o.queue.id == q.id) {
                 self.abort_op(key);
             }

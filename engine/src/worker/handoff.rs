@@ -40,6 +40,14 @@ pub(crate) enum Msg {
         /// Workers still to ask, this one included.
         hops: usize,
     },
+    /// Stop the chunks of striped operation `join` of `queue` that run here: each completes
+    /// `ECANCELED` into its join (a Cancel of the operation, or another chunk failed).
+    CancelChunks {
+        /// The queue of the striped operation.
+        queue: QueueRef,
+        /// Its join on the queue's owner.
+        join: crate::stripe::JoinId,
+    },
     /// The queue with this id is gone: abort its operations without completions.
     QueueGone {
         /// Engine-wide queue id.
@@ -53,6 +61,9 @@ pub(crate) enum Msg {
         cqe: Cqe,
         /// Whether it ends an operation handed out by the owner (not a Cancel's own entry).
         op: bool,
+        /// The op is a chunk of a striped operation: its join, which the owner completes
+        /// once every chunk has ([`crate::stripe`]).
+        chunk: Option<crate::stripe::JoinId>,
     },
 }
 
@@ -95,6 +106,9 @@ pub(crate) struct Inbox {
     pub(crate) load: AtomicUsize,
     /// Operations this worker has run (started from its own queues or handed to it).
     pub(crate) executed: AtomicU64,
+    /// Bytes moved by the operations it completed successfully (GET/RangeGet bytes landed,
+    /// PUT/UploadPart bytes sent; the chunks of a striped operation each count here).
+    pub(crate) bytes: AtomicU64,
 }
 
 /// One worker as the others see it.

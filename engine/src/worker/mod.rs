@@ -144,6 +144,11 @@ impl WorkerHandle {
         self.inbox.executed.load(Ordering::Relaxed)
     }
 
+    /// Bytes the worker's successful operations have moved so far.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.inbox.bytes.load(Ordering::Relaxed)
+    }
+
     /// Asks the worker to stop (in-flight operations are aborted) without waiting.
     pub(crate) fn signal_stop(&self) {
         self.inbox.shutdown.store(true, Ordering::Release);

@@ -235,11 +235,9 @@ impl Worker {
         }
         let progress = !fin.is_empty();
         for (op, cqe) in fin.done {
-            let queue = op.queue;
             // The lease (and with it the bounce range) is released before the completion is
             // visible, as in `finish`.
-            drop(op);
-            self.complete_op(queue, cqe);
+            self.complete_op(op, cqe);
         }
         for key in fin.staged_out {
             if let Some(op) = self.ops.get(key)
@@ -411,13 +409,19 @@ impl Worker {
             .next();
         match found {
             Some(key) => {
-                if let Some(op) = self.ops.get(key) {
-                    self.fabric.abort(op, self.poll.registry());
+                match self.ops.get(key).and_then(|op| op.stripe) {
+                    // A chunk: the whole striped operation stops, on every worker.
+                    Some(join) => self.stop_chunks(queue, join),
+                    None => {
+                        if let Some(op) = self.ops.get(key) {
+                            self.fabric.abort(op, self.poll.registry());
+                        }
+                        self.finish(
+                            key,
+                            Cqe::error(0, ErrorCode::Cancelled, ErrorClass::Cancelled),
+                        );
+                    }
                 }
-                self.finish(
-                    key,
-                    Cqe::error(0, ErrorCode::Cancelled, ErrorClass::Cancelled),
-                );
                 self.post(queue, Cqe::success(user_data, 0, ring_api::DataPath::None));
             }
             None if hops > 1 => {
@@ -446,6 +450,23 @@ impl Worker {
         }
     }
 
+    /// Completes the chunks of striped operation `join` of `queue` that run here with
+    /// `ECANCELED` (into their join; see [`crate::stripe`]).
+    pub(super) fn cancel_chunks(&mut self, queue: QueueRef, join: crate::stripe::JoinId) {
+        for key in self
+            .ops
+            .keys_where(|o| o.queue == queue && o.stripe == Some(join))
+        {
+            if let Some(op) = self.ops.get(key) {
+                self.fabric.abort(op, self.poll.registry());
+            }
+            self.finish(
+                key,
+                Cqe::error(0, ErrorCode::Cancelled, ErrorClass::Cancelled),
+            );
+        }
+    }
+
     /// Removes `key` (releasing its buffer lease before the completion becomes visible) and
     /// stages `cqe` with the operation's tag and retry flag for its queue.
     pub(super) fn finish(&mut self, key: OpKey, cqe: Cqe) {
@@ -454,9 +475,7 @@ impl Worker {
             return;
         };
         let cqe = final_cqe(&op, cqe);
-        let queue = op.queue;
-        drop(op);
-        self.complete_op(queue, cqe);
+        self.complete_op(op, cqe);
     }
 }
 

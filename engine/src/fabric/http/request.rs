@@ -196,6 +196,7 @@ mod tests {
             uploads: Some(Arc::default()),
             source_crc: std::cell::OnceCell::new(),
             verify_stored: std::cell::Cell::new(None),
+            stripe: None,
         }
     }
 

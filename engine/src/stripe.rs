@@ -1,0 +1,373 @@
+//! Striping: a large RangeGet on memory bound to several NICs, split into chunks that run on
+//! workers of different NICs, joined back into one completion.
+//!
+//! The worker that drains a RangeGet of at least [`StripeConfig::threshold`] bytes asks
+//! [`nic_groups`] which NICs it may spread over (policy [`Stripe`]); with two or more, it
+//! [`split`]s the operation into consecutive chunks of [`StripeConfig::chunk`] bytes, each an
+//! ordinary RangeGet with its own lease on its part of the destination, handed round robin to
+//! a worker of each NIC. The chunks carry the parent's tag (a Cancel of the tag finds them),
+//! deadline and retry flags. Their completions go back to the queue's owner, where [`Joins`]
+//! counts them: the parent completes once, when the last chunk has landed, with the total
+//! byte count, or with the error of the first chunk that failed (the others are waited for,
+//! so no chunk still writes the buffer once the parent has completed).
+//!
+//! Not striped: whole-object GETs (the object's size is unknown until an answer names it, so
+//! chunks cannot be cut in advance), PUTs (one object cannot be written by several requests
+//! without multipart upload, which the application drives itself) and multipart steps.
+
+use std::collections::HashMap;
+
+use ring_api::{Cqe, ErrorClass, ErrorCode, cqe_flags};
+
+use crate::inflight::{InFlight, OpKind};
+use crate::nic_plan::PlacementPlan;
+
+/// Default smallest RangeGet that is striped: 8 MiB.
+pub const DEFAULT_STRIPE_THRESHOLD: u64 = 8 << 20;
+/// Default chunk size: 4 MiB (large enough that a request's fixed cost is small next to its
+/// transfer, small enough that a 64 MiB read keeps every NIC of an 8-rail tier busy).
+pub const DEFAULT_STRIPE_CHUNK: u64 = 4 << 20;
+
+/// Which NICs a large RangeGet is striped across ([`crate::EngineBuilder::stripe`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Stripe {
+    /// Never split an operation.
+    Off,
+    /// Across the NICs the registration is bound to: every usable NIC of its best PCIe
+    /// distance tier (GPU memory) or of its NUMA node (host memory). Unbound memory and
+    /// memory bound to one NIC are not split.
+    #[default]
+    BestTier,
+    /// Across every NIC some worker of the engine serves, whatever the registration's
+    /// binding (farther NICs included).
+    All,
+}
+
+/// The engine's striping settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StripeConfig {
+    pub(crate) policy: Stripe,
+    /// Smallest RangeGet (bytes) that is split.
+    pub(crate) threshold: u64,
+    /// Bytes per chunk (the last may be shorter); at least 1.
+    pub(crate) chunk: u64,
+}
+
+impl Default for StripeConfig {
+    fn default() -> Self {
+        Self {
+            policy: Stripe::default(),
+            threshold: DEFAULT_STRIPE_THRESHOLD,
+            chunk: DEFAULT_STRIPE_CHUNK,
+        }
+    }
+}
+
+/// The workers of each NIC an operation on memory bound to workers `bound` may be striped
+/// across (one group per NIC, in worker order); empty when it is not to be striped (policy
+/// `Off`, fewer than two NICs).
+pub(crate) fn nic_groups(
+    cfg: &StripeConfig,
+    bound: Option<&[usize]>,
+    plan: &PlacementPlan,
+    eligible: &[usize],
+) -> Vec<Vec<usize>> {
+    let among = match (cfg.policy, bound) {
+        (Stripe::Off, _) | (Stripe::BestTier, None) => return Vec::new(),
+        (Stripe::BestTier, Some(b)) => b,
+        (Stripe::All, _) => eligible,
+    };
+    let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
+    for &w in among {
+        let Some(nic) = plan.workers().get(w).and_then(|p| p.nic.as_deref()) else {
+            continue;
+        };
+        match groups.iter_mut().find(|(n, _)| *n == nic) {
+            Some((_, ws)) => ws.push(w),
+            None => groups.push((nic, vec![w])),
+        }
+    }
+    if groups.len() < 2 {
+        return Vec::new();
+    }
+    groups.into_iter().map(|(_, ws)| ws).collect()
+}
+
+/// What [`split`] made of an operation.
+// Moved straight out of `split` once per large RangeGet (as `dispatch::Dispatch` is per
+// operation); boxing the whole operation would allocate for every one.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub(crate) enum Split {
+    /// Not to be split: the operation as it was.
+    Whole(InFlight),
+    /// Its chunks, in order (their `stripe` still unset).
+    Chunks(Vec<InFlight>),
+}
+
+/// Whether `op` is one [`split`] would cut: a RangeGet (not a multipart step) of at least
+/// `cfg.threshold` bytes and more than one chunk, with striping on. Cheap: the worker asks it
+/// before looking for NICs.
+pub(crate) fn wants_split(op: &InFlight, cfg: &StripeConfig) -> bool {
+    let len = op.buf_len();
+    cfg.policy != Stripe::Off
+        && matches!(op.kind, OpKind::RangeGet { .. })
+        && op.multipart.is_none()
+        && len >= cfg.threshold
+        && len > cfg.chunk.max(1)
+}
+
+/// Splits `op` into chunks when it is a RangeGet of at least `cfg.threshold` bytes longer
+/// than one chunk; otherwise (or when its lease cannot be split) hands it back whole.
+pub(crate) fn split(op: InFlight, cfg: &StripeConfig) -> Split {
+    let OpKind::RangeGet { offset } = op.kind else {
+        return Split::Whole(op);
+    };
+    if !wants_split(&op, cfg) {
+        return Split::Whole(op);
+    }
+    let chunk = cfg.chunk.max(1);
+    let mut op = op;
+    let Some(lease) = op.buf.take() else {
+        return Split::Whole(op);
+    };
+    let parts = match lease.split(chunk) {
+        Ok(parts) => parts,
+        Err(lease) => {
+            op.buf = Some(lease);
+            return Split::Whole(op);
+        }
+    };
+    let mut at = 0;
+    let mut chunks = Vec::with_capacity(parts.len());
+    for part in parts {
+        let chunk_offset = offset.saturating_add(at);
+        at += part.len();
+        chunks.push(InFlight {
+            queue: op.queue,
+            user_data: op.user_data,
+            kind: OpKind::RangeGet {
+                offset: chunk_offset,
+            },
+            object: std::sync::Arc::clone(&op.object),
+            buf: Some(part),
+            deadline: op.deadline,
+            attempts: 0,
+            may_retry: op.may_retry,
+            retried: false,
+            free_retries: 0,
+            phase: op.phase,
+            multipart: None,
+            uploads: None,
+            source_crc: std::cell::OnceCell::new(),
+            verify_stored: std::cell::Cell::new(None),
+            stripe: None,
+        });
+    }
+    Split::Chunks(chunks)
+}
+
+/// Names a striped operation's join on its queue's owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct JoinId(u64);
+
+/// One striped operation waiting for its chunks.
+#[derive(Debug)]
+struct Join {
+    /// Engine-wide id of its queue.
+    queue: u64,
+    user_data: u64,
+    /// Chunks still to complete.
+    left: usize,
+    /// Bytes landed so far.
+    bytes: u64,
+    /// The first chunk's success (its path, dialect and object size are the parent's).
+    first: Option<Cqe>,
+    /// Every chunk so far was proven by a server checksum.
+    verified: bool,
+    /// Some chunk was retried.
+    retried: bool,
+    /// The first failure.
+    error: Option<Cqe>,
+}
+
+/// What a chunk's completion did to its join.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Landed {
+    /// Other chunks are still running.
+    Waiting,
+    /// This chunk failed first and others are still running: the parent will fail with its
+    /// error, so the others should be stopped.
+    FirstFailure,
+    /// That was the last chunk: the parent's completion.
+    Done(Cqe),
+}
+
+/// The striped operations of one worker's queues.
+#[derive(Debug, Default)]
+pub(crate) struct Joins {
+    next: u64,
+    open: HashMap<JoinId, Join>,
+}
+
+impl Joins {
+    /// Starts a join of `chunks` chunks for the operation `user_data` of queue `queue`.
+    pub(crate) fn open(&mut self, queue: u64, user_data: u64, chunks: usize) -> JoinId {
+        self.next = self.next.wrapping_add(1);
+        let id = JoinId(self.next);
+        self.open.insert(
+            id,
+            Join {
+                queue,
+                user_data,
+                left: chunks,
+                bytes: 0,
+                first: None,
+                verified: true,
+                retried: false,
+                error: None,
+            },
+        );
+        id
+    }
+
+    /// Records a chunk's completion (of a join that is gone: [`Landed::Waiting`]).
+    pub(crate) fn land(&mut self, id: JoinId, cqe: Cqe) -> Landed {
+        let Some(j) = self.open.get_mut(&id) else {
+            return Landed::Waiting;
+        };
+        let failed_before = j.error.is_some();
+        j.left = j.left.saturating_sub(1);
+        j.retried |= cqe.retried();
+        if cqe.is_ok() {
+            j.bytes = j.bytes.saturating_add(cqe.bytes());
+            j.verified &= cqe.verified();
+            match j.first {
+                None => j.first = Some(cqe),
+                // Chunks answered with different object sizes: the object changed while it
+                // was read, so the buffer may hold bytes of two versions.
+                Some(f) if f.aux() != cqe.aux() && j.error.is_none() => {
+                    j.error = Some(Cqe::error(
+                        j.user_data,
+                        ErrorCode::Integrity,
+                        ErrorClass::Integrity,
+                    ));
+                }
+                Some(_) => {}
+            }
+        } else if j.error.is_none() {
+            j.error = Some(cqe);
+        }
+        if j.left > 0 {
+            return if j.error.is_some() && !failed_before {
+                Landed::FirstFailure
+            } else {
+                Landed::Waiting
+            };
+        }
+        let Some(j) = self.open.remove(&id) else {
+            return Landed::Waiting;
+        };
+        let cqe = match (j.error, j.first) {
+            (Some(e), _) => e,
+            (None, Some(f)) => {
+                let mut flags = f.flags() & !cqe_flags::VERIFIED;
+                if j.verified {
+                    flags |= cqe_flags::VERIFIED;
+                }
+                let ok = Cqe::success(j.user_data, j.bytes, ring_api::DataPath::None);
+                Cqe::from_raw(j.user_data, ok.result(), flags, j.bytes, f.aux())
+            }
+            (None, None) => Cqe::error(j.user_data, ErrorCode::Io, ErrorClass::Local),
+        };
+        Landed::Done(if j.retried { cqe.with_retried() } else { cqe })
+    }
+
+    /// Forgets the joins of the queue with id `queue` (it is gone).
+    pub(crate) fn forget_queue(&mut self, queue: u64) {
+        self.open.retain(|_, j| j.queue != queue);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ring_api::DataPath;
+
+    fn done(l: Landed) -> Cqe {
+        match l {
+            Landed::Done(c) => c,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn policies_choose_the_bound_nics_every_nic_or_none() {
+        // Two sockets, one NIC each: one worker per NIC.
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../numa/fixtures/two-socket-2nic");
+        let t = numa::Topology::from_root(root).unwrap();
+        let allowed: Vec<u32> = t.online_cpus.iter().collect();
+        let plan =
+            PlacementPlan::new(Some(t), &crate::Placement::Auto, 1, &[], &allowed).unwrap();
+        let nics: Vec<_> = plan.workers().iter().map(|w| w.nic.is_some()).collect();
+        assert_eq!(nics, [true, true]);
+        let all = [0, 1];
+        let cfg = |policy| StripeConfig {
+            policy,
+            ..StripeConfig::default()
+        };
+        // Bound to one NIC: nothing to stripe across, except under `All`.
+        assert!(nic_groups(&cfg(Stripe::BestTier), Some(&[1]), &plan, &all).is_empty());
+        assert_eq!(
+            nic_groups(&cfg(Stripe::All), Some(&[1]), &plan, &all),
+            [vec![0], vec![1]]
+        );
+        // Bound to both: one group per NIC; unbound memory is not striped by `BestTier`.
+        assert_eq!(
+            nic_groups(&cfg(Stripe::BestTier), Some(&[0, 1]), &plan, &all),
+            [vec![0], vec![1]]
+        );
+        assert!(nic_groups(&cfg(Stripe::BestTier), None, &plan, &all).is_empty());
+        assert!(nic_groups(&cfg(Stripe::Off), Some(&[0, 1]), &plan, &all).is_empty());
+    }
+
+    #[test]
+    fn the_parent_completes_once_with_the_total_or_the_first_error() {
+        let mut j = Joins::default();
+        let id = j.open(7, 42, 3);
+        let ok = |n| Cqe::success(42, n, DataPath::Http).with_aux(100).with_verified();
+        assert_eq!(j.land(id, ok(40)), Landed::Waiting);
+        assert_eq!(j.land(id, ok(40)), Landed::Waiting);
+        let c = done(j.land(id, ok(20)));
+        assert!(c.is_ok() && c.verified());
+        assert_eq!((c.user_data(), c.bytes(), c.aux()), (42, 100, 100));
+        assert_eq!(c.path(), Some(DataPath::Http));
+        assert_eq!(j.land(id, ok(1)), Landed::Waiting, "a finished join completes nothing");
+
+        // The first failure asks for the others to stop, once; the parent carries it.
+        let id = j.open(7, 43, 3);
+        let err = Cqe::error(43, ErrorCode::RangeNotSatisfiable, ErrorClass::Client);
+        assert_eq!(j.land(id, err), Landed::FirstFailure);
+        let cancelled = Cqe::error(43, ErrorCode::Cancelled, ErrorClass::Cancelled);
+        assert_eq!(j.land(id, cancelled), Landed::Waiting);
+        let c = done(j.land(id, ok(1)));
+        assert_eq!(c.error_code(), Some(ErrorCode::RangeNotSatisfiable));
+        assert_eq!(c.user_data(), 43);
+
+        // One chunk unverified: the parent is not verified. Sizes differ: integrity error.
+        let id = j.open(7, 44, 2);
+        j.land(id, ok(1));
+        let c = done(j.land(id, Cqe::success(42, 1, DataPath::Http).with_aux(100)));
+        assert!(c.is_ok() && !c.verified());
+        let id = j.open(7, 45, 2);
+        j.land(id, ok(1));
+        let c = done(j.land(id, ok(1).with_aux(200)));
+        assert_eq!(c.error_code(), Some(ErrorCode::Integrity));
+
+        let id = j.open(9, 46, 2);
+        j.forget_queue(9);
+        assert_eq!(j.land(id, ok(1)), Landed::Waiting);
+    }
+}

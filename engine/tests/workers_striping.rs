@@ -1,0 +1,303 @@
+//! Striping a large RangeGet across the NICs a registration is bound to (engine/src/stripe.rs):
+//! on a fixture host with two NICs on one NUMA node, a host buffer is bound to both; a 64 MiB
+//! RangeGet into it is split into 4 MiB chunks that run on both NICs' workers over the soft
+//! RDMA fabric (`rc-persistent` against the gateway in-process), byte-exact, with the bytes
+//! counted per NIC. Below the threshold and with `Stripe::Off` nothing is split; a failing
+//! chunk fails the operation once with its error; a Cancel or a deadline stops every chunk
+//! and the operation completes once.
+
+mod common;
+#[path = "../../gateway/tests/support/raw.rs"]
+mod raw;
+#[path = "../../gateway/tests/support/rig.rs"]
+mod rig;
+#[path = "../../numa/tests/common/mod.rs"]
+mod sysfs_tree;
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use engine::{Dialect, Engine, EngineBuilder, Fabric, Placement, RegisterOptions, Stripe};
+use ring_api::opcode::{Cancel, RangeGet};
+use ring_api::{BufSlice, Cqe, DataPath, ErrorCode};
+use s3_lite::credentials::Credentials;
+
+const MIB: u64 = 1 << 20;
+
+/// A one-node host shaped to this machine's two CPUs, with two RoCE NICs on one PCIe switch:
+/// host memory on node 0 is bound to both.
+fn two_nic_tree() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let r = dir.path();
+    sysfs_tree::write(r, "sys/devices/system/node/node0/cpulist", "0-1");
+    sysfs_tree::write(r, "sys/devices/system/cpu/online", "0-1");
+    let rp = "sys/devices/pci0000:10/0000:10:01.0";
+    let usp = format!("{rp}/0000:11:00.0");
+    for b in [rp, usp.as_str()] {
+        sysfs_tree::pci(r, b, 0x060400, 0x1000, 0, "0-1");
+    }
+    for (i, name) in ["mlx5_0", "mlx5_1"].into_iter().enumerate() {
+        let dsp = format!("{usp}/0000:12:0{i}.0");
+        let nic = format!("{dsp}/0000:{:02x}:00.0", 0x13 + i);
+        sysfs_tree::pci(r, &dsp, 0x060400, 0x1000, 0, "0-1");
+        sysfs_tree::pci(r, &nic, 0x020000, 0x15b3, 0, "0-1");
+        let ib = format!("{nic}/infiniband/{name}");
+        sysfs_tree::link(
+            r,
+            &format!("{ib}/device"),
+            &format!("../../../0000:{:02x}:00.0", 0x13 + i),
+        );
+        sysfs_tree::write(r, &format!("{ib}/ports/1/state"), "4: ACTIVE");
+        sysfs_tree::write(r, &format!("{ib}/ports/1/link_layer"), "Ethernet");
+        sysfs_tree::link(
+            r,
+            &format!("sys/class/infiniband/{name}"),
+            &format!("../../{}", ib.strip_prefix("sys/").unwrap()),
+        );
+    }
+    dir
+}
+
+/// One worker per NIC of the two-NIC tree.
+fn on_two_nics(b: EngineBuilder, tree: &tempfile::TempDir) -> EngineBuilder {
+    b.placement(Placement::Auto)
+        .workers_per_nic(1)
+        .sysfs_root(tree.path())
+}
+
+/// The soft gateway with `bucket/obj.bin` = `data`, and an engine on both NICs over it.
+struct Soft {
+    _dir: tempfile::TempDir,
+    _tree: tempfile::TempDir,
+    gw: Option<hipobj_gateway::RunningGateway>,
+    engine: Option<Engine>,
+}
+
+impl Soft {
+    fn start(data: &[u8], configure: impl FnOnce(EngineBuilder) -> EngineBuilder) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let gw = rig::soft_gateway(dir.path());
+        let a = gw.local_addr();
+        assert_eq!(raw::call(a, "PUT", "/stripe", "", &[], b"").status(), 200);
+        assert_eq!(
+            raw::call(a, "PUT", "/stripe/obj.bin", "", &[], data).status(),
+            200
+        );
+        let tree = two_nic_tree();
+        let b = on_two_nics(rig::engine_builder(a), &tree)
+            .fabric(Fabric::Soft)
+            .dialect(Dialect::RcPersistent);
+        let engine = configure(b).build().unwrap();
+        let nics: Vec<Option<String>> = engine.workers().into_iter().map(|w| w.nic).collect();
+        assert_eq!(
+            nics,
+            [Some("mlx5_0".to_string()), Some("mlx5_1".to_string())]
+        );
+        Self {
+            _dir: dir,
+            _tree: tree,
+            gw: Some(gw),
+            engine: Some(engine),
+        }
+    }
+
+    fn engine(&self) -> &Engine {
+        self.engine.as_ref().unwrap()
+    }
+}
+
+impl Drop for Soft {
+    fn drop(&mut self) {
+        drop(self.engine.take());
+        if let Some(gw) = self.gw.take() {
+            gw.shutdown();
+        }
+    }
+}
+
+/// A host buffer of `len` bytes, bound to both NICs (its pages are on node 0).
+fn bound_buffer(engine: &Engine, len: u64) -> ring_api::BufHandle {
+    let buf = engine
+        .register_host(len as usize, RegisterOptions::pageable())
+        .unwrap();
+    let a = engine
+        .buffer_nics(buf)
+        .expect("host buffer bound by its node (get_mempolicy)");
+    assert_eq!(a.nics, ["mlx5_0", "mlx5_1"]);
+    assert_eq!(a.workers, [0, 1]);
+    buf
+}
+
+/// Waits for `n` completions, then checks that no other arrives within `quiet`.
+fn exactly(q: &mut engine::Queue, n: usize, quiet: Duration) -> Vec<Cqe> {
+    assert_eq!(q.wait(n, Some(Duration::from_secs(60))), n, "completions");
+    let mut got: Vec<Cqe> = q.completion().collect();
+    std::thread::sleep(quiet);
+    got.extend(q.completion());
+    assert_eq!(got.len(), n, "an operation completed more than once: {got:?}");
+    got.sort_by_key(Cqe::user_data);
+    got
+}
+
+/// Runs one RangeGet of `len` bytes at `offset` into `buf` at 0, returning its completion and
+/// the change of each worker's (ops, bytes).
+fn one_range_get(
+    engine: &Engine,
+    buf: ring_api::BufHandle,
+    key: &str,
+    offset: u64,
+    len: u64,
+) -> (Cqe, Vec<(u64, u64)>) {
+    let obj = engine.object("stripe", key).unwrap();
+    let before: Vec<(u64, u64)> = engine.workers().iter().map(|w| (w.ops, w.bytes)).collect();
+    let mut q = engine.queue(8).unwrap();
+    q.push(
+        &RangeGet::new(obj, offset, BufSlice::new(buf, 0, len))
+            .user_data(7)
+            .build(),
+    )
+    .unwrap();
+    let c = exactly(&mut q, 1, Duration::from_millis(100))[0];
+    assert_eq!(c.user_data(), 7);
+    let delta = engine
+        .workers()
+        .iter()
+        .zip(&before)
+        .map(|(w, b)| (w.ops - b.0, w.bytes - b.1))
+        .collect();
+    (c, delta)
+}
+
+#[test]
+fn a_64_mib_range_get_on_two_nics_carries_bytes_on_both() {
+    let data = rig::pattern((65 * MIB) as usize, 5);
+    let soft = Soft::start(&data, |b| b);
+    let engine = soft.engine();
+    let buf = bound_buffer(engine, 64 * MIB);
+    // An odd offset: every chunk lands at its own place, none aligned to the object.
+    let offset = MIB - 3;
+    let (c, delta) = one_range_get(engine, buf, "obj.bin", offset, 64 * MIB);
+    assert!(c.is_ok(), "{c:?}");
+    assert_eq!(c.bytes(), 64 * MIB);
+    assert_eq!(c.path(), Some(DataPath::RdmaSoft));
+    // 16 chunks of 4 MiB, alternating between the NICs.
+    assert_eq!(delta, [(8, 32 * MIB), (8, 32 * MIB)], "per worker (ops, bytes)");
+    let per_nic = engine.nic_bytes();
+    assert_eq!(per_nic.len(), 2);
+    assert!(per_nic.iter().all(|(_, b)| *b > 0), "{per_nic:?}");
+    assert_eq!(per_nic.iter().map(|(_, b)| b).sum::<u64>(), 64 * MIB);
+    let got = engine.read(buf, 0, 64 * MIB).unwrap();
+    let want = &data[offset as usize..(offset + 64 * MIB) as usize];
+    assert!(&got[..] == want, "striped bytes differ");
+}
+
+#[test]
+fn small_ops_and_stripe_off_are_not_split() {
+    let data = rig::pattern((24 * MIB) as usize, 6);
+    // Below the 8 MiB threshold: one op on one worker.
+    let soft = Soft::start(&data, |b| b);
+    let engine = soft.engine();
+    let buf = bound_buffer(engine, 16 * MIB);
+    let (c, delta) = one_range_get(engine, buf, "obj.bin", 0, 8 * MIB - 1);
+    assert!(c.is_ok() && c.bytes() == 8 * MIB - 1, "{c:?}");
+    assert_eq!(delta.iter().map(|d| d.0).sum::<u64>(), 1, "{delta:?}");
+    assert_eq!(delta.iter().filter(|d| d.1 > 0).count(), 1, "{delta:?}");
+    // At the threshold: split.
+    let (c, delta) = one_range_get(engine, buf, "obj.bin", 0, 16 * MIB);
+    assert!(c.is_ok() && c.bytes() == 16 * MIB, "{c:?}");
+    assert_eq!(delta, [(2, 8 * MIB), (2, 8 * MIB)]);
+    drop(soft);
+
+    // Stripe::Off: the same 16 MiB read is one op.
+    let soft = Soft::start(&data, |b| b.stripe(Stripe::Off));
+    let engine = soft.engine();
+    let buf = bound_buffer(engine, 16 * MIB);
+    let (c, delta) = one_range_get(engine, buf, "obj.bin", MIB, 16 * MIB);
+    assert!(c.is_ok() && c.bytes() == 16 * MIB, "{c:?}");
+    assert_eq!(delta.iter().map(|d| d.0).sum::<u64>(), 1, "{delta:?}");
+    assert_eq!(delta.iter().filter(|d| d.1 > 0).count(), 1, "{delta:?}");
+    let got = engine.read(buf, 0, 16 * MIB).unwrap();
+    assert!(got[..] == data[MIB as usize..(17 * MIB) as usize]);
+}
+
+#[test]
+fn a_failing_chunk_fails_the_operation_once_with_its_code() {
+    let data = rig::pattern((40 * MIB) as usize, 7);
+    let soft = Soft::start(&data, |b| b);
+    let engine = soft.engine();
+    let buf = bound_buffer(engine, 48 * MIB);
+    // 48 MiB of a 40 MiB object: the last two chunks are past its end.
+    let (c, delta) = one_range_get(engine, buf, "obj.bin", 0, 48 * MIB);
+    assert_eq!(c.error_code(), Some(ErrorCode::RangeNotSatisfiable), "{c:?}");
+    assert!(delta.iter().all(|d| d.0 > 0), "not striped: {delta:?}");
+    // A missing key: every chunk fails, the operation once.
+    let (c, _) = one_range_get(engine, buf, "missing.bin", 0, 48 * MIB);
+    assert_eq!(c.error_code(), Some(ErrorCode::NotFound), "{c:?}");
+    // The buffer is free again (no chunk still holds a lease).
+    assert!(engine.read(buf, 0, 48 * MIB).is_ok());
+}
+
+/// An endpoint that accepts connections and never answers, and an engine on both NICs of the
+/// two-NIC tree over HTTP: every chunk stays on the wire.
+fn black_hole(tree: &tempfile::TempDir) -> (TcpListener, Engine) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let b = Engine::builder()
+        .endpoint_url(format!("http://{}", listener.local_addr().unwrap()))
+        .credentials(Credentials::new("k", "s"))
+        .region("us-east-1")
+        .fabric(Fabric::Http);
+    let engine = on_two_nics(b, tree).build().unwrap();
+    (listener, engine)
+}
+
+/// Waits until both workers run chunks of the striped operation.
+fn wait_striped(engine: &Engine) {
+    let end = Instant::now() + Duration::from_secs(5);
+    while !engine.workers().iter().all(|w| w.ops > 0) {
+        assert!(Instant::now() < end, "{:?}", engine.workers());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+}
+
+#[test]
+fn cancel_and_deadline_stop_every_chunk_and_complete_once() {
+    let tree = two_nic_tree();
+    let (_listener, engine) = black_hole(&tree);
+    let buf = bound_buffer(&engine, 32 * MIB);
+    let obj = engine.object("stripe", "obj.bin").unwrap();
+    let mut q = engine.queue(16).unwrap();
+
+    q.push(
+        &RangeGet::new(obj, 0, BufSlice::new(buf, 0, 32 * MIB))
+            .user_data(1)
+            .build(),
+    )
+    .unwrap();
+    wait_striped(&engine);
+    assert!(matches!(
+        engine.read(buf, 0, 4096),
+        Err(engine::EngineError::Busy)
+    ));
+    q.push(&Cancel::new(1).user_data(2).build()).unwrap();
+    let got = exactly(&mut q, 2, Duration::from_millis(300));
+    assert_eq!(got[0].error_code(), Some(ErrorCode::Cancelled), "{got:?}");
+    assert!(got[1].is_ok(), "the Cancel found it: {got:?}");
+    // Every chunk's lease is gone with the operation's completion.
+    assert!(engine.read(buf, 0, 32 * MIB).is_ok());
+
+    // A deadline applies to every chunk: one TimedOut.
+    q.push(
+        &RangeGet::new(obj, 0, BufSlice::new(buf, 0, 32 * MIB))
+            .deadline_ns(300_000_000)
+            .user_data(3)
+            .build(),
+    )
+    .unwrap();
+    let got = exactly(&mut q, 1, Duration::from_millis(300));
+    assert_eq!(got[0].user_data(), 3);
+    assert_eq!(got[0].error_code(), Some(ErrorCode::TimedOut), "{got:?}");
+    assert!(engine.read(buf, 0, 32 * MIB).is_ok());
+    let ops: Vec<u64> = engine.workers().iter().map(|w| w.ops).collect();
+    assert_eq!(ops, [8, 8], "two striped ops of 8 chunks");
+}
