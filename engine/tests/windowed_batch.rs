@@ -76,13 +76,21 @@ fn assert_whole_object_over_soft(report: &BatchReport, checked: &BTreeSet<u64>) 
     let total: u64 = report.ops.iter().map(|o| o.len).sum();
     assert_eq!(total, OBJECT_LEN as u64);
     for op in &report.ops {
-        assert_eq!(op.path, Some(DataPath::RdmaSoft), "op at {}: {op:?}", op.offset);
+        assert_eq!(
+            op.path,
+            Some(DataPath::RdmaSoft),
+            "op at {}: {op:?}",
+            op.offset
+        );
         assert_ne!(op.dialect, Some(WireDialect::Http), "op at {}", op.offset);
         assert!(op.slot < SLOTS as u64);
     }
     for slot in 0..SLOTS as u64 {
         let uses = report.ops.iter().filter(|o| o.slot == slot).count();
-        assert!(uses >= 2, "slot {slot} used {uses} times: slots were not reused");
+        assert!(
+            uses >= 2,
+            "slot {slot} used {uses} times: slots were not reused"
+        );
     }
 }
 
@@ -119,7 +127,10 @@ async fn wrong_bytes_and_wrong_path_are_caught() {
         .unwrap();
     let (report, checked) = run(&http, &data).await.unwrap();
     let caught = std::panic::catch_unwind(|| assert_whole_object_over_soft(&report, &checked));
-    assert!(caught.is_err(), "an all-HTTP batch passed the rdma-soft check");
+    assert!(
+        caught.is_err(),
+        "an all-HTTP batch passed the rdma-soft check"
+    );
     assert!(report.ops.iter().all(|o| o.path == Some(DataPath::Http)));
 }
 

@@ -32,14 +32,17 @@ struct Args {
 
 fn parse(args: &[String]) -> Result<Args, String> {
     let mut positional = Vec::new();
-    let (mut endpoint, mut slots, mut slot_len, mut fabric) = (None, 8usize, 1u64 << 20, Fabric::Auto);
+    let (mut endpoint, mut slots, mut slot_len, mut fabric) =
+        (None, 8usize, 1u64 << 20, Fabric::Auto);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().cloned().ok_or(format!("{name} needs a value"));
         match a.as_str() {
             "--endpoint" => endpoint = Some(value("--endpoint")?),
             "--slots" => slots = value("--slots")?.parse().map_err(|_| "bad --slots")?,
-            "--slot-len" => slot_len = value("--slot-len")?.parse().map_err(|_| "bad --slot-len")?,
+            "--slot-len" => {
+                slot_len = value("--slot-len")?.parse().map_err(|_| "bad --slot-len")?
+            }
             "--fabric" => {
                 fabric = match value("--fabric")?.as_str() {
                     "auto" => Fabric::Auto,
@@ -102,7 +105,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_io().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("tokio runtime: {e}");
@@ -137,7 +143,10 @@ fn main() -> ExitCode {
         report.by_path()
     );
     if object.len() as u64 != report.object_len || got != args.crc32 {
-        eprintln!("CRC-32 mismatch: read {got:08x}, expected {:08x}", args.crc32);
+        eprintln!(
+            "CRC-32 mismatch: read {got:08x}, expected {:08x}",
+            args.crc32
+        );
         return ExitCode::FAILURE;
     }
     println!("CRC-32 {got:08x} matches");
@@ -151,7 +160,10 @@ mod tests {
     #[test]
     fn crc32_matches_the_check_value() {
         assert_eq!(crc32_update(0, b"123456789"), 0xCBF4_3926);
-        assert_eq!(crc32_update(crc32_update(0, b"1234"), b"56789"), 0xCBF4_3926);
+        assert_eq!(
+            crc32_update(crc32_update(0, b"1234"), b"56789"),
+            0xCBF4_3926
+        );
     }
 
     #[test]
@@ -160,7 +172,19 @@ mod tests {
         assert!(parse(&s(&["b", "k"])).is_err());
         assert!(parse(&s(&["b", "k", "zz"])).is_err());
         assert!(parse(&s(&["b", "k", "1", "--fabric", "rdma"])).is_err());
-        let a = parse(&s(&["b", "k", "0xcbf43926", "--slots", "3", "--fabric", "soft"])).unwrap();
-        assert_eq!((a.crc32, a.window.slots, a.fabric), (0xCBF4_3926, 3, Fabric::Soft));
+        let a = parse(&s(&[
+            "b",
+            "k",
+            "0xcbf43926",
+            "--slots",
+            "3",
+            "--fabric",
+            "soft",
+        ]))
+        .unwrap();
+        assert_eq!(
+            (a.crc32, a.window.slots, a.fabric),
+            (0xCBF4_3926, 3, Fabric::Soft)
+        );
     }
 }

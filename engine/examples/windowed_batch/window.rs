@@ -80,7 +80,9 @@ pub async fn read_windowed(
     }
     let depth = u32::try_from(w.slots).map_err(|_| "too many slots".to_owned())?;
     let deadline_ns = u64::try_from(w.deadline.as_nanos()).unwrap_or(u64::MAX);
-    let obj = engine.object(&w.bucket, &w.key).map_err(|e| e.to_string())?;
+    let obj = engine
+        .object(&w.bucket, &w.key)
+        .map_err(|e| e.to_string())?;
     let buf_len = usize::try_from(w.slot_len)
         .ok()
         .and_then(|l| l.checked_mul(w.slots))
@@ -158,11 +160,7 @@ pub async fn read_windowed(
 }
 
 /// The object's size: a Head pushed untracked, so its completion (with `aux`) comes back whole.
-async fn head_size(
-    q: &AsyncQueue,
-    obj: engine::ObjectId,
-    deadline_ns: u64,
-) -> Result<u64, String> {
+async fn head_size(q: &AsyncQueue, obj: engine::ObjectId, deadline_ns: u64) -> Result<u64, String> {
     q.push(&Head::new(obj).user_data(0).deadline_ns(deadline_ns).build())
         .map_err(|e| format!("push: {e}"))?;
     let cqe = q
