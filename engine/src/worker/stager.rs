@@ -79,6 +79,18 @@ impl GpuStaging {
     }
 }
 
+/// Takes the leading run of `items` that share the first item's device `ordinal` (the items
+/// are sorted by device first): one run is one batch of copies on that device's stream.
+fn take_device_run<T>(items: &mut Vec<T>, ordinal: impl Fn(&T) -> u32) -> (u32, Vec<T>) {
+    let first = items.first().map_or(0, &ordinal);
+    let n = items
+        .iter()
+        .position(|i| ordinal(i) != first)
+        .unwrap_or(items.len());
+    let rest = items.split_off(n);
+    (first, std::mem::replace(items, rest))
+}
+
 /// Host → device batches in flight at once. While both are busy, landed GETs wait and join
 /// the next batch: the copy engine stays fed (one batch runs while the next is queued) and
 /// everything that lands meanwhile is merged into as few copies as the layout allows.
@@ -337,13 +349,7 @@ impl Stager {
             let mut landed = std::mem::take(&mut self.landed);
             landed.sort_by_key(|(s, ..)| (s.dev.ordinal, s.handle, s.off));
             while !landed.is_empty() {
-                let ordinal = landed.first().map_or(0, |l| l.0.dev.ordinal);
-                let n = landed
-                    .iter()
-                    .position(|l| l.0.dev.ordinal != ordinal)
-                    .unwrap_or(landed.len());
-                let rest = landed.split_off(n);
-                let group = std::mem::replace(&mut landed, rest);
+                let (ordinal, group) = take_device_run(&mut landed, |l| l.0.dev.ordinal);
                 let spans: Vec<DeviceSpan> = group.iter().map(|g| g.0).collect();
                 let copies = self.plan(&spans);
                 let bytes: u64 = copies.iter().map(|c| c.len).sum();
@@ -383,13 +389,7 @@ impl Stager {
             let mut leaving = std::mem::take(&mut self.leaving);
             leaving.sort_by_key(|o| (o.span.dev.ordinal, o.span.handle, o.span.off));
             while !leaving.is_empty() {
-                let ordinal = leaving.first().map_or(0, |l| l.span.dev.ordinal);
-                let n = leaving
-                    .iter()
-                    .position(|l| l.span.dev.ordinal != ordinal)
-                    .unwrap_or(leaving.len());
-                let rest = leaving.split_off(n);
-                let group = std::mem::replace(&mut leaving, rest);
+                let (ordinal, group) = take_device_run(&mut leaving, |l| l.span.dev.ordinal);
                 // Each PUT has a bounce range of its own, so two PUTs of the same device bytes
                 // are two copies (into two ranges); the plan merges only ranges contiguous on
                 // both sides.

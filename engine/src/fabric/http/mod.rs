@@ -214,17 +214,21 @@ impl<J: ReplyJudge> HttpFabric<J> {
     /// idle connection may not have been seen yet when the next op starts).
     fn healthy_idle(&mut self, io: &mio::Registry) -> Option<usize> {
         while let Some(idx) = self.idle.pop() {
-            let healthy = self
-                .slots
-                .get_mut(idx)
-                .and_then(Option::as_mut)
-                .is_some_and(|s| s.conn.idle_is_healthy());
-            if healthy {
+            if self.is_healthy(idx) {
                 return Some(idx);
             }
             self.close(idx, io);
         }
         None
+    }
+
+    /// Whether slot `idx` holds a connection still fit to carry a request
+    /// ([`Conn::idle_is_healthy`]).
+    fn is_healthy(&mut self, idx: usize) -> bool {
+        self.slots
+            .get_mut(idx)
+            .and_then(Option::as_mut)
+            .is_some_and(|s| s.conn.idle_is_healthy())
     }
 
     fn close(&mut self, idx: usize, io: &mio::Registry) {
@@ -336,12 +340,7 @@ impl<J: ReplyJudge> HttpFabric<J> {
     /// connection is still fit (readiness was ignored while parked, so it is probed), else
     /// closed.
     pub(crate) fn release(&mut self, idx: usize, io: &mio::Registry) {
-        let healthy = self
-            .slots
-            .get_mut(idx)
-            .and_then(Option::as_mut)
-            .is_some_and(|s| s.conn.idle_is_healthy());
-        if healthy {
+        if self.is_healthy(idx) {
             self.idle.push(idx);
         } else {
             self.close(idx, io);
