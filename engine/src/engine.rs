@@ -89,7 +89,9 @@ pub struct WorkerInfo {
 
 pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
     if b.stripe.chunk == 0 {
-        return Err(EngineError::Config("stripe_chunk must be at least 1 byte".into()));
+        return Err(EngineError::Config(
+            "stripe_chunk must be at least 1 byte".into(),
+        ));
     }
     if b.connections_per_worker == Some(0) {
         return Err(EngineError::Config(

@@ -309,8 +309,7 @@ mod tests {
             .join("../numa/fixtures/two-socket-2nic");
         let t = numa::Topology::from_root(root).unwrap();
         let allowed: Vec<u32> = t.online_cpus.iter().collect();
-        let plan =
-            PlacementPlan::new(Some(t), &crate::Placement::Auto, 1, &[], &allowed).unwrap();
+        let plan = PlacementPlan::new(Some(t), &crate::Placement::Auto, 1, &[], &allowed).unwrap();
         let nics: Vec<_> = plan.workers().iter().map(|w| w.nic.is_some()).collect();
         assert_eq!(nics, [true, true]);
         let all = [0, 1];
@@ -337,14 +336,22 @@ mod tests {
     fn the_parent_completes_once_with_the_total_or_the_first_error() {
         let mut j = Joins::default();
         let id = j.open(7, 42, 3);
-        let ok = |n| Cqe::success(42, n, DataPath::Http).with_aux(100).with_verified();
+        let ok = |n| {
+            Cqe::success(42, n, DataPath::Http)
+                .with_aux(100)
+                .with_verified()
+        };
         assert_eq!(j.land(id, ok(40)), Landed::Waiting);
         assert_eq!(j.land(id, ok(40)), Landed::Waiting);
         let c = done(j.land(id, ok(20)));
         assert!(c.is_ok() && c.verified());
         assert_eq!((c.user_data(), c.bytes(), c.aux()), (42, 100, 100));
         assert_eq!(c.path(), Some(DataPath::Http));
-        assert_eq!(j.land(id, ok(1)), Landed::Waiting, "a finished join completes nothing");
+        assert_eq!(
+            j.land(id, ok(1)),
+            Landed::Waiting,
+            "a finished join completes nothing"
+        );
 
         // The first failure asks for the others to stop, once; the parent carries it.
         let id = j.open(7, 43, 3);

@@ -151,7 +151,10 @@ fn engine_staging_through_a_small_bounce_pool_is_exact_both_ways() {
             .unwrap();
         }
         for _ in &pieces {
-            assert!(q.wait(1, Some(rig::WAIT)) >= 1, "{fabric:?}: no completion in time");
+            assert!(
+                q.wait(1, Some(rig::WAIT)) >= 1,
+                "{fabric:?}: no completion in time"
+            );
             let c = q.completion().next().unwrap();
             assert!(
                 c.is_ok(),
@@ -170,7 +173,10 @@ fn engine_staging_through_a_small_bounce_pool_is_exact_both_ways() {
             .unwrap();
         }
         for _ in &pieces {
-            assert!(q.wait(1, Some(rig::WAIT)) >= 1, "{fabric:?}: no completion in time");
+            assert!(
+                q.wait(1, Some(rig::WAIT)) >= 1,
+                "{fabric:?}: no completion in time"
+            );
             let c = q.completion().next().unwrap();
             assert!(
                 c.is_ok(),

@@ -134,7 +134,11 @@ fn exactly(q: &mut engine::Queue, n: usize, quiet: Duration) -> Vec<Cqe> {
     let mut got: Vec<Cqe> = q.completion().collect();
     std::thread::sleep(quiet);
     got.extend(q.completion());
-    assert_eq!(got.len(), n, "an operation completed more than once: {got:?}");
+    assert_eq!(
+        got.len(),
+        n,
+        "an operation completed more than once: {got:?}"
+    );
     got.sort_by_key(Cqe::user_data);
     got
 }
@@ -181,7 +185,11 @@ fn a_64_mib_range_get_on_two_nics_carries_bytes_on_both() {
     assert_eq!(c.bytes(), 64 * MIB);
     assert_eq!(c.path(), Some(DataPath::RdmaSoft));
     // 16 chunks of 4 MiB, alternating between the NICs.
-    assert_eq!(delta, [(8, 32 * MIB), (8, 32 * MIB)], "per worker (ops, bytes)");
+    assert_eq!(
+        delta,
+        [(8, 32 * MIB), (8, 32 * MIB)],
+        "per worker (ops, bytes)"
+    );
     let per_nic = engine.nic_bytes();
     assert_eq!(per_nic.len(), 2);
     assert!(per_nic.iter().all(|(_, b)| *b > 0), "{per_nic:?}");
@@ -228,7 +236,11 @@ fn a_failing_chunk_fails_the_operation_once_with_its_code() {
     let buf = bound_buffer(engine, 48 * MIB);
     // 48 MiB of a 40 MiB object: the last two chunks are past its end.
     let (c, delta) = one_range_get(engine, buf, "obj.bin", 0, 48 * MIB);
-    assert_eq!(c.error_code(), Some(ErrorCode::RangeNotSatisfiable), "{c:?}");
+    assert_eq!(
+        c.error_code(),
+        Some(ErrorCode::RangeNotSatisfiable),
+        "{c:?}"
+    );
     assert!(delta.iter().all(|d| d.0 > 0), "not striped: {delta:?}");
     // A missing key: every chunk fails, the operation once.
     let (c, _) = one_range_get(engine, buf, "missing.bin", 0, 48 * MIB);

@@ -751,7 +751,10 @@ mod tests {
         let _free = region.lease(18, 2, false).unwrap();
         assert_eq!(region.lease(10, 1, false).unwrap_err(), LeaseError::Busy);
         drop((a, b));
-        assert_eq!(&region.lease(10, 4, false).unwrap().bytes_from(0)[..4], b"abcd");
+        assert_eq!(
+            &region.lease(10, 4, false).unwrap().bytes_from(0)[..4],
+            b"abcd"
+        );
         // Nothing to split: handed back.
         assert!(region.lease(0, 0, true).unwrap().split(4).is_err());
         assert!(region.lease(0, 5, true).unwrap().split(0).is_err());

@@ -453,13 +453,7 @@ impl Worker {
         self.route(queue, cqe, true, chunk);
     }
 
-    fn route(
-        &mut self,
-        queue: QueueRef,
-        cqe: Cqe,
-        op: bool,
-        chunk: Option<crate::stripe::JoinId>,
-    ) {
+    fn route(&mut self, queue: QueueRef, cqe: Cqe, op: bool, chunk: Option<crate::stripe::JoinId>) {
         if queue.owner == self.index {
             self.post_own(queue, cqe, op, chunk);
         } else {
