@@ -14,7 +14,7 @@ mod sysfs_tree;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{S3sFs, put_file};
 use engine::gpu::{
@@ -23,8 +23,6 @@ use engine::gpu::{
 };
 use engine::{EngineError, Fabric, Locality, Placement, PlacementPlan, RegisterOptions};
 use numa::{GpuVendor, PathClass, PciAddr, Topology};
-use ring_api::opcode::RangeGet;
-use ring_api::{BufSlice, Cqe};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -582,7 +580,7 @@ fn engine_build_fails_on_a_nic_hint_that_names_nothing() {
     assert_eq!(nics, [Some("mlx5_1".to_string())]);
 }
 
-/// `ops` range-gets of 8 KiB into `buf`, 32 in flight through one queue, bytes checked.
+/// `ops` range-gets of `bucket/obj.bin` into `buf` (`common::range_gets_into`).
 fn range_gets(
     engine: &engine::Engine,
     buf: ring_api::BufHandle,
@@ -590,43 +588,5 @@ fn range_gets(
     data: &[u8],
     ops: usize,
 ) {
-    const DEPTH: usize = 32;
-    const LEN: u64 = 8 << 10;
-    let obj = engine.object(bucket, "obj.bin").unwrap();
-    let mut q = engine.queue(DEPTH as u32).unwrap();
-    let offset = |i: usize| (i as u64 * 7919) % (data.len() as u64 - LEN);
-    let mut slot_op: Vec<Option<usize>> = vec![None; DEPTH];
-    let (mut next, mut done) = (0, 0);
-    let mut cqes = vec![Cqe::default(); DEPTH];
-    let end = Instant::now() + Duration::from_secs(120);
-    while done < ops {
-        assert!(Instant::now() < end, "{done} of {ops} done in 120 s");
-        {
-            let mut sq = q.submission();
-            for (slot, op) in slot_op.iter_mut().enumerate() {
-                if op.is_none() && next < ops {
-                    let dst = BufSlice::new(buf, slot as u64 * LEN, LEN);
-                    sq.push(
-                        &RangeGet::new(obj, offset(next), dst)
-                            .user_data(slot as u64)
-                            .build(),
-                    )
-                    .unwrap();
-                    *op = Some(next);
-                    next += 1;
-                }
-            }
-        }
-        q.wait(1, Some(Duration::from_secs(5)));
-        let n = q.reap(&mut cqes);
-        for c in &cqes[..n] {
-            assert!(c.is_ok(), "{c:?}");
-            let slot = c.user_data() as usize;
-            let i = slot_op[slot].take().unwrap();
-            let got = engine.read(buf, slot as u64 * LEN, LEN).unwrap().to_vec();
-            let at = offset(i) as usize;
-            assert!(got == data[at..at + LEN as usize], "op {i}: bytes differ");
-            done += 1;
-        }
-    }
+    common::range_gets_into(engine, buf, bucket, "obj.bin", data, ops);
 }

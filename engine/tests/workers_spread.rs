@@ -21,55 +21,16 @@ use s3_lite::credentials::Credentials;
 
 const WORKERS: usize = 4;
 
-/// `ops` range-gets of `len` bytes at varying offsets, `depth` in flight through one queue;
-/// every byte checked against `data`. Returns the path each completion named.
+/// `ops` range-gets through a fresh buffer (`common::range_gets_into`). Returns the path each
+/// completion named.
 fn range_gets(engine: &Engine, bucket: &str, key: &str, data: &[u8], ops: usize) -> Vec<DataPath> {
-    const DEPTH: usize = 32;
-    const LEN: u64 = 8 << 10;
-    let obj = engine.object(bucket, key).unwrap();
     let buf = engine
-        .register_host(DEPTH * LEN as usize, RegisterOptions::pageable())
+        .register_host(
+            common::RANGE_GETS_DEPTH * common::RANGE_GET_LEN as usize,
+            RegisterOptions::pageable(),
+        )
         .unwrap();
-    let mut q = engine.queue(DEPTH as u32).unwrap();
-    let offset = |i: usize| (i as u64 * 7919) % (data.len() as u64 - LEN);
-    let mut slot_op: Vec<Option<usize>> = vec![None; DEPTH];
-    let (mut next, mut done) = (0, 0);
-    let mut paths = Vec::new();
-    let mut cqes = vec![Cqe::default(); DEPTH];
-    let end = Instant::now() + Duration::from_secs(120);
-    while done < ops {
-        assert!(Instant::now() < end, "{done} of {ops} done in 120 s");
-        {
-            let mut sq = q.submission();
-            for (slot, op) in slot_op.iter_mut().enumerate() {
-                if op.is_none() && next < ops {
-                    let dst = BufSlice::new(buf, slot as u64 * LEN, LEN);
-                    sq.push(
-                        &RangeGet::new(obj, offset(next), dst)
-                            .user_data(slot as u64)
-                            .build(),
-                    )
-                    .unwrap();
-                    *op = Some(next);
-                    next += 1;
-                }
-            }
-        }
-        q.wait(1, Some(Duration::from_secs(5)));
-        let n = q.reap(&mut cqes);
-        for c in &cqes[..n] {
-            assert!(c.is_ok(), "{c:?}");
-            assert_eq!(c.bytes(), LEN);
-            let slot = c.user_data() as usize;
-            let i = slot_op[slot].take().unwrap();
-            let got = engine.read(buf, slot as u64 * LEN, LEN).unwrap().to_vec();
-            let at = offset(i) as usize;
-            assert!(got == data[at..at + LEN as usize], "op {i}: bytes differ");
-            paths.push(c.path().unwrap());
-            done += 1;
-        }
-    }
-    paths
+    common::range_gets_into(engine, buf, bucket, key, data, ops)
 }
 
 /// Every worker ran some of the `ops` operations, and together exactly `ops`.
