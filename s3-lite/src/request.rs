@@ -23,7 +23,12 @@ pub struct Request {
 impl Request {
     /// A request with no headers and no query.
     pub fn new(method: impl Into<String>, path: impl Into<String>) -> Self {
-        Self { method: method.into(), path: path.into(), query: String::new(), headers: Vec::new() }
+        Self {
+            method: method.into(),
+            path: path.into(),
+            query: String::new(),
+            headers: Vec::new(),
+        }
     }
 
     /// The request target as it appears on the request line: `path[?query]`.
@@ -37,7 +42,10 @@ impl Request {
 
     /// First value of a header, matched case-insensitively.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     /// Replaces every header called `name` (case-insensitively) with one `name: value` line.

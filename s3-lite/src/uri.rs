@@ -30,7 +30,9 @@ pub fn encode_bytes(bytes: &[u8], keep_slash: bool, out: &mut String) {
         } else {
             out.push('%');
             // Both indices are < 16 by construction.
-            let hex = |nibble: u8| char::from(HEX_UPPER.get(usize::from(nibble)).copied().unwrap_or(b'0'));
+            let hex = |nibble: u8| {
+                char::from(HEX_UPPER.get(usize::from(nibble)).copied().unwrap_or(b'0'))
+            };
             out.push(hex(b >> 4));
             out.push(hex(b & 0x0f));
         }
@@ -75,7 +77,12 @@ pub fn decode(input: &str) -> Result<Vec<u8>, DecodeError> {
                     out.push(hi << 4 | lo);
                     i += 3;
                 }
-                _ => return Err(DecodeError { offset: i, input: input.to_owned() }),
+                _ => {
+                    return Err(DecodeError {
+                        offset: i,
+                        input: input.to_owned(),
+                    });
+                }
             }
         } else {
             out.push(b);
@@ -88,7 +95,10 @@ pub fn decode(input: &str) -> Result<Vec<u8>, DecodeError> {
 /// Decodes once and requires UTF-8 (object keys, bucket names, query values we interpret).
 pub fn decode_utf8(input: &str) -> Result<String, DecodeError> {
     let bytes = decode(input)?;
-    String::from_utf8(bytes).map_err(|e| DecodeError { offset: e.utf8_error().valid_up_to(), input: input.to_owned() })
+    String::from_utf8(bytes).map_err(|e| DecodeError {
+        offset: e.utf8_error().valid_up_to(),
+        input: input.to_owned(),
+    })
 }
 
 #[cfg(test)]
@@ -97,7 +107,10 @@ mod tests {
 
     #[test]
     fn encodes_like_s3() {
-        assert_eq!(encode_path("/b/my key+x~y_z.-/ü"), "/b/my%20key%2Bx~y_z.-/%C3%BC");
+        assert_eq!(
+            encode_path("/b/my key+x~y_z.-/ü"),
+            "/b/my%20key%2Bx~y_z.-/%C3%BC"
+        );
         assert_eq!(encode_component("a/b=c&d"), "a%2Fb%3Dc%26d");
         assert_eq!(encode_component("test$file.text"), "test%24file.text");
     }
@@ -114,7 +127,15 @@ mod tests {
 
     #[test]
     fn round_trip_is_identity() {
-        for s in ["", "plain", "with space", "a/b//c/../d", "100%", "ü/🙂", "+&=?#"] {
+        for s in [
+            "",
+            "plain",
+            "with space",
+            "a/b//c/../d",
+            "100%",
+            "ü/🙂",
+            "+&=?#",
+        ] {
             assert_eq!(decode_utf8(&encode_path(s)).unwrap(), s);
             assert_eq!(decode_utf8(&encode_component(s)).unwrap(), s);
         }

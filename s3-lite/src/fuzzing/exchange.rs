@@ -104,7 +104,7 @@ fn drive(data: &[u8], cfg: &Config, pieces: &[usize], limits: Limits) -> Seen {
         trailers: Vec::new(),
         result: Ok(()),
     };
-    let (mut pending, mut fed, mut piece) = (Vec::new(), 0usize, pieces.iter());
+    let (mut pending, mut input) = (Vec::new(), super::Pieces::new(data, pieces));
     let mut chunks_done = false;
     loop {
         write_all(&mut ex, cfg, !seen.heads.is_empty(), &mut chunks_done);
@@ -121,18 +121,11 @@ fn drive(data: &[u8], cfg: &Config, pieces: &[usize], limits: Limits) -> Seen {
         match d.event {
             Event::NeedMore => {
                 pending.clear();
-                match piece.next() {
-                    Some(&n) if fed < data.len() => {
-                        let end = fed.saturating_add(n).min(data.len());
-                        pending.extend_from_slice(data.get(fed..end).unwrap_or_default());
-                        fed = end;
-                    }
-                    _ => {
-                        if let Err(e) = ex.finish_on_eof() {
-                            seen.result = Err(e);
-                            return seen;
-                        }
-                    }
+                if !input.next_into(&mut pending)
+                    && let Err(e) = ex.finish_on_eof()
+                {
+                    seen.result = Err(e);
+                    return seen;
                 }
                 continue;
             }

@@ -64,8 +64,7 @@ fn drive_responses(data: &[u8], pieces: &[usize], limits: Limits, method_is_head
         result: Ok(()),
     };
     let mut pending: Vec<u8> = Vec::new();
-    let mut fed = 0;
-    let mut piece = pieces.iter();
+    let mut input = super::Pieces::new(data, pieces);
     let mut body_total = 0usize;
     loop {
         let decoded = match dec.decode(&pending) {
@@ -87,19 +86,12 @@ fn drive_responses(data: &[u8], pieces: &[usize], limits: Limits, method_is_head
                     "NeedMore must consume everything"
                 );
                 pending.clear();
-                match piece.next() {
-                    Some(&n) if fed < data.len() => {
-                        let end = fed.saturating_add(n).min(data.len());
-                        pending.extend_from_slice(data.get(fed..end).unwrap_or_default());
-                        fed = end;
-                    }
-                    _ => {
-                        // EOF: the peer closed.
-                        if let Err(e) = dec.finish_on_eof() {
-                            out.result = Err(e);
-                            return out;
-                        }
-                    }
+                // Input used up: the peer closed.
+                if !input.next_into(&mut pending)
+                    && let Err(e) = dec.finish_on_eof()
+                {
+                    out.result = Err(e);
+                    return out;
                 }
                 continue;
             }
@@ -121,7 +113,7 @@ fn drive_responses(data: &[u8], pieces: &[usize], limits: Limits, method_is_head
             Event::End => {
                 out.trailers.push(dec.trailers().to_vec());
                 pending.drain(..decoded.consumed);
-                let more = !pending.is_empty() || fed < data.len();
+                let more = !pending.is_empty() || !input.all_fed();
                 if !more || dec.reset_for_next(method_is_head).is_err() {
                     return out;
                 }

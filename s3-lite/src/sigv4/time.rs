@@ -167,20 +167,35 @@ pub fn civil_from_days(days: u64) -> (u64, u64, u64) {
 /// `Last-Modified`).
 pub fn http_date(unix_secs: u64) -> String {
     const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
     let days = unix_secs / 86_400;
     let rem = unix_secs % 86_400;
     let (y, m, d) = civil_from_days(days);
     let weekday = DAYS.get((days % 7) as usize).copied().unwrap_or("Thu");
-    let month = MONTHS.get((m as usize).saturating_sub(1)).copied().unwrap_or("Jan");
-    format!("{weekday}, {d:02} {month} {y:04} {:02}:{:02}:{:02} GMT", rem / 3600, rem / 60 % 60, rem % 60)
+    let month = MONTHS
+        .get((m as usize).saturating_sub(1))
+        .copied()
+        .unwrap_or("Jan");
+    format!(
+        "{weekday}, {d:02} {month} {y:04} {:02}:{:02}:{:02} GMT",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
 }
 
 /// ISO 8601 with milliseconds, as S3 listings write `LastModified`: `2024-02-29T23:59:59.000Z`.
 pub fn iso8601(unix_secs: u64) -> String {
     let (y, m, d) = civil_from_days(unix_secs / 86_400);
     let rem = unix_secs % 86_400;
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.000Z", rem / 3600, rem / 60 % 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.000Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
 }
 
 #[cfg(test)]
