@@ -178,7 +178,9 @@ impl From<EngineError> for Fail {
             | EngineError::Tls(_)
             | EngineError::Intern(_) => OpError::InvalidValue,
             EngineError::Unsupported(_) => OpError::OpNotSupported,
-            EngineError::NicNotFound { .. } => OpError::NicNotFound,
+            EngineError::NicNotFound { .. } | EngineError::VerbsUnavailable { .. } => {
+                OpError::NicNotFound
+            }
             EngineError::BadHandle(_) => OpError::BufNotRegistered,
             EngineError::OutOfBounds { .. } => OpError::SizeTooLarge,
             EngineError::Busy | EngineError::BusyTimeout(_) => OpError::Busy,
@@ -289,7 +291,16 @@ mod tests {
             available: vec![],
         });
         assert!(e.message.contains("no RDMA NIC"), "{}", e.message);
-        let e = Fail::from(EngineError::Config("EngineBuilder::nics: an empty NIC name".into()));
+        let e = Fail::from(EngineError::VerbsUnavailable {
+            device: Some("mlx5_0".into()),
+            reason: "ibv_open_device(mlx5_0) failed: Permission denied (os error 13)".into(),
+            errno: Some(13),
+        });
+        assert_eq!(e.op, OpError::NicNotFound);
+        assert!(e.message.contains("Permission denied"), "{}", e.message);
+        let e = Fail::from(EngineError::Config(
+            "EngineBuilder::nics: an empty NIC name".into(),
+        ));
         assert_eq!(e.op, OpError::InvalidValue);
     }
 

@@ -1,5 +1,6 @@
 //! `hipObjConfig_t.fabric`: which data path the engine uses (`HIPOBJ_FABRIC_*` → the engine's
-//! [`engine::Fabric`]), and the check that an explicit `HIPOBJ_FABRIC_VERBS` has a device.
+//! [`engine::Fabric`]). An explicit `HIPOBJ_FABRIC_VERBS` without a usable device is refused
+//! by the engine itself (`EngineError::VerbsUnavailable` → `hipObjNicNotFound`).
 
 use crate::error::{CResult, Fail, OpError};
 
@@ -40,22 +41,6 @@ pub fn fabric_name(v: u32) -> &'static str {
     }
 }
 
-/// An explicit `HIPOBJ_FABRIC_VERBS` on a host where libibverbs lists no device is refused
-/// (`hipObjNicNotFound`, naming why) rather than quietly carried over HTTP: the caller asked
-/// for verbs by name. (A `nicHint` naming no NIC is refused by `EngineBuilder::nics`.)
-pub fn require_verbs(probe: &engine::verbs::Probe) -> CResult<()> {
-    match probe {
-        engine::verbs::Probe::Unavailable(why) => Err(Fail::new(
-            OpError::NicNotFound,
-            format!(
-                "config.fabric is HIPOBJ_FABRIC_VERBS but verbs cannot be used on this host: \
-                 {why} (HIPOBJ_FABRIC_AUTO falls back to the soft fabric or HTTP)"
-            ),
-        )),
-        _ => Ok(()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,15 +56,5 @@ mod tests {
         assert!(e.message.contains("config.fabric"), "{}", e.message);
         assert_eq!(fabric_name(FABRIC_VERBS), "verbs");
         assert_eq!(fabric_name(9), "unknown");
-    }
-
-    #[test]
-    fn verbs_without_a_device_is_nic_not_found() {
-        let e = require_verbs(&engine::verbs::Probe::Unavailable(
-            engine::verbs::Unavailable::NoDevice,
-        ))
-        .unwrap_err();
-        assert_eq!(e.op, OpError::NicNotFound);
-        assert!(e.message.contains("HIPOBJ_FABRIC_VERBS"), "{}", e.message);
     }
 }

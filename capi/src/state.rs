@@ -246,9 +246,6 @@ impl Library {
         if let Some(p) = dc {
             builder = builder.dc_token_provider(p);
         }
-        if fabric == engine::Fabric::Verbs {
-            crate::fabric::require_verbs(&engine::verbs::probe())?;
-        }
         if let Some(hint) = &s.nic_hint {
             // A comma-separated list, as the seed's nicHint; the engine resolves each name or
             // PCI address through the host topology (`hipObjNicNotFound` when one names no
@@ -259,7 +256,16 @@ impl Library {
             // Device pointers are recognised (and staged) by the engine's GPU runtime.
             builder = builder.gpu_if_present();
         }
-        let engine = builder.build()?;
+        // `HIPOBJ_FABRIC_VERBS` without a usable device: the engine refuses it
+        // (`VerbsUnavailable` → `hipObjNicNotFound`); the message names the C setting.
+        let engine = builder.build().map_err(|e| {
+            let verbs = matches!(e, engine::EngineError::VerbsUnavailable { .. });
+            let mut fail = Fail::from(e);
+            if verbs {
+                fail.message = format!("config.fabric is HIPOBJ_FABRIC_VERBS: {}", fail.message);
+            }
+            fail
+        })?;
         Ok(Library {
             engine,
             signer,

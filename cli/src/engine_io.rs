@@ -190,7 +190,13 @@ impl EngineTarget {
         if let Some(name) = &self.verbs_device {
             b = b.verbs_device(name.clone());
         }
-        b.build().map_err(|e| format!("engine: {e}"))
+        b.build().map_err(|e| match e {
+            // Named as the user asked for it, with the ways out.
+            engine::EngineError::VerbsUnavailable { .. } => format!(
+                "--fabric verbs: {e}; use --fabric auto (RDMA when possible) or --fabric http"
+            ),
+            e => format!("engine: {e}"),
+        })
     }
 }
 

@@ -88,7 +88,7 @@ fn refuse_client_flags(command: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
-/// Without `-v`: WARN events only (e.g. the engine falling back from an unusable RDMA device),
+/// Without `-v`: WARN events only (e.g. a NIC whose RDMA device failed to open beside others),
 /// as `hipobj: warning: ...` lines. `-v`: tracing events at INFO and above (DEBUG with -vv,
 /// TRACE with -vvv) to stderr. `serve --access-log` without `-v`: the access log's events, one
 /// bare line each, plus the warnings.

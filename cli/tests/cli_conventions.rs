@@ -559,19 +559,18 @@ fn start_serve(dir: &Path, log_flag: &str) -> (std::process::Child, String) {
     (serve, url)
 }
 
-/// Library warnings reach the user without `-v`: `--fabric verbs` with an RDMA device that
-/// does not exist still downloads the object (over HTTP) and says why once, with the CLI's
-/// prefix.
-/// (Before the engine logged through `tracing`, it printed this with `eprintln!`; a subscriber
-/// that dropped WARN events at verbosity 0 would silence it.)
+/// `--fabric verbs` with an RDMA device that does not exist is a clear error (exit 1, the
+/// CLI's prefix, the device and what is missing named, the ways out), not a warning and a
+/// silent download over HTTP: verbs was asked for by name. (It used to log
+/// `hipobj: warning: rdma: ... payloads go over HTTP` and succeed.)
 #[test]
-fn engine_warnings_are_shown_without_verbose() {
+fn verbs_without_its_device_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let (mut serve, url) = start_serve(dir.path(), "--access-log");
     let run = |args: &[&str]| cli::hipobj(&url, ACCESS_KEY, SECRET_KEY, args);
     assert!(run(&["mb", "s3://warn-b"]).status.success());
     let src = dir.path().join("w.bin");
-    std::fs::write(&src, b"warned but delivered").unwrap();
+    std::fs::write(&src, b"refused, not carried over HTTP").unwrap();
     assert!(
         run(&["put", path(&src), "s3://warn-b/w.bin"])
             .status
@@ -590,12 +589,17 @@ fn engine_warnings_are_shown_without_verbose() {
     let _ = serve.kill();
     let _ = serve.wait();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert_eq!(std::fs::read(&dst).unwrap(), b"warned but delivered");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(!dst.exists(), "nothing may be written on the refused path");
     assert!(
-        stderr.lines().any(
-            |l| l.starts_with("hipobj: warning: rdma: ") && l.contains("payloads go over HTTP")
-        ),
-        "no fallback warning on stderr:\n{stderr}"
+        stderr.lines().any(|l| l.starts_with("hipobj: ")
+            && l.contains("--fabric verbs: ")
+            && l.contains("no RDMA verbs device could be opened (hipobj-no-such-device)")
+            && l.contains("--fabric auto")),
+        "no clear error on stderr:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("payloads go over HTTP"),
+        "the old fallback warning is back:\n{stderr}"
     );
 }

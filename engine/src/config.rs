@@ -268,7 +268,9 @@ impl EngineBuilder {
     /// learned once per worker and endpoint, pairing off the worker thread; verbs when this host
     /// has an RDMA device, else the soft fabric), `Fabric::Soft` (RDMA over the soft fabric,
     /// per-request HTTP fallback), `Fabric::Verbs` (RDMA over libibverbs, see
-    /// [`EngineBuilder::verbs_device`]) or `Fabric::Http` (payloads in the HTTP body only).
+    /// [`EngineBuilder::verbs_device`]; `build` fails with
+    /// [`crate::EngineError::VerbsUnavailable`] when no verbs device opens) or `Fabric::Http`
+    /// (payloads in the HTTP body only).
     #[must_use]
     pub fn fabric(mut self, fabric: Fabric) -> Self {
         self.fabric = fabric;
@@ -278,9 +280,9 @@ impl EngineBuilder {
     /// One RDMA device for `Fabric::Verbs` / `Fabric::Auto` (a libibverbs device name such as
     /// `mlx5_0`, `bnxt_re0`, `ionic_0` or `rxe0`). When the host's topology lists it, this is
     /// `nics([name])` (workers only for that NIC); when it does not, every worker opens `name`
-    /// through libibverbs, and a name libibverbs does not know either gives the fallback of
-    /// `Fabric::Verbs` (a warning, payloads over HTTP), not an error. [`EngineBuilder::nics`]
-    /// wins when both are set.
+    /// through libibverbs; with `Fabric::Verbs`, a name libibverbs does not know either fails
+    /// `build` with [`crate::EngineError::VerbsUnavailable`] (`Fabric::Auto` falls back
+    /// quietly). [`EngineBuilder::nics`] wins when both are set.
     #[must_use]
     pub fn verbs_device(mut self, name: impl Into<String>) -> Self {
         self.verbs_device = Some(name.into());
@@ -480,8 +482,9 @@ pub enum Fabric {
     /// Always try the soft fabric first (per-request HTTP fallback still applies).
     Soft,
     /// RDMA over libibverbs (`EngineBuilder::verbs_device`, else the first device), per-request
-    /// HTTP fallback. Without libibverbs or a usable device the engine says why once (a `tracing` WARN event)
-    /// and carries payloads over HTTP.
+    /// HTTP fallback (a server that declines an op). Without libibverbs or a device that opens,
+    /// `build` fails with [`crate::EngineError::VerbsUnavailable`] saying what is missing;
+    /// use `Auto` to fall back instead.
     Verbs,
     /// Payloads in the HTTP body only.
     Http,

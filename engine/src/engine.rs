@@ -131,7 +131,7 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
     let slots = plan.workers().to_vec();
     // One verbs context per NIC, shared by that NIC's workers (each worker's client makes its
     // own QPs on it); workers without a NIC of their own share the default device.
-    let devices = crate::nic_plan::open_devices(rdma_fabric, &slots, forced_device.as_deref(), &b);
+    let devices = crate::nic_plan::open_devices(rdma_fabric, &slots, forced_device.as_deref(), &b)?;
     let eligible =
         crate::nic_plan::eligible_workers(&devices.iter().map(Option::is_some).collect::<Vec<_>>());
     plan.set_eligible(eligible.clone());

@@ -54,6 +54,24 @@ pub enum EngineError {
         /// The RDMA NICs this host has (empty: none).
         available: Vec<String>,
     },
+    /// `Fabric::Verbs` was asked for and no verbs device could be opened (no RDMA device
+    /// under `/sys/class/infiniband`, libibverbs missing or listing none, the named device
+    /// absent, or `ibv_open_device` failing with `errno`). `Fabric::Auto` falls back to the
+    /// soft fabric or HTTP instead; `Fabric::Verbs` never carries payloads over HTTP unasked.
+    #[error(
+        "Fabric::Verbs: no RDMA verbs device could be opened{}: {reason} (Fabric::Auto falls \
+         back to the soft fabric or HTTP)",
+        device_suffix(.device.as_deref())
+    )]
+    VerbsUnavailable {
+        /// The device asked for (`verbs_device`, a NIC of `nics`); `None`: the first one
+        /// libibverbs lists.
+        device: Option<String>,
+        /// What is missing, one sentence.
+        reason: String,
+        /// The OS error of `ibv_open_device` (or of another failing verb), when there was one.
+        errno: Option<i32>,
+    },
     /// The sysfs topology could not be read for automatic placement.
     #[error("topology: {0}")]
     Topology(#[source] numa::TopoError),
@@ -115,6 +133,10 @@ pub enum EngineError {
     /// registration's bytes in [`crate::Engine::read`] / [`crate::Engine::copy_in`]).
     #[error("GPU: {0}")]
     Gpu(#[source] crate::gpu::GpuError),
+}
+
+fn device_suffix(device: Option<&str>) -> String {
+    device.map_or_else(String::new, |d| format!(" ({d})"))
 }
 
 fn nic_list(names: &[String]) -> String {

@@ -235,25 +235,31 @@ pub(crate) fn plan_for_builder(
 /// and the default one (`forced`, else `EngineBuilder::verbs_device`, else the first listed)
 /// for workers without a NIC; returns each worker's device. `forced` overrides every worker's
 /// NIC (a `verbs_device` the topology does not list).
+///
+/// `Fabric::Verbs` with no device opened at all fails with [`EngineError::VerbsUnavailable`]
+/// (the first failure's reason); devices that fail beside one that opened are logged (a
+/// `tracing` WARN event) and their workers run no operations ([`eligible_workers`]).
+/// `Fabric::Auto` opens devices quietly when libibverbs lists any; `None` means the soft
+/// fabric. Other fabrics open nothing.
 pub(crate) fn open_devices(
     fabric: crate::fabric::rdma::Fabric,
     slots: &[PlannedWorker],
     forced: Option<&str>,
     b: &crate::config::EngineBuilder,
-) -> Vec<Option<crate::fabric::rc::RcDevice>> {
+) -> Result<Vec<Option<crate::fabric::rc::RcDevice>>, EngineError> {
     use crate::fabric::rc::RcDevice;
     use crate::fabric::rdma::Fabric;
-    // `Auto` probes libibverbs once for the engine, not once per NIC (a probe opens every
-    // device).
-    let auto_verbs = fabric == Fabric::Auto && crate::verbs::probe().is_available();
-    let open = |name: Option<&str>| match fabric {
-        Fabric::Auto if auto_verbs => RcDevice::open_verbs(name).ok(),
-        Fabric::Auto => None,
-        other => crate::fabric::rdma::open_verbs(other, name),
+    let open_any = match fabric {
+        Fabric::Verbs => true,
+        // `Auto` probes libibverbs once for the engine, not once per NIC (a probe opens every
+        // device).
+        Fabric::Auto => crate::verbs::probe().is_available(),
+        _ => false,
     };
     let mut opened: std::collections::HashMap<Option<String>, Option<RcDevice>> =
         std::collections::HashMap::new();
-    slots
+    let mut first_failure = None;
+    let devices: Vec<Option<RcDevice>> = slots
         .iter()
         .map(|s| {
             let name = forced
@@ -262,10 +268,97 @@ pub(crate) fn open_devices(
                 .or_else(|| b.verbs_device.clone());
             opened
                 .entry(name)
-                .or_insert_with_key(|n| open(n.as_deref()))
+                .or_insert_with_key(|n| {
+                    if !open_any {
+                        return None;
+                    }
+                    match RcDevice::open_verbs(n.as_deref()) {
+                        Ok(d) => Some(d),
+                        Err(e) => {
+                            if fabric == Fabric::Verbs {
+                                first_failure.get_or_insert((n.clone(), e));
+                            }
+                            None
+                        }
+                    }
+                })
                 .clone()
         })
-        .collect()
+        .collect();
+    match first_failure {
+        Some((device, e)) if devices.iter().all(Option::is_none) => {
+            Err(verbs_unavailable(device, &e, &b.sysfs_root))
+        }
+        Some((device, e)) => {
+            tracing::warn!(
+                "rdma: {} ({e}); its workers run no operations",
+                device.as_deref().unwrap_or("the default verbs device")
+            );
+            Ok(devices)
+        }
+        None => Ok(devices),
+    }
+}
+
+/// The typed error for `Fabric::Verbs` when opening `device` failed with `e`: what is missing,
+/// with the OS error where a verb gave one. "libibverbs lists no device" is refined by what
+/// `<sysfs_root>/sys/class/infiniband` holds (no RDMA device at all, or devices without a
+/// usable provider / `uverbs` node).
+fn verbs_unavailable(
+    device: Option<String>,
+    e: &crate::fabric::rc::RcError,
+    sysfs_root: &std::path::Path,
+) -> EngineError {
+    use crate::fabric::rc::RcError;
+    use crate::verbs::{Error, Unavailable};
+    let reason = match e {
+        RcError::Verbs(Error::Unavailable(Unavailable::NoDevice)) => {
+            let class = sysfs_root.join("sys/class/infiniband");
+            let mut present: Vec<String> = std::fs::read_dir(&class)
+                .map(|d| {
+                    d.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            present.sort();
+            if present.is_empty() {
+                format!(
+                    "no RDMA device in {} (no RDMA NIC, and no Soft-RoCE link: `rdma link add \
+                     rxe0 type rxe netdev <if>`)",
+                    class.display()
+                )
+            } else {
+                format!(
+                    "{} lists {} but libibverbs opens none of them (no provider for it in \
+                     ibverbs-providers, or no ib_uverbs / /dev/infiniband/uverbs* access)",
+                    class.display(),
+                    present.join(", ")
+                )
+            }
+        }
+        other => error_chain(other),
+    };
+    EngineError::VerbsUnavailable {
+        device,
+        reason,
+        errno: e.errno(),
+    }
+}
+
+/// `e` and its sources, `: `-separated (the verbs errors keep the errno in their source).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = s.source();
+    }
+    out
 }
 
 /// Which workers run operations: those whose verbs device opened when any did, else every

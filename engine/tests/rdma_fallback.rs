@@ -143,3 +143,41 @@ fn pairing_against_a_black_hole_honours_the_deadline() {
     drop(engine);
     let _ = keeper.join();
 }
+
+/// `Fabric::Verbs` naming a device that no host has: `build` fails with the typed
+/// `VerbsUnavailable` (the device named, the reason given) rather than building an engine that
+/// carries every payload over HTTP; `Fabric::Auto` with the same name still builds (it falls
+/// back quietly). `build` sends nothing, so no server is needed. (On the old code `build`
+/// succeeded with a WARN event.)
+#[test]
+fn verbs_without_its_device_fails_build_and_auto_falls_back() {
+    let builder = |fabric| {
+        Engine::builder()
+            .endpoint_url("http://127.0.0.1:9")
+            .credentials(Credentials::new("k", "s"))
+            .placement(Placement::Workers(1))
+            .fabric(fabric)
+            .verbs_device("hipobj-no-such-verbs-dev")
+    };
+    match builder(Fabric::Verbs).build() {
+        Err(engine::EngineError::VerbsUnavailable { device, reason, .. }) => {
+            assert_eq!(device.as_deref(), Some("hipobj-no-such-verbs-dev"));
+            assert!(!reason.is_empty());
+        }
+        Err(e) => panic!("expected VerbsUnavailable, got {e}"),
+        Ok(_) => panic!("Fabric::Verbs built without its device"),
+    }
+    let e = builder(Fabric::Verbs).build().err().unwrap().to_string();
+    assert!(
+        e.contains("Fabric::Verbs") && e.contains("hipobj-no-such-verbs-dev"),
+        "{e}"
+    );
+    if !engine::verbs::probe().is_available() {
+        // No libibverbs device at all: the reason says what is missing on this host.
+        assert!(
+            e.contains("RDMA verbs unavailable") || e.contains("/sys/class/infiniband"),
+            "{e}"
+        );
+    }
+    builder(Fabric::Auto).build().unwrap();
+}

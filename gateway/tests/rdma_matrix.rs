@@ -391,12 +391,14 @@ fn goodput(fabric: Fabric, sizes: &str, label: &str) {
 }
 
 /// `Fabric::Verbs` on a host without libibverbs or without an RDMA device (CI, the dev host):
-/// the engine builds, says why once, and every op completes over HTTP, byte-exact. (On a host
-/// with a device this test has nothing to show and returns.)
+/// `build` fails with `EngineError::VerbsUnavailable` saying what is missing, instead of an
+/// engine that carries every op over HTTP unasked; `Fabric::Auto` against the same gateway
+/// still moves the bytes. (On a host with a device this test has
+/// nothing to show and returns.)
 #[test]
-fn verbs_without_a_device_goes_over_http() {
+fn verbs_without_a_device_fails_build_and_auto_still_works() {
     if engine::verbs::probe().is_available() {
-        eprintln!("an RDMA device is present: nothing to degrade from");
+        eprintln!("an RDMA device is present: nothing to refuse");
         return;
     }
     let gw = gateway(Fabric::Soft);
@@ -404,7 +406,23 @@ fn verbs_without_a_device_goes_over_http() {
     assert_eq!(call(a, "PUT", "/nodev", "", &[], b"").status(), 200);
     let data = pattern(300_000, 9);
     assert_eq!(call(a, "PUT", "/nodev/o", "", &[], &data).status(), 200);
-    let engine = engine_for(a, Fabric::Verbs, Dialect::RcPersistent);
+    let refused = rig::engine_builder(a)
+        .fabric(Fabric::Verbs)
+        .dialect(Dialect::RcPersistent)
+        .build();
+    match refused {
+        Err(engine::EngineError::VerbsUnavailable { device, reason, .. }) => {
+            assert_eq!(device, None);
+            assert!(
+                reason.contains("RDMA verbs unavailable")
+                    || reason.contains("/sys/class/infiniband"),
+                "{reason}"
+            );
+        }
+        Err(e) => panic!("expected VerbsUnavailable, got {e}"),
+        Ok(_) => panic!("Fabric::Verbs built without a verbs device"),
+    }
+    let engine = engine_for(a, Fabric::Auto, Dialect::RcPersistent);
     let buf = engine
         .register_host(1 << 20, RegisterOptions::pageable())
         .unwrap();
@@ -415,14 +433,5 @@ fn verbs_without_a_device_goes_over_http() {
         Get::new(obj, BufSlice::new(buf, 0, 1 << 20)).build(),
     );
     assert!(c.is_ok(), "{c:?}");
-    assert_eq!(c.path(), Some(DataPath::Http));
     assert!(engine.read(buf, 0, data.len() as u64).unwrap().to_vec() == data);
-    let put = engine.object("nodev", "back").unwrap();
-    let c = run_one(
-        &mut q,
-        Put::new(put, BufSlice::new(buf, 0, data.len() as u64)).build(),
-    );
-    assert!(c.is_ok(), "{c:?}");
-    assert_eq!(c.path(), Some(DataPath::Http));
-    assert!(get_http(a, "/nodev/back") == data);
 }

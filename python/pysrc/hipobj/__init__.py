@@ -55,7 +55,8 @@ def _normalize(items: Iterable[Item]) -> List[Tuple[str, str, Any, int, Optional
 class Engine:
     """The hipObject engine: worker threads, connections and registered memory.
 
-    ``fabric``: ``"auto"`` (RDMA when the endpoint pairs, else HTTP), ``"soft"``, ``"verbs"``,
+    ``fabric``: ``"auto"`` (RDMA when the endpoint pairs, else HTTP), ``"soft"``, ``"verbs"``
+    (the constructor raises when no RDMA verbs device opens here, saying what is missing),
     ``"http"``. ``workers``: engine threads (default: one per NUMA node or RDMA NIC);
     ``connections``: connections per worker (default 32). ``gpu``: look for a CUDA/HIP
     runtime so CUDA tensors can be destinations.

@@ -83,26 +83,6 @@ use ring_api::WireDialect;
 /// the dialects read it); re-exported here where it has always been named.
 pub use crate::config::Fabric;
 
-/// Opens the verbs device `fabric` asks for: always for `Verbs` (a failure is reported once
-/// as a `tracing` WARN event and `None` returned: the engine then uses HTTP), quietly for `Auto` (only when a
-/// device is there; `None` means the soft fabric), never otherwise.
-pub(crate) fn open_verbs(fabric: Fabric, name: Option<&str>) -> Option<RcDevice> {
-    match fabric {
-        Fabric::Verbs => match RcDevice::open_verbs(name) {
-            Ok(d) => Some(d),
-            Err(e) => {
-                static ONCE: std::sync::Once = std::sync::Once::new();
-                ONCE.call_once(|| {
-                    tracing::warn!("rdma: {e}; payloads go over HTTP");
-                });
-                None
-            }
-        },
-        Fabric::Auto if crate::verbs::probe().is_available() => RcDevice::open_verbs(name).ok(),
-        _ => None,
-    }
-}
-
 /// Which RDMA dialect the client speaks (`EngineBuilder::dialect`) when the fabric is not
 /// `Http`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -264,8 +244,9 @@ pub(crate) struct RdmaClient {
 const MAX_DECLINES: u32 = 3;
 
 impl RdmaClient {
-    /// A client for `addr`; `verbs`: the engine's verbs device ([`open_verbs`]), else the
-    /// soft fabric. `Fabric::Verbs` without a device carries payloads over HTTP.
+    /// A client for `addr`; `verbs`: the worker's verbs device (`nic_plan::open_devices`),
+    /// else the soft fabric. A `Fabric::Verbs` worker without a device (its NIC's device
+    /// failed beside one that opened: it runs no operations) carries payloads over HTTP.
     pub(crate) fn new(
         mode: Fabric,
         verbs: Option<RcDevice>,
