@@ -49,6 +49,17 @@
 //! the verbs FFI under `verbs`, plus [`Engine::register_raw`], whose caller contract is
 //! documented. `grep -rn "allow(unsafe_code)" engine/src` lists them. Completion entries and server responses are
 //! untrusted: invalid entries complete with errors, never panics.
+//!
+//! # Public surface
+//! The stable API is the top level: [`Engine`], [`EngineBuilder`], [`Queue`] (and
+//! `AsyncQueue` with the `tokio` feature), the handles and views, the configuration enums, the
+//! errors and the re-exported ring types; plus [`gpu`] (runtimes, device buffers, the
+//! [`gpu::GpuRuntime`] trait) and [`verbs::probe()`]. [`rc`] and [`soft`] are the RDMA
+//! emulator's API for gateways (the RDMA target of `hipobj serve`) and tests. The feature
+//! `test-support` (off by default; this crate's tests, `benches/` and `fuzz/` turn it on)
+//! additionally publishes what only tests need: the libibverbs objects in [`verbs`], the soft
+//! fabric's frames, loopback pairs and host dmabufs, `gpu::{coalesce, staging, dmabuf}` and the
+//! fuzz bodies (`fuzzing`). It is not a stable API.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -57,7 +68,8 @@ mod dispatch;
 mod engine;
 mod error;
 mod fabric;
-#[doc(hidden)]
+/// Fuzz bodies (`fuzz/fuzz_targets/*` are one-liners into these): test support only.
+#[cfg(feature = "test-support")]
 pub mod fuzzing;
 pub mod gpu;
 mod inflight;
@@ -77,8 +89,12 @@ mod worker;
 pub use config::{DEFAULT_CONNECTIONS, EngineBuilder, Placement, RetryPolicy};
 pub use engine::{Engine, MemoryKind, WorkerInfo};
 pub use error::EngineError;
+/// The RC interface over both RDMA fabrics (soft and verbs): the API the gateway's RDMA target
+/// (`hipobj serve --fabric soft|verbs`) is written against, and the emulator's for tests.
+/// Applications moving objects never need it.
+#[doc(inline)]
+pub use fabric::rc;
 pub use fabric::rdma::{DcOp, DcTokenError, DcTokenProvider, Dialect, Fabric};
-pub use fabric::{rc, soft};
 pub use memory::{BufferView, RegisterOptions};
 pub use nic_plan::{Locality, NicAffinity, PlacementPlan};
 pub use placement::{DEFAULT_WORKERS_PER_NIC, PlannedWorker};
@@ -86,7 +102,7 @@ pub use queue::Queue;
 #[cfg(feature = "tokio")]
 pub use queue::{AsyncError, AsyncQueue, NextCompletion, OpFuture};
 pub use stripe::{DEFAULT_STRIPE_CHUNK, DEFAULT_STRIPE_THRESHOLD, Stripe};
-pub use sys::{monotonic_ns, process_cpu_time};
+pub use sys::process_cpu_time;
 
 // What an application needs besides the engine itself, so `engine` is its one dependency and
 // rustdoc links these types.
@@ -96,3 +112,21 @@ pub use ring_api::{
     sqe_flags,
 };
 pub use s3_lite::credentials::Credentials;
+
+/// The soft RDMA fabric: RC queue-pair semantics emulated in user space over TCP (the
+/// emulator docs/soft-fabric.md describes), with a verbs-shaped API.
+///
+/// This is the emulator's API for gateways and tests: `hipobj serve --fabric soft` (the
+/// gateway's RDMA target, through [`rc`]) drives it directly. Applications that only move
+/// objects never need it: [`Fabric::Soft`] / [`Fabric::Auto`] select it for the engine. The
+/// wire frames, host dmabufs and loopback pairs the engine's tests and benches use are
+/// test support (feature `test-support`).
+pub mod soft {
+    pub use crate::fabric::soft::{
+        Access, CompletionQueue, MAX_HANDSHAKES, MAX_RD_ATOMIC, MemoryRegion, MrError, PostError,
+        ProtectionDomain, QpCaps, QpError, QpState, QueuePair, RecvWr, RemoteAddr, RtrAttr,
+        RtsAttr, SendOp, SendWr, Sge, SoftDevice, SoftPath, WcOpcode, WcStatus, WorkCompletion,
+    };
+    #[cfg(feature = "test-support")]
+    pub use crate::fabric::soft::{Endpoint, frame, loopback_pair, udmabuf};
+}

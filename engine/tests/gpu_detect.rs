@@ -40,5 +40,5 @@ fn cpu_only_host_reports_no_gpu_runtime() {
     let msg = err.to_string();
     assert!(msg.starts_with("no GPU runtime: cuda: "), "{msg}");
     assert!(msg.contains("; hip: "), "{msg}");
-    assert_eq!(gpu::detect::detect_error().map(|e| e.cuda), Some(err.cuda));
+    assert_eq!(gpu::detect_error().map(|e| e.cuda), Some(err.cuda));
 }

@@ -1,6 +1,6 @@
 //! Checks the fuzz workspace on stable Rust, where libFuzzer cannot instrument:
 //! - every `fuzz_targets/*.rs` is declared as a `[[bin]]` and is a one-liner into
-//!   a library's `fuzzing` module (`s3_lite::fuzzing`, `ring_api::fuzzing`, `engine::fuzzing`,
+//!   a library's `fuzzing` module (`s3_lite::fuzzing`, `ring_api::fuzzing`, `engine::fuzzing` (feature `test-support`),
 //!   `hipobj_gateway::fuzzing`, `hipobj_safetensors::fuzzing`) (bodies live in the library, where unit tests run them);
 //! - every target binary replays its committed seeds (`seeds/<target>/*`) without a failed
 //!   assertion. libFuzzer's `main` runs each file argument once, so this works uninstrumented.

@@ -11,35 +11,43 @@
 //! - result: [`cuda::ffi`], [`hip::result`] — one function per C call, status → [`GpuError`];
 //! - the [`GpuRuntime`] trait (object safe, `Arc<dyn GpuRuntime>`), implemented by
 //!   [`cuda::CudaRuntime`] and [`hip::HipRuntime`];
-//! - safe owners: [`DeviceBuffer`], [`PinnedBuffer`], [`GpuStream`], [`GpuEvent`], and copy
-//!   helpers ([`coalesce::plan`], [`staging::copy_ranges`]). The engine stages device
-//!   registrations itself (the worker's stager and the bounce pool, see
-//!   `crate::Engine::register_device`).
+//! - safe owners: [`DeviceBuffer`], [`PinnedBuffer`], [`GpuStream`], [`GpuEvent`]. The engine
+//!   stages device registrations itself (the worker's stager and the bounce pool, see
+//!   `crate::Engine::register_device`); its copy helpers (`coalesce::plan`,
+//!   `staging::copy_ranges`, `dmabuf::window`) are public only with the `test-support`
+//!   feature.
 //!
 //! Device memory is registered with a NIC through [`GpuRuntime::export_dmabuf`], which exports
-//! the page-aligned enclosing range and reports the caller's offset in it ([`dmabuf::window`]);
-//! [`direct`] decides per registration whether the engine uses it (the GPUDirect tier) or
+//! the page-aligned enclosing range and reports the caller's offset in it (`dmabuf::window`);
+//! `direct` decides per registration whether the engine uses it (the GPUDirect tier) or
 //! stages through pinned host memory.
 //!
 //! Unsafe code: the modules `runtime` (declares `unsafe fn`s), `handles`, `staging`,
 //! `dmabuf::host_page_size`, `cuda`, `cuda::ffi`, `hip`, `hip::sys`, `hip::result` carry
 //! `#[allow(unsafe_code)]`; every block has a `// SAFETY:` comment.
 
+#[cfg(feature = "test-support")]
 pub mod coalesce;
+#[cfg(not(feature = "test-support"))]
+pub(crate) mod coalesce;
 #[cfg(feature = "cuda")]
 pub mod cuda;
-pub mod detect;
-pub mod direct;
+pub(crate) mod detect;
+pub(crate) mod direct;
+#[cfg(feature = "test-support")]
 pub mod dmabuf;
+#[cfg(not(feature = "test-support"))]
+pub(crate) mod dmabuf;
 mod error;
 mod handles;
 pub mod hip;
 mod runtime;
+#[cfg(feature = "test-support")]
 pub mod staging;
 pub(crate) mod staging_stats;
 mod types;
 
-pub use detect::{NoGpuRuntime, detect, try_detect};
+pub use detect::{NoGpuRuntime, detect, detect_error, try_detect};
 pub use direct::{GpuDirect, GpuDirectCounters, GpuDirectError, GpuTier};
 pub use dmabuf::DmabufRegion;
 pub use error::{Backend, GpuError};

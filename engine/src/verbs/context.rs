@@ -198,6 +198,7 @@ impl Drop for Context {
 }
 
 /// Whether libibverbs loads here (says nothing about devices; see [`super::probe()`]).
+#[cfg(feature = "test-support")]
 #[must_use]
 pub fn api_available() -> bool {
     api().is_ok()

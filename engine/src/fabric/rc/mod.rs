@@ -1,6 +1,9 @@
 //! `rc`: one reliable-connected (RC) interface over both RDMA fabrics, so the dialects
 //! (`rc-persistent`, `hipobj-rc-v2`) on the client and on the gateway are written once.
 //!
+//! Public for RDMA targets (the gateway's `hipobj serve --fabric soft|verbs`) and tests;
+//! applications moving objects never need it (docs/engine.md, "Public surface").
+//!
 //! - [`RcDevice::soft`]: the soft fabric (RC semantics emulated over TCP, `crate::soft`); the
 //!   data path of hosts without an RDMA NIC, and the test double.
 //! - [`RcDevice::open_verbs`]: libibverbs (`crate::verbs`) on a real NIC or Soft-RoCE.

@@ -19,7 +19,7 @@
 //! - Payload moves between the socket and registered memory with no intermediate copy.
 //! - Every frame header is decoded by the pure [`frame::decode_header`] (fuzzed).
 //! - A dmabuf is registered by mapping it ([`ProtectionDomain::register_dmabuf`], the soft
-//!   `ibv_reg_dmabuf_mr`): exporters with `mmap` (udmabuf, [`udmabuf::HostDmabuf`]) work, others
+//!   `ibv_reg_dmabuf_mr`): exporters with `mmap` (udmabuf, `udmabuf::HostDmabuf` with `test-support`) work, others
 //!   (CUDA's VRAM dmabufs) are refused with the errno.
 //!
 //! Threads: an established QP runs one receiver and one sender thread (simple and adequate for
@@ -30,18 +30,22 @@ mod cq;
 mod device;
 pub mod frame;
 mod mr;
+// Loopback pairs and host dmabufs: test support (`crate::soft` re-exports them with it).
+#[cfg(feature = "test-support")]
 mod pair;
 mod qp;
 mod raw;
 mod receiver;
 mod sender;
 mod shared;
+#[cfg(feature = "test-support")]
 pub mod udmabuf;
 mod wr;
 
 pub use cq::CompletionQueue;
 pub use device::{MAX_HANDSHAKES, SoftDevice};
 pub use mr::{MemoryRegion, MrError, ProtectionDomain};
+#[cfg(feature = "test-support")]
 pub use pair::{Endpoint, loopback_pair};
 pub use qp::{
     MAX_RD_ATOMIC, PostError, QpCaps, QpError, QpState, QueuePair, RtrAttr, RtsAttr, SoftPath,
