@@ -1,6 +1,6 @@
 //! Engine-internal GPU staging, run on hosts without a GPU through a test double of the
-//! runtime: [`HostBackedTestGpu`] implements `GpuRuntime` with host memory standing in for
-//! device memory and a "copy engine" thread that executes each stream's queued copies in
+//! runtime: `common::test_gpu::TestGpu::heap` implements `GpuRuntime` with host memory standing
+//! in for device memory and a "copy engine" thread that executes each stream's queued copies in
 //! order, slowly, and can be paused. That makes the properties of the staging observable:
 //!
 //! - a GET into device memory completes only after its bytes are in (test-double) VRAM;
@@ -22,334 +22,15 @@ mod raw;
 #[path = "../../gateway/tests/support/rig.rs"]
 mod rig;
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use common::test_gpu::TestGpu;
 use common::{S3sFs, builder, pattern, put_file};
 use engine::EngineError;
-use engine::gpu::{
-    Backend, Capabilities, DevicePtr, DmabufRegion, GpuError, GpuRuntime, PointerKind, RawEvent,
-    RawStream,
-};
-use numa::{GpuVendor, PciAddr};
+use engine::gpu::{DevicePtr, GpuRuntime};
 use ring_api::opcode::{Get, Put, RangeGet};
 use ring_api::{BufSlice, Cqe};
-
-/// One queued command of a test-double stream.
-#[derive(Debug)]
-enum Cmd {
-    Copy { dst: usize, src: usize, len: usize },
-    Record(usize),
-}
-
-#[derive(Debug, Default)]
-struct State {
-    /// Device allocations: address → length (host memory from `Box<[u8]>`).
-    device: HashMap<u64, usize>,
-    /// Pinned allocations: address → length.
-    pinned: HashMap<usize, usize>,
-    streams: HashMap<usize, VecDeque<Cmd>>,
-    /// Event → recorded but not yet reached by its stream.
-    events: HashMap<usize, bool>,
-    next_handle: usize,
-    paused: bool,
-    stop: bool,
-}
-
-/// A `GpuRuntime` test double: host memory as "device" memory, a thread as the copy engine.
-#[derive(Debug)]
-struct HostBackedTestGpu {
-    state: Arc<(Mutex<State>, Condvar)>,
-    h2d_async: AtomicU64,
-    d2h_async: AtomicU64,
-    worker: Mutex<Option<JoinHandle<()>>>,
-}
-
-impl HostBackedTestGpu {
-    /// `per_copy`: how long the copy engine takes per copy (so early completions would show).
-    fn new(per_copy: Duration) -> Arc<Self> {
-        let state = Arc::new((Mutex::new(State::default()), Condvar::new()));
-        let s = Arc::clone(&state);
-        let worker = std::thread::spawn(move || copy_engine(&s, per_copy));
-        Arc::new(Self {
-            state,
-            h2d_async: AtomicU64::new(0),
-            d2h_async: AtomicU64::new(0),
-            worker: Mutex::new(Some(worker)),
-        })
-    }
-
-    fn set_paused(&self, paused: bool) {
-        self.state.0.lock().unwrap().paused = paused;
-        self.state.1.notify_all();
-    }
-
-    fn handle(&self) -> usize {
-        let mut st = self.state.0.lock().unwrap();
-        st.next_handle += 1;
-        st.next_handle
-    }
-
-    fn push(&self, stream: RawStream, cmd: Cmd) -> Result<(), GpuError> {
-        let mut st = self.state.0.lock().unwrap();
-        st.streams
-            .get_mut(&stream.handle)
-            .ok_or_else(|| GpuError::InvalidArgument("unknown stream".into()))?
-            .push_back(cmd);
-        self.state.1.notify_all();
-        Ok(())
-    }
-
-    /// Pinned host bytes allocated now.
-    fn pinned_bytes(&self) -> usize {
-        self.state.0.lock().unwrap().pinned.values().sum()
-    }
-
-    /// The "device" bytes at `ptr..ptr+len` (it is host memory).
-    fn device_bytes(&self, ptr: DevicePtr, len: usize) -> Vec<u8> {
-        // SAFETY: test-double device memory is host memory allocated by `alloc_device`.
-        unsafe { std::slice::from_raw_parts(ptr.addr as usize as *const u8, len).to_vec() }
-    }
-}
-
-impl Drop for HostBackedTestGpu {
-    fn drop(&mut self) {
-        self.state.0.lock().unwrap().stop = true;
-        self.state.1.notify_all();
-        if let Some(t) = self.worker.lock().unwrap().take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Executes queued commands, one stream entry at a time, in stream order.
-fn copy_engine(state: &(Mutex<State>, Condvar), per_copy: Duration) {
-    let (lock, cv) = state;
-    let mut st = lock.lock().unwrap();
-    loop {
-        if st.stop {
-            return;
-        }
-        let next = if st.paused {
-            None
-        } else {
-            st.streams.iter_mut().find_map(|(_, q)| q.pop_front())
-        };
-        let Some(cmd) = next else {
-            st = cv.wait_timeout(st, Duration::from_millis(5)).unwrap().0;
-            continue;
-        };
-        match cmd {
-            Cmd::Copy { dst, src, len } => {
-                drop(st);
-                std::thread::sleep(per_copy);
-                // SAFETY: the engine keeps both ranges alive until the event after this copy.
-                unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len) };
-                st = lock.lock().unwrap();
-            }
-            Cmd::Record(e) => {
-                st.events.insert(e, false);
-            }
-        }
-        cv.notify_all();
-    }
-}
-
-impl GpuRuntime for HostBackedTestGpu {
-    fn backend(&self) -> Backend {
-        Backend::Cuda
-    }
-    fn name(&self) -> String {
-        "host-backed test double".into()
-    }
-    fn vendor(&self) -> GpuVendor {
-        GpuVendor::Nvidia
-    }
-    fn version(&self) -> i32 {
-        0
-    }
-    fn device_count(&self) -> u32 {
-        1
-    }
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::default()
-    }
-    fn device_name(&self, _: u32) -> Result<String, GpuError> {
-        Ok("test double".into())
-    }
-    fn pci_bus_id(&self, _: u32) -> Result<PciAddr, GpuError> {
-        Err(GpuError::InvalidArgument(
-            "test double has no PCI address".into(),
-        ))
-    }
-    fn pointer_kind(&self, addr: u64) -> Result<PointerKind, GpuError> {
-        let st = self.state.0.lock().unwrap();
-        let on_device = st
-            .device
-            .iter()
-            .any(|(&a, &l)| a <= addr && addr < a + l as u64);
-        Ok(if on_device {
-            PointerKind::Device { ordinal: 0 }
-        } else {
-            PointerKind::Unknown
-        })
-    }
-    fn alloc_device(&self, _ordinal: u32, len: usize) -> Result<DevicePtr, GpuError> {
-        let b: Box<[u8]> = vec![0u8; len].into_boxed_slice();
-        let addr = Box::into_raw(b) as *mut u8 as usize as u64;
-        self.state.0.lock().unwrap().device.insert(addr, len);
-        Ok(DevicePtr { addr, ordinal: 0 })
-    }
-    unsafe fn free_device(&self, ptr: DevicePtr) -> Result<(), GpuError> {
-        let len = self.state.0.lock().unwrap().device.remove(&ptr.addr);
-        let len = len.ok_or_else(|| GpuError::InvalidArgument("double free".into()))?;
-        let p = std::ptr::slice_from_raw_parts_mut(ptr.addr as usize as *mut u8, len);
-        // SAFETY: allocated by `alloc_device` as a boxed slice of this length.
-        drop(unsafe { Box::from_raw(p) });
-        Ok(())
-    }
-    fn alloc_pinned(&self, len: usize) -> Result<*mut u8, GpuError> {
-        let p = Box::into_raw(vec![0u8; len].into_boxed_slice()) as *mut u8;
-        self.state.0.lock().unwrap().pinned.insert(p as usize, len);
-        Ok(p)
-    }
-    unsafe fn free_pinned(&self, ptr: *mut u8) -> Result<(), GpuError> {
-        let len = self.state.0.lock().unwrap().pinned.remove(&(ptr as usize));
-        let len = len.ok_or_else(|| GpuError::InvalidArgument("double free".into()))?;
-        // SAFETY: allocated by `alloc_pinned` as a boxed slice of this length.
-        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) });
-        Ok(())
-    }
-    fn create_stream(&self, ordinal: u32) -> Result<RawStream, GpuError> {
-        let handle = self.handle();
-        self.state
-            .0
-            .lock()
-            .unwrap()
-            .streams
-            .insert(handle, VecDeque::new());
-        Ok(RawStream { handle, ordinal })
-    }
-    unsafe fn destroy_stream(&self, stream: RawStream) -> Result<(), GpuError> {
-        // SAFETY: forwarded contract.
-        unsafe { self.stream_synchronize(stream)? };
-        self.state.0.lock().unwrap().streams.remove(&stream.handle);
-        Ok(())
-    }
-    unsafe fn stream_synchronize(&self, stream: RawStream) -> Result<(), GpuError> {
-        let (lock, cv) = &*self.state;
-        let mut st = lock.lock().unwrap();
-        // Synchronising a paused device would hang the test: unpause (as a real device would
-        // make progress).
-        st.paused = false;
-        cv.notify_all();
-        while st
-            .streams
-            .get(&stream.handle)
-            .is_some_and(|q| !q.is_empty())
-            || st.events.values().any(|&pending| pending)
-        {
-            st = cv.wait_timeout(st, Duration::from_millis(5)).unwrap().0;
-        }
-        Ok(())
-    }
-    fn create_event(&self, ordinal: u32, _timing: bool) -> Result<RawEvent, GpuError> {
-        let handle = self.handle();
-        self.state.0.lock().unwrap().events.insert(handle, false);
-        Ok(RawEvent { handle, ordinal })
-    }
-    unsafe fn destroy_event(&self, event: RawEvent) -> Result<(), GpuError> {
-        self.state.0.lock().unwrap().events.remove(&event.handle);
-        Ok(())
-    }
-    unsafe fn record_event(&self, event: RawEvent, stream: RawStream) -> Result<(), GpuError> {
-        self.state
-            .0
-            .lock()
-            .unwrap()
-            .events
-            .insert(event.handle, true);
-        self.push(stream, Cmd::Record(event.handle))
-    }
-    unsafe fn event_query(&self, event: RawEvent) -> Result<bool, GpuError> {
-        let st = self.state.0.lock().unwrap();
-        Ok(!st.events.get(&event.handle).copied().unwrap_or(false))
-    }
-    unsafe fn event_synchronize(&self, event: RawEvent) -> Result<(), GpuError> {
-        let (lock, cv) = &*self.state;
-        let mut st = lock.lock().unwrap();
-        while st.events.get(&event.handle).copied().unwrap_or(false) {
-            st = cv.wait_timeout(st, Duration::from_millis(5)).unwrap().0;
-        }
-        Ok(())
-    }
-    unsafe fn event_elapsed_ms(&self, _: RawEvent, _: RawEvent) -> Result<f32, GpuError> {
-        Ok(0.0)
-    }
-    unsafe fn memcpy_h2d_async(
-        &self,
-        dst: DevicePtr,
-        src: *const u8,
-        len: usize,
-        stream: RawStream,
-    ) -> Result<(), GpuError> {
-        self.h2d_async.fetch_add(1, Ordering::Relaxed);
-        let dst = dst.addr as usize;
-        self.push(
-            stream,
-            Cmd::Copy {
-                dst,
-                src: src as usize,
-                len,
-            },
-        )
-    }
-    unsafe fn memcpy_d2h_async(
-        &self,
-        dst: *mut u8,
-        src: DevicePtr,
-        len: usize,
-        stream: RawStream,
-    ) -> Result<(), GpuError> {
-        self.d2h_async.fetch_add(1, Ordering::Relaxed);
-        let src = src.addr as usize;
-        self.push(
-            stream,
-            Cmd::Copy {
-                dst: dst as usize,
-                src,
-                len,
-            },
-        )
-    }
-    unsafe fn memcpy_h2d(
-        &self,
-        dst: DevicePtr,
-        src: *const u8,
-        len: usize,
-    ) -> Result<(), GpuError> {
-        // SAFETY: caller's contract; "device" memory is host memory.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst.addr as usize as *mut u8, len) };
-        Ok(())
-    }
-    unsafe fn memcpy_d2h(&self, dst: *mut u8, src: DevicePtr, len: usize) -> Result<(), GpuError> {
-        // SAFETY: caller's contract.
-        unsafe { std::ptr::copy_nonoverlapping(src.addr as usize as *const u8, dst, len) };
-        Ok(())
-    }
-    fn export_dmabuf(&self, _: DevicePtr, _: usize) -> Result<DmabufRegion, GpuError> {
-        Err(GpuError::InvalidArgument(
-            "test double exports no dmabuf".into(),
-        ))
-    }
-}
-
-fn as_dyn(rt: &Arc<HostBackedTestGpu>) -> Arc<dyn GpuRuntime> {
-    Arc::clone(rt) as Arc<dyn GpuRuntime>
-}
 
 const K64: usize = 64 * 1024;
 
@@ -373,8 +54,8 @@ fn range_gets_complete_only_after_their_copy_into_vram_and_are_coalesced() {
     let n = 256usize;
     let data = pattern(n * K64, 11);
     put_file(&server, "bkt", "model.bin", &data);
-    let gpu = HostBackedTestGpu::new(Duration::from_micros(300));
-    let engine = builder(&server).gpu(as_dyn(&gpu)).build().unwrap();
+    let gpu = TestGpu::heap(Duration::from_micros(300));
+    let engine = builder(&server).gpu(gpu.as_dyn()).build().unwrap();
     let obj = engine.object("bkt", "model.bin").unwrap();
     let dev = gpu.alloc_device(0, n * K64).unwrap();
     // SAFETY: `dev` lives until the end of the test, after the engine is dropped.
@@ -423,7 +104,7 @@ fn range_gets_complete_only_after_their_copy_into_vram_and_are_coalesced() {
     assert_eq!(st.ranges_to_device, n as u64);
     assert_eq!(st.bytes_to_device, (n * K64) as u64);
     assert_eq!(st.errors, 0);
-    assert_eq!(st.copies_to_device, gpu.h2d_async.load(Ordering::Relaxed));
+    assert_eq!(st.copies_to_device, gpu.h2d_async());
     // Two batches may go out before the copy engine is seen busy (each at most the ranges one
     // turn landed, ≤ 32 connections); everything after them merges into contiguous runs split
     // at the 8 MiB limit.
@@ -444,9 +125,9 @@ fn without_coalescing_every_range_is_its_own_copy() {
     let n = 64usize;
     let data = pattern(n * K64, 5);
     put_file(&server, "bkt", "obj", &data);
-    let gpu = HostBackedTestGpu::new(Duration::from_micros(50));
+    let gpu = TestGpu::heap(Duration::from_micros(50));
     let engine = builder(&server)
-        .gpu(as_dyn(&gpu))
+        .gpu(gpu.as_dyn())
         .gpu_coalesce_limit(0)
         .build()
         .unwrap();
@@ -493,9 +174,9 @@ fn each_large_range_completes_when_its_own_copy_has_finished() {
     let n = 16usize;
     let data = pattern(n * MIB, 23);
     put_file(&server, "bkt", "large.bin", &data);
-    let gpu = HostBackedTestGpu::new(Duration::from_millis(60));
+    let gpu = TestGpu::heap(Duration::from_millis(60));
     let engine = builder(&server)
-        .gpu(as_dyn(&gpu))
+        .gpu(gpu.as_dyn())
         .gpu_coalesce_limit((MIB / 2) as u64)
         .build()
         .unwrap();
@@ -556,8 +237,8 @@ fn each_large_range_completes_when_its_own_copy_has_finished() {
 fn put_from_vram_sends_the_device_bytes_and_a_whole_get_copies_only_what_arrived() {
     let server = S3sFs::start();
     server.create_bucket_dir("bkt");
-    let gpu = HostBackedTestGpu::new(Duration::from_micros(200));
-    let engine = builder(&server).gpu(as_dyn(&gpu)).build().unwrap();
+    let gpu = TestGpu::heap(Duration::from_micros(200));
+    let engine = builder(&server).gpu(gpu.as_dyn()).build().unwrap();
     let len = 3 << 20;
     let dev = gpu.alloc_device(0, len).unwrap();
     let data = pattern(len, 77);
@@ -587,7 +268,7 @@ fn put_from_vram_sends_the_device_bytes_and_a_whole_get_copies_only_what_arrived
     let st = engine.gpu_staging().unwrap();
     assert_eq!(st.ranges_from_device, 3);
     assert!(st.bytes_from_device >= len as u64 && st.bytes_from_device <= (len + (1 << 20)) as u64);
-    assert_eq!(st.copies_from_device, gpu.d2h_async.load(Ordering::Relaxed));
+    assert_eq!(st.copies_from_device, gpu.d2h_async());
 
     // GET the 1 MiB object back whole into a 2 MiB device range: 1 MiB arrives and only that
     // is copied; the rest of the device range keeps its bytes.
@@ -636,8 +317,8 @@ fn device_memory_without_a_runtime_or_outside_the_device_is_refused() {
     assert!(matches!(err, EngineError::Unsupported(_)), "{err:?}");
     assert!(err.to_string().contains("no GPU runtime"), "{err}");
 
-    let gpu = HostBackedTestGpu::new(Duration::ZERO);
-    let engine = builder(&server).gpu(as_dyn(&gpu)).build().unwrap();
+    let gpu = TestGpu::heap(Duration::ZERO);
+    let engine = builder(&server).gpu(gpu.as_dyn()).build().unwrap();
     let dev = gpu.alloc_device(0, 4096).unwrap();
     // A range running past the allocation, and host memory, are not device memory.
     // SAFETY: refused before anything touches the addresses.
@@ -662,8 +343,8 @@ fn upload_part_from_vram_sends_the_device_bytes() {
     use ring_api::{PartNumber, UploadHandle};
     let server = S3sFs::start();
     server.create_bucket_dir("bkt");
-    let gpu = HostBackedTestGpu::new(Duration::from_micros(200));
-    let engine = builder(&server).gpu(as_dyn(&gpu)).build().unwrap();
+    let gpu = TestGpu::heap(Duration::from_micros(200));
+    let engine = builder(&server).gpu(gpu.as_dyn()).build().unwrap();
     let parts = [5usize << 20, 1_234_567];
     let len: usize = parts.iter().sum();
     let dev = gpu.alloc_device(0, len).unwrap();
@@ -737,9 +418,9 @@ fn registering_device_memory_allocates_no_host_memory() {
     let server = S3sFs::start();
     let data = pattern(K64, 4);
     put_file(&server, "bkt", "small", &data);
-    let gpu = HostBackedTestGpu::new(Duration::ZERO);
+    let gpu = TestGpu::heap(Duration::ZERO);
     let engine = builder(&server)
-        .gpu(as_dyn(&gpu))
+        .gpu(gpu.as_dyn())
         .gpu_bounce_bytes(1 << 20)
         .build()
         .unwrap();
@@ -786,7 +467,7 @@ fn device_gets_and_puts_through_a_small_pool_are_exact_over_http_and_soft() {
     let root = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(root.path().join("bkt")).unwrap();
     let gw = rig::soft_gateway(root.path());
-    let gpu = HostBackedTestGpu::new(Duration::from_micros(100));
+    let gpu = TestGpu::heap(Duration::from_micros(100));
     let sizes = [1usize, 4095, 4096, 65_537, 200_000, 262_144, 100_003];
     let total: usize = sizes.iter().sum();
     let data = pattern(total, 9);
@@ -801,7 +482,7 @@ fn device_gets_and_puts_through_a_small_pool_are_exact_over_http_and_soft() {
         unsafe { gpu.memcpy_h2d(dst, fill.as_ptr(), fill.len()) }.unwrap();
         let engine = rig::engine_builder(gw.local_addr())
             .fabric(fabric)
-            .gpu(as_dyn(&gpu))
+            .gpu(gpu.as_dyn())
             .gpu_bounce_bytes(256 << 10)
             .build()
             .unwrap();
@@ -913,9 +594,9 @@ fn a_batch_larger_than_the_pool_waits_and_completes_in_order_of_arrival() {
     let (n, size) = (16usize, 256usize << 10);
     let data = pattern(n * size, 17);
     put_file(&server, "bkt", "batch", &data);
-    let gpu = HostBackedTestGpu::new(Duration::from_micros(300));
+    let gpu = TestGpu::heap(Duration::from_micros(300));
     let engine = builder(&server)
-        .gpu(as_dyn(&gpu))
+        .gpu(gpu.as_dyn())
         .gpu_bounce_bytes(size as u64)
         .build()
         .unwrap();
@@ -962,9 +643,9 @@ fn an_operation_larger_than_the_pool_is_refused_with_too_large() {
     let server = S3sFs::start();
     let data = pattern(3 * K64, 21);
     put_file(&server, "bkt", "obj", &data);
-    let gpu = HostBackedTestGpu::new(Duration::ZERO);
+    let gpu = TestGpu::heap(Duration::ZERO);
     let engine = builder(&server)
-        .gpu(as_dyn(&gpu))
+        .gpu(gpu.as_dyn())
         .gpu_bounce_bytes(2 * K64 as u64)
         .build()
         .unwrap();
@@ -1027,9 +708,9 @@ fn waiting_operations_can_be_cancelled_expire_and_hold_off_deregistration() {
     let server = S3sFs::start();
     let data = pattern(4 * K64, 33);
     put_file(&server, "bkt", "obj", &data);
-    let gpu = HostBackedTestGpu::new(Duration::from_micros(100));
+    let gpu = TestGpu::heap(Duration::from_micros(100));
     let engine = builder(&server)
-        .gpu(as_dyn(&gpu))
+        .gpu(gpu.as_dyn())
         .gpu_bounce_bytes(K64 as u64)
         .build()
         .unwrap();
@@ -1142,8 +823,8 @@ fn waiting_operations_can_be_cancelled_expire_and_hold_off_deregistration() {
 #[test]
 fn read_and_copy_in_on_a_device_registration_reach_vram() {
     let server = S3sFs::start();
-    let gpu = HostBackedTestGpu::new(Duration::ZERO);
-    let engine = builder(&server).gpu(as_dyn(&gpu)).build().unwrap();
+    let gpu = TestGpu::heap(Duration::ZERO);
+    let engine = builder(&server).gpu(gpu.as_dyn()).build().unwrap();
     let dev = gpu.alloc_device(0, 3 * K64).unwrap();
     // SAFETY: freed after the engine is dropped.
     let buf = unsafe { engine.register_device(dev, 3 * K64) }.unwrap();

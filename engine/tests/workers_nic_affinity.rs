@@ -11,18 +11,14 @@ mod common;
 #[path = "../../numa/tests/common/mod.rs"]
 mod sysfs_tree;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::Duration;
 
+use common::test_gpu::{TestGpu, dev_base};
 use common::{S3sFs, put_file};
-use engine::gpu::{
-    Backend, Capabilities, DevicePtr, DmabufRegion, GpuError, GpuRuntime, PointerKind, RawEvent,
-    RawStream,
-};
+use engine::gpu::DevicePtr;
 use engine::{EngineError, Fabric, Locality, Placement, PlacementPlan, RegisterOptions};
-use numa::{GpuVendor, PathClass, PciAddr, Topology};
+use numa::{PathClass, PciAddr, Topology};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -283,140 +279,6 @@ fn two_node_tree() -> tempfile::TempDir {
     dir
 }
 
-/// A GPU runtime that knows where its devices are on PCI and registers their memory (device
-/// addresses are never dereferenced: no operation here touches device memory).
-#[derive(Debug)]
-struct PciOnlyGpu {
-    /// PCI address of each ordinal.
-    pci: Vec<PciAddr>,
-    pinned: Mutex<HashMap<usize, std::alloc::Layout>>,
-}
-
-fn unsupported(what: &'static str) -> GpuError {
-    GpuError::Unsupported {
-        backend: Backend::Cuda,
-        what,
-        why: "not needed to register".into(),
-    }
-}
-
-/// Device `o`'s fake address range starts here (1 GiB each).
-fn dev_base(o: u32) -> u64 {
-    0x7f00_0000_0000 + (u64::from(o) << 30)
-}
-
-impl GpuRuntime for PciOnlyGpu {
-    fn backend(&self) -> Backend {
-        Backend::Cuda
-    }
-    fn name(&self) -> String {
-        "PCI-only test double".into()
-    }
-    fn vendor(&self) -> GpuVendor {
-        GpuVendor::Nvidia
-    }
-    fn version(&self) -> i32 {
-        0
-    }
-    fn device_count(&self) -> u32 {
-        self.pci.len() as u32
-    }
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::default()
-    }
-    fn device_name(&self, _: u32) -> Result<String, GpuError> {
-        Ok("test double".into())
-    }
-    fn pci_bus_id(&self, ordinal: u32) -> Result<PciAddr, GpuError> {
-        self.pci
-            .get(ordinal as usize)
-            .copied()
-            .ok_or_else(|| GpuError::InvalidArgument(format!("no device {ordinal}")))
-    }
-    fn pointer_kind(&self, addr: u64) -> Result<PointerKind, GpuError> {
-        Ok((0..self.device_count())
-            .find(|&o| (dev_base(o)..dev_base(o) + (1 << 30)).contains(&addr))
-            .map_or(PointerKind::Unknown, |ordinal| PointerKind::Device {
-                ordinal,
-            }))
-    }
-    fn alloc_device(&self, _: u32, _: usize) -> Result<DevicePtr, GpuError> {
-        Err(unsupported("alloc_device"))
-    }
-    unsafe fn free_device(&self, _: DevicePtr) -> Result<(), GpuError> {
-        Err(unsupported("free_device"))
-    }
-    fn alloc_pinned(&self, len: usize) -> Result<*mut u8, GpuError> {
-        let layout = std::alloc::Layout::from_size_align(len, 4096)
-            .map_err(|e| GpuError::InvalidArgument(e.to_string()))?;
-        // SAFETY: the layout has a non-zero size (the engine never registers 0 bytes).
-        let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        self.pinned.lock().unwrap().insert(p as usize, layout);
-        Ok(p)
-    }
-    unsafe fn free_pinned(&self, ptr: *mut u8) -> Result<(), GpuError> {
-        let layout = self.pinned.lock().unwrap().remove(&(ptr as usize));
-        let layout = layout.ok_or_else(|| GpuError::InvalidArgument("not pinned here".into()))?;
-        // SAFETY: allocated by `alloc_pinned` with this layout, freed once.
-        unsafe { std::alloc::dealloc(ptr, layout) };
-        Ok(())
-    }
-    fn create_stream(&self, _: u32) -> Result<RawStream, GpuError> {
-        Err(unsupported("streams"))
-    }
-    unsafe fn destroy_stream(&self, _: RawStream) -> Result<(), GpuError> {
-        Err(unsupported("streams"))
-    }
-    unsafe fn stream_synchronize(&self, _: RawStream) -> Result<(), GpuError> {
-        Err(unsupported("streams"))
-    }
-    fn create_event(&self, _: u32, _: bool) -> Result<RawEvent, GpuError> {
-        Err(unsupported("events"))
-    }
-    unsafe fn destroy_event(&self, _: RawEvent) -> Result<(), GpuError> {
-        Err(unsupported("events"))
-    }
-    unsafe fn record_event(&self, _: RawEvent, _: RawStream) -> Result<(), GpuError> {
-        Err(unsupported("events"))
-    }
-    unsafe fn event_query(&self, _: RawEvent) -> Result<bool, GpuError> {
-        Err(unsupported("events"))
-    }
-    unsafe fn event_synchronize(&self, _: RawEvent) -> Result<(), GpuError> {
-        Err(unsupported("events"))
-    }
-    unsafe fn event_elapsed_ms(&self, _: RawEvent, _: RawEvent) -> Result<f32, GpuError> {
-        Err(unsupported("events"))
-    }
-    unsafe fn memcpy_h2d_async(
-        &self,
-        _: DevicePtr,
-        _: *const u8,
-        _: usize,
-        _: RawStream,
-    ) -> Result<(), GpuError> {
-        Err(unsupported("copies"))
-    }
-    unsafe fn memcpy_d2h_async(
-        &self,
-        _: *mut u8,
-        _: DevicePtr,
-        _: usize,
-        _: RawStream,
-    ) -> Result<(), GpuError> {
-        Err(unsupported("copies"))
-    }
-    unsafe fn memcpy_h2d(&self, _: DevicePtr, _: *const u8, _: usize) -> Result<(), GpuError> {
-        Err(unsupported("copies"))
-    }
-    unsafe fn memcpy_d2h(&self, _: *mut u8, _: DevicePtr, _: usize) -> Result<(), GpuError> {
-        Err(unsupported("copies"))
-    }
-    fn export_dmabuf(&self, _: DevicePtr, _: usize) -> Result<DmabufRegion, GpuError> {
-        Err(unsupported("dmabuf"))
-    }
-}
-
 #[test]
 fn engine_binds_gpu_and_host_registrations_to_the_near_nic() {
     let server = S3sFs::start();
@@ -424,17 +286,15 @@ fn engine_binds_gpu_and_host_registrations_to_the_near_nic() {
     let t = Topology::from_root(tree.path()).unwrap();
     let gpus: Vec<PciAddr> = t.gpus.iter().map(|g| g.pci).collect();
     assert_eq!(gpus.len(), 2);
-    let rt = std::sync::Arc::new(PciOnlyGpu {
-        // Ordinal 0 is the GPU on node 1, ordinal 1 the one on node 0: binding must follow
-        // the PCI address, not the ordinal.
-        pci: vec![gpus[1], gpus[0]],
-        pinned: Mutex::default(),
-    });
+    // Ordinal 0 is the GPU on node 1, ordinal 1 the one on node 0: binding must follow the PCI
+    // address, not the ordinal. Device addresses are never dereferenced: no operation here
+    // touches device memory.
+    let rt = TestGpu::pci_only(vec![gpus[1], gpus[0]]);
     let engine = common::builder(&server)
         .placement(Placement::Auto)
         .sysfs_root(tree.path())
         .fabric(Fabric::Http)
-        .gpu(rt)
+        .gpu(rt.as_dyn())
         .build()
         .unwrap();
     let workers = engine.workers();

@@ -3,6 +3,7 @@
 
 #[path = "../../../cli/tests/support/s3s_fs.rs"]
 pub mod s3s_fs;
+pub mod test_gpu;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
