@@ -677,7 +677,7 @@ mod tests {
         let (sqe, submitted) = worker.submissions().next_stamped().unwrap();
         assert_eq!((sqe.user_data(), submitted), (7, 1_000));
         // Five completions into a CQ of two: three wait in the pending list with their times.
-        let times = |i: u64| OpTimes::new(i, i + 1, (i % 2 == 0).then_some(i + 2), i + 3);
+        let times = |i: u64| OpTimes::new(i, i + 1, i.is_multiple_of(2).then_some(i + 2), i + 3);
         {
             let mut w = worker.completions();
             for i in 0..5 {

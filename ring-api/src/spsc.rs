@@ -98,6 +98,7 @@ impl<E: Entry> Shared<E> {
 /// Creates a ring of `capacity` entries. `producer_bell` wakes the consumer when entries are
 /// published while it is parked; `consumer_bell` wakes the producer when space is freed while it
 /// is parked. Either may be `None` when that side never parks.
+#[cfg(test)]
 pub(crate) fn ring<E: Entry>(
     capacity: u32,
     producer_bell: Option<Arc<dyn Doorbell>>,
@@ -106,7 +107,7 @@ pub(crate) fn ring<E: Entry>(
     ring_with_stamps(capacity, producer_bell, consumer_bell, false)
 }
 
-/// [`ring`], with a timestamp companion when `stamped` (see [`Producer::push_stamped`],
+/// A ring (as `ring` in tests), with a timestamp companion when `stamped` (see [`Producer::push_stamped`],
 /// [`Producer::stamp_clock`] and [`Consumer::pop_stamped`]).
 pub(crate) fn ring_with_stamps<E: Entry>(
     capacity: u32,
