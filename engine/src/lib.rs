@@ -65,6 +65,7 @@ mod memory;
 mod mempolicy;
 mod multipart;
 mod nic_plan;
+mod op_times;
 mod placement;
 mod queue;
 pub mod retry;
@@ -82,9 +83,9 @@ pub use fabric::{rc, soft};
 pub use memory::{BufferView, RegisterOptions};
 pub use nic_plan::{Locality, NicAffinity, PlacementPlan};
 pub use placement::{DEFAULT_WORKERS_PER_NIC, PlannedWorker};
-pub use queue::Queue;
 #[cfg(feature = "tokio")]
 pub use queue::{AsyncError, AsyncQueue, NextCompletion, OpFuture};
+pub use queue::{Queue, QueueOptions};
 pub use stripe::{DEFAULT_STRIPE_CHUNK, DEFAULT_STRIPE_THRESHOLD, Stripe};
 pub use sys::{monotonic_ns, process_cpu_time};
 
@@ -95,4 +96,6 @@ pub use ring_api::{
     PartNumber, PushError, Sqe, SubmissionQueue, UploadHandle, WireDialect, cqe_flags, opcode,
     sqe_flags,
 };
+// Per-operation timestamps (`QueueOptions::timestamps`).
+pub use ring_api::{OpTimes, TimedCompletionQueue, TimestampsOff};
 pub use s3_lite::credentials::Credentials;

@@ -510,7 +510,9 @@ impl SubmissionReader<'_> {
     /// published it (0 on a queue without timestamps).
     #[inline]
     pub fn next_stamped(&mut self) -> Option<(Sqe, u64)> {
-        self.c.pop_stamped().map(|(sqe, [submitted, ..])| (sqe, submitted))
+        self.c
+            .pop_stamped()
+            .map(|(sqe, [submitted, ..])| (sqe, submitted))
     }
 }
 
@@ -673,7 +675,9 @@ mod tests {
     fn timed_queue_pairs_each_completion_with_its_times_through_overflow() {
         let (mut app, mut worker) = queue_pair_timed(4, 2, None, None, clock).unwrap();
         assert!(app.timestamps() && worker.timestamps());
-        app.submission().push(&Nop::new().user_data(7).build()).unwrap();
+        app.submission()
+            .push(&Nop::new().user_data(7).build())
+            .unwrap();
         let (sqe, submitted) = worker.submissions().next_stamped().unwrap();
         assert_eq!((sqe.user_data(), submitted), (7, 1_000));
         // Five completions into a CQ of two: three wait in the pending list with their times.

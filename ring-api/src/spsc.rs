@@ -523,7 +523,8 @@ mod tests {
         let (mut p, mut q) = ring_with_stamps::<Cqe>(2, None, None, true).unwrap();
         assert!(p.stamped() && q.stamped());
         for round in 0..5u64 {
-            p.push_stamped(c(round), [round, round + 1, 0, round + 3]).unwrap();
+            p.push_stamped(c(round), [round, round + 1, 0, round + 3])
+                .unwrap();
             p.publish();
             assert_eq!(
                 q.pop_stamped(),
