@@ -84,7 +84,9 @@ pub use memory::{BufferView, RegisterOptions};
 pub use nic_plan::{Locality, NicAffinity, PlacementPlan};
 pub use placement::{DEFAULT_WORKERS_PER_NIC, PlannedWorker};
 #[cfg(feature = "tokio")]
-pub use queue::{AsyncError, AsyncQueue, NextCompletion, OpFuture};
+pub use queue::{
+    AsyncError, AsyncQueue, NextCompletion, NextTimedCompletion, OpFuture, TimedOpFuture,
+};
 pub use queue::{Queue, QueueOptions};
 pub use stripe::{DEFAULT_STRIPE_CHUNK, DEFAULT_STRIPE_THRESHOLD, Stripe};
 pub use sys::{monotonic_ns, process_cpu_time};

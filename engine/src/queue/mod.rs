@@ -16,7 +16,9 @@ use ring_api::{
 };
 
 #[cfg(feature = "tokio")]
-pub use async_queue::{AsyncError, AsyncQueue, NextCompletion, OpFuture};
+pub use async_queue::{
+    AsyncError, AsyncQueue, NextCompletion, NextTimedCompletion, OpFuture, TimedOpFuture,
+};
 pub(crate) use eventfd::EventFd;
 pub use options::QueueOptions;
 
