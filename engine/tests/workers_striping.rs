@@ -341,7 +341,11 @@ fn a_striped_operation_has_one_ordered_record() {
     let n = q.reap_timed(&mut out).unwrap();
     let reaped = engine::monotonic_ns();
     std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(n + q.reap_timed(&mut out[n..]).unwrap(), 1, "one completion");
+    assert_eq!(
+        n + q.reap_timed(&mut out[n..]).unwrap(),
+        1,
+        "one completion"
+    );
     let (c, t) = out[0];
     assert!(c.is_ok() && c.bytes() == 8 * MIB, "{c:?}");
     let ops: u64 = engine
