@@ -31,8 +31,9 @@ impl QueueOptions {
     /// [`OpTimes`](crate::OpTimes) record (submitted, started, first byte, completed), read with
     /// [`Queue::completion_timed`](crate::Queue::completion_timed) or
     /// [`Queue::reap_timed`](crate::Queue::reap_timed) (and
-    /// `AsyncQueue::submit_timed` with the `tokio` feature). They cost two clock reads per
-    /// batch of submissions and two per operation; a queue without them reads no clock.
+    /// `AsyncQueue::submit_timed` with the `tokio` feature). They cost one clock read per
+    /// publish of submissions, one per batch the worker takes, and two per operation (first
+    /// byte, completion); a queue without them reads no clock.
     pub const fn timestamps(mut self, on: bool) -> Self {
         self.timestamps = on;
         self
