@@ -195,6 +195,7 @@ pub(crate) fn dispatch(sqe: &Sqe, queue: QueueRef, ctx: &DispatchCtx<'_>) -> Dis
         source_crc: std::cell::OnceCell::new(),
         verify_stored: std::cell::Cell::new(None),
         stripe: None,
+        times: None,
     })
 }
 

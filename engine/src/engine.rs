@@ -17,7 +17,7 @@ use crate::fabric::http::HttpFabric;
 use crate::gpu::{DevicePtr, GpuRuntime, PointerKind, StagingCounters};
 use crate::memory::raw::RawMem;
 use crate::memory::{BufferView, RegisterOptions, Registry};
-use crate::queue::{EventFd, Queue};
+use crate::queue::{EventFd, Queue, QueueOptions};
 use crate::worker::stager::GpuStaging;
 use crate::worker::{Crew, Prepared, WorkerHandle};
 
@@ -640,7 +640,16 @@ impl Engine {
     /// (the least loaded takes each), so one queue can use all the engine's workers.
     ///
     /// A `depth` of 0 is refused ([`EngineError::Config`]): a queue needs at least one slot.
+    /// [`Engine::queue_with`] creates a queue with optional features (timestamps).
     pub fn queue(&self, depth: u32) -> Result<Queue, EngineError> {
+        self.queue_with(QueueOptions::new(depth))
+    }
+
+    /// [`Engine::queue`] with [`QueueOptions`]: `QueueOptions::new(depth).timestamps(true)`
+    /// pairs every completion with its [`OpTimes`](crate::OpTimes) (see
+    /// [`Queue::completion_timed`]).
+    pub fn queue_with(&self, options: QueueOptions) -> Result<Queue, EngineError> {
+        let depth = options.depth;
         if depth == 0 {
             return Err(EngineError::Config(
                 "Engine::queue depth must be at least 1 (got 0)".to_owned(),
@@ -659,12 +668,18 @@ impl Engine {
         let worker = self.workers.get(i).ok_or(EngineError::Shutdown)?;
         // The completion-readiness fd (Queue's AsFd): rung by the owner only while armed.
         let ready_fd = Arc::new(EventFd::new().map_err(EngineError::Poller)?);
-        let (app, wq) = ring_api::queue_pair_with_completion_bell(
-            sq,
-            cq,
-            Some(worker.bell()),
-            Some(Arc::clone(&ready_fd) as Arc<dyn ring_api::Doorbell>),
-        )
+        let completion_bell = Some(Arc::clone(&ready_fd) as Arc<dyn ring_api::Doorbell>);
+        let (app, wq) = if options.timestamps {
+            ring_api::queue_pair_timed(
+                sq,
+                cq,
+                Some(worker.bell()),
+                completion_bell,
+                crate::sys::monotonic_ns,
+            )
+        } else {
+            ring_api::queue_pair_with_completion_bell(sq, cq, Some(worker.bell()), completion_bell)
+        }
         .map_err(EngineError::Ring)?;
         let id = self.next_queue_id.fetch_add(1, Ordering::Relaxed);
         worker.attach(wq, cq as usize, id);

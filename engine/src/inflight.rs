@@ -138,6 +138,8 @@ pub(crate) struct InFlight {
     /// A chunk of a striped operation: the join on the queue's owner that its completion
     /// goes to instead of the queue ([`crate::stripe`]).
     pub(crate) stripe: Option<crate::stripe::JoinId>,
+    /// Clock readings, on a queue created with timestamps (`None`: no clock is read).
+    pub(crate) times: Option<crate::op_times::Stamps>,
 }
 
 impl InFlight {
@@ -181,6 +183,13 @@ impl InFlight {
                 upload_id, part, ..
             }) => Some((upload_id, *part)),
             _ => None,
+        }
+    }
+
+    /// Records the first byte of this attempt's answer (on a timed queue; nothing otherwise).
+    pub(crate) fn mark_first_byte(&self) {
+        if let Some(t) = &self.times {
+            t.mark_first_byte();
         }
     }
 
@@ -306,6 +315,7 @@ mod tests {
             source_crc: std::cell::OnceCell::new(),
             verify_stored: std::cell::Cell::new(None),
             stripe: None,
+            times: None,
         }
     }
 

@@ -77,6 +77,7 @@ mod memory;
 mod mempolicy;
 mod multipart;
 mod nic_plan;
+mod op_times;
 mod placement;
 mod queue;
 pub mod retry;
@@ -98,9 +99,11 @@ pub use fabric::rdma::{DcOp, DcTokenError, DcTokenProvider, Dialect, Fabric};
 pub use memory::{BufferView, RegisterOptions};
 pub use nic_plan::{Locality, NicAffinity, PlacementPlan};
 pub use placement::{DEFAULT_WORKERS_PER_NIC, PlannedWorker};
-pub use queue::Queue;
 #[cfg(feature = "tokio")]
-pub use queue::{AsyncError, AsyncQueue, NextCompletion, OpFuture};
+pub use queue::{
+    AsyncError, AsyncQueue, NextCompletion, NextTimedCompletion, OpFuture, TimedOpFuture,
+};
+pub use queue::{Queue, QueueOptions};
 pub use stripe::{DEFAULT_STRIPE_CHUNK, DEFAULT_STRIPE_THRESHOLD, Stripe};
 pub use sys::process_cpu_time;
 
@@ -111,6 +114,8 @@ pub use ring_api::{
     PartNumber, PushError, Sqe, SubmissionQueue, UploadHandle, WireDialect, cqe_flags, opcode,
     sqe_flags,
 };
+// Per-operation timestamps (`QueueOptions::timestamps`).
+pub use ring_api::{OpTimes, TimedCompletionQueue, TimestampsOff};
 pub use s3_lite::credentials::Credentials;
 
 /// The soft RDMA fabric: RC queue-pair semantics emulated in user space over TCP (the

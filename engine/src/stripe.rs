@@ -163,6 +163,8 @@ pub(crate) fn split(op: InFlight, cfg: &StripeConfig) -> Split {
             source_crc: std::cell::OnceCell::new(),
             verify_stored: std::cell::Cell::new(None),
             stripe: None,
+            // The operation's submission and start; each chunk records its own first byte.
+            times: op.times.clone(),
         });
     }
     Split::Chunks(chunks)
@@ -190,6 +192,8 @@ struct Join {
     retried: bool,
     /// The first failure.
     error: Option<Cqe>,
+    /// The chunks' times merged so far (timed queues only; see `Joins::merge_times`).
+    times: Option<ring_api::OpTimes>,
 }
 
 /// What a chunk's completion did to its join.
@@ -227,6 +231,7 @@ impl Joins {
                 verified: true,
                 retried: false,
                 error: None,
+                times: None,
             },
         );
         id
@@ -282,6 +287,18 @@ impl Joins {
             (None, None) => Cqe::error(j.user_data, ErrorCode::Io, ErrorClass::Local),
         };
         Landed::Done(if j.retried { cqe.with_retried() } else { cqe })
+    }
+
+    /// Folds a chunk's times into its join's (call before [`Joins::land`]) and returns the
+    /// merge so far: the operation's submission and start, the earliest first byte, the latest
+    /// completion. A join that is gone gives `t` back.
+    pub(crate) fn merge_times(&mut self, id: JoinId, t: ring_api::OpTimes) -> ring_api::OpTimes {
+        let Some(j) = self.open.get_mut(&id) else {
+            return t;
+        };
+        let merged = crate::op_times::merge_chunk(j.times, t);
+        j.times = Some(merged);
+        merged
     }
 
     /// Forgets the joins of the queue with id `queue` (it is gone).

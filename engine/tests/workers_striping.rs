@@ -313,3 +313,57 @@ fn cancel_and_deadline_stop_every_chunk_and_complete_once() {
     let ops: Vec<u64> = engine.workers().iter().map(|w| w.ops).collect();
     assert_eq!(ops, [8, 8], "two striped ops of 8 chunks");
 }
+
+/// On a queue with timestamps a striped RangeGet completes once with one record: the
+/// operation's submission (inside the push window) and start, the earliest chunk's first byte,
+/// the last chunk's completion, in order, all before it was reaped.
+#[test]
+fn a_striped_operation_has_one_ordered_record() {
+    let data = rig::pattern((9 * MIB) as usize, 11);
+    let soft = Soft::start(&data, |b| b.stripe_threshold(2 * MIB).stripe_chunk(MIB));
+    let engine = soft.engine();
+    let buf = bound_buffer(engine, 8 * MIB);
+    let obj = engine.object("stripe", "obj.bin").unwrap();
+    let before: Vec<u64> = engine.workers().iter().map(|w| w.ops).collect();
+    let mut q = engine
+        .queue_with(engine::QueueOptions::new(8).timestamps(true))
+        .unwrap();
+    let pushed_from = engine::monotonic_ns();
+    q.push(
+        &RangeGet::new(obj, 5, BufSlice::new(buf, 0, 8 * MIB))
+            .user_data(9)
+            .build(),
+    )
+    .unwrap();
+    let pushed_to = engine::monotonic_ns();
+    assert_eq!(q.wait(1, Some(Duration::from_secs(60))), 1);
+    let mut out = [(Cqe::default(), engine::OpTimes::default()); 4];
+    let n = q.reap_timed(&mut out).unwrap();
+    let reaped = engine::monotonic_ns();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        n + q.reap_timed(&mut out[n..]).unwrap(),
+        1,
+        "one completion"
+    );
+    let (c, t) = out[0];
+    assert!(c.is_ok() && c.bytes() == 8 * MIB, "{c:?}");
+    let ops: u64 = engine
+        .workers()
+        .iter()
+        .zip(&before)
+        .map(|(w, b)| w.ops - b)
+        .sum();
+    assert_eq!(ops, 8, "8 chunks of 1 MiB ran");
+    let fb = t.first_byte_ns().expect("chunks answered over HTTP");
+    assert!(
+        pushed_from <= t.submitted_ns()
+            && t.submitted_ns() <= pushed_to
+            && t.submitted_ns() <= t.started_ns()
+            && t.started_ns() <= fb
+            && fb <= t.completed_ns()
+            && t.completed_ns() <= reaped,
+        "{t:?} pushed {pushed_from}..={pushed_to} reaped {reaped}"
+    );
+    assert!(engine.read(buf, 0, 8 * MIB).unwrap()[..] == data[5..5 + 8 * MIB as usize]);
+}

@@ -256,3 +256,9 @@ mod tests {
         assert_eq!(InvalidEntry::ZeroLength.to_cqe(1).result(), -22);
     }
 }
+
+/// The queue was created without per-operation timestamps, so there are none to read (ask for
+/// them when creating the queue).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+#[error("this queue was created without per-operation timestamps")]
+pub struct TimestampsOff;

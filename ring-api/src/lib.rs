@@ -44,6 +44,8 @@
 //!   Release/Acquire publication and batch views ([`SubmissionQueue`], [`CompletionQueue`],
 //!   [`SubmissionReader`], [`CompletionWriter`]).
 //! - [`wakeup`]: the `need_wakeup` park protocol and the [`Doorbell`] trait.
+//! - [`queue_pair_timed`]: the same rings with per-operation timestamps ([`OpTimes`]) in a
+//!   companion slot at each entry's index, read with [`AppQueue::completion_timed`].
 //!
 //! # Thread safety
 //!
@@ -83,6 +85,7 @@ mod queue;
 mod slot;
 mod spsc;
 mod sqe;
+mod times;
 mod validate;
 pub mod wakeup;
 
@@ -91,17 +94,21 @@ pub mod wakeup;
 pub mod fuzzing;
 
 pub use cqe::{Cqe, DataPath, ErrorClass, WireDialect, cqe_flags};
-pub use error::{ErrorCode, InternError, InvalidEntry, PushError, SetupError, UnknownErrorCode};
+pub use error::{
+    ErrorCode, InternError, InvalidEntry, PushError, SetupError, TimestampsOff, UnknownErrorCode,
+};
 pub use handle::{BufHandle, BufSlice, ObjectId, PartNumber, UploadHandle};
 pub use object_table::{MAX_BUCKET_LEN, MAX_KEY_LEN, ObjectName, ObjectTable};
 pub use op_error::OpError;
 pub use pending::PendingCompletions;
 pub use queue::{
-    AppQueue, CompletionQueue, CompletionWriter, SubmissionQueue, SubmissionReader, WorkerQueue,
-    queue_pair, queue_pair_with_completion_bell,
+    AppQueue, CompletionQueue, CompletionWriter, SubmissionQueue, SubmissionReader,
+    TimedCompletionQueue, WorkerQueue, queue_pair, queue_pair_timed,
+    queue_pair_with_completion_bell,
 };
 pub use spsc::MAX_ENTRIES;
 pub use sqe::{Sqe, sqe_flags};
+pub use times::OpTimes;
 pub use validate::{Deadline, MAX_PUT_LEN, Op, ValidOp};
 pub use wakeup::{Doorbell, ParkDoorbell, ParkWaiter};
 

@@ -10,11 +10,13 @@ use std::collections::VecDeque;
 
 use crate::cqe::Cqe;
 use crate::spsc::Producer;
+use crate::times::OpTimes;
 
 /// FIFO of completions waiting for CQ space.
 #[derive(Debug, Default)]
 pub struct PendingCompletions {
-    list: VecDeque<Cqe>,
+    /// Each completion with its timestamps (all zero on queues without them).
+    list: VecDeque<(Cqe, OpTimes)>,
     /// Largest length reached, for diagnostics.
     high_water: usize,
 }
@@ -46,20 +48,20 @@ impl PendingCompletions {
 
     /// The waiting completions, oldest first.
     pub fn iter(&self) -> impl Iterator<Item = &Cqe> {
-        self.list.iter()
+        self.list.iter().map(|(cqe, _)| cqe)
     }
 
-    pub(crate) fn push_back(&mut self, cqe: Cqe) {
-        self.list.push_back(cqe);
+    pub(crate) fn push_back(&mut self, cqe: Cqe, times: OpTimes) {
+        self.list.push_back((cqe, times));
         self.high_water = self.high_water.max(self.list.len());
     }
 
     /// Moves as many as fit into `p` (staged, not published); returns how many moved.
     pub(crate) fn flush_into(&mut self, p: &mut Producer<Cqe>) -> usize {
         let mut moved = 0;
-        while let Some(cqe) = self.list.pop_front() {
-            if let Err(back) = p.push(cqe) {
-                self.list.push_front(back);
+        while let Some((cqe, times)) = self.list.pop_front() {
+            if let Err(back) = p.push_stamped(cqe, times.to_words()) {
+                self.list.push_front((back, times));
                 break;
             }
             moved += 1;

@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cqe::Cqe;
-use crate::error::{PushError, SetupError};
+use crate::error::{PushError, SetupError, TimestampsOff};
 use crate::pending::PendingCompletions;
-use crate::spsc::{Consumer, Producer, ring};
+use crate::spsc::{Consumer, Producer, ring_with_stamps};
 use crate::sqe::Sqe;
+use crate::times::OpTimes;
 use crate::wakeup::{Doorbell, ParkWaiter};
 
 /// Creates a queue: `sq_entries` submission and `cq_entries` completion slots (powers of two,
@@ -43,9 +44,46 @@ pub fn queue_pair_with_completion_bell(
     worker_bell: Option<Arc<dyn Doorbell>>,
     completion_bell: Option<Arc<dyn Doorbell>>,
 ) -> Result<(AppQueue, WorkerQueue), SetupError> {
+    build(sq_entries, cq_entries, worker_bell, completion_bell, None)
+}
+
+/// [`queue_pair_with_completion_bell`] with per-operation timestamps: every completion carries
+/// an [`OpTimes`] record in a companion slot at the same ring index (so a record can never be
+/// read with another completion than its own), read with [`AppQueue::completion_timed`].
+///
+/// `clock` must read `CLOCK_MONOTONIC` in nanoseconds (the engine passes its
+/// `monotonic_ns`); the application side reads it once per publish of submissions to stamp
+/// their "submitted" time. The worker side reads [`SubmissionReader::next_stamped`] and posts
+/// with [`CompletionWriter::push_timed`].
+pub fn queue_pair_timed(
+    sq_entries: u32,
+    cq_entries: u32,
+    worker_bell: Option<Arc<dyn Doorbell>>,
+    completion_bell: Option<Arc<dyn Doorbell>>,
+    clock: fn() -> u64,
+) -> Result<(AppQueue, WorkerQueue), SetupError> {
+    build(
+        sq_entries,
+        cq_entries,
+        worker_bell,
+        completion_bell,
+        Some(clock),
+    )
+}
+
+fn build(
+    sq_entries: u32,
+    cq_entries: u32,
+    worker_bell: Option<Arc<dyn Doorbell>>,
+    completion_bell: Option<Arc<dyn Doorbell>>,
+    clock: Option<fn() -> u64>,
+) -> Result<(AppQueue, WorkerQueue), SetupError> {
     let waiter = ParkWaiter::new();
-    let (sq_p, sq_c) = ring::<Sqe>(sq_entries, worker_bell.clone(), None)?;
-    let (mut cq_p, cq_c) = ring::<Cqe>(cq_entries, Some(waiter.doorbell()), worker_bell)?;
+    let stamped = clock.is_some();
+    let (mut sq_p, sq_c) = ring_with_stamps::<Sqe>(sq_entries, worker_bell.clone(), None, stamped)?;
+    sq_p.stamp_clock = clock;
+    let (mut cq_p, cq_c) =
+        ring_with_stamps::<Cqe>(cq_entries, Some(waiter.doorbell()), worker_bell, stamped)?;
     cq_p.notify = completion_bell;
     Ok((
         AppQueue {
@@ -87,6 +125,25 @@ impl AppQueue {
     /// A batch-reaping view; slots return to the worker on [`CompletionQueue::sync`] or drop.
     pub fn completion(&mut self) -> CompletionQueue<'_> {
         CompletionQueue { c: &mut self.cq }
+    }
+
+    /// A batch-reaping view that yields each completion with its [`OpTimes`]; slots return to
+    /// the worker on [`TimedCompletionQueue::sync`] or drop. [`TimestampsOff`] when the queue
+    /// was not created by [`queue_pair_timed`].
+    ///
+    /// The plain [`AppQueue::completion`] view works on a timed queue too: the timestamps of
+    /// the completions it reads are discarded with their slots.
+    pub fn completion_timed(&mut self) -> Result<TimedCompletionQueue<'_>, TimestampsOff> {
+        if !self.cq.stamped() {
+            return Err(TimestampsOff);
+        }
+        Ok(TimedCompletionQueue { c: &mut self.cq })
+    }
+
+    /// `true` when the queue carries per-operation timestamps ([`queue_pair_timed`]).
+    #[must_use]
+    pub fn timestamps(&self) -> bool {
+        self.cq.stamped()
     }
 
     /// Both views at once.
@@ -291,6 +348,57 @@ impl Drop for CompletionQueue<'_> {
     }
 }
 
+/// [`CompletionQueue`] of a timed queue ([`AppQueue::completion_timed`]): an iterator over
+/// ready completions, each with the [`OpTimes`] the worker stored at the same ring index.
+#[must_use = "completions are only reaped by iterating the view"]
+pub struct TimedCompletionQueue<'a> {
+    c: &'a mut Consumer<Cqe>,
+}
+
+impl TimedCompletionQueue<'_> {
+    /// Completions ready to be read now.
+    pub fn available(&mut self) -> usize {
+        self.c.available()
+    }
+
+    /// Reads up to `out.len()` completions with their times into `out`; returns how many.
+    #[inline]
+    pub fn fill(&mut self, out: &mut [(Cqe, OpTimes)]) -> usize {
+        let mut n = 0;
+        for slot in out.iter_mut() {
+            match self.next() {
+                Some(pair) => *slot = pair,
+                None => break,
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// Returns read slots to the worker now; returns how many.
+    #[inline]
+    pub fn sync(&mut self) -> usize {
+        self.c.publish()
+    }
+}
+
+impl Iterator for TimedCompletionQueue<'_> {
+    type Item = (Cqe, OpTimes);
+
+    #[inline]
+    fn next(&mut self) -> Option<(Cqe, OpTimes)> {
+        self.c
+            .pop_stamped()
+            .map(|(cqe, words)| (cqe, OpTimes::from_words(words)))
+    }
+}
+
+impl Drop for TimedCompletionQueue<'_> {
+    fn drop(&mut self) {
+        self.c.publish();
+    }
+}
+
 /// The worker's half: takes submissions, posts completions, never drops one.
 pub struct WorkerQueue {
     sq: Consumer<Sqe>,
@@ -370,6 +478,14 @@ impl WorkerQueue {
     pub fn app_dropped(&self) -> bool {
         self.sq.peer_dropped()
     }
+
+    /// `true` when the queue carries per-operation timestamps ([`queue_pair_timed`]): read
+    /// submissions with [`SubmissionReader::next_stamped`] and post with
+    /// [`CompletionWriter::push_timed`].
+    #[must_use]
+    pub fn timestamps(&self) -> bool {
+        self.cq.stamped()
+    }
 }
 
 /// Iterator over submissions (worker side); publishes the consumed head on sync or drop.
@@ -388,6 +504,15 @@ impl SubmissionReader<'_> {
     #[inline]
     pub fn sync(&mut self) -> usize {
         self.c.publish()
+    }
+
+    /// The next submission with the CLOCK_MONOTONIC nanoseconds at which the application
+    /// published it (0 on a queue without timestamps).
+    #[inline]
+    pub fn next_stamped(&mut self) -> Option<(Sqe, u64)> {
+        self.c
+            .pop_stamped()
+            .map(|(sqe, [submitted, ..])| (sqe, submitted))
     }
 }
 
@@ -422,18 +547,27 @@ impl CompletionWriter<'_> {
     }
 
     /// Stages `cqe`, or keeps it in the pending list if the ring is full. Never drops and keeps
-    /// completion order: while anything is pending, new completions queue behind it.
+    /// completion order: while anything is pending, new completions queue behind it. On a
+    /// timed queue its times read as all zero: use [`CompletionWriter::push_timed`] there.
     #[inline]
     pub fn push(&mut self, cqe: Cqe) {
+        self.push_timed(cqe, OpTimes::default());
+    }
+
+    /// [`CompletionWriter::push`] with the operation's [`OpTimes`], stored at the completion's
+    /// ring index (ignored on a queue without timestamps). The pending list keeps each
+    /// completion with its times.
+    #[inline]
+    pub fn push_timed(&mut self, cqe: Cqe, times: OpTimes) {
         if !self.pending.is_empty() {
             self.pending.flush_into(self.p);
         }
         if self.pending.is_empty() {
-            if let Err(back) = self.p.push(cqe) {
-                self.pending.push_back(back);
+            if let Err(back) = self.p.push_stamped(cqe, times.to_words()) {
+                self.pending.push_back(back, times);
             }
         } else {
-            self.pending.push_back(cqe);
+            self.pending.push_back(cqe, times);
         }
     }
 
@@ -481,6 +615,7 @@ macro_rules! opaque_debug {
 opaque_debug!(
     SubmissionQueue,
     CompletionQueue,
+    TimedCompletionQueue,
     SubmissionReader,
     CompletionWriter
 );
@@ -530,6 +665,44 @@ mod tests {
         }
         assert_eq!(seen, vec![0, 1, 2, 3, 4]);
         assert!(!worker.backpressured());
+    }
+
+    fn clock() -> u64 {
+        1_000
+    }
+
+    #[test]
+    fn timed_queue_pairs_each_completion_with_its_times_through_overflow() {
+        let (mut app, mut worker) = queue_pair_timed(4, 2, None, None, clock).unwrap();
+        assert!(app.timestamps() && worker.timestamps());
+        app.submission()
+            .push(&Nop::new().user_data(7).build())
+            .unwrap();
+        let (sqe, submitted) = worker.submissions().next_stamped().unwrap();
+        assert_eq!((sqe.user_data(), submitted), (7, 1_000));
+        // Five completions into a CQ of two: three wait in the pending list with their times.
+        let times = |i: u64| OpTimes::new(i, i + 1, i.is_multiple_of(2).then_some(i + 2), i + 3);
+        {
+            let mut w = worker.completions();
+            for i in 0..5 {
+                w.push_timed(Cqe::from_raw(i, 0, 0, 0, 0), times(i));
+            }
+        }
+        let mut seen = Vec::new();
+        while seen.len() < 5 {
+            seen.extend(app.completion_timed().unwrap());
+            worker.completions().flush_pending();
+        }
+        for (i, (cqe, t)) in (0..5).zip(seen) {
+            assert_eq!((cqe.user_data(), t), (i, times(i)));
+        }
+    }
+
+    #[test]
+    fn untimed_queue_says_so() {
+        let (mut app, worker) = queue_pair(4, 4, None).unwrap();
+        assert!(!app.timestamps() && !worker.timestamps());
+        assert!(matches!(app.completion_timed(), Err(TimestampsOff)));
     }
 
     #[test]

@@ -35,6 +35,28 @@ pub(crate) struct SqeSlot([AtomicU64; 8]);
 #[derive(Default)]
 pub(crate) struct CqeSlot([AtomicU64; 4]);
 
+/// One slot of a ring's timestamp companion (see `spsc::ring_with_stamps`): four words kept
+/// at the same index as the entry they describe.
+#[repr(C, align(32))]
+#[derive(Default)]
+pub(crate) struct StampSlot(pub(crate) [AtomicU64; 4]);
+
+impl StampSlot {
+    /// Stores the four words (Relaxed; published with the entry's index).
+    #[inline(always)]
+    pub(crate) fn write(&self, words: [u64; 4]) {
+        for (cell, word) in self.0.iter().zip(words) {
+            cell.store(word, Relaxed);
+        }
+    }
+
+    /// Loads the four words (Relaxed; the caller acquired the index first).
+    #[inline(always)]
+    pub(crate) fn read(&self) -> [u64; 4] {
+        self.0.each_ref().map(|c| c.load(Relaxed))
+    }
+}
+
 const _: () = assert!(size_of::<SqeSlot>() == Sqe::SIZE);
 const _: () = assert!(size_of::<CqeSlot>() == Cqe::SIZE);
 

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, fence};
 use crossbeam_utils::CachePadded;
 
 use crate::error::{PushError, SetupError};
-use crate::slot::Entry;
+use crate::slot::{Entry, StampSlot};
 use crate::wakeup::Doorbell;
 
 /// Largest ring capacity (entries). 2^20 SQEs are 64 MiB.
@@ -68,6 +68,11 @@ struct Shared<E: Entry> {
     /// INVARIANT: `slots.len() == mask + 1`, a power of two `<= MAX_ENTRIES`.
     mask: u32,
     slots: Box<[E::Slot]>,
+    /// The timestamp companion: one [`StampSlot`] per entry slot, at the same index, written
+    /// before the index is published and read after it is acquired, exactly like the entry.
+    /// Empty when the ring carries no timestamps. Sharing the index means a timestamp can
+    /// never be read with another entry than the one it was written with.
+    stamps: Box<[StampSlot]>,
 }
 
 impl<E: Entry> Shared<E> {
@@ -76,6 +81,12 @@ impl<E: Entry> Shared<E> {
         // INVARIANT (see `mask`): `index & mask < slots.len()`, so this never panics.
         #[allow(clippy::indexing_slicing)]
         &self.slots[(index & self.mask) as usize]
+    }
+
+    /// The companion slot of `index` (`None` when the ring carries no timestamps).
+    #[inline(always)]
+    fn stamp(&self, index: u32) -> Option<&StampSlot> {
+        self.stamps.get((index & self.mask) as usize)
     }
 
     #[inline(always)]
@@ -87,10 +98,22 @@ impl<E: Entry> Shared<E> {
 /// Creates a ring of `capacity` entries. `producer_bell` wakes the consumer when entries are
 /// published while it is parked; `consumer_bell` wakes the producer when space is freed while it
 /// is parked. Either may be `None` when that side never parks.
+#[cfg(test)]
 pub(crate) fn ring<E: Entry>(
     capacity: u32,
     producer_bell: Option<Arc<dyn Doorbell>>,
     consumer_bell: Option<Arc<dyn Doorbell>>,
+) -> Result<(Producer<E>, Consumer<E>), SetupError> {
+    ring_with_stamps(capacity, producer_bell, consumer_bell, false)
+}
+
+/// A ring (as `ring` in tests), with a timestamp companion when `stamped` (see [`Producer::push_stamped`],
+/// [`Producer::stamp_clock`] and [`Consumer::pop_stamped`]).
+pub(crate) fn ring_with_stamps<E: Entry>(
+    capacity: u32,
+    producer_bell: Option<Arc<dyn Doorbell>>,
+    consumer_bell: Option<Arc<dyn Doorbell>>,
+    stamped: bool,
 ) -> Result<(Producer<E>, Consumer<E>), SetupError> {
     if !capacity.is_power_of_two() || capacity > MAX_ENTRIES {
         return Err(SetupError::Capacity {
@@ -99,11 +122,14 @@ pub(crate) fn ring<E: Entry>(
         });
     }
     let slots = (0..capacity).map(|_| E::Slot::default()).collect();
+    let stamp_slots = if stamped { capacity } else { 0 };
+    let stamps = (0..stamp_slots).map(|_| StampSlot::default()).collect();
     let shared = Arc::new(Shared {
         consumer: CachePadded::default(),
         producer: CachePadded::default(),
         mask: capacity - 1,
         slots,
+        stamps,
     });
     Ok((
         Producer {
@@ -113,6 +139,7 @@ pub(crate) fn ring<E: Entry>(
             cached_head: 0,
             bell: producer_bell,
             notify: None,
+            stamp_clock: None,
             _not_sync: PhantomData,
         },
         Consumer {
@@ -139,6 +166,10 @@ pub(crate) struct Producer<E: Entry> {
     /// Rung instead of (or besides) `bell` when the consumer armed [`ARMED`]: a readiness fd
     /// an event loop watches.
     pub(crate) notify: Option<Arc<dyn Doorbell>>,
+    /// On a stamped ring: read once per [`Producer::publish`] and stored as word 0 of the
+    /// companion slot of every entry that publish makes visible (the submission ring's
+    /// "submitted" time). `None`: publishing reads no clock.
+    pub(crate) stamp_clock: Option<fn() -> u64>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -173,17 +204,46 @@ impl<E: Entry> Producer<E> {
         self.tail.wrapping_sub(self.published) as usize
     }
 
+    /// `true` when the ring has a timestamp companion.
+    pub(crate) fn stamped(&self) -> bool {
+        !self.shared.stamps.is_empty()
+    }
+
+    /// `true` when the slot at `tail` is free (refreshing the consumer's head if needed).
     #[inline]
-    pub(crate) fn push(&mut self, e: E) -> Result<(), E> {
+    fn has_room(&mut self) -> bool {
         if self.tail.wrapping_sub(self.cached_head) == self.shared.capacity() {
             // Acquire pairs with the consumer's Release of `head`: its reads of the slot we are
             // about to overwrite happened before.
             self.cached_head = self.shared.consumer.head.load(Acquire);
             if self.tail.wrapping_sub(self.cached_head) == self.shared.capacity() {
-                return Err(e);
+                return false;
             }
         }
+        true
+    }
+
+    #[inline]
+    pub(crate) fn push(&mut self, e: E) -> Result<(), E> {
+        if !self.has_room() {
+            return Err(e);
+        }
         e.write(self.shared.slot(self.tail));
+        self.tail = self.tail.wrapping_add(1);
+        Ok(())
+    }
+
+    /// [`Producer::push`], storing `stamp` in the entry's companion slot (ignored when the
+    /// ring has none).
+    #[inline]
+    pub(crate) fn push_stamped(&mut self, e: E, stamp: [u64; 4]) -> Result<(), E> {
+        if !self.has_room() {
+            return Err(e);
+        }
+        e.write(self.shared.slot(self.tail));
+        if let Some(s) = self.shared.stamp(self.tail) {
+            s.write(stamp);
+        }
         self.tail = self.tail.wrapping_add(1);
         Ok(())
     }
@@ -216,6 +276,16 @@ impl<E: Entry> Producer<E> {
         let n = self.tail.wrapping_sub(self.published);
         if n == 0 {
             return 0;
+        }
+        if let Some(clock) = self.stamp_clock {
+            let now = clock();
+            let mut i = self.published;
+            while i != self.tail {
+                if let Some(s) = self.shared.stamp(i) {
+                    s.write([now, 0, 0, 0]);
+                }
+                i = i.wrapping_add(1);
+            }
         }
         // Release pairs with the consumer's Acquire load of `tail`: our slot writes are visible
         // to it once it sees the new tail.
@@ -293,18 +363,44 @@ impl<E: Entry> Consumer<E> {
         self.cached_tail.wrapping_sub(self.head) as usize
     }
 
+    /// `true` when the ring has a timestamp companion.
+    pub(crate) fn stamped(&self) -> bool {
+        !self.shared.stamps.is_empty()
+    }
+
+    /// `true` when the slot at `head` holds a published entry (refreshing the tail if needed).
     #[inline]
-    pub(crate) fn pop(&mut self) -> Option<E> {
+    fn has_entry(&mut self) -> bool {
         if self.head == self.cached_tail {
             // Acquire pairs with the producer's Release of `tail`: the slot writes are visible.
             self.cached_tail = self.shared.producer.tail.load(Acquire);
             if self.head == self.cached_tail {
-                return None;
+                return false;
             }
+        }
+        true
+    }
+
+    #[inline]
+    pub(crate) fn pop(&mut self) -> Option<E> {
+        if !self.has_entry() {
+            return None;
         }
         let e = E::read(self.shared.slot(self.head));
         self.head = self.head.wrapping_add(1);
         Some(e)
+    }
+
+    /// [`Consumer::pop`] with the entry's companion words (zeros when the ring has none).
+    #[inline]
+    pub(crate) fn pop_stamped(&mut self) -> Option<(E, [u64; 4])> {
+        if !self.has_entry() {
+            return None;
+        }
+        let e = E::read(self.shared.slot(self.head));
+        let stamp = self.shared.stamp(self.head).map_or([0; 4], StampSlot::read);
+        self.head = self.head.wrapping_add(1);
+        Some((e, stamp))
     }
 
     /// Returns read slots to the producer and wakes it if it parked for space.
@@ -420,6 +516,39 @@ mod tests {
         assert_eq!(q.pop(), Some(c(2)));
         assert_eq!(q.pop(), Some(c(3)));
         assert_eq!(q.pop(), None);
+    }
+
+    #[test]
+    fn stamps_travel_with_their_entry_and_clock_stamps_on_publish() {
+        let (mut p, mut q) = ring_with_stamps::<Cqe>(2, None, None, true).unwrap();
+        assert!(p.stamped() && q.stamped());
+        for round in 0..5u64 {
+            p.push_stamped(c(round), [round, round + 1, 0, round + 3])
+                .unwrap();
+            p.publish();
+            assert_eq!(
+                q.pop_stamped(),
+                Some((c(round), [round, round + 1, 0, round + 3]))
+            );
+            q.publish();
+        }
+        // A plain ring reads zeros and stores nothing.
+        let (mut p, mut q) = ring::<Cqe>(2, None, None).unwrap();
+        assert!(!p.stamped());
+        p.push_stamped(c(1), [9; 4]).unwrap();
+        p.publish();
+        assert_eq!(q.pop_stamped(), Some((c(1), [0; 4])));
+        // A clock stamps word 0 of every entry of one publish, once.
+        fn clock() -> u64 {
+            77
+        }
+        let (mut p, mut q) = ring_with_stamps::<Cqe>(4, None, None, true).unwrap();
+        p.stamp_clock = Some(clock);
+        p.push(c(1)).unwrap();
+        p.push(c(2)).unwrap();
+        p.publish();
+        assert_eq!(q.pop_stamped(), Some((c(1), [77, 0, 0, 0])));
+        assert_eq!(q.pop_stamped(), Some((c(2), [77, 0, 0, 0])));
     }
 
     #[test]

@@ -7,6 +7,10 @@
 //! completion-readiness fd through tokio's `AsyncFd`, following the arm protocol documented
 //! on [`Queue`]. When that future finishes or is dropped it hands the fd over by waking another
 //! waiting future, so the queue is watched while anyone waits.
+//!
+//! On a queue created with timestamps ([`crate::QueueOptions::timestamps`]) every reaped
+//! completion keeps its [`OpTimes`]; [`AsyncQueue::submit_timed`] and
+//! [`AsyncQueue::next_completion_timed`] hand them out with the result.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
@@ -15,7 +19,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
-use ring_api::{Cqe, OpError, PushError, Sqe};
+use ring_api::{Cqe, OpError, OpTimes, PushError, Sqe, TimestampsOff};
 use tokio::io::unix::AsyncFd;
 
 use super::Queue;
@@ -72,6 +76,8 @@ struct Inner {
     state: Mutex<State>,
     /// The queue's completion-readiness eventfd registered with tokio's reactor.
     fd: AsyncFd<ReadyFd>,
+    /// The queue was created with per-operation timestamps.
+    timestamps: bool,
 }
 
 #[derive(Debug)]
@@ -79,8 +85,9 @@ struct State {
     queue: Queue,
     /// Operations pushed through `submit`, by `user_data`.
     ops: HashMap<u64, OpSlot>,
-    /// Completions no `submit` claims (entries pushed with [`AsyncQueue::push`]).
-    untracked: VecDeque<Cqe>,
+    /// Completions no `submit` claims (entries pushed with [`AsyncQueue::push`]), with their
+    /// times on a timed queue.
+    untracked: VecDeque<(Cqe, Option<OpTimes>)>,
     /// Every future waiting now, by token.
     waiting: HashMap<u64, Waker>,
     /// Tokens woken by any reaped completion (next-completion waiters, pushes waiting for
@@ -99,7 +106,8 @@ struct State {
 struct OpSlot {
     /// The future's token (whom to wake).
     token: u64,
-    done: Option<Cqe>,
+    /// The completion, with its times on a timed queue.
+    done: Option<(Cqe, Option<OpTimes>)>,
     /// The future was dropped: discard the completion when it comes.
     abandoned: bool,
 }
@@ -116,19 +124,20 @@ impl State {
         // the reap that follows (its tail store precedes its `closed` store).
         let closed = self.queue.is_closed();
         let mut any = false;
-        for cqe in self.queue.completion() {
-            any = true;
-            match self.ops.get_mut(&cqe.user_data()) {
-                Some(slot) if slot.abandoned => {
-                    self.ops.remove(&cqe.user_data());
-                }
-                Some(slot) => {
-                    slot.done = Some(cqe);
-                    if let Some(w) = self.waiting.get(&slot.token) {
-                        w.wake_by_ref();
-                    }
-                }
-                None => self.untracked.push_back(cqe),
+        let mut to = Deliver {
+            ops: &mut self.ops,
+            waiting: &self.waiting,
+            untracked: &mut self.untracked,
+        };
+        if let Ok(view) = self.queue.completion_timed() {
+            for (cqe, times) in view {
+                any = true;
+                to.deliver(cqe, Some(times));
+            }
+        } else {
+            for cqe in self.queue.completion() {
+                any = true;
+                to.deliver(cqe, None);
             }
         }
         if any {
@@ -167,6 +176,30 @@ impl State {
         }
         if self.waiting.is_empty() {
             self.queue.clear_completion_fd();
+        }
+    }
+}
+
+/// Where [`State::reap`] puts each completion (the fields of `State` it touches).
+struct Deliver<'a> {
+    ops: &'a mut HashMap<u64, OpSlot>,
+    waiting: &'a HashMap<u64, Waker>,
+    untracked: &'a mut VecDeque<(Cqe, Option<OpTimes>)>,
+}
+
+impl Deliver<'_> {
+    fn deliver(&mut self, cqe: Cqe, times: Option<OpTimes>) {
+        match self.ops.get_mut(&cqe.user_data()) {
+            Some(slot) if slot.abandoned => {
+                self.ops.remove(&cqe.user_data());
+            }
+            Some(slot) => {
+                slot.done = Some((cqe, times));
+                if let Some(w) = self.waiting.get(&slot.token) {
+                    w.wake_by_ref();
+                }
+            }
+            None => self.untracked.push_back((cqe, times)),
         }
     }
 }
@@ -225,6 +258,7 @@ impl AsyncQueue {
         let fd = register_with_tokio(queue.ready_fd())?;
         Ok(Self {
             inner: Arc::new(Inner {
+                timestamps: queue.timestamps(),
                 state: Mutex::new(State {
                     queue,
                     ops: HashMap::new(),
@@ -256,10 +290,30 @@ impl AsyncQueue {
             token,
             user_data: sqe.user_data(),
             stage: Stage::Unpushed(sqe),
+            times: None,
         };
         fut.try_push(&mut st);
         drop(st);
         fut
+    }
+
+    /// [`AsyncQueue::submit`] on a queue created with timestamps: the future resolves to the
+    /// result and the operation's [`OpTimes`] (`None` only when no completion came: the
+    /// engine shut down or the reactor failed). [`TimestampsOff`] when the queue was created
+    /// without timestamps (nothing is pushed then).
+    pub fn submit_timed(&self, sqe: Sqe) -> Result<TimedOpFuture, TimestampsOff> {
+        if !self.inner.timestamps {
+            return Err(TimestampsOff);
+        }
+        Ok(TimedOpFuture {
+            op: self.submit(sqe),
+        })
+    }
+
+    /// `true` when the queue was created with per-operation timestamps.
+    #[must_use]
+    pub fn timestamps(&self) -> bool {
+        self.inner.timestamps
     }
 
     /// Pushes `sqe` without tracking it: its completion is delivered by
@@ -277,6 +331,17 @@ impl AsyncQueue {
             inner: Arc::clone(&self.inner),
             token,
         }
+    }
+
+    /// [`AsyncQueue::next_completion`] with the completion's [`OpTimes`];
+    /// [`TimestampsOff`] when the queue was created without timestamps.
+    pub fn next_completion_timed(&self) -> Result<NextTimedCompletion, TimestampsOff> {
+        if !self.inner.timestamps {
+            return Err(TimestampsOff);
+        }
+        Ok(NextTimedCompletion {
+            next: self.next_completion(),
+        })
     }
 
     /// `true` once the engine behind the queue has shut down.
@@ -311,6 +376,8 @@ pub struct OpFuture {
     token: u64,
     user_data: u64,
     stage: Stage,
+    /// The completion's times (timed queues), once it came.
+    times: Option<OpTimes>,
 }
 
 impl OpFuture {
@@ -373,7 +440,10 @@ impl OpFuture {
         }
         let done = st.ops.get(&self.user_data).and_then(|s| s.done);
         let out = match done {
-            Some(cqe) => cqe.into_result().map_err(AsyncError::Op),
+            Some((cqe, times)) => {
+                self.times = times;
+                cqe.into_result().map_err(AsyncError::Op)
+            }
             None if st.closed => Err(AsyncError::Shutdown),
             None => return None,
         };
@@ -424,14 +494,12 @@ pub struct NextCompletion {
     token: u64,
 }
 
-impl Future for NextCompletion {
-    type Output = Option<Cqe>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+impl NextCompletion {
+    fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Option<(Cqe, Option<OpTimes>)>> {
         let token = self.token;
         self.inner.poll_until(cx, token, |st| {
-            if let Some(cqe) = st.untracked.pop_front() {
-                return Some(Some(cqe));
+            if let Some(done) = st.untracked.pop_front() {
+                return Some(Some(done));
             }
             if st.closed || st.failed.is_some() {
                 return Some(None);
@@ -439,6 +507,56 @@ impl Future for NextCompletion {
             st.general.insert(token);
             None
         })
+    }
+}
+
+impl Future for NextCompletion {
+    type Output = Option<Cqe>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.poll_next(cx).map(|done| done.map(|(cqe, _)| cqe))
+    }
+}
+
+/// The future of [`AsyncQueue::submit_timed`]: the operation's result and its [`OpTimes`].
+#[derive(Debug)]
+#[must_use = "the operation runs anyway; the future only reports its result"]
+pub struct TimedOpFuture {
+    op: OpFuture,
+}
+
+impl TimedOpFuture {
+    /// The `user_data` of the entry.
+    #[must_use]
+    pub fn user_data(&self) -> u64 {
+        self.op.user_data
+    }
+}
+
+impl Future for TimedOpFuture {
+    type Output = (Result<u64, AsyncError>, Option<OpTimes>);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let op = &mut self.get_mut().op;
+        Pin::new(&mut *op).poll(cx).map(|out| (out, op.times))
+    }
+}
+
+/// The future of [`AsyncQueue::next_completion_timed`]: the next untracked completion with its
+/// [`OpTimes`]; `None` once the engine has shut down and every such completion was returned.
+#[derive(Debug)]
+#[must_use = "futures do nothing unless polled"]
+pub struct NextTimedCompletion {
+    next: NextCompletion,
+}
+
+impl Future for NextTimedCompletion {
+    type Output = Option<(Cqe, OpTimes)>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.next
+            .poll_next(cx)
+            .map(|done| done.map(|(cqe, times)| (cqe, times.unwrap_or_default())))
     }
 }
 

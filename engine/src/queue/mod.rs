@@ -4,16 +4,23 @@
 #[cfg(feature = "tokio")]
 mod async_queue;
 mod eventfd;
+mod options;
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ring_api::{AppQueue, CompletionQueue, Cqe, PushError, Sqe, SubmissionQueue};
+use ring_api::{
+    AppQueue, CompletionQueue, Cqe, OpTimes, PushError, Sqe, SubmissionQueue, TimedCompletionQueue,
+    TimestampsOff,
+};
 
 #[cfg(feature = "tokio")]
-pub use async_queue::{AsyncError, AsyncQueue, NextCompletion, OpFuture};
+pub use async_queue::{
+    AsyncError, AsyncQueue, NextCompletion, NextTimedCompletion, OpFuture, TimedOpFuture,
+};
 pub(crate) use eventfd::EventFd;
+pub use options::QueueOptions;
 
 /// An application thread's ring pair: push submissions, reap completions.
 ///
@@ -118,6 +125,31 @@ impl Queue {
     /// Copies up to `out.len()` ready completions into `out`; returns how many.
     pub fn reap(&mut self, out: &mut [Cqe]) -> usize {
         self.app.completion().fill(out)
+    }
+
+    /// `true` when the queue was created with per-operation timestamps
+    /// ([`QueueOptions::timestamps`]).
+    #[must_use]
+    pub fn timestamps(&self) -> bool {
+        self.app.timestamps()
+    }
+
+    /// A batch view over ready completions, each with its [`OpTimes`] (an iterator of
+    /// `(Cqe, OpTimes)`); [`TimestampsOff`] when the queue was created without timestamps.
+    ///
+    /// The times are stored at the completion's own ring index, so a record is never read
+    /// with another operation's completion. [`Queue::completion`] and [`Queue::reap`] still
+    /// work on a timed queue; they discard the times of what they reap. See
+    /// "Per-operation timestamps" in `docs/embedding.md` for reading queue time vs wire time.
+    pub fn completion_timed(&mut self) -> Result<TimedCompletionQueue<'_>, TimestampsOff> {
+        self.app.completion_timed()
+    }
+
+    /// Copies up to `out.len()` ready completions with their [`OpTimes`] into `out`; returns
+    /// how many ([`TimestampsOff`] when the queue was created without timestamps). Pairs
+    /// with [`Queue::wait`] as [`Queue::reap`] does.
+    pub fn reap_timed(&mut self, out: &mut [(Cqe, OpTimes)]) -> Result<usize, TimestampsOff> {
+        Ok(self.app.completion_timed()?.fill(out))
     }
 
     /// Blocks until `min` completions are ready or `timeout` passes; returns how many are

@@ -7,7 +7,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use mio::{Events, Poll};
-use ring_api::{Cqe, WorkerQueue};
+use ring_api::{Cqe, OpTimes, WorkerQueue};
 
 use super::handoff::{self, Inbox, Msg, Outbox};
 use super::{Crew, WAKER};
@@ -15,6 +15,7 @@ use crate::dispatch::{Dispatch, DispatchCtx, dispatch};
 use crate::engine::Shared;
 use crate::fabric::{Fabric, Finished};
 use crate::inflight::{InFlight, OpKey, QueueRef, Slab};
+use crate::op_times::Stamps;
 use crate::stripe::Landed;
 use crate::sys::monotonic_ns;
 use crate::timers::{TimerKind, Timers};
@@ -42,8 +43,11 @@ pub(super) struct QueueSlot {
     pub(super) id: u64,
     /// Operations in flight by tag, wherever they run: where a Cancel must go.
     pub(super) placed: HashMap<u64, Placed>,
-    /// Completions produced this turn, published together at the end of the turn.
-    pub(super) staged: Vec<Cqe>,
+    /// Completions produced this turn with their times (all zero on a queue without
+    /// timestamps), published together at the end of the turn.
+    pub(super) staged: Vec<(Cqe, OpTimes)>,
+    /// The queue was created with per-operation timestamps.
+    pub(super) timed: bool,
     /// Operations taken from this queue and not yet completed. Bounded by the CQ capacity,
     /// which bounds the overflow list a full CQ can accumulate.
     pub(super) outstanding: usize,
@@ -192,6 +196,7 @@ impl Worker {
         );
         for (wq, cq_capacity, id) in new {
             let slot = Some(QueueSlot {
+                timed: wq.timestamps(),
                 wq,
                 id,
                 placed: HashMap::new(),
@@ -220,7 +225,8 @@ impl Worker {
                     user_data,
                     target,
                     hops,
-                } => self.cancel(queue, user_data, target, hops),
+                    stamps,
+                } => self.cancel(queue, user_data, target, hops, stamps),
                 Msg::CancelChunks { queue, join } => self.cancel_chunks(queue, join),
                 Msg::QueueGone { id } => {
                     for key in self.ops.keys_where(|o| o.queue.id == id) {
@@ -232,7 +238,8 @@ impl Worker {
                     cqe,
                     op,
                     chunk,
-                } => self.post_own(queue, cqe, op, chunk),
+                    times,
+                } => self.post_own(queue, cqe, op, chunk, times),
             }
         }
         self.mail = mail;
@@ -256,13 +263,21 @@ impl Worker {
         for qi in 0..self.queues.len() {
             let mut taken = Vec::new();
             let mut id = 0;
+            // When the worker took this queue's entries (timed queues only: no clock read
+            // otherwise).
+            let mut started = None;
             if let Some(Some(q)) = self.queues.get_mut(qi) {
                 if q.wq.backpressured() {
                     continue;
                 }
                 id = q.id;
                 let room = q.cq_capacity.saturating_sub(q.outstanding).min(TAKE_BUDGET);
-                taken.extend(q.wq.submissions().take(room));
+                let mut reader = q.wq.submissions();
+                taken.extend(std::iter::from_fn(|| reader.next_stamped()).take(room));
+                drop(reader);
+                if q.timed && !taken.is_empty() {
+                    started = Some(monotonic_ns());
+                }
             }
             let queue = QueueRef {
                 owner: self.index,
@@ -274,15 +289,20 @@ impl Worker {
             // merge their copies; a turn of a few entries still spreads one per worker.
             let run = taken.len().div_ceil(self.crew.eligible.len().max(1)).max(1);
             let mut block: Option<(usize, usize)> = None;
-            for sqe in &taken {
+            for (sqe, submitted) in &taken {
                 took = true;
                 self.add_outstanding(qi);
+                let stamps = started.map(|started| Stamps::new(*submitted, started));
                 match dispatch(sqe, queue, &ctx) {
-                    Dispatch::Complete(cqe) => self.post(queue, cqe),
-                    Dispatch::Cancel { user_data, target } => {
-                        self.route_cancel(queue, user_data, target);
+                    Dispatch::Complete(cqe) => {
+                        let times = stamps.as_ref().map(Stamps::complete);
+                        self.post(queue, cqe, times);
                     }
-                    Dispatch::Start(op) => {
+                    Dispatch::Cancel { user_data, target } => {
+                        self.route_cancel(queue, user_data, target, stamps);
+                    }
+                    Dispatch::Start(mut op) => {
+                        op.times = stamps;
                         if !loads_read {
                             self.read_loads();
                             loads_read = true;
@@ -400,7 +420,13 @@ impl Worker {
     }
 
     /// Sends a Cancel of `target` where the operation tagged so runs.
-    fn route_cancel(&mut self, queue: QueueRef, user_data: u64, target: u64) {
+    fn route_cancel(
+        &mut self,
+        queue: QueueRef,
+        user_data: u64,
+        target: u64,
+        stamps: Option<Stamps>,
+    ) {
         let placed = self
             .queues
             .get(queue.slot)
@@ -414,7 +440,7 @@ impl Worker {
             Some(_) => (self.index, self.crew.eligible.len().max(1)),
         };
         if first == self.index {
-            self.cancel(queue, user_data, target, hops);
+            self.cancel(queue, user_data, target, hops, stamps);
         } else {
             self.outbox.push(
                 first,
@@ -423,6 +449,7 @@ impl Worker {
                     user_data,
                     target,
                     hops,
+                    stamps,
                 },
             );
         }
@@ -434,10 +461,10 @@ impl Worker {
         }
     }
 
-    /// Posts a completion to `queue`: staged here if this worker owns it, else sent to its
-    /// owner.
-    pub(super) fn post(&mut self, queue: QueueRef, cqe: Cqe) {
-        self.route(queue, cqe, false, None);
+    /// Posts a completion to `queue` (with its times on a timed queue): staged here if this
+    /// worker owns it, else sent to its owner.
+    pub(super) fn post(&mut self, queue: QueueRef, cqe: Cqe, times: Option<OpTimes>) {
+        self.route(queue, cqe, false, None, times);
     }
 
     /// Posts the completion of operation `op` that this worker ran (its load drops by one;
@@ -448,14 +475,22 @@ impl Worker {
         if cqe.is_ok() && op.buf.is_some() {
             self.inbox.bytes.fetch_add(cqe.bytes(), Ordering::Relaxed);
         }
+        let times = op.times.as_ref().map(Stamps::complete);
         drop(op);
         self.inbox.load.fetch_sub(1, Ordering::Relaxed);
-        self.route(queue, cqe, true, chunk);
+        self.route(queue, cqe, true, chunk, times);
     }
 
-    fn route(&mut self, queue: QueueRef, cqe: Cqe, op: bool, chunk: Option<crate::stripe::JoinId>) {
+    fn route(
+        &mut self,
+        queue: QueueRef,
+        cqe: Cqe,
+        op: bool,
+        chunk: Option<crate::stripe::JoinId>,
+        times: Option<OpTimes>,
+    ) {
         if queue.owner == self.index {
-            self.post_own(queue, cqe, op, chunk);
+            self.post_own(queue, cqe, op, chunk, times);
         } else {
             self.outbox.push(
                 queue.owner,
@@ -464,6 +499,7 @@ impl Worker {
                     cqe,
                     op,
                     chunk,
+                    times,
                 },
             );
         }
@@ -477,6 +513,7 @@ impl Worker {
         cqe: Cqe,
         op: bool,
         chunk: Option<crate::stripe::JoinId>,
+        times: Option<OpTimes>,
     ) {
         let Some(Some(q)) = self.queues.get_mut(queue.slot) else {
             return;
@@ -496,21 +533,29 @@ impl Worker {
         }
         // A chunk completes nothing by itself: its striped operation completes, once, with
         // the last of its chunks.
+        let mut times = times;
         let cqe = match chunk {
             None => cqe,
-            Some(join) => match self.joins.land(join, cqe) {
-                Landed::Waiting => return,
-                Landed::FirstFailure => {
-                    // The parent fails with this chunk's error: stop the others.
-                    self.stop_chunks(queue, join);
-                    return;
+            Some(join) => {
+                // The striped operation's times: its submission and start, the earliest
+                // chunk's first byte, the last chunk's completion.
+                if let Some(t) = times {
+                    times = Some(self.joins.merge_times(join, t));
                 }
-                Landed::Done(cqe) => cqe,
-            },
+                match self.joins.land(join, cqe) {
+                    Landed::Waiting => return,
+                    Landed::FirstFailure => {
+                        // The parent fails with this chunk's error: stop the others.
+                        self.stop_chunks(queue, join);
+                        return;
+                    }
+                    Landed::Done(cqe) => cqe,
+                }
+            }
         };
         if let Some(Some(q)) = self.queues.get_mut(queue.slot) {
             q.outstanding = q.outstanding.saturating_sub(1);
-            q.staged.push(cqe);
+            q.staged.push((cqe, times.unwrap_or_default()));
         }
     }
 
@@ -532,8 +577,8 @@ impl Worker {
                 continue;
             }
             let mut w = q.wq.completions();
-            for cqe in q.staged.drain(..) {
-                w.push(cqe);
+            for (cqe, times) in q.staged.drain(..) {
+                w.push_timed(cqe, times);
             }
             w.sync();
         }

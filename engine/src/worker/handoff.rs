@@ -39,6 +39,8 @@ pub(crate) enum Msg {
         target: u64,
         /// Workers still to ask, this one included.
         hops: usize,
+        /// The Cancel entry's own readings (timed queues), for its completion's times.
+        stamps: Option<crate::op_times::Stamps>,
     },
     /// Stop the chunks of striped operation `join` of `queue` that run here: each completes
     /// `ECANCELED` into its join (a Cancel of the operation, or another chunk failed).
@@ -64,6 +66,8 @@ pub(crate) enum Msg {
         /// The op is a chunk of a striped operation: its join, which the owner completes
         /// once every chunk has ([`crate::stripe`]).
         chunk: Option<crate::stripe::JoinId>,
+        /// Its times, on a queue created with timestamps.
+        times: Option<ring_api::OpTimes>,
     },
 }
 

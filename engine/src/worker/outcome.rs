@@ -12,6 +12,7 @@ use crate::fabric::{AUX_VERIFIED, Outcome, Retry};
 use crate::inflight::{InFlight, MultipartOp, OpKey, OpKind, Phase, QueueRef};
 use crate::memory::MemoryTier;
 use crate::memory::bounce::{Acquire, BounceRange};
+use crate::op_times::Stamps;
 use crate::timers::TimerKind;
 
 /// Immediate retries allowed after stale keep-alive connections, per operation.
@@ -76,6 +77,9 @@ impl Worker {
                 buf.set_landed_direct(false);
             }
             op.attempts += 1;
+            if let Some(t) = &op.times {
+                t.new_attempt();
+            }
             let attempt = op.attempts;
             if !self
                 .fabric
@@ -401,7 +405,14 @@ impl Worker {
     /// Cancels the operation of `queue` tagged `target` if it runs here, then completes the
     /// Cancel itself; when it does not and `hops > 1`, passes the Cancel on to the next
     /// eligible worker (which completes it).
-    pub(super) fn cancel(&mut self, queue: QueueRef, user_data: u64, target: u64, hops: usize) {
+    pub(super) fn cancel(
+        &mut self,
+        queue: QueueRef,
+        user_data: u64,
+        target: u64,
+        hops: usize,
+        stamps: Option<Stamps>,
+    ) {
         let found = self
             .ops
             .keys_where(|o| o.queue == queue && o.user_data == target)
@@ -422,7 +433,12 @@ impl Worker {
                         );
                     }
                 }
-                self.post(queue, Cqe::success(user_data, 0, ring_api::DataPath::None));
+                let times = stamps.as_ref().map(Stamps::complete);
+                self.post(
+                    queue,
+                    Cqe::success(user_data, 0, ring_api::DataPath::None),
+                    times,
+                );
             }
             None if hops > 1 => {
                 let eligible = &self.crew.eligible;
@@ -431,21 +447,23 @@ impl Worker {
                     .get((at + 1) % eligible.len().max(1))
                     .copied()
                     .unwrap_or(self.index);
-                let msg = Msg::Cancel {
-                    queue,
-                    user_data,
-                    target,
-                    hops: hops - 1,
-                };
                 if next == self.index {
-                    self.cancel(queue, user_data, target, 1);
+                    self.cancel(queue, user_data, target, 1, stamps);
                 } else {
+                    let msg = Msg::Cancel {
+                        queue,
+                        user_data,
+                        target,
+                        hops: hops - 1,
+                        stamps,
+                    };
                     self.outbox.push(next, msg);
                 }
             }
             None => self.post(
                 queue,
                 Cqe::error(user_data, ErrorCode::NotFound, ErrorClass::Local),
+                stamps.as_ref().map(Stamps::complete),
             ),
         }
     }

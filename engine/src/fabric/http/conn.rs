@@ -356,6 +356,7 @@ impl<J: ReplyJudge> Conn<J> {
                 Ok(n) => {
                     self.rend = n;
                     self.got_bytes = true;
+                    op.mark_first_byte();
                     if let Some(step) = self.decode_buffered(op) {
                         // Complete: our next request carries the ACK; no re-arm needed.
                         return step;

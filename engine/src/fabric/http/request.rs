@@ -197,6 +197,7 @@ mod tests {
             source_crc: std::cell::OnceCell::new(),
             verify_stored: std::cell::Cell::new(None),
             stripe: None,
+            times: None,
         }
     }
 
