@@ -17,6 +17,9 @@
 
 use std::collections::HashMap;
 
+mod put;
+pub(crate) use put::{Next as PutNext, Place as PutPlace, StripedPut, wants_put_split};
+
 use ring_api::{Cqe, ErrorClass, ErrorCode, cqe_flags};
 
 use crate::inflight::{InFlight, OpKind};
@@ -209,13 +212,41 @@ pub(crate) enum Landed {
 pub(crate) struct Joins {
     next: u64,
     open: HashMap<JoinId, Join>,
+    /// Striped PUTs (engine-driven multipart uploads, [`put`]).
+    puts: HashMap<JoinId, StripedPut>,
 }
 
 impl Joins {
+    fn next_id(&mut self) -> JoinId {
+        self.next = self.next.wrapping_add(1);
+        JoinId(self.next)
+    }
+
+    /// Keeps a striped PUT under a new id (which its steps carry).
+    pub(crate) fn open_put(&mut self, put: StripedPut) -> JoinId {
+        let id = self.next_id();
+        self.puts.insert(id, put);
+        id
+    }
+
+    /// The striped PUT `id`, if it is one still in progress.
+    pub(crate) fn put_mut(&mut self, id: JoinId) -> Option<&mut StripedPut> {
+        self.puts.get_mut(&id)
+    }
+
+    /// Whether `id` names a striped PUT (rather than a chunk join).
+    pub(crate) fn is_put(&self, id: JoinId) -> bool {
+        self.puts.contains_key(&id)
+    }
+
+    /// Forgets the finished striped PUT `id`.
+    pub(crate) fn close_put(&mut self, id: JoinId) {
+        self.puts.remove(&id);
+    }
+
     /// Starts a join of `chunks` chunks for the operation `user_data` of queue `queue`.
     pub(crate) fn open(&mut self, queue: u64, user_data: u64, chunks: usize) -> JoinId {
-        self.next = self.next.wrapping_add(1);
-        let id = JoinId(self.next);
+        let id = self.next_id();
         self.open.insert(
             id,
             Join {
@@ -284,9 +315,29 @@ impl Joins {
         Landed::Done(if j.retried { cqe.with_retried() } else { cqe })
     }
 
-    /// Forgets the joins of the queue with id `queue` (it is gone).
-    pub(crate) fn forget_queue(&mut self, queue: u64) {
+    /// Forgets the joins of the queue with id `queue` (it is gone), returning the uploads its
+    /// striped PUTs had open (to be aborted).
+    pub(crate) fn forget_queue(
+        &mut self,
+        queue: u64,
+    ) -> Vec<(
+        crate::inflight::QueueRef,
+        std::sync::Arc<ring_api::ObjectName>,
+        ring_api::UploadHandle,
+        std::sync::Arc<str>,
+    )> {
         self.open.retain(|_, j| j.queue != queue);
+        let mut open = Vec::new();
+        self.puts.retain(|_, p| {
+            if p.queue.id != queue {
+                return true;
+            }
+            if let Some((o, h, id)) = p.open_upload() {
+                open.push((p.queue, o, h, id));
+            }
+            false
+        });
+        open
     }
 }
 

@@ -64,9 +64,9 @@ pub(crate) struct Worker {
     /// The mailbox's contents of this turn (a kept buffer).
     pub(super) mail: Vec<Msg>,
     /// Loads of the workers as this turn sees them (ops handed out this turn included).
-    loads: Vec<usize>,
+    pub(super) loads: Vec<usize>,
     /// Rotates the tie-break between equally loaded workers.
-    rotor: usize,
+    pub(super) rotor: usize,
     pub(super) shared: Arc<Shared>,
     pub(super) fabric: Box<dyn Fabric>,
     pub(super) queues: Vec<Option<QueueSlot>>,
@@ -77,8 +77,8 @@ pub(crate) struct Worker {
     pub(super) waiting: VecDeque<(OpKey, crate::memory::bounce::Ticket)>,
     pub(super) timers: Timers,
     pub(super) done: Finished,
-    /// Striped operations of this worker's queues waiting for their chunks.
-    joins: crate::stripe::Joins,
+    /// Striped operations of this worker's queues waiting for their chunks (or parts).
+    pub(super) joins: crate::stripe::Joins,
 }
 
 impl Worker {
@@ -288,8 +288,9 @@ impl Worker {
                             loads_read = true;
                         }
                         // A RangeGet large enough on memory bound to several NICs: chunks
-                        // on workers of each NIC (`stripe`).
-                        let Some(op) = self.stripe(op) else {
+                        // on workers of each NIC (`stripe`); a PUT: a multipart upload whose
+                        // parts run there (`stripe_put`).
+                        let Some(op) = self.stripe_put(op).and_then(|op| self.stripe(op)) else {
                             continue;
                         };
                         // A registration bound to NICs runs on their workers only.
@@ -351,7 +352,7 @@ impl Worker {
     }
 
     /// Snapshots every worker's load; workers not eligible count as full.
-    fn read_loads(&mut self) {
+    pub(super) fn read_loads(&mut self) {
         self.loads.fill(usize::MAX);
         for &w in &self.crew.eligible {
             if let (Some(l), Some(p)) = (self.loads.get_mut(w), self.crew.peers.get(w)) {
@@ -362,7 +363,7 @@ impl Worker {
 
     /// Starts `op` (from one of this worker's queues) here or on worker `to`, remembering
     /// where it went under its tag.
-    fn assign(&mut self, op: InFlight, to: usize) {
+    pub(super) fn assign(&mut self, op: InFlight, to: usize) {
         if let Some(l) = self.loads.get_mut(to) {
             *l = l.saturating_add(1);
         }
@@ -494,6 +495,13 @@ impl Worker {
                 e.remove();
             }
         }
+        // A step of a striped PUT: its upload moves on (`stripe_put`).
+        if let Some(join) = chunk
+            && self.joins.is_put(join)
+        {
+            self.put_step_landed(queue, join, cqe);
+            return;
+        }
         // A chunk completes nothing by itself: its striped operation completes, once, with
         // the last of its chunks.
         let cqe = match chunk {
@@ -508,7 +516,14 @@ impl Worker {
                 Landed::Done(cqe) => cqe,
             },
         };
-        if let Some(Some(q)) = self.queues.get_mut(queue.slot) {
+        self.stage(queue, cqe);
+    }
+
+    /// Stages the completion of an operation of this worker's queue `queue`.
+    pub(super) fn stage(&mut self, queue: QueueRef, cqe: Cqe) {
+        if let Some(Some(q)) = self.queues.get_mut(queue.slot)
+            && q.id == queue.id
+        {
             q.outstanding = q.outstanding.saturating_sub(1);
             q.staged.push(cqe);
         }
@@ -550,10 +565,11 @@ impl Worker {
             let Some(Some(q)) = self.queues.get_mut(qi).map(Option::take) else {
                 continue;
             };
-            self.joins.forget_queue(q.id);
             for key in self.ops.keys_where(|o| o.queue.id == q.id) {
                 self.abort_op(key);
             }
+            // After its operations are gone: the aborts run on.
+            self.abort_orphaned_uploads(q.id);
             let mut told = Vec::new();
             for p in q.placed.values() {
                 if p.worker != self.index && !told.contains(&p.worker) {
