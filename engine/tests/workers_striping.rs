@@ -11,59 +11,18 @@ mod common;
 mod raw;
 #[path = "../../gateway/tests/support/rig.rs"]
 mod rig;
-#[path = "../../numa/tests/common/mod.rs"]
-mod sysfs_tree;
+mod striping;
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use engine::{Dialect, Engine, EngineBuilder, Fabric, Placement, RegisterOptions, Stripe};
+use engine::{Dialect, Engine, EngineBuilder, Fabric, Stripe};
+use striping::{bound_buffer, exactly, on_two_nics, two_nic_tree};
 use ring_api::opcode::{Cancel, RangeGet};
 use ring_api::{BufSlice, Cqe, DataPath, ErrorCode};
 use s3_lite::credentials::Credentials;
 
 const MIB: u64 = 1 << 20;
-
-/// A one-node host shaped to this machine's two CPUs, with two RoCE NICs on one PCIe switch:
-/// host memory on node 0 is bound to both.
-fn two_nic_tree() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let r = dir.path();
-    sysfs_tree::write(r, "sys/devices/system/node/node0/cpulist", "0-1");
-    sysfs_tree::write(r, "sys/devices/system/cpu/online", "0-1");
-    let rp = "sys/devices/pci0000:10/0000:10:01.0";
-    let usp = format!("{rp}/0000:11:00.0");
-    for b in [rp, usp.as_str()] {
-        sysfs_tree::pci(r, b, 0x060400, 0x1000, 0, "0-1");
-    }
-    for (i, name) in ["mlx5_0", "mlx5_1"].into_iter().enumerate() {
-        let dsp = format!("{usp}/0000:12:0{i}.0");
-        let nic = format!("{dsp}/0000:{:02x}:00.0", 0x13 + i);
-        sysfs_tree::pci(r, &dsp, 0x060400, 0x1000, 0, "0-1");
-        sysfs_tree::pci(r, &nic, 0x020000, 0x15b3, 0, "0-1");
-        let ib = format!("{nic}/infiniband/{name}");
-        sysfs_tree::link(
-            r,
-            &format!("{ib}/device"),
-            &format!("../../../0000:{:02x}:00.0", 0x13 + i),
-        );
-        sysfs_tree::write(r, &format!("{ib}/ports/1/state"), "4: ACTIVE");
-        sysfs_tree::write(r, &format!("{ib}/ports/1/link_layer"), "Ethernet");
-        sysfs_tree::link(
-            r,
-            &format!("sys/class/infiniband/{name}"),
-            &format!("../../{}", ib.strip_prefix("sys/").unwrap()),
-        );
-    }
-    dir
-}
-
-/// One worker per NIC of the two-NIC tree.
-fn on_two_nics(b: EngineBuilder, tree: &tempfile::TempDir) -> EngineBuilder {
-    b.placement(Placement::Auto)
-        .workers_per_nic(1)
-        .sysfs_root(tree.path())
-}
 
 /// The soft gateway with `bucket/obj.bin` = `data`, and an engine on both NICs over it.
 struct Soft {
@@ -113,34 +72,6 @@ impl Drop for Soft {
             gw.shutdown();
         }
     }
-}
-
-/// A host buffer of `len` bytes, bound to both NICs (its pages are on node 0).
-fn bound_buffer(engine: &Engine, len: u64) -> ring_api::BufHandle {
-    let buf = engine
-        .register_host(len as usize, RegisterOptions::pageable())
-        .unwrap();
-    let a = engine
-        .buffer_nics(buf)
-        .expect("host buffer bound by its node (get_mempolicy)");
-    assert_eq!(a.nics, ["mlx5_0", "mlx5_1"]);
-    assert_eq!(a.workers, [0, 1]);
-    buf
-}
-
-/// Waits for `n` completions, then checks that no other arrives within `quiet`.
-fn exactly(q: &mut engine::Queue, n: usize, quiet: Duration) -> Vec<Cqe> {
-    assert_eq!(q.wait(n, Some(Duration::from_secs(60))), n, "completions");
-    let mut got: Vec<Cqe> = q.completion().collect();
-    std::thread::sleep(quiet);
-    got.extend(q.completion());
-    assert_eq!(
-        got.len(),
-        n,
-        "an operation completed more than once: {got:?}"
-    );
-    got.sort_by_key(Cqe::user_data);
-    got
 }
 
 /// Runs one RangeGet of `len` bytes at `offset` into `buf` at 0, returning its completion and
