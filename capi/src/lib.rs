@@ -35,6 +35,7 @@ pub mod io;
 pub mod log;
 pub mod registry;
 pub mod state;
+pub mod stripe;
 pub mod stats;
 pub mod token;
 pub mod types;
