@@ -80,3 +80,24 @@ pub fn exactly(q: &mut engine::Queue, n: usize, quiet: Duration) -> Vec<Cqe> {
     got
 }
 
+
+/// PCI address of the GPU of [`two_nic_tree_with_gpu`].
+pub const GPU_PCI: &str = "0000:15:00.0";
+
+/// [`two_nic_tree`] with a GPU ([`GPU_PCI`]) on the NICs' PCIe switch: its memory is bound to
+/// both NICs (one distance tier).
+pub fn two_nic_tree_with_gpu() -> tempfile::TempDir {
+    let dir = two_nic_tree();
+    let usp = "sys/devices/pci0000:10/0000:10:01.0/0000:11:00.0";
+    let dsp = format!("{usp}/0000:12:02.0");
+    sysfs_tree::pci(dir.path(), &dsp, 0x060400, 0x1000, 0, "0-1");
+    sysfs_tree::pci(
+        dir.path(),
+        &format!("{dsp}/{GPU_PCI}"),
+        0x030200,
+        0x10de,
+        0,
+        "0-1",
+    );
+    dir
+}
