@@ -17,7 +17,9 @@
 
 use std::collections::HashMap;
 
+mod get;
 mod put;
+pub(crate) use get::{AfterHead, PendingGet, wants_get_split};
 pub(crate) use put::{Next as PutNext, Place as PutPlace, StripedPut, wants_put_split};
 
 use ring_api::{Cqe, ErrorClass, ErrorCode, cqe_flags};
@@ -187,6 +189,8 @@ struct Join {
     bytes: u64,
     /// The first chunk's success (its path, dialect and object size are the parent's).
     first: Option<Cqe>,
+    /// The object size every chunk must report (a whole-object GET's, from its HEAD).
+    size: Option<u64>,
     /// Every chunk so far was proven by a server checksum.
     verified: bool,
     /// Some chunk was retried.
@@ -214,6 +218,8 @@ pub(crate) struct Joins {
     open: HashMap<JoinId, Join>,
     /// Striped PUTs (engine-driven multipart uploads, [`put`]).
     puts: HashMap<JoinId, StripedPut>,
+    /// Whole-object GETs waiting for the HEAD that sizes them ([`get`]).
+    gets: HashMap<JoinId, PendingGet>,
 }
 
 impl Joins {
@@ -239,13 +245,42 @@ impl Joins {
         self.puts.contains_key(&id)
     }
 
+    /// Keeps a whole-object GET waiting for its HEAD under a new id (which the HEAD carries).
+    pub(crate) fn open_get(&mut self, get: PendingGet) -> JoinId {
+        let id = self.next_id();
+        self.gets.insert(id, get);
+        id
+    }
+
+    /// Whether `id` names a GET waiting for its HEAD.
+    pub(crate) fn is_get(&self, id: JoinId) -> bool {
+        self.gets.contains_key(&id)
+    }
+
+    /// Takes the GET waiting under `id` (its HEAD completed).
+    pub(crate) fn take_get(&mut self, id: JoinId) -> Option<PendingGet> {
+        self.gets.remove(&id)
+    }
+
     /// Forgets the finished striped PUT `id`.
     pub(crate) fn close_put(&mut self, id: JoinId) {
         self.puts.remove(&id);
     }
 
     /// Starts a join of `chunks` chunks for the operation `user_data` of queue `queue`.
+    #[cfg(test)]
     pub(crate) fn open(&mut self, queue: u64, user_data: u64, chunks: usize) -> JoinId {
+        self.open_sized(queue, user_data, chunks, None)
+    }
+
+    /// As [`Joins::open`], every chunk to report object size `size` when it is `Some`.
+    pub(crate) fn open_sized(
+        &mut self,
+        queue: u64,
+        user_data: u64,
+        chunks: usize,
+        size: Option<u64>,
+    ) -> JoinId {
         let id = self.next_id();
         self.open.insert(
             id,
@@ -255,6 +290,7 @@ impl Joins {
                 left: chunks,
                 bytes: 0,
                 first: None,
+                size,
                 verified: true,
                 retried: false,
                 error: None,
@@ -274,6 +310,14 @@ impl Joins {
         if cqe.is_ok() {
             j.bytes = j.bytes.saturating_add(cqe.bytes());
             j.verified &= cqe.verified();
+            if j.size.is_some_and(|s| s != cqe.aux()) && j.error.is_none() {
+                // The object is not the one its HEAD sized.
+                j.error = Some(Cqe::error(
+                    j.user_data,
+                    ErrorCode::Integrity,
+                    ErrorClass::Integrity,
+                ));
+            }
             match j.first {
                 None => j.first = Some(cqe),
                 // Chunks answered with different object sizes: the object changed while it
@@ -327,6 +371,7 @@ impl Joins {
         std::sync::Arc<str>,
     )> {
         self.open.retain(|_, j| j.queue != queue);
+        self.gets.retain(|_, g| g.queue().id != queue);
         let mut open = Vec::new();
         self.puts.retain(|_, p| {
             if p.queue.id != queue {

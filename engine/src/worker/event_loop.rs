@@ -290,7 +290,11 @@ impl Worker {
                         // A RangeGet large enough on memory bound to several NICs: chunks
                         // on workers of each NIC (`stripe`); a PUT: a multipart upload whose
                         // parts run there (`stripe_put`).
-                        let Some(op) = self.stripe_put(op).and_then(|op| self.stripe(op)) else {
+                        let Some(op) = self
+                            .stripe_put(op)
+                            .and_then(|op| self.stripe_get(op))
+                            .and_then(|op| self.stripe(op))
+                        else {
                             continue;
                         };
                         // A registration bound to NICs runs on their workers only.
@@ -323,6 +327,12 @@ impl Worker {
     /// Splits `op` into chunks handed round robin to workers of different NICs, under one join
     /// (see [`crate::stripe`]); hands it back when it is not to be striped.
     fn stripe(&mut self, op: InFlight) -> Option<InFlight> {
+        self.stripe_sized(op, None)
+    }
+
+    /// As [`Worker::stripe`], every chunk to report object size `size` when it is `Some` (a
+    /// whole-object GET sized by its HEAD).
+    pub(super) fn stripe_sized(&mut self, op: InFlight, size: Option<u64>) -> Option<InFlight> {
         let cfg = self.shared.stripe;
         if !crate::stripe::wants_split(&op, &cfg) {
             return Some(op);
@@ -338,7 +348,9 @@ impl Worker {
             crate::stripe::Split::Whole(op) => return Some(op),
             crate::stripe::Split::Chunks(chunks) => chunks,
         };
-        let join = self.joins.open(queue.id, user_data, chunks.len());
+        let join = self
+            .joins
+            .open_sized(queue.id, user_data, chunks.len(), size);
         let first = self.rotor % groups.len();
         for (i, mut chunk) in chunks.into_iter().enumerate() {
             chunk.stripe = Some(join);
@@ -500,6 +512,13 @@ impl Worker {
             && self.joins.is_put(join)
         {
             self.put_step_landed(queue, join, cqe);
+            return;
+        }
+        // The HEAD of a whole-object GET: the GET goes on, striped or not (`stripe_get`).
+        if let Some(join) = chunk
+            && self.joins.is_get(join)
+        {
+            self.get_head_landed(queue, join, cqe);
             return;
         }
         // A chunk completes nothing by itself: its striped operation completes, once, with

@@ -15,6 +15,7 @@
 mod event_loop;
 pub(crate) mod handoff;
 mod outcome;
+mod striped_get;
 mod striped_put;
 pub(crate) mod stager;
 
