@@ -35,8 +35,8 @@ pub mod io;
 pub mod log;
 pub mod registry;
 pub mod state;
-pub mod stripe;
 pub mod stats;
+pub mod stripe;
 pub mod token;
 pub mod types;
 

@@ -224,8 +224,7 @@ impl Library {
             ));
         }
         let fabric = crate::fabric::fabric_of(s.fabric)?;
-        let stripe =
-            crate::stripe::stripe_of(s.stripe_policy, s.stripe_threshold, s.stripe_chunk)?;
+        let stripe = crate::stripe::stripe_of(s.stripe_policy, s.stripe_threshold, s.stripe_chunk)?;
         crate::log::init_from_env()?;
         let overrides = Overrides {
             access_key_id: s.access_key.clone(),

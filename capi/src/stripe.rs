@@ -92,7 +92,10 @@ mod tests {
         let s = stripe_of(STRIPE_ALL, 1 << 20, 8 << 20).unwrap();
         assert_eq!(s.policy, Some(engine::Stripe::All));
         assert_eq!((s.threshold, s.chunk), (Some(1 << 20), Some(8 << 20)));
-        assert_eq!(stripe_of(STRIPE_OFF, 0, 0).unwrap().policy, Some(engine::Stripe::Off));
+        assert_eq!(
+            stripe_of(STRIPE_OFF, 0, 0).unwrap().policy,
+            Some(engine::Stripe::Off)
+        );
         assert_eq!(
             stripe_of(STRIPE_BEST_TIER, 0, 0).unwrap().policy,
             Some(engine::Stripe::BestTier)

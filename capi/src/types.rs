@@ -398,7 +398,10 @@ pub fn constant_facts() -> Vec<(String, i64)> {
                 "HIPOBJ_FABRIC_VERBS",
                 i64::from(crate::fabric::FABRIC_VERBS),
             ),
-            ("HIPOBJ_STRIPE_DEFAULT", i64::from(crate::stripe::STRIPE_DEFAULT)),
+            (
+                "HIPOBJ_STRIPE_DEFAULT",
+                i64::from(crate::stripe::STRIPE_DEFAULT),
+            ),
             ("HIPOBJ_STRIPE_OFF", i64::from(crate::stripe::STRIPE_OFF)),
             (
                 "HIPOBJ_STRIPE_BEST_TIER",

@@ -17,10 +17,10 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use engine::{Dialect, Engine, EngineBuilder, Fabric, Stripe};
-use striping::{bound_buffer, exactly, on_two_nics, two_nic_tree};
 use ring_api::opcode::{Cancel, Get, RangeGet};
 use ring_api::{BufSlice, Cqe, DataPath, ErrorCode};
 use s3_lite::credentials::Credentials;
+use striping::{bound_buffer, exactly, on_two_nics, two_nic_tree};
 
 const MIB: u64 = 1 << 20;
 
@@ -256,8 +256,12 @@ fn one_get(
     let obj = engine.object("stripe", key).unwrap();
     let before: Vec<(u64, u64)> = engine.workers().iter().map(|w| (w.ops, w.bytes)).collect();
     let mut q = engine.queue(8).unwrap();
-    q.push(&Get::new(obj, BufSlice::new(buf, 0, cap)).user_data(8).build())
-        .unwrap();
+    q.push(
+        &Get::new(obj, BufSlice::new(buf, 0, cap))
+            .user_data(8)
+            .build(),
+    )
+    .unwrap();
     let c = exactly(&mut q, 1, Duration::from_millis(100))[0];
     assert_eq!(c.user_data(), 8);
     let delta = engine
@@ -290,7 +294,10 @@ fn a_whole_object_get_is_sized_by_a_head_then_striped() {
     assert_eq!(c.path(), Some(DataPath::RdmaSoft));
     assert_eq!(delta.iter().map(|d| d.0).sum::<u64>(), 12, "{delta:?}");
     assert_eq!(delta.iter().map(|d| d.1).sum::<u64>(), size, "{delta:?}");
-    assert!(delta.iter().all(|d| d.1 >= 16 * MIB), "both NICs: {delta:?}");
+    assert!(
+        delta.iter().all(|d| d.1 >= 16 * MIB),
+        "both NICs: {delta:?}"
+    );
     // (A view holds a lease on what it shows: dropped before the next GET.)
     let got = engine.read(buf, 0, size).unwrap();
     assert!(got[..] == data[..], "striped GET bytes differ");
@@ -328,8 +335,12 @@ fn a_whole_object_get_is_cancelled_or_times_out_while_sized() {
     let buf = bound_buffer(&engine, 32 * MIB);
     let obj = engine.object("stripe", "obj.bin").unwrap();
     let mut q = engine.queue(16).unwrap();
-    q.push(&Get::new(obj, BufSlice::new(buf, 0, 32 * MIB)).user_data(1).build())
-        .unwrap();
+    q.push(
+        &Get::new(obj, BufSlice::new(buf, 0, 32 * MIB))
+            .user_data(1)
+            .build(),
+    )
+    .unwrap();
     // The HEAD is on the wire; the destination is held.
     let end = Instant::now() + Duration::from_secs(5);
     while engine.workers().iter().map(|w| w.ops).sum::<u64>() == 0 {

@@ -42,7 +42,10 @@ fn device_memory_on_two_nics_is_striped_both_ways() {
     let gw = rig::soft_gateway(dir.path());
     let a = gw.local_addr();
     assert_eq!(raw::call(a, "PUT", "/stripe", "", &[], b"").status(), 200);
-    assert_eq!(raw::call(a, "PUT", "/stripe/obj.bin", "", &[], &data).status(), 200);
+    assert_eq!(
+        raw::call(a, "PUT", "/stripe/obj.bin", "", &[], &data).status(),
+        200
+    );
     let tree = two_nic_tree_with_gpu();
     let gpu = HostBackedTestGpu::at(Duration::ZERO, Some(GPU_PCI.parse().unwrap()));
     let engine = on_two_nics(rig::engine_builder(a), &tree)
@@ -55,7 +58,9 @@ fn device_memory_on_two_nics_is_striped_both_ways() {
     let dev = gpu.alloc_device(0, len).unwrap();
     // SAFETY: `dev` lives until the end of the test, after the engine is dropped.
     let buf = unsafe { engine.register_device(dev, len) }.unwrap();
-    let nics = engine.buffer_nics(buf).expect("bound by the GPU's PCI address");
+    let nics = engine
+        .buffer_nics(buf)
+        .expect("bound by the GPU's PCI address");
     assert_eq!(nics.nics, ["mlx5_0", "mlx5_1"], "{nics:?}");
     let obj = engine.object("stripe", "obj.bin").unwrap();
     let mut q = engine.queue(8).unwrap();
@@ -91,12 +96,18 @@ fn device_memory_on_two_nics_is_striped_both_ways() {
     assert!(c.is_ok() && c.bytes() == 64 * MIB, "{c:?}");
     let d = delta(&engine, &before);
     assert_eq!(d.iter().map(|x| x.1).sum::<u64>(), 64 * MIB, "{d:?}");
-    assert!(d.iter().all(|x| x.1 >= 24 * MIB), "parts on both NICs: {d:?}");
+    assert!(
+        d.iter().all(|x| x.1 >= 24 * MIB),
+        "parts on both NICs: {d:?}"
+    );
     let r = raw::call(a, "GET", "/stripe/from-gpu.bin", "", &[], b"");
     assert_eq!(r.status(), 200);
     assert!(r.body == fresh, "stored object differs from VRAM");
     assert!(
-        r.header("etag").unwrap_or_default().trim_matches('"').ends_with("-13"),
+        r.header("etag")
+            .unwrap_or_default()
+            .trim_matches('"')
+            .ends_with("-13"),
         "{:?}",
         r.header("etag")
     );

@@ -177,7 +177,11 @@ fn striped_put_lands_on_both_nics(dialect: Dialect) {
     };
     assert!(c.is_ok(), "{c:?}");
     assert_eq!(c.bytes(), 64 * MIB, "the total of every part");
-    assert_eq!(c.path(), Some(DataPath::RdmaSoft), "{c:?} after {tries} tries");
+    assert_eq!(
+        c.path(),
+        Some(DataPath::RdmaSoft),
+        "{c:?} after {tries} tries"
+    );
     // 13 parts (12 of 5 MiB, one of 4 MiB) alternating between the NICs, plus the control
     // steps (Create, Complete and perhaps the stored-object HEAD) on the queue's owner.
     let parts_bytes: u64 = delta.iter().map(|d| d.1).sum();
@@ -187,16 +191,25 @@ fn striped_put_lands_on_both_nics(dialect: Dialect) {
         "parts on both NICs: {delta:?}"
     );
     let ops: u64 = delta.iter().map(|d| d.0).sum();
-    assert!((15..=16).contains(&ops), "13 parts + control steps: {delta:?}");
+    assert!(
+        (15..=16).contains(&ops),
+        "13 parts + control steps: {delta:?}"
+    );
     let per_nic = engine.nic_bytes();
     assert_eq!(per_nic.len(), 2, "{per_nic:?}");
     assert!(per_nic.iter().all(|(_, b)| *b >= 24 * MIB), "{per_nic:?}");
     if tries > 1 {
-        eprintln!("{dialect:?}: the first part of a striped PUT went over HTTP {} time(s)", tries - 1);
+        eprintln!(
+            "{dialect:?}: the first part of a striped PUT went over HTTP {} time(s)",
+            tries - 1
+        );
     }
     let (got, etag) = stored(soft.addr(), "big.bin").unwrap();
     assert!(got == data, "stored object differs");
-    assert!(etag.trim_matches('"').ends_with("-13"), "multipart ETag: {etag}");
+    assert!(
+        etag.trim_matches('"').ends_with("-13"),
+        "multipart ETag: {etag}"
+    );
     assert_eq!(open_uploads(soft.addr()), 0);
     // The source is free again.
     assert!(engine.read(buf, 0, 64 * MIB).is_ok());

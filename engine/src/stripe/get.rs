@@ -87,12 +87,9 @@ pub(crate) enum AfterHead {
 }
 
 impl PendingGet {
-    /// Takes over `op` (a GET [`wants_get_split`] accepted); returns it and the HEAD to send,
-    /// or `op` back when it has no destination.
-    pub(crate) fn start(mut op: InFlight) -> Result<(Self, InFlight), InFlight> {
-        let Some(dst) = op.buf.take() else {
-            return Err(op);
-        };
+    /// Takes over `op` (a GET [`wants_get_split`] accepted) and its destination `dst` (taken
+    /// out of it); returns it and the HEAD to send.
+    pub(crate) fn start(op: &InFlight, dst: LeaseGuard) -> (Self, InFlight) {
         let parent = Parent {
             queue: op.queue,
             user_data: op.user_data,
@@ -101,7 +98,7 @@ impl PendingGet {
             may_retry: op.may_retry,
         };
         let head = parent.op(OpKind::Head, None);
-        Ok((Self { parent, dst }, head))
+        (Self { parent, dst }, head)
     }
 
     /// The queue the GET came from.

@@ -305,7 +305,10 @@ impl StripedPut {
         let pieces = match source.split(self.part_size) {
             Ok(p) if p.len() <= MAX_PARTS as usize => p,
             _ => {
-                return self.abort(self.local_error(ErrorCode::Busy, ErrorClass::Local), uploads);
+                return self.abort(
+                    self.local_error(ErrorCode::Busy, ErrorClass::Local),
+                    uploads,
+                );
             }
         };
         let mut run = Vec::with_capacity(pieces.len());
@@ -400,7 +403,10 @@ mod tests {
         // Below the threshold, with striping off, or one part: a plain PUT.
         assert_eq!(put_part_size(8 * MIB - 1, &d), None);
         assert_eq!(put_part_size(64 * MIB, &cfg(Stripe::Off, 0, 0)), None);
-        assert_eq!(put_part_size(16 * MIB, &cfg(Stripe::All, 0, 16 * MIB)), None);
+        assert_eq!(
+            put_part_size(16 * MIB, &cfg(Stripe::All, 0, 16 * MIB)),
+            None
+        );
         assert_eq!(
             put_part_size(16 * MIB, &cfg(Stripe::All, 0, 8 * MIB)),
             Some(8 * MIB)

@@ -15,9 +15,9 @@
 mod event_loop;
 pub(crate) mod handoff;
 mod outcome;
+pub(crate) mod stager;
 mod striped_get;
 mod striped_put;
-pub(crate) mod stager;
 
 use std::sync::Arc;
 use std::sync::PoisonError;

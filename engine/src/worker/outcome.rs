@@ -461,14 +461,11 @@ impl Worker {
     /// with `ECANCELED` (into their join; see [`crate::stripe`]). The control steps of a striped
     /// PUT run on (the upload they open is always aborted).
     pub(super) fn cancel_chunks(&mut self, queue: QueueRef, join: crate::stripe::JoinId) {
-        for key in self
-            .ops
-            .keys_where(|o| {
-                o.queue == queue
-                    && o.stripe == Some(join)
-                    && !super::striped_put::is_put_control_step(o)
-            })
-        {
+        for key in self.ops.keys_where(|o| {
+            o.queue == queue
+                && o.stripe == Some(join)
+                && !super::striped_put::is_put_control_step(o)
+        }) {
             if let Some(op) = self.ops.get(key) {
                 self.fabric.abort(op, self.poll.registry());
             }

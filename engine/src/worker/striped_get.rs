@@ -12,7 +12,7 @@ use crate::stripe::{AfterHead, JoinId, PendingGet};
 impl Worker {
     /// Holds a whole-object GET large enough, on memory bound to several NICs, until a HEAD
     /// (started here) names the object's size; hands any other operation back.
-    pub(super) fn stripe_get(&mut self, op: InFlight) -> Option<InFlight> {
+    pub(super) fn stripe_get(&mut self, mut op: InFlight) -> Option<InFlight> {
         let cfg = self.shared.stripe;
         if !crate::stripe::wants_get_split(&op, &cfg) {
             return Some(op);
@@ -23,10 +23,10 @@ impl Worker {
         if groups.is_empty() {
             return Some(op);
         }
-        let (pending, mut head) = match PendingGet::start(op) {
-            Ok(started) => started,
-            Err(op) => return Some(op),
+        let Some(dst) = op.buf.take() else {
+            return Some(op);
         };
+        let (pending, mut head) = PendingGet::start(&op, dst);
         let join = self.joins.open_get(pending);
         head.stripe = Some(join);
         self.assign(head, self.index);

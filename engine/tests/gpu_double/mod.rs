@@ -170,7 +170,8 @@ impl GpuRuntime for HostBackedTestGpu {
         Ok("test double".into())
     }
     fn pci_bus_id(&self, _: u32) -> Result<PciAddr, GpuError> {
-        self.pci.ok_or_else(|| GpuError::InvalidArgument("test double has no PCI address".into()))
+        self.pci
+            .ok_or_else(|| GpuError::InvalidArgument("test double has no PCI address".into()))
     }
     fn pointer_kind(&self, addr: u64) -> Result<PointerKind, GpuError> {
         let st = self.state.0.lock().unwrap();
@@ -337,4 +338,3 @@ impl GpuRuntime for HostBackedTestGpu {
 pub fn as_dyn(rt: &Arc<HostBackedTestGpu>) -> Arc<dyn GpuRuntime> {
     Arc::clone(rt) as Arc<dyn GpuRuntime>
 }
-

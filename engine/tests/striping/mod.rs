@@ -80,7 +80,6 @@ pub fn exactly(q: &mut engine::Queue, n: usize, quiet: Duration) -> Vec<Cqe> {
     got
 }
 
-
 /// PCI address of the GPU of [`two_nic_tree_with_gpu`].
 pub const GPU_PCI: &str = "0000:15:00.0";
 
