@@ -384,6 +384,158 @@ impl StripedPut {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::Registry;
+    use crate::memory::raw::RawMem;
+
+    const MIB: u64 = 1 << 20;
+
+    /// A 12 MiB PUT of a fresh registration (parts of 5 MiB: 5 + 5 + 2), its registry (which
+    /// must outlive it) and an upload table.
+    fn put(deadline: Option<Instant>) -> (Registry, Arc<UploadTable>, StripedPut, InFlight) {
+        let reg = Registry::new();
+        let (mem, _) = RawMem::alloc((12 * MIB) as usize, false).unwrap();
+        let h = reg.insert(mem).unwrap();
+        let lease = reg.get(h).unwrap().lease(0, 12 * MIB, false).unwrap();
+        let op = InFlight {
+            queue: QueueRef::default(),
+            user_data: 77,
+            kind: OpKind::Put,
+            object: Arc::new(ObjectName {
+                bucket: "b".into(),
+                key: "k".into(),
+            }),
+            buf: Some(lease),
+            deadline,
+            attempts: 0,
+            may_retry: true,
+            retried: false,
+            free_retries: 0,
+            phase: Phase::Ready,
+            multipart: None,
+            uploads: None,
+            source_crc: std::cell::OnceCell::new(),
+            verify_stored: std::cell::Cell::new(None),
+            stripe: None,
+        };
+        let uploads = Arc::new(UploadTable::new());
+        let (p, create) = StripedPut::start(op, 2, 1, 5 * MIB, &uploads);
+        (reg, uploads, p, create)
+    }
+
+    /// The Create's success: the upload opened in `uploads` as the HTTP fabric opens it.
+    fn created(uploads: &UploadTable, p: &StripedPut) -> Cqe {
+        let h = uploads.open(Arc::clone(&p.object), "upload-1").unwrap();
+        Cqe::success(77, 0, ring_api::DataPath::Http).with_aux(u64::from(h.0))
+    }
+
+    fn steps(n: Next) -> Vec<(InFlight, Place)> {
+        match n {
+            Next::Run(v) => v,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn step_of(op: &InFlight) -> &MultipartOp {
+        op.multipart.as_ref().unwrap()
+    }
+
+    #[test]
+    fn create_parts_complete_one_success_with_the_total() {
+        let (_reg, uploads, mut p, create) = put(None);
+        assert!(matches!(create.multipart, Some(MultipartOp::Create)));
+        assert!(create.buf.is_none() && create.deadline.is_none());
+        let now = Instant::now();
+        let parts = steps(p.landed(created(&uploads, &p), now, &uploads));
+        let shape: Vec<(u32, u64, Place)> = parts
+            .iter()
+            .map(|(op, at)| match step_of(op) {
+                MultipartOp::Part { part, .. } => (*part, op.buf_len(), *at),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        // Round robin over the two groups, starting with group 1.
+        assert_eq!(
+            shape,
+            [
+                (1, 5 * MIB, Place::Group(1)),
+                (2, 5 * MIB, Place::Group(0)),
+                (3, 2 * MIB, Place::Group(1)),
+            ]
+        );
+        let ok = |n| Cqe::success(77, n, ring_api::DataPath::RdmaSoft);
+        for (i, (op, _)) in parts.iter().enumerate() {
+            let (h, n) = op.part_handle().unwrap();
+            uploads.record_part(h, n, &format!("\"e{i}\"")).unwrap();
+        }
+        assert!(matches!(p.landed(ok(5 * MIB), now, &uploads), Next::Wait));
+        assert!(matches!(p.landed(ok(2 * MIB), now, &uploads), Next::Wait));
+        let complete = steps(p.landed(ok(5 * MIB), now, &uploads));
+        assert_eq!(complete.len(), 1);
+        match step_of(&complete[0].0) {
+            MultipartOp::Complete { parts, .. } => assert_eq!(parts.len(), 3),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(complete[0].1, Place::Owner);
+        match p.landed(Cqe::success(77, 0, ring_api::DataPath::Http), now, &uploads) {
+            Next::Done(c) => {
+                assert!(c.is_ok());
+                assert_eq!((c.user_data(), c.bytes()), (77, 12 * MIB));
+                assert_eq!(c.path(), Some(ring_api::DataPath::RdmaSoft));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_failing_part_stops_the_others_and_aborts_the_upload() {
+        let (_reg, uploads, mut p, _) = put(None);
+        let now = Instant::now();
+        let parts = steps(p.landed(created(&uploads, &p), now, &uploads));
+        drop(parts);
+        let refused = Cqe::error(77, ErrorCode::InvalidArgument, ErrorClass::Client);
+        assert!(matches!(p.landed(refused, now, &uploads), Next::StopParts));
+        let stopped = Cqe::error(77, ErrorCode::Cancelled, ErrorClass::Cancelled);
+        assert!(matches!(p.landed(stopped, now, &uploads), Next::Wait));
+        let ok = Cqe::success(77, MIB, ring_api::DataPath::Http);
+        let abort = steps(p.landed(ok, now, &uploads));
+        assert!(matches!(step_of(&abort[0].0), MultipartOp::Abort { .. }));
+        // Whatever the Abort answers, the operation fails once with the part's error.
+        let gone = Cqe::error(77, ErrorCode::NotFound, ErrorClass::Client);
+        match p.landed(gone, now, &uploads) {
+            Next::Done(c) => assert_eq!(c.error_code(), Some(ErrorCode::InvalidArgument)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn cancel_or_deadline_during_create_aborts_once_the_upload_exists() {
+        let (_reg, uploads, mut p, _) = put(None);
+        p.cancel();
+        let now = Instant::now();
+        let abort = steps(p.landed(created(&uploads, &p), now, &uploads));
+        assert!(matches!(step_of(&abort[0].0), MultipartOp::Abort { .. }));
+        match p.landed(Cqe::success(77, 0, ring_api::DataPath::Http), now, &uploads) {
+            Next::Done(c) => assert_eq!(c.error_code(), Some(ErrorCode::Cancelled)),
+            other => panic!("{other:?}"),
+        }
+
+        let (_reg, uploads, mut p, _) = put(Some(now));
+        let later = now + std::time::Duration::from_millis(1);
+        let abort = steps(p.landed(created(&uploads, &p), later, &uploads));
+        assert!(matches!(step_of(&abort[0].0), MultipartOp::Abort { .. }));
+        match p.landed(Cqe::success(77, 0, ring_api::DataPath::Http), later, &uploads) {
+            Next::Done(c) => assert_eq!(c.error_code(), Some(ErrorCode::TimedOut)),
+            other => panic!("{other:?}"),
+        }
+
+        // A failed Create: nothing to abort, its error at once.
+        let (_reg, uploads, mut p, _) = put(None);
+        let denied = Cqe::error(77, ErrorCode::AccessDenied, ErrorClass::Client);
+        match p.landed(denied, now, &uploads) {
+            Next::Done(c) => assert_eq!(c.error_code(), Some(ErrorCode::AccessDenied)),
+            other => panic!("{other:?}"),
+        }
+    }
 
     fn cfg(policy: Stripe, threshold: u64, chunk: u64) -> StripeConfig {
         StripeConfig {
