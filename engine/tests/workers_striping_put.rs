@@ -387,3 +387,51 @@ fn a_striped_put_is_plain_s3_multipart_against_s3s_fs() {
     let on_disk = std::fs::read(server.root.path().join("stripe/plain.bin")).unwrap();
     assert!(on_disk == data, "stored object differs");
 }
+
+#[test]
+fn a_queue_dropped_mid_upload_aborts_it() {
+    let data = rig::pattern((64 * MIB) as usize, 16);
+    let soft = Soft::start(Dialect::RcPersistent, None, |b| b);
+    let engine = soft.engine();
+    let buf = source(engine, &data);
+    let obj = engine.object("stripe", "dropped.bin").unwrap();
+    let before = counters(engine);
+    let mut q = engine.queue(4).unwrap();
+    q.push(
+        &Put::new(obj, BufSlice::new(buf, 0, 64 * MIB))
+            .user_data(1)
+            .build(),
+    )
+    .unwrap();
+    // Parts run on both NICs: the upload is open.
+    let end = Instant::now() + Duration::from_secs(30);
+    while !counters(engine)
+        .iter()
+        .zip(&before)
+        .all(|(a, b)| a.0 > b.0 + 1)
+    {
+        assert!(Instant::now() < end, "{:?}", engine.workers());
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let landed_before_drop = q.completion().next();
+    drop(q);
+    if let Some(c) = landed_before_drop {
+        // Every part had landed already: the object is whole.
+        assert!(c.is_ok(), "{c:?}");
+        assert!(stored(soft.addr(), "dropped.bin").unwrap().0 == data);
+        return;
+    }
+    // The owner aborts the upload; the parts still running are stopped.
+    let end = Instant::now() + Duration::from_secs(30);
+    while open_uploads(soft.addr()) > 0 {
+        assert!(Instant::now() < end, "the upload was never aborted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(stored(soft.addr(), "dropped.bin").err(), Some(404));
+    // The source is released once the parts are gone.
+    let end = Instant::now() + Duration::from_secs(30);
+    while engine.read(buf, 0, 64 * MIB).is_err() {
+        assert!(Instant::now() < end, "a part still holds the source");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
