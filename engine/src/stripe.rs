@@ -1,8 +1,8 @@
-//! Striping: a large RangeGet on memory bound to several NICs, split into chunks that run on
+//! Striping: a large transfer on memory bound to several NICs, split into chunks that run on
 //! workers of different NICs, joined back into one completion.
 //!
-//! The worker that drains a RangeGet of at least [`StripeConfig::threshold`] bytes asks
-//! [`nic_groups`] which NICs it may spread over (policy [`Stripe`]); with two or more, it
+//! RangeGet: the worker that drains a RangeGet of at least [`StripeConfig::threshold`] bytes
+//! asks [`nic_groups`] which NICs it may spread over (policy [`Stripe`]); with two or more, it
 //! [`split`]s the operation into consecutive chunks of [`StripeConfig::chunk`] bytes, each an
 //! ordinary RangeGet with its own lease on its part of the destination, handed round robin to
 //! a worker of each NIC. The chunks carry the parent's tag (a Cancel of the tag finds them),
@@ -11,9 +11,9 @@
 //! byte count, or with the error of the first chunk that failed (the others are waited for,
 //! so no chunk still writes the buffer once the parent has completed).
 //!
-//! Not striped: whole-object GETs (the object's size is unknown until an answer names it, so
-//! chunks cannot be cut in advance), PUTs (one object cannot be written by several requests
-//! without multipart upload, which the application drives itself) and multipart steps.
+//! Whole-object GET ([`get`]): sized by a HEAD, then striped as a RangeGet of the whole
+//! object. PUT ([`put`]): an engine-driven multipart upload whose parts are the chunks.
+//! Multipart steps the application drives itself are not striped.
 
 use std::collections::HashMap;
 
