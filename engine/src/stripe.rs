@@ -27,13 +27,13 @@ use ring_api::{Cqe, ErrorClass, ErrorCode, cqe_flags};
 use crate::inflight::{InFlight, OpKind};
 use crate::nic_plan::PlacementPlan;
 
-/// Default smallest RangeGet that is striped: 8 MiB.
+/// Default smallest transfer that is striped: 8 MiB.
 pub const DEFAULT_STRIPE_THRESHOLD: u64 = 8 << 20;
 /// Default chunk size: 4 MiB (large enough that a request's fixed cost is small next to its
 /// transfer, small enough that a 64 MiB read keeps every NIC of an 8-rail tier busy).
 pub const DEFAULT_STRIPE_CHUNK: u64 = 4 << 20;
 
-/// Which NICs a large RangeGet is striped across ([`crate::EngineBuilder::stripe`]).
+/// Which NICs a large transfer is striped across ([`crate::EngineBuilder::stripe`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Stripe {
@@ -53,7 +53,7 @@ pub enum Stripe {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct StripeConfig {
     pub(crate) policy: Stripe,
-    /// Smallest RangeGet (bytes) that is split.
+    /// Smallest transfer (bytes) that is split.
     pub(crate) threshold: u64,
     /// Bytes per chunk (the last may be shorter); at least 1.
     pub(crate) chunk: u64,
