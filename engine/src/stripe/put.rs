@@ -523,7 +523,11 @@ mod tests {
         let later = now + std::time::Duration::from_millis(1);
         let abort = steps(p.landed(created(&uploads, &p), later, &uploads));
         assert!(matches!(step_of(&abort[0].0), MultipartOp::Abort { .. }));
-        match p.landed(Cqe::success(77, 0, ring_api::DataPath::Http), later, &uploads) {
+        match p.landed(
+            Cqe::success(77, 0, ring_api::DataPath::Http),
+            later,
+            &uploads,
+        ) {
             Next::Done(c) => assert_eq!(c.error_code(), Some(ErrorCode::TimedOut)),
             other => panic!("{other:?}"),
         }
