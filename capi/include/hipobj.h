@@ -11,7 +11,8 @@
  *   - object handles come from hipObjOpen(bucket, key, &handle);
  *   - a batch extension (hipObjQueue*), hipObjGetLastErrorMessage and the
  *     path/dialect report (hipObjGetStats, hipObjGetLastOpInfo) are added.
- *   - hipObjConfig_t gains dialect and fabric (HIPOBJ_DIALECT_*, HIPOBJ_FABRIC_*)
+ *   - hipObjConfig_t gains dialect, fabric and striping (HIPOBJ_DIALECT_*, HIPOBJ_FABRIC_*,
+ *     HIPOBJ_STRIPE_*)
  *     after the seed's fields (source-compatible; rebuild against this header).
  * Maintained by hand; capi/tests/header.rs checks it against the library
  * (exported symbols both ways, struct layouts, every constant). The full
@@ -164,7 +165,24 @@ typedef struct {
   uint32_t fabric;       /**< HIPOBJ_FABRIC_*: 0 (AUTO, the default) picks the data path */
   hipObjDcTokenProvider_t dcTokenProvider; /**< cuObject descriptors; NULL: no cuObject dialect */
   void* dcTokenContext;  /**< passed to dcTokenProvider as ctx */
+  uint32_t stripePolicy;    /**< HIPOBJ_STRIPE_*: 0 (DEFAULT) is BEST_TIER */
+  uint64_t stripeThreshold; /**< smallest striped transfer in bytes; 0: 8 MiB */
+  uint64_t stripeChunk;     /**< bytes per chunk, at most 5 GiB; 0: 4 MiB (a striped PUT's parts are at least 5 MiB) */
 } hipObjConfig_t;
+
+/** Striping (hipObjConfig_t.stripePolicy): a transfer of at least stripeThreshold
+ *  bytes on memory bound to several NICs is split into stripeChunk-byte chunks,
+ *  each its own op on a worker of the next NIC; the op completes once, when every
+ *  chunk has. A striped PUT is a multipart upload (its ETag ends in "-N"); any
+ *  failure aborts it. See docs/c-api.md and docs/engine.md. */
+/** Striping: the engine's default (HIPOBJ_STRIPE_BEST_TIER). */
+#define HIPOBJ_STRIPE_DEFAULT 0u
+/** Striping: never split an op. */
+#define HIPOBJ_STRIPE_OFF 1u
+/** Striping: across the NICs a registration is bound to (its best PCIe tier or its NUMA node). */
+#define HIPOBJ_STRIPE_BEST_TIER 2u
+/** Striping: across every NIC the library's workers serve. */
+#define HIPOBJ_STRIPE_ALL 3u
 
 /** Fabric: RDMA when the endpoint pairs (verbs when this host has an RDMA
  *  device, else the soft fabric), learned per worker; HTTP bodies otherwise. An

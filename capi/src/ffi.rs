@@ -124,6 +124,9 @@ pub unsafe extern "C" fn hipObjInit(config: *const HipObjConfig) -> HipObjError 
                 nic_hint: opt_str(c.nic_hint, "config.nicHint")?,
                 dialect: c.dialect,
                 fabric: c.fabric,
+                stripe_policy: c.stripe_policy,
+                stripe_threshold: c.stripe_threshold,
+                stripe_chunk: c.stripe_chunk,
             }
         };
         let dc = c.dc_token_provider.map(|mint| {

@@ -36,6 +36,7 @@ pub mod log;
 pub mod registry;
 pub mod state;
 pub mod stats;
+pub mod stripe;
 pub mod token;
 pub mod types;
 

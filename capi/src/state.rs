@@ -49,6 +49,12 @@ pub struct Settings {
     pub dialect: u32,
     /// `HIPOBJ_FABRIC_*` (0: automatic).
     pub fabric: u32,
+    /// `HIPOBJ_STRIPE_*` (0: the engine's default).
+    pub stripe_policy: u32,
+    /// Smallest striped transfer in bytes (0: the engine's default).
+    pub stripe_threshold: u64,
+    /// Bytes per chunk (0: the engine's default).
+    pub stripe_chunk: u64,
 }
 
 /// The engine dialect a `HIPOBJ_DIALECT_*` value names (`None`: not one of them).
@@ -218,6 +224,7 @@ impl Library {
             ));
         }
         let fabric = crate::fabric::fabric_of(s.fabric)?;
+        let stripe = crate::stripe::stripe_of(s.stripe_policy, s.stripe_threshold, s.stripe_chunk)?;
         crate::log::init_from_env()?;
         let overrides = Overrides {
             access_key_id: s.access_key.clone(),
@@ -243,6 +250,7 @@ impl Library {
             .region(resolved.region)
             .fabric(fabric)
             .dialect(dialect);
+        builder = stripe.apply(builder);
         if let Some(p) = dc {
             builder = builder.dc_token_provider(p);
         }

@@ -63,6 +63,13 @@ pub struct HipObjConfig {
     pub dc_token_provider: Option<DcTokenProviderFn>,
     /// Passed to `dc_token_provider` as is.
     pub dc_token_context: *mut c_void,
+    /// `HIPOBJ_STRIPE_*` (0: the engine's default, best tier).
+    pub stripe_policy: u32,
+    /// Smallest transfer (bytes) that is striped (0: the engine's default, 8 MiB).
+    pub stripe_threshold: u64,
+    /// Bytes per chunk of a striped transfer (0: the engine's default, 4 MiB; a striped PUT's
+    /// parts are at least 5 MiB).
+    pub stripe_chunk: u64,
 }
 
 /// `hipObjDcTokenProvider_t`: `(ctx, addr, size, op, out, outSize) -> 0` with a NUL-terminated
@@ -260,6 +267,18 @@ pub fn layout_facts() -> Vec<(&'static str, usize)> {
             "offsetof(hipObjConfig_t, dcTokenContext)",
             offset_of!(HipObjConfig, dc_token_context),
         ),
+        (
+            "offsetof(hipObjConfig_t, stripePolicy)",
+            offset_of!(HipObjConfig, stripe_policy),
+        ),
+        (
+            "offsetof(hipObjConfig_t, stripeThreshold)",
+            offset_of!(HipObjConfig, stripe_threshold),
+        ),
+        (
+            "offsetof(hipObjConfig_t, stripeChunk)",
+            offset_of!(HipObjConfig, stripe_chunk),
+        ),
         ("sizeof(hipObjOp_t)", size_of::<HipObjOp>()),
         ("offsetof(hipObjOp_t, kind)", offset_of!(HipObjOp, kind)),
         ("offsetof(hipObjOp_t, flags)", offset_of!(HipObjOp, flags)),
@@ -379,6 +398,16 @@ pub fn constant_facts() -> Vec<(String, i64)> {
                 "HIPOBJ_FABRIC_VERBS",
                 i64::from(crate::fabric::FABRIC_VERBS),
             ),
+            (
+                "HIPOBJ_STRIPE_DEFAULT",
+                i64::from(crate::stripe::STRIPE_DEFAULT),
+            ),
+            ("HIPOBJ_STRIPE_OFF", i64::from(crate::stripe::STRIPE_OFF)),
+            (
+                "HIPOBJ_STRIPE_BEST_TIER",
+                i64::from(crate::stripe::STRIPE_BEST_TIER),
+            ),
+            ("HIPOBJ_STRIPE_ALL", i64::from(crate::stripe::STRIPE_ALL)),
             ("HIPOBJ_DIALECT_AUTO", 0),
             ("HIPOBJ_DIALECT_RC_PERSISTENT", 1),
             ("HIPOBJ_DIALECT_RC_V2", 2),

@@ -417,8 +417,10 @@ impl EngineBuilder {
         self
     }
 
-    /// Which NICs a large RangeGet is split across (default [`crate::Stripe::BestTier`]: the
-    /// NICs its registration is bound to, when there are several). See docs/engine.md,
+    /// Which NICs a large RangeGet, GET or PUT is split across (default
+    /// [`crate::Stripe::BestTier`]: the NICs its registration is bound to, when there are
+    /// several). A striped PUT is an engine-driven multipart upload (its ETag is a multipart
+    /// ETag, `"…-N"`); [`crate::Stripe::Off`] keeps every PUT one request. See docs/engine.md,
     /// Striping.
     #[must_use]
     pub fn stripe(mut self, policy: crate::stripe::Stripe) -> Self {
@@ -426,17 +428,18 @@ impl EngineBuilder {
         self
     }
 
-    /// Smallest RangeGet (bytes) that is striped (default
-    /// [`crate::DEFAULT_STRIPE_THRESHOLD`], 8 MiB). Operations shorter than two chunks are
-    /// never split.
+    /// Smallest transfer (bytes) that is striped: a RangeGet's length, a GET's destination, a
+    /// PUT's source (default [`crate::DEFAULT_STRIPE_THRESHOLD`], 8 MiB). Operations shorter
+    /// than two chunks (two parts, for a PUT) are never split.
     #[must_use]
     pub fn stripe_threshold(mut self, bytes: u64) -> Self {
         self.stripe.threshold = bytes;
         self
     }
 
-    /// Bytes per chunk of a striped RangeGet (default [`crate::DEFAULT_STRIPE_CHUNK`],
-    /// 4 MiB; the last chunk may be shorter). `build` refuses 0.
+    /// Bytes per chunk of a striped transfer (default [`crate::DEFAULT_STRIPE_CHUNK`],
+    /// 4 MiB; the last chunk may be shorter; a striped PUT's parts are at least 5 MiB, S3's
+    /// smallest part). `build` refuses 0.
     #[must_use]
     pub fn stripe_chunk(mut self, bytes: u64) -> Self {
         self.stripe.chunk = bytes;

@@ -1,8 +1,8 @@
-//! Striping: a large RangeGet on memory bound to several NICs, split into chunks that run on
+//! Striping: a large transfer on memory bound to several NICs, split into chunks that run on
 //! workers of different NICs, joined back into one completion.
 //!
-//! The worker that drains a RangeGet of at least [`StripeConfig::threshold`] bytes asks
-//! [`nic_groups`] which NICs it may spread over (policy [`Stripe`]); with two or more, it
+//! RangeGet: the worker that drains a RangeGet of at least [`StripeConfig::threshold`] bytes
+//! asks [`nic_groups`] which NICs it may spread over (policy [`Stripe`]); with two or more, it
 //! [`split`]s the operation into consecutive chunks of [`StripeConfig::chunk`] bytes, each an
 //! ordinary RangeGet with its own lease on its part of the destination, handed round robin to
 //! a worker of each NIC. The chunks carry the parent's tag (a Cancel of the tag finds them),
@@ -11,24 +11,29 @@
 //! byte count, or with the error of the first chunk that failed (the others are waited for,
 //! so no chunk still writes the buffer once the parent has completed).
 //!
-//! Not striped: whole-object GETs (the object's size is unknown until an answer names it, so
-//! chunks cannot be cut in advance), PUTs (one object cannot be written by several requests
-//! without multipart upload, which the application drives itself) and multipart steps.
+//! Whole-object GET ([`get`]): sized by a HEAD, then striped as a RangeGet of the whole
+//! object. PUT ([`put`]): an engine-driven multipart upload whose parts are the chunks.
+//! Multipart steps the application drives itself are not striped.
 
 use std::collections::HashMap;
+
+mod get;
+mod put;
+pub(crate) use get::{AfterHead, PendingGet, wants_get_split};
+pub(crate) use put::{Next as PutNext, Place as PutPlace, StripedPut, wants_put_split};
 
 use ring_api::{Cqe, ErrorClass, ErrorCode, cqe_flags};
 
 use crate::inflight::{InFlight, OpKind};
 use crate::nic_plan::PlacementPlan;
 
-/// Default smallest RangeGet that is striped: 8 MiB.
+/// Default smallest transfer that is striped: 8 MiB.
 pub const DEFAULT_STRIPE_THRESHOLD: u64 = 8 << 20;
 /// Default chunk size: 4 MiB (large enough that a request's fixed cost is small next to its
 /// transfer, small enough that a 64 MiB read keeps every NIC of an 8-rail tier busy).
 pub const DEFAULT_STRIPE_CHUNK: u64 = 4 << 20;
 
-/// Which NICs a large RangeGet is striped across ([`crate::EngineBuilder::stripe`]).
+/// Which NICs a large transfer is striped across ([`crate::EngineBuilder::stripe`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Stripe {
@@ -48,7 +53,7 @@ pub enum Stripe {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct StripeConfig {
     pub(crate) policy: Stripe,
-    /// Smallest RangeGet (bytes) that is split.
+    /// Smallest transfer (bytes) that is split.
     pub(crate) threshold: u64,
     /// Bytes per chunk (the last may be shorter); at least 1.
     pub(crate) chunk: u64,
@@ -186,6 +191,8 @@ struct Join {
     bytes: u64,
     /// The first chunk's success (its path, dialect and object size are the parent's).
     first: Option<Cqe>,
+    /// The object size every chunk must report (a whole-object GET's, from its HEAD).
+    size: Option<u64>,
     /// Every chunk so far was proven by a server checksum.
     verified: bool,
     /// Some chunk was retried.
@@ -213,13 +220,72 @@ pub(crate) enum Landed {
 pub(crate) struct Joins {
     next: u64,
     open: HashMap<JoinId, Join>,
+    /// Striped PUTs (engine-driven multipart uploads, [`put`]).
+    puts: HashMap<JoinId, StripedPut>,
+    /// Whole-object GETs waiting for the HEAD that sizes them ([`get`]).
+    gets: HashMap<JoinId, PendingGet>,
 }
 
 impl Joins {
-    /// Starts a join of `chunks` chunks for the operation `user_data` of queue `queue`.
-    pub(crate) fn open(&mut self, queue: u64, user_data: u64, chunks: usize) -> JoinId {
+    fn next_id(&mut self) -> JoinId {
         self.next = self.next.wrapping_add(1);
-        let id = JoinId(self.next);
+        JoinId(self.next)
+    }
+
+    /// Keeps a striped PUT under a new id (which its steps carry).
+    pub(crate) fn open_put(&mut self, put: StripedPut) -> JoinId {
+        let id = self.next_id();
+        self.puts.insert(id, put);
+        id
+    }
+
+    /// The striped PUT `id`, if it is one still in progress.
+    pub(crate) fn put_mut(&mut self, id: JoinId) -> Option<&mut StripedPut> {
+        self.puts.get_mut(&id)
+    }
+
+    /// Whether `id` names a striped PUT (rather than a chunk join).
+    pub(crate) fn is_put(&self, id: JoinId) -> bool {
+        self.puts.contains_key(&id)
+    }
+
+    /// Keeps a whole-object GET waiting for its HEAD under a new id (which the HEAD carries).
+    pub(crate) fn open_get(&mut self, get: PendingGet) -> JoinId {
+        let id = self.next_id();
+        self.gets.insert(id, get);
+        id
+    }
+
+    /// Whether `id` names a GET waiting for its HEAD.
+    pub(crate) fn is_get(&self, id: JoinId) -> bool {
+        self.gets.contains_key(&id)
+    }
+
+    /// Takes the GET waiting under `id` (its HEAD completed).
+    pub(crate) fn take_get(&mut self, id: JoinId) -> Option<PendingGet> {
+        self.gets.remove(&id)
+    }
+
+    /// Forgets the finished striped PUT `id`.
+    pub(crate) fn close_put(&mut self, id: JoinId) {
+        self.puts.remove(&id);
+    }
+
+    /// Starts a join of `chunks` chunks for the operation `user_data` of queue `queue`.
+    #[cfg(test)]
+    pub(crate) fn open(&mut self, queue: u64, user_data: u64, chunks: usize) -> JoinId {
+        self.open_sized(queue, user_data, chunks, None)
+    }
+
+    /// As [`Joins::open`], every chunk to report object size `size` when it is `Some`.
+    pub(crate) fn open_sized(
+        &mut self,
+        queue: u64,
+        user_data: u64,
+        chunks: usize,
+        size: Option<u64>,
+    ) -> JoinId {
+        let id = self.next_id();
         self.open.insert(
             id,
             Join {
@@ -228,6 +294,7 @@ impl Joins {
                 left: chunks,
                 bytes: 0,
                 first: None,
+                size,
                 verified: true,
                 retried: false,
                 error: None,
@@ -248,6 +315,14 @@ impl Joins {
         if cqe.is_ok() {
             j.bytes = j.bytes.saturating_add(cqe.bytes());
             j.verified &= cqe.verified();
+            if j.size.is_some_and(|s| s != cqe.aux()) && j.error.is_none() {
+                // The object is not the one its HEAD sized.
+                j.error = Some(Cqe::error(
+                    j.user_data,
+                    ErrorCode::Integrity,
+                    ErrorClass::Integrity,
+                ));
+            }
             match j.first {
                 None => j.first = Some(cqe),
                 // Chunks answered with different object sizes: the object changed while it
@@ -301,9 +376,30 @@ impl Joins {
         merged
     }
 
-    /// Forgets the joins of the queue with id `queue` (it is gone).
-    pub(crate) fn forget_queue(&mut self, queue: u64) {
+    /// Forgets the joins of the queue with id `queue` (it is gone), returning the uploads its
+    /// striped PUTs had open (to be aborted).
+    pub(crate) fn forget_queue(
+        &mut self,
+        queue: u64,
+    ) -> Vec<(
+        crate::inflight::QueueRef,
+        std::sync::Arc<ring_api::ObjectName>,
+        ring_api::UploadHandle,
+        std::sync::Arc<str>,
+    )> {
         self.open.retain(|_, j| j.queue != queue);
+        self.gets.retain(|_, g| g.queue().id != queue);
+        let mut open = Vec::new();
+        self.puts.retain(|_, p| {
+            if p.queue.id != queue {
+                return true;
+            }
+            if let Some((o, h, id)) = p.open_upload() {
+                open.push((p.queue, o, h, id));
+            }
+            false
+        });
+        open
     }
 }
 

@@ -11,59 +11,18 @@ mod common;
 mod raw;
 #[path = "../../gateway/tests/support/rig.rs"]
 mod rig;
-#[path = "../../numa/tests/common/mod.rs"]
-mod sysfs_tree;
+mod striping;
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use engine::{Dialect, Engine, EngineBuilder, Fabric, Placement, RegisterOptions, Stripe};
-use ring_api::opcode::{Cancel, RangeGet};
+use engine::{Dialect, Engine, EngineBuilder, Fabric, Stripe};
+use ring_api::opcode::{Cancel, Get, RangeGet};
 use ring_api::{BufSlice, Cqe, DataPath, ErrorCode};
 use s3_lite::credentials::Credentials;
+use striping::{bound_buffer, exactly, on_two_nics, two_nic_tree};
 
 const MIB: u64 = 1 << 20;
-
-/// A one-node host shaped to this machine's two CPUs, with two RoCE NICs on one PCIe switch:
-/// host memory on node 0 is bound to both.
-fn two_nic_tree() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let r = dir.path();
-    sysfs_tree::write(r, "sys/devices/system/node/node0/cpulist", "0-1");
-    sysfs_tree::write(r, "sys/devices/system/cpu/online", "0-1");
-    let rp = "sys/devices/pci0000:10/0000:10:01.0";
-    let usp = format!("{rp}/0000:11:00.0");
-    for b in [rp, usp.as_str()] {
-        sysfs_tree::pci(r, b, 0x060400, 0x1000, 0, "0-1");
-    }
-    for (i, name) in ["mlx5_0", "mlx5_1"].into_iter().enumerate() {
-        let dsp = format!("{usp}/0000:12:0{i}.0");
-        let nic = format!("{dsp}/0000:{:02x}:00.0", 0x13 + i);
-        sysfs_tree::pci(r, &dsp, 0x060400, 0x1000, 0, "0-1");
-        sysfs_tree::pci(r, &nic, 0x020000, 0x15b3, 0, "0-1");
-        let ib = format!("{nic}/infiniband/{name}");
-        sysfs_tree::link(
-            r,
-            &format!("{ib}/device"),
-            &format!("../../../0000:{:02x}:00.0", 0x13 + i),
-        );
-        sysfs_tree::write(r, &format!("{ib}/ports/1/state"), "4: ACTIVE");
-        sysfs_tree::write(r, &format!("{ib}/ports/1/link_layer"), "Ethernet");
-        sysfs_tree::link(
-            r,
-            &format!("sys/class/infiniband/{name}"),
-            &format!("../../{}", ib.strip_prefix("sys/").unwrap()),
-        );
-    }
-    dir
-}
-
-/// One worker per NIC of the two-NIC tree.
-fn on_two_nics(b: EngineBuilder, tree: &tempfile::TempDir) -> EngineBuilder {
-    b.placement(Placement::Auto)
-        .workers_per_nic(1)
-        .sysfs_root(tree.path())
-}
 
 /// The soft gateway with `bucket/obj.bin` = `data`, and an engine on both NICs over it.
 struct Soft {
@@ -113,34 +72,6 @@ impl Drop for Soft {
             gw.shutdown();
         }
     }
-}
-
-/// A host buffer of `len` bytes, bound to both NICs (its pages are on node 0).
-fn bound_buffer(engine: &Engine, len: u64) -> ring_api::BufHandle {
-    let buf = engine
-        .register_host(len as usize, RegisterOptions::pageable())
-        .unwrap();
-    let a = engine
-        .buffer_nics(buf)
-        .expect("host buffer bound by its node (get_mempolicy)");
-    assert_eq!(a.nics, ["mlx5_0", "mlx5_1"]);
-    assert_eq!(a.workers, [0, 1]);
-    buf
-}
-
-/// Waits for `n` completions, then checks that no other arrives within `quiet`.
-fn exactly(q: &mut engine::Queue, n: usize, quiet: Duration) -> Vec<Cqe> {
-    assert_eq!(q.wait(n, Some(Duration::from_secs(60))), n, "completions");
-    let mut got: Vec<Cqe> = q.completion().collect();
-    std::thread::sleep(quiet);
-    got.extend(q.completion());
-    assert_eq!(
-        got.len(),
-        n,
-        "an operation completed more than once: {got:?}"
-    );
-    got.sort_by_key(Cqe::user_data);
-    got
 }
 
 /// Runs one RangeGet of `len` bytes at `offset` into `buf` at 0, returning its completion and
@@ -366,4 +297,126 @@ fn a_striped_operation_has_one_ordered_record() {
         "{t:?} pushed {pushed_from}..={pushed_to} reaped {reaped}"
     );
     assert!(engine.read(buf, 0, 8 * MIB).unwrap()[..] == data[5..5 + 8 * MIB as usize]);
+
+/// Runs one whole-object GET of `key` into the first `cap` bytes of `buf`: its completion and
+/// the change of each worker's (ops, bytes).
+fn one_get(
+    engine: &Engine,
+    buf: ring_api::BufHandle,
+    key: &str,
+    cap: u64,
+) -> (Cqe, Vec<(u64, u64)>) {
+    let obj = engine.object("stripe", key).unwrap();
+    let before: Vec<(u64, u64)> = engine.workers().iter().map(|w| (w.ops, w.bytes)).collect();
+    let mut q = engine.queue(8).unwrap();
+    q.push(
+        &Get::new(obj, BufSlice::new(buf, 0, cap))
+            .user_data(8)
+            .build(),
+    )
+    .unwrap();
+    let c = exactly(&mut q, 1, Duration::from_millis(100))[0];
+    assert_eq!(c.user_data(), 8);
+    let delta = engine
+        .workers()
+        .iter()
+        .zip(&before)
+        .map(|(w, b)| (w.ops - b.0, w.bytes - b.1))
+        .collect();
+    (c, delta)
+}
+
+#[test]
+fn a_whole_object_get_is_sized_by_a_head_then_striped() {
+    let size = 40 * MIB + 5;
+    let data = rig::pattern(size as usize, 8);
+    let soft = Soft::start(&data, |b| b);
+    let engine = soft.engine();
+    let a = soft.gw.as_ref().unwrap().local_addr();
+    let small = rig::pattern((6 * MIB) as usize, 9);
+    assert_eq!(
+        raw::call(a, "PUT", "/stripe/small.bin", "", &[], &small).status(),
+        200
+    );
+    let buf = bound_buffer(engine, 64 * MIB);
+
+    // A 64 MiB destination, a 40 MiB + 5 object: one HEAD, then 11 chunks over both NICs.
+    let (c, delta) = one_get(engine, buf, "obj.bin", 64 * MIB);
+    assert!(c.is_ok(), "{c:?}");
+    assert_eq!((c.bytes(), c.aux()), (size, size), "{c:?}");
+    assert_eq!(c.path(), Some(DataPath::RdmaSoft));
+    assert_eq!(delta.iter().map(|d| d.0).sum::<u64>(), 12, "{delta:?}");
+    assert_eq!(delta.iter().map(|d| d.1).sum::<u64>(), size, "{delta:?}");
+    assert!(
+        delta.iter().all(|d| d.1 >= 16 * MIB),
+        "both NICs: {delta:?}"
+    );
+    // (A view holds a lease on what it shows: dropped before the next GET.)
+    let got = engine.read(buf, 0, size).unwrap();
+    assert!(got[..] == data[..], "striped GET bytes differ");
+    drop(got);
+
+    // An object too small to split: the HEAD, then one ordinary GET.
+    let (c, delta) = one_get(engine, buf, "small.bin", 64 * MIB);
+    assert!(c.is_ok() && c.bytes() == 6 * MIB, "{c:?}");
+    assert_eq!(delta.iter().map(|d| d.0).sum::<u64>(), 2, "{delta:?}");
+    assert_eq!(delta.iter().filter(|d| d.1 > 0).count(), 1, "{delta:?}");
+    assert!(engine.read(buf, 0, 6 * MIB).unwrap()[..] == small[..]);
+
+    // Larger than the destination: TooLarge, as an unstriped GET; missing: NotFound.
+    let (c, _) = one_get(engine, buf, "obj.bin", 16 * MIB);
+    assert_eq!(c.error_code(), Some(ErrorCode::TooLarge), "{c:?}");
+    let (c, _) = one_get(engine, buf, "missing.bin", 16 * MIB);
+    assert_eq!(c.error_code(), Some(ErrorCode::NotFound), "{c:?}");
+    assert!(engine.read(buf, 0, 64 * MIB).is_ok(), "no lease left");
+    drop(soft);
+
+    // Stripe::Off: one GET, no HEAD.
+    let soft = Soft::start(&data, |b| b.stripe(Stripe::Off));
+    let engine = soft.engine();
+    let buf = bound_buffer(engine, 64 * MIB);
+    let (c, delta) = one_get(engine, buf, "obj.bin", 64 * MIB);
+    assert!(c.is_ok() && c.bytes() == size, "{c:?}");
+    assert_eq!(delta.iter().map(|d| d.0).sum::<u64>(), 1, "{delta:?}");
+    assert!(engine.read(buf, 0, size).unwrap()[..] == data[..]);
+}
+
+#[test]
+fn a_whole_object_get_is_cancelled_or_times_out_while_sized() {
+    let tree = two_nic_tree();
+    let (_listener, engine) = black_hole(&tree);
+    let buf = bound_buffer(&engine, 32 * MIB);
+    let obj = engine.object("stripe", "obj.bin").unwrap();
+    let mut q = engine.queue(16).unwrap();
+    q.push(
+        &Get::new(obj, BufSlice::new(buf, 0, 32 * MIB))
+            .user_data(1)
+            .build(),
+    )
+    .unwrap();
+    // The HEAD is on the wire; the destination is held.
+    let end = Instant::now() + Duration::from_secs(5);
+    while engine.workers().iter().map(|w| w.ops).sum::<u64>() == 0 {
+        assert!(Instant::now() < end);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(matches!(
+        engine.read(buf, 0, 4096),
+        Err(engine::EngineError::Busy)
+    ));
+    q.push(&Cancel::new(1).user_data(2).build()).unwrap();
+    let got = exactly(&mut q, 2, Duration::from_millis(300));
+    assert_eq!(got[0].error_code(), Some(ErrorCode::Cancelled), "{got:?}");
+    assert!(got[1].is_ok(), "the Cancel found it: {got:?}");
+    assert!(engine.read(buf, 0, 32 * MIB).is_ok());
+    q.push(
+        &Get::new(obj, BufSlice::new(buf, 0, 32 * MIB))
+            .deadline_ns(300_000_000)
+            .user_data(3)
+            .build(),
+    )
+    .unwrap();
+    let got = exactly(&mut q, 1, Duration::from_millis(300));
+    assert_eq!(got[0].error_code(), Some(ErrorCode::TimedOut), "{got:?}");
+    assert!(engine.read(buf, 0, 32 * MIB).is_ok());
 }

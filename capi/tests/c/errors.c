@@ -76,6 +76,25 @@ int main(int argc, char** argv) {
   unsetenv("HIPOBJ_LOG");
   OK(hipObjInit(&bad));
   OK(hipObjShutdown());
+  /* Striping: a HIPOBJ_STRIPE_* policy and a chunk of at most 5 GiB (S3's largest
+   * part); zero in any field is the default. */
+  bad.stripePolicy = HIPOBJ_STRIPE_ALL + 1;
+  CHECK(hipObjInit(&bad), hipObjInvalidValue);
+  expect_detail("config.stripePolicy");
+  bad.stripePolicy = HIPOBJ_STRIPE_ALL;
+  bad.stripeChunk = (5ull << 30) + 1;
+  CHECK(hipObjInit(&bad), hipObjInvalidValue);
+  expect_detail("config.stripeChunk");
+  bad.stripeChunk = 5ull << 30;
+  bad.stripeThreshold = 16ull << 20;
+  OK(hipObjInit(&bad));
+  OK(hipObjShutdown());
+  bad.stripePolicy = HIPOBJ_STRIPE_OFF;
+  bad.stripeChunk = 0;
+  bad.stripeThreshold = 0;
+  OK(hipObjInit(&bad));
+  OK(hipObjShutdown());
+  bad.stripePolicy = HIPOBJ_STRIPE_DEFAULT;
   bad.fabric = HIPOBJ_FABRIC_AUTO;
   /* cuObject descriptors come from a provider: the dialect without one is refused. */
   bad.dialect = HIPOBJ_DIALECT_CUOBJECT;

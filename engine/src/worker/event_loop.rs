@@ -68,9 +68,9 @@ pub(crate) struct Worker {
     /// The mailbox's contents of this turn (a kept buffer).
     pub(super) mail: Vec<Msg>,
     /// Loads of the workers as this turn sees them (ops handed out this turn included).
-    loads: Vec<usize>,
+    pub(super) loads: Vec<usize>,
     /// Rotates the tie-break between equally loaded workers.
-    rotor: usize,
+    pub(super) rotor: usize,
     pub(super) shared: Arc<Shared>,
     pub(super) fabric: Box<dyn Fabric>,
     pub(super) queues: Vec<Option<QueueSlot>>,
@@ -81,8 +81,8 @@ pub(crate) struct Worker {
     pub(super) waiting: VecDeque<(OpKey, crate::memory::bounce::Ticket)>,
     pub(super) timers: Timers,
     pub(super) done: Finished,
-    /// Striped operations of this worker's queues waiting for their chunks.
-    joins: crate::stripe::Joins,
+    /// Striped operations of this worker's queues waiting for their chunks (or parts).
+    pub(super) joins: crate::stripe::Joins,
 }
 
 impl Worker {
@@ -308,8 +308,13 @@ impl Worker {
                             loads_read = true;
                         }
                         // A RangeGet large enough on memory bound to several NICs: chunks
-                        // on workers of each NIC (`stripe`).
-                        let Some(op) = self.stripe(op) else {
+                        // on workers of each NIC (`stripe`); a PUT: a multipart upload whose
+                        // parts run there (`stripe_put`).
+                        let Some(op) = self
+                            .stripe_put(op)
+                            .and_then(|op| self.stripe_get(op))
+                            .and_then(|op| self.stripe(op))
+                        else {
                             continue;
                         };
                         // A registration bound to NICs runs on their workers only.
@@ -342,6 +347,12 @@ impl Worker {
     /// Splits `op` into chunks handed round robin to workers of different NICs, under one join
     /// (see [`crate::stripe`]); hands it back when it is not to be striped.
     fn stripe(&mut self, op: InFlight) -> Option<InFlight> {
+        self.stripe_sized(op, None)
+    }
+
+    /// As [`Worker::stripe`], every chunk to report object size `size` when it is `Some` (a
+    /// whole-object GET sized by its HEAD).
+    pub(super) fn stripe_sized(&mut self, op: InFlight, size: Option<u64>) -> Option<InFlight> {
         let cfg = self.shared.stripe;
         if !crate::stripe::wants_split(&op, &cfg) {
             return Some(op);
@@ -357,7 +368,9 @@ impl Worker {
             crate::stripe::Split::Whole(op) => return Some(op),
             crate::stripe::Split::Chunks(chunks) => chunks,
         };
-        let join = self.joins.open(queue.id, user_data, chunks.len());
+        let join = self
+            .joins
+            .open_sized(queue.id, user_data, chunks.len(), size);
         let first = self.rotor % groups.len();
         for (i, mut chunk) in chunks.into_iter().enumerate() {
             chunk.stripe = Some(join);
@@ -371,7 +384,7 @@ impl Worker {
     }
 
     /// Snapshots every worker's load; workers not eligible count as full.
-    fn read_loads(&mut self) {
+    pub(super) fn read_loads(&mut self) {
         self.loads.fill(usize::MAX);
         for &w in &self.crew.eligible {
             if let (Some(l), Some(p)) = (self.loads.get_mut(w), self.crew.peers.get(w)) {
@@ -382,7 +395,7 @@ impl Worker {
 
     /// Starts `op` (from one of this worker's queues) here or on worker `to`, remembering
     /// where it went under its tag.
-    fn assign(&mut self, op: InFlight, to: usize) {
+    pub(super) fn assign(&mut self, op: InFlight, to: usize) {
         if let Some(l) = self.loads.get_mut(to) {
             *l = l.saturating_add(1);
         }
@@ -531,6 +544,20 @@ impl Worker {
                 e.remove();
             }
         }
+        // A step of a striped PUT: its upload moves on (`stripe_put`).
+        if let Some(join) = chunk
+            && self.joins.is_put(join)
+        {
+            self.put_step_landed(queue, join, cqe);
+            return;
+        }
+        // The HEAD of a whole-object GET: the GET goes on, striped or not (`stripe_get`).
+        if let Some(join) = chunk
+            && self.joins.is_get(join)
+        {
+            self.get_head_landed(queue, join, cqe);
+            return;
+        }
         // A chunk completes nothing by itself: its striped operation completes, once, with
         // the last of its chunks.
         let mut times = times;
@@ -553,7 +580,14 @@ impl Worker {
                 }
             }
         };
-        if let Some(Some(q)) = self.queues.get_mut(queue.slot) {
+        self.stage(queue, cqe);
+    }
+
+    /// Stages the completion of an operation of this worker's queue `queue`.
+    pub(super) fn stage(&mut self, queue: QueueRef, cqe: Cqe) {
+        if let Some(Some(q)) = self.queues.get_mut(queue.slot)
+            && q.id == queue.id
+        {
             q.outstanding = q.outstanding.saturating_sub(1);
             q.staged.push((cqe, times.unwrap_or_default()));
         }
@@ -595,10 +629,11 @@ impl Worker {
             let Some(Some(q)) = self.queues.get_mut(qi).map(Option::take) else {
                 continue;
             };
-            self.joins.forget_queue(q.id);
             for key in self.ops.keys_where(|o| o.queue.id == q.id) {
                 self.abort_op(key);
             }
+            // After its operations are gone: the aborts run on.
+            self.abort_orphaned_uploads(q.id);
             let mut told = Vec::new();
             for p in q.placed.values() {
                 if p.worker != self.index && !told.contains(&p.worker) {

@@ -16,6 +16,8 @@ mod event_loop;
 pub(crate) mod handoff;
 mod outcome;
 pub(crate) mod stager;
+mod striped_get;
+mod striped_put;
 
 use std::sync::Arc;
 use std::sync::PoisonError;

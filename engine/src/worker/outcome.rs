@@ -420,8 +420,15 @@ impl Worker {
             .next();
         match found {
             Some(key) => {
+                let control = self
+                    .ops
+                    .get(key)
+                    .is_some_and(super::striped_put::is_put_control_step);
                 match self.ops.get(key).and_then(|op| op.stripe) {
-                    // A chunk: the whole striped operation stops, on every worker.
+                    // A control step of a striped PUT (on the queue's owner, here): the upload
+                    // is aborted at its next step.
+                    Some(join) if control => self.cancel_put(join),
+                    // A chunk or part: the whole striped operation stops, on every worker.
                     Some(join) => self.stop_chunks(queue, join),
                     None => {
                         if let Some(op) = self.ops.get(key) {
@@ -468,13 +475,15 @@ impl Worker {
         }
     }
 
-    /// Completes the chunks of striped operation `join` of `queue` that run here with
-    /// `ECANCELED` (into their join; see [`crate::stripe`]).
+    /// Completes the chunks (or parts) of striped operation `join` of `queue` that run here
+    /// with `ECANCELED` (into their join; see [`crate::stripe`]). The control steps of a striped
+    /// PUT run on (the upload they open is always aborted).
     pub(super) fn cancel_chunks(&mut self, queue: QueueRef, join: crate::stripe::JoinId) {
-        for key in self
-            .ops
-            .keys_where(|o| o.queue == queue && o.stripe == Some(join))
-        {
+        for key in self.ops.keys_where(|o| {
+            o.queue == queue
+                && o.stripe == Some(join)
+                && !super::striped_put::is_put_control_step(o)
+        }) {
             if let Some(op) = self.ops.get(key) {
                 self.fabric.abort(op, self.poll.registry());
             }
