@@ -297,6 +297,7 @@ fn a_striped_operation_has_one_ordered_record() {
         "{t:?} pushed {pushed_from}..={pushed_to} reaped {reaped}"
     );
     assert!(engine.read(buf, 0, 8 * MIB).unwrap()[..] == data[5..5 + 8 * MIB as usize]);
+}
 
 /// Runs one whole-object GET of `key` into the first `cap` bytes of `buf`: its completion and
 /// the change of each worker's (ops, bytes).

@@ -38,6 +38,9 @@ struct Parent {
     object: Arc<ObjectName>,
     deadline: Option<Instant>,
     may_retry: bool,
+    /// The GET's own stamps (timed queues): each step carries them, so the completing one
+    /// reports the GET's submission and start.
+    times: Option<crate::op_times::Stamps>,
 }
 
 impl Parent {
@@ -59,6 +62,7 @@ impl Parent {
             source_crc: std::cell::OnceCell::new(),
             verify_stored: std::cell::Cell::new(None),
             stripe: None,
+            times: self.times.clone(),
         }
     }
 }
@@ -96,6 +100,7 @@ impl PendingGet {
             object: Arc::clone(&op.object),
             deadline: op.deadline,
             may_retry: op.may_retry,
+            times: op.times.clone(),
         };
         let head = parent.op(OpKind::Head, None);
         (Self { parent, dst }, head)

@@ -114,6 +114,10 @@ pub(crate) struct StripedPut {
     /// Why the operation fails (the upload is being aborted).
     error: Option<Cqe>,
     retried: bool,
+    /// The PUT's own stamps (timed queues): each step carries them, so the completing step
+    /// (the Complete, or the Abort of a failed upload) reports the PUT's submission and start,
+    /// and its answer is the first byte, as for a single PUT.
+    times: Option<crate::op_times::Stamps>,
 }
 
 impl StripedPut {
@@ -146,6 +150,7 @@ impl StripedPut {
             first: None,
             error: None,
             retried: false,
+            times: op.times.clone(),
         };
         let create = put.control(MultipartOp::Create, uploads);
         (put, create)
@@ -181,6 +186,7 @@ impl StripedPut {
             source_crc: std::cell::OnceCell::new(),
             verify_stored: std::cell::Cell::new(None),
             stripe: None,
+            times: self.times.clone(),
         }
     }
 
@@ -228,6 +234,7 @@ impl StripedPut {
             source_crc: std::cell::OnceCell::new(),
             verify_stored: std::cell::Cell::new(None),
             stripe: None,
+            times: None,
         }
     }
 
@@ -416,6 +423,7 @@ mod tests {
             source_crc: std::cell::OnceCell::new(),
             verify_stored: std::cell::Cell::new(None),
             stripe: None,
+            times: None,
         };
         let uploads = Arc::new(UploadTable::new());
         let (p, create) = StripedPut::start(op, 2, 1, 5 * MIB, &uploads);

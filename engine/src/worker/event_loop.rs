@@ -548,14 +548,14 @@ impl Worker {
         if let Some(join) = chunk
             && self.joins.is_put(join)
         {
-            self.put_step_landed(queue, join, cqe);
+            self.put_step_landed(queue, join, cqe, times);
             return;
         }
         // The HEAD of a whole-object GET: the GET goes on, striped or not (`stripe_get`).
         if let Some(join) = chunk
             && self.joins.is_get(join)
         {
-            self.get_head_landed(queue, join, cqe);
+            self.get_head_landed(queue, join, cqe, times);
             return;
         }
         // A chunk completes nothing by itself: its striped operation completes, once, with
@@ -580,11 +580,12 @@ impl Worker {
                 }
             }
         };
-        self.stage(queue, cqe);
+        self.stage(queue, cqe, times);
     }
 
-    /// Stages the completion of an operation of this worker's queue `queue`.
-    pub(super) fn stage(&mut self, queue: QueueRef, cqe: Cqe) {
+    /// Stages the completion of an operation of this worker's queue `queue` (with its times on
+    /// a timed queue).
+    pub(super) fn stage(&mut self, queue: QueueRef, cqe: Cqe, times: Option<OpTimes>) {
         if let Some(Some(q)) = self.queues.get_mut(queue.slot)
             && q.id == queue.id
         {

@@ -34,12 +34,18 @@ impl Worker {
     }
 
     /// The HEAD of GET `join` of this worker's queue `queue` completed with `cqe`.
-    pub(super) fn get_head_landed(&mut self, queue: QueueRef, join: JoinId, cqe: Cqe) {
+    pub(super) fn get_head_landed(
+        &mut self,
+        queue: QueueRef,
+        join: JoinId,
+        cqe: Cqe,
+        times: Option<ring_api::OpTimes>,
+    ) {
         let Some(pending) = self.joins.take_get(join) else {
             return;
         };
         match pending.after_head(cqe, &self.shared.stripe) {
-            AfterHead::Fail(cqe) => self.stage(queue, cqe),
+            AfterHead::Fail(cqe) => self.stage(queue, cqe, times),
             AfterHead::Whole(op) => {
                 self.read_loads();
                 let among = op

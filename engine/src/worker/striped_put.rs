@@ -35,7 +35,13 @@ impl Worker {
     }
 
     /// A step of striped PUT `join` of this worker's queue `queue` completed with `cqe`.
-    pub(super) fn put_step_landed(&mut self, queue: QueueRef, join: JoinId, cqe: Cqe) {
+    pub(super) fn put_step_landed(
+        &mut self,
+        queue: QueueRef,
+        join: JoinId,
+        cqe: Cqe,
+        times: Option<ring_api::OpTimes>,
+    ) {
         let uploads = std::sync::Arc::clone(&self.shared.uploads);
         let Some(put) = self.joins.put_mut(join) else {
             return;
@@ -46,7 +52,7 @@ impl Worker {
             PutNext::Run(steps) => self.run_put_steps(queue, join, steps),
             PutNext::Done(cqe) => {
                 self.joins.close_put(join);
-                self.stage(queue, cqe);
+                self.stage(queue, cqe, times);
             }
         }
     }
