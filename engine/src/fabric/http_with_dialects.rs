@@ -15,7 +15,7 @@ use ring_api::{DataPath, WireDialect};
 
 use super::http::{Carried, HttpFabric, SlotGrant};
 use super::rdma::verdict::RdmaJudge;
-use super::rdma::{Admit, Event, NOTIFY, RdmaClient};
+use super::rdma::{Admit, Event, NOTIFY, RdmaClient, ctrl};
 use super::{Fabric, Finished, Outcome};
 use crate::inflight::{InFlight, OpKey, Slab};
 
@@ -74,7 +74,7 @@ impl HttpWithDialects {
                 Admit::Now => {}
                 Admit::Parked => {
                     if !self.http.park(idx, key, op) {
-                        self.rdma.abort(key);
+                        self.rdma.abort(key, io);
                         done.push((key, Outcome::transport(false)));
                     }
                     return;
@@ -155,17 +155,45 @@ impl Fabric for HttpWithDialects {
             self.on_doorbell(ops, io, done);
             return;
         }
+        if ctrl::is_ctrl(token) {
+            self.rdma.on_ready(token, io);
+            self.on_doorbell(ops, io, done);
+            return;
+        }
         self.http.on_ready(token, ops, io, done);
         self.report_ends();
     }
 
     fn abort(&mut self, op: &InFlight, io: &mio::Registry) {
         if let Some(key) = self.http.abort(op, io) {
-            self.rdma.abort(key);
+            self.rdma.abort(key, io);
         }
     }
 
     fn active(&self) -> usize {
         self.http.active()
+    }
+
+    fn bind_waker(&mut self, waker: std::sync::Arc<mio::Waker>) {
+        self.rdma.bind_waker(waker);
+    }
+
+    fn next_timer(&self) -> Option<std::time::Instant> {
+        self.rdma.next_timer()
+    }
+
+    fn tick(
+        &mut self,
+        now: std::time::Instant,
+        ops: &mut Slab,
+        io: &mio::Registry,
+        done: &mut Finished,
+    ) -> bool {
+        self.rdma.tick(now, io);
+        if !self.rdma.has_events() {
+            return false;
+        }
+        self.on_doorbell(ops, io, done);
+        true
     }
 }

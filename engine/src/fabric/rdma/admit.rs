@@ -5,17 +5,17 @@
 //! into per-op [`Event`]s for the fabric. The module docs of `rdma` say why ops wait for a
 //! pairing rather than go over HTTP at once.
 
+use std::cmp::Reverse;
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::offload::{Mailbox, Msg, Poster};
 use super::{
-    AUTO_PAIR_WAIT, Admit, Dialect, Event, Fabric, MIN_WAIT, RETRY_PAIR, RdmaClient, Running,
-    State, connect, rc_eligible, v2,
+    AUTO_PAIR_WAIT, Admit, Dialect, Due, Event, Fabric, MIN_WAIT, Owner, RETRY_PAIR, RdmaClient,
+    Running, State, connect, rc_eligible, v2,
 };
 use ring_api::WireDialect;
 
-use crate::fabric::Outcome;
 use crate::fabric::rc::RcKind;
 use crate::inflight::{InFlight, OpKey};
 
@@ -150,34 +150,36 @@ impl RdmaClient {
         if left < v2::MIN_LIMIT {
             return Admit::Now;
         }
-        let Some(post) = self.poster(io) else {
-            return Admit::Now;
-        };
-        self.next_id += 1;
-        let id = self.next_id;
-        let job = v2::Job {
-            addr: self.addr,
-            endpoint: self.endpoint.clone(),
-            signer: Arc::clone(&self.signer),
-            hipobj_signer: self.hipobj_signer.clone(),
-            learned: Arc::clone(&self.learned),
-            now,
-        };
+        self.now = Some(now);
         if self.v2.is_none() {
             match v2::V2Device::new(self.home.device()) {
                 Ok(d) => self.v2 = Some(d),
                 Err(_) => return Admit::Now,
             }
         }
+        let token = self.take_token();
         let Some(dev) = self.v2.as_ref() else {
             return Admit::Now;
         };
-        let done = move |result| post.post(Msg::Exchanged { key, id, result });
-        match v2::launch(job, dev, op, Instant::now() + left, done) {
+        let end = Instant::now() + left;
+        match v2::V2Op::start(
+            self.ctx(),
+            dev,
+            op,
+            end,
+            now,
+            token,
+            self.waker.as_ref(),
+            io,
+        ) {
             v2::Launch::Http => Admit::Now,
             v2::Launch::Failed(o) => Admit::Failed(o),
-            v2::Launch::Running(fence) => {
-                self.running.insert(key, Running { id, fence });
+            v2::Launch::Running(v2op) => {
+                self.next_id += 1;
+                let id = self.next_id;
+                self.owners.insert(token, Owner::V2(key));
+                self.timers.push(Reverse((end, Due::V2End(key, id))));
+                self.running.insert(key, Running { id, op: v2op });
                 Admit::Parked
             }
         }
@@ -186,10 +188,10 @@ impl RdmaClient {
     /// Takes what off-loop work reported (on the doorbell's readiness) and turns it into
     /// per-op events.
     pub(crate) fn drain(&mut self) -> Vec<Event> {
+        let mut events = std::mem::take(&mut self.events);
         let Some(mb) = self.mailbox.as_mut() else {
-            return Vec::new();
+            return events;
         };
-        let mut events = Vec::new();
         for m in mb.drain() {
             match m {
                 Msg::Paired { epoch, result } => {
@@ -243,30 +245,6 @@ impl RdmaClient {
                         );
                         events.extend(self.waiters.drain(..).map(Event::Resume));
                     }
-                }
-                Msg::Exchanged { key, id, result } => {
-                    if self.running.get(&key).is_none_or(|r| r.id != id) {
-                        continue;
-                    }
-                    self.running.remove(&key);
-                    events.push(match result {
-                        v2::Exchange::Done { bytes, verified } => {
-                            self.moved.insert(key, WireDialect::RcV2);
-                            // PUTs ignore the flag (it is moved to the CQE for GETs only).
-                            Event::Complete(key, Outcome::got(bytes, 0, verified))
-                        }
-                        v2::Exchange::Fallback { learn } => {
-                            if learn && self.dialect == Dialect::Auto {
-                                // Negotiating: v2 refused for good; cuObject (with a
-                                // provider) or HTTP next, for this op too.
-                                self.learned.refuse_rc_v2();
-                            } else if learn && self.mode == Fabric::Auto {
-                                self.state = State::Plain;
-                            }
-                            Event::Resume(key)
-                        }
-                        v2::Exchange::Failed(o) => Event::Complete(key, o),
-                    });
                 }
             }
         }

@@ -53,19 +53,23 @@
 
 mod admit;
 pub(crate) mod connect;
+pub(crate) mod ctrl;
 pub(crate) mod cuobject;
 pub(crate) mod learned;
 pub(crate) mod offload;
+mod steps;
 mod v2;
 pub(crate) mod verdict;
 
-use std::collections::{HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub(crate) use self::offload::NOTIFY;
 
+use mio::Token;
 use s3_lite::s3::Endpoint;
 use s3_lite::sigv4::Signer;
 
@@ -176,12 +180,33 @@ struct Attempt {
     dialect: WireDialect,
 }
 
-/// A hipobj-rc-v2 exchange running on its thread.
+/// A hipobj-rc-v2 exchange in progress on the worker.
 #[derive(Debug)]
 struct Running {
-    /// Names this attempt in the thread's report (a later attempt of the same op differs).
+    /// Names this attempt in its timers (a later attempt of the same op differs).
     id: u64,
-    fence: v2::Fence,
+    op: Box<v2::V2Op>,
+}
+
+/// Who a side connection's token belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// The hipobj-rc-v2 exchange of this op.
+    V2(OpKey),
+    /// A CANCEL sent after a failed exchange.
+    Cancel,
+}
+
+/// What one of the dialects' timers is for (the worker fires them through
+/// [`RdmaClient::tick`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Due {
+    /// The hipobj-rc-v2 exchange `id` of this op has used its time.
+    V2End(OpKey, u64),
+    /// The CANCEL on this token has used its budget.
+    CancelEnd(Token),
+    /// Poll the CQs of exchanges waiting for their completion (a verbs CQ wakes nobody).
+    CqPoll,
 }
 
 /// How the fabric should carry an op ([`RdmaClient::admit`]).
@@ -259,6 +284,21 @@ pub(crate) struct RdmaClient {
     /// hipobj-rc-v2 exchanges in progress.
     running: HashMap<OpKey, Running>,
     next_id: u64,
+    /// Side connections (hipobj-rc-v2 exchanges, CANCELs) by token.
+    owners: HashMap<Token, Owner>,
+    /// CANCELs in flight, each with the end of the op it follows (reported after it).
+    cancels: HashMap<Token, (v2::Cancel, Option<(OpKey, v2::Exchange)>)>,
+    next_token: usize,
+    /// Timers of the dialects (fired by the worker through [`RdmaClient::tick`]).
+    timers: BinaryHeap<Reverse<(Instant, Due)>>,
+    /// Exchanges whose FINAL came: polled until our completion is there.
+    awaiting: Vec<OpKey>,
+    /// Events for the fabric (taken by [`RdmaClient::drain`]).
+    events: Vec<Event>,
+    /// The worker's waker: a soft CQ rings it when a completion arrives.
+    waker: Option<Arc<mio::Waker>>,
+    /// The latest request date (signs a CANCEL).
+    now: Option<s3_lite::sigv4::AmzDate>,
 }
 
 const MAX_DECLINES: u32 = 3;
@@ -308,6 +348,14 @@ impl RdmaClient {
             hold_ops: true,
             running: HashMap::new(),
             next_id: 0,
+            owners: HashMap::new(),
+            cancels: HashMap::new(),
+            next_token: ctrl::CTRL_BASE,
+            timers: BinaryHeap::new(),
+            awaiting: Vec::new(),
+            events: Vec::new(),
+            waker: None,
+            now: None,
         }
     }
 
@@ -515,13 +563,14 @@ impl RdmaClient {
     }
 
     /// Ends whatever `key` has under way (deadline, cancel, attempt timeout): its wait for a
-    /// pairing; its v2 exchange's window (closed through the fence before this returns); or
+    /// pairing; its v2 exchange (window deregistered, connection closed, a CANCEL sent for an
+    /// open session); or
     /// the window of its `rc-persistent` attempt: the connection is failed first, so an
     /// access in progress stops at once, then the window is closed.
-    pub(crate) fn abort(&mut self, key: OpKey) {
+    pub(crate) fn abort(&mut self, key: OpKey, io: &mio::Registry) {
         self.waiters.retain(|&k| k != key);
         if let Some(r) = self.running.remove(&key) {
-            r.fence.close();
+            self.end_v2(key, r, io);
         }
         if let Some(a) = self.attempts.remove(&key) {
             if let State::Paired(l) = &self.state {

@@ -19,8 +19,6 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use mio::{Interest, Token};
 
 use super::connect::{ConnectError, Link};
-use super::v2::Finished;
-use crate::inflight::OpKey;
 
 /// The doorbell's token: above every connection slot, below the worker's own waker.
 pub(crate) const NOTIFY: Token = Token(usize::MAX - 1);
@@ -35,12 +33,6 @@ pub(crate) enum Msg {
     },
     /// A pairing has run longer than its ops wait for (`Auto`): send them over HTTP.
     PairSlow { epoch: u64 },
-    /// A hipobj-rc-v2 exchange ended (`id` names the attempt, `key` its op).
-    Exchanged {
-        key: OpKey,
-        id: u64,
-        result: Finished,
-    },
 }
 
 /// The sending half, one clone per job thread.
