@@ -7,15 +7,16 @@
 //! 3. the exchange: the dialect's headers and [`RdmaJudge`] when an RDMA attempt applies
 //!    ([`RdmaClient::prepare`]), else the plain HTTP request ([`HttpFabric::send`]);
 //! 4. every exchange's end goes back to the dialect ([`RdmaClient::finish`]: what the answer
-//!    taught, the window released), and the dialect's doorbell ([`NOTIFY`]) resumes,
-//!    re-admits or completes parked ops.
+//!    taught, the window released); readiness of the dialects' side connections and the
+//!    worker's tick (their timers, their completions) produce events that resume, re-admit
+//!    or complete parked ops.
 
 use mio::Token;
 use ring_api::{DataPath, WireDialect};
 
 use super::http::{Carried, HttpFabric, SlotGrant};
 use super::rdma::verdict::RdmaJudge;
-use super::rdma::{Admit, Event, NOTIFY, RdmaClient, ctrl};
+use super::rdma::{Admit, Event, RdmaClient, ctrl};
 use super::{Fabric, Finished, Outcome};
 use crate::inflight::{InFlight, OpKey, Slab};
 
@@ -89,7 +90,7 @@ impl HttpWithDialects {
         self.send(idx, key, op, io, done);
     }
 
-    /// The dialects' doorbell rang: resume, re-admit or complete the parked ops they name.
+    /// Takes the dialects' events: resume, re-admit or complete the parked ops they name.
     fn on_doorbell(&mut self, ops: &mut Slab, io: &mio::Registry, done: &mut Finished) {
         for ev in self.rdma.drain() {
             match ev {
@@ -151,10 +152,6 @@ impl Fabric for HttpWithDialects {
     }
 
     fn on_ready(&mut self, token: Token, ops: &mut Slab, io: &mio::Registry, done: &mut Finished) {
-        if token == NOTIFY {
-            self.on_doorbell(ops, io, done);
-            return;
-        }
         if ctrl::is_ctrl(token) {
             self.rdma.on_ready(token, io);
             self.on_doorbell(ops, io, done);

@@ -59,6 +59,7 @@ impl RdmaClient {
                 let progress = r.op.on_ready(self.ctx(), io);
                 self.progress(key, r, progress, io);
             }
+            Some(Owner::Pair) => self.on_pairing_ready(io),
             Some(Owner::Cancel) => {
                 if self.cancels.get_mut(&token).is_some_and(|(c, _)| c.on_ready()) {
                     self.end_cancel(token, io);
@@ -86,6 +87,8 @@ impl RdmaClient {
                 }
                 Due::CancelEnd(token) => self.end_cancel(token, io),
                 Due::CqPoll => {}
+                Due::PairWait(epoch) => self.pairing_slow(epoch),
+                Due::PairEnd(epoch) => self.pairing_timed_out(epoch, io),
             }
         }
         if self.awaiting.is_empty() {
