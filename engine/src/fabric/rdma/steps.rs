@@ -60,12 +60,12 @@ impl RdmaClient {
                 self.progress(key, r, progress, io);
             }
             Some(Owner::Pair) => self.on_pairing_ready(io),
-            Some(Owner::Cancel) => {
-                if self.cancels.get_mut(&token).is_some_and(|(c, _)| c.on_ready()) {
-                    self.end_cancel(token, io);
-                }
+            Some(Owner::Cancel)
+                if self.cancels.get_mut(&token).is_some_and(|(c, _)| c.on_ready()) =>
+            {
+                self.end_cancel(token, io);
             }
-            None => {}
+            Some(Owner::Cancel) | None => {}
         }
     }
 
@@ -78,11 +78,11 @@ impl RdmaClient {
             self.timers.pop();
             match due {
                 Due::V2End(key, id) => {
-                    if self.running.get(&key).is_some_and(|r| r.id == id) {
-                        if let Some(r) = self.running.remove(&key) {
-                            self.end_v2(key, r, io);
-                            self.ended(key, v2::TIMED_OUT);
-                        }
+                    if self.running.get(&key).is_some_and(|r| r.id == id)
+                        && let Some(r) = self.running.remove(&key)
+                    {
+                        self.end_v2(key, r, io);
+                        self.ended(key, v2::TIMED_OUT);
                     }
                 }
                 Due::CancelEnd(token) => self.end_cancel(token, io),
