@@ -112,6 +112,14 @@ impl RdmaClient {
             v2::Progress::Pending => {
                 self.running.insert(key, r);
             }
+            v2::Progress::Summing => {
+                if !self.awaiting.contains(&key) {
+                    self.awaiting.push(key);
+                }
+                // Due at once: the worker's loop does not sleep before the next part.
+                self.timers.push(Reverse((Instant::now(), Due::CqPoll)));
+                self.running.insert(key, r);
+            }
             v2::Progress::AwaitCompletion => {
                 if !self.awaiting.contains(&key) {
                     self.awaiting.push(key);

@@ -23,8 +23,8 @@
 //! session's listener, bounded by [`CONNECT_LIMIT`]); the completion wakes the worker through
 //! its poll (the soft CQ rings the worker's waker; a verbs CQ is polled on the worker's timer
 //! tick). Deadlines: the op's own (worker timers) and [`LIMIT`] without one (the dialect's
-//! timer). The checksum of a finished window runs on the worker, in one pass (worker CPU:
-//! CRC64NVME at several GB/s, so about a millisecond per 8 MiB; see docs/engine.md).
+//! timer). The checksum of a finished window runs on the worker in bounded parts
+//! ([`SUM_PER_TURN`] per turn of its loop, about a quarter of a millisecond; docs/engine.md).
 //!
 //! The window: registered at start, deregistered when the op's state is dropped — at its end
 //! (before its outcome is reported) or on abort (deadline, cancel, attempt timeout: the QP is
@@ -66,6 +66,9 @@ pub(crate) const CANCEL_BUDGET: Duration = Duration::from_secs(1);
 pub(crate) const CONNECT_LIMIT: Duration = Duration::from_millis(500);
 /// Chunk in which the worker checksums the bytes through the window.
 const SUM_CHUNK: usize = 256 * 1024;
+/// Bytes checksummed per turn of the worker's loop (about a quarter of a millisecond of CPU
+/// here), so a large window does not hold the worker's other ops.
+const SUM_PER_TURN: u64 = 1 << 20;
 
 /// How an exchange ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,33 +178,29 @@ impl Wire {
         }
     }
 
-    /// Whether the checksums a FINAL carries match the first `bytes` bytes of the window
-    /// (read through the registration, in chunks: a deregistered window reads as a mismatch).
-    fn sums_match(&self, bytes: u64, sums: &v2::RdmaChecksums) -> bool {
-        if sums.crc64nvme.is_none() && sums.crc32c.is_none() {
-            return true;
-        }
+    /// Feeds window bytes `off..end` to `check` in chunks; `false` if the window cannot be
+    /// read (deregistered, or out of its bounds).
+    fn sum_range(&self, check: &mut v2_client::SumCheck, off: u64, end: u64) -> bool {
         let Some(mr) = self.mr.as_ref() else {
             return false;
         };
-        if bytes > self.len {
+        if end > self.len {
             return false;
         }
-        let mut check = v2_client::SumCheck::default();
-        let mut chunk = vec![0u8; SUM_CHUNK.min(usize::try_from(bytes).unwrap_or(SUM_CHUNK))];
-        let mut off = 0u64;
-        while off < bytes {
-            let n = usize::try_from((bytes - off).min(SUM_CHUNK as u64)).unwrap_or(SUM_CHUNK);
+        let mut chunk = vec![0u8; SUM_CHUNK.min(usize::try_from(end - off).unwrap_or(SUM_CHUNK))];
+        let mut at = off;
+        while at < end {
+            let n = usize::try_from((end - at).min(SUM_CHUNK as u64)).unwrap_or(SUM_CHUNK);
             let Some(buf) = chunk.get_mut(..n) else {
                 return false;
             };
-            if mr.read(off, buf).is_err() {
+            if mr.read(at, buf).is_err() {
                 return false;
             }
             check.update(buf);
-            off += n as u64;
+            at += n as u64;
         }
-        check.matches(sums)
+        true
     }
 }
 
@@ -229,6 +228,8 @@ enum Phase {
     Ready,
     /// FINAL judged; waiting for our completion (the GET's IMM, the PUT's write).
     Completion,
+    /// Checking the FINAL's checksums against the window, [`SUM_PER_TURN`] bytes per turn.
+    Summing,
 }
 
 /// An UploadPart's handle and number, with its engine's upload table (the ETag is recorded
@@ -255,6 +256,8 @@ pub(crate) struct V2Op {
     /// The session the server published (to cancel after a failure).
     session: Option<String>,
     fin: Option<Final>,
+    /// The checksums of the window so far, and how far they got (phase `Summing`).
+    sum: (v2_client::SumCheck, u64),
 }
 
 /// What a step of the exchange produced.
@@ -264,6 +267,8 @@ pub(crate) enum Progress {
     Pending,
     /// Waiting for the op's completion: poll its CQ when the worker wakes.
     AwaitCompletion,
+    /// More of the window to checksum: call [`V2Op::on_completion`] on the next turn.
+    Summing,
     /// The exchange ended (the window is already deregistered); `cancel`: a session to
     /// cancel.
     Ended(Exchange, Option<String>),
@@ -386,6 +391,7 @@ impl V2Op {
             switched: false,
             session: None,
             fin: None,
+            sum: (v2_client::SumCheck::default(), 0),
         });
         match me.send_prepare(ctx, token, io) {
             Some(Step::Broken) | None => Launch::Http,
@@ -420,7 +426,7 @@ impl V2Op {
     /// Applies a step of the side connection to the exchange.
     fn advance(&mut self, ctx: Ctx<'_>, step: Step, io: &mio::Registry) -> Progress {
         match (self.phase, step) {
-            (_, Step::Pending) | (Phase::Completion, _) => Progress::Pending,
+            (_, Step::Pending) | (Phase::Completion | Phase::Summing, _) => Progress::Pending,
             (_, Step::Broken) => self.end_with(TRANSPORT),
             (Phase::Prepare, Step::Answer(head, body)) => self.on_prepare(ctx, &head, &body, io),
             (Phase::Ready, Step::Answer(head, _)) => self.on_final(ctx, &head),
@@ -527,10 +533,13 @@ impl V2Op {
         self.on_completion()
     }
 
-    /// Polls the op's CQ (after the FINAL): ends the exchange once our completion is there.
+    /// Polls the op's CQ (after the FINAL), then checksums the window a part per call: ends
+    /// the exchange once our completion is there and the sums are checked.
     pub(crate) fn on_completion(&mut self) -> Progress {
-        if self.phase != Phase::Completion {
-            return Progress::Pending;
+        match self.phase {
+            Phase::Completion => {}
+            Phase::Summing => return self.sum_step(),
+            Phase::Prepare | Phase::Ready => return Progress::Pending,
         }
         let mut wc = [WorkCompletion::default(); 1];
         match self.wire.cq.poll(&mut wc) {
@@ -550,7 +559,7 @@ impl V2Op {
         if !ours {
             return self.end_with(INTEGRITY);
         }
-        let Some(fin) = self.fin.take() else {
+        let Some(fin) = self.fin.as_mut() else {
             return self.end_with(TRANSPORT);
         };
         // A whole-object GET that filled the window may have been cut at it: v2 names no
@@ -562,7 +571,7 @@ impl V2Op {
             self.session = None;
             return self.end_with(Exchange::Fallback { learn: false });
         }
-        let recorded = match (self.part_of.take(), fin.etag) {
+        let recorded = match (self.part_of.take(), fin.etag.take()) {
             (None, _) => true,
             (Some(((h, n), table)), Some(e)) => table.record_part(h, n, &e).is_ok(),
             (Some(_), None) => false,
@@ -571,15 +580,33 @@ impl V2Op {
             self.session = None;
             return self.end_with(fail(ErrorCode::Protocol, ErrorClass::Integrity, Retry::No));
         }
-        if !self.wire.sums_match(fin.bytes, &fin.sums) {
-            return self.end_with(INTEGRITY);
+        self.phase = Phase::Summing;
+        self.sum_step()
+    }
+
+    /// Checksums the next [`SUM_PER_TURN`] bytes of the window; at the end, compares them
+    /// with the FINAL's and ends the exchange.
+    fn sum_step(&mut self) -> Progress {
+        let Some((bytes, sums)) = self.fin.as_ref().map(|f| (f.bytes, f.sums)) else {
+            return self.end_with(TRANSPORT);
+        };
+        let verified = sums.crc64nvme.is_some() || sums.crc32c.is_some();
+        if verified {
+            let (mut check, off) = std::mem::take(&mut self.sum);
+            let to = bytes.min(off.saturating_add(SUM_PER_TURN));
+            if bytes > self.wire.len || !self.wire.sum_range(&mut check, off, to) {
+                return self.end_with(INTEGRITY);
+            }
+            if to < bytes {
+                self.sum = (check, to);
+                return Progress::Summing;
+            }
+            if !check.matches(&sums) {
+                return self.end_with(INTEGRITY);
+            }
         }
-        let verified = fin.sums.crc64nvme.is_some() || fin.sums.crc32c.is_some();
         self.session = None;
-        self.end_with(Exchange::Done {
-            bytes: fin.bytes,
-            verified,
-        })
+        self.end_with(Exchange::Done { bytes, verified })
     }
 
     /// Ends the exchange with `x`: the window is closed first; a failure names the session
