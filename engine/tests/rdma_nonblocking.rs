@@ -1,8 +1,15 @@
-//! Pairing and hipobj-rc-v2 exchanges run off the worker thread: an endpoint that accepts the
-//! pairing request (or a PREPARE) and never answers it does not hold up the worker's other
-//! operations, and `Fabric::Auto` (the default) sends its ops over HTTP after a short wait.
-//! Also: an op aborted at its deadline while its v2 exchange is granted has its window closed,
-//! so the server's late RDMA WRITE is refused and no byte of the buffer changes.
+//! Pairing and hipobj-rc-v2 exchanges are step machines on the worker, never blocking it: an
+//! endpoint that accepts the pairing request (or a PREPARE) and never answers it does not hold
+//! up the worker's other operations — neither its HTTP ops nor its other v2 exchanges, which
+//! run to the end over RDMA meanwhile — and `Fabric::Auto` (the default) sends its ops over
+//! HTTP after a short wait. Also: an op aborted at its deadline while its v2 exchange is
+//! granted has its window closed, so the server's late RDMA WRITE is refused and no byte of
+//! the buffer changes.
+
+#[path = "../../gateway/tests/support/raw.rs"]
+mod raw;
+#[path = "../../gateway/tests/support/rig.rs"]
+mod rig;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -466,4 +473,111 @@ fn aborted_v2_window_refuses_a_late_write() {
         *engine.read(buf, 0, len as u64).unwrap() == marker[..],
         "the aborted op's buffer changed"
     );
+}
+
+/// A TCP front for `upstream` that holds (never answers, never forwards) every connection whose
+/// first request names `stall` in its head, and forwards every other connection both ways.
+fn stalling_front(upstream: SocketAddr, seen: Arc<Seen>) -> SocketAddr {
+    server(move |mut s| {
+        let mut first = Vec::new();
+        let mut b = [0u8; 1];
+        while !first.ends_with(b"\r\n\r\n") {
+            match s.read(&mut b) {
+                Ok(1) => first.push(b[0]),
+                _ => return,
+            }
+        }
+        if first.windows(5).any(|w| w == b"stall") {
+            hold(s, &seen);
+            return;
+        }
+        let Ok(mut up) = TcpStream::connect(upstream) else {
+            return;
+        };
+        if up.write_all(&first).is_err() {
+            return;
+        }
+        let (mut up2, mut s2) = (up.try_clone().unwrap(), s.try_clone().unwrap());
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut up2, &mut s2);
+            let _ = s2.shutdown(std::net::Shutdown::Write);
+        });
+        let _ = std::io::copy(&mut s, &mut up);
+        let _ = up.shutdown(std::net::Shutdown::Write);
+    })
+}
+
+/// hipobj-rc-v2 against our gateway behind a front that stalls one op's PREPARE: on the same
+/// (single) worker, the other ops' whole v2 exchanges (PREPARE, QP connect, READY, the RDMA
+/// WRITE, FINAL) complete over RDMA, byte-exact, while that PREPARE hangs; the stalled op ends
+/// `TimedOut` at its deadline and its connection is closed.
+#[test]
+fn stalled_prepare_does_not_delay_other_v2_exchanges() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = rig::soft_gateway(dir.path());
+    let data = rig::pattern(300_000, 9);
+    for (path, body) in [("/bkt", &b""[..]), ("/bkt/fine", &data[..])] {
+        assert_eq!(raw::call(gw.local_addr(), "PUT", path, "", &[], body).status(), 200);
+    }
+    let seen = Arc::new(Seen::default());
+    let front = stalling_front(gw.local_addr(), Arc::clone(&seen));
+    let engine = rig::engine_builder(front)
+        .connections_per_worker(8)
+        .fabric(Fabric::Soft)
+        .dialect(Dialect::RcV2)
+        .build()
+        .unwrap();
+    let buf = engine
+        .register_host(1 << 20, RegisterOptions::pageable())
+        .unwrap();
+    let stall = engine.object("bkt", "stall").unwrap();
+    let fine = engine.object("bkt", "fine").unwrap();
+    let mut q = engine.queue(16).unwrap();
+    let t0 = Instant::now();
+    q.push(
+        &RangeGet::new(stall, 0, BufSlice::new(buf, 0, 50_000))
+            .user_data(1)
+            .deadline_ns(Duration::from_secs(3).as_nanos() as u64)
+            .build(),
+    )
+    .unwrap();
+    while seen.held.load(Ordering::SeqCst) == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "PREPARE never came");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // Rounds of 4 (the gateway's v2 sessions per principal: 8), all while the PREPARE hangs.
+    let t = Instant::now();
+    for round in 0..3u64 {
+        for i in 0..4u64 {
+            let off = 100_000 * (i + 1);
+            q.push(
+                &RangeGet::new(fine, 1000 * i + round, BufSlice::new(buf, off, 50_000))
+                    .user_data(10 + i)
+                    .build(),
+            )
+            .unwrap();
+        }
+        let got = reap(&mut q, 4, Duration::from_secs(10));
+        assert_eq!(got.len(), 4, "round {round}: {got:?}");
+        assert!(!got.contains_key(&1), "the stalled op ended early: {got:?}");
+        for i in 0..4u64 {
+            let c = got[&(10 + i)];
+            assert!(c.is_ok(), "{c:?}");
+            assert_eq!(c.path(), Some(DataPath::RdmaSoft), "{c:?}");
+            let start = (1000 * i + round) as usize;
+            let have = engine.read(buf, 100_000 * (i + 1), 50_000).unwrap();
+            assert!(*have == data[start..start + 50_000], "round {round} range {i}");
+        }
+    }
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(2), "12 v2 ops took {took:?}");
+    let got = reap(&mut q, 1, Duration::from_secs(10));
+    let c = got[&1];
+    assert_eq!(c.error_code(), Some(ErrorCode::TimedOut), "{c:?}");
+    assert!(t0.elapsed() < Duration::from_secs(5), "deadline held");
+    let t = Instant::now();
+    while seen.held_closed.load(Ordering::SeqCst) == 0 {
+        assert!(t.elapsed() < Duration::from_secs(2), "exchange not closed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }

@@ -2,10 +2,16 @@
 //! threads (two per soft-fabric QP, one persistent QP per worker under `rc-persistent`), and
 //! nothing per operation — over the soft fabric and over HTTP.
 //!
+//! Then `hipobj-rc-v2` over the soft fabric (2,000 ops: each op dials two fresh TCP
+//! connections, and 10,000 would crowd the ephemeral ports with TIME_WAIT): its exchanges run
+//! on the workers, so the only threads beyond the workers are the soft device threads of the
+//! QPs alive at that moment — v2 makes a fresh QP per op, so at most two per op in flight,
+//! never a thread of the dialect's own (before issue #13, item 3: one `hipobj-rc-v2` thread per
+//! op in flight).
+//!
 //! The gateway runs in a child process (this test binary re-run as the `gateway_child`
 //! helper) so that only the engine's threads live in this process. This file holds one test
-//! so that no other test's threads run beside it. `hipobj-rc-v2` is left out: it still runs
-//! each exchange on a thread of its own (issue #13, item 3, removes them).
+//! so that no other test's threads run beside it.
 
 #[path = "../../gateway/tests/support/raw.rs"]
 mod raw;
@@ -100,27 +106,32 @@ fn new_threads(before: &BTreeSet<u32>) -> Vec<String> {
     names
 }
 
-/// Runs `OPS` 4 KiB range-gets through one queue (32 in flight) and samples the engine's
+/// Runs `ops` 4 KiB range-gets through one queue (`depth` in flight) and samples the engine's
 /// threads every 500 completions after the first 1,000 (pairing threads end once the link is
 /// up). Returns the samples; every completion must name `path`.
-fn batch(engine: &Engine, before: &BTreeSet<u32>, path: DataPath) -> Vec<Vec<String>> {
-    const DEPTH: u64 = 32;
+fn batch(
+    engine: &Engine,
+    before: &BTreeSet<u32>,
+    path: DataPath,
+    ops: usize,
+    depth: u64,
+) -> Vec<Vec<String>> {
     const LEN: u64 = 4096;
     let obj = engine.object("thr", "obj.bin").unwrap();
     let buf = engine
-        .register_host((DEPTH * LEN) as usize, RegisterOptions::pageable())
+        .register_host((depth * LEN) as usize, RegisterOptions::pageable())
         .unwrap();
-    let mut q = engine.queue(DEPTH as u32).unwrap();
-    let mut free: Vec<u64> = (0..DEPTH).collect();
+    let mut q = engine.queue(depth as u32).unwrap();
+    let mut free: Vec<u64> = (0..depth).collect();
     let (mut submitted, mut done) = (0, 0);
     let mut samples = Vec::new();
-    let mut cqes = vec![Cqe::default(); DEPTH as usize];
+    let mut cqes = vec![Cqe::default(); depth as usize];
     let end = Instant::now() + Duration::from_secs(300);
-    while done < OPS {
-        assert!(Instant::now() < end, "{done} of {OPS} in 300 s");
+    while done < ops {
+        assert!(Instant::now() < end, "{done} of {ops} in 300 s");
         {
             let mut sq = q.submission();
-            while submitted < OPS
+            while submitted < ops
                 && let Some(slot) = free.pop()
             {
                 let dst = BufSlice::new(buf, slot * LEN, LEN);
@@ -199,7 +210,7 @@ fn threads_are_workers_plus_device_threads_nothing_per_op() {
             .dialect(Dialect::RcPersistent)
             .build()
             .unwrap();
-        let samples = batch(&engine, &before, path);
+        let samples = batch(&engine, &before, path, OPS, 32);
         assert!(samples.len() >= 10, "{fabric:?}: {} samples", samples.len());
         let want = expected(qps);
         for s in &samples {
@@ -216,6 +227,40 @@ fn threads_are_workers_plus_device_threads_nothing_per_op() {
         );
         drop(engine);
     }
+    v2_batch(gw.addr);
+}
+
+/// Ops of the hipobj-rc-v2 batch.
+const V2_OPS: usize = 2_000;
+/// Its ops in flight: below the gateway's v2 sessions per principal (8), which refuses more
+/// (the op then goes over HTTP, which the batch counts as a failure).
+const V2_DEPTH: u64 = 6;
+
+/// `hipobj-rc-v2` over the soft fabric: besides the workers, only soft QP device threads
+/// (`soft-qp<qpn>-rx` / `-tx`), at most one pair per op in flight.
+fn v2_batch(gw: SocketAddr) {
+    let before: BTreeSet<u32> = threads().into_iter().map(|(t, _)| t).collect();
+    let engine = rig::engine_builder(gw)
+        .placement(Placement::Workers(WORKERS))
+        .fabric(Fabric::Soft)
+        .dialect(Dialect::RcV2)
+        .build()
+        .unwrap();
+    let samples = batch(&engine, &before, DataPath::RdmaSoft, V2_OPS, V2_DEPTH);
+    assert!(samples.len() >= 2, "v2: {} samples", samples.len());
+    let workers = expected(0);
+    for s in &samples {
+        let (qp, other): (Vec<String>, Vec<String>) =
+            shape(s).into_iter().partition(|n| n.starts_with("soft-qp-"));
+        assert_eq!(
+            other, workers,
+            "v2: threads beyond the workers and soft QP device threads: {s:?}"
+        );
+        // At most one QP alive per op in flight, two device threads each.
+        let most = 2 * V2_DEPTH as usize;
+        assert!(qp.len() <= most, "v2: {} soft QP threads: {s:?}", qp.len());
+    }
+    drop(engine);
 }
 
 /// Bytes past 1 MiB so every range of the batch lies inside the object.

@@ -7,15 +7,16 @@
 //! 3. the exchange: the dialect's headers and [`RdmaJudge`] when an RDMA attempt applies
 //!    ([`RdmaClient::prepare`]), else the plain HTTP request ([`HttpFabric::send`]);
 //! 4. every exchange's end goes back to the dialect ([`RdmaClient::finish`]: what the answer
-//!    taught, the window released), and the dialect's doorbell ([`NOTIFY`]) resumes,
-//!    re-admits or completes parked ops.
+//!    taught, the window released); readiness of the dialects' side connections and the
+//!    worker's tick (their timers, their completions) produce events that resume, re-admit
+//!    or complete parked ops.
 
 use mio::Token;
 use ring_api::{DataPath, WireDialect};
 
 use super::http::{Carried, HttpFabric, SlotGrant};
 use super::rdma::verdict::RdmaJudge;
-use super::rdma::{Admit, Event, NOTIFY, RdmaClient};
+use super::rdma::{Admit, Event, RdmaClient, ctrl};
 use super::{Fabric, Finished, Outcome};
 use crate::inflight::{InFlight, OpKey, Slab};
 
@@ -74,7 +75,7 @@ impl HttpWithDialects {
                 Admit::Now => {}
                 Admit::Parked => {
                     if !self.http.park(idx, key, op) {
-                        self.rdma.abort(key);
+                        self.rdma.abort(key, io);
                         done.push((key, Outcome::transport(false)));
                     }
                     return;
@@ -89,7 +90,7 @@ impl HttpWithDialects {
         self.send(idx, key, op, io, done);
     }
 
-    /// The dialects' doorbell rang: resume, re-admit or complete the parked ops they name.
+    /// Takes the dialects' events: resume, re-admit or complete the parked ops they name.
     fn on_doorbell(&mut self, ops: &mut Slab, io: &mio::Registry, done: &mut Finished) {
         for ev in self.rdma.drain() {
             match ev {
@@ -151,7 +152,8 @@ impl Fabric for HttpWithDialects {
     }
 
     fn on_ready(&mut self, token: Token, ops: &mut Slab, io: &mio::Registry, done: &mut Finished) {
-        if token == NOTIFY {
+        if ctrl::is_ctrl(token) {
+            self.rdma.on_ready(token, io);
             self.on_doorbell(ops, io, done);
             return;
         }
@@ -161,11 +163,34 @@ impl Fabric for HttpWithDialects {
 
     fn abort(&mut self, op: &InFlight, io: &mio::Registry) {
         if let Some(key) = self.http.abort(op, io) {
-            self.rdma.abort(key);
+            self.rdma.abort(key, io);
         }
     }
 
     fn active(&self) -> usize {
         self.http.active()
+    }
+
+    fn bind_waker(&mut self, waker: std::sync::Arc<mio::Waker>) {
+        self.rdma.bind_waker(waker);
+    }
+
+    fn next_timer(&self) -> Option<std::time::Instant> {
+        self.rdma.next_timer()
+    }
+
+    fn tick(
+        &mut self,
+        now: std::time::Instant,
+        ops: &mut Slab,
+        io: &mio::Registry,
+        done: &mut Finished,
+    ) -> bool {
+        self.rdma.tick(now, io);
+        if !self.rdma.has_events() {
+            return false;
+        }
+        self.on_doorbell(ops, io, done);
+        true
     }
 }

@@ -125,6 +125,26 @@ pub(crate) trait Fabric: Send + std::fmt::Debug {
 
     /// Attempts on the wire.
     fn active(&self) -> usize;
+
+    /// Hands the fabric its worker's waker (a device may ring it when work completes).
+    fn bind_waker(&mut self, _waker: std::sync::Arc<mio::Waker>) {}
+
+    /// The earliest timer of the fabric's own (its dialects' steps), if any.
+    fn next_timer(&self) -> Option<std::time::Instant> {
+        None
+    }
+
+    /// Called on every turn of the worker's loop: fires the fabric's timers due by `now` and
+    /// takes the completions its devices reported. Returns whether anything moved.
+    fn tick(
+        &mut self,
+        _now: std::time::Instant,
+        _ops: &mut Slab,
+        _io: &mio::Registry,
+        _done: &mut Finished,
+    ) -> bool {
+        false
+    }
 }
 
 /// A response head parsed from a status and header list (unit tests of response checks).

@@ -92,9 +92,12 @@ impl Worker {
         inbox: Arc<Inbox>,
         crew: Arc<Crew>,
         shared: Arc<Shared>,
-        fabric: Box<dyn Fabric>,
+        mut fabric: Box<dyn Fabric>,
     ) -> Self {
         let workers = crew.peers.len();
+        if let Some(me) = crew.peers.get(index) {
+            fabric.bind_waker(Arc::clone(&me.waker));
+        }
         Self {
             index,
             poll,
@@ -125,6 +128,9 @@ impl Worker {
             let mut progress = self.take_mail();
             progress |= self.take_submissions(now);
             progress |= self.fire_timers(now);
+            progress |=
+                self.fabric
+                    .tick(now, &mut self.ops, self.poll.registry(), &mut self.done);
             progress |= self.start_ready(now);
             let ready_before = self.ready.len();
             progress |= self.settle_done(now);
@@ -145,7 +151,11 @@ impl Worker {
             {
                 Some(Duration::ZERO)
             } else {
-                self.timers.next().map(|t| t.saturating_duration_since(now))
+                let next = match (self.timers.next(), self.fabric.next_timer()) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                next.map(|t| t.saturating_duration_since(now))
             };
             self.wait(&mut events, timeout);
         }

@@ -6,8 +6,7 @@
 //!   [`tls::CertificateProblem`] to say why a certificate was refused.
 //! - [`stream`]: blocking TCP or TLS-over-TCP streams with timeouts.
 //! - [`blocking`]: [`blocking::HttpClient`], one exchange at a time over a kept-alive
-//!   connection (the CLI, the gateway's upstream client, the C API's diagnostics, the engine's
-//!   side-thread RDMA exchanges).
+//!   connection (the CLI, the gateway's upstream client, the C API's diagnostics).
 //! - [`transport`]: [`transport::Transport`], plain or TLS bytes over any non-blocking stream,
 //!   for readiness-driven drivers (the engine's mio workers): rustls is itself sans-IO, so TLS
 //!   never blocks the loop.

@@ -202,6 +202,19 @@ impl RcCq {
         }
     }
 
+    /// Asks the queue to wake `waker` whenever a completion arrives (`None`: stop). The soft
+    /// CQ does (`true`); a verbs CQ here has no completion channel (`false`: poll it on a
+    /// timer).
+    pub fn notify_to(&self, waker: Option<Arc<mio::Waker>>) -> bool {
+        match self {
+            Self::Soft(cq) => {
+                cq.set_waker(waker);
+                true
+            }
+            Self::Verbs(_) => false,
+        }
+    }
+
     /// Polls until at least one completion arrives or `timeout` passes. The soft CQ sleeps on
     /// its condition variable; a verbs CQ (no completion channel here) yields a few times, then
     /// naps in steps of up to 200 µs so an idle waiter does not take a core.

@@ -1,21 +1,20 @@
-//! Admission of ops into the RDMA dialects, and the results of the work they run off the
-//! worker thread: `RdmaClient::admit` decides, without blocking, whether an op waits (for a
-//! pairing, started here when due, or for its hipobj-rc-v2 exchange, launched here), and
-//! `RdmaClient::drain` turns what the pairing and exchange threads reported through `offload`
-//! into per-op [`Event`]s for the fabric. The module docs of `rdma` say why ops wait for a
-//! pairing rather than go over HTTP at once.
+//! Admission of ops into the RDMA dialects, and the pairing's steps: `RdmaClient::admit`
+//! decides, without blocking, whether an op waits (for a pairing, started here when due, or
+//! for its hipobj-rc-v2 exchange, started here); the pairing's end (its answer, its timers)
+//! decides the endpoint's state and resumes or re-admits its waiting ops, as per-op [`Event`]s
+//! that `RdmaClient::drain` hands to the fabric. The module docs of `rdma` say why ops wait
+//! for a pairing rather than go over HTTP at once.
 
+use std::cmp::Reverse;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::offload::{Mailbox, Msg, Poster};
 use super::{
-    AUTO_PAIR_WAIT, Admit, Dialect, Event, Fabric, MIN_WAIT, RETRY_PAIR, RdmaClient, Running,
-    State, connect, rc_eligible, v2,
+    AUTO_PAIR_WAIT, Admit, Dialect, Due, Event, Fabric, MIN_WAIT, Owner, RETRY_PAIR, RdmaClient,
+    Running, State, connect, rc_eligible, v2,
 };
 use ring_api::WireDialect;
 
-use crate::fabric::Outcome;
 use crate::fabric::rc::RcKind;
 use crate::inflight::{InFlight, OpKey};
 
@@ -71,21 +70,9 @@ impl RdmaClient {
         }
     }
 
-    /// The doorbell's sending half (the mailbox is made and registered on first use).
-    fn poster(&mut self, io: &mio::Registry) -> Option<Poster> {
-        if self.mailbox.is_none() {
-            self.mailbox = Mailbox::new(io).ok();
-        }
-        self.mailbox.as_ref().map(Mailbox::poster)
-    }
-
-    /// Starts a pairing thread (and, under `Auto`, the timer that ends its ops' wait).
+    /// Starts a pairing on the worker (and, under `Auto`, the timer that ends its ops'
+    /// wait); the dialects' timer bounds it by `connect::LIMIT`.
     fn start_pairing(&mut self, now: s3_lite::sigv4::AmzDate, io: &mio::Registry) {
-        let retry = State::RetryAt(Instant::now() + RETRY_PAIR);
-        let Some(post) = self.poster(io) else {
-            self.state = retry;
-            return;
-        };
         self.epoch += 1;
         let epoch = self.epoch;
         let target = connect::Target {
@@ -94,37 +81,28 @@ impl RdmaClient {
             signer: Arc::clone(&self.signer),
             home: self.home.clone(),
         };
-        let p = post.clone();
-        let spawned = std::thread::Builder::new()
-            .name("hipobj-rc-pair".to_owned())
-            .spawn(move || {
-                let started = Instant::now();
-                let result = connect::pair(&target, now, connect::LIMIT);
-                tracing::debug!(
-                    "rdma: pairing {epoch} with {} over {:?} ended after {:?}: {:?}",
-                    target.addr,
-                    target.home.kind(),
-                    started.elapsed(),
-                    result.as_ref().map(|_| "paired")
-                );
-                p.post(Msg::Paired { epoch, result });
-            });
-        if spawned.is_err() {
-            self.state = retry;
-            return;
-        }
+        let token = self.take_token();
+        let p = match connect::Pairing::start(&target, now, token, io) {
+            Ok(p) => p,
+            Err(e) => {
+                self.state = State::Pairing { epoch, slow: true };
+                self.paired(epoch, Err(e));
+                return;
+            }
+        };
+        let started = Instant::now();
+        self.owners.insert(token, Owner::Pair);
+        self.pairing = Some((epoch, Box::new(p)));
+        self.timers
+            .push(Reverse((started + connect::LIMIT, Due::PairEnd(epoch))));
         // After a pairing that could not reach the endpoint, later ones run without holding
-        // ops (they go over HTTP until a link is up). Without the timer, Auto's ops do not
-        // wait at all.
-        let slow = !self.hold_ops
-            || (self.mode == Fabric::Auto
-                && std::thread::Builder::new()
-                    .name("hipobj-rc-pair-wait".to_owned())
-                    .spawn(move || {
-                        std::thread::sleep(AUTO_PAIR_WAIT);
-                        post.post(Msg::PairSlow { epoch });
-                    })
-                    .is_err());
+        // ops (they go over HTTP until a link is up). Under Auto, ops wait at most
+        // AUTO_PAIR_WAIT.
+        let slow = !self.hold_ops;
+        if !slow && self.mode == Fabric::Auto {
+            self.timers
+                .push(Reverse((started + AUTO_PAIR_WAIT, Due::PairWait(epoch))));
+        }
         self.state = State::Pairing { epoch, slow };
     }
 
@@ -150,126 +128,140 @@ impl RdmaClient {
         if left < v2::MIN_LIMIT {
             return Admit::Now;
         }
-        let Some(post) = self.poster(io) else {
-            return Admit::Now;
-        };
-        self.next_id += 1;
-        let id = self.next_id;
-        let job = v2::Job {
-            addr: self.addr,
-            endpoint: self.endpoint.clone(),
-            signer: Arc::clone(&self.signer),
-            hipobj_signer: self.hipobj_signer.clone(),
-            learned: Arc::clone(&self.learned),
-            now,
-        };
+        self.now = Some(now);
         if self.v2.is_none() {
             match v2::V2Device::new(self.home.device()) {
                 Ok(d) => self.v2 = Some(d),
                 Err(_) => return Admit::Now,
             }
         }
+        let token = self.take_token();
         let Some(dev) = self.v2.as_ref() else {
             return Admit::Now;
         };
-        let done = move |result| post.post(Msg::Exchanged { key, id, result });
-        match v2::launch(job, dev, op, Instant::now() + left, done) {
+        let end = Instant::now() + left;
+        match v2::V2Op::start(
+            self.ctx(),
+            dev,
+            op,
+            end,
+            now,
+            token,
+            self.waker.as_ref(),
+            io,
+        ) {
             v2::Launch::Http => Admit::Now,
             v2::Launch::Failed(o) => Admit::Failed(o),
-            v2::Launch::Running(fence) => {
-                self.running.insert(key, Running { id, fence });
+            v2::Launch::Running(v2op) => {
+                self.next_id += 1;
+                let id = self.next_id;
+                self.owners.insert(token, Owner::V2(key));
+                self.timers.push(Reverse((end, Due::V2End(key, id))));
+                self.running.insert(key, Running { id, op: v2op });
                 Admit::Parked
             }
         }
     }
 
-    /// Takes what off-loop work reported (on the doorbell's readiness) and turns it into
-    /// per-op events.
+    /// The events the dialects' steps produced since the last call.
     pub(crate) fn drain(&mut self) -> Vec<Event> {
-        let Some(mb) = self.mailbox.as_mut() else {
-            return Vec::new();
+        std::mem::take(&mut self.events)
+    }
+
+    /// Readiness on the pairing's side connection.
+    pub(super) fn on_pairing_ready(&mut self, io: &mio::Registry) {
+        let Some((epoch, p)) = self.pairing.take() else {
+            return;
         };
-        let mut events = Vec::new();
-        for m in mb.drain() {
-            match m {
-                Msg::Paired { epoch, result } => {
-                    if !matches!(self.state, State::Pairing { epoch: e, .. } if e == epoch) {
-                        continue;
-                    }
-                    self.hold_ops = result.is_ok();
-                    // Negotiating: an endpoint that does not know the pairing route (a v2-only
-                    // or plain S3 server: 400/404/405, a fabric-less gateway: 501) does not
-                    // speak rc-persistent; its waiting ops are admitted again (hipobj-rc-v2
-                    // next). Other refusals (403, 503...) may pass and keep the old handling.
-                    if self.dialect == Dialect::Auto
-                        && matches!(
-                            result,
-                            Err(connect::ConnectError::Declined(400 | 404 | 405 | 501))
-                        )
-                    {
-                        self.learned.refuse_rc_persistent();
-                        self.state = State::Unpaired;
-                        events.extend(self.waiters.drain(..).map(Event::Readmit));
-                        continue;
-                    }
-                    self.state = match result {
-                        Ok(l) => State::Paired(Box::new(l)),
-                        // Auto on a verbs host against a soft gateway: pair again over the
-                        // soft fabric (the next op; this one's waiters go over HTTP).
-                        Err(connect::ConnectError::OtherFabric(RcKind::Soft))
-                            if self.mode == Fabric::Auto && self.home.kind() != RcKind::Soft =>
-                        {
-                            self.home = connect::Home::Soft(self.local_ip());
-                            self.v2 = None;
-                            State::Unpaired
-                        }
-                        Err(
-                            connect::ConnectError::Declined(_)
-                            | connect::ConnectError::OtherFabric(_),
-                        ) if self.mode == Fabric::Auto => State::Plain,
-                        Err(_) => State::RetryAt(Instant::now() + RETRY_PAIR),
-                    };
-                    events.extend(self.waiters.drain(..).map(Event::Resume));
-                }
-                Msg::PairSlow { epoch } => {
-                    if let State::Pairing { epoch: e, slow } = &mut self.state
-                        && *e == epoch
-                    {
-                        *slow = true;
-                        tracing::debug!(
-                            "rdma: pairing {epoch} still running after {AUTO_PAIR_WAIT:?} \
-                             (Auto): {} waiting op(s) and later ones go over HTTP until it ends",
-                            self.waiters.len()
-                        );
-                        events.extend(self.waiters.drain(..).map(Event::Resume));
-                    }
-                }
-                Msg::Exchanged { key, id, result } => {
-                    if self.running.get(&key).is_none_or(|r| r.id != id) {
-                        continue;
-                    }
-                    self.running.remove(&key);
-                    events.push(match result {
-                        v2::Exchange::Done { bytes, verified } => {
-                            self.moved.insert(key, WireDialect::RcV2);
-                            // PUTs ignore the flag (it is moved to the CQE for GETs only).
-                            Event::Complete(key, Outcome::got(bytes, 0, verified))
-                        }
-                        v2::Exchange::Fallback { learn } => {
-                            if learn && self.dialect == Dialect::Auto {
-                                // Negotiating: v2 refused for good; cuObject (with a
-                                // provider) or HTTP next, for this op too.
-                                self.learned.refuse_rc_v2();
-                            } else if learn && self.mode == Fabric::Auto {
-                                self.state = State::Plain;
-                            }
-                            Event::Resume(key)
-                        }
-                        v2::Exchange::Failed(o) => Event::Complete(key, o),
-                    });
-                }
+        let token = p.token();
+        let started = p.started;
+        match p.on_ready(io) {
+            Err(p) => self.pairing = Some((epoch, p)),
+            Ok(result) => {
+                self.owners.remove(&token);
+                tracing::debug!(
+                    "rdma: pairing {epoch} with {} over {:?} ended after {:?}: {:?}",
+                    self.addr,
+                    self.home.kind(),
+                    started.elapsed(),
+                    result.as_ref().map(|_| "paired")
+                );
+                self.paired(epoch, result);
             }
         }
-        events
+    }
+
+    /// The pairing `epoch` has used its time: it ends as unreachable.
+    pub(super) fn pairing_timed_out(&mut self, epoch: u64, io: &mio::Registry) {
+        if let Some((e, p)) = self.pairing.take() {
+            if e != epoch {
+                self.pairing = Some((e, p));
+                return;
+            }
+            self.owners.remove(&p.token());
+            p.close(io);
+            self.paired(epoch, Err(connect::ConnectError::Transport));
+        }
+    }
+
+    /// A pairing ended: the state it leaves, and its waiting ops resumed or re-admitted.
+    fn paired(&mut self, epoch: u64, result: Result<connect::Link, connect::ConnectError>) {
+        if !matches!(self.state, State::Pairing { epoch: e, .. } if e == epoch) {
+            return;
+        }
+        self.hold_ops = result.is_ok();
+        // Negotiating: an endpoint that does not know the pairing route (a v2-only or plain
+        // S3 server: 400/404/405, a fabric-less gateway: 501) does not speak rc-persistent;
+        // its waiting ops are admitted again (hipobj-rc-v2 next). Other refusals (403,
+        // 503...) may pass and keep the old handling.
+        if self.dialect == Dialect::Auto
+            && matches!(
+                result,
+                Err(connect::ConnectError::Declined(400 | 404 | 405 | 501))
+            )
+        {
+            self.learned.refuse_rc_persistent();
+            self.state = State::Unpaired;
+            let w: Vec<OpKey> = self.waiters.drain(..).collect();
+            self.events.extend(w.into_iter().map(Event::Readmit));
+            return;
+        }
+        self.state = match result {
+            Ok(l) => State::Paired(Box::new(l)),
+            // Auto on a verbs host against a soft gateway: pair again over the soft fabric
+            // (the next op; this one's waiters go over HTTP).
+            Err(connect::ConnectError::OtherFabric(RcKind::Soft))
+                if self.mode == Fabric::Auto && self.home.kind() != RcKind::Soft =>
+            {
+                self.home = connect::Home::Soft(self.local_ip());
+                self.v2 = None;
+                State::Unpaired
+            }
+            Err(connect::ConnectError::Declined(_) | connect::ConnectError::OtherFabric(_))
+                if self.mode == Fabric::Auto =>
+            {
+                State::Plain
+            }
+            Err(_) => State::RetryAt(Instant::now() + RETRY_PAIR),
+        };
+        let w: Vec<OpKey> = self.waiters.drain(..).collect();
+        self.events.extend(w.into_iter().map(Event::Resume));
+    }
+
+    /// The pairing `epoch` has run longer than its ops wait for (`Auto`): they and later
+    /// ones go over HTTP until it ends.
+    pub(super) fn pairing_slow(&mut self, epoch: u64) {
+        if let State::Pairing { epoch: e, slow } = &mut self.state
+            && *e == epoch
+        {
+            *slow = true;
+            tracing::debug!(
+                "rdma: pairing {epoch} still running after {AUTO_PAIR_WAIT:?} (Auto): {} \
+                 waiting op(s) and later ones go over HTTP until it ends",
+                self.waiters.len()
+            );
+            let w: Vec<OpKey> = self.waiters.drain(..).collect();
+            self.events.extend(w.into_iter().map(Event::Resume));
+        }
     }
 }

@@ -2,22 +2,25 @@
 //! with the server through one signed `POST /.hipobj/rc/connect`, which names our fabric in
 //! `x-amz-rdma-fabric` (a gateway of the other fabric declines, naming its own).
 //!
-//! Runs once per worker and endpoint (and again after the connection failed) on a short-lived
-//! pairing thread of its own (`RdmaClient` spawns it, `offload` carries the result back to the
-//! worker's event loop), never on the worker thread: so a plain blocking socket with timeouts
-//! is the simple choice here. [`pair`] is the one place the paired [`Link`] is built.
+//! Runs once per worker and endpoint (and again after the connection failed) as a step
+//! machine on the worker ([`Pairing`]): the QP is made at the start, the connect request is a
+//! non-blocking side exchange (`ctrl`) driven by the worker's poll, and the answer connects
+//! the QP (the soft fabric dials the gateway's listener, bounded by `v2::CONNECT_LIMIT`). The
+//! dialects' timers bound the whole pairing by [`LIMIT`]. [`Pairing::on_ready`] is the one
+//! place the paired [`Link`] is built.
 
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr};
 
 use crate::fabric::rc::{Access, RcCaps, RcCq, RcDevice, RcKind, RcPd, RcQp, SoftPath};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use mio::Token;
 use s3_lite::Request;
-use s3_lite::http::{Exchange as HttpExchange, Limits, ResponseHead};
-use s3_lite::net::blocking::until;
-use s3_lite::rdma::RcToken;
+use s3_lite::http::ResponseHead;
 use s3_lite::rdma::pairing::{self, Paired};
+
+use super::ctrl::{Ctrl, Step};
 use s3_lite::s3::Endpoint;
 use s3_lite::sigv4::{PayloadHash, Signer};
 
@@ -60,11 +63,11 @@ pub(crate) enum ConnectError {
     Transport,
 }
 
-/// The longest one pairing may take (on its own thread).
+/// The longest one pairing may take (the dialects' timer ends it then).
 pub(crate) const LIMIT: Duration = Duration::from_secs(5);
 
 /// A paired connection: our QP connected to the server's, and the session id the requests
-/// name. `Send`: built on the pairing thread, used on the worker.
+/// name.
 #[derive(Debug)]
 pub(crate) struct Link {
     // Field order = drop order: the QP before the CQ and the device.
@@ -75,7 +78,7 @@ pub(crate) struct Link {
     pub(crate) session: String,
 }
 
-/// Where and as whom to pair (everything the pairing thread needs, owned).
+/// Where and as whom to pair.
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
     pub(crate) addr: SocketAddr,
@@ -89,85 +92,129 @@ pub(crate) struct Target {
 /// flush of an error).
 const CQ_DEPTH: u32 = 16;
 
-/// Builds a [`Link`]: a domain, CQ and QP (INIT) on the home device, the signed connect
-/// exchange with the server (within `limit`), then the QP connected to the server's. Blocking:
-/// runs on the pairing thread.
-pub(crate) fn pair(
-    target: &Target,
-    now: s3_lite::sigv4::AmzDate,
-    limit: Duration,
-) -> Result<Link, ConnectError> {
-    let t = ConnectError::Transport;
-    let device = target.home.device();
-    let pd = device.alloc_pd().map_err(|_| t.clone())?;
-    let cq = device.create_cq(CQ_DEPTH).map_err(|_| t.clone())?;
-    let qp = device
-        .create_qp(&pd, &cq, &cq, RcCaps::default())
-        .map_err(|_| t.clone())?;
-    qp.modify_to_init(Access::REMOTE_READ | Access::REMOTE_WRITE | Access::LOCAL_WRITE)
-        .map_err(|_| t.clone())?;
-    let token = qp.local_token(None).map_err(|_| t.clone())?;
-    let psn = crate::fabric::rc::random_psn();
-    let peer = exchange(
-        target.addr,
-        &target.endpoint,
-        &target.signer,
-        now,
-        (&token, psn, device.kind()),
-        limit,
-    )?;
-    // Soft: our QP dials the gateway's listener; verbs: the token's GID is the path.
-    let path = match device.kind() {
-        RcKind::Soft => Some(SoftPath::Connect(peer.soft_addr.ok_or(t.clone())?)),
-        _ => None,
-    };
-    qp.connect(&peer.token, peer.psn, psn, path)
-        .map_err(|_| t)?;
-    Ok(Link {
-        qp,
-        _cq: cq,
-        pd,
-        _device: device,
-        session: peer.session,
-    })
+/// A pairing in progress: our QP (INIT) and the connect request on its side connection.
+#[derive(Debug)]
+pub(crate) struct Pairing {
+    // Field order = drop order: the QP before the CQ and the device.
+    qp: RcQp,
+    cq: RcCq,
+    pd: RcPd,
+    device: RcDevice,
+    psn: u32,
+    ctrl: Ctrl,
+    pub(crate) started: Instant,
 }
 
-/// Sends the connect request for `(our token, our PSN, our fabric)` and parses the answer,
-/// all within `limit`.
-fn exchange(
-    addr: SocketAddr,
-    endpoint: &Endpoint,
-    signer: &Signer,
-    now: s3_lite::sigv4::AmzDate,
-    (client, psn, fabric): (&RcToken, u32, RcKind),
-    limit: Duration,
-) -> Result<Paired, ConnectError> {
-    let end = Instant::now() + limit;
-    let mut req = Request::new("POST", pairing::CONNECT_PATH);
-    req.add_header("Host", endpoint.host_header(None));
-    for (n, v) in pairing::connect_headers(client, psn, fabric).ok_or(ConnectError::Transport)? {
-        req.add_header(n, v);
+impl Pairing {
+    /// Makes the domain, CQ and QP (INIT) on the home device and starts the signed connect
+    /// request on a side connection registered under `token`.
+    pub(crate) fn start(
+        target: &Target,
+        now: s3_lite::sigv4::AmzDate,
+        token: Token,
+        io: &mio::Registry,
+    ) -> Result<Self, ConnectError> {
+        let t = ConnectError::Transport;
+        let device = target.home.device();
+        let pd = device.alloc_pd().map_err(|_| t.clone())?;
+        let cq = device.create_cq(CQ_DEPTH).map_err(|_| t.clone())?;
+        let qp = device
+            .create_qp(&pd, &cq, &cq, RcCaps::default())
+            .map_err(|_| t.clone())?;
+        qp.modify_to_init(Access::REMOTE_READ | Access::REMOTE_WRITE | Access::LOCAL_WRITE)
+            .map_err(|_| t.clone())?;
+        let token_rc = qp.local_token(None).map_err(|_| t.clone())?;
+        let psn = crate::fabric::rc::random_psn();
+        let mut req = Request::new("POST", pairing::CONNECT_PATH);
+        req.add_header("Host", target.endpoint.host_header(None));
+        for (n, v) in pairing::connect_headers(&token_rc, psn, device.kind()).ok_or(t.clone())? {
+            req.add_header(n, v);
+        }
+        req.add_header("Content-Length", "0");
+        target
+            .signer
+            .sign_headers(&mut req, &PayloadHash::Unsigned, now)
+            .map_err(|_| t.clone())?;
+        let mut ctrl = Ctrl::open(target.addr, token, io).map_err(|_| t.clone())?;
+        if matches!(ctrl.request(&req), Step::Broken) {
+            ctrl.close(io);
+            return Err(t);
+        }
+        Ok(Self {
+            qp,
+            cq,
+            pd,
+            device,
+            psn,
+            ctrl,
+            started: Instant::now(),
+        })
     }
-    req.add_header("Content-Length", "0");
-    signer
-        .sign_headers(&mut req, &PayloadHash::Unsigned, now)
-        .map_err(|_| ConnectError::Transport)?;
-    let mut s =
-        TcpStream::connect_timeout(&addr, left(end)?).map_err(|_| ConnectError::Transport)?;
-    let _ = s.set_nodelay(true);
-    let mut ex = HttpExchange::new(Limits::default());
-    until::send(&mut s, &mut ex, &req, end).map_err(|_| ConnectError::Transport)?;
-    let head = read_head_until(&mut s, &mut ex, end).map_err(|()| ConnectError::Transport)?;
-    parse(&head)
-}
 
-/// Time left until `end` (an error once spent: a zero timeout would mean "block forever").
-fn left(end: Instant) -> Result<Duration, ConnectError> {
-    let d = end.saturating_duration_since(Instant::now());
-    if d.is_zero() {
-        Err(ConnectError::Transport)
-    } else {
-        Ok(d)
+    /// The side connection's token.
+    pub(crate) fn token(&self) -> Token {
+        self.ctrl.token
+    }
+
+    /// Readiness on the side connection: `None` while the answer is on its way; else the
+    /// pairing's end (the connection is closed), with our QP connected to the server's on
+    /// success.
+    pub(crate) fn on_ready(
+        mut self: Box<Self>,
+        io: &mio::Registry,
+    ) -> Result<Result<Link, ConnectError>, Box<Self>> {
+        let head = match self.ctrl.drive() {
+            Step::Pending => return Err(self),
+            Step::Broken => {
+                self.close(io);
+                return Ok(Err(ConnectError::Transport));
+            }
+            Step::Answer(head, _) => head,
+        };
+        let Self {
+            qp,
+            cq,
+            pd,
+            device,
+            psn,
+            ctrl,
+            started,
+        } = *self;
+        ctrl.close(io);
+        let peer = match parse(&head) {
+            Ok(p) => p,
+            Err(e) => return Ok(Err(e)),
+        };
+        // Soft: our QP dials the gateway's listener; verbs: the token's GID is the path.
+        let path = match device.kind() {
+            RcKind::Soft => match peer.soft_addr {
+                Some(a) => Some(SoftPath::Connect(a)),
+                None => return Ok(Err(ConnectError::Transport)),
+            },
+            _ => None,
+        };
+        let within = LIMIT
+            .saturating_sub(started.elapsed())
+            .min(super::v2::CONNECT_LIMIT);
+        if within.is_zero()
+            || qp
+                .connect_within(&peer.token, peer.psn, psn, path, within)
+                .is_err()
+        {
+            return Ok(Err(ConnectError::Transport));
+        }
+        Ok(Ok(Link {
+            qp,
+            _cq: cq,
+            pd,
+            _device: device,
+            session: peer.session,
+        }))
+    }
+
+    /// Gives the pairing up (its time ran out): the connection is closed, the QP dropped.
+    pub(crate) fn close(self: Box<Self>, io: &mio::Registry) {
+        self.ctrl.close(io);
     }
 }
 
@@ -177,36 +224,4 @@ pub(crate) fn parse(head: &ResponseHead) -> Result<Paired, ConnectError> {
         pairing::Refusal::OtherFabric(k) => ConnectError::OtherFabric(k),
         pairing::Refusal::Declined(status) => ConnectError::Declined(status),
     })
-}
-
-/// Largest answer body read (an error document); a longer one is not read further.
-const MAX_ANSWER_BODY: usize = 64 * 1024;
-
-/// Reads the answer to the request started on `ex` (a bounded body is read and dropped) before
-/// `end`, with the blocking driver of `s3_lite::net` (also for hipobj-rc-v2's exchanges).
-pub(crate) fn read_head_until(
-    s: &mut TcpStream,
-    ex: &mut HttpExchange,
-    end: Instant,
-) -> Result<ResponseHead, ()> {
-    read_answer_until(s, ex, end).map(|(head, _)| head)
-}
-
-/// [`read_head_until`], also returning the answer's body (at most 64 KiB: an error document).
-pub(crate) fn read_answer_until(
-    s: &mut TcpStream,
-    ex: &mut HttpExchange,
-    end: Instant,
-) -> Result<(ResponseHead, Vec<u8>), ()> {
-    until::read(s, ex, end, MAX_ANSWER_BODY).map_err(|_| ())
-}
-#[cfg(test)]
-mod tests {
-    /// The pairing thread hands its link to the worker.
-    #[test]
-    fn link_is_send() {
-        fn send<T: Send>() {}
-        send::<super::Link>();
-        send::<Result<super::Link, super::ConnectError>>();
-    }
 }

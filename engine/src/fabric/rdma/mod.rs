@@ -15,10 +15,15 @@
 //! `x-amz-rdma-session`; PUTs and parts also carry the payload's `x-amz-checksum-crc64nvme`. The server moves the bytes with RDMA WRITE / READ and answers
 //! on the same HTTP exchange; [`verdict::RdmaJudge`] applies the acceptance rules.
 //!
-//! Nothing here blocks the worker thread. Pairing runs on a short-lived thread of its own
-//! (state `Pairing`), and each hipobj-rc-v2 exchange on an exchange thread; results come back
-//! through `offload` (a channel plus a socket-pair doorbell registered with the worker's
-//! poller), and the fabric resumes or completes the ops concerned. An op that arrives while
+//! Nothing here blocks the worker thread, and no other thread touches an op. The pairing
+//! (state `Pairing`, `connect::Pairing`) and each hipobj-rc-v2 exchange (`v2::V2Op`) are step
+//! machines on the worker: their HTTP requests are non-blocking side exchanges (`ctrl`)
+//! registered with the worker's poll, their bounds are the dialects' timers, fired by the
+//! worker (`steps`: `Fabric::next_timer` / `Fabric::tick`), and their ends become per-op
+//! [`Event`]s with which the fabric resumes or completes the ops concerned. The only calls that
+//! may wait are the soft fabric's dial of a peer's listener when a QP connects (bounded by
+//! `v2::CONNECT_LIMIT`) and a soft QP's teardown (it joins the QP's two device threads). An
+//! op that arrives while
 //! pairing runs is parked on a reserved HTTP connection ([`Admit::Parked`]) until the pairing
 //! ends, for at most [`AUTO_PAIR_WAIT`] under `Auto` (then it and every later op go over HTTP
 //! until the pairing ends) and at most the pairing's own bound under `Soft` (which always
@@ -36,7 +41,7 @@
 //!
 //! Fallback and learning ([`Fabric`]): `Auto` pairs once; an endpoint that refuses the connect
 //! route (a plain S3 server, a gateway without fabric) is remembered as HTTP-only, so it costs
-//! one round trip per worker, ever (on the pairing thread). An explicit `501` on an object
+//! one round trip per worker, ever. An explicit `501` on an object
 //! request sends that request over HTTP and re-pairs on the next one; a reply-less answer
 //! marks the endpoint plain (`Auto`). `Soft` never stops trying RDMA (but still falls back per
 //! request); `Http` never tries.
@@ -53,26 +58,26 @@
 
 mod admit;
 pub(crate) mod connect;
+pub(crate) mod ctrl;
 pub(crate) mod cuobject;
 pub(crate) mod learned;
-pub(crate) mod offload;
+mod steps;
 mod v2;
 pub(crate) mod verdict;
 
-use std::collections::{HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub(crate) use self::offload::NOTIFY;
-
+use mio::Token;
 use s3_lite::s3::Endpoint;
 use s3_lite::sigv4::Signer;
 
 use self::connect::Link;
 pub use self::cuobject::{DcOp, DcTokenError, DcTokenProvider};
 use self::learned::Learned;
-use self::offload::Mailbox;
 use self::verdict::Verdict;
 use super::Outcome;
 use crate::fabric::rc::{Access, RcDevice, RcKind, RcMr, RcPd};
@@ -98,7 +103,7 @@ pub enum Dialect {
     RcPersistent,
     /// `hipobj-rc-v2` (docs/protocol.md, hipobj-rc-v2): PREPARE / READY on `/.hipobj-rc/` per op, a fresh QP
     /// each time: what the Ceph fork, versitygw, elbencho and the ROCm reference serve. Two
-    /// round trips per op, on an exchange thread per op (at most one per HTTP connection
+    /// round trips per op, a step machine of the op on its worker (at most one per HTTP connection
     /// slot of the worker), bounded by the op's deadline.
     RcV2,
     /// cuObject (docs/protocol.md, cuObject descriptor): one request per op carrying a DC descriptor minted by
@@ -137,7 +142,8 @@ pub(crate) const RETRY_PAIR: Duration = Duration::from_secs(5);
 enum State {
     /// Not tried yet (or the pairing failed and may be retried).
     Unpaired,
-    /// A pairing thread runs (`epoch` names it); `slow`: its ops stopped waiting for it.
+    /// A pairing runs on the worker (`epoch` names it); `slow`: its ops stopped waiting for
+    /// it.
     Pairing { epoch: u64, slow: bool },
     /// A paired connection.
     Paired(Box<Link>),
@@ -156,12 +162,39 @@ struct Attempt {
     dialect: WireDialect,
 }
 
-/// A hipobj-rc-v2 exchange running on its thread.
+/// A hipobj-rc-v2 exchange in progress on the worker.
 #[derive(Debug)]
 struct Running {
-    /// Names this attempt in the thread's report (a later attempt of the same op differs).
+    /// Names this attempt in its timers (a later attempt of the same op differs).
     id: u64,
-    fence: v2::Fence,
+    op: Box<v2::V2Op>,
+}
+
+/// Who a side connection's token belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// The hipobj-rc-v2 exchange of this op.
+    V2(OpKey),
+    /// A CANCEL sent after a failed exchange.
+    Cancel,
+    /// The pairing in progress.
+    Pair,
+}
+
+/// What one of the dialects' timers is for (the worker fires them through
+/// [`RdmaClient::tick`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Due {
+    /// The hipobj-rc-v2 exchange `id` of this op has used its time.
+    V2End(OpKey, u64),
+    /// The CANCEL on this token has used its budget.
+    CancelEnd(Token),
+    /// Poll the CQs of exchanges waiting for their completion (a verbs CQ wakes nobody).
+    CqPoll,
+    /// `Auto`'s ops stop waiting for the pairing of this epoch ([`AUTO_PAIR_WAIT`]).
+    PairWait(u64),
+    /// The pairing of this epoch has used its time (`connect::LIMIT`).
+    PairEnd(u64),
 }
 
 /// How the fabric should carry an op ([`RdmaClient::admit`]).
@@ -227,8 +260,8 @@ pub(crate) struct RdmaClient {
     v2: Option<v2::V2Device>,
     /// Mints cuObject descriptors (dialect `CuObject`).
     dc: Option<Arc<dyn cuobject::DcTokenProvider>>,
-    /// Results of off-loop work (made on first use, registered with the worker's poller).
-    mailbox: Option<Mailbox>,
+    /// The pairing in progress (its epoch and step machine).
+    pairing: Option<(u64, Box<connect::Pairing>)>,
     /// The last pairing's number.
     epoch: u64,
     /// Ops parked until the pairing in progress ends.
@@ -239,6 +272,21 @@ pub(crate) struct RdmaClient {
     /// hipobj-rc-v2 exchanges in progress.
     running: HashMap<OpKey, Running>,
     next_id: u64,
+    /// Side connections (hipobj-rc-v2 exchanges, CANCELs) by token.
+    owners: HashMap<Token, Owner>,
+    /// CANCELs in flight, each with the end of the op it follows (reported after it).
+    cancels: HashMap<Token, (v2::Cancel, Option<(OpKey, v2::Exchange)>)>,
+    next_token: usize,
+    /// Timers of the dialects (fired by the worker through [`RdmaClient::tick`]).
+    timers: BinaryHeap<Reverse<(Instant, Due)>>,
+    /// Exchanges whose FINAL came: polled until our completion is there.
+    awaiting: Vec<OpKey>,
+    /// Events for the fabric (taken by [`RdmaClient::drain`]).
+    events: Vec<Event>,
+    /// The worker's waker: a soft CQ rings it when a completion arrives.
+    waker: Option<Arc<mio::Waker>>,
+    /// The latest request date (signs a CANCEL).
+    now: Option<s3_lite::sigv4::AmzDate>,
 }
 
 const MAX_DECLINES: u32 = 3;
@@ -283,12 +331,20 @@ impl RdmaClient {
             hipobj_signer: None,
             v2: None,
             dc: None,
-            mailbox: None,
+            pairing: None,
             epoch: 0,
             waiters: Vec::new(),
             hold_ops: true,
             running: HashMap::new(),
             next_id: 0,
+            owners: HashMap::new(),
+            cancels: HashMap::new(),
+            next_token: ctrl::CTRL_BASE,
+            timers: BinaryHeap::new(),
+            awaiting: Vec::new(),
+            events: Vec::new(),
+            waker: None,
+            now: None,
         }
     }
 
@@ -496,13 +552,14 @@ impl RdmaClient {
     }
 
     /// Ends whatever `key` has under way (deadline, cancel, attempt timeout): its wait for a
-    /// pairing; its v2 exchange's window (closed through the fence before this returns); or
+    /// pairing; its v2 exchange (window deregistered, connection closed, a CANCEL sent for an
+    /// open session); or
     /// the window of its `rc-persistent` attempt: the connection is failed first, so an
     /// access in progress stops at once, then the window is closed.
-    pub(crate) fn abort(&mut self, key: OpKey) {
+    pub(crate) fn abort(&mut self, key: OpKey, io: &mio::Registry) {
         self.waiters.retain(|&k| k != key);
         if let Some(r) = self.running.remove(&key) {
-            r.fence.close();
+            self.end_v2(key, r, io);
         }
         if let Some(a) = self.attempts.remove(&key) {
             if let State::Paired(l) = &self.state {

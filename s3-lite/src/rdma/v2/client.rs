@@ -239,7 +239,7 @@ pub fn judge_final(
     Ok(Final { bytes, sums, etag })
 }
 
-/// The checksums of the bytes we hold, fed in pieces (the exchange thread reads its window in
+/// The checksums of the bytes we hold, fed in pieces (the worker reads its window in
 /// chunks), compared with the FINAL's (either generation, when present).
 #[derive(Debug, Default)]
 pub struct SumCheck {

@@ -1,0 +1,227 @@
+//! The dialects' work on the worker between admission and the end of an op: readiness of
+//! their side connections ([`RdmaClient::on_ready`]), their timers and the completions they
+//! wait for ([`RdmaClient::tick`]), each turned into per-op [`Event`]s for the fabric.
+
+use std::cmp::Reverse;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::Token;
+use ring_api::WireDialect;
+
+use super::{Dialect, Due, Event, Fabric, Owner, RdmaClient, Running, State, v2};
+use crate::fabric::Outcome;
+use crate::inflight::OpKey;
+
+/// How often a completion a verbs CQ owes is polled for (it has no completion channel here;
+/// the FINAL usually comes after it, so the first poll mostly finds it).
+const CQ_POLL: Duration = Duration::from_millis(1);
+
+impl RdmaClient {
+    /// Where and as whom the side exchanges run.
+    pub(super) fn ctx(&self) -> v2::Ctx<'_> {
+        v2::Ctx {
+            addr: self.addr,
+            endpoint: &self.endpoint,
+            signer: &self.signer,
+            hipobj_signer: self.hipobj_signer.as_ref(),
+            learned: &self.learned,
+        }
+    }
+
+    /// A fresh token for a side connection.
+    pub(super) fn take_token(&mut self) -> Token {
+        let t = Token(self.next_token);
+        self.next_token += 1;
+        if !super::ctrl::is_ctrl(Token(self.next_token)) {
+            self.next_token = super::ctrl::CTRL_BASE;
+        }
+        t
+    }
+
+    /// The worker's waker, rung by a soft CQ when a completion arrives.
+    pub(crate) fn bind_waker(&mut self, waker: Arc<mio::Waker>) {
+        self.waker = Some(waker);
+    }
+
+    /// The earliest of the dialects' timers.
+    pub(crate) fn next_timer(&self) -> Option<Instant> {
+        self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// Readiness on a side connection.
+    pub(crate) fn on_ready(&mut self, token: Token, io: &mio::Registry) {
+        match self.owners.get(&token).copied() {
+            Some(Owner::V2(key)) => {
+                let Some(mut r) = self.running.remove(&key) else {
+                    return;
+                };
+                let progress = r.op.on_ready(self.ctx(), io);
+                self.progress(key, r, progress, io);
+            }
+            Some(Owner::Pair) => self.on_pairing_ready(io),
+            Some(Owner::Cancel)
+                if self.cancels.get_mut(&token).is_some_and(|(c, _)| c.on_ready()) =>
+            {
+                self.end_cancel(token, io);
+            }
+            Some(Owner::Cancel) | None => {}
+        }
+    }
+
+    /// Fires the dialects' timers due by `now` and polls the completions exchanges wait for.
+    pub(crate) fn tick(&mut self, now: Instant, io: &mio::Registry) {
+        while let Some(Reverse((t, due))) = self.timers.peek().copied() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            match due {
+                Due::V2End(key, id) => {
+                    if self.running.get(&key).is_some_and(|r| r.id == id)
+                        && let Some(r) = self.running.remove(&key)
+                    {
+                        self.end_v2(key, r, io);
+                        self.ended(key, v2::TIMED_OUT);
+                    }
+                }
+                Due::CancelEnd(token) => self.end_cancel(token, io),
+                Due::CqPoll => {}
+                Due::PairWait(epoch) => self.pairing_slow(epoch),
+                Due::PairEnd(epoch) => self.pairing_timed_out(epoch, io),
+            }
+        }
+        if self.awaiting.is_empty() {
+            return;
+        }
+        for key in std::mem::take(&mut self.awaiting) {
+            let Some(mut r) = self.running.remove(&key) else {
+                continue;
+            };
+            let progress = r.op.on_completion();
+            self.progress(key, r, progress, io);
+        }
+        if !self.awaiting.is_empty() && self.home.kind() != crate::fabric::rc::RcKind::Soft {
+            self.timers.push(Reverse((now + CQ_POLL, Due::CqPoll)));
+        }
+    }
+
+    /// Applies what a step of `key`'s exchange produced.
+    fn progress(&mut self, key: OpKey, r: Running, progress: v2::Progress, io: &mio::Registry) {
+        match progress {
+            v2::Progress::Pending => {
+                self.running.insert(key, r);
+            }
+            v2::Progress::Summing => {
+                if !self.awaiting.contains(&key) {
+                    self.awaiting.push(key);
+                }
+                // Due at once: the worker's loop does not sleep before the next part.
+                self.timers.push(Reverse((Instant::now(), Due::CqPoll)));
+                self.running.insert(key, r);
+            }
+            v2::Progress::AwaitCompletion => {
+                if !self.awaiting.contains(&key) {
+                    self.awaiting.push(key);
+                }
+                if self.home.kind() != crate::fabric::rc::RcKind::Soft {
+                    self.timers
+                        .push(Reverse((Instant::now() + CQ_POLL, Due::CqPoll)));
+                }
+                self.running.insert(key, r);
+            }
+            v2::Progress::Ended(x, cancel) => {
+                let end = r.op.end;
+                if let Some(t) = r.op.token() {
+                    self.owners.remove(&t);
+                }
+                // Nothing to cancel left in the op: its session, if any, is in `cancel`.
+                let _ = r.op.close(io);
+                // The op's end is reported once its CANCEL is answered (or its budget spent),
+                // as a server may count on.
+                let x = match cancel {
+                    Some(session) => self.start_cancel(&session, end, io, Some((key, x))),
+                    None => Some((key, x)),
+                };
+                if let Some((key, x)) = x {
+                    self.ended(key, x);
+                }
+            }
+        }
+    }
+
+    /// Ends `key`'s exchange where it stands (abort or timer): window deregistered,
+    /// connection closed, a CANCEL sent for an open session.
+    pub(super) fn end_v2(&mut self, key: OpKey, r: Running, io: &mio::Registry) {
+        self.awaiting.retain(|&k| k != key);
+        let end = r.op.end;
+        if let Some(t) = r.op.token() {
+            self.owners.remove(&t);
+        }
+        if let Some(session) = r.op.close(io) {
+            let _ = self.start_cancel(&session, end, io, None);
+        }
+    }
+
+    /// One CANCEL of `session`, within [`v2::CANCEL_BUDGET`] and `end`; `then`: the op's
+    /// end, reported when the CANCEL ends. Returns `then` if no CANCEL could be started.
+    fn start_cancel(
+        &mut self,
+        session: &str,
+        end: Instant,
+        io: &mio::Registry,
+        then: Option<(OpKey, v2::Exchange)>,
+    ) -> Option<(OpKey, v2::Exchange)> {
+        let Some(now) = self.now else {
+            return then;
+        };
+        let token = self.take_token();
+        match v2::Cancel::start(self.ctx(), session, now, end, token, io) {
+            Some(c) => {
+                self.timers.push(Reverse((c.end, Due::CancelEnd(token))));
+                self.owners.insert(token, Owner::Cancel);
+                self.cancels.insert(token, (c, then));
+                None
+            }
+            None => then,
+        }
+    }
+
+    fn end_cancel(&mut self, token: Token, io: &mio::Registry) {
+        self.owners.remove(&token);
+        if let Some((c, then)) = self.cancels.remove(&token) {
+            c.close(io);
+            if let Some((key, x)) = then {
+                self.ended(key, x);
+            }
+        }
+    }
+
+    /// Reports the end of `key`'s exchange as an event for the fabric.
+    fn ended(&mut self, key: OpKey, x: v2::Exchange) {
+        let ev = match x {
+            v2::Exchange::Done { bytes, verified } => {
+                self.moved.insert(key, WireDialect::RcV2);
+                // PUTs ignore the flag (it is moved to the CQE for GETs only).
+                Event::Complete(key, Outcome::got(bytes, 0, verified))
+            }
+            v2::Exchange::Fallback { learn } => {
+                if learn && self.dialect == Dialect::Auto {
+                    // Negotiating: v2 refused for good; cuObject (with a provider) or HTTP
+                    // next, for this op too.
+                    self.learned.refuse_rc_v2();
+                } else if learn && self.mode == Fabric::Auto {
+                    self.state = State::Plain;
+                }
+                Event::Resume(key)
+            }
+            v2::Exchange::Failed(o) => Event::Complete(key, o),
+        };
+        self.events.push(ev);
+    }
+
+    /// Whether events wait to be taken.
+    pub(crate) fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+}
