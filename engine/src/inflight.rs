@@ -143,6 +143,36 @@ pub(crate) struct InFlight {
 }
 
 impl InFlight {
+    /// A fresh op of `kind` on `object` for `queue`'s entry `user_data`: no buffer, no
+    /// deadline, never tried, retries allowed, ready to send, not a multipart step, no stripe,
+    /// no times. Callers set what differs with struct-update syntax.
+    pub(crate) fn fresh(
+        queue: QueueRef,
+        user_data: u64,
+        kind: OpKind,
+        object: Arc<ObjectName>,
+    ) -> Self {
+        Self {
+            queue,
+            user_data,
+            kind,
+            object,
+            buf: None,
+            deadline: None,
+            attempts: 0,
+            may_retry: true,
+            retried: false,
+            free_retries: 0,
+            phase: Phase::Ready,
+            multipart: None,
+            uploads: None,
+            source_crc: std::cell::OnceCell::new(),
+            verify_stored: std::cell::Cell::new(None),
+            stripe: None,
+            times: None,
+        }
+    }
+
     /// Whether the response to this request has no body whatever its headers say (HEAD).
     pub(crate) fn head_only(&self) -> bool {
         self.kind == OpKind::Head
@@ -295,28 +325,11 @@ mod tests {
     use super::*;
 
     fn op(user_data: u64) -> InFlight {
-        InFlight {
-            queue: QueueRef::default(),
-            user_data,
-            kind: OpKind::Head,
-            object: Arc::new(ObjectName {
-                bucket: "b".into(),
-                key: "k".into(),
-            }),
-            buf: None,
-            deadline: None,
-            attempts: 0,
-            may_retry: true,
-            retried: false,
-            free_retries: 0,
-            phase: Phase::Ready,
-            multipart: None,
-            uploads: None,
-            source_crc: std::cell::OnceCell::new(),
-            verify_stored: std::cell::Cell::new(None),
-            stripe: None,
-            times: None,
-        }
+        let object = Arc::new(ObjectName {
+            bucket: "b".into(),
+            key: "k".into(),
+        });
+        InFlight::fresh(QueueRef::default(), user_data, OpKind::Head, object)
     }
 
     #[test]

@@ -105,9 +105,9 @@ pub use queue::{
 };
 pub use queue::{Queue, QueueOptions};
 pub use stripe::{DEFAULT_STRIPE_CHUNK, DEFAULT_STRIPE_THRESHOLD, Stripe};
-pub use sys::process_cpu_time;
 /// The clock [`OpTimes`] are read from (CLOCK_MONOTONIC, ns): compare a record with it.
 pub use sys::monotonic_ns;
+pub use sys::process_cpu_time;
 
 // What an application needs besides the engine itself, so `engine` is its one dependency and
 // rustdoc links these types.

@@ -149,27 +149,22 @@ pub(crate) fn split(op: InFlight, cfg: &StripeConfig) -> Split {
     for part in parts {
         let chunk_offset = offset.saturating_add(at);
         at += part.len();
+        let kind = OpKind::RangeGet {
+            offset: chunk_offset,
+        };
         chunks.push(InFlight {
-            queue: op.queue,
-            user_data: op.user_data,
-            kind: OpKind::RangeGet {
-                offset: chunk_offset,
-            },
-            object: std::sync::Arc::clone(&op.object),
             buf: Some(part),
             deadline: op.deadline,
-            attempts: 0,
             may_retry: op.may_retry,
-            retried: false,
-            free_retries: 0,
             phase: op.phase,
-            multipart: None,
-            uploads: None,
-            source_crc: std::cell::OnceCell::new(),
-            verify_stored: std::cell::Cell::new(None),
-            stripe: None,
             // The operation's submission and start; each chunk records its own first byte.
             times: op.times.clone(),
+            ..InFlight::fresh(
+                op.queue,
+                op.user_data,
+                kind,
+                std::sync::Arc::clone(&op.object),
+            )
         });
     }
     Split::Chunks(chunks)

@@ -517,7 +517,10 @@ fn stalled_prepare_does_not_delay_other_v2_exchanges() {
     let gw = rig::soft_gateway(dir.path());
     let data = rig::pattern(300_000, 9);
     for (path, body) in [("/bkt", &b""[..]), ("/bkt/fine", &data[..])] {
-        assert_eq!(raw::call(gw.local_addr(), "PUT", path, "", &[], body).status(), 200);
+        assert_eq!(
+            raw::call(gw.local_addr(), "PUT", path, "", &[], body).status(),
+            200
+        );
     }
     let seen = Arc::new(Seen::default());
     let front = stalling_front(gw.local_addr(), Arc::clone(&seen));
@@ -566,7 +569,10 @@ fn stalled_prepare_does_not_delay_other_v2_exchanges() {
             assert_eq!(c.path(), Some(DataPath::RdmaSoft), "{c:?}");
             let start = (1000 * i + round) as usize;
             let have = engine.read(buf, 100_000 * (i + 1), 50_000).unwrap();
-            assert!(*have == data[start..start + 50_000], "round {round} range {i}");
+            assert!(
+                *have == data[start..start + 50_000],
+                "round {round} range {i}"
+            );
         }
     }
     let took = t.elapsed();

@@ -13,9 +13,9 @@ mod striping;
 
 use std::time::Duration;
 
+use common::test_gpu::{Backing, Copies, Export, TestGpu, TestGpuConfig};
 use engine::gpu::GpuRuntime;
 use engine::{Dialect, Fabric};
-use common::test_gpu::{Backing, Copies, Export, TestGpu, TestGpuConfig};
 use ring_api::opcode::{Put, RangeGet};
 use ring_api::{BufSlice, DataPath};
 use striping::{GPU_PCI, exactly, on_two_nics, two_nic_tree_with_gpu};

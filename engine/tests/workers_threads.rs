@@ -250,8 +250,9 @@ fn v2_batch(gw: SocketAddr) {
     assert!(samples.len() >= 2, "v2: {} samples", samples.len());
     let workers = expected(0);
     for s in &samples {
-        let (qp, other): (Vec<String>, Vec<String>) =
-            shape(s).into_iter().partition(|n| n.starts_with("soft-qp-"));
+        let (qp, other): (Vec<String>, Vec<String>) = shape(s)
+            .into_iter()
+            .partition(|n| n.starts_with("soft-qp-"));
         assert_eq!(
             other, workers,
             "v2: threads beyond the workers and soft QP device threads: {s:?}"

@@ -578,12 +578,21 @@ fn create_multipart_is_retried_after_a_transient_failure() {
         client.engine.copy_in(client.buf, 0, &part).unwrap();
         let n = PartNumber::new(1).unwrap();
         let c = client.run(
-            UploadPart::new(obj, upload, n, BufSlice::new(client.buf, 0, part.len() as u64))
+            UploadPart::new(
+                obj,
+                upload,
+                n,
+                BufSlice::new(client.buf, 0, part.len() as u64),
+            )
+            .deadline_ns(d)
+            .build(),
+        );
+        assert!(c.is_ok(), "{spec}: part: {:?}", c.error_code());
+        let c = client.run(
+            CompleteMultipart::new(obj, upload, n)
                 .deadline_ns(d)
                 .build(),
         );
-        assert!(c.is_ok(), "{spec}: part: {:?}", c.error_code());
-        let c = client.run(CompleteMultipart::new(obj, upload, n).deadline_ns(d).build());
         assert!(c.is_ok(), "{spec}: complete: {:?}", c.error_code());
         assert_eq!(stored(sh.gw.local_addr(), &key), Some(part), "{spec}");
     }
@@ -605,7 +614,10 @@ fn bad_digest_completes_integrity() {
             .deadline_ns(OP_DEADLINE.as_nanos() as u64)
             .build(),
     );
-    assert!(relay.stats().faults() > 0, "the request body was not flipped");
+    assert!(
+        relay.stats().faults() > 0,
+        "the request body was not flipped"
+    );
     assert_eq!(
         (c.error_code(), c.error_class()),
         (

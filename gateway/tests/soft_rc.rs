@@ -12,7 +12,7 @@ use engine::soft::{
     Access, CompletionQueue, MemoryRegion, ProtectionDomain, QpCaps, QueuePair, SoftDevice,
     SoftPath,
 };
-use hipobj_gateway::{Gateway, RunningGateway, RcLimits, RcTarget};
+use hipobj_gateway::{Gateway, RcLimits, RcTarget, RunningGateway};
 use raw::*;
 use s3_lite::checksum::{Checksum, ChecksumAlgorithm};
 use s3_lite::rdma::{RcToken, Reply};

@@ -17,7 +17,7 @@ use std::time::Instant;
 use ring_api::{Cqe, ErrorClass, ErrorCode, ObjectName};
 
 use super::StripeConfig;
-use crate::inflight::{InFlight, OpKind, Phase, QueueRef};
+use crate::inflight::{InFlight, OpKind, QueueRef};
 use crate::memory::LeaseGuard;
 
 /// Whether `op` is a whole-object GET whose destination is large enough to stripe (the
@@ -46,23 +46,11 @@ struct Parent {
 impl Parent {
     fn op(&self, kind: OpKind, buf: Option<LeaseGuard>) -> InFlight {
         InFlight {
-            queue: self.queue,
-            user_data: self.user_data,
-            kind,
-            object: Arc::clone(&self.object),
             buf,
             deadline: self.deadline,
-            attempts: 0,
             may_retry: self.may_retry,
-            retried: false,
-            free_retries: 0,
-            phase: Phase::Ready,
-            multipart: None,
-            uploads: None,
-            source_crc: std::cell::OnceCell::new(),
-            verify_stored: std::cell::Cell::new(None),
-            stripe: None,
             times: self.times.clone(),
+            ..InFlight::fresh(self.queue, self.user_data, kind, Arc::clone(&self.object))
         }
     }
 }

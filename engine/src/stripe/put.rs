@@ -25,7 +25,7 @@ use ring_api::{Cqe, ErrorClass, ErrorCode, ObjectName, UploadHandle, cqe_flags};
 use s3_lite::s3::MAX_PARTS;
 
 use super::{Stripe, StripeConfig};
-use crate::inflight::{InFlight, MultipartOp, OpKind, Phase, QueueRef};
+use crate::inflight::{InFlight, MultipartOp, OpKind, QueueRef};
 use crate::memory::LeaseGuard;
 use crate::multipart::UploadTable;
 
@@ -170,23 +170,13 @@ impl StripedPut {
         uploads: &Arc<UploadTable>,
     ) -> InFlight {
         InFlight {
-            queue: self.queue,
-            user_data: self.user_data,
-            kind,
-            object: Arc::clone(&self.object),
             buf,
             deadline,
-            attempts: 0,
             may_retry: self.may_retry,
-            retried: false,
-            free_retries: 0,
-            phase: Phase::Ready,
             multipart: Some(step),
             uploads: Some(Arc::clone(uploads)),
-            source_crc: std::cell::OnceCell::new(),
-            verify_stored: std::cell::Cell::new(None),
-            stripe: None,
             times: self.times.clone(),
+            ..InFlight::fresh(self.queue, self.user_data, kind, Arc::clone(&self.object))
         }
     }
 
@@ -218,23 +208,9 @@ impl StripedPut {
         uploads: &Arc<UploadTable>,
     ) -> InFlight {
         InFlight {
-            queue,
-            user_data: 0,
-            kind: OpKind::Head,
-            object,
-            buf: None,
-            deadline: None,
-            attempts: 0,
-            may_retry: true,
-            retried: false,
-            free_retries: 0,
-            phase: Phase::Ready,
             multipart: Some(MultipartOp::Abort { upload, upload_id }),
             uploads: Some(Arc::clone(uploads)),
-            source_crc: std::cell::OnceCell::new(),
-            verify_stored: std::cell::Cell::new(None),
-            stripe: None,
-            times: None,
+            ..InFlight::fresh(queue, 0, OpKind::Head, object)
         }
     }
 
@@ -403,27 +379,14 @@ mod tests {
         let (mem, _) = RawMem::alloc((12 * MIB) as usize, false).unwrap();
         let h = reg.insert(mem).unwrap();
         let lease = reg.get(h).unwrap().lease(0, 12 * MIB, false).unwrap();
+        let object = Arc::new(ObjectName {
+            bucket: "b".into(),
+            key: "k".into(),
+        });
         let op = InFlight {
-            queue: QueueRef::default(),
-            user_data: 77,
-            kind: OpKind::Put,
-            object: Arc::new(ObjectName {
-                bucket: "b".into(),
-                key: "k".into(),
-            }),
             buf: Some(lease),
             deadline,
-            attempts: 0,
-            may_retry: true,
-            retried: false,
-            free_retries: 0,
-            phase: Phase::Ready,
-            multipart: None,
-            uploads: None,
-            source_crc: std::cell::OnceCell::new(),
-            verify_stored: std::cell::Cell::new(None),
-            stripe: None,
-            times: None,
+            ..InFlight::fresh(QueueRef::default(), 77, OpKind::Put, object)
         };
         let uploads = Arc::new(UploadTable::new());
         let (p, create) = StripedPut::start(op, 2, 1, 5 * MIB, &uploads);

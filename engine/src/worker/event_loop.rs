@@ -128,9 +128,9 @@ impl Worker {
             let mut progress = self.take_mail();
             progress |= self.take_submissions(now);
             progress |= self.fire_timers(now);
-            progress |=
-                self.fabric
-                    .tick(now, &mut self.ops, self.poll.registry(), &mut self.done);
+            progress |= self
+                .fabric
+                .tick(now, &mut self.ops, self.poll.registry(), &mut self.done);
             progress |= self.start_ready(now);
             let ready_before = self.ready.len();
             progress |= self.settle_done(now);

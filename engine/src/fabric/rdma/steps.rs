@@ -61,7 +61,10 @@ impl RdmaClient {
             }
             Some(Owner::Pair) => self.on_pairing_ready(io),
             Some(Owner::Cancel)
-                if self.cancels.get_mut(&token).is_some_and(|(c, _)| c.on_ready()) =>
+                if self
+                    .cancels
+                    .get_mut(&token)
+                    .is_some_and(|(c, _)| c.on_ready()) =>
             {
                 self.end_cancel(token, io);
             }

@@ -124,12 +124,7 @@ impl Ctx<'_> {
     }
 
     /// One signed body-less POST of `headers` to `path`.
-    fn request(
-        &self,
-        path: &str,
-        headers: &[(String, String)],
-        now: AmzDate,
-    ) -> Option<Request> {
+    fn request(&self, path: &str, headers: &[(String, String)], now: AmzDate) -> Option<Request> {
         let mut req = Request::new("POST", path);
         req.add_header("Host", self.endpoint.host_header(None));
         for (n, v) in headers {
@@ -148,8 +143,7 @@ const fn fail(code: ErrorCode, class: ErrorClass, retry: Retry) -> Exchange {
 }
 
 const TRANSPORT: Exchange = Exchange::Failed(Outcome::transport(false));
-pub(crate) const TIMED_OUT: Exchange =
-    fail(ErrorCode::TimedOut, ErrorClass::Transport, Retry::Yes);
+pub(crate) const TIMED_OUT: Exchange = fail(ErrorCode::TimedOut, ErrorClass::Transport, Retry::Yes);
 const INTEGRITY: Exchange = fail(ErrorCode::Integrity, ErrorClass::Integrity, Retry::No);
 
 /// One op's QP, CQ and window; dropping it fails the QP (stopping any access in progress)
@@ -485,14 +479,21 @@ impl V2Op {
         }
         let window = match self.ask.op {
             v2::Op::Get => {
-                if w.qp.post_recv(&RecvWr { wr_id: 1, sge: None }).is_err() {
+                if w.qp
+                    .post_recv(&RecvWr {
+                        wr_id: 1,
+                        sge: None,
+                    })
+                    .is_err()
+                {
                     return self.end_with(TRANSPORT);
                 }
                 Some((w.addr, w.rkey))
             }
             v2::Op::Put => None,
         };
-        let ready = v2_client::ready_headers(&g.session, self.ask.cookie, self.ask.token.qpn, window);
+        let ready =
+            v2_client::ready_headers(&g.session, self.ask.cookie, self.ask.token.qpn, window);
         let Some(req) = ctx.request(v2::READY_PATH, &ready, self.now) else {
             return self.end_with(TRANSPORT);
         };
