@@ -38,9 +38,7 @@ impl SoftNicTopology {
     /// `nics` outside `1..=MAX_SOFT_NICS`, an empty `cpulist`, or a failed write.
     pub fn write(nics: usize, cpulist: &str) -> Result<Self, String> {
         if !(1..=MAX_SOFT_NICS).contains(&nics) {
-            return Err(format!(
-                "--soft-nics {nics}: expected 1 to {MAX_SOFT_NICS}"
-            ));
+            return Err(format!("--soft-nics {nics}: expected 1 to {MAX_SOFT_NICS}"));
         }
         let cpus = cpulist.trim();
         if cpus.is_empty() {

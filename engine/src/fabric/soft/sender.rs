@@ -16,9 +16,7 @@ use std::time::Instant;
 use super::frame::{FIRST, Header, LAST, NakCode, Opcode, frame_crc, trailer};
 use super::mr::Granted;
 use super::qp::{MAX_RD_ATOMIC, QpState};
-use super::shared::{
-    Core, Outstanding, Posted, QpShared, ReadDst, Resp, Shut, Wire, send_opcode,
-};
+use super::shared::{Core, Outstanding, Posted, QpShared, ReadDst, Resp, Shut, Wire, send_opcode};
 use super::wr::Access;
 use super::wr::{SendOp, WcStatus};
 
