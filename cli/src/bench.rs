@@ -45,6 +45,18 @@ pub struct BenchArgs {
     /// of the one queue; the report prints how many there were.
     #[arg(long)]
     pub workers: Option<usize>,
+    /// Workers per RDMA NIC under the engine's `Placement::Auto` (`EngineBuilder::workers_per_nic`;
+    /// default: the engine's). Not with --workers.
+    #[arg(long, conflicts_with = "workers")]
+    pub workers_per_nic: Option<usize>,
+    /// Run as if this host had N RDMA NICs, one soft device each (`--fabric soft` only): the
+    /// engine reads a synthesized topology (one NUMA node with this host's online CPUs and N
+    /// NICs `softnic0..` behind one PCIe switch; `cli/src/soft_nics.rs`), plans workers per
+    /// NIC (splitting the cores between them) and stripes range-gets of at least the striping
+    /// threshold across the NICs. The report's `nics` gives the bytes each NIC's workers moved.
+    /// Compare N = 1 and N = 2 with the same batch (benches/gpu/soft_nics_on_device.sh).
+    #[arg(long, conflicts_with = "workers")]
+    pub soft_nics: Option<usize>,
     /// Lock the destination buffer in RAM (mlock; falls back to pageable with a warning).
     #[arg(long)]
     pub pinned: bool,
@@ -479,6 +491,25 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
     }
     if let Some(n) = args.workers {
         builder = builder.placement(Placement::Workers(n));
+    }
+    if let Some(n) = args.workers_per_nic {
+        builder = builder.workers_per_nic(n);
+    }
+    // Declared before the engine: the tree outlives every read of it.
+    let soft_nics = match args.soft_nics {
+        Some(n) => {
+            if args.fabric != BenchFabric::Soft {
+                return Err("--soft-nics needs --fabric soft (each NIC is a soft device)".into());
+            }
+            Some(crate::soft_nics::SoftNicTopology::for_this_host(n)?)
+        }
+        None => None,
+    };
+    if let Some(t) = &soft_nics {
+        builder = builder
+            .placement(Placement::Auto)
+            .sysfs_root(t.root())
+            .nics(t.names());
     }
     let engine = builder.build().map_err(|e| e.to_string())?;
     let workers = engine.workers().len();

@@ -15,6 +15,7 @@ pub mod quiet_log;
 pub mod relay;
 pub mod s3uri;
 pub mod serve;
+pub mod soft_nics;
 pub mod synthetic;
 pub mod topo;
 pub mod units;

@@ -8,6 +8,10 @@ mod bench;
 /// The `--json` shapes bench.rs refers to as `crate::json_out`.
 #[path = "../../cli/src/json_out.rs"]
 mod json_out;
+/// The `--soft-nics` topology bench.rs refers to as `crate::soft_nics`.
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../cli/src/soft_nics.rs"]
+mod soft_nics;
 
 use clap::Parser;
 use common::{S3sFs, pattern, put_file, s3s_fs};

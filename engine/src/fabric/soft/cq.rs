@@ -17,6 +17,8 @@ use super::wr::WorkCompletion;
 struct Inner {
     q: VecDeque<WorkCompletion>,
     waker: Option<Arc<mio::Waker>>,
+    /// Threads in [`CompletionQueue::wait`] (a notify with none is a wasted futex call).
+    waiters: usize,
 }
 
 /// A completion queue shared by any number of queue pairs.
@@ -71,11 +73,13 @@ impl CompletionQueue {
             if now >= end {
                 return false;
             }
+            g.waiters += 1;
             g = self
                 .cv
                 .wait_timeout(g, end - now)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
+            g.waiters -= 1;
         }
         true
     }
@@ -86,12 +90,14 @@ impl CompletionQueue {
     }
 
     pub(crate) fn push(&self, wc: WorkCompletion) {
-        let waker = {
+        let (waker, waiting) = {
             let mut g = self.lock();
             g.q.push_back(wc);
-            g.waker.clone()
+            (g.waker.clone(), g.waiters > 0)
         };
-        self.cv.notify_all();
+        if waiting {
+            self.cv.notify_all();
+        }
         if let Some(w) = waker {
             // A failed wake only delays the worker until its next poll.
             let _ = w.wake();

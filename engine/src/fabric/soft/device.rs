@@ -180,10 +180,13 @@ impl SoftDevice {
                 cur_recv: None,
                 responses: Default::default(),
                 answering: false,
+                requesting: false,
                 reads_pending: 0,
             }),
             cv: Condvar::new(),
             threads: Mutex::new(Vec::new()),
+            wire: Mutex::new(Default::default()),
+            ack_rest_pending: AtomicBool::new(false),
         });
         qps.insert(qpn, Arc::downgrade(&shared));
         QueuePair {

@@ -23,8 +23,10 @@
 //!   (CUDA's VRAM dmabufs) are refused with the errno.
 //!
 //! Threads: an established QP runs one receiver and one sender thread (simple and adequate for
-//! the few QPs per worker the dialects use); completion waiting is `CompletionQueue::wait` or a
-//! `mio::Waker` (`CompletionQueue::set_waker`).
+//! the few QPs per worker the dialects use); the receiver writes the ACK of what it executed
+//! itself when the wire is free, and a small request posted to an idle QP is written by the
+//! posting thread (no hand-off; see `docs/soft-fabric.md`, Threads). Completion waiting is
+//! `CompletionQueue::wait` or a `mio::Waker` (`CompletionQueue::set_waker`).
 
 mod cq;
 mod device;

@@ -310,6 +310,10 @@ impl QueuePair {
 
     /// Posts a send work request. In `Err` it completes at once with `WrFlushError`; an SGE
     /// the domain does not grant completes with `LocalProtectionError` and fails the QP.
+    /// A one-frame request of at most 1 MiB posted to an idle QP (nothing queued or being
+    /// written) is written to the socket by the calling thread before this returns, which
+    /// then blocks only while the socket's send buffer is full; everything else is written
+    /// by the QP's sender thread. Either way the completion comes with the peer's ACK.
     pub fn post_send(&self, wr: &SendWr) -> Result<(), PostError> {
         let s = &self.shared;
         let mut c = s.lock();
@@ -340,6 +344,15 @@ impl QueuePair {
             return Ok(());
         };
         c.sq.push_back(Posted { wr: *wr, mr });
+        // A small request on an idle QP is written by this thread at once (see
+        // `sender::take_inline`); anything else is the sender thread's.
+        if let Some((sock, _)) = c.stream.clone()
+            && let Some(job) = super::sender::take_inline(&mut c, s.caps.frame_size())
+        {
+            drop(c);
+            super::sender::send_inline(s, &sock, job);
+            return Ok(());
+        }
         s.cv.notify_all();
         Ok(())
     }

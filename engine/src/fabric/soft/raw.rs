@@ -291,6 +291,21 @@ fn send_iov(
     usize::try_from(n).map_err(|_| io::Error::last_os_error())
 }
 
+/// One non-blocking `send(2)` of `bytes` (`MSG_DONTWAIT | MSG_NOSIGNAL`): writes what the
+/// socket's buffer takes now (possibly nothing: `WouldBlock`), never waits.
+pub(crate) fn send_now(sock: &TcpStream, bytes: &[u8]) -> io::Result<usize> {
+    // SAFETY: `bytes` is a live borrowed slice for the call's duration and send only reads it.
+    let n = unsafe {
+        libc::send(
+            sock.as_raw_fd(),
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
 /// The raw-memory constructor lives here so that every `unsafe` of the fabric is in this module.
 impl ProtectionDomain {
     /// Registers caller memory `ptr..ptr+len` (e.g. an engine registration).

@@ -182,21 +182,18 @@ impl Rx<'_> {
     }
 
     /// Receives `len` payload bytes straight into the granted range and feeds them to the
-    /// frame's checksum.
+    /// frame's checksum piece by piece, as each `recv` lands them (still in cache), rather
+    /// than in a second pass over the whole frame.
     fn payload(&mut self, g: &Granted<'_>, len: u32) -> Result<(), Stop> {
-        self.receive(g, len)?;
-        g.mem
-            .crc32c_into(&mut self.crc, g.off, len as usize)
-            .map_err(|_| Stop::Wire)
-    }
-
-    fn receive(&mut self, g: &Granted<'_>, len: u32) -> Result<(), Stop> {
         let len = len as usize;
         let mut got = 0usize;
         while got < len {
             match g.mem.recv_into(self.sock, g.off + got, len - got) {
                 Ok(0) => return Err(Stop::Wire),
                 Ok(n) => {
+                    g.mem
+                        .crc32c_into(&mut self.crc, g.off + got, n)
+                        .map_err(|_| Stop::Wire)?;
                     got += n;
                     self.progress = Instant::now();
                 }
@@ -261,10 +258,21 @@ impl Rx<'_> {
         Ok(total)
     }
 
-    /// Executed: advance the expected PSN and queue the (coalesced) ACK.
+    /// Executed: advance the expected PSN and acknowledge. With no answer queued or being
+    /// sent, the ACK is written here at once without blocking ([`QpShared::ack_now`]: no
+    /// hand-off to the sender thread, whose wake-up would cost a context switch per
+    /// message); otherwise it is queued behind the answers (coalesced) for the sender.
     fn executed(&mut self, psn: u32) {
         self.epsn = (self.epsn + 1) & PSN_MASK;
         let mut c = self.qp.lock();
+        if c.state != QpState::Err && c.responses.is_empty() && !c.answering {
+            // Only this thread queues answers, so `responses` stays empty meanwhile.
+            drop(c);
+            if self.qp.ack_now(self.sock, psn) {
+                return;
+            }
+            c = self.qp.lock();
+        }
         c.push_ack(psn);
         self.qp.cv.notify_all();
     }
@@ -447,7 +455,11 @@ impl Rx<'_> {
             }
         }
         c.first_unacked = through + 1;
-        self.qp.cv.notify_all();
+        // The ACK opens the PSN window, which only a sender with requests queued waits for
+        // (a wake-up of an idle sender thread is a futex call and a context switch per op).
+        if !c.sq.is_empty() {
+            self.qp.cv.notify_all();
+        }
         Ok(())
     }
 
@@ -519,7 +531,10 @@ impl Rx<'_> {
             self.qp.complete_ok(&o);
             c.first_unacked = o.last_seq + 1;
             c.reads_out = c.reads_out.saturating_sub(1);
-            self.qp.cv.notify_all();
+            // As for an ACK: only queued requests wait for the READ window.
+            if !c.sq.is_empty() {
+                self.qp.cv.notify_all();
+            }
         }
         Ok(())
     }

@@ -9,13 +9,14 @@
 
 use std::io::{self, Write};
 use std::net::TcpStream;
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::time::Instant;
 
 use super::frame::{FIRST, Header, LAST, NakCode, Opcode, frame_crc, trailer};
 use super::mr::Granted;
 use super::qp::{MAX_RD_ATOMIC, QpState};
-use super::shared::{Core, Outstanding, Posted, QpShared, ReadDst, Resp, Shut, send_opcode};
+use super::shared::{Core, Outstanding, Posted, QpShared, ReadDst, Resp, Shut, Wire, send_opcode};
 use super::wr::Access;
 use super::wr::{SendOp, WcStatus};
 
@@ -44,9 +45,14 @@ pub(crate) fn run(qp: &Arc<QpShared>, sock: &Arc<TcpStream>) {
                     break Job::Resp(r);
                 }
                 if c.state == QpState::Rts
+                    && !c.requesting
                     && let Some(job) = take_send(&mut c, qp.caps.frame_size())
                 {
+                    c.requesting = true;
                     break job;
+                }
+                if qp.ack_rest_pending.load(Ordering::Acquire) {
+                    break Job::Flush;
                 }
                 c = qp
                     .cv
@@ -56,7 +62,12 @@ pub(crate) fn run(qp: &Arc<QpShared>, sock: &Arc<TcpStream>) {
         };
         let res = match job {
             Job::Resp(r) => tx.answer(r),
-            Job::Send(p, seq, psn) => tx.request(&p, seq, psn),
+            Job::Send(p, seq, psn) => {
+                let res = tx.request(&p, seq, psn);
+                qp.lock().requesting = false;
+                res
+            }
+            Job::Flush => tx.flush_ack_rest(),
         };
         match res {
             Ok(()) => {}
@@ -77,6 +88,52 @@ pub(crate) fn run(qp: &Arc<QpShared>, sock: &Arc<TcpStream>) {
 enum Job {
     Resp(Resp),
     Send(Posted, u64, u32),
+    /// Finish the ACK the receiver left partly written.
+    Flush,
+}
+
+/// Largest payload a post writes from the posting thread itself ([`send_inline`]).
+pub(crate) const INLINE_MAX: u32 = 1 << 20;
+
+/// Takes the request just posted for the posting thread to write itself, when that is safe and
+/// cheap: the QP's threads run, no other request is being written or queued ahead of it, it is
+/// one frame of at most [`INLINE_MAX`] bytes, and the windows allow it. Moves it to the
+/// outstanding list and marks the wire as carrying a request (`Core::requesting`).
+pub(crate) fn take_inline(c: &mut Core, frame_size: u32) -> Option<(Posted, u64, u32)> {
+    let p = c.sq.front()?;
+    let small = p.wr.sge.length <= INLINE_MAX.min(frame_size);
+    if !c.started || c.requesting || c.sq.len() != 1 || !small {
+        return None;
+    }
+    match take_send(c, frame_size)? {
+        Job::Send(p, seq, psn) => {
+            c.requesting = true;
+            Some((p, seq, psn))
+        }
+        _ => None,
+    }
+}
+
+/// Writes a request taken by [`take_inline`] from the posting thread: one frame, with no
+/// hand-off to the sender thread (whose wake-up costs a context switch per message). Blocks
+/// only while the socket's send buffer is full, as the sender thread would. A broken socket
+/// fails the QP as the sender thread does.
+pub(crate) fn send_inline(qp: &Arc<QpShared>, sock: &Arc<TcpStream>, job: (Posted, u64, u32)) {
+    let (p, seq, psn) = job;
+    let res = Tx { qp, sock }.request(&p, seq, psn);
+    let mut c = qp.lock();
+    c.requesting = false;
+    if let Err(Stop::Wire) = res {
+        let culprit = c
+            .outstanding
+            .front()
+            .map(|o| (o.first_seq, WcStatus::RetryExceeded));
+        qp.fail(&mut c, culprit, Shut::Both);
+    }
+    // Requests posted meanwhile wait for the sender thread (`fail` wakes everyone itself).
+    if !c.sq.is_empty() {
+        qp.cv.notify_all();
+    }
 }
 
 /// Moves the next posted request to the outstanding list (assigning its sequence numbers) if
@@ -144,9 +201,56 @@ impl Tx<'_> {
         }
     }
 
+    /// Writes `bytes` completely (blocking; a stall past the QP's timeout is a dead wire).
+    fn write_bytes(&self, bytes: &[u8]) -> Result<(), Stop> {
+        let mut done = 0usize;
+        let mut progress = Instant::now();
+        while done < bytes.len() {
+            match (&**self.sock).write(bytes.get(done..).unwrap_or(&[])) {
+                Ok(0) => return Err(Stop::Wire),
+                Ok(n) => {
+                    done += n;
+                    progress = Instant::now();
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    self.stalled(progress)?;
+                }
+                Err(_) => return Err(Stop::Wire),
+            }
+        }
+        Ok(())
+    }
+
+    /// With the wire held: writes the end of an ACK the receiver left partly written.
+    fn finish_ack_rest(&self, w: &mut Wire) -> Result<(), Stop> {
+        if w.ack_rest.is_empty() {
+            return Ok(());
+        }
+        let rest = std::mem::take(&mut w.ack_rest);
+        let res = self.write_bytes(&rest);
+        self.qp.ack_rest_pending.store(false, Ordering::Release);
+        let _c = self.qp.lock();
+        self.qp.cv.notify_all();
+        res
+    }
+
+    /// Takes the wire and finishes a partly written ACK, if any.
+    fn flush_ack_rest(&self) -> Result<(), Stop> {
+        let mut w = self.qp.wire.lock().unwrap_or_else(PoisonError::into_inner);
+        self.finish_ack_rest(&mut w)
+    }
+
     /// Writes `hdr` and, if given, the granted payload followed by the frame's CRC-32C
-    /// trailer (header and payload; see `frame.rs`), completely.
+    /// trailer (header and payload; see `frame.rs`), completely, holding the wire.
     fn frame(&self, hdr: &Header, payload: Option<&Granted<'_>>) -> Result<(), Stop> {
+        let mut wire = self.qp.wire.lock().unwrap_or_else(PoisonError::into_inner);
+        self.finish_ack_rest(&mut wire)?;
         let head = hdr.encode();
         let len = hdr.len as usize;
         let tail = match payload {

@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 use s3_lite::rdma::{RcToken, Transport};
 
 use super::cq::CompletionQueue;
-use super::frame::PSN_MASK;
+use super::frame::{Header, Opcode, PSN_MASK};
 use super::mr::{MrInner, ProtectionDomain};
 use super::qp::{QpCaps, QpState};
 use super::wr::Access;
@@ -106,6 +107,10 @@ pub(crate) struct Core {
     pub(crate) responses: VecDeque<Resp>,
     /// The sender thread is writing an answer it took off `responses`.
     pub(crate) answering: bool,
+    /// A request's frames are being written (by the sender thread, or inline by the posting
+    /// thread, `sender::send_inline`): no other request may start, so frames of two messages
+    /// never interleave and PSNs reach the wire in order.
+    pub(crate) requesting: bool,
     pub(crate) reads_pending: u32,
 }
 
@@ -146,6 +151,19 @@ pub(crate) struct QpShared {
     /// Signalled on every change the threads or a RNR wait may be waiting for.
     pub(crate) cv: Condvar,
     pub(crate) threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The socket's write side: whoever writes a frame (the sender thread, an inline post, the
+    /// receiver's immediate ACK) holds it for the whole frame, so frames never interleave.
+    pub(crate) wire: Mutex<Wire>,
+    /// `wire.ack_rest` is not empty (the sender thread wakes to finish it).
+    pub(crate) ack_rest_pending: AtomicBool,
+}
+
+/// What the write side holds between frames.
+#[derive(Debug, Default)]
+pub(crate) struct Wire {
+    /// The unsent end of an ACK the receiver wrote without blocking and the socket took only
+    /// partly: whoever takes the wire next writes it before anything else.
+    pub(crate) ack_rest: Vec<u8>,
 }
 
 impl QpShared {
@@ -162,6 +180,33 @@ impl QpShared {
             imm_data: None,
             qp_num: self.qpn,
             vendor_err: 0,
+        }
+    }
+
+    /// Writes the ACK of `psn` now from the calling (receiver) thread, if the wire is free and
+    /// the socket takes it without blocking; `false`: nothing was written, queue it for the
+    /// sender. A partly taken ACK is finished by the next writer (the sender thread is woken).
+    pub(crate) fn ack_now(&self, sock: &TcpStream, psn: u32) -> bool {
+        let Ok(mut w) = self.wire.try_lock() else {
+            return false;
+        };
+        if !w.ack_rest.is_empty() {
+            return false;
+        }
+        let frame = Header::new(Opcode::Ack, psn).encode();
+        match super::raw::send_now(sock, &frame) {
+            Ok(n) if n >= frame.len() => true,
+            Ok(n) if n > 0 => {
+                w.ack_rest = frame.get(n..).unwrap_or_default().to_vec();
+                self.ack_rest_pending.store(true, Ordering::Release);
+                drop(w);
+                // Under the core lock, so a sender about to wait cannot miss it.
+                let _c = self.lock();
+                self.cv.notify_all();
+                true
+            }
+            // Full buffer, or a broken socket (the sender thread reports that).
+            _ => false,
         }
     }
 
@@ -222,7 +267,12 @@ impl QpShared {
     pub(crate) fn drain_answers(&self, limit: Duration) {
         let end = Instant::now() + limit;
         let mut c = self.lock();
-        while c.state != QpState::Err && c.started && (!c.responses.is_empty() || c.answering) {
+        while c.state != QpState::Err
+            && c.started
+            && (!c.responses.is_empty()
+                || c.answering
+                || self.ack_rest_pending.load(Ordering::Acquire))
+        {
             let now = Instant::now();
             if now >= end {
                 return;
