@@ -93,7 +93,7 @@ pub struct ServeArgs {
 }
 
 /// The RDMA target's bounds for `args` (the defaults with `--rdma-transfer-timeout`).
-fn rc_limits(args: &ServeArgs) -> RcLimits {
+pub fn rc_limits(args: &ServeArgs) -> RcLimits {
     let t = std::time::Duration::from_secs(args.rdma_transfer_timeout);
     let defaults = RcLimits::default();
     let mut v2 = defaults.v2;
