@@ -29,6 +29,7 @@ if [ $ROLE = dmabuf ]; then
   # The engine's dmabuf registrations on the soft device, with a real udmabuf export
   # (CONFIG_UDMABUF): a peer's WRITE/READ through the dmabuf window, then the GPUDirect
   # tier's direct GET and PUT over the soft fabric.
+  ip link set lo up   # the gateway and the soft fabric listen on 127.0.0.1
   [ -e /dev/udmabuf ] || modprobe udmabuf
   [ -e /dev/udmabuf ] && note "/dev/udmabuf present" || bad "no /dev/udmabuf"
   export RUST_BACKTRACE=1
@@ -40,16 +41,8 @@ if [ $ROLE = dmabuf ]; then
 fi
 for m in virtio_net rdma_rxe ib_uverbs; do modprobe $m || bad "modprobe $m"; done
 case $ROLE in client) IP=192.0.2.2;; *) IP=192.0.2.1;; esac
-# A VM with a second NIC (the two-VM client) has both on one segment: each NIC answers ARP
-# only for its own address and sends from it, so rxe1's RoCE traffic stays on eth1.
-[ -e /sys/class/net/eth1 ] && sysctl -qw net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2
 ip link set lo up; ip link set eth0 up; ip addr add $IP/24 dev eth0
 rdma link add rxe0 type rxe netdev eth0 || bad "rdma link add rxe0"
-if [ -e /sys/class/net/eth1 ]; then
-  ip link set eth1 up; ip addr add 192.0.2.3/24 dev eth1
-  rdma link add rxe1 type rxe netdev eth1 || bad "rdma link add rxe1"
-  note "rxe1 up on 192.0.2.3 (eth1)"
-fi
 # Same rule as engine::verbs::gid (RoCEv2 IPv4 first), for perftest's -x.
 GIDX=
 for t in /sys/class/infiniband/rxe0/ports/1/gid_attrs/types/*; do
@@ -107,6 +100,15 @@ elif [ $ROLE = client ]; then
   # dialects: a 64 MiB RANGE_GET lands on both devices (engine and kernel counters), PUT and
   # whole GET byte-exact with their striping reported; then rxe1's netdev down: everything
   # on rxe0, nothing lost (the test sets eth1 down and up again itself).
+  # The second NIC comes up only now, so every step above runs on rxe0 alone as before. Both
+  # NICs are on one segment: each answers ARP only for its own address and sends from it,
+  # so rxe1's RoCE traffic stays on eth1.
+  if [ -e /sys/class/net/eth1 ]; then
+    sysctl -qw net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2
+    ip link set eth1 up; ip addr add 192.0.2.3/24 dev eth1
+    rdma link add rxe1 type rxe netdev eth1 || bad "rdma link add rxe1"
+    note "rxe1 up on 192.0.2.3 (eth1)"
+  fi
   if [ -e /sys/class/infiniband/rxe1 ]; then
     T=$(now)
     : > /tmp/stripe.txt

@@ -179,6 +179,9 @@ fn rdma_transfer_timeout_sets_both_dialects_bounds() {
     // Everything else stays the default.
     assert_eq!(l.max_put, d.max_put);
     assert_eq!(l.v2.max_size, d.v2.max_size);
-    assert!(with(&["--rdma-transfer-timeout", "0"]).is_err(), "0 s is refused");
+    assert!(
+        with(&["--rdma-transfer-timeout", "0"]).is_err(),
+        "0 s is refused"
+    );
     assert!(with(&["--rdma-transfer-timeout", "soon"]).is_err());
 }
