@@ -3,12 +3,13 @@
 # Kernel command line: lane.role=single|server|client, lane.bin=<test binaries>,
 # lane.iters64k=N, lane.iters1m=N. Results go to /laneout (the host's $WORK/out-<vm>).
 OUT=/laneout; [ -d $OUT ] || OUT=/tmp
-ROLE=single; BIN=; N64=1000; N1M=128; PERF=0
+ROLE=single; BIN=; N64=1000; N1M=128; PERF=0; ONLY=
 for w in $(cat /proc/cmdline); do
   case $w in
     lane.role=*) ROLE=${w#lane.role=};; lane.bin=*) BIN=${w#lane.bin=};;
     lane.iters64k=*) N64=${w#lane.iters64k=};; lane.iters1m=*) N1M=${w#lane.iters1m=};;
     lane.perf=*) PERF=${w#lane.perf=};; lane.getworkers=*) GET_WORKERS=${w#lane.getworkers=};;
+    lane.only=*) ONLY=${w#lane.only=};;
   esac
 done
 now() { cut -d' ' -f1 /proc/uptime; }
@@ -17,13 +18,27 @@ FAILED=0; bad() { echo "LANE_FAIL: $*"; FAILED=1; }
 # Blocks (≤ 60 s) until something listens on TCP port $1 (perftest's out-of-band exchange).
 listening() { local i; for i in $(seq 120); do ss -Hltn "sport = :$1" | grep -q . && return 0; sleep 0.5; done; return 1; }
 finish() {
-  rdma link delete rxe0 2>/dev/null
+  rdma link delete rxe0 2>/dev/null; rdma link delete rxe1 2>/dev/null
   echo $FAILED > $OUT/status
   [ $FAILED = 0 ] && echo "LANE_GUEST_OK role=$ROLE" || echo "LANE_GUEST_FAILED role=$ROLE"
   exit $FAILED
 }
 
 note "role $ROLE, kernel $(uname -r), $(nproc) vCPU"
+if [ $ROLE = dmabuf ]; then
+  # The engine's dmabuf registrations on the soft device, with a real udmabuf export
+  # (CONFIG_UDMABUF): a peer's WRITE/READ through the dmabuf window, then the GPUDirect
+  # tier's direct GET and PUT over the soft fabric.
+  ip link set lo up   # the gateway and the soft fabric listen on 127.0.0.1
+  [ -e /dev/udmabuf ] || modprobe udmabuf
+  [ -e /dev/udmabuf ] && note "/dev/udmabuf present" || bad "no /dev/udmabuf"
+  export RUST_BACKTRACE=1
+  timeout 120 $BIN/soft_dmabuf --ignored --nocapture --test-threads=1 \
+      remote_write_lands_in_a_udmabuf || bad "soft_dmabuf with a udmabuf"
+  timeout 180 $BIN/gpu_direct --ignored --nocapture --test-threads=1 \
+      direct_get_and_put_over_soft_with_a_udmabuf || bad "gpu_direct with a udmabuf"
+  finish
+fi
 for m in virtio_net rdma_rxe ib_uverbs; do modprobe $m || bad "modprobe $m"; done
 case $ROLE in client) IP=192.0.2.2;; *) IP=192.0.2.1;; esac
 ip link set lo up; ip link set eth0 up; ip addr add $IP/24 dev eth0
@@ -43,38 +58,72 @@ note "rxe0 up on $IP, RoCEv2 IPv4 GID index $GIDX"
 GW_PORT=9000
 export HIPOBJ_TEST_ACCESS=gwtestkey HIPOBJ_TEST_SECRET=gwtestsecret/abcdef0123456789
 if [ $ROLE = server ]; then
-  timeout 120 $BIN/verbs_rc_peer server 18600 rxe0 | tee /tmp/peer.txt
-  grep -q VERBS_PEER_SERVER_OK /tmp/peer.txt || bad "verbs_rc_peer server"
+  if [ "$ONLY" != stripe ]; then
+      timeout 120 $BIN/verbs_rc_peer server 18600 rxe0 | tee /tmp/peer.txt
+      grep -q VERBS_PEER_SERVER_OK /tmp/peer.txt || bad "verbs_rc_peer server"
+  fi
   mkdir -p /tmp/gwroot/capi-bucket
-  timeout 400 $BIN/hipobj serve --fabric verbs --rdma-device rxe0 --listen $IP:$GW_PORT --root /tmp/gwroot \
+  timeout 800 $BIN/hipobj serve --fabric verbs --rdma-device rxe0 --rdma-transfer-timeout 300 --listen $IP:$GW_PORT --root /tmp/gwroot \
       --access-key $HIPOBJ_TEST_ACCESS --secret-key $HIPOBJ_TEST_SECRET > /tmp/serve.txt 2>&1 & GW=$!
   listening $GW_PORT || bad "hipobj serve --fabric verbs did not listen"; cat /tmp/serve.txt
-  timeout 380 /run/busybox nc -l -p 18700 > /dev/null || bad "no 'done' from the client VM"
+  timeout 780 /run/busybox nc -l -p 18700 > /dev/null || bad "no 'done' from the client VM"
   kill $GW 2>/dev/null; wait $GW 2>/dev/null
   note "gateway log:"; cat /tmp/serve.txt
   finish
 elif [ $ROLE = client ]; then
   for i in $(seq 60); do ping -c1 -W1 192.0.2.1 >/dev/null 2>&1 && break; done
-  timeout 120 $BIN/verbs_rc_peer client 192.0.2.1:18600 rxe0 | tee /tmp/peer.txt
-  grep -q VERBS_PEER_CLIENT_OK /tmp/peer.txt || bad "verbs_rc_peer client"
+  if [ "$ONLY" != stripe ]; then
+    timeout 120 $BIN/verbs_rc_peer client 192.0.2.1:18600 rxe0 | tee /tmp/peer.txt
+    grep -q VERBS_PEER_CLIENT_OK /tmp/peer.txt || bad "verbs_rc_peer client"
+  fi
   for i in $(seq 120); do (echo > /dev/tcp/192.0.2.1/$GW_PORT) 2>/dev/null && break; sleep 0.5; done
-  ENGINE_TEST_NIC=rxe0 HIPOBJ_VERBS_GATEWAY=192.0.2.1:$GW_PORT RUST_BACKTRACE=1 \
-    timeout 300 $BIN/rdma_matrix --ignored --nocapture --test-threads=1 \
-      verbs_rc_persistent_all_ops verbs_rc_v2_all_ops || bad "rdma_matrix across two VMs"
-  # The C API (capi/tests/c/, hipObjConfig_t.fabric = HIPOBJ_FABRIC_VERBS): every op of the
-  # Quick Start and the 1,000-op batch must report rdma-verbs (per op and in hipObjGetStats),
-  # byte-exact. HIPOBJ_LOG=debug shows the engine's pairing events.
-  EP=http://192.0.2.1:$GW_PORT
-  HIPOBJ_LOG=debug timeout 300 $BIN/capi_quickstart $EP $HIPOBJ_TEST_ACCESS $HIPOBJ_TEST_SECRET \
-    capi-bucket rdma-verbs 0 verbs 2>&1 | tee /tmp/capi-quickstart.txt
-  grep -q "^quickstart ok" /tmp/capi-quickstart.txt || bad "C API quickstart over rdma-verbs"
-  HIPOBJ_LOG=debug timeout 300 $BIN/capi_batch $EP $HIPOBJ_TEST_ACCESS $HIPOBJ_TEST_SECRET \
-    capi-bucket rdma-verbs verbs 2>&1 | tee /tmp/capi-batch.txt
-  grep -q "^batch ok" /tmp/capi-batch.txt || bad "C API batch over rdma-verbs"
-  # The same Quick Start under HIPOBJ_FABRIC_AUTO, paths not required: which path each op
-  # took and why (the pairing events) go to the log.
-  HIPOBJ_LOG=debug timeout 300 $BIN/capi_quickstart $EP $HIPOBJ_TEST_ACCESS $HIPOBJ_TEST_SECRET \
-    capi-bucket - 0 auto 2>&1 | sed 's/^/capi-auto: /'
+  if [ "$ONLY" != stripe ]; then
+    ENGINE_TEST_NIC=rxe0 HIPOBJ_VERBS_GATEWAY=192.0.2.1:$GW_PORT RUST_BACKTRACE=1 \
+      timeout 300 $BIN/rdma_matrix --ignored --nocapture --test-threads=1 \
+        verbs_rc_persistent_all_ops verbs_rc_v2_all_ops || bad "rdma_matrix across two VMs"
+    # The C API (capi/tests/c/, hipObjConfig_t.fabric = HIPOBJ_FABRIC_VERBS): every op of the
+    # Quick Start and the 1,000-op batch must report rdma-verbs (per op and in hipObjGetStats),
+    # byte-exact. HIPOBJ_LOG=debug shows the engine's pairing events.
+    EP=http://192.0.2.1:$GW_PORT
+    HIPOBJ_LOG=debug timeout 300 $BIN/capi_quickstart $EP $HIPOBJ_TEST_ACCESS $HIPOBJ_TEST_SECRET \
+      capi-bucket rdma-verbs 0 verbs 2>&1 | tee /tmp/capi-quickstart.txt
+    grep -q "^quickstart ok" /tmp/capi-quickstart.txt || bad "C API quickstart over rdma-verbs"
+    HIPOBJ_LOG=debug timeout 300 $BIN/capi_batch $EP $HIPOBJ_TEST_ACCESS $HIPOBJ_TEST_SECRET \
+      capi-bucket rdma-verbs verbs 2>&1 | tee /tmp/capi-batch.txt
+    grep -q "^batch ok" /tmp/capi-batch.txt || bad "C API batch over rdma-verbs"
+    # The same Quick Start under HIPOBJ_FABRIC_AUTO, paths not required: which path each op
+    # took and why (the pairing events) go to the log.
+    HIPOBJ_LOG=debug timeout 300 $BIN/capi_quickstart $EP $HIPOBJ_TEST_ACCESS $HIPOBJ_TEST_SECRET \
+      capi-bucket - 0 auto 2>&1 | sed 's/^/capi-auto: /'
+  fi
+  # Striping over two devices (rxe0 on eth0, rxe1 on eth1) against the gateway in VM A, both
+  # dialects: a 64 MiB RANGE_GET lands on both devices (engine and kernel counters), PUT and
+  # whole GET byte-exact with their striping reported; then rxe1's netdev down: everything
+  # on rxe0, nothing lost (the test sets eth1 down and up again itself).
+  # The second NIC comes up only now, so every step above runs on rxe0 alone as before. Both
+  # NICs are on one segment: each answers ARP only for its own address and sends from it,
+  # so rxe1's RoCE traffic stays on eth1.
+  if [ -e /sys/class/net/eth1 ]; then
+    sysctl -qw net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2
+    ip link set eth1 up; ip addr add 192.0.2.3/24 dev eth1
+    rdma link add rxe1 type rxe netdev eth1 || bad "rdma link add rxe1"
+    note "rxe1 up on 192.0.2.3 (eth1)"
+  fi
+  if [ -e /sys/class/infiniband/rxe1 ]; then
+    T=$(now)
+    : > /tmp/stripe.txt
+    for t in verbs_striped_64_mib_on_two_devices verbs_one_device_down_all_chunks_on_the_other; do
+      ENGINE_TEST_NICS=rxe0,rxe1 VERBS_STRIPE_TAKE_DOWN=rxe1 HIPOBJ_VERBS_GATEWAY=192.0.2.1:$GW_PORT \
+        RUST_BACKTRACE=1 timeout 400 $BIN/verbs_striping --ignored --nocapture --exact $t \
+        >> /tmp/stripe.txt 2>&1 || bad "verbs_striping $t across two VMs"
+    done
+    cat /tmp/stripe.txt
+    note "striping over rxe0+rxe1 took $(awk "BEGIN{print $(now) - $T}")s"
+    grep -o 'VERBS_STRIPE .*' /tmp/stripe.txt > $OUT/stripe.txt
+    grep -o 'VERBS_STRIPE_SKIP .*' /tmp/stripe.txt >> $OUT/stripe.txt
+  else
+    bad "no rxe1: the client VM was started without its second NIC"
+  fi
   echo done > /dev/tcp/192.0.2.1/18700 || bad "could not tell the server VM we are done"
   finish
 fi

@@ -72,6 +72,11 @@ pub struct ServeArgs {
     /// The verbs device of `--fabric verbs` (default: the first one libibverbs lists).
     #[arg(long)]
     pub rdma_device: Option<String>,
+    /// Longest one RDMA transfer (the gateway's WRITEs of a GET, READs of a PUT, a v2
+    /// session's transfer) may take, in seconds. The default suits real NICs; emulated ones
+    /// (the Soft-RoCE VM lane moves a few MiB/s) need more for large objects.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub rdma_transfer_timeout: u64,
     /// How a GET carrying an RDMA token that cannot be honoured is answered.
     #[arg(long, value_enum, default_value = "body")]
     pub rdma_get_decline: Decline,
@@ -85,6 +90,19 @@ pub struct ServeArgs {
     /// DURATIONms`), without the rest of `-v`'s output.
     #[arg(long)]
     pub access_log: bool,
+}
+
+/// The RDMA target's bounds for `args` (the defaults with `--rdma-transfer-timeout`).
+pub fn rc_limits(args: &ServeArgs) -> RcLimits {
+    let t = std::time::Duration::from_secs(args.rdma_transfer_timeout);
+    let defaults = RcLimits::default();
+    let mut v2 = defaults.v2;
+    v2.transfer = t;
+    RcLimits {
+        transfer_timeout: t,
+        v2,
+        ..defaults
+    }
 }
 
 /// Runs the gateway until the process is killed; returns the exit code on failure to start.
@@ -120,7 +138,7 @@ pub fn run(args: &ServeArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> 
             Ok(a) if !a.ip().is_unspecified() => a.ip(),
             _ => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
         };
-        match RcTarget::start(std::net::SocketAddr::new(ip, 0), RcLimits::default()) {
+        match RcTarget::start(std::net::SocketAddr::new(ip, 0), rc_limits(args)) {
             Ok(t) => b = b.rdma_target(t),
             Err(e) => {
                 let _ = writeln!(stderr, "hipobj: error: soft fabric: {e}");
@@ -129,7 +147,7 @@ pub fn run(args: &ServeArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> 
         }
     }
     if args.fabric == Fabric::Verbs {
-        match RcTarget::start_verbs(args.rdma_device.as_deref(), RcLimits::default()) {
+        match RcTarget::start_verbs(args.rdma_device.as_deref(), rc_limits(args)) {
             Ok(t) => {
                 let _ = writeln!(stdout, "rdma: verbs device {}", t.device_name());
                 b = b.rdma_target(t);

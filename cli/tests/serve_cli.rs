@@ -165,3 +165,23 @@ fn serve_arguments_and_unavailable_fabrics() {
     assert_eq!(serve::run(&a, &mut Vec::new(), &mut Vec::new()), 1);
     // https upstreams are served (tls.rs: serve_bridges_to_an_https_upstream).
 }
+
+#[test]
+fn rdma_transfer_timeout_sets_both_dialects_bounds() {
+    let base = ["--root", "/x", "--access-key", "k", "--secret-key", "s"];
+    let with = |extra: &[&str]| parse(&[&base[..], extra].concat());
+    let d = serve::rc_limits(&with(&[]).unwrap());
+    assert_eq!(d.transfer_timeout, std::time::Duration::from_secs(30));
+    assert_eq!(d.v2.transfer, std::time::Duration::from_secs(30));
+    let l = serve::rc_limits(&with(&["--rdma-transfer-timeout", "300"]).unwrap());
+    assert_eq!(l.transfer_timeout, std::time::Duration::from_secs(300));
+    assert_eq!(l.v2.transfer, std::time::Duration::from_secs(300));
+    // Everything else stays the default.
+    assert_eq!(l.max_put, d.max_put);
+    assert_eq!(l.v2.max_size, d.v2.max_size);
+    assert!(
+        with(&["--rdma-transfer-timeout", "0"]).is_err(),
+        "0 s is refused"
+    );
+    assert!(with(&["--rdma-transfer-timeout", "soon"]).is_err());
+}
