@@ -7,10 +7,9 @@
 //!   is split into 4 MiB chunks (engine/src/stripe.rs) that land on both devices: the engine's
 //!   per-NIC byte counters (`Engine::nic_bytes`) and the kernel's own per-device packet
 //!   counters (`/sys/class/infiniband/<dev>/ports/1/hw_counters`) both move on each device,
-//!   and the bytes are exact. The 64 MiB PUT and whole-object GET are run too, byte-exact;
-//!   whether the engine striped them is read off the same counters and printed
-//!   (`VERBS_STRIPE op=put … striped=no` means one device carried everything: this engine
-//!   does not stripe PUTs — reported, not passed as striped).
+//!   and the bytes are exact. The 64 MiB PUT (an engine-driven multipart upload whose parts
+//!   run on both devices, engine/src/stripe/put.rs) and the whole-object GET (a HEAD, then a
+//!   striped read, engine/src/stripe/get.rs) must move on both devices too, byte-exact.
 //! - `verbs_one_device_down_all_chunks_on_the_other`: with the second device's netdev down
 //!   (its port no longer ACTIVE — what "down" means to the engine: nic_plan chooses NICs with
 //!   an ACTIVE port before any that is down), a buffer is bound to the live device only and
@@ -280,12 +279,11 @@ fn striped_run(addr: SocketAddr, nics: &[String], dialect: Dialect) {
             &deltas,
             if put_striped { "yes" } else { "no" },
         );
-        if !put_striped {
-            println!(
-                "VERBS_STRIPE_SKIP op=put dialect={dialect:?}: PUT not striped by this engine \
-                 (one device carried all {LEN} bytes)"
-            );
-        }
+        assert!(
+            put_striped,
+            "PUT: a 64 MiB PUT on a buffer bound to both devices is a striped multipart upload \
+             (engine/src/stripe/put.rs): one device carried everything: {deltas:?}"
+        );
         let r = call(addr, "GET", &format!("/{bucket}/obj.bin"), "", &[], b"");
         assert_eq!(r.status(), 200, "read back over HTTP: {}", r.text());
         assert_eq!(crc64(&r.body), crc64(&data), "PUT: stored checksum");
@@ -324,11 +322,8 @@ fn striped_run(addr: SocketAddr, nics: &[String], dialect: Dialect) {
     assert_eq!(crc64(&got), crc64(&data), "RANGE_GET checksum");
     assert!(got == data, "RANGE_GET: bytes differ");
 
-    // Whole-object GET: exact; striped only if the engine splits it. Over hipobj-rc-v2 a
-    // window the object fills exactly is resent over HTTP by design (v2 names no object size,
-    // so only a shorter answer proves the end: engine/src/fabric/rdma/v2.rs), and a larger
-    // window is over the gateway's 64 MiB v2 session limit: that case is reported, not
-    // counted as verbs.
+    // Whole-object GET: a HEAD sizes it, then it is read as a striped RANGE_GET of the whole
+    // object, so both devices receive in both dialects.
     engine.copy_in(dst, 0, &vec![0u8; LEN as usize]).unwrap();
     let before = Snapshot::take(&engine, nics);
     let (c, took) = timed(
@@ -340,30 +335,22 @@ fn striped_run(addr: SocketAddr, nics: &[String], dialect: Dialect) {
     let deltas = before.since(&engine, nics);
     assert!(c.is_ok(), "GET: {c:?}");
     assert_eq!(c.bytes(), LEN, "GET: bytes");
-    if dialect == Dialect::RcV2 && c.path() == Some(DataPath::Http) {
-        report("get", dialect, took, &deltas, "no");
-        println!(
-            "VERBS_STRIPE_SKIP op=get dialect={dialect:?}: whole-object GET of a window the \
-             object fills went over HTTP (v2 cannot prove the object ended; by design)"
-        );
-    } else {
-        check_ok(&c, "GET");
-        check_accounting(&deltas, true, "GET");
-        let get_striped = striped(&deltas);
-        report(
-            "get",
-            dialect,
-            took,
-            &deltas,
-            if get_striped { "yes" } else { "no" },
-        );
-        if !get_striped {
-            println!(
-                "VERBS_STRIPE_SKIP op=get dialect={dialect:?}: whole-object GET not striped \
-                 by this engine (one device carried all {LEN} bytes)"
-            );
-        }
-    }
+    check_ok(&c, "GET");
+    check_accounting(&deltas, true, "GET");
+    let get_striped = striped(&deltas);
+    report(
+        "get",
+        dialect,
+        took,
+        &deltas,
+        if get_striped { "yes" } else { "no" },
+    );
+    assert!(
+        get_striped,
+        "GET: a whole-object GET into a 64 MiB buffer bound to both devices is a HEAD and a \
+         striped read of the object (engine/src/stripe/get.rs): one device carried \
+         everything: {deltas:?}"
+    );
     let got = engine.read(dst, 0, LEN).unwrap().to_vec();
     assert!(got == data, "GET: bytes differ");
     assert!(failed.is_empty(), "{failed:?}");
