@@ -144,10 +144,7 @@ impl Ctrl {
     /// Writes the request's head, then queued TLS records; `Pending` once written (or when
     /// the socket is full: the next writable edge goes on).
     fn write(&mut self) -> Step {
-        loop {
-            let Output::Bytes(b) = self.ex.output() else {
-                break;
-            };
+        while let Output::Bytes(b) = self.ex.output() {
             match self.stream.write(b) {
                 Ok(0) => return Step::Broken,
                 Ok(n) => self.ex.wrote(n),
