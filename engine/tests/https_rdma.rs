@@ -87,6 +87,17 @@ fn relay(client: TcpStream, backend: SocketAddr, seen: &Mutex<Vec<u8>>) {
     let _ = back.join();
 }
 
+/// Whom the engine trusts.
+#[derive(Debug, Clone, Copy)]
+enum Trust {
+    /// The front's CA, as the CA bundle.
+    FrontsCa,
+    /// The built-in Mozilla roots, which do not know the test CA.
+    BuiltInRoots,
+    /// Any certificate (`insecure_skip_tls_verify`).
+    SkipVerify,
+}
+
 /// The gateway with the soft target, an object on it, and the TLS front behind a tap.
 struct Rig {
     _root: tempfile::TempDir,
@@ -115,17 +126,20 @@ impl Rig {
         }
     }
 
-    /// An engine on the soft fabric in `dialect` for `https://` through the tap; `trust`: the
-    /// front's CA is the bundle (else the built-in roots, which do not know it).
-    fn engine(&self, dialect: Dialect, trust: bool, dir: &std::path::Path) -> Engine {
-        let mut b = rig::engine_builder(self.tap.addr)
+    /// An engine on the soft fabric in `dialect` for `https://` through the tap, trusting as
+    /// `trust` says.
+    fn engine(&self, dialect: Dialect, trust: Trust, dir: &std::path::Path) -> Engine {
+        let b = rig::engine_builder(self.tap.addr)
             .endpoint_url(format!("https://{}", self.tap.addr))
             .fabric(Fabric::Soft)
             .dialect(dialect);
-        if trust {
-            b = b.ca_bundle(self.front.write_ca(dir));
+        match trust {
+            Trust::FrontsCa => b.ca_bundle(self.front.write_ca(dir)),
+            Trust::BuiltInRoots => b,
+            Trust::SkipVerify => b.insecure_skip_tls_verify(true),
         }
-        b.build().unwrap()
+        .build()
+        .unwrap()
     }
 
     /// Every connection to the endpoint so far opened with a TLS handshake record; returns
@@ -141,11 +155,11 @@ impl Rig {
 }
 
 /// Range-gets (several at once, one crossing the object's end) in `dialect` complete over the
-/// soft fabric, byte-exact, with the endpoint's certificate verified.
-fn range_gets_over_rdma(dialect: Dialect) {
+/// soft fabric, byte-exact, with the endpoint's certificate checked as `trust` says.
+fn range_gets_over_rdma(dialect: Dialect, trust: Trust) {
     let rig = Rig::start();
     let dir = tempfile::tempdir().unwrap();
-    let engine = rig.engine(dialect, true, dir.path());
+    let engine = rig.engine(dialect, trust, dir.path());
     let obj = engine.object("tlsb", "obj.bin").unwrap();
     let buf = engine
         .register_host(8 << 20, RegisterOptions::pageable())
@@ -195,12 +209,19 @@ fn range_gets_over_rdma(dialect: Dialect) {
 
 #[test]
 fn rc_persistent_range_gets_over_https_move_by_rdma() {
-    range_gets_over_rdma(Dialect::RcPersistent);
+    range_gets_over_rdma(Dialect::RcPersistent, Trust::FrontsCa);
 }
 
 #[test]
 fn rc_v2_range_gets_over_https_move_by_rdma() {
-    range_gets_over_rdma(Dialect::RcV2);
+    range_gets_over_rdma(Dialect::RcV2, Trust::FrontsCa);
+}
+
+/// `insecure_skip_tls_verify` reaches the side exchanges too: an unknown CA is accepted.
+#[test]
+fn skipping_verification_lets_both_dialects_pair_with_an_unknown_ca() {
+    range_gets_over_rdma(Dialect::RcPersistent, Trust::SkipVerify);
+    range_gets_over_rdma(Dialect::RcV2, Trust::SkipVerify);
 }
 
 /// With an unknown CA, the dialect's control exchange is refused: the op fails with the
@@ -208,7 +229,7 @@ fn rc_v2_range_gets_over_https_move_by_rdma() {
 fn unknown_ca_is_refused(dialect: Dialect) {
     let rig = Rig::start();
     let dir = tempfile::tempdir().unwrap();
-    let engine = rig.engine(dialect, false, dir.path());
+    let engine = rig.engine(dialect, Trust::BuiltInRoots, dir.path());
     let obj = engine.object("tlsb", "obj.bin").unwrap();
     let buf = engine
         .register_host(1 << 20, RegisterOptions::pageable())
