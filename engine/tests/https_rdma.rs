@@ -112,7 +112,10 @@ impl Rig {
         let root = tempfile::tempdir().unwrap();
         let gw = soft_gateway(root.path());
         let data = pattern(3 * (1 << 20) + 777, 9);
-        assert_eq!(call(gw.local_addr(), "PUT", "/tlsb", "", &[], b"").status(), 200);
+        assert_eq!(
+            call(gw.local_addr(), "PUT", "/tlsb", "", &[], b"").status(),
+            200
+        );
         let r = call(gw.local_addr(), "PUT", "/tlsb/obj.bin", "", &[], &data);
         assert_eq!(r.status(), 200, "{}", r.text());
         let front = TlsFront::start(gw.local_addr());

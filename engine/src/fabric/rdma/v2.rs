@@ -46,9 +46,9 @@ use s3_lite::s3::Endpoint;
 use s3_lite::sigv4::{AmzDate, PayloadHash, Signer};
 
 use super::ctrl::{Ctrl, Step};
-use crate::fabric::http::tls::{CERTIFICATE_REFUSED, TlsContext};
 use super::learned::{self, Learned};
 use crate::fabric::http::response::status_outcome;
+use crate::fabric::http::tls::{CERTIFICATE_REFUSED, TlsContext};
 use crate::fabric::rc::{
     Access, RcCaps, RcCq, RcDevice, RcError, RcKind, RcMr, RcPd, RcQp, RecvWr, RemoteAddr, SendOp,
     SendWr, Sge, SoftPath, WcOpcode, WcStatus, WorkCompletion,
