@@ -479,10 +479,13 @@ pub enum Fabric {
     /// that serves only the soft fabric makes the client pair again over it), else over the
     /// soft fabric. Pairing runs off the worker thread, so an unresponsive endpoint delays an
     /// op by at most 150 ms and never holds up the worker's other operations; a plain S3
-    /// server costs one refused pairing per worker.
+    /// server costs one refused pairing per worker. With an `https://` endpoint `Auto` is
+    /// `Http`: payloads stay inside TLS (RDMA payloads are not encrypted).
     #[default]
     Auto,
-    /// Always try the soft fabric first (per-request HTTP fallback still applies).
+    /// Always try the soft fabric first (per-request HTTP fallback still applies). With an
+    /// `https://` endpoint the dialects' control exchanges speak TLS (verified like every
+    /// request) but the payload stream is plain TCP.
     Soft,
     /// RDMA over libibverbs (`EngineBuilder::verbs_device`, else the first device), per-request
     /// HTTP fallback (a server that declines an op). Without libibverbs or a device that opens,

@@ -213,7 +213,8 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
             )
             .with_dialect(b.dialect)
             .with_learned(Arc::clone(&learned), hipobj_signer.clone())
-            .with_dc_provider(b.dc_provider.clone()),
+            .with_dc_provider(b.dc_provider.clone())
+            .with_tls(tls.clone()),
         );
         match WorkerHandle::spawn(
             i,

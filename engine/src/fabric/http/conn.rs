@@ -18,11 +18,10 @@ use mio::net::TcpStream;
 use ring_api::{ErrorClass, ErrorCode};
 use s3_lite::checksum::Crc64Nvme;
 use s3_lite::http::{BodyFraming, Event, Exchange, HttpError, Limits, Output};
-use s3_lite::net::tls::CertificateProblem;
 use s3_lite::net::transport::Transport;
 
 use super::ReplyJudge;
-use super::tls::TlsContext;
+use super::tls::{CERTIFICATE_REFUSED, TlsContext};
 
 use super::response::{
     MAX_XML_ANSWER, Plan, error_outcome, finish_multipart, named_size, needs_stored_check, plan_for,
@@ -115,12 +114,6 @@ fn io_fail(reused: bool, got_bytes: bool) -> Step {
         reusable: false,
     }
 }
-
-/// A refused server certificate: final (a retry meets the same certificate), reported as
-/// `AccessDenied` in class `Transport` (we denied the server), the reason kept for
-/// [`crate::Engine::tls_failure`].
-const CERTIFICATE_REFUSED: Outcome =
-    Outcome::fail(ErrorCode::AccessDenied, ErrorClass::Transport, Retry::No);
 
 /// Whether an exchange that ended with `outcome` leaves a connection nobody should trust
 /// with another request: the answer did not parse or contradicted itself (class
@@ -273,10 +266,7 @@ impl<J: ReplyJudge> Conn<J> {
     /// The step for a failed socket or TLS call: a refused certificate is final and reported;
     /// anything else is a transport failure.
     fn io_error(&mut self, e: &io::Error) -> Step {
-        if let Some(problem) = CertificateProblem::of_io(e) {
-            if let Some(tls) = &self.tls {
-                tls.refused(problem);
-            }
+        if TlsContext::refusal(self.tls.as_deref(), e) {
             return Step::Finished {
                 outcome: CERTIFICATE_REFUSED,
                 reusable: false,

@@ -4,14 +4,26 @@
 //! named (the builder's `ca_bundle`, else `AWS_CA_BUNDLE`, else the profile's `ca_bundle`).
 //!
 //! The handshake runs inside the worker's mio loop (`s3_lite::net::transport::Transport` over
-//! the non-blocking socket): no thread, no blocking call. A refused certificate completes the
-//! op at once (no retry: retrying cannot change the certificate) with `AccessDenied` in class
-//! `Transport`, and is kept here so [`crate::Engine::tls_failure`] can say what was wrong.
+//! the non-blocking socket): no thread, no blocking call. The RDMA dialects' side exchanges
+//! (the rc-persistent pairing, hipobj-rc-v2's PREPARE / READY / CANCEL: `fabric::rdma::ctrl`)
+//! use the same context, so they are verified like every HTTP request. A refused certificate
+//! completes the op at once (no retry: retrying cannot change the certificate) with
+//! [`CERTIFICATE_REFUSED`], and is kept here so [`crate::Engine::tls_failure`] can say what
+//! was wrong.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use ring_api::{ErrorClass, ErrorCode};
 use s3_lite::net::tls::{CertificateProblem, TlsOptions, client_config};
+
+use crate::fabric::{Outcome, Retry};
+
+/// A refused server certificate: final (a retry meets the same certificate), reported as
+/// `AccessDenied` in class `Transport` (we denied the server), the reason kept for
+/// [`crate::Engine::tls_failure`].
+pub(crate) const CERTIFICATE_REFUSED: Outcome =
+    Outcome::fail(ErrorCode::AccessDenied, ErrorClass::Transport, Retry::No);
 
 /// The TLS side of one engine's endpoint.
 #[derive(Debug)]
@@ -50,6 +62,18 @@ impl TlsContext {
         }
     }
 
+    /// Whether the failed socket or TLS call `e` was a refused certificate; if so it is
+    /// recorded in `tls` (when there is one).
+    pub(crate) fn refusal(tls: Option<&Self>, e: &std::io::Error) -> bool {
+        let Some(problem) = CertificateProblem::of_io(e) else {
+            return false;
+        };
+        if let Some(t) = tls {
+            t.refused(problem);
+        }
+        true
+    }
+
     /// The most recent certificate refusal.
     pub(crate) fn last_failure(&self) -> Option<CertificateProblem> {
         self.last_failure.lock().ok().and_then(|s| s.clone())
@@ -57,9 +81,11 @@ impl TlsContext {
 }
 
 /// The TLS context an engine needs for `endpoint` (`None` for `http://`), and the fabric its
-/// RDMA dialects may use: their side exchanges (pairing, hipobj-rc-v2) speak plain HTTP, so an
-/// `https://` endpoint never gets them (`Fabric::Auto` carries payloads over HTTPS; asking for
-/// an RDMA fabric explicitly is refused rather than sending plaintext beside TLS).
+/// RDMA dialects may use. Over `https://`, the dialects' side exchanges (pairing, PREPARE /
+/// READY / CANCEL) speak TLS with this same context, but their payloads do not: the soft
+/// fabric's data stream is plain TCP and RDMA traffic (RoCE, InfiniBand) is not TLS. So an
+/// RDMA fabric carries an `https://` endpoint's payloads only when asked for by name
+/// (`Fabric::Soft`, `Fabric::Verbs`); `Fabric::Auto` keeps every payload inside TLS (HTTPS).
 pub(crate) fn for_endpoint(
     endpoint: &s3_lite::s3::Endpoint,
     b: &crate::config::EngineBuilder,
@@ -71,12 +97,7 @@ pub(crate) fn for_endpoint(
     }
     let fabric = match b.fabric {
         Fabric::Auto | Fabric::Http => Fabric::Http,
-        Fabric::Soft | Fabric::Verbs => {
-            return Err(crate::error::EngineError::Unsupported(
-                "an RDMA fabric with an https:// endpoint: the RDMA dialects' side exchanges \
-                 have no TLS yet (use Fabric::Auto or Fabric::Http: payloads then go over HTTPS)",
-            ));
-        }
+        named @ (Fabric::Soft | Fabric::Verbs) => named,
     };
     let host = endpoint.host.trim_start_matches('[').trim_end_matches(']');
     // The builder's bundle, else AWS_CA_BUNDLE, else the profile's `ca_bundle`.

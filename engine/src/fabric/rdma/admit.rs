@@ -80,6 +80,7 @@ impl RdmaClient {
             endpoint: self.endpoint.clone(),
             signer: Arc::clone(&self.signer),
             home: self.home.clone(),
+            tls: self.tls.clone(),
         };
         let token = self.take_token();
         let p = match connect::Pairing::start(&target, now, token, io) {
@@ -210,6 +211,17 @@ impl RdmaClient {
             return;
         }
         self.hold_ops = result.is_ok();
+        // A refused certificate: the waiting ops fail as the HTTP path fails them over the
+        // same TLS context (never sent another way); later ops meet it over HTTPS.
+        if matches!(result, Err(connect::ConnectError::CertificateRefused)) {
+            self.state = State::RetryAt(Instant::now() + RETRY_PAIR);
+            let w: Vec<OpKey> = self.waiters.drain(..).collect();
+            self.events.extend(
+                w.into_iter()
+                    .map(|k| Event::Complete(k, crate::fabric::http::tls::CERTIFICATE_REFUSED)),
+            );
+            return;
+        }
         // Negotiating: an endpoint that does not know the pairing route (a v2-only or plain
         // S3 server: 400/404/405, a fabric-less gateway: 501) does not speak rc-persistent;
         // its waiting ops are admitted again (hipobj-rc-v2 next). Other refusals (403,

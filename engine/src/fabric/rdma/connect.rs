@@ -21,6 +21,7 @@ use s3_lite::http::ResponseHead;
 use s3_lite::rdma::pairing::{self, Paired};
 
 use super::ctrl::{Ctrl, Step};
+use crate::fabric::http::tls::TlsContext;
 use s3_lite::s3::Endpoint;
 use s3_lite::sigv4::{PayloadHash, Signer};
 
@@ -61,6 +62,9 @@ pub(crate) enum ConnectError {
     OtherFabric(RcKind),
     /// The endpoint could not be reached or the exchange broke (try again later).
     Transport,
+    /// The `https://` endpoint's certificate was refused: its waiting ops fail as the HTTP
+    /// path fails them (they are never sent another way).
+    CertificateRefused,
 }
 
 /// The longest one pairing may take (the dialects' timer ends it then).
@@ -86,6 +90,8 @@ pub(crate) struct Target {
     pub(crate) signer: Arc<Signer>,
     /// Where our QP lives.
     pub(crate) home: Home,
+    /// TLS of an `https://` endpoint: the connect request is verified like any request.
+    pub(crate) tls: Option<Arc<TlsContext>>,
 }
 
 /// Completion-queue entries of a paired QP (the client posts nothing on it; room for the
@@ -135,10 +141,18 @@ impl Pairing {
             .signer
             .sign_headers(&mut req, &PayloadHash::Unsigned, now)
             .map_err(|_| t.clone())?;
-        let mut ctrl = Ctrl::open(target.addr, token, io).map_err(|_| t.clone())?;
-        if matches!(ctrl.request(&req), Step::Broken) {
-            ctrl.close(io);
-            return Err(t);
+        let mut ctrl =
+            Ctrl::open(target.addr, target.tls.as_ref(), token, io).map_err(|_| t.clone())?;
+        match ctrl.request(&req) {
+            Step::Pending | Step::Answer(..) => {}
+            Step::Broken => {
+                ctrl.close(io);
+                return Err(t);
+            }
+            Step::Refused => {
+                ctrl.close(io);
+                return Err(ConnectError::CertificateRefused);
+            }
         }
         Ok(Self {
             qp,
@@ -168,6 +182,10 @@ impl Pairing {
             Step::Broken => {
                 self.close(io);
                 return Ok(Err(ConnectError::Transport));
+            }
+            Step::Refused => {
+                self.close(io);
+                return Ok(Err(ConnectError::CertificateRefused));
             }
             Step::Answer(head, _) => head,
         };

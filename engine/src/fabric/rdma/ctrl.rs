@@ -5,14 +5,26 @@
 //! and reads stop at `WouldBlock`, and the owner bounds the whole exchange with the worker's
 //! timers. A kept-alive connection carries the next request of the same op (READY after
 //! PREPARE).
+//!
+//! For an `https://` endpoint the socket is wrapped in TLS exactly as the HTTP transport's
+//! connections are (`s3_lite::net::transport::Transport` with the engine's
+//! [`TlsContext`]: its CA bundle or roots, verification unless switched off, the endpoint's
+//! host as SNI); rustls is sans-IO, so the handshake moves on the same readiness edges. A
+//! refused certificate ends the exchange as [`Step::Refused`] (recorded for
+//! `Engine::tls_failure`), which the dialects turn into the op's failure, never into a plain
+//! retry. Only these control exchanges are encrypted: the payload moves over the RDMA fabric.
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use mio::net::TcpStream;
 use mio::{Interest, Token};
 use s3_lite::Request;
 use s3_lite::http::{BodyFraming, Event, Exchange, Limits, Output, ResponseHead};
+use s3_lite::net::transport::Transport;
+
+use crate::fabric::http::tls::TlsContext;
 
 /// Tokens of side exchanges start here (connection slots of the HTTP transport are small
 /// indices below it; the dialects' and the worker's own tokens sit at the top of the range).
@@ -35,12 +47,16 @@ pub(crate) enum Step {
     Answer(ResponseHead, Vec<u8>),
     /// The connection failed or the answer did not parse.
     Broken,
+    /// The endpoint's TLS certificate was refused (recorded in its [`TlsContext`]).
+    Refused,
 }
 
 /// One side-exchange connection.
 #[derive(Debug)]
 pub(crate) struct Ctrl {
-    sock: TcpStream,
+    /// Plain TCP, or TLS over it for an `https://` endpoint.
+    stream: Transport<TcpStream>,
+    tls: Option<Arc<TlsContext>>,
     pub(crate) token: Token,
     connected: bool,
     ex: Exchange,
@@ -57,13 +73,28 @@ pub(crate) struct Ctrl {
 }
 
 impl Ctrl {
-    /// Starts a non-blocking connect to `addr`, registered with `io` under `token`.
-    pub(crate) fn open(addr: SocketAddr, token: Token, io: &mio::Registry) -> io::Result<Self> {
-        let mut sock = TcpStream::connect(addr)?;
+    /// Starts a non-blocking connect to `addr` (TLS with `tls`: the endpoint is `https://`),
+    /// registered with `io` under `token`.
+    pub(crate) fn open(
+        addr: SocketAddr,
+        tls: Option<&Arc<TlsContext>>,
+        token: Token,
+        io: &mio::Registry,
+    ) -> io::Result<Self> {
+        let sock = TcpStream::connect(addr)?;
         let _ = sock.set_nodelay(true);
-        io.register(&mut sock, token, Interest::READABLE | Interest::WRITABLE)?;
+        let mut stream = match tls {
+            None => Transport::plain(sock),
+            Some(t) => Transport::tls(sock, &t.config, &t.server_name)?,
+        };
+        io.register(
+            stream.socket_mut(),
+            token,
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
         Ok(Self {
-            sock,
+            stream,
+            tls: tls.cloned(),
             token,
             connected: false,
             ex: Exchange::new(Limits::default()),
@@ -90,7 +121,7 @@ impl Ctrl {
         match self.check_connected() {
             Ok(true) => self.write(),
             Ok(false) => Step::Pending,
-            Err(_) => Step::Broken,
+            Err(e) => self.failed(&e),
         }
     }
 
@@ -102,7 +133,7 @@ impl Ctrl {
         match self.check_connected() {
             Ok(true) => {}
             Ok(false) => return Step::Pending,
-            Err(_) => return Step::Broken,
+            Err(e) => return self.failed(&e),
         }
         match self.write() {
             Step::Pending if self.ex.request_sent() => self.receive(),
@@ -110,19 +141,32 @@ impl Ctrl {
         }
     }
 
-    /// Writes the request's head; `Pending` once written (or when the socket is full).
+    /// Writes the request's head, then queued TLS records; `Pending` once written (or when
+    /// the socket is full: the next writable edge goes on).
     fn write(&mut self) -> Step {
-        loop {
-            let Output::Bytes(b) = self.ex.output() else {
-                return Step::Pending;
-            };
-            match self.sock.write(b) {
+        while let Output::Bytes(b) = self.ex.output() {
+            match self.stream.write(b) {
                 Ok(0) => return Step::Broken,
                 Ok(n) => self.ex.wrote(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Pending,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return Step::Broken,
+                Err(e) => return self.failed(&e),
             }
+        }
+        // TLS: records may still be queued after the plaintext was taken.
+        match self.stream.flush() {
+            Ok(_) => Step::Pending,
+            Err(e) => self.failed(&e),
+        }
+    }
+
+    /// The step for a failed socket or TLS call: a refused certificate is recorded and
+    /// ends the exchange as `Refused`; anything else breaks it.
+    fn failed(&self, e: &io::Error) -> Step {
+        if TlsContext::refusal(self.tls.as_deref(), e) {
+            Step::Refused
+        } else {
+            Step::Broken
         }
     }
 
@@ -130,10 +174,10 @@ impl Ctrl {
         if self.connected {
             return Ok(true);
         }
-        if let Some(e) = self.sock.take_error()? {
+        if let Some(e) = self.stream.socket().take_error()? {
             return Err(e);
         }
-        match self.sock.peer_addr() {
+        match self.stream.socket().peer_addr() {
             Ok(_) => {
                 self.connected = true;
                 Ok(true)
@@ -150,7 +194,7 @@ impl Ctrl {
             }
             self.rstart = 0;
             self.rend = 0;
-            match self.sock.read(&mut self.rbuf) {
+            match self.stream.read(&mut self.rbuf) {
                 Ok(0) => {
                     if self.ex.finish_on_eof().is_err() {
                         return Step::Broken;
@@ -161,7 +205,7 @@ impl Ctrl {
                 Ok(n) => self.rend = n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Pending,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return Step::Broken,
+                Err(e) => return self.failed(&e),
             }
         }
     }
@@ -204,7 +248,7 @@ impl Ctrl {
 
     /// Deregisters the connection and closes it.
     pub(crate) fn close(mut self, io: &mio::Registry) {
-        let _ = io.deregister(&mut self.sock);
+        let _ = io.deregister(self.stream.socket_mut());
     }
 }
 
@@ -261,7 +305,7 @@ mod tests {
         let mut poll = mio::Poll::new().unwrap();
         let token = Token(CTRL_BASE);
         assert!(is_ctrl(token));
-        let mut c = Ctrl::open(addr, token, poll.registry()).unwrap();
+        let mut c = Ctrl::open(addr, None, token, poll.registry()).unwrap();
         let first = c.request(&req("/a"));
         let Step::Answer(h, body) = until_answer(&mut poll, &mut c, first) else {
             panic!("no answer");

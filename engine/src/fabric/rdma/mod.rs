@@ -287,6 +287,8 @@ pub(crate) struct RdmaClient {
     waker: Option<Arc<mio::Waker>>,
     /// The latest request date (signs a CANCEL).
     now: Option<s3_lite::sigv4::AmzDate>,
+    /// TLS of an `https://` endpoint, for the side exchanges (`ctrl`).
+    tls: Option<Arc<crate::fabric::http::tls::TlsContext>>,
 }
 
 const MAX_DECLINES: u32 = 3;
@@ -345,6 +347,7 @@ impl RdmaClient {
             events: Vec::new(),
             waker: None,
             now: None,
+            tls: None,
         }
     }
 
@@ -395,6 +398,16 @@ impl RdmaClient {
     }
 
     /// The cuObject descriptor provider (dialect `CuObject`).
+    /// Speaks TLS on the side exchanges (an `https://` endpoint): the same context as the
+    /// HTTP transport's connections.
+    pub(crate) fn with_tls(
+        mut self,
+        tls: Option<Arc<crate::fabric::http::tls::TlsContext>>,
+    ) -> Self {
+        self.tls = tls;
+        self
+    }
+
     pub(crate) fn with_dc_provider(
         mut self,
         dc: Option<Arc<dyn cuobject::DcTokenProvider>>,

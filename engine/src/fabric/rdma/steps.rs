@@ -26,6 +26,7 @@ impl RdmaClient {
             signer: &self.signer,
             hipobj_signer: self.hipobj_signer.as_ref(),
             learned: &self.learned,
+            tls: self.tls.as_ref(),
         }
     }
 

@@ -48,6 +48,7 @@ use s3_lite::sigv4::{AmzDate, PayloadHash, Signer};
 use super::ctrl::{Ctrl, Step};
 use super::learned::{self, Learned};
 use crate::fabric::http::response::status_outcome;
+use crate::fabric::http::tls::{CERTIFICATE_REFUSED, TlsContext};
 use crate::fabric::rc::{
     Access, RcCaps, RcCq, RcDevice, RcError, RcKind, RcMr, RcPd, RcQp, RecvWr, RemoteAddr, SendOp,
     SendWr, Sge, SoftPath, WcOpcode, WcStatus, WorkCompletion,
@@ -112,6 +113,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) hipobj_signer: Option<&'a Arc<Signer>>,
     /// What the engine learned about the endpoint (capabilities, service), updated here.
     pub(crate) learned: &'a Learned,
+    /// TLS of an `https://` endpoint (PREPARE, READY and CANCEL are verified like any
+    /// request).
+    pub(crate) tls: Option<&'a Arc<TlsContext>>,
 }
 
 impl Ctx<'_> {
@@ -389,6 +393,7 @@ impl V2Op {
         });
         match me.send_prepare(ctx, token, io) {
             Some(Step::Broken) | None => Launch::Http,
+            Some(Step::Refused) => Launch::Failed(CERTIFICATE_REFUSED),
             Some(_) => Launch::Running(me),
         }
     }
@@ -402,7 +407,7 @@ impl V2Op {
         if let Some(old) = self.ctrl.take() {
             old.close(io);
         }
-        let mut c = Ctrl::open(ctx.addr, token, io).ok()?;
+        let mut c = Ctrl::open(ctx.addr, ctx.tls, token, io).ok()?;
         let step = c.request(&req);
         self.ctrl = Some(c);
         Some(step)
@@ -422,6 +427,7 @@ impl V2Op {
         match (self.phase, step) {
             (_, Step::Pending) | (Phase::Completion | Phase::Summing, _) => Progress::Pending,
             (_, Step::Broken) => self.end_with(TRANSPORT),
+            (_, Step::Refused) => self.end_with(Exchange::Failed(CERTIFICATE_REFUSED)),
             (Phase::Prepare, Step::Answer(head, body)) => self.on_prepare(ctx, &head, &body, io),
             (Phase::Ready, Step::Answer(head, _)) => self.on_final(ctx, &head),
         }
@@ -449,6 +455,7 @@ impl V2Op {
             };
             return match self.send_prepare(ctx, token, io) {
                 Some(Step::Broken) | None => self.end_with(TRANSPORT),
+                Some(Step::Refused) => self.end_with(Exchange::Failed(CERTIFICATE_REFUSED)),
                 Some(step) => self.advance(ctx, step, io),
             };
         }
@@ -672,7 +679,7 @@ impl Cancel {
         let end = end.min(Instant::now() + CANCEL_BUDGET);
         left(end)?;
         let req = ctx.request(v2::CANCEL_PATH, &v2_client::cancel_headers(session), now)?;
-        let mut ctrl = Ctrl::open(ctx.addr, token, io).ok()?;
+        let mut ctrl = Ctrl::open(ctx.addr, ctx.tls, token, io).ok()?;
         match ctrl.request(&req) {
             Step::Pending => Some(Self { ctrl, end }),
             _ => {
