@@ -186,6 +186,10 @@ struct Join {
     bytes: u64,
     /// The first chunk's success (its path, dialect and object size are the parent's).
     first: Option<Cqe>,
+    /// The flags of a successful chunk that went over HTTP (a per-request fallback): the
+    /// parent then reports that path and dialect, so a fallback is never hidden behind an
+    /// RDMA chunk that happened to land first.
+    fell_back: Option<u32>,
     /// The object size every chunk must report (a whole-object GET's, from its HEAD).
     size: Option<u64>,
     /// Every chunk so far was proven by a server checksum.
@@ -289,6 +293,7 @@ impl Joins {
                 left: chunks,
                 bytes: 0,
                 first: None,
+                fell_back: None,
                 size,
                 verified: true,
                 retried: false,
@@ -310,6 +315,9 @@ impl Joins {
         if cqe.is_ok() {
             j.bytes = j.bytes.saturating_add(cqe.bytes());
             j.verified &= cqe.verified();
+            if cqe.path() == Some(ring_api::DataPath::Http) {
+                j.fell_back.get_or_insert(cqe.flags());
+            }
             if j.size.is_some_and(|s| s != cqe.aux()) && j.error.is_none() {
                 // The object is not the one its HEAD sized.
                 j.error = Some(Cqe::error(
@@ -347,7 +355,7 @@ impl Joins {
         let cqe = match (j.error, j.first) {
             (Some(e), _) => e,
             (None, Some(f)) => {
-                let mut flags = f.flags() & !cqe_flags::VERIFIED;
+                let mut flags = j.fell_back.unwrap_or(f.flags()) & !cqe_flags::VERIFIED;
                 if j.verified {
                     flags |= cqe_flags::VERIFIED;
                 }
@@ -484,5 +492,23 @@ mod tests {
         let id = j.open(9, 46, 2);
         j.forget_queue(9);
         assert_eq!(j.land(id, ok(1)), Landed::Waiting);
+    }
+
+    /// A chunk that fell back to HTTP is what the parent reports, even when an RDMA chunk
+    /// landed first: a fallback is never hidden.
+    #[test]
+    fn a_chunk_over_http_is_the_parents_path() {
+        let mut j = Joins::default();
+        let id = j.open(7, 50, 3);
+        let over = |path| Cqe::success(50, 10, path).with_aux(100);
+        assert_eq!(j.land(id, over(DataPath::RdmaVerbs)), Landed::Waiting);
+        assert_eq!(j.land(id, over(DataPath::Http)), Landed::Waiting);
+        let c = done(j.land(id, over(DataPath::RdmaVerbs)));
+        assert!(c.is_ok());
+        assert_eq!(c.path(), Some(DataPath::Http));
+        let id = j.open(7, 51, 2);
+        j.land(id, over(DataPath::RdmaVerbs));
+        let c = done(j.land(id, over(DataPath::RdmaVerbs)));
+        assert_eq!(c.path(), Some(DataPath::RdmaVerbs));
     }
 }

@@ -109,7 +109,8 @@ pub(crate) struct StripedPut {
     parts: u32,
     parts_left: usize,
     bytes: u64,
-    /// The first part's success (its path and dialect are the operation's).
+    /// The success whose path and dialect are the operation's: the first part's, or one that
+    /// went over HTTP.
     first: Option<Cqe>,
     /// Why the operation fails (the upload is being aborted).
     error: Option<Cqe>,
@@ -317,7 +318,13 @@ impl StripedPut {
         self.parts_left = self.parts_left.saturating_sub(1);
         if cqe.is_ok() {
             self.bytes = self.bytes.saturating_add(cqe.bytes());
-            self.first.get_or_insert(cqe);
+            // The operation reports a part that went over HTTP (a per-request fallback) if
+            // any did, else the first part's path: a fallback is never hidden.
+            if cqe.path() == Some(ring_api::DataPath::Http) {
+                self.first = Some(cqe);
+            } else {
+                self.first.get_or_insert(cqe);
+            }
         } else {
             self.error.get_or_insert(cqe);
         }
@@ -355,7 +362,7 @@ impl StripedPut {
         }
     }
 
-    /// The operation's success: every part's bytes, the first part's path and dialect.
+    /// The operation's success: every part's bytes, the path and dialect of `first`.
     fn success(&self) -> Cqe {
         let flags = self.first.map_or(0, |f| f.flags()) & !cqe_flags::VERIFIED;
         let ok = Cqe::success(self.user_data, self.bytes, ring_api::DataPath::None);
