@@ -120,7 +120,7 @@ elif [ $ROLE = client ]; then
     cat /tmp/stripe.txt
     note "striping over rxe0+rxe1 took $(awk "BEGIN{print $(now) - $T}")s"
     grep -o 'VERBS_STRIPE .*' /tmp/stripe.txt > $OUT/stripe.txt
-    grep -o 'VERBS_STRIPE_FAIL .*' /tmp/stripe.txt >> $OUT/stripe.txt || true
+    grep -o 'VERBS_STRIPE_\(FAIL\|NOTE\) .*' /tmp/stripe.txt >> $OUT/stripe.txt || true
   else
     bad "no rxe1: the client VM was started without its second NIC"
   fi
