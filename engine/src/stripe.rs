@@ -190,6 +190,8 @@ struct Join {
     /// parent then reports that path and dialect, so a fallback is never hidden behind an
     /// RDMA chunk that happened to land first.
     fell_back: Option<u32>,
+    /// The first object size a chunk reported (chunks over hipobj-rc-v2 report none).
+    seen_size: Option<u64>,
     /// The object size every chunk must report (a whole-object GET's, from its HEAD).
     size: Option<u64>,
     /// Every chunk so far was proven by a server checksum.
@@ -294,6 +296,7 @@ impl Joins {
                 bytes: 0,
                 first: None,
                 fell_back: None,
+                seen_size: None,
                 size,
                 verified: true,
                 retried: false,
@@ -318,27 +321,22 @@ impl Joins {
             if cqe.path() == Some(ring_api::DataPath::Http) {
                 j.fell_back.get_or_insert(cqe.flags());
             }
-            if j.size.is_some_and(|s| s != cqe.aux()) && j.error.is_none() {
-                // The object is not the one its HEAD sized.
-                j.error = Some(Cqe::error(
-                    j.user_data,
-                    ErrorCode::Integrity,
-                    ErrorClass::Integrity,
-                ));
-            }
-            match j.first {
-                None => j.first = Some(cqe),
-                // Chunks answered with different object sizes: the object changed while it
-                // was read, so the buffer may hold bytes of two versions.
-                Some(f) if f.aux() != cqe.aux() && j.error.is_none() => {
+            // The object size a chunk reports (`aux`; 0 where its path names none, as
+            // hipobj-rc-v2 does) must agree with the HEAD's and with every other chunk's:
+            // otherwise the object changed while it was read, and the buffer may hold bytes
+            // of two versions.
+            let reported = cqe.aux();
+            if reported != 0 {
+                if j.size.or(j.seen_size).is_some_and(|s| s != reported) && j.error.is_none() {
                     j.error = Some(Cqe::error(
                         j.user_data,
                         ErrorCode::Integrity,
                         ErrorClass::Integrity,
                     ));
                 }
-                Some(_) => {}
+                j.seen_size.get_or_insert(reported);
             }
+            j.first.get_or_insert(cqe);
         } else if j.error.is_none() {
             j.error = Some(cqe);
         }
@@ -360,7 +358,8 @@ impl Joins {
                     flags |= cqe_flags::VERIFIED;
                 }
                 let ok = Cqe::success(j.user_data, j.bytes, ring_api::DataPath::None);
-                Cqe::from_raw(j.user_data, ok.result(), flags, j.bytes, f.aux())
+                let size = j.size.or(j.seen_size).unwrap_or(f.aux());
+                Cqe::from_raw(j.user_data, ok.result(), flags, j.bytes, size)
             }
             (None, None) => Cqe::error(j.user_data, ErrorCode::Io, ErrorClass::Local),
         };
@@ -510,5 +509,29 @@ mod tests {
         j.land(id, over(DataPath::RdmaVerbs));
         let c = done(j.land(id, over(DataPath::RdmaVerbs)));
         assert_eq!(c.path(), Some(DataPath::RdmaVerbs));
+    }
+
+    /// Chunks whose path names no object size (hipobj-rc-v2: `aux` 0) do not fail the size
+    /// checks; a chunk that names one is still held to the others' and the HEAD's.
+    #[test]
+    fn chunks_without_a_size_pass_and_sizes_that_differ_fail() {
+        let mut j = Joins::default();
+        let v2 = Cqe::success(60, 10, DataPath::RdmaVerbs);
+        let http = |size| Cqe::success(60, 10, DataPath::Http).with_aux(size);
+        let id = j.open_sized(7, 60, 3, Some(100));
+        j.land(id, v2);
+        j.land(id, http(100));
+        let c = done(j.land(id, v2));
+        assert!(c.is_ok(), "{c:?}");
+        assert_eq!(c.aux(), 100, "the HEAD's size");
+        let id = j.open_sized(7, 61, 2, Some(100));
+        j.land(id, v2);
+        let c = done(j.land(id, http(200)));
+        assert_eq!(c.error_code(), Some(ErrorCode::Integrity));
+        let id = j.open(7, 62, 3);
+        j.land(id, http(100));
+        j.land(id, v2);
+        let c = done(j.land(id, http(200)));
+        assert_eq!(c.error_code(), Some(ErrorCode::Integrity));
     }
 }

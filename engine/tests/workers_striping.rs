@@ -327,6 +327,28 @@ fn one_get(
     (c, delta)
 }
 
+/// The same whole-object GET over hipobj-rc-v2, whose chunks name no object size (`aux` 0):
+/// the HEAD's size stands, and the GET completes whole and exact (the VM lane caught an
+/// `EBADMSG` here when every chunk had to repeat the HEAD's size).
+#[test]
+fn a_whole_object_get_over_v2_is_striped_and_exact() {
+    let size = 40 * MIB + 5;
+    let data = rig::pattern(size as usize, 12);
+    let soft = Soft::start(&data, |b| b.dialect(Dialect::RcV2));
+    let engine = soft.engine();
+    let buf = bound_buffer(engine, 64 * MIB);
+    let (c, delta) = one_get(engine, buf, "obj.bin", 64 * MIB);
+    assert!(c.is_ok(), "{c:?}");
+    assert_eq!((c.bytes(), c.aux()), (size, size), "{c:?}");
+    assert_eq!(delta.iter().map(|d| d.1).sum::<u64>(), size, "{delta:?}");
+    assert!(
+        delta.iter().all(|d| d.1 >= 16 * MIB),
+        "both NICs: {delta:?}"
+    );
+    let got = engine.read(buf, 0, size).unwrap();
+    assert!(got[..] == data[..], "striped v2 GET bytes differ");
+}
+
 #[test]
 fn a_whole_object_get_is_sized_by_a_head_then_striped() {
     let size = 40 * MIB + 5;
