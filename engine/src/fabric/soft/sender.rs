@@ -203,10 +203,22 @@ impl Tx<'_> {
 
     /// Writes `bytes` completely (blocking; a stall past the QP's timeout is a dead wire).
     fn write_bytes(&self, bytes: &[u8]) -> Result<(), Stop> {
+        self.write_all(bytes.len(), |done| {
+            (&**self.sock).write(bytes.get(done..).unwrap_or(&[]))
+        })
+    }
+
+    /// Writes `total` bytes, `write(done)` sending what follows the first `done` of them,
+    /// until all are out (blocking; a stall past the QP's timeout is a dead wire).
+    fn write_all(
+        &self,
+        total: usize,
+        mut write: impl FnMut(usize) -> io::Result<usize>,
+    ) -> Result<(), Stop> {
         let mut done = 0usize;
         let mut progress = Instant::now();
-        while done < bytes.len() {
-            match (&**self.sock).write(bytes.get(done..).unwrap_or(&[])) {
+        while done < total {
+            match write(done) {
                 Ok(0) => return Err(Stop::Wire),
                 Ok(n) => {
                     done += n;
@@ -266,39 +278,17 @@ impl Tx<'_> {
         let tail = tail.as_ref().map_or(&[][..], |t| &t[..]);
         let body = if payload.is_some() { len } else { 0 };
         let total = head.len() + body + tail.len();
-        let mut done = 0usize;
-        let mut progress = Instant::now();
-        while done < total {
-            let r = match payload {
-                Some(g) => {
-                    let h = head.get(done.min(head.len())..).unwrap_or(&[]);
-                    let p = done.saturating_sub(head.len()).min(len);
-                    let t = tail
-                        .get(done.saturating_sub(head.len() + len)..)
-                        .unwrap_or(&[]);
-                    g.mem.send_from(self.sock, h, g.off + p, len - p, t)
-                }
-                None => (&**self.sock).write(head.get(done..).unwrap_or(&[])),
-            };
-            match r {
-                Ok(0) => return Err(Stop::Wire),
-                Ok(n) => {
-                    done += n;
-                    progress = Instant::now();
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    self.stalled(progress)?;
-                }
-                Err(_) => return Err(Stop::Wire),
+        self.write_all(total, |done| match payload {
+            Some(g) => {
+                let h = head.get(done.min(head.len())..).unwrap_or(&[]);
+                let p = done.saturating_sub(head.len()).min(len);
+                let t = tail
+                    .get(done.saturating_sub(head.len() + len)..)
+                    .unwrap_or(&[]);
+                g.mem.send_from(self.sock, h, g.off + p, len - p, t)
             }
-        }
-        Ok(())
+            None => (&**self.sock).write(head.get(done..).unwrap_or(&[])),
+        })
     }
 
     /// Sends one answer taken off `responses` (with `answering` set), then clears `answering`
