@@ -198,20 +198,10 @@ impl<J: ReplyJudge> Conn<J> {
 
     /// Checks the outcome of a non-blocking connect after a writable event.
     fn check_connected(&mut self) -> Result<bool, io::Error> {
-        if self.connected {
-            return Ok(true);
+        if !self.connected {
+            self.connected = connect_finished(self.stream.socket())?;
         }
-        if let Some(e) = self.stream.socket().take_error()? {
-            return Err(e);
-        }
-        match self.stream.socket().peer_addr() {
-            Ok(_) => {
-                self.connected = true;
-                Ok(true)
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
-            Err(e) => Err(e),
-        }
+        Ok(self.connected)
     }
 
     /// Probes an idle connection without consuming anything a request could need: `true` only
@@ -493,5 +483,19 @@ impl<J: ReplyJudge> Conn<J> {
             self.reused = true;
         }
         Step::Finished { outcome, reusable }
+    }
+}
+
+/// Whether the non-blocking connect of `sock` has finished (after a writable event): its error
+/// if it failed, `false` while it is still in progress. Shared with the dialects' side
+/// connections (`fabric/rdma/ctrl.rs`).
+pub(crate) fn connect_finished(sock: &TcpStream) -> io::Result<bool> {
+    if let Some(e) = sock.take_error()? {
+        return Err(e);
+    }
+    match sock.peer_addr() {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
+        Err(e) => Err(e),
     }
 }

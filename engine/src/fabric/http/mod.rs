@@ -21,6 +21,8 @@ mod request;
 pub(crate) mod response;
 pub(crate) mod tls;
 
+pub(crate) use conn::connect_finished;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 

@@ -24,6 +24,7 @@ use s3_lite::Request;
 use s3_lite::http::{BodyFraming, Event, Exchange, Limits, Output, ResponseHead};
 use s3_lite::net::transport::Transport;
 
+use crate::fabric::http::connect_finished;
 use crate::fabric::http::tls::TlsContext;
 
 /// Tokens of side exchanges start here (connection slots of the HTTP transport are small
@@ -171,20 +172,10 @@ impl Ctrl {
     }
 
     fn check_connected(&mut self) -> io::Result<bool> {
-        if self.connected {
-            return Ok(true);
+        if !self.connected {
+            self.connected = connect_finished(self.stream.socket())?;
         }
-        if let Some(e) = self.stream.socket().take_error()? {
-            return Err(e);
-        }
-        match self.stream.socket().peer_addr() {
-            Ok(_) => {
-                self.connected = true;
-                Ok(true)
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
-            Err(e) => Err(e),
-        }
+        Ok(self.connected)
     }
 
     fn receive(&mut self) -> Step {
