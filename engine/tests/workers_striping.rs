@@ -84,16 +84,20 @@ fn one_range_get(
     len: u64,
 ) -> (Cqe, Vec<(u64, u64)>) {
     let obj = engine.object("stripe", key).unwrap();
+    let sqe = RangeGet::new(obj, offset, BufSlice::new(buf, 0, len))
+        .user_data(7)
+        .build();
+    one_op(engine, &sqe)
+}
+
+/// Runs `sqe` alone on a fresh queue: its one completion (checked to be `sqe`'s) and the
+/// change of each worker's (ops, bytes).
+fn one_op(engine: &Engine, sqe: &ring_api::Sqe) -> (Cqe, Vec<(u64, u64)>) {
     let before: Vec<(u64, u64)> = engine.workers().iter().map(|w| (w.ops, w.bytes)).collect();
     let mut q = engine.queue(8).unwrap();
-    q.push(
-        &RangeGet::new(obj, offset, BufSlice::new(buf, 0, len))
-            .user_data(7)
-            .build(),
-    )
-    .unwrap();
+    q.push(sqe).unwrap();
     let c = exactly(&mut q, 1, Duration::from_millis(100))[0];
-    assert_eq!(c.user_data(), 7);
+    assert_eq!(c.user_data(), sqe.user_data());
     let delta = engine
         .workers()
         .iter()
@@ -308,23 +312,10 @@ fn one_get(
     cap: u64,
 ) -> (Cqe, Vec<(u64, u64)>) {
     let obj = engine.object("stripe", key).unwrap();
-    let before: Vec<(u64, u64)> = engine.workers().iter().map(|w| (w.ops, w.bytes)).collect();
-    let mut q = engine.queue(8).unwrap();
-    q.push(
-        &Get::new(obj, BufSlice::new(buf, 0, cap))
-            .user_data(8)
-            .build(),
-    )
-    .unwrap();
-    let c = exactly(&mut q, 1, Duration::from_millis(100))[0];
-    assert_eq!(c.user_data(), 8);
-    let delta = engine
-        .workers()
-        .iter()
-        .zip(&before)
-        .map(|(w, b)| (w.ops - b.0, w.bytes - b.1))
-        .collect();
-    (c, delta)
+    let sqe = Get::new(obj, BufSlice::new(buf, 0, cap))
+        .user_data(8)
+        .build();
+    one_op(engine, &sqe)
 }
 
 /// The same whole-object GET over hipobj-rc-v2, whose chunks name no object size (`aux` 0):
