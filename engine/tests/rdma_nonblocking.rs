@@ -74,6 +74,31 @@ struct Seen {
     puts: Mutex<HashMap<String, Vec<u8>>>,
 }
 
+/// Pushes a RangeGet of the first `len` bytes of `stall` into `buf` (user_data 1, deadline
+/// `deadline`) and waits until the stalling front holds its PREPARE; returns when it pushed.
+fn push_held_prepare(
+    q: &mut engine::Queue,
+    stall: ring_api::ObjectId,
+    buf: ring_api::BufHandle,
+    len: u64,
+    deadline: Duration,
+    seen: &Seen,
+) -> Instant {
+    let t0 = Instant::now();
+    q.push(
+        &RangeGet::new(stall, 0, BufSlice::new(buf, 0, len))
+            .user_data(1)
+            .deadline_ns(deadline.as_nanos() as u64)
+            .build(),
+    )
+    .unwrap();
+    while seen.held.load(Ordering::SeqCst) == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "PREPARE never came");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    t0
+}
+
 /// Holds `s` without answering until the client closes it.
 fn hold(mut s: TcpStream, seen: &Seen) {
     seen.held.fetch_add(1, Ordering::SeqCst);
@@ -282,18 +307,7 @@ fn stalled_prepare_does_not_block_other_ops() {
     let fine = engine.object("bkt", "fine").unwrap();
     let mut q = engine.queue(16).unwrap();
 
-    let t0 = Instant::now();
-    q.push(
-        &RangeGet::new(stall, 0, BufSlice::new(buf, 0, 100_000))
-            .user_data(1)
-            .deadline_ns(Duration::from_secs(2).as_nanos() as u64)
-            .build(),
-    )
-    .unwrap();
-    while seen.held.load(Ordering::SeqCst) == 0 {
-        assert!(t0.elapsed() < Duration::from_secs(5), "PREPARE never came");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    let t0 = push_held_prepare(&mut q, stall, buf, 100_000, Duration::from_secs(2), &seen);
     let t = Instant::now();
     for i in 0..3u64 {
         q.push(
@@ -536,18 +550,7 @@ fn stalled_prepare_does_not_delay_other_v2_exchanges() {
     let stall = engine.object("bkt", "stall").unwrap();
     let fine = engine.object("bkt", "fine").unwrap();
     let mut q = engine.queue(16).unwrap();
-    let t0 = Instant::now();
-    q.push(
-        &RangeGet::new(stall, 0, BufSlice::new(buf, 0, 50_000))
-            .user_data(1)
-            .deadline_ns(Duration::from_secs(3).as_nanos() as u64)
-            .build(),
-    )
-    .unwrap();
-    while seen.held.load(Ordering::SeqCst) == 0 {
-        assert!(t0.elapsed() < Duration::from_secs(5), "PREPARE never came");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    let t0 = push_held_prepare(&mut q, stall, buf, 50_000, Duration::from_secs(3), &seen);
     // Rounds of 4 (the gateway's v2 sessions per principal: 8), all while the PREPARE hangs.
     let t = Instant::now();
     for round in 0..3u64 {
