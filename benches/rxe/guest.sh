@@ -129,6 +129,15 @@ elif [ $ROLE = client ]; then
 fi
 
 export ENGINE_TEST_NIC=rxe0 VERBS_EXPECT_DEVICE=1 RUST_BACKTRACE=1
+# The engine's threads over verbs (issue 13): a 10,000-op rc-persistent batch and a 600-op
+# hipobj-rc-v2 batch against a gateway child on rxe0; every sample is exactly the workers.
+threads_over_verbs() {
+  timeout 420 $BIN/workers_threads --ignored --exact --nocapture --test-threads=1 \
+      verbs_threads_are_workers_nothing_per_op > /tmp/threads.txt 2>&1
+  cat /tmp/threads.txt
+  grep -q "test result: ok. 1 passed" /tmp/threads.txt || bad "workers_threads over verbs"
+}
+[ "$ONLY" = threads ] && { threads_over_verbs; finish; }
 export VERBS_BENCH_SIZES=65536:$N64,1048576:$N1M VERBS_BENCH_DEPTH=128
 T=$(now)
 $BIN/verbs_probe --nocapture --test-threads=1 || bad "verbs_probe"
@@ -150,6 +159,7 @@ timeout 300 $BIN/rdma_hostile --ignored --nocapture --test-threads=1 \
 # A third-party-style v2 client on the link-local GID: the gateway pairs from the same family.
 timeout 120 $BIN/rdma_v2 --ignored --nocapture --test-threads=1 \
     verbs_link_local_client_pairs_with_a_link_local_gid || bad "rdma_v2 GID family over verbs"
+threads_over_verbs
 note "engine correctness tests took $(awk "BEGIN{print $(now) - $T}")s"
 
 # Same VM, same sizes: our RC WRITE goodput, then ib_write_bw's, twice over (interleaved, so a

@@ -20,6 +20,8 @@
 #   LANE_ONE_VM=0  skip phase 1 (one VM; no goodput ratio then)
 #   LANE_TWO_VM=0  skip phase 2 (two VMs)
 #   LANE_ONLY=stripe  phase 2 runs only the striping test (a quick loop while working on it)
+#   LANE_ONLY=threads phase 1 runs only the verbs thread-count test (pair with LANE_TWO_VM=0
+#                     LANE_DMABUF=0)
 #   LANE_SKIP_BUILD=1  reuse the binaries already in $WORK/bin (no cargo)
 #   LANE_DMABUF=0  skip phase 3 (udmabuf; boots a second kernel when the first lacks it)
 #   LANE_DMABUF_KPKG  that kernel's package (default: what linux-image-6.12-amd64 points at)
@@ -101,7 +103,7 @@ if [ "${LANE_SKIP_BUILD:-0}" = 1 ]; then
 else
 log "building engine verbs tests ($PROFILE)"
 BUILD_LOG="$WORK/cargo.log"
-{ (cd "$REPO" && cargo test -p engine --profile "$PROFILE" --test verbs_rxe --test verbs_probe --test soft_dmabuf --test gpu_direct --no-run \
+{ (cd "$REPO" && cargo test -p engine --profile "$PROFILE" --test verbs_rxe --test verbs_probe --test soft_dmabuf --test gpu_direct --test workers_threads --no-run \
       --message-format=json) && (cd "$REPO" && cargo test -p hipobj-gateway --profile "$PROFILE" \
       --test rdma_matrix --test rdma_hostile --test rdma_v2 --test verbs_striping --no-run --message-format=json) && (cd "$REPO" && cargo build -p engine \
       --profile "$PROFILE" --example verbs_rc_peer --message-format=json) && (cd "$REPO" && \
@@ -109,7 +111,7 @@ BUILD_LOG="$WORK/cargo.log"
       cargo build -p hipobj-capi --profile "$PROFILE" --lib --message-format=json); } \
   2> "$BUILD_LOG" > "$WORK/cargo.json" || { tail -20 "$BUILD_LOG"; fatal "cargo build failed"; }
 rm -rf "$BIN"; mkdir -p "$BIN"
-for name in verbs_rxe verbs_probe soft_dmabuf gpu_direct verbs_rc_peer rdma_matrix rdma_hostile rdma_v2 verbs_striping hipobj; do
+for name in verbs_rxe verbs_probe soft_dmabuf gpu_direct workers_threads verbs_rc_peer rdma_matrix rdma_hostile rdma_v2 verbs_striping hipobj; do
   exe=$(python3 -c '
 import json, sys
 for line in open(sys.argv[1]):

@@ -14,6 +14,12 @@
 //! workers are one fixed set of named soft device threads, none per QP or per op. Each test
 //! prints the most soft threads a sample held.
 //!
+//! `verbs_threads_are_workers_nothing_per_op` (ignored here: it needs an RDMA device; the
+//! Soft-RoCE VM lane runs it, `benches/rxe/guest.sh`) holds the verbs fabric to the same rule
+//! against a gateway on the same device: both dialects, and the threads beyond the workers are
+//! none at all (the engine's verbs path has no device threads; a verbs CQ is polled by its
+//! worker).
+//!
 //! The gateway runs in a child process (this test binary re-run as the `gateway_child`
 //! helper) so that only the engine's threads live in this process. Run one test of this file
 //! at a time (`--exact`): another test's threads would count.
@@ -36,14 +42,34 @@ use ring_api::{BufSlice, Cqe, DataPath};
 const WORKERS: usize = 3;
 const OPS: usize = 10_000;
 const CHILD_ENV: &str = "HIPOBJ_THREADS_TEST_GATEWAY_ROOT";
+/// Set (to the verbs device's name) when the gateway child is to serve over verbs.
+const CHILD_VERBS_ENV: &str = "HIPOBJ_THREADS_TEST_GATEWAY_VERBS";
 
-/// Run by the test below in a child process: a gateway with a soft RDMA target over the
-/// directory in `CHILD_ENV`; prints `ADDR <addr>`, serves until stdin closes.
+/// Run by the tests below in a child process: a gateway with a soft RDMA target (or a verbs
+/// one on the device `CHILD_VERBS_ENV` names) over the directory in `CHILD_ENV`; prints
+/// `ADDR <addr>`, serves until stdin closes.
 #[test]
 #[ignore = "helper, not a test: the thread-count test runs it as its gateway process"]
 fn gateway_child() {
     let root = std::env::var(CHILD_ENV).expect("run by workers_threads' test only");
-    let gw = rig::soft_gateway(std::path::Path::new(&root));
+    let root = std::path::Path::new(&root);
+    let gw = match std::env::var(CHILD_VERBS_ENV) {
+        Ok(nic) => {
+            let target = hipobj_gateway::RcTarget::start_verbs(
+                Some(&nic),
+                hipobj_gateway::RcLimits::default(),
+            )
+            .expect("a verbs target on the test NIC");
+            hipobj_gateway::Gateway::builder()
+                .listen("127.0.0.1:0")
+                .root_dir(root)
+                .credentials(raw::ACCESS, raw::SECRET)
+                .rdma_target(target)
+                .start()
+                .unwrap()
+        }
+        Err(_) => rig::soft_gateway(root),
+    };
     println!("ADDR {}", gw.local_addr());
     let mut sink = Vec::new();
     let _ = std::io::stdin().read_to_end(&mut sink);
@@ -54,13 +80,21 @@ fn gateway_child() {
 struct GatewayProcess {
     child: Child,
     addr: SocketAddr,
+    /// The child's stdout, kept open: its test harness writes to it later (e.g. "running
+    /// for over 60 seconds"), and a closed pipe would end the child on `EPIPE`.
+    _stdout: std::io::Lines<BufReader<std::process::ChildStdout>>,
 }
 
 impl GatewayProcess {
-    fn start(root: &std::path::Path) -> Self {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "gateway_child", "--ignored", "--nocapture"])
-            .env(CHILD_ENV, root)
+    /// A soft gateway over `root`, or a verbs one on device `verbs`.
+    fn start(root: &std::path::Path, verbs: Option<&str>) -> Self {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args(["--exact", "gateway_child", "--ignored", "--nocapture"])
+            .env(CHILD_ENV, root);
+        if let Some(nic) = verbs {
+            cmd.env(CHILD_VERBS_ENV, nic);
+        }
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -76,7 +110,11 @@ impl GatewayProcess {
                 break a.trim().parse().unwrap();
             }
         };
-        Self { child, addr }
+        Self {
+            child,
+            addr,
+            _stdout: lines,
+        }
     }
 }
 
@@ -100,20 +138,28 @@ fn threads() -> Vec<(u32, String)> {
     out
 }
 
-/// Names of the threads not in `before`, sorted.
+/// Names of the threads not in `before`, sorted. The names are read 10 ms after the threads
+/// are listed (of those still alive then): a thread being spawned carries its parent's name
+/// until it sets its own, so a name read at once can be a worker's.
 fn new_threads(before: &BTreeSet<u32>) -> Vec<String> {
-    let mut names: Vec<String> = threads()
+    let tids: Vec<u32> = threads()
         .into_iter()
-        .filter(|(t, _)| !before.contains(t))
-        .map(|(_, n)| n)
+        .map(|(t, _)| t)
+        .filter(|t| !before.contains(t))
+        .collect();
+    std::thread::sleep(Duration::from_millis(10));
+    let mut names: Vec<String> = tids
+        .into_iter()
+        .filter_map(|t| std::fs::read_to_string(format!("/proc/self/task/{t}/comm")).ok())
+        .map(|n| n.trim().to_owned())
         .collect();
     names.sort();
     names
 }
 
 /// Runs `ops` 4 KiB range-gets through one queue (`depth` in flight) and samples the engine's
-/// threads every 500 completions after the first 1,000 (pairing threads end once the link is
-/// up). Returns the samples; every completion must name `path`.
+/// threads every `ops / 20` completions after the first tenth (every 500 after 1,000 for
+/// 10,000). Returns the samples; every completion must name `path`.
 fn batch(
     engine: &Engine,
     before: &BTreeSet<u32>,
@@ -156,7 +202,8 @@ fn batch(
             assert_eq!(c.path(), Some(path), "{c:?}");
             free.push(c.user_data());
             done += 1;
-            if done >= 1_000 && done % 500 == 0 {
+            // After the first tenth (set-up is over), a sample every twentieth.
+            if done >= ops / 10 && done % (ops / 20).max(1) == 0 {
                 samples.push(new_threads(before));
             }
         }
@@ -258,16 +305,8 @@ fn report_soft(label: &str, samples: &[Vec<String>]) {
 
 fn run(bound: Bound) {
     let dir = tempfile::tempdir().unwrap();
-    let gw = GatewayProcess::start(dir.path());
-    let data = rig::pattern((1 << 20) + LEN_PAD, 3);
-    assert_eq!(
-        raw::call(gw.addr, "PUT", "/thr", "", &[], b"").status(),
-        200
-    );
-    assert_eq!(
-        raw::call(gw.addr, "PUT", "/thr/obj.bin", "", &[], &data).status(),
-        200
-    );
+    let gw = GatewayProcess::start(dir.path(), None);
+    put_object(gw.addr);
     let mut fixed = None;
     for (fabric, path, qps) in [
         (Fabric::Soft, DataPath::RdmaSoft, 1),
@@ -347,3 +386,63 @@ fn v2_batch(gw: SocketAddr, bound: Bound, fixed: &mut Option<Vec<String>>) {
 
 /// Bytes past 1 MiB so every range of the batch lies inside the object.
 const LEN_PAD: usize = 4096;
+
+/// Creates the bucket and the object the batches read.
+fn put_object(gw: SocketAddr) {
+    let data = rig::pattern((1 << 20) + LEN_PAD, 3);
+    assert_eq!(raw::call(gw, "PUT", "/thr", "", &[], b"").status(), 200);
+    assert_eq!(
+        raw::call(gw, "PUT", "/thr/obj.bin", "", &[], &data).status(),
+        200
+    );
+}
+
+/// Ops of the hipobj-rc-v2 batch over verbs: each creates, connects and destroys a QP
+/// through the kernel, slow under the lane's emulated CPU (~0.1 s per op).
+const VERBS_V2_OPS: usize = 600;
+
+/// The verbs device the VM lane tests on.
+fn verbs_nic() -> String {
+    std::env::var("ENGINE_TEST_NIC").unwrap_or_else(|_| "rxe0".to_owned())
+}
+
+/// Over verbs (the Soft-RoCE VM lane), against a gateway child on the same device: a
+/// 10,000-op `rc-persistent` batch and a 600-op `hipobj-rc-v2` batch (a fresh QP per op),
+/// and in every sample the threads beyond this process's start are exactly the workers —
+/// the verbs fabric has no device threads, pairing and PREPARE/READY run on the workers,
+/// and nothing is made per QP or per op.
+#[test]
+#[ignore = "needs an RDMA device (ENGINE_TEST_NIC, default rxe0): the Soft-RoCE VM lane runs it"]
+fn verbs_threads_are_workers_nothing_per_op() {
+    let nic = verbs_nic();
+    let dir = tempfile::tempdir().unwrap();
+    let gw = GatewayProcess::start(dir.path(), Some(&nic));
+    put_object(gw.addr);
+    let workers = expected(0);
+    for (dialect, ops, depth) in [
+        (Dialect::RcPersistent, OPS, 32),
+        (Dialect::RcV2, VERBS_V2_OPS, V2_DEPTH),
+    ] {
+        let started = Instant::now();
+        let before: BTreeSet<u32> = threads().into_iter().map(|(t, _)| t).collect();
+        let engine = rig::engine_builder(gw.addr)
+            .placement(Placement::Workers(WORKERS))
+            .fabric(Fabric::Verbs)
+            .verbs_device(nic.clone())
+            .dialect(dialect)
+            .build()
+            .unwrap();
+        let samples = batch(&engine, &before, DataPath::RdmaVerbs, ops, depth);
+        assert!(samples.len() >= 2, "{dialect:?}: {} samples", samples.len());
+        for s in &samples {
+            assert_eq!(s, &workers, "{dialect:?} over verbs: threads beyond the workers");
+        }
+        eprintln!(
+            "VERBS_THREADS {dialect:?}: {ops} ops in {:.1} s, {} samples, each exactly the \
+             {WORKERS} workers",
+            started.elapsed().as_secs_f64(),
+            samples.len()
+        );
+        drop(engine);
+    }
+}
