@@ -64,15 +64,24 @@ pub fn completion_from_raw(wc: &sys::ibv_wc) -> WorkCompletion {
 }
 
 /// A completion queue (`ibv_cq`), shared by `Arc` between the QPs that report to it.
+///
+/// Each has its own completion channel when the provider gives one: [`Self::event_fd`] turns
+/// readable after [`Self::arm`] once a completion arrives, so a worker can wait for it in its
+/// `mio` poll instead of polling on a timer ([`Self::take_events`] then clears the fd).
 #[derive(Debug)]
 pub struct CompletionQueue {
     ctx: Arc<Context>,
     /// INVARIANT: live until `Drop`; QPs hold an `Arc<CompletionQueue>`, so none outlives it.
     cq: NonNull<sys::ibv_cq>,
+    /// INVARIANT: `None`, or the live channel `cq` reports to, destroyed after `cq`; its fd is
+    /// non-blocking.
+    channel: Option<NonNull<sys::ibv_comp_channel>>,
     cqe: u32,
 }
 
-// SAFETY: `ibv_poll_cq` is thread-safe in libibverbs providers (they lock the CQ).
+// SAFETY: `ibv_poll_cq` is thread-safe in libibverbs providers (they lock the CQ), as are
+// `ibv_req_notify_cq`, `ibv_get_cq_event` and `ibv_ack_cq_events` (the channel's fd and the
+// CQ's event counters are the provider's and libibverbs' to lock).
 unsafe impl Send for CompletionQueue {}
 // SAFETY: as above.
 unsafe impl Sync for CompletionQueue {}
@@ -80,14 +89,83 @@ unsafe impl Sync for CompletionQueue {}
 impl CompletionQueue {
     pub(crate) fn new(ctx: &Arc<Context>, cqe: u32) -> Result<Arc<Self>, Error> {
         let n = i32::try_from(cqe.max(1)).map_err(|_| Error::InvalidArgument("cqe"))?;
-        // SAFETY: the context is open while `ctx` lives.
-        let cq = unsafe { result::create_cq(ctx.api(), ctx.raw(), n) }
-            .map_err(|source| Error::CreateCq { cqe, source })?;
+        let channel = Self::open_channel(ctx);
+        let raw_channel = channel.map_or(std::ptr::null_mut(), NonNull::as_ptr);
+        // SAFETY: the context is open while `ctx` lives; `raw_channel` is null or a live
+        // channel of it.
+        let cq = match unsafe { result::create_cq(ctx.api(), ctx.raw(), n, raw_channel) } {
+            Ok(cq) => cq,
+            Err(source) => {
+                if let Some(ch) = channel {
+                    // SAFETY: no CQ reports to the channel (its CQ was not created).
+                    let _ = unsafe { result::destroy_comp_channel(ctx.api(), ch) };
+                }
+                return Err(Error::CreateCq { cqe, source });
+            }
+        };
         Ok(Arc::new(Self {
             ctx: Arc::clone(ctx),
             cq,
+            channel,
             cqe,
         }))
+    }
+
+    /// A completion channel with a non-blocking fd, or `None` (the CQ is then polled).
+    fn open_channel(ctx: &Arc<Context>) -> Option<NonNull<sys::ibv_comp_channel>> {
+        // SAFETY: the context is open while `ctx` lives.
+        let ch = unsafe { result::create_comp_channel(ctx.api(), ctx.raw()) }.ok()?;
+        // SAFETY: `ch` is the live channel just created; its `fd` is libibverbs' open fd.
+        let fd = unsafe { (*ch.as_ptr()).fd };
+        // SAFETY: fcntl on an fd this channel owns; only the O_NONBLOCK flag changes.
+        let ok = unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
+        };
+        if ok {
+            Some(ch)
+        } else {
+            // SAFETY: no CQ reports to it yet.
+            let _ = unsafe { result::destroy_comp_channel(ctx.api(), ch) };
+            None
+        }
+    }
+
+    /// The completion channel's fd (readable once an armed CQ has a completion), if any.
+    #[must_use]
+    pub fn event_fd(&self) -> Option<std::os::fd::RawFd> {
+        // SAFETY: the channel is live while `self` is (INVARIANT).
+        self.channel.map(|ch| unsafe { (*ch.as_ptr()).fd })
+    }
+
+    /// Asks for one event on the channel at the next completion (`ibv_req_notify_cq`). Poll
+    /// once more after arming: a completion that arrived before it raises no event.
+    pub fn arm(&self) -> Result<(), Error> {
+        if self.channel.is_none() {
+            return Err(Error::ArmCq(std::io::Error::other(
+                "the CQ has no completion channel",
+            )));
+        }
+        // SAFETY: the CQ is live (INVARIANT) and has a channel.
+        unsafe { result::req_notify_cq(self.cq) }.map_err(Error::ArmCq)
+    }
+
+    /// Takes every event waiting on the channel and acknowledges it; returns how many.
+    pub fn take_events(&self) -> u32 {
+        let Some(ch) = self.channel else {
+            return 0;
+        };
+        let mut n = 0u32;
+        // SAFETY: the channel is live (INVARIANT); only this CQ reports to it, so every event
+        // names `self.cq` and is acknowledged on it below.
+        while let Ok(Some(_)) = unsafe { result::get_cq_event(self.ctx.api(), ch) } {
+            n = n.saturating_add(1);
+        }
+        if n > 0 {
+            // SAFETY: the CQ is live; `n` events were taken for it.
+            unsafe { result::ack_cq_events(self.ctx.api(), self.cq, n) };
+        }
+        n
     }
 
     pub(crate) fn raw(&self) -> NonNull<sys::ibv_cq> {
@@ -141,8 +219,15 @@ impl CompletionQueue {
 
 impl Drop for CompletionQueue {
     fn drop(&mut self) {
+        // Events taken but not acknowledged would make the destroy wait forever: take and
+        // acknowledge whatever is left first.
+        self.take_events();
         // SAFETY: no QP uses the CQ any more (they hold Arcs to it).
         let _ = unsafe { result::destroy_cq(self.ctx.api(), self.cq) };
+        if let Some(ch) = self.channel {
+            // SAFETY: the channel's only CQ is destroyed above; nothing uses it any more.
+            let _ = unsafe { result::destroy_comp_channel(self.ctx.api(), ch) };
+        }
     }
 }
 

@@ -189,6 +189,9 @@ pub enum Error {
     /// `ibv_poll_cq` returned a negative value (CQ overrun or provider failure).
     #[error("ibv_poll_cq failed ({0})")]
     PollCq(i32),
+    /// `ibv_req_notify_cq` failed (or the CQ has no completion channel).
+    #[error("ibv_req_notify_cq failed")]
+    ArmCq(#[source] io::Error),
     /// A peer's token cannot drive this QP.
     #[error(transparent)]
     PeerToken(#[from] super::token::PeerTokenError),

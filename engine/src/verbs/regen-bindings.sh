@@ -13,7 +13,7 @@
 #                                                  # side-by-side review (needs bindgen-cli)
 # The bindgen command used for review (bindgen-cli 0.70+, libclang):
 #   bindgen /usr/include/infiniband/verbs.h --no-layout-tests --no-doc-comments \
-#     --allowlist-type 'ibv_(device|context|context_ops|pd|mr|cq|qp|qp_attr|qp_init_attr|qp_cap|port_attr|gid|wc|send_wr|recv_wr|sge|ah_attr|global_route)' \
+#     --allowlist-type 'ibv_(device|context|context_ops|comp_channel|pd|mr|cq|qp|qp_attr|qp_init_attr|qp_cap|port_attr|gid|wc|send_wr|recv_wr|sge|ah_attr|global_route)' \
 #     --allowlist-var 'IBV_.*' --default-enum-style consts -o target/verbs-bindgen.rs
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -30,7 +30,8 @@ cat > "$TMP/layout.c" <<'C'
 int main(void) {
     S(ibv_device); O(ibv_device, name, "name"); O(ibv_device, ibdev_path, "ibdev_path");
     S(ibv_context_ops); O(ibv_context_ops, poll_cq, "poll_cq"); O(ibv_context_ops, post_send, "post_send");
-    O(ibv_context_ops, post_recv, "post_recv");
+    O(ibv_context_ops, post_recv, "post_recv"); O(ibv_context_ops, req_notify_cq, "req_notify_cq");
+    S(ibv_comp_channel); O(ibv_comp_channel, fd, "fd");
     S(ibv_context); O(ibv_context, ops, "ops"); O(ibv_context, cmd_fd, "cmd_fd");
     S(ibv_pd); S(ibv_mr); O(ibv_mr, addr, "addr"); O(ibv_mr, lkey, "lkey"); O(ibv_mr, rkey, "rkey");
     S(ibv_cq); O(ibv_cq, cqe, "cqe");
@@ -69,7 +70,7 @@ if [ "${1:-}" = --bindgen ]; then
   command -v bindgen >/dev/null || { echo "bindgen not installed (cargo install bindgen-cli)" >&2; exit 2; }
   mkdir -p "$HERE/../../../target"
   bindgen "$HDR" --no-layout-tests --no-doc-comments \
-    --allowlist-type 'ibv_(device|context|context_ops|pd|mr|cq|qp|qp_attr|qp_init_attr|qp_cap|port_attr|gid|wc|send_wr|recv_wr|sge|ah_attr|global_route)' \
+    --allowlist-type 'ibv_(device|context|context_ops|comp_channel|pd|mr|cq|qp|qp_attr|qp_init_attr|qp_cap|port_attr|gid|wc|send_wr|recv_wr|sge|ah_attr|global_route)' \
     --allowlist-var 'IBV_.*' --default-enum-style consts -o "$HERE/../../../target/verbs-bindgen.rs"
   echo "wrote target/verbs-bindgen.rs for review"
 fi

@@ -206,17 +206,95 @@ pub unsafe fn dereg_mr(api: &VerbsApi, mr: NonNull<sys::ibv_mr>) -> io::Result<(
     status(unsafe { (api.ibv_dereg_mr)(mr.as_ptr()) })
 }
 
-/// `ibv_create_cq` (no completion channel, vector 0).
+/// `ibv_create_cq` (vector 0), reporting to `channel` when it is not null.
 ///
 /// # Safety
-/// `ctx` is open.
+/// `ctx` is open; `channel` is null or a live channel of `ctx`.
 pub unsafe fn create_cq(
     api: &VerbsApi,
     ctx: NonNull<sys::ibv_context>,
     cqe: c_int,
+    channel: *mut sys::ibv_comp_channel,
 ) -> io::Result<NonNull<sys::ibv_cq>> {
-    // SAFETY: caller contract; NULL cq_context / channel are allowed.
-    nonnull(unsafe { (api.ibv_create_cq)(ctx.as_ptr(), cqe, ptr::null_mut(), ptr::null_mut(), 0) })
+    // SAFETY: caller contract; a NULL cq_context / channel is allowed.
+    nonnull(unsafe {
+        (api.ibv_create_cq)(ctx.as_ptr(), cqe, ptr::null_mut(), channel.cast(), 0)
+    })
+}
+
+/// `ibv_create_comp_channel`.
+///
+/// # Safety
+/// `ctx` is open.
+pub unsafe fn create_comp_channel(
+    api: &VerbsApi,
+    ctx: NonNull<sys::ibv_context>,
+) -> io::Result<NonNull<sys::ibv_comp_channel>> {
+    // SAFETY: caller contract.
+    nonnull(unsafe { (api.ibv_create_comp_channel)(ctx.as_ptr()) })
+}
+
+/// `ibv_destroy_comp_channel`.
+///
+/// # Safety
+/// `channel` is live and no CQ reports to it any more.
+pub unsafe fn destroy_comp_channel(
+    api: &VerbsApi,
+    channel: NonNull<sys::ibv_comp_channel>,
+) -> io::Result<()> {
+    // SAFETY: caller contract.
+    status(unsafe { (api.ibv_destroy_comp_channel)(channel.as_ptr()) })
+}
+
+/// `ibv_req_notify_cq` (`static inline` in `verbs.h`: `cq->context->ops.req_notify_cq`): the
+/// next completion of `cq` raises one event on its channel.
+///
+/// # Safety
+/// `cq` is live and was created with a completion channel.
+pub unsafe fn req_notify_cq(cq: NonNull<sys::ibv_cq>) -> io::Result<()> {
+    // SAFETY: caller contract: a live CQ points at its live context.
+    let f = unsafe { (*(*cq.as_ptr()).context).ops.req_notify_cq }
+        .ok_or_else(|| io::Error::other("provider has no req_notify_cq"))?;
+    // SAFETY: as above; `0`: every completion, not only solicited ones.
+    let rc = unsafe { f(cq.as_ptr(), 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(rc.abs()))
+    }
+}
+
+/// `ibv_get_cq_event`: takes one event off `channel` (the channel's fd is non-blocking here,
+/// so `Ok(None)` when there is none) and names the CQ it is for.
+///
+/// # Safety
+/// `channel` is live.
+pub unsafe fn get_cq_event(
+    api: &VerbsApi,
+    channel: NonNull<sys::ibv_comp_channel>,
+) -> io::Result<Option<NonNull<sys::ibv_cq>>> {
+    let mut cq: *mut sys::ibv_cq = ptr::null_mut();
+    let mut ctx: *mut c_void = ptr::null_mut();
+    // SAFETY: caller contract; both out-pointers are valid locals.
+    let rc = unsafe { (api.ibv_get_cq_event)(channel.as_ptr(), &raw mut cq, &raw mut ctx) };
+    if rc == 0 {
+        return Ok(NonNull::new(cq));
+    }
+    let e = io::Error::last_os_error();
+    if e.kind() == io::ErrorKind::WouldBlock {
+        Ok(None)
+    } else {
+        Err(e)
+    }
+}
+
+/// `ibv_ack_cq_events`: acknowledges `n` events taken for `cq` (its destroy waits for them).
+///
+/// # Safety
+/// `cq` is live.
+pub unsafe fn ack_cq_events(api: &VerbsApi, cq: NonNull<sys::ibv_cq>, n: u32) {
+    // SAFETY: caller contract.
+    unsafe { (api.ibv_ack_cq_events)(cq.as_ptr(), n) }
 }
 
 /// `ibv_destroy_cq`.

@@ -131,6 +131,8 @@ pub struct ibv_device {
 
 /// `int (*poll_cq)(struct ibv_cq *, int, struct ibv_wc *)`.
 pub type poll_cq_fn = unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int;
+/// `int (*req_notify_cq)(struct ibv_cq *, int solicited_only)`.
+pub type req_notify_cq_fn = unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int;
 /// `int (*post_send)(struct ibv_qp *, struct ibv_send_wr *, struct ibv_send_wr **)`.
 pub type post_send_fn =
     unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int;
@@ -138,16 +140,18 @@ pub type post_send_fn =
 pub type post_recv_fn =
     unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
 
-/// `struct ibv_context_ops`: 32 function-pointer slots; only the three data-path slots that
-/// `verbs.h` calls from its inline functions are typed, the rest are opaque.
+/// `struct ibv_context_ops`: 32 function-pointer slots; only the four slots that `verbs.h`
+/// calls from its inline functions (the data path and `ibv_req_notify_cq`) are typed, the
+/// rest are opaque.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct ibv_context_ops {
     /// Slots 0..=10 (`_compat_query_device` .. `_compat_create_cq`).
     pub _before_poll: [*mut c_void; 11],
     pub poll_cq: Option<poll_cq_fn>,
-    /// Slots 12..=24 (`req_notify_cq` .. `_compat_destroy_qp`).
-    pub _between: [*mut c_void; 13],
+    pub req_notify_cq: Option<req_notify_cq_fn>,
+    /// Slots 13..=24 (`_compat_cq_event` .. `_compat_destroy_qp`).
+    pub _between: [*mut c_void; 12],
     pub post_send: Option<post_send_fn>,
     pub post_recv: Option<post_recv_fn>,
     /// Slots 27..=31 (`_compat_create_ah` .. `_compat_async_event`).
@@ -165,6 +169,16 @@ pub struct ibv_context {
     pub num_comp_vectors: c_int,
     pub mutex: [u64; 5],
     pub abi_compat: *mut c_void,
+}
+
+/// `struct ibv_comp_channel`: a completion channel; its `fd` turns readable when an armed CQ
+/// of the channel gets a completion.
+#[repr(C)]
+#[derive(Debug)]
+pub struct ibv_comp_channel {
+    pub context: *mut ibv_context,
+    pub fd: c_int,
+    pub refcnt: c_int,
 }
 
 /// `struct ibv_pd`.
@@ -417,6 +431,9 @@ const _: () = {
     assert!(offset_of!(ibv_context_ops, poll_cq) == OFF_ibv_context_ops_poll_cq);
     assert!(offset_of!(ibv_context_ops, post_send) == OFF_ibv_context_ops_post_send);
     assert!(offset_of!(ibv_context_ops, post_recv) == OFF_ibv_context_ops_post_recv);
+    assert!(offset_of!(ibv_context_ops, req_notify_cq) == OFF_ibv_context_ops_req_notify_cq);
+    assert!(size_of::<ibv_comp_channel>() == SIZE_ibv_comp_channel);
+    assert!(offset_of!(ibv_comp_channel, fd) == OFF_ibv_comp_channel_fd);
     assert!(size_of::<ibv_context>() == SIZE_ibv_context);
     assert!(offset_of!(ibv_context, ops) == OFF_ibv_context_ops);
     assert!(offset_of!(ibv_context, cmd_fd) == OFF_ibv_context_cmd_fd);
@@ -511,6 +528,11 @@ pub struct VerbsApi {
         c_int,
     ) -> *mut ibv_cq,
     pub ibv_destroy_cq: unsafe extern "C" fn(*mut ibv_cq) -> c_int,
+    pub ibv_create_comp_channel: unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_comp_channel,
+    pub ibv_destroy_comp_channel: unsafe extern "C" fn(*mut ibv_comp_channel) -> c_int,
+    pub ibv_get_cq_event:
+        unsafe extern "C" fn(*mut ibv_comp_channel, *mut *mut ibv_cq, *mut *mut c_void) -> c_int,
+    pub ibv_ack_cq_events: unsafe extern "C" fn(*mut ibv_cq, c_uint),
     pub ibv_create_qp: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp,
     pub ibv_modify_qp: unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int,
     pub ibv_query_qp:
@@ -572,6 +594,10 @@ impl VerbsApi {
             ibv_dereg_mr: required!(lib, ibv_dereg_mr),
             ibv_create_cq: required!(lib, ibv_create_cq),
             ibv_destroy_cq: required!(lib, ibv_destroy_cq),
+            ibv_create_comp_channel: required!(lib, ibv_create_comp_channel),
+            ibv_destroy_comp_channel: required!(lib, ibv_destroy_comp_channel),
+            ibv_get_cq_event: required!(lib, ibv_get_cq_event),
+            ibv_ack_cq_events: required!(lib, ibv_ack_cq_events),
             ibv_create_qp: required!(lib, ibv_create_qp),
             ibv_modify_qp: required!(lib, ibv_modify_qp),
             ibv_query_qp: required!(lib, ibv_query_qp),

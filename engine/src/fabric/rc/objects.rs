@@ -203,8 +203,8 @@ impl RcCq {
     }
 
     /// Asks the queue to wake `waker` whenever a completion arrives (`None`: stop). The soft
-    /// CQ does (`true`); a verbs CQ here has no completion channel (`false`: poll it on a
-    /// timer).
+    /// CQ does (`true`); a verbs CQ does not (`false`): a worker waits for it through its
+    /// completion channel ([`Self::event_fd`]) or polls it on a timer.
     pub fn notify_to(&self, waker: Option<Arc<mio::Waker>>) -> bool {
         match self {
             Self::Soft(cq) => {
@@ -212,6 +212,34 @@ impl RcCq {
                 true
             }
             Self::Verbs(_) => false,
+        }
+    }
+
+    /// A verbs CQ's completion channel fd: readable once the CQ, armed by [`Self::arm`], has
+    /// a completion. `None` for the soft CQ (it rings a waker instead, [`Self::notify_to`]) and
+    /// for a verbs CQ whose provider gave no channel.
+    pub fn event_fd(&self) -> Option<std::os::fd::RawFd> {
+        match self {
+            Self::Soft(_) => None,
+            Self::Verbs(cq) => cq.event_fd(),
+        }
+    }
+
+    /// Arms a verbs CQ's channel for its next completion (`ibv_req_notify_cq`); `false` when
+    /// it could not be (no channel: poll instead). Poll once more after arming.
+    pub fn arm(&self) -> bool {
+        match self {
+            Self::Soft(_) => false,
+            Self::Verbs(cq) => cq.arm().is_ok(),
+        }
+    }
+
+    /// Takes and acknowledges the events waiting on a verbs CQ's channel (after its fd turned
+    /// readable); the CQ must be armed again for the next one.
+    pub fn take_events(&self) -> u32 {
+        match self {
+            Self::Soft(_) => 0,
+            Self::Verbs(cq) => cq.take_events(),
         }
     }
 

@@ -157,6 +157,12 @@ impl RdmaClient {
                 self.next_id += 1;
                 let id = self.next_id;
                 self.owners.insert(token, Owner::V2(key));
+                let mut v2op = v2op;
+                // A verbs CQ's completion wakes the worker through its channel's fd.
+                let cq_token = self.take_token();
+                if v2op.watch_cq(cq_token, io) {
+                    self.owners.insert(cq_token, Owner::V2Cq(key));
+                }
                 self.timers.push(Reverse((end, Due::V2End(key, id))));
                 self.running.insert(key, Running { id, op: v2op });
                 Admit::Parked

@@ -175,6 +175,8 @@ struct Running {
 enum Owner {
     /// The hipobj-rc-v2 exchange of this op.
     V2(OpKey),
+    /// The completion channel of this op's verbs CQ (hipobj-rc-v2).
+    V2Cq(OpKey),
     /// A CANCEL sent after a failed exchange.
     Cancel,
     /// The pairing in progress.

@@ -13,8 +13,8 @@ use super::{Dialect, Due, Event, Fabric, Owner, RdmaClient, Running, State, v2};
 use crate::fabric::Outcome;
 use crate::inflight::OpKey;
 
-/// How often a completion a verbs CQ owes is polled for (it has no completion channel here;
-/// the FINAL usually comes after it, so the first poll mostly finds it).
+/// How often a completion a verbs CQ owes is polled for when the CQ has no completion
+/// channel (a verbs CQ with one wakes the worker through its fd instead).
 const CQ_POLL: Duration = Duration::from_millis(1);
 
 impl RdmaClient {
@@ -58,6 +58,14 @@ impl RdmaClient {
                     return;
                 };
                 let progress = r.op.on_ready(self.ctx(), io);
+                self.progress(key, r, progress, io);
+            }
+            Some(Owner::V2Cq(key)) => {
+                let Some(mut r) = self.running.remove(&key) else {
+                    return;
+                };
+                r.op.cq_event();
+                let progress = r.op.on_completion();
                 self.progress(key, r, progress, io);
             }
             Some(Owner::Pair) => self.on_pairing_ready(io),
@@ -105,9 +113,19 @@ impl RdmaClient {
             let progress = r.op.on_completion();
             self.progress(key, r, progress, io);
         }
-        if !self.awaiting.is_empty() && self.home.kind() != crate::fabric::rc::RcKind::Soft {
+        if self.polled_awaiting() {
             self.timers.push(Reverse((now + CQ_POLL, Due::CqPoll)));
         }
+    }
+
+    /// Whether an op awaiting its completion has only the timer to wake it (a verbs CQ with
+    /// no armed completion channel).
+    fn polled_awaiting(&self) -> bool {
+        self.home.kind() != crate::fabric::rc::RcKind::Soft
+            && self
+                .awaiting
+                .iter()
+                .any(|k| self.running.get(k).is_some_and(|r| !r.op.cq_is_armed()))
     }
 
     /// Applies what a step of `key`'s exchange produced.
@@ -128,7 +146,15 @@ impl RdmaClient {
                 if !self.awaiting.contains(&key) {
                     self.awaiting.push(key);
                 }
-                if self.home.kind() != crate::fabric::rc::RcKind::Soft {
+                let mut r = r;
+                if r.op.arm_cq() {
+                    // Armed just now: poll once more at once, for a completion that came
+                    // before the arm (it raised no event); after that the fd wakes us.
+                    self.timers.push(Reverse((Instant::now(), Due::CqPoll)));
+                } else if self.home.kind() != crate::fabric::rc::RcKind::Soft
+                    && !r.op.cq_is_armed()
+                {
+                    // A verbs CQ without a completion channel: poll it on a timer.
                     self.timers
                         .push(Reverse((Instant::now() + CQ_POLL, Due::CqPoll)));
                 }
@@ -136,7 +162,7 @@ impl RdmaClient {
             }
             v2::Progress::Ended(x, cancel) => {
                 let end = r.op.end;
-                if let Some(t) = r.op.token() {
+                for t in [r.op.token(), r.op.cq_token()].into_iter().flatten() {
                     self.owners.remove(&t);
                 }
                 // Nothing to cancel left in the op: its session, if any, is in `cancel`.
@@ -159,7 +185,7 @@ impl RdmaClient {
     pub(super) fn end_v2(&mut self, key: OpKey, r: Running, io: &mio::Registry) {
         self.awaiting.retain(|&k| k != key);
         let end = r.op.end;
-        if let Some(t) = r.op.token() {
+        for t in [r.op.token(), r.op.cq_token()].into_iter().flatten() {
             self.owners.remove(&t);
         }
         if let Some(session) = r.op.close(io) {

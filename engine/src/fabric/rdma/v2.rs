@@ -37,7 +37,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mio::Token;
+use mio::unix::SourceFd;
+use mio::{Interest, Token};
 use ring_api::{ErrorClass, ErrorCode};
 use s3_lite::Request;
 use s3_lite::http::ResponseHead;
@@ -256,6 +257,10 @@ pub(crate) struct V2Op {
     fin: Option<Final>,
     /// The checksums of the window so far, and how far they got (phase `Summing`).
     sum: (v2_client::SumCheck, u64),
+    /// A verbs CQ's completion channel, registered on the worker's poll under this token.
+    cq_watch: Option<Token>,
+    /// The channel is armed and no event was taken since: wait for readiness.
+    cq_armed: bool,
 }
 
 /// What a step of the exchange produced.
@@ -390,6 +395,8 @@ impl V2Op {
             session: None,
             fin: None,
             sum: (v2_client::SumCheck::default(), 0),
+            cq_watch: None,
+            cq_armed: false,
         });
         match me.send_prepare(ctx, token, io) {
             Some(Step::Broken) | None => Launch::Http,
@@ -631,6 +638,7 @@ impl V2Op {
     /// Ends the op's exchange where it stands (abort, or after it ended): the window is
     /// closed, its connection deregistered; returns the session to cancel, if one is open.
     pub(crate) fn close(mut self: Box<Self>, io: &mio::Registry) -> Option<String> {
+        self.unwatch_cq(io);
         self.wire.close();
         if let Some(c) = self.ctrl.take() {
             c.close(io);
@@ -641,6 +649,57 @@ impl V2Op {
     /// The op's side connection's token.
     pub(crate) fn token(&self) -> Option<Token> {
         self.ctrl.as_ref().map(|c| c.token)
+    }
+
+    /// Registers the op's CQ's completion channel (verbs) on the worker's poll under `token`;
+    /// `false` when the CQ has none (it is then polled on a timer).
+    pub(crate) fn watch_cq(&mut self, token: Token, io: &mio::Registry) -> bool {
+        let Some(fd) = self.wire.cq.event_fd() else {
+            return false;
+        };
+        let ok = io
+            .register(&mut SourceFd(&fd), token, Interest::READABLE)
+            .is_ok();
+        if ok {
+            self.cq_watch = Some(token);
+        }
+        ok
+    }
+
+    /// The token the op's completion channel is registered under.
+    pub(crate) fn cq_token(&self) -> Option<Token> {
+        self.cq_watch
+    }
+
+    /// Arms the watched completion channel for the op's completion, once per wait: `true`
+    /// when it was armed just now (poll once more: a completion that came first raises no
+    /// event), `false` when it already was (wait for readiness) or cannot be.
+    pub(crate) fn arm_cq(&mut self) -> bool {
+        if self.cq_watch.is_none() || self.cq_armed {
+            return false;
+        }
+        self.cq_armed = self.wire.cq.arm();
+        self.cq_armed
+    }
+
+    /// Whether the op waits for its completion through the channel (no timer needed).
+    pub(crate) fn cq_is_armed(&self) -> bool {
+        self.cq_armed
+    }
+
+    /// The channel turned readable: takes its events; the next wait arms it again.
+    pub(crate) fn cq_event(&mut self) {
+        self.wire.cq.take_events();
+        self.cq_armed = false;
+    }
+
+    /// Takes the channel off the worker's poll (before the CQ and its channel are destroyed).
+    fn unwatch_cq(&mut self, io: &mio::Registry) {
+        if self.cq_watch.take().is_some()
+            && let Some(fd) = self.wire.cq.event_fd()
+        {
+            let _ = io.deregister(&mut SourceFd(&fd));
+        }
     }
 }
 
