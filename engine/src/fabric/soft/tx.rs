@@ -374,7 +374,11 @@ fn next_request_frame(qp: &QpShared, job: &mut ReqJob) -> Result<(OutFrame, bool
             n as usize,
         )),
         tail: trailer(&crc),
-        tail_len: TRAILER_LEN,
+        tail_len: if h.opcode.has_trailer() {
+            TRAILER_LEN
+        } else {
+            0
+        },
         done: 0,
         kind: Kind::Request {
             last,
