@@ -451,10 +451,7 @@ fn a_stalled_peer_does_not_delay_another_qp_on_the_same_io_thread() {
     post_big_writes(&qp1, &pd1, 4);
     // A peer stopping mid-frame of its WRITE to our responder.
     let b3 = responder_on(&a, 0x777, 100);
-    let win3 = b3
-        .pd
-        .register_owned(1 << 20, Access::REMOTE_WRITE)
-        .unwrap();
+    let win3 = b3.pd.register_owned(1 << 20, Access::REMOTE_WRITE).unwrap();
     let _mid = stall_mid_frame(&a, &b3, &win3, 100);
     // A healthy pair: QP2 on the same device (so the same thread) and a peer device.
     let peer = SoftDevice::new(Ipv4Addr::LOCALHOST);
@@ -471,8 +468,13 @@ fn a_stalled_peer_does_not_delay_another_qp_on_the_same_io_thread() {
     qpb.modify_to_init(Access::REMOTE_WRITE).unwrap();
     qpb.connect(&qp2.local_token(None).unwrap(), 7, 9, SoftPath::Accept)
         .unwrap();
-    qp2.connect(&qpb.local_token(None).unwrap(), 9, 7, SoftPath::Connect(peer_addr))
-        .unwrap();
+    qp2.connect(
+        &qpb.local_token(None).unwrap(),
+        9,
+        7,
+        SoftPath::Connect(peer_addr),
+    )
+    .unwrap();
     let src = pd2.register_owned(64 << 10, Access::NONE).unwrap();
     src.write(0, &[0x5A; 64 << 10]).unwrap();
     let dst = pdb.register_owned(64 << 10, Access::REMOTE_WRITE).unwrap();

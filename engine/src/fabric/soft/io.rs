@@ -322,7 +322,8 @@ impl Loop {
             if accept {
                 self.accept();
             }
-            let cmds = std::mem::take(&mut *self.h.inbox.lock().unwrap_or_else(PoisonError::into_inner));
+            let cmds =
+                std::mem::take(&mut *self.h.inbox.lock().unwrap_or_else(PoisonError::into_inner));
             let mut stop = false;
             for cmd in cmds {
                 match cmd {
@@ -356,9 +357,7 @@ impl Loop {
                 self.serve(qpn);
             }
             let now = Instant::now();
-            if self.next_sweep.is_none_or(|t| now >= t)
-                || self.soonest.is_some_and(|t| now >= t)
-            {
+            if self.next_sweep.is_none_or(|t| now >= t) || self.soonest.is_some_and(|t| now >= t) {
                 self.sweep(now);
             }
         }
@@ -401,7 +400,11 @@ impl Loop {
         if self
             .poll
             .registry()
-            .register(&mut reg, Token(qpn as usize), Interest::READABLE | Interest::WRITABLE)
+            .register(
+                &mut reg,
+                Token(qpn as usize),
+                Interest::READABLE | Interest::WRITABLE,
+            )
             .is_err()
         {
             let mut c = qp.lock();
@@ -483,8 +486,7 @@ impl Loop {
             self.drop_pairing(t);
         }
         self.soonest = soonest;
-        self.next_sweep =
-            (!self.conns.is_empty() || !self.pairings.is_empty()).then(|| now + tick);
+        self.next_sweep = (!self.conns.is_empty() || !self.pairings.is_empty()).then(|| now + tick);
     }
 
     fn listen(&mut self, l: TcpListener, dev: Weak<DeviceInner>) {
@@ -537,7 +539,11 @@ impl Loop {
             if self
                 .poll
                 .registry()
-                .register(&mut p.sock, Token(t), Interest::READABLE | Interest::WRITABLE)
+                .register(
+                    &mut p.sock,
+                    Token(t),
+                    Interest::READABLE | Interest::WRITABLE,
+                )
                 .is_err()
             {
                 continue;
@@ -577,10 +583,9 @@ impl Conn {
         if self.rx_ready || self.rx.waiting_recv() {
             if self.rx.waiting_recv()
                 && let Err(s) = self.rx.retry_recv(&self.qp, Instant::now())
+                && let Some(t) = self.stopped(s)
             {
-                if let Some(t) = self.stopped(s) {
-                    return t;
-                }
+                return t;
             }
             if self.rx_ready {
                 match self.rx.pass(&self.qp, &self.sock, READ_BUDGET) {
@@ -682,9 +687,10 @@ impl Conn {
             .front()
             .is_some_and(|o| now.saturating_duration_since(o.sent_at) > c.timeout);
         let rx_stalled = quiet && (self.rx.mid_frame() || waiting) && !self.rx.waiting_recv();
-        let tx_stalled = self.qp.wire_try().is_some_and(|w| {
-            w.cur.is_some() && now.saturating_duration_since(w.since) > c.timeout
-        });
+        let tx_stalled = self
+            .qp
+            .wire_try()
+            .is_some_and(|w| w.cur.is_some() && now.saturating_duration_since(w.since) > c.timeout);
         drop(c);
         if rx_stalled || tx_stalled {
             self.fail_front(WcStatus::RetryExceeded);

@@ -114,10 +114,8 @@ impl Pairing {
         let Some(Ok(hdr)) = self.buf.get(..HEADER_LEN).map(decode_header) else {
             return false;
         };
-        let body: Option<&[u8; TOKEN_BYTES]> = self
-            .buf
-            .get(HEADER_LEN..)
-            .and_then(|s| s.try_into().ok());
+        let body: Option<&[u8; TOKEN_BYTES]> =
+            self.buf.get(HEADER_LEN..).and_then(|s| s.try_into().ok());
         let Some(Ok(peer)) = body.map(RcToken::from_bytes) else {
             return false;
         };

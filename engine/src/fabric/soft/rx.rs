@@ -98,7 +98,9 @@ enum Step {
         until: Instant,
     },
     /// After a NAK: discard what the peer still sends until EOF or `until`.
-    Drain { until: Instant },
+    Drain {
+        until: Instant,
+    },
 }
 
 /// How a read pass ended.
@@ -245,11 +247,7 @@ impl Rx {
                                 }
                             },
                             Dst::ReadResp { mr, addr, .. } => mr
-                                .local(
-                                    addr.wrapping_add(at),
-                                    u64::from(rest),
-                                    Access::LOCAL_WRITE,
-                                )
+                                .local(addr.wrapping_add(at), u64::from(rest), Access::LOCAL_WRITE)
                                 .map_err(Stop::Bad)?,
                             Dst::Nothing => return Err(Stop::Nak(h.psn, NakCode::InvalidRequest)),
                         };
@@ -504,7 +502,8 @@ impl Rx {
                 if h.opcode == Opcode::WriteImm {
                     let r = qp.lock().cur_recv.take();
                     if let Some(r) = r {
-                        let mut wc = qp.wc(r.wr.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm);
+                        let mut wc =
+                            qp.wc(r.wr.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm);
                         wc.byte_len = total as u32;
                         wc.imm_data = Some(h.imm);
                         qp.complete_recv(wc);

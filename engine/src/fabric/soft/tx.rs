@@ -18,7 +18,9 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::frame::{FIRST, HEADER_LEN, Header, LAST, NakCode, Opcode, TRAILER_LEN, frame_crc, trailer};
+use super::frame::{
+    FIRST, HEADER_LEN, Header, LAST, NakCode, Opcode, TRAILER_LEN, frame_crc, trailer,
+};
 use super::mr::MrInner;
 use super::qp::{MAX_RD_ATOMIC, QpState};
 use super::shared::{Core, Outstanding, Posted, QpShared, ReadDst, Resp, Shut, send_opcode};
@@ -132,7 +134,7 @@ pub(crate) fn pump(qp: &Arc<QpShared>, sock: &TcpStream) -> Result<(), Stop> {
     let mut w = qp.wire();
     loop {
         if w.cur.is_some() {
-            if !write_cur(qp, sock, &mut *w)? {
+            if !write_cur(qp, sock, &mut w)? {
                 return Ok(());
             }
             continue;
@@ -380,10 +382,7 @@ fn next_request_frame(qp: &QpShared, job: &mut ReqJob) -> Result<(OutFrame, bool
             0
         },
         done: 0,
-        kind: Kind::Request {
-            last,
-            seq: job.seq,
-        },
+        kind: Kind::Request { last, seq: job.seq },
     };
     Ok((f, last))
 }
@@ -429,9 +428,12 @@ fn write_frame(qp: &QpShared, sock: &TcpStream, f: &mut OutFrame) -> Result<bool
                     Source::Local { mr, addr } => mr
                         .local(addr.wrapping_add(p as u64), rest, Access::NONE)
                         .ok(),
-                    Source::Remote { mr, rkey, addr } => {
-                        mr.remote(*rkey, addr.wrapping_add(p as u64), rest, Access::REMOTE_READ)
-                    }
+                    Source::Remote { mr, rkey, addr } => mr.remote(
+                        *rkey,
+                        addr.wrapping_add(p as u64),
+                        rest,
+                        Access::REMOTE_READ,
+                    ),
                 };
                 let Some(g) = granted else {
                     // The grant ended mid-frame: the frame cannot be finished.
@@ -526,7 +528,7 @@ pub(crate) fn send_inline(qp: &Arc<QpShared>, sock: &TcpStream, job: ReqJob) {
         Ok((f, _)) => {
             w.cur = Some(f);
             w.since = Instant::now();
-            write_cur(qp, sock, &mut *w)
+            write_cur(qp, sock, &mut w)
         }
         Err(st) => {
             drop(w);
