@@ -433,9 +433,10 @@ fn stall_mid_frame(dev: &SoftDevice, b: &Endpoint, win: &MemoryRegion, psn: u32)
 /// Every QP of a device is served by its I/O threads, here one: peers that stall (one never
 /// reads the 4 × 32 MiB our QP writes to it, one stops mid-frame of its own WRITE, one dialer
 /// sends half a CONNECT) hold only their own QP's state, never the thread. A healthy QP on the
-/// same thread completes 50 WRITE round trips at once meanwhile, and the stalled QPs are still
-/// waiting for their 20 s timeout. (A thread that blocked on one peer, as a shared pool of
-/// today's blocking loops would, holds the healthy QP until that timeout: the test fails then.)
+/// same thread completes 50 WRITE round trips meanwhile (in milliseconds; the bound leaves room
+/// for a loaded machine), and the stalled QPs are still waiting for their 30 s timeout. (A
+/// thread that blocked on one peer, as a shared pool of blocking per-QP loops would, holds the
+/// healthy QP until that timeout: the test fails then.)
 #[test]
 fn a_stalled_peer_does_not_delay_another_qp_on_the_same_io_thread() {
     let a = SoftDevice::with_io_threads(Ipv4Addr::LOCALHOST, 1);
@@ -447,7 +448,7 @@ fn a_stalled_peer_does_not_delay_another_qp_on_the_same_io_thread() {
     half.write_all(&Header::new(Opcode::Connect, 0).encode()[..7])
         .unwrap();
     // Our writes to a peer that never reads: the socket's buffers fill, the frame waits.
-    let (qp1, cq1, pd1, _held) = dial_stalled_peer(&a, Duration::from_secs(20));
+    let (qp1, cq1, pd1, _held) = dial_stalled_peer(&a, Duration::from_secs(30));
     post_big_writes(&qp1, &pd1, 4);
     // A peer stopping mid-frame of its WRITE to our responder.
     let b3 = responder_on(&a, 0x777, 100);
@@ -491,7 +492,7 @@ fn a_stalled_peer_does_not_delay_another_qp_on_the_same_io_thread() {
     }
     let took = t0.elapsed();
     assert!(
-        took < Duration::from_secs(3),
+        took < Duration::from_secs(10),
         "50 round trips beside stalled peers took {took:?}"
     );
     assert_eq!(dst.to_vec(0, 16).unwrap(), vec![0x5A; 16]);
@@ -501,8 +502,8 @@ fn a_stalled_peer_does_not_delay_another_qp_on_the_same_io_thread() {
     assert_eq!(b3.qp.state(), QpState::Rts);
 }
 
-/// Destroying a QP whose peer stalls returns within the teardown's bound (the answers' drain
-/// and the I/O thread's acknowledgement, well under a second here), with every posted WRITE
+/// Destroying a QP whose peer stalls returns within the teardown's bound (the answers' drain,
+/// 250 ms, and the I/O thread's acknowledgement, 2 s, at most; at once here), with every posted WRITE
 /// flushed; a responder stopped mid-frame likewise, and after it nothing more lands in its
 /// window.
 #[test]
@@ -516,7 +517,7 @@ fn teardown_while_a_peer_stalls_returns_within_its_bound() {
     let t0 = Instant::now();
     drop(qp);
     let took = t0.elapsed();
-    assert!(took < Duration::from_secs(1), "teardown took {took:?}");
+    assert!(took < Duration::from_secs(2), "teardown took {took:?}");
     let wc = reap_cq(&cq, 4, Duration::from_secs(2));
     assert!(
         wc.iter().all(|w| w.status == WcStatus::WrFlushError),
@@ -531,7 +532,7 @@ fn teardown_while_a_peer_stalls_returns_within_its_bound() {
     let t0 = Instant::now();
     drop(qp_b);
     let took = t0.elapsed();
-    assert!(took < Duration::from_secs(1), "teardown took {took:?}");
+    assert!(took < Duration::from_secs(2), "teardown took {took:?}");
     // The rest of the frame, after the teardown: the socket is closed, nothing lands.
     let _ = s.write_all(&[0xEE; 64 << 10]);
     std::thread::sleep(Duration::from_millis(100));
