@@ -28,7 +28,8 @@ use s3_lite::sigv4::{PayloadHash, Signer};
 /// Where a client's QPs live.
 #[derive(Debug, Clone)]
 pub(crate) enum Home {
-    /// The soft fabric, a device on this IPv4 address (fresh per pairing).
+    /// The soft fabric: the process's shared device on this IPv4 address
+    /// (`SoftDevice::shared`: one fixed set of soft I/O threads, not a set per worker or op).
     Soft(Ipv4Addr),
     /// A verbs device, opened once for the engine.
     Verbs(RcDevice),
@@ -38,7 +39,7 @@ impl Home {
     /// The device to make QPs on.
     pub(crate) fn device(&self) -> RcDevice {
         match self {
-            Self::Soft(ip) => RcDevice::soft(*ip),
+            Self::Soft(ip) => RcDevice::Soft(crate::fabric::soft::SoftDevice::shared(*ip)),
             Self::Verbs(d) => d.clone(),
         }
     }

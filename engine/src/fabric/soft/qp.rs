@@ -4,10 +4,11 @@
 //! receive PSN, and — soft only — the TCP path) `→ Rts` (our send PSN, timeouts). Any state can
 //! go to `Err`; in `Err` every queued and outstanding work request completes with
 //! [`WcStatus::WrFlushError`] (the one that caused the error with its own status) and the
-//! socket is closed. Two threads drive an established QP (see `sender.rs`, `receiver.rs`).
+//! socket is closed. An established QP is served by one of its device's I/O threads (`io.rs`;
+//! its read side `rx.rs`, its write side `tx.rs`).
 
 use std::net::SocketAddr;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use s3_lite::rdma::RcToken;
@@ -170,7 +171,8 @@ pub enum PostError {
 }
 
 /// A reliable-connected queue pair of the soft fabric. Dropping it moves it to `Err`
-/// (flushing its work requests), closes its connection and joins its threads.
+/// (flushing its work requests), closes its connection and detaches it from its device's I/O
+/// thread.
 #[derive(Debug)]
 pub struct QueuePair {
     pub(crate) shared: Arc<QpShared>,
@@ -264,17 +266,20 @@ impl QueuePair {
         c.sq_psn = attr.sq_psn;
         c.timeout = attr.timeout;
         c.state = QpState::Rts;
-        self.shared.cv.notify_all();
         Ok(())
     }
 
-    /// Any state `→ Err`: flushes everything and closes the connection.
+    /// Any state `→ Err`: flushes everything, closes the connection and detaches the QP from
+    /// its device's I/O thread, waiting (bounded) for the thread's acknowledgement: when this
+    /// returns, the thread no longer touches the QP or its memory.
     pub fn modify_to_err(&self) {
         // Answers already queued (the ACK of a message whose completion the application has
         // seen) leave first, as they would have on a NIC.
         self.shared.drain_answers(ANSWER_DRAIN);
         let mut c = self.shared.lock();
         self.shared.fail(&mut c, None, Shut::Both);
+        drop(c);
+        self.shared.detach();
     }
 
     /// `Init → Rtr → Rts` towards the peer `token` names, in one call.
@@ -311,9 +316,9 @@ impl QueuePair {
     /// Posts a send work request. In `Err` it completes at once with `WrFlushError`; an SGE
     /// the domain does not grant completes with `LocalProtectionError` and fails the QP.
     /// A one-frame request of at most 1 MiB posted to an idle QP (nothing queued or being
-    /// written) is written to the socket by the calling thread before this returns, which
-    /// then blocks only while the socket's send buffer is full; everything else is written
-    /// by the QP's sender thread. Either way the completion comes with the peer's ACK.
+    /// written) is written to the socket by the calling thread before this returns, as far as
+    /// the socket takes it without blocking; everything else (and the rest) is written by the
+    /// device's I/O thread. Either way the completion comes with the peer's ACK.
     pub fn post_send(&self, wr: &SendWr) -> Result<(), PostError> {
         let s = &self.shared;
         let mut c = s.lock();
@@ -345,15 +350,19 @@ impl QueuePair {
         };
         c.sq.push_back(Posted { wr: *wr, mr });
         // A small request on an idle QP is written by this thread at once (see
-        // `sender::take_inline`); anything else is the sender thread's.
+        // `tx::take_inline`); anything else is the I/O thread's.
         if let Some((sock, _)) = c.stream.clone()
-            && let Some(job) = super::sender::take_inline(&mut c, s.caps.frame_size())
+            && let Some(job) = super::tx::take_inline(&mut c, s.caps.frame_size())
         {
             drop(c);
-            super::sender::send_inline(s, &sock, job);
+            super::tx::send_inline(s, &sock, job);
             return Ok(());
         }
-        s.cv.notify_all();
+        let started = c.started;
+        drop(c);
+        if started {
+            s.kick();
+        }
         Ok(())
     }
 
@@ -390,7 +399,12 @@ impl QueuePair {
             }
         };
         c.rq.push_back(PostedRecv { wr: *wr, mr });
-        s.cv.notify_all();
+        // A frame waiting for a RECV (receiver not ready) resumes now.
+        let waiting = c.rnr_waiting;
+        drop(c);
+        if waiting {
+            s.kick();
+        }
         Ok(())
     }
 }
@@ -401,6 +415,7 @@ const ANSWER_DRAIN: std::time::Duration = std::time::Duration::from_millis(250);
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
+        // Moves to `Err`, closes and detaches (see `modify_to_err`).
         self.modify_to_err();
         // Also ends a NAK drain in progress (the QP was already in `Err` then).
         if let Some((s, _)) = &self.shared.lock().stream {
@@ -408,17 +423,6 @@ impl Drop for QueuePair {
         }
         if let Some(dev) = self.device.upgrade() {
             dev.forget(self.shared.qpn);
-        }
-        let threads = std::mem::take(
-            &mut *self
-                .shared
-                .threads
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
-        for t in threads {
-            // A panicking fabric thread already failed the QP; nothing more to report.
-            let _ = t.join();
         }
     }
 }
