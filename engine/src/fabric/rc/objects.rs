@@ -260,9 +260,7 @@ impl RcStaging {
         // allocation freed only when the last handle drops). Neither fabric ever forms a Rust
         // reference to registered bytes (soft/raw.rs, verbs/mr.rs module docs), so the
         // kernel's write aliases nothing. The pointer is only handed to the kernel.
-        unsafe {
-            crate::sys::pread_raw(std::os::fd::AsFd::as_fd(file), dst, len, at)
-        }
+        unsafe { crate::sys::pread_raw(std::os::fd::AsFd::as_fd(file), dst, len, at) }
     }
 }
 
@@ -510,7 +508,10 @@ mod tests {
         }
         let mut all = vec![1u8; 4096];
         s.mr().read(0, &mut all).unwrap();
-        assert!(all.iter().all(|&b| b == 0), "nothing may land on a refused read");
+        assert!(
+            all.iter().all(|&b| b == 0),
+            "nothing may land on a refused read"
+        );
         // The last byte exactly fits.
         assert_eq!(s.read_file_at(4095, 1, &f, 0).unwrap(), 1);
         let mut last = [0u8; 1];
