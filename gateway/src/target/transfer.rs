@@ -710,3 +710,273 @@ impl Drop for RcPut {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::net::{Ipv4Addr, SocketAddr};
+    use std::sync::Mutex;
+
+    use engine::rc::{Access, RcCaps, RcDevice, RcQp, SoftPath, random_psn};
+
+    use super::*;
+
+    /// A paired soft connection: the gateway's side as the target builds it (QP, CQ, Demux,
+    /// staging pool) and a client QP with a registered window.
+    struct Rig {
+        conn: Arc<Conn>,
+        pool: Arc<Pool>,
+        client_mr: RcMr,
+        _client_qp: RcQp,
+        _devices: (RcDevice, RcDevice),
+    }
+
+    fn rig(window: usize, max_staging: usize) -> Rig {
+        let sdev = RcDevice::soft(Ipv4Addr::LOCALHOST);
+        let addr = sdev
+            .listen(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+            .unwrap();
+        let spd = sdev.alloc_pd().unwrap();
+        let scq = sdev.create_cq(256).unwrap();
+        let sqp = sdev.create_qp(&spd, &scq, &scq, RcCaps::default()).unwrap();
+        sqp.modify_to_init(Access::NONE).unwrap();
+        let cdev = RcDevice::soft(Ipv4Addr::LOCALHOST);
+        let cpd = cdev.alloc_pd().unwrap();
+        let ccq = cdev.create_cq(256).unwrap();
+        let cqp = cdev.create_qp(&cpd, &ccq, &ccq, RcCaps::default()).unwrap();
+        let remote = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::LOCAL_WRITE;
+        cqp.modify_to_init(remote).unwrap();
+        let client_mr = cpd.register_owned(window, remote).unwrap();
+        let (spsn, cpsn) = (random_psn(), random_psn());
+        let stok = sqp.local_token(None).unwrap();
+        let ctok = cqp.local_token(None).unwrap();
+        sqp.connect(&ctok, cpsn, spsn, Some(SoftPath::Accept))
+            .unwrap();
+        cqp.connect(&stok, spsn, cpsn, Some(SoftPath::Connect(addr)))
+            .unwrap();
+        Rig {
+            conn: Arc::new(Conn {
+                principal: "test".into(),
+                client_qpn: ctok.qpn,
+                qp: sqp,
+                demux: Demux::new(scq),
+            }),
+            pool: Arc::new(Pool {
+                pd: spd,
+                state: Mutex::new((Vec::new(), 0)),
+                max: max_staging,
+            }),
+            client_mr,
+            _client_qp: cqp,
+            _devices: (sdev, cdev),
+        }
+    }
+
+    impl Rig {
+        fn get(&self, off: u64, window: u64) -> RcGet {
+            let remote = RemoteAddr {
+                addr: self.client_mr.addr() + off,
+                rkey: self.client_mr.rkey(),
+            };
+            let deadline = Instant::now() + Duration::from_secs(20);
+            RcGet::new(
+                Arc::clone(&self.conn),
+                Arc::clone(&self.pool),
+                remote,
+                window,
+                deadline,
+            )
+        }
+
+        fn client_bytes(&self, off: u64, len: usize) -> Vec<u8> {
+            let mut v = vec![0u8; len];
+            self.client_mr.read(off, &mut v).unwrap();
+            v
+        }
+
+        fn in_use(&self) -> usize {
+            let g = self.pool.state.lock().unwrap();
+            g.1 - g.0.len()
+        }
+    }
+
+    fn pattern(n: usize, seed: u8) -> Vec<u8> {
+        (0..n)
+            .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed) ^ (i >> 11) as u8)
+            .collect()
+    }
+
+    fn file_of(bytes: &[u8]) -> std::fs::File {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(bytes).unwrap();
+        f
+    }
+
+    fn info(size: u64) -> ObjectInfo {
+        ObjectInfo {
+            size,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn file_range_across_staging_buffers_lands_byte_exact_with_several_in_flight() {
+        let object = pattern(9 * CHUNK + 777, 5);
+        let f = file_of(&object);
+        let r = rig(8 * CHUNK, 16);
+        // Starts mid-buffer, spans 6+ buffers, ends mid-buffer.
+        let (a, b) = (123_457u64, 123_457 + 6 * CHUNK as u64 + 54_321);
+        let len = b - a + 1;
+        let mut get = r.get(4096, len);
+        get.begin(&info(object.len() as u64), Some((a, b))).unwrap();
+        assert_eq!(get.held, GET_DEPTH, "more than two buffers in flight");
+        let mut seen = Vec::new();
+        get.data_from_file(&f, a, len, &mut |bytes| seen.extend_from_slice(bytes))
+            .unwrap()
+            .unwrap();
+        assert_eq!(get.finish().unwrap(), len);
+        drop(get);
+        let want = &object[a as usize..=b as usize];
+        assert_eq!(seen, want, "the checksum pass saw exactly the bytes moved");
+        assert_eq!(r.client_bytes(4096, len as usize), want);
+        assert!(r.client_bytes(0, 4096).iter().all(|&x| x == 0));
+        let after = 4096 + len;
+        let rest = 8 * CHUNK - after as usize;
+        assert!(r.client_bytes(after, rest).iter().all(|&x| x == 0));
+        assert_eq!(r.in_use(), 0, "every staging buffer went back to the pool");
+    }
+
+    #[test]
+    fn copied_range_of_whole_buffers_lands_byte_exact() {
+        // The copy path (backends without a file), odd piece sizes, a span of exactly four
+        // buffers: the last WRITE is posted when its buffer fills and must be the signaled one.
+        let object = pattern(4 * CHUNK, 9);
+        let r = rig(4 * CHUNK, 16);
+        let mut get = r.get(0, object.len() as u64);
+        get.begin(&info(object.len() as u64), None).unwrap();
+        for piece in object.chunks(100_003) {
+            get.data(piece).unwrap();
+        }
+        assert_eq!(get.finish().unwrap(), object.len() as u64);
+        drop(get);
+        assert_eq!(r.client_bytes(0, object.len()), object);
+        assert_eq!(r.in_use(), 0);
+    }
+
+    #[test]
+    fn a_spent_pool_still_serves_with_one_buffer() {
+        let object = pattern(3 * CHUNK + 5, 1);
+        let f = file_of(&object);
+        let r = rig(4 * CHUNK, 1);
+        let mut get = r.get(0, object.len() as u64);
+        get.begin(&info(object.len() as u64), None).unwrap();
+        assert_eq!(get.held, 1);
+        let n = object.len() as u64;
+        get.data_from_file(&f, 0, n, &mut |_| {}).unwrap().unwrap();
+        assert_eq!(get.finish().unwrap(), n);
+        drop(get);
+        assert_eq!(r.client_bytes(0, object.len()), object);
+        // And a second GET meanwhile would be refused with SlowDown, not wait.
+        let mut one = r.get(0, 10);
+        let mut two = r.get(0, 10);
+        one.begin(&info(10), None).unwrap();
+        assert!(two.begin(&info(10), None).is_err());
+        assert_eq!(two.take_error().map(|e| e.status), Some(503));
+    }
+
+    #[test]
+    fn file_reads_never_land_beyond_the_window_or_the_buffer() {
+        let object = pattern(3 * CHUNK, 3);
+        let f = file_of(&object);
+        let r = rig(4 * CHUNK, 16);
+        let sentinel = vec![0xEEu8; 4 * CHUNK];
+        r.client_mr.write(0, &sentinel).unwrap();
+        // A window one byte short of the span: refused before any byte moves.
+        let len = 2 * CHUNK as u64 + 10;
+        let mut get = r.get(0, len - 1);
+        assert!(
+            get.begin(&info(object.len() as u64), Some((0, len - 1)))
+                .is_err()
+        );
+        let res = get.data_from_file(&f, 0, len, &mut |_| {}).unwrap();
+        assert!(res.is_err());
+        drop(get);
+        assert_eq!(r.client_bytes(0, 4 * CHUNK), sentinel);
+        // A file shorter than announced: an error, and nothing lands past the file's bytes.
+        let short = file_of(&object[..CHUNK + 100]);
+        let mut get = r.get(0, len);
+        get.begin(&info(len), None).unwrap();
+        let err = get
+            .data_from_file(&short, 0, len, &mut |_| {})
+            .unwrap()
+            .unwrap_err();
+        assert!(err.to_string().contains("shorter"), "{err}");
+        assert!(get.take_error().is_some());
+        drop(get);
+        let tail = r.client_bytes(CHUNK as u64 + 100, 3 * CHUNK - 100);
+        assert!(
+            tail.iter().all(|&x| x == 0xEE),
+            "nothing past the file's bytes"
+        );
+        // The failed GET left its WRITEs' buffers retired or returned, none leaked.
+        assert_eq!(r.in_use(), 0);
+    }
+
+    #[test]
+    fn demux_hands_each_completion_to_its_own_waiter() {
+        const THREADS: usize = 8;
+        const ROUNDS: usize = 40;
+        const SLOT: usize = 4096;
+        let r = rig(THREADS * SLOT, 16);
+        let r = &r;
+        // One staging region, one slot per thread.
+        let staging = r.pool.take().unwrap();
+        let staging = &staging;
+        // A waiter for a work request that never completes ends at its deadline, while the
+        // others keep completing.
+        let lonely = std::thread::scope(|s| {
+            let lonely = s.spawn(|| {
+                let t0 = Instant::now();
+                let got = r.conn.demux.wait(u64::MAX, t0 + Duration::from_millis(300));
+                (got, t0.elapsed())
+            });
+            let workers: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    s.spawn(move || {
+                        for round in 0..ROUNDS {
+                            let bytes = vec![(t * ROUNDS + round) as u8; SLOT];
+                            let off = (t * SLOT) as u64;
+                            staging.mr().write(off, &bytes).unwrap();
+                            let at = RemoteAddr {
+                                addr: r.client_mr.addr() + off,
+                                rkey: r.client_mr.rkey(),
+                            };
+                            let sge = Sge {
+                                addr: staging.mr().addr() + off,
+                                length: SLOT as u32,
+                                lkey: staging.mr().lkey(),
+                            };
+                            let id = post(&r.conn, SendOp::Write(at), sge, true).unwrap();
+                            let deadline = Instant::now() + Duration::from_secs(20);
+                            assert_eq!(
+                                r.conn.demux.wait(id, deadline),
+                                Some(WcStatus::Success),
+                                "thread {t} round {round}"
+                            );
+                            assert_eq!(r.client_bytes(off, SLOT), bytes);
+                        }
+                    })
+                })
+                .collect();
+            for w in workers {
+                w.join().unwrap();
+            }
+            lonely.join().unwrap()
+        });
+        assert_eq!(lonely.0, None);
+        assert!(lonely.1 >= Duration::from_millis(300), "{:?}", lonely.1);
+        assert!(lonely.1 < Duration::from_secs(5), "{:?}", lonely.1);
+        assert_eq!(r.conn.demux.unclaimed(), 0, "every completion was taken");
+        assert!(r.conn.demux.lock().parked.is_empty());
+    }
+}
