@@ -1,7 +1,9 @@
-//! The engine's small libc surface: the monotonic clock and process CPU time.
+//! The engine's small libc surface: the monotonic clock, process CPU time, a socket option and
+//! `pread(2)` into registered memory.
 //!
 //! `#[allow(unsafe_code)]` is confined to this module and `memory::raw` (see `docs/engine.md`,
-//! "Safety model"). Each block makes exactly one libc call on a stack-owned out-parameter.
+//! "Safety model"). Each block makes exactly one libc call on a stack-owned out-parameter,
+//! except [`pread_raw`], whose caller vouches for the destination range.
 #![allow(unsafe_code)]
 
 use std::time::Duration;
@@ -57,6 +59,39 @@ pub(crate) fn set_quickack(fd: std::os::fd::RawFd) {
             size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
+}
+
+/// One `pread(2)` of up to `len` bytes at offset `at` of `fd` into `dst..dst+len`; returns the
+/// bytes read (0 at end of file). `EINTR` is retried.
+///
+/// # Safety
+/// `dst..dst+len` must be memory that stays allocated for the call and that no Rust reference
+/// covers (registered memory, which the fabrics treat as device memory: the kernel's write is
+/// like a DMA).
+pub(crate) unsafe fn pread_raw(
+    fd: std::os::fd::BorrowedFd<'_>,
+    dst: *mut u8,
+    len: usize,
+    at: u64,
+) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let at = libc::off_t::try_from(at)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "offset too large"))?;
+    loop {
+        // SAFETY: the caller's contract: `dst..dst+len` is allocated and unaliased by Rust
+        // references, so the kernel writing up to `len` bytes there is sound; `fd` is a live
+        // borrowed descriptor.
+        let n = unsafe { libc::pread(fd.as_raw_fd(), dst.cast(), len, at) };
+        match usize::try_from(n) {
+            Ok(n) => return Ok(n),
+            Err(_) => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
 }
 
 fn tv(t: libc::timeval) -> Duration {

@@ -703,6 +703,19 @@ impl Ctx<'_> {
                 self.crc.update(bytes);
                 self.path.data(bytes)
             }
+            fn data_from_file(
+                &mut self,
+                file: &std::fs::File,
+                at: u64,
+                len: u64,
+                seen: &mut dyn FnMut(&[u8]),
+            ) -> Option<std::io::Result<()>> {
+                let crc = &mut self.crc;
+                self.path.data_from_file(file, at, len, &mut |bytes| {
+                    crc.update(bytes);
+                    seen(bytes);
+                })
+            }
         }
         let mut tee = Tee {
             path,

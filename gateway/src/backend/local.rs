@@ -404,6 +404,12 @@ impl Backend for LocalDir {
         }
         let (start, end) = span.unwrap_or((0, info.size.saturating_sub(1)));
         let mut left = if info.size == 0 { 0 } else { end - start + 1 };
+        if left > 0
+            && let Some(done) = sink.data_from_file(&file, start, left, &mut |_| {})
+        {
+            // The sink read the file into its own memory (RDMA staging): no copy here.
+            return done.map_err(ApiError::from);
+        }
         file.seek(SeekFrom::Start(start))?;
         READ_BUF.with_borrow_mut(|buf| {
             // One buffer per gateway thread, reused: a fresh 256 KiB per GET costs an mmap, its

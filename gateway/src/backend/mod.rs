@@ -99,6 +99,22 @@ pub trait ObjectSink {
     fn begin(&mut self, info: &ObjectInfo, span: Option<(u64, u64)>) -> std::io::Result<()>;
     /// The next bytes of the span, in order.
     fn data(&mut self, bytes: &[u8]) -> std::io::Result<()>;
+    /// The next `len` bytes of the span, taken from `file` at offset `at` straight into the
+    /// sink's own memory (an RDMA target's registered staging buffers), without a backend
+    /// buffer and a copy in between. Each run of bytes that landed is shown to `seen`, in
+    /// order (the handler's checksum). `None`: this sink has no such path, and the backend
+    /// reads the bytes itself and hands them to [`ObjectSink::data`]. A sink must never let
+    /// bytes land outside its own memory, and a file shorter than `at + len` is an error.
+    fn data_from_file(
+        &mut self,
+        file: &std::fs::File,
+        at: u64,
+        len: u64,
+        seen: &mut dyn FnMut(&[u8]),
+    ) -> Option<std::io::Result<()>> {
+        let _ = (file, at, len, seen);
+        None
+    }
 }
 
 /// A ListObjectsV2 query, already validated.

@@ -27,7 +27,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use engine::rc::{Access, RcCaps, RcDevice, RcKind, RcMr, RcPd, RcQp, SoftPath};
+use engine::rc::{Access, RcCaps, RcDevice, RcKind, RcPd, RcQp, RcStaging, SoftPath};
 use s3_lite::rdma::{RcToken, TokenKind, Transport};
 
 use crate::error::ApiError;
@@ -70,7 +70,8 @@ pub struct RcLimits {
     pub max_connections: usize,
     /// Paired connections per access key.
     pub max_per_principal: usize,
-    /// Staging buffers of [`CHUNK`] bytes at once (each GET/PUT in flight holds 1–2).
+    /// Staging buffers of [`CHUNK`] bytes at once (each PUT in flight holds 1, each GET 1 to 4:
+    /// buffers beyond the second only while fewer than half are in use).
     pub max_staging: usize,
     /// Largest PUT payload a token may announce.
     pub max_put: u64,
@@ -113,42 +114,60 @@ impl Conn {
 #[derive(Debug)]
 pub(crate) struct Pool {
     pd: RcPd,
-    state: Mutex<(Vec<RcMr>, usize)>,
+    /// Free buffers, and how many are registered in all.
+    state: Mutex<(Vec<RcStaging>, usize)>,
     max: usize,
 }
 
 impl Pool {
     /// A buffer, or `503 SlowDown` when `max` are in use.
-    pub(crate) fn take(&self) -> Result<RcMr, ApiError> {
+    pub(crate) fn take(&self) -> Result<RcStaging, ApiError> {
+        self.take_below(self.max)?.ok_or_else(ApiError::slow_down)
+    }
+
+    /// A buffer beyond the one a transfer needs (to keep more bytes in flight), only while
+    /// fewer than `in_use_below` are in use, so extra buffers never starve other transfers of
+    /// their first.
+    pub(crate) fn take_extra(&self, in_use_below: usize) -> Option<RcStaging> {
+        self.take_below(in_use_below.min(self.max)).ok().flatten()
+    }
+
+    fn take_below(&self, limit: usize) -> Result<Option<RcStaging>, ApiError> {
         let mut g = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(mr) = g.0.pop() {
-            return Ok(mr);
+        let in_use = g.1.saturating_sub(g.0.len());
+        if in_use >= limit {
+            return Ok(None);
         }
-        if g.1 >= self.max {
-            return Err(ApiError::slow_down());
+        if let Some(mr) = g.0.pop() {
+            return Ok(Some(mr));
         }
         // Local access only: the client never learns these keys, and nothing remote may touch
         // the gateway's memory (LOCAL_WRITE: RDMA READ destinations).
         let mr = self
             .pd
-            .register_owned(CHUNK, Access::LOCAL_WRITE)
+            .register_staging(CHUNK, Access::LOCAL_WRITE)
             .map_err(ApiError::internal)?;
         g.1 += 1;
-        Ok(mr)
+        Ok(Some(mr))
     }
 
     /// Returns a buffer no work request uses any more.
-    pub(crate) fn give(&self, mr: RcMr) {
+    pub(crate) fn give(&self, mr: RcStaging) {
         let mut g = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         g.0.push(mr);
     }
 
     /// Retires a buffer a failed work request may still reference (deregistered: the fabric
     /// finishes any access first and refuses later ones).
-    pub(crate) fn retire(&self, mr: RcMr) {
-        let _ = self.pd.deregister(mr);
+    pub(crate) fn retire(&self, mr: RcStaging) {
+        let _ = self.pd.deregister(mr.into_mr());
         let mut g = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         g.1 = g.1.saturating_sub(1);
+    }
+
+    /// The most buffers in use at once.
+    pub(crate) fn max(&self) -> usize {
+        self.max
     }
 }
 

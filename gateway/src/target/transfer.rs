@@ -1,16 +1,22 @@
 //! One GET or PUT over a paired connection (either fabric): [`RcGet`] is the backend's
-//! [`ObjectSink`] and RDMA-WRITEs what it receives into the client's window through two
-//! staging buffers (filling one while the other is on the wire); [`RcPut`] is the body
-//! source of a PUT and RDMA-READs the client's window chunk by chunk (the next READ runs while
-//! the previous chunk is hashed and spooled). Completions of the connection's shared CQ are
-//! routed to the waiting transfer by [`Demux`].
+//! [`ObjectSink`] and RDMA-WRITEs the span into the client's window through up to
+//! [`GET_DEPTH`] staging buffers (the backend's file is read straight into them,
+//! [`ObjectSink::data_from_file`]; other backends' bytes are copied in), filling some while
+//! the others are on the wire; [`RcPut`] is the body source of a PUT and RDMA-READs the
+//! client's window chunk by chunk (the next READ runs while the previous chunk is hashed and
+//! spooled). Completions of the connection's shared CQ are routed to the waiting transfer by
+//! [`Demux`].
 
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-use engine::rc::{RcCq, RcMr, RemoteAddr, SendOp, SendWr, Sge, WcStatus, WorkCompletion};
+use engine::rc::{
+    RcCq, RcMr, RcStaging, RemoteAddr, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
+};
 
 use super::{Conn, Pool};
 use crate::backend::{ObjectInfo, ObjectSink};
@@ -21,21 +27,47 @@ use crate::rdma::DataPath;
 /// Bytes per staging buffer and per work request.
 pub const CHUNK: usize = 1 << 20;
 
+/// Staging buffers one GET keeps in flight at most. The first is required (`503 SlowDown`
+/// when the pool is spent), the second is taken while the pool has one, the others only while
+/// fewer than half of the pool is in use.
+pub(crate) const GET_DEPTH: usize = 4;
+
+/// Bytes read from the file per `pread(2)` into a staging buffer: each piece is checksummed
+/// right after it lands, while it is still in the CPU's cache.
+const FILE_PIECE: usize = 256 * 1024;
+
+/// Bytes per copy out of a staging buffer for the checksum pass (registered memory is never
+/// borrowed as a slice).
+const BOUNCE: usize = 64 * 1024;
+
+thread_local! {
+    /// One bounce buffer per gateway thread, reused.
+    static BOUNCE_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
 static NEXT_WR: AtomicU64 = AtomicU64::new(1);
 
 #[derive(Debug, Default)]
 struct DemuxState {
+    /// Completions polled before their waiter took them (it had not come to wait yet), and
+    /// those of the unsignaled work requests of a failed transfer (taken by it, or dropped
+    /// with the connection, which a failed work request has failed).
     done: HashMap<u64, WcStatus>,
+    /// Whether a waiter is polling the CQ now.
     polling: bool,
-    /// The threads waiting, by the work request each waits for.
-    waiting: HashMap<u64, Arc<Condvar>>,
+    /// The threads parked while another polls, by the work request each waits for. The
+    /// oldest (lowest id: the next to complete, as an RC send queue completes in order) takes
+    /// over polling when the poller leaves.
+    parked: BTreeMap<u64, Thread>,
 }
 
 /// Routes completions of one CQ to the threads waiting for them (several gateway threads
-/// may run transfers on the same connection at once). One waiter polls; each other waiter
-/// sleeps on a condvar of its own and is woken only when its completion is sorted (or to take
-/// over polling), so a connection with many transfers in flight does not wake them all for
-/// every completion.
+/// may run transfers on the same connection at once). One waiter polls the CQ (sleeping in
+/// its wait); the others park. The poller hands each completion it finds to its waiter with
+/// one unpark (no syscall when that thread is not asleep yet; nobody else is woken), and when
+/// its own completion arrives it leaves and unparks the oldest waiter to poll next, which is
+/// the one whose completion comes next, so a completion usually wakes its own waiter
+/// directly. Unpark before park is kept as a token, so no wake-up is lost.
 #[derive(Debug)]
 pub(crate) struct Demux {
     cq: RcCq,
@@ -50,11 +82,13 @@ impl Demux {
         }
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, DemuxState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The status of `wr_id`, or `None` when `deadline` passes first.
-    fn wait(&self, wr_id: u64, deadline: Instant) -> Option<WcStatus> {
-        let cv = Arc::new(Condvar::new());
-        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        st.waiting.insert(wr_id, Arc::clone(&cv));
+    pub(crate) fn wait(&self, wr_id: u64, deadline: Instant) -> Option<WcStatus> {
+        let mut st = self.lock();
         let status = loop {
             if let Some(s) = st.done.remove(&wr_id) {
                 break Some(s);
@@ -65,43 +99,65 @@ impl Demux {
             }
             let nap = (deadline - now).min(Duration::from_millis(100));
             if st.polling {
-                st = cv
-                    .wait_timeout(st, nap)
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0;
+                st.parked.insert(wr_id, std::thread::current());
+                drop(st);
+                std::thread::park_timeout(nap);
+                st = self.lock();
+                st.parked.remove(&wr_id);
                 continue;
             }
             st.polling = true;
             drop(st);
             let mut buf = [WorkCompletion::default(); 32];
-            let mut got = Vec::new();
             // A CQ that cannot be polled any more reads as "nothing yet": the waiters' own
             // deadlines end the transfer and fail the connection.
             let mut n = self.cq.poll_wait(&mut buf, nap).unwrap_or(0);
-            while n > 0 {
-                got.extend(buf.iter().take(n).map(|wc| (wc.wr_id, wc.status)));
+            st = self.lock();
+            st.polling = false;
+            loop {
+                for wc in buf.iter().take(n) {
+                    st.done.insert(wc.wr_id, wc.status);
+                    if wc.wr_id != wr_id
+                        && let Some(t) = st.parked.get(&wc.wr_id)
+                    {
+                        t.unpark();
+                    }
+                }
                 if n < buf.len() {
                     break;
                 }
                 n = self.cq.poll(&mut buf).unwrap_or(0);
             }
-            st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            st.polling = false;
-            for (id, status) in got {
-                if let Some(w) = st.waiting.get(&id) {
-                    w.notify_one();
-                }
-                st.done.insert(id, status);
-            }
         };
-        st.waiting.remove(&wr_id);
-        // Leaving: if nobody polls, wake one waiter to take over.
+        // Leaving: if nobody polls, the oldest waiter takes over.
         if !st.polling
-            && let Some(w) = st.waiting.values().next()
+            && let Some((_, t)) = st.parked.first_key_value()
         {
-            w.notify_one();
+            t.unpark();
         }
         status
+    }
+
+    /// Takes the first completion, in `ids` order, that did not succeed among those polled
+    /// already (the unsignaled work requests of a transfer, whose error names the cause
+    /// better than the flush of the signaled one after them). The others are dropped.
+    fn take_failure(&self, ids: &[u64]) -> Option<WcStatus> {
+        let mut st = self.lock();
+        let mut first = None;
+        for id in ids {
+            if let Some(s) = st.done.remove(id)
+                && s != WcStatus::Success
+            {
+                first.get_or_insert(s);
+            }
+        }
+        first
+    }
+
+    /// Completions polled and not taken yet (tests).
+    #[cfg(test)]
+    fn unclaimed(&self) -> usize {
+        self.lock().done.len()
     }
 }
 
@@ -109,18 +165,32 @@ fn transfer_failed(what: impl std::fmt::Display) -> ApiError {
     ApiError::new(500, "RDMATransferFailed", what.to_string())
 }
 
-/// Posts `op` from/to `sge` and returns its `wr_id`.
-fn post(conn: &Conn, op: SendOp, sge: Sge) -> Result<u64, ApiError> {
+/// Posts `op` from/to `sge` (signaled or not) and returns its `wr_id`.
+fn post(conn: &Conn, op: SendOp, sge: Sge, signaled: bool) -> Result<u64, ApiError> {
     let wr_id = NEXT_WR.fetch_add(1, Ordering::Relaxed);
+    let mut wr = SendWr::new(wr_id, op, sge);
+    wr.signaled = signaled;
     conn.qp
-        .post_send(&SendWr::new(wr_id, op, sge))
+        .post_send(&wr)
         .map_err(|e| transfer_failed(format!("post: {e}")))?;
     Ok(wr_id)
 }
 
-fn complete(conn: &Conn, wr_id: u64, deadline: Instant) -> Result<(), ApiError> {
-    match conn.demux.wait(wr_id, deadline) {
-        Some(WcStatus::Success) => Ok(()),
+/// Waits for the signaled `wr_id`; `unsignaled` are the transfer's work requests posted
+/// before it without a completion of their own (an RC send queue completes in order, so its
+/// success covers them; on failure one of them may carry the cause).
+fn complete(
+    conn: &Conn,
+    wr_id: u64,
+    unsignaled: &[u64],
+    deadline: Instant,
+) -> Result<(), ApiError> {
+    let status = match conn.demux.wait(wr_id, deadline) {
+        Some(WcStatus::Success) => return Ok(()),
+        Some(s) => Some(conn.demux.take_failure(unsignaled).unwrap_or(s)),
+        None => None,
+    };
+    match status {
         Some(WcStatus::RemoteAccessError) => {
             // The client's fabric refused the access (rkey or bounds): its token is bad. An
             // RC error completion has failed the QP (mirrored for verbs' cached state).
@@ -158,17 +228,55 @@ fn sge(mr: &RcMr, len: usize) -> Sge {
     }
 }
 
+/// Shows `len` bytes at `off` of `mr` to `seen`, copied out through the thread's bounce
+/// buffer.
+fn show(mr: &RcMr, off: usize, len: usize, seen: &mut dyn FnMut(&[u8])) -> Result<(), ApiError> {
+    BOUNCE_BUF.with_borrow_mut(|bounce| {
+        bounce.resize(BOUNCE, 0);
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(BOUNCE);
+            let piece = bounce.get_mut(..n).unwrap_or_default();
+            mr.read((off + done) as u64, piece)
+                .map_err(ApiError::internal)?;
+            seen(piece);
+            done += n;
+        }
+        Ok(())
+    })
+}
+
+/// Buffers posted together: the last work request of the group is signaled, and its
+/// completion releases them all.
+#[derive(Debug, Default)]
+struct Group {
+    bufs: Vec<RcStaging>,
+    /// The signaled work request (`None` while the group is still open).
+    signaled: Option<u64>,
+    /// The group's other work requests, in post order.
+    unsignaled: Vec<u64>,
+}
+
 /// GET: object bytes → staging → RDMA WRITE into the client's window.
 pub(crate) struct RcGet {
     conn: Arc<Conn>,
     pool: Arc<Pool>,
     remote: RemoteAddr,
     window: u64,
+    /// Bytes of the span the backend announced (`begin`); until then every WRITE is signaled.
+    expected: Option<u64>,
+    /// Bytes posted so far.
     posted: u64,
-    bufs: [Option<RcMr>; 2],
-    pending: [Option<u64>; 2],
-    cur: usize,
+    /// Buffers held and not covered by a work request.
+    free: Vec<RcStaging>,
+    /// Buffers held in all (a group closes after half of them, so one group is always on the
+    /// wire while the other fills).
+    held: usize,
+    /// The buffer being filled, and its bytes so far.
+    cur: Option<RcStaging>,
     fill: usize,
+    /// Posted groups, oldest first; the last may be open.
+    flight: VecDeque<Group>,
     deadline: Instant,
     error: Option<ApiError>,
 }
@@ -186,11 +294,13 @@ impl RcGet {
             pool,
             remote,
             window,
+            expected: None,
             posted: 0,
-            bufs: [None, None],
-            pending: [None, None],
-            cur: 0,
+            free: Vec::new(),
+            held: 0,
+            cur: None,
             fill: 0,
+            flight: VecDeque::new(),
             deadline,
             error: None,
         }
@@ -202,23 +312,85 @@ impl RcGet {
         std::io::Error::other(msg)
     }
 
-    /// Waits for buffer `i`'s write, if any.
-    fn settle(&mut self, i: usize) -> Result<(), ApiError> {
-        if let Some(id) = self.pending.get_mut(i).and_then(Option::take) {
-            complete(&self.conn, id, self.deadline)?;
+    /// Takes the buffers a span of `len` bytes can use: the first from the pool (`503` when
+    /// it is spent), more while the pool has spare ones.
+    fn reserve(&mut self, len: u64) -> Result<(), ApiError> {
+        let want = usize::try_from(len.div_ceil(CHUNK as u64))
+            .unwrap_or(GET_DEPTH)
+            .clamp(1, GET_DEPTH);
+        while self.held < want {
+            let extra = match self.held {
+                0 => Some(self.pool.take()?),
+                1 => self.pool.take_extra(self.pool.max()),
+                _ => self.pool.take_extra(self.pool.max() / 2),
+            };
+            let Some(b) = extra else { break };
+            self.free.push(b);
+            self.held += 1;
         }
         Ok(())
     }
 
-    /// Posts the current buffer's bytes and switches to the other buffer.
+    /// Waits for the oldest group's signaled WRITE and frees its buffers.
+    fn settle_oldest(&mut self) -> Result<(), ApiError> {
+        let Some(g) = self.flight.front() else {
+            return Ok(());
+        };
+        let Some(id) = g.signaled else {
+            return Err(ApiError::internal(
+                "an open RDMA WRITE group has no completion",
+            ));
+        };
+        complete(&self.conn, id, &g.unsignaled, self.deadline)?;
+        if let Some(g) = self.flight.pop_front() {
+            self.free.extend(g.bufs);
+        }
+        Ok(())
+    }
+
+    /// The buffer to fill: the current one, a free one, or the oldest group's once its WRITEs
+    /// completed.
+    fn current(&mut self) -> Result<&RcStaging, ApiError> {
+        if self.cur.is_none() {
+            if self.free.is_empty() {
+                if self.held == 0 {
+                    // No `begin` (or a zero-length one): one buffer at a time.
+                    self.reserve(1)?;
+                } else {
+                    self.settle_oldest()?;
+                }
+            }
+            self.cur = self.free.pop();
+            self.fill = 0;
+        }
+        self.cur
+            .as_ref()
+            .ok_or_else(|| ApiError::internal("staging buffer missing"))
+    }
+
+    /// Refuses `len` more bytes beyond the window (before any of them moves).
+    fn check_window(&self, len: u64) -> Result<(), ApiError> {
+        let end = self.posted + self.fill as u64 + len;
+        if end > self.window {
+            return Err(ApiError::invalid_argument(format!(
+                "the object range is larger than the RDMA window of {}",
+                s3_lite::rdma::RDMA_TOKEN
+            )));
+        }
+        Ok(())
+    }
+
+    /// Posts the current buffer's bytes. Its WRITE is signaled when it closes its group (half
+    /// the buffers held) or ends the span.
     fn flush(&mut self) -> Result<(), ApiError> {
         if self.fill == 0 {
             return Ok(());
         }
-        let i = self.cur;
-        let Some(mr) = self.bufs.get(i).and_then(Option::as_ref) else {
+        let Some(mr) = self.cur.take() else {
             return Err(ApiError::internal("staging buffer missing"));
         };
+        let len = self.fill;
+        self.fill = 0;
         let at = RemoteAddr {
             addr: self
                 .remote
@@ -227,41 +399,75 @@ impl RcGet {
                 .ok_or_else(|| ApiError::invalid_argument("RDMA window address overflows"))?,
             rkey: self.remote.rkey,
         };
-        let id = post(&self.conn, SendOp::Write(at), sge(mr, self.fill))?;
-        if let Some(p) = self.pending.get_mut(i) {
-            *p = Some(id);
+        let wr_sge = sge(mr.mr(), len);
+        if self.flight.back().is_none_or(|g| g.signaled.is_some()) {
+            self.flight.push_back(Group::default());
         }
-        self.posted += self.fill as u64;
-        self.fill = 0;
-        self.cur ^= 1;
-        self.settle(self.cur)
+        let group_size = (self.held / 2).max(1);
+        let last = self.expected.is_none_or(|e| self.posted + len as u64 >= e);
+        let Some(g) = self.flight.back_mut() else {
+            return Err(ApiError::internal("no RDMA WRITE group"));
+        };
+        // Held before posting: on failure the buffer is retired with the group's others.
+        g.bufs.push(mr);
+        let signaled = last || g.bufs.len() >= group_size;
+        let id = post(&self.conn, SendOp::Write(at), wr_sge, signaled)?;
+        if signaled {
+            g.signaled = Some(id);
+        } else {
+            g.unsignaled.push(id);
+        }
+        self.posted += len as u64;
+        Ok(())
     }
 
     fn push(&mut self, mut bytes: &[u8]) -> Result<(), ApiError> {
-        let end = self.posted + (self.fill + bytes.len()) as u64;
-        if end > self.window {
-            return Err(ApiError::invalid_argument(format!(
-                "the object range is larger than the RDMA window of {}",
-                s3_lite::rdma::RDMA_TOKEN
-            )));
-        }
+        self.check_window(bytes.len() as u64)?;
         while !bytes.is_empty() {
-            let i = self.cur;
-            if self.bufs.get(i).is_some_and(Option::is_none) {
-                let mr = self.pool.take()?;
-                if let Some(b) = self.bufs.get_mut(i) {
-                    *b = Some(mr);
-                }
-            }
-            let Some(mr) = self.bufs.get(i).and_then(Option::as_ref) else {
-                return Err(ApiError::internal("staging buffer missing"));
-            };
-            let n = bytes.len().min(CHUNK - self.fill);
+            let fill = self.fill;
+            let mr = self.current()?;
+            let n = bytes.len().min(CHUNK - fill);
             let (head, rest) = bytes.split_at(n);
-            mr.write(self.fill as u64, head)
+            mr.mr()
+                .write(fill as u64, head)
                 .map_err(ApiError::internal)?;
             self.fill += n;
             bytes = rest;
+            if self.fill == CHUNK {
+                self.flush()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `len` bytes at `at` of `file` into the staging buffers (never beyond them: each read
+    /// is bounded by the current buffer's room), each piece shown to `seen` once it landed.
+    fn push_file(
+        &mut self,
+        file: &std::fs::File,
+        mut at: u64,
+        len: u64,
+        seen: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), ApiError> {
+        self.check_window(len)?;
+        let mut left = len;
+        while left > 0 {
+            let fill = self.fill;
+            let mr = self.current()?;
+            let want = usize::try_from(left)
+                .unwrap_or(usize::MAX)
+                .min(CHUNK - fill)
+                .min(FILE_PIECE);
+            let got = mr
+                .read_file_at(fill as u64, want, file, at)
+                .map_err(ApiError::internal)?;
+            if got == 0 {
+                return Err(ApiError::internal("object shorter than its metadata"));
+            }
+            show(mr.mr(), fill, got, seen)?;
+            self.fill += got;
+            at += got as u64;
+            left -= got as u64;
             if self.fill == CHUNK {
                 self.flush()?;
             }
@@ -283,6 +489,10 @@ impl ObjectSink for RcGet {
                 self.window
             ))));
         }
+        self.expected = Some(len);
+        if len > 0 {
+            self.reserve(len).map_err(|e| self.fail(e))?;
+        }
         Ok(())
     }
 
@@ -291,6 +501,22 @@ impl ObjectSink for RcGet {
             return Err(std::io::Error::other("RDMA transfer failed"));
         }
         self.push(bytes).map_err(|e| self.fail(e))
+    }
+
+    fn data_from_file(
+        &mut self,
+        file: &std::fs::File,
+        at: u64,
+        len: u64,
+        seen: &mut dyn FnMut(&[u8]),
+    ) -> Option<std::io::Result<()>> {
+        if self.error.is_some() {
+            return Some(Err(std::io::Error::other("RDMA transfer failed")));
+        }
+        Some(
+            self.push_file(file, at, len, seen)
+                .map_err(|e| self.fail(e)),
+        )
     }
 }
 
@@ -305,9 +531,20 @@ impl DataPath for RcGet {
         if let Some(e) = self.error.take() {
             return Err(e);
         }
+        if self
+            .expected
+            .is_some_and(|e| self.posted + self.fill as u64 != e)
+        {
+            return Err(transfer_failed(format!(
+                "the backend produced {} of {} bytes",
+                self.posted + self.fill as u64,
+                self.expected.unwrap_or_default()
+            )));
+        }
         self.flush()?;
-        self.settle(0)?;
-        self.settle(1)?;
+        while !self.flight.is_empty() {
+            self.settle_oldest()?;
+        }
         Ok(self.posted)
     }
 
@@ -318,17 +555,18 @@ impl DataPath for RcGet {
 
 impl Drop for RcGet {
     fn drop(&mut self) {
-        for (b, p) in self.bufs.iter_mut().zip(self.pending.iter()) {
-            if let Some(mr) = b.take() {
-                if p.is_some() {
-                    // A write may still read it: fail the connection first (its QP stops
-                    // using the buffer), then retire the buffer.
-                    self.conn.qp.modify_to_err();
+        if !self.flight.is_empty() {
+            // A write may still read these: fail the connection first (its QP stops using
+            // the buffers), then retire them.
+            self.conn.qp.modify_to_err();
+            for g in self.flight.drain(..) {
+                for mr in g.bufs {
                     self.pool.retire(mr);
-                } else {
-                    self.pool.give(mr);
                 }
             }
+        }
+        for mr in self.cur.take().into_iter().chain(self.free.drain(..)) {
+            self.pool.give(mr);
         }
     }
 }
@@ -341,7 +579,7 @@ pub(crate) struct RcPut {
     total: u64,
     posted: u64,
     received: u64,
-    buf: Option<RcMr>,
+    buf: Option<RcStaging>,
     pending: Option<(u64, usize)>,
     out: Vec<u8>,
     deadline: Instant,
@@ -388,7 +626,7 @@ impl RcPut {
                 .ok_or_else(|| ApiError::invalid_argument("RDMA window address overflows"))?,
             rkey: self.remote.rkey,
         };
-        let id = post(&self.conn, SendOp::Read(at), sge(mr, n))?;
+        let id = post(&self.conn, SendOp::Read(at), sge(mr.mr(), n), true)?;
         self.pending = Some((id, n));
         self.posted += n as u64;
         Ok(())
@@ -401,13 +639,13 @@ impl RcPut {
         let Some((id, n)) = self.pending else {
             return Ok(None);
         };
-        complete(&self.conn, id, self.deadline)?;
+        complete(&self.conn, id, &[], self.deadline)?;
         self.pending = None;
         let Some(mr) = self.buf.as_ref() else {
             return Err(ApiError::internal("staging buffer missing"));
         };
         self.out.resize(n, 0);
-        mr.read(0, &mut self.out).map_err(ApiError::internal)?;
+        mr.mr().read(0, &mut self.out).map_err(ApiError::internal)?;
         self.received += n as u64;
         // The next READ overlaps hashing and spooling of this chunk.
         self.post_next()?;
@@ -470,5 +708,275 @@ impl Drop for RcPut {
                 self.pool.give(mr);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::net::{Ipv4Addr, SocketAddr};
+    use std::sync::Mutex;
+
+    use engine::rc::{Access, RcCaps, RcDevice, RcQp, SoftPath, random_psn};
+
+    use super::*;
+
+    /// A paired soft connection: the gateway's side as the target builds it (QP, CQ, Demux,
+    /// staging pool) and a client QP with a registered window.
+    struct Rig {
+        conn: Arc<Conn>,
+        pool: Arc<Pool>,
+        client_mr: RcMr,
+        _client_qp: RcQp,
+        _devices: (RcDevice, RcDevice),
+    }
+
+    fn rig(window: usize, max_staging: usize) -> Rig {
+        let sdev = RcDevice::soft(Ipv4Addr::LOCALHOST);
+        let addr = sdev
+            .listen(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+            .unwrap();
+        let spd = sdev.alloc_pd().unwrap();
+        let scq = sdev.create_cq(256).unwrap();
+        let sqp = sdev.create_qp(&spd, &scq, &scq, RcCaps::default()).unwrap();
+        sqp.modify_to_init(Access::NONE).unwrap();
+        let cdev = RcDevice::soft(Ipv4Addr::LOCALHOST);
+        let cpd = cdev.alloc_pd().unwrap();
+        let ccq = cdev.create_cq(256).unwrap();
+        let cqp = cdev.create_qp(&cpd, &ccq, &ccq, RcCaps::default()).unwrap();
+        let remote = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::LOCAL_WRITE;
+        cqp.modify_to_init(remote).unwrap();
+        let client_mr = cpd.register_owned(window, remote).unwrap();
+        let (spsn, cpsn) = (random_psn(), random_psn());
+        let stok = sqp.local_token(None).unwrap();
+        let ctok = cqp.local_token(None).unwrap();
+        sqp.connect(&ctok, cpsn, spsn, Some(SoftPath::Accept))
+            .unwrap();
+        cqp.connect(&stok, spsn, cpsn, Some(SoftPath::Connect(addr)))
+            .unwrap();
+        Rig {
+            conn: Arc::new(Conn {
+                principal: "test".into(),
+                client_qpn: ctok.qpn,
+                qp: sqp,
+                demux: Demux::new(scq),
+            }),
+            pool: Arc::new(Pool {
+                pd: spd,
+                state: Mutex::new((Vec::new(), 0)),
+                max: max_staging,
+            }),
+            client_mr,
+            _client_qp: cqp,
+            _devices: (sdev, cdev),
+        }
+    }
+
+    impl Rig {
+        fn get(&self, off: u64, window: u64) -> RcGet {
+            let remote = RemoteAddr {
+                addr: self.client_mr.addr() + off,
+                rkey: self.client_mr.rkey(),
+            };
+            let deadline = Instant::now() + Duration::from_secs(20);
+            RcGet::new(
+                Arc::clone(&self.conn),
+                Arc::clone(&self.pool),
+                remote,
+                window,
+                deadline,
+            )
+        }
+
+        fn client_bytes(&self, off: u64, len: usize) -> Vec<u8> {
+            let mut v = vec![0u8; len];
+            self.client_mr.read(off, &mut v).unwrap();
+            v
+        }
+
+        fn in_use(&self) -> usize {
+            let g = self.pool.state.lock().unwrap();
+            g.1 - g.0.len()
+        }
+    }
+
+    fn pattern(n: usize, seed: u8) -> Vec<u8> {
+        (0..n)
+            .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed) ^ (i >> 11) as u8)
+            .collect()
+    }
+
+    fn file_of(bytes: &[u8]) -> std::fs::File {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(bytes).unwrap();
+        f
+    }
+
+    fn info(size: u64) -> ObjectInfo {
+        ObjectInfo {
+            size,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn file_range_across_staging_buffers_lands_byte_exact_with_several_in_flight() {
+        let object = pattern(9 * CHUNK + 777, 5);
+        let f = file_of(&object);
+        let r = rig(8 * CHUNK, 16);
+        // Starts mid-buffer, spans 6+ buffers, ends mid-buffer.
+        let (a, b) = (123_457u64, 123_457 + 6 * CHUNK as u64 + 54_321);
+        let len = b - a + 1;
+        let mut get = r.get(4096, len);
+        get.begin(&info(object.len() as u64), Some((a, b))).unwrap();
+        assert_eq!(get.held, GET_DEPTH, "more than two buffers in flight");
+        let mut seen = Vec::new();
+        get.data_from_file(&f, a, len, &mut |bytes| seen.extend_from_slice(bytes))
+            .unwrap()
+            .unwrap();
+        assert_eq!(get.finish().unwrap(), len);
+        drop(get);
+        let want = &object[a as usize..=b as usize];
+        assert_eq!(seen, want, "the checksum pass saw exactly the bytes moved");
+        assert_eq!(r.client_bytes(4096, len as usize), want);
+        assert!(r.client_bytes(0, 4096).iter().all(|&x| x == 0));
+        let after = 4096 + len;
+        let rest = 8 * CHUNK - after as usize;
+        assert!(r.client_bytes(after, rest).iter().all(|&x| x == 0));
+        assert_eq!(r.in_use(), 0, "every staging buffer went back to the pool");
+    }
+
+    #[test]
+    fn copied_range_of_whole_buffers_lands_byte_exact() {
+        // The copy path (backends without a file), odd piece sizes, a span of exactly four
+        // buffers: the last WRITE is posted when its buffer fills and must be the signaled one.
+        let object = pattern(4 * CHUNK, 9);
+        let r = rig(4 * CHUNK, 16);
+        let mut get = r.get(0, object.len() as u64);
+        get.begin(&info(object.len() as u64), None).unwrap();
+        for piece in object.chunks(100_003) {
+            get.data(piece).unwrap();
+        }
+        assert_eq!(get.finish().unwrap(), object.len() as u64);
+        drop(get);
+        assert_eq!(r.client_bytes(0, object.len()), object);
+        assert_eq!(r.in_use(), 0);
+    }
+
+    #[test]
+    fn a_spent_pool_still_serves_with_one_buffer() {
+        let object = pattern(3 * CHUNK + 5, 1);
+        let f = file_of(&object);
+        let r = rig(4 * CHUNK, 1);
+        let mut get = r.get(0, object.len() as u64);
+        get.begin(&info(object.len() as u64), None).unwrap();
+        assert_eq!(get.held, 1);
+        let n = object.len() as u64;
+        get.data_from_file(&f, 0, n, &mut |_| {}).unwrap().unwrap();
+        assert_eq!(get.finish().unwrap(), n);
+        drop(get);
+        assert_eq!(r.client_bytes(0, object.len()), object);
+        // And a second GET meanwhile would be refused with SlowDown, not wait.
+        let mut one = r.get(0, 10);
+        let mut two = r.get(0, 10);
+        one.begin(&info(10), None).unwrap();
+        assert!(two.begin(&info(10), None).is_err());
+        assert_eq!(two.take_error().map(|e| e.status), Some(503));
+    }
+
+    #[test]
+    fn file_reads_never_land_beyond_the_window_or_the_buffer() {
+        let object = pattern(3 * CHUNK, 3);
+        let f = file_of(&object);
+        let r = rig(4 * CHUNK, 16);
+        let sentinel = vec![0xEEu8; 4 * CHUNK];
+        r.client_mr.write(0, &sentinel).unwrap();
+        // A window one byte short of the span: refused before any byte moves.
+        let len = 2 * CHUNK as u64 + 10;
+        let mut get = r.get(0, len - 1);
+        assert!(
+            get.begin(&info(object.len() as u64), Some((0, len - 1)))
+                .is_err()
+        );
+        let res = get.data_from_file(&f, 0, len, &mut |_| {}).unwrap();
+        assert!(res.is_err());
+        drop(get);
+        assert_eq!(r.client_bytes(0, 4 * CHUNK), sentinel);
+        // A file shorter than announced: an error, and nothing lands past the file's bytes.
+        let short = file_of(&object[..CHUNK + 100]);
+        let mut get = r.get(0, len);
+        get.begin(&info(len), None).unwrap();
+        let err = get
+            .data_from_file(&short, 0, len, &mut |_| {})
+            .unwrap()
+            .unwrap_err();
+        assert!(err.to_string().contains("shorter"), "{err}");
+        assert!(get.take_error().is_some());
+        drop(get);
+        let tail = r.client_bytes(CHUNK as u64 + 100, 3 * CHUNK - 100);
+        assert!(
+            tail.iter().all(|&x| x == 0xEE),
+            "nothing past the file's bytes"
+        );
+        // The failed GET left its WRITEs' buffers retired or returned, none leaked.
+        assert_eq!(r.in_use(), 0);
+    }
+
+    #[test]
+    fn demux_hands_each_completion_to_its_own_waiter() {
+        const THREADS: usize = 8;
+        const ROUNDS: usize = 40;
+        const SLOT: usize = 4096;
+        let r = rig(THREADS * SLOT, 16);
+        let r = &r;
+        // One staging region, one slot per thread.
+        let staging = r.pool.take().unwrap();
+        let staging = &staging;
+        // A waiter for a work request that never completes ends at its deadline, while the
+        // others keep completing.
+        let lonely = std::thread::scope(|s| {
+            let lonely = s.spawn(|| {
+                let t0 = Instant::now();
+                let got = r.conn.demux.wait(u64::MAX, t0 + Duration::from_millis(300));
+                (got, t0.elapsed())
+            });
+            let workers: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    s.spawn(move || {
+                        for round in 0..ROUNDS {
+                            let bytes = vec![(t * ROUNDS + round) as u8; SLOT];
+                            let off = (t * SLOT) as u64;
+                            staging.mr().write(off, &bytes).unwrap();
+                            let at = RemoteAddr {
+                                addr: r.client_mr.addr() + off,
+                                rkey: r.client_mr.rkey(),
+                            };
+                            let sge = Sge {
+                                addr: staging.mr().addr() + off,
+                                length: SLOT as u32,
+                                lkey: staging.mr().lkey(),
+                            };
+                            let id = post(&r.conn, SendOp::Write(at), sge, true).unwrap();
+                            let deadline = Instant::now() + Duration::from_secs(20);
+                            assert_eq!(
+                                r.conn.demux.wait(id, deadline),
+                                Some(WcStatus::Success),
+                                "thread {t} round {round}"
+                            );
+                            assert_eq!(r.client_bytes(off, SLOT), bytes);
+                        }
+                    })
+                })
+                .collect();
+            for w in workers {
+                w.join().unwrap();
+            }
+            lonely.join().unwrap()
+        });
+        assert_eq!(lonely.0, None);
+        assert!(lonely.1 >= Duration::from_millis(300), "{:?}", lonely.1);
+        assert!(lonely.1 < Duration::from_secs(5), "{:?}", lonely.1);
+        assert_eq!(r.conn.demux.unclaimed(), 0, "every completion was taken");
+        assert!(r.conn.demux.lock().parked.is_empty());
     }
 }

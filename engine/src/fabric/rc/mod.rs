@@ -31,7 +31,7 @@ pub mod wr;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
-pub use objects::{RcCq, RcMr, RcPd, RcQp};
+pub use objects::{RcCq, RcMr, RcPd, RcQp, RcStaging};
 
 pub use crate::fabric::soft::SoftPath;
 pub use wr::{Access, RecvWr, RemoteAddr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
