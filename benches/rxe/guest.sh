@@ -129,7 +129,7 @@ elif [ $ROLE = client ]; then
 fi
 
 export ENGINE_TEST_NIC=rxe0 VERBS_EXPECT_DEVICE=1 RUST_BACKTRACE=1
-# The engine's threads over verbs (issue 13): a 10,000-op rc-persistent batch and a 600-op
+# The engine's threads over verbs (issue 13): a 10,000-op rc-persistent batch and a 200-op
 # hipobj-rc-v2 batch against a gateway child on rxe0; every sample is exactly the workers.
 threads_over_verbs() {
   timeout 420 $BIN/workers_threads --ignored --exact --nocapture --test-threads=1 \

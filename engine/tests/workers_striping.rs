@@ -20,58 +20,26 @@ use engine::{Dialect, Engine, EngineBuilder, Fabric, Stripe};
 use ring_api::opcode::{Cancel, Get, RangeGet};
 use ring_api::{BufSlice, Cqe, DataPath, ErrorCode};
 use s3_lite::credentials::Credentials;
-use striping::{bound_buffer, exactly, on_two_nics, two_nic_tree};
+use striping::{TwoNicSoft, bound_buffer, exactly, on_two_nics, two_nic_tree};
 
 const MIB: u64 = 1 << 20;
 
-/// The soft gateway with `bucket/obj.bin` = `data`, and an engine on both NICs over it.
-struct Soft {
-    _dir: tempfile::TempDir,
-    _tree: tempfile::TempDir,
-    gw: Option<hipobj_gateway::RunningGateway>,
-    engine: Option<Engine>,
-}
-
-impl Soft {
-    fn start(data: &[u8], configure: impl FnOnce(EngineBuilder) -> EngineBuilder) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let gw = rig::soft_gateway(dir.path());
-        let a = gw.local_addr();
-        assert_eq!(raw::call(a, "PUT", "/stripe", "", &[], b"").status(), 200);
-        assert_eq!(
-            raw::call(a, "PUT", "/stripe/obj.bin", "", &[], data).status(),
-            200
-        );
-        let tree = two_nic_tree();
-        let b = on_two_nics(rig::engine_builder(a), &tree)
-            .fabric(Fabric::Soft)
-            .dialect(Dialect::RcPersistent);
-        let engine = configure(b).build().unwrap();
-        let nics: Vec<Option<String>> = engine.workers().into_iter().map(|w| w.nic).collect();
-        assert_eq!(
-            nics,
-            [Some("mlx5_0".to_string()), Some("mlx5_1".to_string())]
-        );
-        Self {
-            _dir: dir,
-            _tree: tree,
-            gw: Some(gw),
-            engine: Some(engine),
-        }
-    }
-
-    fn engine(&self) -> &Engine {
-        self.engine.as_ref().unwrap()
-    }
-}
-
-impl Drop for Soft {
-    fn drop(&mut self) {
-        drop(self.engine.take());
-        if let Some(gw) = self.gw.take() {
-            gw.shutdown();
-        }
-    }
+/// The soft gateway with `stripe/obj.bin` = `data`, and an engine on both NICs over it
+/// (`rc-persistent` unless `configure` says otherwise).
+fn start_soft(data: &[u8], configure: impl FnOnce(EngineBuilder) -> EngineBuilder) -> TwoNicSoft {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = rig::soft_gateway(dir.path());
+    let soft = TwoNicSoft::start(dir, gw, Dialect::RcPersistent, configure);
+    assert_eq!(
+        raw::call(soft.addr(), "PUT", "/stripe/obj.bin", "", &[], data).status(),
+        200
+    );
+    let nics: Vec<Option<String>> = soft.engine().workers().into_iter().map(|w| w.nic).collect();
+    assert_eq!(
+        nics,
+        [Some("mlx5_0".to_string()), Some("mlx5_1".to_string())]
+    );
+    soft
 }
 
 /// Runs one RangeGet of `len` bytes at `offset` into `buf` at 0, returning its completion and
@@ -110,7 +78,7 @@ fn one_op(engine: &Engine, sqe: &ring_api::Sqe) -> (Cqe, Vec<(u64, u64)>) {
 #[test]
 fn a_64_mib_range_get_on_two_nics_carries_bytes_on_both() {
     let data = rig::pattern((65 * MIB) as usize, 5);
-    let soft = Soft::start(&data, |b| b);
+    let soft = start_soft(&data, |b| b);
     let engine = soft.engine();
     let buf = bound_buffer(engine, 64 * MIB);
     // An odd offset: every chunk lands at its own place, none aligned to the object.
@@ -138,7 +106,7 @@ fn a_64_mib_range_get_on_two_nics_carries_bytes_on_both() {
 fn small_ops_and_stripe_off_are_not_split() {
     let data = rig::pattern((24 * MIB) as usize, 6);
     // Below the 8 MiB threshold: one op on one worker.
-    let soft = Soft::start(&data, |b| b);
+    let soft = start_soft(&data, |b| b);
     let engine = soft.engine();
     let buf = bound_buffer(engine, 16 * MIB);
     let (c, delta) = one_range_get(engine, buf, "obj.bin", 0, 8 * MIB - 1);
@@ -152,7 +120,7 @@ fn small_ops_and_stripe_off_are_not_split() {
     drop(soft);
 
     // Stripe::Off: the same 16 MiB read is one op.
-    let soft = Soft::start(&data, |b| b.stripe(Stripe::Off));
+    let soft = start_soft(&data, |b| b.stripe(Stripe::Off));
     let engine = soft.engine();
     let buf = bound_buffer(engine, 16 * MIB);
     let (c, delta) = one_range_get(engine, buf, "obj.bin", MIB, 16 * MIB);
@@ -166,7 +134,7 @@ fn small_ops_and_stripe_off_are_not_split() {
 #[test]
 fn a_failing_chunk_fails_the_operation_once_with_its_code() {
     let data = rig::pattern((40 * MIB) as usize, 7);
-    let soft = Soft::start(&data, |b| b);
+    let soft = start_soft(&data, |b| b);
     let engine = soft.engine();
     let buf = bound_buffer(engine, 48 * MIB);
     // 48 MiB of a 40 MiB object: the last two chunks are past its end.
@@ -255,7 +223,7 @@ fn cancel_and_deadline_stop_every_chunk_and_complete_once() {
 #[test]
 fn a_striped_operation_has_one_ordered_record() {
     let data = rig::pattern((9 * MIB) as usize, 11);
-    let soft = Soft::start(&data, |b| b.stripe_threshold(2 * MIB).stripe_chunk(MIB));
+    let soft = start_soft(&data, |b| b.stripe_threshold(2 * MIB).stripe_chunk(MIB));
     let engine = soft.engine();
     let buf = bound_buffer(engine, 8 * MIB);
     let obj = engine.object("stripe", "obj.bin").unwrap();
@@ -325,7 +293,7 @@ fn one_get(
 fn a_whole_object_get_over_v2_is_striped_and_exact() {
     let size = 40 * MIB + 5;
     let data = rig::pattern(size as usize, 12);
-    let soft = Soft::start(&data, |b| b.dialect(Dialect::RcV2));
+    let soft = start_soft(&data, |b| b.dialect(Dialect::RcV2));
     let engine = soft.engine();
     let buf = bound_buffer(engine, 64 * MIB);
     let (c, delta) = one_get(engine, buf, "obj.bin", 64 * MIB);
@@ -344,9 +312,9 @@ fn a_whole_object_get_over_v2_is_striped_and_exact() {
 fn a_whole_object_get_is_sized_by_a_head_then_striped() {
     let size = 40 * MIB + 5;
     let data = rig::pattern(size as usize, 8);
-    let soft = Soft::start(&data, |b| b);
+    let soft = start_soft(&data, |b| b);
     let engine = soft.engine();
-    let a = soft.gw.as_ref().unwrap().local_addr();
+    let a = soft.addr();
     let small = rig::pattern((6 * MIB) as usize, 9);
     assert_eq!(
         raw::call(a, "PUT", "/stripe/small.bin", "", &[], &small).status(),
@@ -386,7 +354,7 @@ fn a_whole_object_get_is_sized_by_a_head_then_striped() {
     drop(soft);
 
     // Stripe::Off: one GET, no HEAD.
-    let soft = Soft::start(&data, |b| b.stripe(Stripe::Off));
+    let soft = start_soft(&data, |b| b.stripe(Stripe::Off));
     let engine = soft.engine();
     let buf = bound_buffer(engine, 64 * MIB);
     let (c, delta) = one_get(engine, buf, "obj.bin", 64 * MIB);

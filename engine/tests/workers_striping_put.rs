@@ -23,7 +23,7 @@ use hipobj_gateway::{Gateway, RcLimits, RcTarget, RunningGateway};
 use ring_api::opcode::{Cancel, Put};
 use ring_api::{BufSlice, Cqe, DataPath, ErrorCode};
 use s3_lite::credentials::Credentials;
-use striping::{bound_buffer, exactly, on_two_nics, two_nic_tree};
+use striping::{TwoNicSoft, bound_buffer, exactly, on_two_nics, two_nic_tree};
 
 const MIB: u64 = 1 << 20;
 
@@ -46,56 +46,16 @@ fn gateway(root: &std::path::Path, limit: Option<u64>) -> RunningGateway {
     b.start().unwrap()
 }
 
-/// The gateway with bucket `stripe`, and an engine with one worker per NIC of the two-NIC
-/// tree over it.
-struct Soft {
-    _dir: tempfile::TempDir,
-    _tree: tempfile::TempDir,
-    gw: Option<RunningGateway>,
-    engine: Option<Engine>,
-}
-
-impl Soft {
-    fn start(
-        dialect: Dialect,
-        limit: Option<u64>,
-        configure: impl FnOnce(EngineBuilder) -> EngineBuilder,
-    ) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let gw = gateway(dir.path(), limit);
-        assert_eq!(
-            raw::call(gw.local_addr(), "PUT", "/stripe", "", &[], b"").status(),
-            200
-        );
-        let tree = two_nic_tree();
-        let b = on_two_nics(rig::engine_builder(gw.local_addr()), &tree)
-            .fabric(Fabric::Soft)
-            .dialect(dialect);
-        let engine = configure(b).build().unwrap();
-        Self {
-            _dir: dir,
-            _tree: tree,
-            gw: Some(gw),
-            engine: Some(engine),
-        }
-    }
-
-    fn engine(&self) -> &Engine {
-        self.engine.as_ref().unwrap()
-    }
-
-    fn addr(&self) -> SocketAddr {
-        self.gw.as_ref().unwrap().local_addr()
-    }
-}
-
-impl Drop for Soft {
-    fn drop(&mut self) {
-        drop(self.engine.take());
-        if let Some(gw) = self.gw.take() {
-            gw.shutdown();
-        }
-    }
+/// The gateway (see [`gateway`]) with bucket `stripe`, and an engine with one worker per NIC
+/// of the two-NIC tree over it.
+fn start_soft(
+    dialect: Dialect,
+    limit: Option<u64>,
+    configure: impl FnOnce(EngineBuilder) -> EngineBuilder,
+) -> TwoNicSoft {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(dir.path(), limit);
+    TwoNicSoft::start(dir, gw, dialect, configure)
 }
 
 /// Multipart uploads open in bucket `stripe` (ListMultipartUploads).
@@ -156,7 +116,7 @@ fn stored(addr: SocketAddr, key: &str) -> Result<(Vec<u8>, String), u16> {
 
 fn striped_put_lands_on_both_nics(dialect: Dialect) {
     let data = rig::pattern((64 * MIB) as usize, 11);
-    let soft = Soft::start(dialect, None, |b| b);
+    let soft = start_soft(dialect, None, |b| b);
     let engine = soft.engine();
     let buf = source(engine, &data);
     // Parts go over hipobj-rc-v2 once the endpoint has advertised multipart (`mp`) on a v2
@@ -228,7 +188,7 @@ fn a_64_mib_put_on_two_nics_is_striped_rc_v2() {
 #[test]
 fn small_puts_and_stripe_off_stay_one_put() {
     let data = rig::pattern((16 * MIB) as usize, 12);
-    let soft = Soft::start(Dialect::RcPersistent, None, |b| b);
+    let soft = start_soft(Dialect::RcPersistent, None, |b| b);
     let engine = soft.engine();
     let buf = source(engine, &data);
     // Below the 8 MiB threshold: one PUT on one worker, a plain ETag.
@@ -248,7 +208,7 @@ fn small_puts_and_stripe_off_stay_one_put() {
     drop(soft);
 
     // Stripe::Off: the 16 MiB PUT is one request.
-    let soft = Soft::start(Dialect::RcPersistent, None, |b| b.stripe(Stripe::Off));
+    let soft = start_soft(Dialect::RcPersistent, None, |b| b.stripe(Stripe::Off));
     let engine = soft.engine();
     let buf = source(engine, &data);
     let (c, delta) = one_put(engine, buf, "off.bin", 16 * MIB);
@@ -264,7 +224,7 @@ fn small_puts_and_stripe_off_stay_one_put() {
 fn a_failing_part_or_create_leaves_nothing_behind() {
     // Requests above 4 MiB are refused: every 5 MiB part fails, the 4 MiB last one lands.
     let data = rig::pattern((24 * MIB) as usize, 13);
-    let soft = Soft::start(Dialect::RcPersistent, Some(4 * MIB), |b| b);
+    let soft = start_soft(Dialect::RcPersistent, Some(4 * MIB), |b| b);
     let engine = soft.engine();
     let buf = source(engine, &data);
     let (c, delta) = one_put(engine, buf, "refused.bin", 24 * MIB);
@@ -300,7 +260,7 @@ fn a_failing_part_or_create_leaves_nothing_behind() {
 #[test]
 fn cancel_and_deadline_abort_the_upload_and_complete_once() {
     let data = rig::pattern((64 * MIB) as usize, 14);
-    let soft = Soft::start(Dialect::RcPersistent, None, |b| b);
+    let soft = start_soft(Dialect::RcPersistent, None, |b| b);
     let engine = soft.engine();
     let buf = source(engine, &data);
     let obj = engine.object("stripe", "cancelled.bin").unwrap();
@@ -391,7 +351,7 @@ fn a_striped_put_is_plain_s3_multipart_against_s3s_fs() {
 #[test]
 fn a_queue_dropped_mid_upload_aborts_it() {
     let data = rig::pattern((64 * MIB) as usize, 16);
-    let soft = Soft::start(Dialect::RcPersistent, None, |b| b);
+    let soft = start_soft(Dialect::RcPersistent, None, |b| b);
     let engine = soft.engine();
     let buf = source(engine, &data);
     let obj = engine.object("stripe", "dropped.bin").unwrap();

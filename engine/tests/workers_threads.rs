@@ -339,7 +339,7 @@ fn put_object(gw: SocketAddr) {
 
 /// Ops of the hipobj-rc-v2 batch over verbs: each creates, connects and destroys a QP
 /// through the kernel, slow under the lane's emulated CPU (~0.1 s per op).
-const VERBS_V2_OPS: usize = 600;
+const VERBS_V2_OPS: usize = 200;
 
 /// The verbs device the VM lane tests on.
 fn verbs_nic() -> String {
@@ -347,7 +347,7 @@ fn verbs_nic() -> String {
 }
 
 /// Over verbs (the Soft-RoCE VM lane), against a gateway child on the same device: a
-/// 10,000-op `rc-persistent` batch and a 600-op `hipobj-rc-v2` batch (a fresh QP per op),
+/// 10,000-op `rc-persistent` batch and a 200-op `hipobj-rc-v2` batch (a fresh QP per op),
 /// and in every sample the threads beyond this process's start are exactly the workers —
 /// the verbs fabric has no device threads, pairing and PREPARE/READY run on the workers,
 /// and nothing is made per QP or per op.

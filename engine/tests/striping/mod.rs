@@ -8,7 +8,8 @@ mod sysfs_tree;
 
 use std::time::Duration;
 
-use engine::{Engine, EngineBuilder, Placement, RegisterOptions};
+use engine::{Dialect, Engine, EngineBuilder, Fabric, Placement, RegisterOptions};
+use hipobj_gateway::RunningGateway;
 use ring_api::Cqe;
 
 /// A one-node host shaped to this machine's two CPUs, with two RoCE NICs on one PCIe switch:
@@ -99,4 +100,58 @@ pub fn two_nic_tree_with_gpu() -> tempfile::TempDir {
         "0-1",
     );
     dir
+}
+
+/// A gateway in process (bucket `stripe` made) and an engine over it with one worker per NIC
+/// of the two-NIC fixture tree, on the soft RDMA fabric; the engine is dropped before the
+/// gateway shuts down.
+pub struct TwoNicSoft {
+    _dir: tempfile::TempDir,
+    _tree: tempfile::TempDir,
+    gw: Option<RunningGateway>,
+    engine: Option<Engine>,
+}
+
+impl TwoNicSoft {
+    /// `gw` serves `dir`; `configure` adds to the engine's builder before it is built.
+    pub fn start(
+        dir: tempfile::TempDir,
+        gw: RunningGateway,
+        dialect: Dialect,
+        configure: impl FnOnce(EngineBuilder) -> EngineBuilder,
+    ) -> Self {
+        let addr = gw.local_addr();
+        assert_eq!(
+            crate::raw::call(addr, "PUT", "/stripe", "", &[], b"").status(),
+            200
+        );
+        let tree = two_nic_tree();
+        let b = on_two_nics(crate::rig::engine_builder(addr), &tree)
+            .fabric(Fabric::Soft)
+            .dialect(dialect);
+        let engine = configure(b).build().unwrap();
+        Self {
+            _dir: dir,
+            _tree: tree,
+            gw: Some(gw),
+            engine: Some(engine),
+        }
+    }
+
+    pub fn engine(&self) -> &Engine {
+        self.engine.as_ref().unwrap()
+    }
+
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.gw.as_ref().unwrap().local_addr()
+    }
+}
+
+impl Drop for TwoNicSoft {
+    fn drop(&mut self) {
+        drop(self.engine.take());
+        if let Some(gw) = self.gw.take() {
+            gw.shutdown();
+        }
+    }
 }
