@@ -171,10 +171,6 @@ impl QpShared {
         self.core.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(crate) fn wire(&self) -> MutexGuard<'_, super::tx::Wire> {
-        self.wire.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// The write side, if no one holds it now.
     pub(crate) fn wire_try(&self) -> Option<MutexGuard<'_, super::tx::Wire>> {
         match self.wire.try_lock() {
