@@ -204,8 +204,9 @@ impl Rx {
         budget: usize,
     ) -> Result<Pass, Stop> {
         let mut read = 0usize;
-        // The last read returned less than asked: the socket is empty (a later arrival is a
-        // new readiness event), so the pass ends without a call that would only say so.
+        // A header or trailer read returned less than asked: the socket is empty (a later
+        // arrival is a new readiness event), so the pass ends without a call that would only
+        // say so. (Payload reads retry at once: in a stream more has usually arrived.)
         let mut drained = false;
         loop {
             if drained {
@@ -269,7 +270,6 @@ impl Rx {
                         match g.mem.recv_into(sock, g.off, rest as usize) {
                             Ok(0) => return Err(Stop::Wire),
                             Ok(n) => {
-                                drained = n < rest as usize;
                                 // Fed to the checksum as it lands (still in cache).
                                 g.mem
                                     .crc32c_into(&mut self.crc, g.off, n)
