@@ -244,6 +244,12 @@ struct Conn {
     reg: mio::net::TcpStream,
     rx: Rx,
     rx_ready: bool,
+    /// The write side has something to do (attach, a kick, answers or an opened window from
+    /// the read side, writability after a full socket): only then is it pumped, so a turn
+    /// that only reads takes no lock the posting thread may hold.
+    tx_due: bool,
+    /// The last pump left a frame partly written (the socket was full).
+    tx_blocked: bool,
 }
 
 /// What serving a connection left.
@@ -314,6 +320,12 @@ impl Loop {
                             if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                                 c.rx_ready = true;
                             }
+                            if (ev.is_writable() && c.tx_blocked)
+                                || ev.is_write_closed()
+                                || ev.is_error()
+                            {
+                                c.tx_due = true;
+                            }
                             work.push(qpn);
                         }
                     }
@@ -335,6 +347,7 @@ impl Loop {
                     Cmd::Kick(qpn) => {
                         if let Some(c) = self.conns.get_mut(&qpn) {
                             c.qp.kicked.store(false, Ordering::Release);
+                            c.tx_due = true;
                             work.push(qpn);
                         }
                     }
@@ -421,6 +434,8 @@ impl Loop {
                 reg,
                 rx: Rx::new(epsn),
                 rx_ready: true,
+                tx_due: true,
+                tx_blocked: false,
             },
         );
         if self.next_sweep.is_none() {
@@ -603,8 +618,14 @@ impl Conn {
                 }
             }
         }
+        if std::mem::take(&mut self.rx.tx_hint) {
+            self.tx_due = true;
+        }
+        if !std::mem::take(&mut self.tx_due) {
+            return if again { Turn::Again } else { Turn::Keep };
+        }
         match tx::pump(&self.qp, &self.sock) {
-            Ok(()) => {}
+            Ok(blocked) => self.tx_blocked = blocked,
             Err(tx::Stop::Closed) => {
                 if !self.rx.draining() {
                     return Turn::Remove;
@@ -640,6 +661,7 @@ impl Conn {
                 }
                 drop(c);
                 self.rx.start_drain();
+                self.tx_due = true;
                 None
             }
         }

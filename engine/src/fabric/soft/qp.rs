@@ -351,11 +351,15 @@ impl QueuePair {
         c.sq.push_back(Posted { wr: *wr, mr });
         // A small request on an idle QP is written by this thread at once (see
         // `tx::take_inline`); anything else is the I/O thread's.
+        // The write side is only tried (never waited for, whatever the lock order): when the
+        // I/O thread holds it, it is writing and this request is its.
         if let Some((sock, _)) = c.stream.clone()
+            && super::tx::inline_ok(&c, s.caps.frame_size())
+            && let Some(w) = s.wire_try()
             && let Some(job) = super::tx::take_inline(&mut c, s.caps.frame_size())
         {
             drop(c);
-            super::tx::send_inline(s, &sock, job);
+            super::tx::send_inline(s, &sock, w, job);
             return Ok(());
         }
         let started = c.started;

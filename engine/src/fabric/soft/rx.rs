@@ -84,9 +84,10 @@ enum Step {
         got: u32,
         total: u64,
     },
+    /// The trailer, read together with what follows of the next frame's header.
     Trailer {
         h: Header,
-        buf: [u8; TRAILER_LEN],
+        buf: [u8; TRAILER_LEN + HEADER_LEN],
         got: usize,
         total: u64,
         end: u32,
@@ -126,6 +127,9 @@ pub(crate) struct Rx {
     step: Step,
     /// The last byte received (a stall is measured from it).
     pub(crate) progress: Instant,
+    /// The write side has work since the last look: answers were queued, or an ACK / READ
+    /// response opened the window for queued requests (the I/O thread then writes).
+    pub(crate) tx_hint: bool,
 }
 
 impl Rx {
@@ -139,6 +143,7 @@ impl Rx {
                 got: 0,
             },
             progress: Instant::now(),
+            tx_hint: false,
         }
     }
 
@@ -199,7 +204,14 @@ impl Rx {
         budget: usize,
     ) -> Result<Pass, Stop> {
         let mut read = 0usize;
+        // A header or trailer read returned less than asked: the socket is empty (a later
+        // arrival is a new readiness event), so the pass ends without a call that would only
+        // say so. (Payload reads retry at once: in a stream more has usually arrived.)
+        let mut drained = false;
         loop {
+            if drained {
+                return Ok(Pass::Blocked);
+            }
             if read >= budget {
                 return Ok(Pass::Budget);
             }
@@ -210,14 +222,18 @@ impl Rx {
                     return drain(sock, until);
                 }
                 Step::Header { buf, got } => {
-                    let n = match fill(sock, buf, got)? {
-                        Some(n) => n,
-                        None => return Ok(Pass::Blocked),
-                    };
-                    read += n;
-                    self.progress = Instant::now();
                     if *got < HEADER_LEN {
-                        continue;
+                        let want = HEADER_LEN - *got;
+                        let n = match fill(sock, buf, got)? {
+                            Some(n) => n,
+                            None => return Ok(Pass::Blocked),
+                        };
+                        read += n;
+                        self.progress = Instant::now();
+                        drained = n < want;
+                        if *got < HEADER_LEN {
+                            return Ok(Pass::Blocked);
+                        }
                     }
                     let raw = *buf;
                     self.step = self.on_header(qp, &raw)?;
@@ -277,7 +293,7 @@ impl Rx {
                         };
                         self.step = Step::Trailer {
                             h: *h,
-                            buf: [0; TRAILER_LEN],
+                            buf: [0; TRAILER_LEN + HEADER_LEN],
                             got: 0,
                             total: *total,
                             end,
@@ -291,22 +307,34 @@ impl Rx {
                     total,
                     end,
                 } => {
+                    // The trailer and, if there, the next frame's header in one read: a short
+                    // read tells the socket is empty without another call.
+                    let want = buf.len() - *got;
                     let n = match fill(sock, buf, got)? {
                         Some(n) => n,
                         None => return Ok(Pass::Blocked),
                     };
                     read += n;
                     self.progress = Instant::now();
+                    drained = n < want;
                     if *got < TRAILER_LEN {
+                        if drained {
+                            return Ok(Pass::Blocked);
+                        }
                         continue;
                     }
                     let (h, total, end) = (*h, *total, *end);
-                    if *buf != trailer(&self.crc) {
+                    if buf.get(..TRAILER_LEN) != Some(&trailer(&self.crc)[..]) {
                         return Err(self.corrupt(qp, &h));
                     }
+                    let mut next = [0; HEADER_LEN];
+                    let ahead = buf.get(TRAILER_LEN..*got).unwrap_or(&[]);
+                    if let Some(d) = next.get_mut(..ahead.len()) {
+                        d.copy_from_slice(ahead);
+                    }
                     self.step = Step::Header {
-                        buf: [0; HEADER_LEN],
-                        got: 0,
+                        buf: next,
+                        got: ahead.len(),
                     };
                     self.complete(qp, &h, total, end)?;
                 }
@@ -339,10 +367,11 @@ impl Rx {
             Opcode::Send | Opcode::SendImm => self.send(qp, &h),
             Opcode::ReadReq => {
                 self.read_req(qp, &h)?;
+                self.tx_hint = true;
                 Ok(header_step())
             }
             Opcode::Ack => {
-                ack(qp, h.psn)?;
+                self.tx_hint |= ack(qp, h.psn)?;
                 Ok(header_step())
             }
             Opcode::Nak => Err(nak(qp, &h)),
@@ -360,7 +389,7 @@ impl Rx {
         if h.len == 0 {
             Step::Trailer {
                 h: *h,
-                buf: [0; TRAILER_LEN],
+                buf: [0; TRAILER_LEN + HEADER_LEN],
                 got: 0,
                 total,
                 end,
@@ -526,7 +555,10 @@ impl Rx {
                 }
                 Ok(())
             }
-            Opcode::ReadResp => read_resp_done(qp, h, end),
+            Opcode::ReadResp => {
+                self.tx_hint |= read_resp_done(qp, h, end);
+                Ok(())
+            }
             _ => Err(Stop::Bad(WcStatus::BadResponse)),
         }
     }
@@ -538,6 +570,7 @@ impl Rx {
         let mut c = qp.lock();
         if c.state != QpState::Err {
             c.push_ack(psn);
+            self.tx_hint = true;
         }
     }
 
@@ -640,8 +673,9 @@ fn fail_recv(qp: &QpShared, st: WcStatus) {
     }
 }
 
-/// ACK: complete every write/send ending at or before `psn`.
-fn ack(qp: &QpShared, psn: u32) -> Result<(), Stop> {
+/// ACK: complete every write/send ending at or before `psn`. `true`: requests are queued (the
+/// window may have opened for them).
+fn ack(qp: &QpShared, psn: u32) -> Result<bool, Stop> {
     let mut c = qp.lock();
     let through = c.seq_of(psn).ok_or(Stop::Bad(WcStatus::BadResponse))?;
     while let Some(o) = c.outstanding.front() {
@@ -657,7 +691,7 @@ fn ack(qp: &QpShared, psn: u32) -> Result<(), Stop> {
         }
     }
     c.first_unacked = through + 1;
-    Ok(())
+    Ok(!c.sq.is_empty())
 }
 
 /// NAK: what came before succeeded, the named request failed, the rest is flushed.
@@ -713,8 +747,9 @@ fn read_resp_start(qp: &QpShared, h: &Header) -> Result<Step, Stop> {
     Ok(Rx::payload(h, dst, 0))
 }
 
-/// A READ response frame arrived whole.
-fn read_resp_done(qp: &QpShared, h: &Header, end: u32) -> Result<(), Stop> {
+/// A READ response frame arrived whole. `true`: requests are queued (the READ window may have
+/// opened for them).
+fn read_resp_done(qp: &QpShared, h: &Header, end: u32) -> bool {
     let mut c = qp.lock();
     if let Some(r) = c.outstanding.front_mut().and_then(|o| o.read.as_mut()) {
         r.got = end;
@@ -726,5 +761,5 @@ fn read_resp_done(qp: &QpShared, h: &Header, end: u32) -> Result<(), Stop> {
         c.first_unacked = o.last_seq + 1;
         c.reads_out = c.reads_out.saturating_sub(1);
     }
-    Ok(())
+    !c.sq.is_empty()
 }

@@ -3,7 +3,7 @@
 //!
 //! `Core` (behind one mutex) holds the queues: posted sends not yet on the wire, outstanding
 //! requests waiting for their ACK / READ response, posted RECVs, and the responder's answers
-//! for the sender. [`QpShared::fail`] is the single way into `Err`: it completes everything
+//! for the write side. [`QpShared::fail`] is the single way into `Err`: it completes everything
 //! (the culprit with its status, the rest `WrFlushError`) and shuts the socket.
 
 use std::collections::VecDeque;
@@ -58,7 +58,7 @@ pub(crate) struct Outstanding {
     pub(crate) sent_at: Instant,
 }
 
-/// Work for the sender on the responder's behalf, in PSN order.
+/// Work for the write side on the responder's behalf, in PSN order.
 #[derive(Debug)]
 pub(crate) enum Resp {
     /// Every request frame up to `psn` executed (coalesced).
@@ -169,10 +169,6 @@ pub(crate) struct QpShared {
 impl QpShared {
     pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
         self.core.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    pub(crate) fn wire(&self) -> MutexGuard<'_, super::tx::Wire> {
-        self.wire.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The write side, if no one holds it now.

@@ -128,14 +128,19 @@ impl Default for Wire {
     }
 }
 
-/// Writes what can be written now (see the module doc). `Ok`: nothing more to write, or the
-/// socket is full (a writable event resumes).
-pub(crate) fn pump(qp: &Arc<QpShared>, sock: &TcpStream) -> Result<(), Stop> {
-    let mut w = qp.wire();
+/// Writes what can be written now (see the module doc). `Ok(true)`: the socket is full with a
+/// frame partly written (a writable event resumes it); `Ok(false)`: nothing more to write now.
+///
+/// A posting thread holding the write side (an inline post) is not waited for: it kicks the
+/// I/O thread when it leaves work behind ([`send_inline`]).
+pub(crate) fn pump(qp: &Arc<QpShared>, sock: &TcpStream) -> Result<bool, Stop> {
+    let Some(mut w) = qp.wire_try() else {
+        return Ok(false);
+    };
     loop {
         if w.cur.is_some() {
             if !write_cur(qp, sock, &mut w)? {
-                return Ok(());
+                return Ok(true);
             }
             continue;
         }
@@ -206,10 +211,10 @@ pub(crate) fn pump(qp: &Arc<QpShared>, sock: &TcpStream) -> Result<(), Stop> {
         }
         if w.request.is_none() {
             if c.state != QpState::Rts || c.requesting {
-                return Ok(());
+                return Ok(false);
             }
             let Some(job) = take_send(&mut c, qp.caps.frame_size()) else {
-                return Ok(());
+                return Ok(false);
             };
             c.requesting = true;
             w.request = Some(job);
@@ -496,15 +501,7 @@ fn finished(qp: &Arc<QpShared>, kind: Kind) -> Result<(), Stop> {
 /// allow it. Moves it to the outstanding list and marks the wire as carrying a request
 /// (`Core::requesting`).
 pub(crate) fn take_inline(c: &mut Core, frame_size: u32) -> Option<ReqJob> {
-    let p = c.sq.front()?;
-    let small = p.wr.sge.length <= INLINE_MAX.min(frame_size);
-    if !c.started
-        || c.requesting
-        || c.answering
-        || c.sq.len() != 1
-        || !c.responses.is_empty()
-        || !small
-    {
+    if !inline_ok(c, frame_size) {
         return None;
     }
     let job = take_send(c, frame_size)?;
@@ -512,11 +509,27 @@ pub(crate) fn take_inline(c: &mut Core, frame_size: u32) -> Option<ReqJob> {
     Some(job)
 }
 
-/// Writes a request taken by [`take_inline`] from the posting thread, without blocking: what
-/// the socket does not take now is left for the I/O thread (which is kicked), as is the whole
-/// request if a frame is already partly written. A broken socket fails the QP.
-pub(crate) fn send_inline(qp: &Arc<QpShared>, sock: &TcpStream, job: ReqJob) {
-    let mut w = qp.wire();
+/// Whether the request just posted may be written by the posting thread (see [`take_inline`]).
+pub(crate) fn inline_ok(c: &Core, frame_size: u32) -> bool {
+    let Some(p) = c.sq.front() else {
+        return false;
+    };
+    let small = p.wr.sge.length <= INLINE_MAX.min(frame_size);
+    c.started && !c.requesting && !c.answering && c.sq.len() == 1 && c.responses.is_empty() && small
+}
+
+/// Writes a request taken by [`take_inline`] from the posting thread, holding the write side
+/// `w` (taken with `try_lock`: a post never waits for the I/O thread), without blocking: what
+/// the socket does not take now is left for the I/O thread, as is the whole request if a frame
+/// is already partly written. The I/O thread is kicked when work is left behind: the rest of
+/// the frame, requests posted meanwhile, or answers it queued while this thread held the write
+/// side (its own write attempt then skipped). A broken socket fails the QP.
+pub(crate) fn send_inline(
+    qp: &Arc<QpShared>,
+    sock: &TcpStream,
+    mut w: std::sync::MutexGuard<'_, Wire>,
+    job: ReqJob,
+) {
     if w.cur.is_some() || w.request.is_some() {
         w.request = Some(job);
         drop(w);
@@ -538,18 +551,15 @@ pub(crate) fn send_inline(qp: &Arc<QpShared>, sock: &TcpStream, job: ReqJob) {
             return;
         }
     };
-    let partly = w.cur.is_some();
+    let left = w.cur.is_some() || w.answer.is_some() || w.request.is_some();
     drop(w);
     match res {
-        Ok(true) => {
-            // Requests posted meanwhile wait for the I/O thread.
-            let more = !qp.lock().sq.is_empty();
-            if more {
-                qp.kick();
-            }
-        }
-        Ok(false) => {
-            if partly {
+        Ok(_) => {
+            let more = {
+                let c = qp.lock();
+                !c.sq.is_empty() || !c.responses.is_empty()
+            };
+            if left || more {
                 qp.kick();
             }
         }
