@@ -472,6 +472,38 @@ pub(crate) fn serve(shared: &Shared, ready: Ready) -> Option<Parked> {
 }
 
 #[cfg(test)]
+mod read_buf_tests {
+    use super::{IO_BUF, ReadBuf};
+
+    #[test]
+    fn a_worker_reuses_its_read_buffer_and_drops_an_oversized_one() {
+        std::thread::spawn(|| {
+            let first = ReadBuf::take(IO_BUF);
+            let ptr = first.as_ptr();
+            assert_eq!(first.len(), IO_BUF);
+            drop(first);
+            let again = ReadBuf::take(IO_BUF);
+            assert_eq!(
+                again.as_ptr(),
+                ptr,
+                "the same allocation, not a fresh zeroed one"
+            );
+            drop(again);
+            // A request whose pending bytes outgrow the usual size gets a bigger buffer, which
+            // is not kept afterwards.
+            let big = ReadBuf::take(IO_BUF * 4);
+            assert_eq!(big.len(), IO_BUF * 4);
+            drop(big);
+            let next = ReadBuf::take(IO_BUF);
+            assert_eq!(next.len(), IO_BUF);
+            assert!(next.capacity() <= IO_BUF * 2, "{}", next.capacity());
+        })
+        .join()
+        .unwrap();
+    }
+}
+
+#[cfg(test)]
 mod access_log_tests {
     #[test]
     fn presigned_signatures_are_redacted() {
