@@ -44,10 +44,11 @@
 //!
 //! # Safety model
 //! `#![deny(unsafe_code)]`; the only modules allowed `unsafe` are `memory::raw` (pointer
-//! access to registrations), `sys` (clock, rusage, socket options), `fabric::soft::raw` (the
+//! access to registrations), `sys` (clock, rusage, socket options, pread), `fabric::soft::raw` (the
 //! soft fabric's access to registered ranges), the GPU FFI modules under `gpu` (CUDA, HIP) and
 //! the verbs FFI under `verbs`, plus [`Engine::register_raw`], whose caller contract is
-//! documented. `grep -rn "allow(unsafe_code)" engine/src` lists them. Completion entries and server responses are
+//! documented, and `rc::RcStaging::read_file_at` (a `pread(2)` straight into a registration that
+//! owns its memory). `grep -rn "allow(unsafe_code)" engine/src` lists them. Completion entries and server responses are
 //! untrusted: invalid entries complete with errors, never panics.
 //!
 //! # Public surface

@@ -103,7 +103,7 @@ pub(crate) struct Gate {
     poll: Poll,
     listener: TcpListener,
     shared: Arc<Shared>,
-    to_workers: mpsc::Sender<Ready>,
+    to_workers: crate::handoff::Sender<Ready>,
     returns: mpsc::Receiver<Parked>,
     waiting: HashMap<usize, Waiting>,
     next_token: usize,
@@ -114,7 +114,7 @@ impl Gate {
     pub(crate) fn new(
         listener: std::net::TcpListener,
         shared: Arc<Shared>,
-        to_workers: mpsc::Sender<Ready>,
+        to_workers: crate::handoff::Sender<Ready>,
     ) -> std::io::Result<(Self, GateHandle)> {
         listener.set_nonblocking(true)?;
         let mut listener = TcpListener::from_std(listener);

@@ -40,6 +40,7 @@ pub mod forward;
 pub mod fuzzing;
 mod gate;
 pub mod handler;
+mod handoff;
 pub mod ops;
 pub mod rdma;
 pub mod relay;

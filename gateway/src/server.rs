@@ -12,9 +12,8 @@
 
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -343,10 +342,9 @@ impl GatewayBuilder {
             buffered: AtomicU64::new(0),
             next_id: AtomicU64::new(seed >> 16),
         });
-        let (to_workers, from_gate) = mpsc::channel::<Ready>();
+        let (to_workers, from_gate) = crate::handoff::channel::<Ready>();
         let (gate, handle) =
             Gate::new(listener, shared.clone(), to_workers).map_err(io("set up the head gate"))?;
-        let from_gate = Arc::new(Mutex::new(from_gate));
         let mut workers = Vec::with_capacity(shared.config.threads);
         for i in 0..shared.config.threads {
             let (shared, from_gate, handle) = (shared.clone(), from_gate.clone(), handle.clone());
@@ -479,13 +477,11 @@ impl Shared {
 
 /// A worker: serves one request at a time for connections whose head the gate collected,
 /// and gives keep-alive connections back to the gate.
-fn worker(shared: &Arc<Shared>, from_gate: &Mutex<mpsc::Receiver<Ready>>, gate: &GateHandle) {
+fn worker(shared: &Arc<Shared>, from_gate: &crate::handoff::Receiver<Ready>, gate: &GateHandle) {
     loop {
-        let next = {
-            let guard = from_gate.lock().unwrap_or_else(|e| e.into_inner());
-            guard.recv()
+        let Some(ready) = from_gate.recv() else {
+            return;
         };
-        let Ok(ready) = next else { return };
         let parked = match shared.reserve(conn::IO_BUF) {
             Ok(_buffer) if !shared.is_shutting_down() => conn::serve(shared, ready),
             Ok(_) => None,

@@ -934,6 +934,7 @@ mod tests {
         let staging = &staging;
         // A waiter for a work request that never completes ends at its deadline, while the
         // others keep completing.
+        let t0 = Instant::now();
         let lonely = std::thread::scope(|s| {
             let lonely = s.spawn(|| {
                 let t0 = Instant::now();
@@ -973,6 +974,13 @@ mod tests {
             }
             lonely.join().unwrap()
         });
+        // A completion left for its waiter's own 100 ms nap to find (a lost hand-off) would
+        // cost 320 x 100 ms here.
+        let took = t0.elapsed();
+        assert!(
+            took < Duration::from_secs(15),
+            "{took:?}: completions were not handed over"
+        );
         assert_eq!(lonely.0, None);
         assert!(lonely.1 >= Duration::from_millis(300), "{:?}", lonely.1);
         assert!(lonely.1 < Duration::from_secs(5), "{:?}", lonely.1);
