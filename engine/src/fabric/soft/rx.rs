@@ -212,7 +212,12 @@ impl Rx {
             if drained {
                 return Ok(Pass::Blocked);
             }
-            if read >= budget {
+            // Something for the send side (an ACK, a READ answer) leaves at once: the pass
+            // ends so the turn writes it, and reading resumes right after. Held behind the
+            // rest of the pass (up to the budget of other frames), ACKs held the peer's
+            // sender back: measured on 16 cores, 8 QPs with two range-gets each, 1 MiB and
+            // 16 MiB reads ran at a half and a quarter of the rate with one ACK per pass.
+            if self.tx_hint || read >= budget {
                 return Ok(Pass::Budget);
             }
             match &mut self.step {
