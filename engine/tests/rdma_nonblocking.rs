@@ -741,3 +741,107 @@ fn hanging_soft_dial_does_not_block_the_worker() {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// rc-persistent over the soft fabric against an endpoint that answers the pairing request
+/// (200, a token, a session) naming a soft listener that accepts the QP's dial but never
+/// answers its `CONNECT`. While the dial hangs, HEADs on the same (single) worker (HTTP ops
+/// the pairing does not hold) each complete well under 100 ms (before the dial ran on the
+/// soft device's I/O thread, the worker waited in it for `CONNECT_LIMIT`, 500 ms); the pairing
+/// then ends as it always did when its dial failed (unreachable): the range-get it held goes
+/// over HTTP, byte-exact, and the dial connection is closed.
+#[test]
+fn hanging_soft_dial_of_a_pairing_does_not_block_the_worker() {
+    let data = Arc::new(pattern(400_000));
+    let seen = Arc::new(Seen::default());
+    let dial_seen = Arc::new(Seen::default());
+    let soft = black_hole_soft_listener(Arc::clone(&dial_seen));
+    let (d, sn) = (Arc::clone(&data), Arc::clone(&seen));
+    let addr = server(move |mut s| {
+        while let Some(h) = head_of(&mut s) {
+            if h[":line"].starts_with("POST /.hipobj/rc/connect") {
+                let dev = SoftDevice::new(Ipv4Addr::LOCALHOST);
+                let qp = dev.create_qp(
+                    &dev.alloc_pd(),
+                    &dev.create_cq(),
+                    &dev.create_cq(),
+                    QpCaps::default(),
+                );
+                let tok = qp.local_token(None).unwrap();
+                let r = [
+                    ("x-amz-rdma-reply", format!("200:{}", tok.encode())),
+                    ("x-amz-rdma-psn", "004242".to_owned()),
+                    (
+                        "x-amz-rdma-session",
+                        "0123456789abcdef0123456789abcdef".to_owned(),
+                    ),
+                    ("x-amz-rdma-soft-addr", soft.to_string()),
+                ];
+                answer(&mut s, 200, &r, b"");
+            } else if !plain(&mut s, &h, &d, &sn) {
+                return;
+            }
+        }
+    });
+    let engine = builder(addr)
+        .fabric(Fabric::Soft)
+        .dialect(Dialect::RcPersistent)
+        .build()
+        .unwrap();
+    let buf = engine
+        .register_host(1 << 20, RegisterOptions::pageable())
+        .unwrap();
+    let obj = engine.object("bkt", "obj").unwrap();
+    let mut q = engine.queue(16).unwrap();
+    let t0 = Instant::now();
+    q.push(
+        &RangeGet::new(obj, 777, BufSlice::new(buf, 0, 100_000))
+            .user_data(1)
+            .build(),
+    )
+    .unwrap();
+    while dial_seen.held.load(Ordering::SeqCst) == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "the QP never dialled");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let dialled = t0.elapsed();
+    let mut all: HashMap<u64, Cqe> = HashMap::new();
+    let mut slowest = Duration::ZERO;
+    for i in 0..10u64 {
+        let t = Instant::now();
+        q.push(&Head::new(obj).user_data(10 + i).build()).unwrap();
+        while !all.contains_key(&(10 + i)) {
+            assert!(t.elapsed() < Duration::from_secs(5), "HEAD {i} never ended");
+            all.extend(reap(&mut q, 1, Duration::from_millis(100)));
+        }
+        let took = t.elapsed();
+        slowest = slowest.max(took);
+        let c = all[&(10 + i)];
+        assert!(c.is_ok(), "HEAD {i}: {c:?}");
+        assert_eq!(c.aux(), data.len() as u64, "HEAD {i} size");
+        assert!(
+            took < Duration::from_millis(100),
+            "HEAD {i} took {took:?} while the pairing's soft dial hangs"
+        );
+    }
+    eprintln!("dial began {dialled:?} after the push; slowest HEAD {slowest:?}");
+    while !all.contains_key(&1) {
+        assert!(t0.elapsed() < Duration::from_secs(8), "the range-get never ended");
+        all.extend(reap(&mut q, 1, Duration::from_millis(50)));
+    }
+    let ended = t0.elapsed();
+    let c = all[&1];
+    eprintln!("range-get ended after {ended:?}: {c:?}");
+    assert!(c.is_ok(), "{c:?}");
+    assert_eq!(c.path(), Some(DataPath::Http));
+    let have = engine.read(buf, 0, 100_000).unwrap();
+    assert!(*have == data[777..777 + 100_000], "range-get bytes");
+    assert!(
+        ended >= Duration::from_millis(450) && ended < Duration::from_secs(3),
+        "the range-get waited {ended:?} for a pairing whose dial is bounded by 500 ms"
+    );
+    let t = Instant::now();
+    while dial_seen.held_closed.load(Ordering::SeqCst) == 0 {
+        assert!(t.elapsed() < Duration::from_secs(2), "dial connection not closed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
