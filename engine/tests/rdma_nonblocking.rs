@@ -638,7 +638,12 @@ fn hanging_soft_dial_does_not_block_the_worker() {
                 // A real QP's token (its QPN and GID are what the client checks), never
                 // paired: the dial goes to the black hole.
                 let dev = SoftDevice::new(Ipv4Addr::LOCALHOST);
-                let qp = dev.create_qp(&dev.alloc_pd(), &dev.create_cq(), &dev.create_cq(), QpCaps::default());
+                let qp = dev.create_qp(
+                    &dev.alloc_pd(),
+                    &dev.create_cq(),
+                    &dev.create_cq(),
+                    QpCaps::default(),
+                );
                 let tok = qp.local_token(None).unwrap();
                 let r = [
                     ("x-amz-rdma-protocol", "hipobj-rc-v2".to_owned()),
@@ -684,7 +689,10 @@ fn hanging_soft_dial_does_not_block_the_worker() {
     )
     .unwrap();
     while dial_seen.held.load(Ordering::SeqCst) == 0 {
-        assert!(t0.elapsed() < Duration::from_secs(5), "the QP never dialled");
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the QP never dialled"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     let dialled = t0.elapsed();
@@ -701,7 +709,10 @@ fn hanging_soft_dial_does_not_block_the_worker() {
         )
         .unwrap();
         while !all.contains_key(&(10 + i)) {
-            assert!(t.elapsed() < Duration::from_secs(5), "range-get {i} never ended");
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "range-get {i} never ended"
+            );
             all.extend(reap(&mut q, 1, Duration::from_millis(100)));
         }
         let took = t.elapsed();
@@ -723,7 +734,10 @@ fn hanging_soft_dial_does_not_block_the_worker() {
     );
     // The dialling op ends after the dial's bound (500 ms), well before its deadline.
     while !all.contains_key(&1) {
-        assert!(t0.elapsed() < Duration::from_secs(8), "the dialling op never ended");
+        assert!(
+            t0.elapsed() < Duration::from_secs(8),
+            "the dialling op never ended"
+        );
         all.extend(reap(&mut q, 1, Duration::from_millis(50)));
     }
     let ended = t0.elapsed();
@@ -737,7 +751,10 @@ fn hanging_soft_dial_does_not_block_the_worker() {
     assert!(ended < Duration::from_secs(3), "dialling op took {ended:?}");
     let t = Instant::now();
     while dial_seen.held_closed.load(Ordering::SeqCst) == 0 {
-        assert!(t.elapsed() < Duration::from_secs(2), "dial connection not closed");
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "dial connection not closed"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -800,7 +817,10 @@ fn hanging_soft_dial_of_a_pairing_does_not_block_the_worker() {
     )
     .unwrap();
     while dial_seen.held.load(Ordering::SeqCst) == 0 {
-        assert!(t0.elapsed() < Duration::from_secs(5), "the QP never dialled");
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the QP never dialled"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     let dialled = t0.elapsed();
@@ -825,7 +845,10 @@ fn hanging_soft_dial_of_a_pairing_does_not_block_the_worker() {
     }
     eprintln!("dial began {dialled:?} after the push; slowest HEAD {slowest:?}");
     while !all.contains_key(&1) {
-        assert!(t0.elapsed() < Duration::from_secs(8), "the range-get never ended");
+        assert!(
+            t0.elapsed() < Duration::from_secs(8),
+            "the range-get never ended"
+        );
         all.extend(reap(&mut q, 1, Duration::from_millis(50)));
     }
     let ended = t0.elapsed();
@@ -841,7 +864,10 @@ fn hanging_soft_dial_of_a_pairing_does_not_block_the_worker() {
     );
     let t = Instant::now();
     while dial_seen.held_closed.load(Ordering::SeqCst) == 0 {
-        assert!(t.elapsed() < Duration::from_secs(2), "dial connection not closed");
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "dial connection not closed"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }

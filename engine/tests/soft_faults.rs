@@ -649,7 +649,11 @@ fn connect_to_unknown_or_wrong_peer_is_refused() {
 }
 
 /// Posts one signalled 4 KiB WRITE per `ids` from a fresh region of `pd`.
-fn post_small_writes(qp: &engine::soft::QueuePair, pd: &engine::soft::ProtectionDomain, ids: &[u64]) {
+fn post_small_writes(
+    qp: &engine::soft::QueuePair,
+    pd: &engine::soft::ProtectionDomain,
+    ids: &[u64],
+) {
     let src = pd.register_owned(4096, Access::NONE).unwrap();
     for &id in ids {
         qp.post_send(&SendWr::new(

@@ -104,11 +104,7 @@ impl RdmaClient {
             }
         }
         // A pairing whose answer is in waits for its soft QP's dial, whose end rang the waker.
-        if self
-            .pairing
-            .as_ref()
-            .is_some_and(|(_, p)| p.dialing())
-        {
+        if self.pairing.as_ref().is_some_and(|(_, p)| p.dialing()) {
             self.on_pairing_ready(io);
         }
         if self.awaiting.is_empty() {
@@ -164,8 +160,7 @@ impl RdmaClient {
                     // Armed just now: poll once more at once, for a completion that came
                     // before the arm (it raised no event); after that the fd wakes us.
                     self.timers.push(Reverse((Instant::now(), Due::CqPoll)));
-                } else if self.home.kind() != crate::fabric::rc::RcKind::Soft
-                    && !r.op.cq_is_armed()
+                } else if self.home.kind() != crate::fabric::rc::RcKind::Soft && !r.op.cq_is_armed()
                 {
                     // A verbs CQ without a completion channel: poll it on a timer.
                     self.timers

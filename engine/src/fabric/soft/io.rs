@@ -402,7 +402,10 @@ impl Loop {
         }
         let dials: Vec<u32> = self.dials.keys().copied().collect();
         for qpn in dials {
-            self.end_dial(qpn, Err(super::qp::QpError::Connect("the I/O thread ended".into())));
+            self.end_dial(
+                qpn,
+                Err(super::qp::QpError::Connect("the I/O thread ended".into())),
+            );
         }
         let qpns: Vec<u32> = self.conns.keys().copied().collect();
         for qpn in qpns {
