@@ -177,9 +177,24 @@ impl Dial {
             }
         }
         drop(c);
-        qp.send_cq.ring();
-        if !Arc::ptr_eq(&qp.send_cq, &qp.recv_cq) {
-            qp.recv_cq.ring();
-        }
+        ring(&qp);
+    }
+}
+
+/// A dial that could not even start: the QP fails with `e` (posts flushed, CQs rung).
+pub(crate) fn failed(qp: &QpShared, e: QpError) {
+    let mut c = qp.lock();
+    c.dialing = false;
+    c.dial_error = Some(e);
+    qp.fail(&mut c, None, Shut::Both);
+    drop(c);
+    ring(qp);
+}
+
+/// Rings the wakers of the QP's CQs: its owner checks the QP when it wakes.
+fn ring(qp: &QpShared) {
+    qp.send_cq.ring();
+    if !Arc::ptr_eq(&qp.send_cq, &qp.recv_cq) {
+        qp.recv_cq.ring();
     }
 }

@@ -1,12 +1,13 @@
 //! The soft device's I/O threads: a fixed set per device, each a `mio` poll loop over the
 //! non-blocking sockets of the queue pairs attached to it (and, on the first, the device's
-//! pairing listener and its handshakes).
+//! pairing listener and its handshakes), and the dials of its QPs whose RTR named
+//! `SoftPath::Connect` (`dial.rs`).
 //!
 //! A QP is attached to one thread when it becomes ready (RTR/RTS with a connection), the least
 //! loaded one, and stays there until it is detached. Its receive side ([`Rx`]) and write side
 //! ([`super::tx`]) are resumable steps, so the loop never waits on one peer: a stalled peer
-//! holds only its own QP's state. RNR waits, stall timeouts, the drain after a NAK and the
-//! pairing timeout are the loop's timers. Posting threads talk to the loop through its inbox
+//! holds only its own QP's state. RNR waits, stall timeouts, the drain after a NAK, the
+//! pairing timeout and the dial bound are the loop's timers. Posting threads talk to the loop through its inbox
 //! and its `mio::Waker` ([`IoPool::send`]): the waker is rung only when the inbox was empty, and
 //! a QP is kicked only when it is not already (`QpShared::kick`).
 //!
@@ -623,13 +624,7 @@ impl Loop {
         let mut d = match Dial::start(qp, req) {
             Ok(d) => d,
             Err((qp, e)) => {
-                let mut c = qp.lock();
-                c.dialing = false;
-                c.dial_error = Some(e);
-                qp.fail(&mut c, None, Shut::Both);
-                drop(c);
-                qp.send_cq.ring();
-                qp.recv_cq.ring();
+                super::dial::failed(&qp, e);
                 return;
             }
         };
