@@ -485,7 +485,8 @@ impl V2Op {
         let Some(t) = left(self.end) else {
             return self.end_with(TIMED_OUT);
         };
-        // Soft: our QP dials the session's listener (bounded); verbs: the token's GID is
+        // Soft: our QP's I/O thread dials the session's listener (bounded; this does not
+        // wait, a failed dial is noticed in `on_completion`); verbs: the token's GID is
         // the path.
         let path = g.soft_addr.map(SoftPath::Connect);
         let w = &self.wire;
