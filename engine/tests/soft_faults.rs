@@ -647,3 +647,87 @@ fn connect_to_unknown_or_wrong_peer_is_refused() {
         "a refused dial must not disturb the QP"
     );
 }
+
+/// Posts one signalled 4 KiB WRITE per `ids` from a fresh region of `pd`.
+fn post_small_writes(
+    qp: &engine::soft::QueuePair,
+    pd: &engine::soft::ProtectionDomain,
+    ids: &[u64],
+) {
+    let src = pd.register_owned(4096, Access::NONE).unwrap();
+    for &id in ids {
+        qp.post_send(&SendWr::new(
+            id,
+            SendOp::Write(RemoteAddr {
+                addr: 0x1000,
+                rkey: 1,
+            }),
+            sge(&src, 0, 4096),
+        ))
+        .unwrap();
+    }
+}
+
+/// `modify_to_rtr` with `SoftPath::Connect` returns at once whatever the peer does (the
+/// device's I/O thread dials); sends posted meanwhile wait, and a dial that fails flushes them
+/// and leaves the QP in `Err` with the error `modify_to_rtr` used to return: a listener that
+/// accepts and never answers `CONNECT` (`Connect`, after `connect_timeout`), a device that
+/// has no such QP (`Refused`), an address where nothing listens (`Connect`).
+#[test]
+fn a_failed_dial_fails_the_qp_and_flushes_what_was_posted() {
+    use engine::soft::QpError;
+    let hole = TcpListener::bind("127.0.0.1:0").unwrap();
+    let hole_addr = hole.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in hole.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    let other = SoftDevice::new(Ipv4Addr::LOCALHOST);
+    let other_addr = other.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let closed = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let bound = Duration::from_millis(300);
+    let dev = SoftDevice::new(Ipv4Addr::LOCALHOST);
+    for (addr, want_refused, least) in [
+        (hole_addr, false, bound),
+        (other_addr, true, Duration::ZERO),
+        (closed, false, Duration::ZERO),
+    ] {
+        let pd = dev.alloc_pd();
+        let cq = dev.create_cq();
+        let qp = dev.create_qp(&pd, &cq, &cq, QpCaps::default());
+        qp.modify_to_init(Access::NONE).unwrap();
+        let mut rtr = RtrAttr::from_token(&rc(0x4321), 1, SoftPath::Connect(addr));
+        rtr.connect_timeout = bound;
+        let t = Instant::now();
+        qp.modify_to_rtr(&rtr).unwrap();
+        qp.modify_to_rts(&RtsAttr::new(1)).unwrap();
+        post_small_writes(&qp, &pd, &[1, 2]);
+        let returned = t.elapsed();
+        assert!(
+            returned < Duration::from_millis(100),
+            "{addr}: RTR, RTS and the posts took {returned:?}"
+        );
+        let wcs = reap_cq(&cq, 2, Duration::from_secs(5));
+        let failed = t.elapsed();
+        assert!(
+            wcs.iter().all(|w| w.status == WcStatus::WrFlushError),
+            "{addr}: {wcs:?}"
+        );
+        assert_eq!(qp.state(), QpState::Err, "{addr}");
+        assert!(!qp.is_connecting(), "{addr}");
+        match qp.connect_error() {
+            Some(QpError::Refused) => assert!(want_refused, "{addr}: refused"),
+            Some(QpError::Connect(e)) => assert!(!want_refused, "{addr}: {e}"),
+            e => panic!("{addr}: {e:?}"),
+        }
+        assert!(
+            failed >= least && failed < least + Duration::from_secs(1),
+            "{addr}: the dial failed after {failed:?}"
+        );
+    }
+}

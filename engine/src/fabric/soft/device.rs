@@ -1,7 +1,8 @@
 //! The soft device: QP numbers, the pairing listener, and the dial side of pairing.
 //!
-//! Pairing over TCP (one connection per QP pair): the side whose RTR names
-//! [`SoftPath::Connect`] dials the peer device's listener and sends `CONNECT` — its own RC
+//! Pairing over TCP (one connection per QP pair): for the side whose RTR names
+//! [`SoftPath::Connect`], the QP's I/O thread dials the peer device's listener (`dial.rs`,
+//! non-blocking steps; `modify_to_rtr` does not wait) and sends `CONNECT` — its own RC
 //! token (QPN, GID) as payload and the QPN it wants in `aux`. The listener hands the
 //! connection to that QP if it exists, is in `Init`, `Rtr` or `Rts`, is not yet paired, and (once its
 //! RTR named a peer) the token's QPN is that peer; it answers `CONNECT_ACK` with its own token,
@@ -15,20 +16,18 @@
 //! them; none is started per QP, per operation or per connection.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
-use s3_lite::rdma::token::TOKEN_BYTES;
-use s3_lite::rdma::{RcToken, Transport, gid_from_ipv4};
+use s3_lite::rdma::{RcToken, gid_from_ipv4};
 
 use super::cq::CompletionQueue;
-use super::frame::{CONNECT_PAYLOAD, HEADER_LEN, Header, Opcode, PSN_MASK, decode_header};
+use super::frame::{CONNECT_PAYLOAD, Header, Opcode, PSN_MASK};
 use super::io::{Cmd, IoPool, default_io_threads};
 use super::mr::ProtectionDomain;
-use super::qp::{QpCaps, QpError, QpState, QueuePair, RtrAttr};
+use super::qp::{QpCaps, QpState, QueuePair};
 use super::shared::{Core, QpShared};
 use super::wr::Access;
 
@@ -226,6 +225,8 @@ impl SoftDevice {
                 rnr_wait: Duration::from_secs(2),
                 stream: None,
                 started: false,
+                dialing: false,
+                dial_error: None,
                 sq: Default::default(),
                 outstanding: Default::default(),
                 next_seq: 0,
@@ -254,29 +255,6 @@ impl SoftDevice {
     }
 }
 
-/// Reads one frame of exactly `HEADER_LEN + CONNECT_PAYLOAD` bytes and its token.
-fn read_pairing(sock: &mut TcpStream, want: Opcode) -> Result<(Header, RcToken), ()> {
-    let mut buf = [0u8; HEADER_LEN + TOKEN_BYTES];
-    let hdr = {
-        let head = buf.get_mut(..HEADER_LEN).ok_or(())?;
-        sock.read_exact(head).map_err(|_| ())?;
-        decode_header(head).map_err(|_| ())?
-    };
-    if hdr.opcode == Opcode::Nak || hdr.opcode != want {
-        return Err(());
-    }
-    let body: &mut [u8; TOKEN_BYTES] = buf
-        .get_mut(HEADER_LEN..)
-        .and_then(|s| s.try_into().ok())
-        .ok_or(())?;
-    sock.read_exact(body).map_err(|_| ())?;
-    let token = RcToken::from_bytes(body).map_err(|_| ())?;
-    if token.transport != Transport::Rc {
-        return Err(());
-    }
-    Ok((hdr, token))
-}
-
 pub(crate) fn pairing_frame(opcode: Opcode, aux: u64, token: &RcToken) -> Vec<u8> {
     let h = Header {
         len: CONNECT_PAYLOAD,
@@ -286,29 +264,4 @@ pub(crate) fn pairing_frame(opcode: Opcode, aux: u64, token: &RcToken) -> Vec<u8
     let mut v = h.encode().to_vec();
     v.extend_from_slice(&token.to_bytes());
     v
-}
-
-/// The dialing side of pairing, run inside `modify_to_rtr`.
-pub(crate) fn dial(qp: &QpShared, addr: SocketAddr, attr: &RtrAttr) -> Result<TcpStream, QpError> {
-    let err = |e: std::io::Error| QpError::Connect(e.to_string());
-    let mut sock = TcpStream::connect_timeout(&addr, attr.connect_timeout).map_err(err)?;
-    sock.set_nodelay(true).map_err(err)?;
-    sock.set_read_timeout(Some(attr.connect_timeout))
-        .map_err(err)?;
-    sock.set_write_timeout(Some(attr.connect_timeout))
-        .map_err(err)?;
-    sock.write_all(&pairing_frame(
-        Opcode::Connect,
-        u64::from(attr.dest_qpn),
-        &qp.token(),
-    ))
-    .map_err(err)?;
-    let (_, peer) = read_pairing(&mut sock, Opcode::ConnectAck).map_err(|()| QpError::Refused)?;
-    if peer.qpn != attr.dest_qpn {
-        return Err(QpError::PeerMismatch("qpn"));
-    }
-    if attr.dgid != [0; 16] && peer.gid != attr.dgid {
-        return Err(QpError::PeerMismatch("gid"));
-    }
-    Ok(sock)
 }

@@ -1,12 +1,13 @@
 //! The soft device's I/O threads: a fixed set per device, each a `mio` poll loop over the
 //! non-blocking sockets of the queue pairs attached to it (and, on the first, the device's
-//! pairing listener and its handshakes).
+//! pairing listener and its handshakes), and the dials of its QPs whose RTR named
+//! `SoftPath::Connect` (`dial.rs`).
 //!
 //! A QP is attached to one thread when it becomes ready (RTR/RTS with a connection), the least
 //! loaded one, and stays there until it is detached. Its receive side ([`Rx`]) and write side
 //! ([`super::tx`]) are resumable steps, so the loop never waits on one peer: a stalled peer
-//! holds only its own QP's state. RNR waits, stall timeouts, the drain after a NAK and the
-//! pairing timeout are the loop's timers. Posting threads talk to the loop through its inbox
+//! holds only its own QP's state. RNR waits, stall timeouts, the drain after a NAK, the
+//! pairing timeout and the dial bound are the loop's timers. Posting threads talk to the loop through its inbox
 //! and its `mio::Waker` ([`IoPool::send`]): the waker is rung only when the inbox was empty, and
 //! a QP is kicked only when it is not already (`QpShared::kick`).
 //!
@@ -25,6 +26,7 @@ use std::time::{Duration, Instant};
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::device::DeviceInner;
+use super::dial::{Dial, DialReq};
 use super::pairing::Pairing;
 use super::qp::QpState;
 use super::rx::{Pass, Rx, Stop};
@@ -59,8 +61,10 @@ pub(crate) const DETACH_LIMIT: Duration = Duration::from_secs(2);
 
 const WAKE: Token = Token(usize::MAX);
 const LISTEN: Token = Token(usize::MAX - 1);
-/// Tokens at and above this name pairings; below it, attached QPs by QPN (24 bits).
+/// Tokens at and above this name pairings; from [`DIAL_BASE`] up to it, dials (by QPN);
+/// below that, attached QPs by QPN (24 bits).
 const PAIR_BASE: usize = 1 << 30;
+const DIAL_BASE: usize = 1 << 28;
 
 static NEXT_DEVICE: AtomicU32 = AtomicU32::new(0);
 
@@ -99,6 +103,8 @@ impl Ack {
 pub(crate) enum Cmd {
     /// Serve this QP's connection.
     Attach(Arc<QpShared>, Arc<TcpStream>),
+    /// Dial the QP's peer and pair (`modify_to_rtr` with `SoftPath::Connect`).
+    Dial(Arc<QpShared>, DialReq),
     /// The QP has something to send, or a RECV for a waiting frame.
     Kick(u32),
     /// Stop serving the QP and forget it; acknowledge.
@@ -273,6 +279,8 @@ struct Loop {
     listener: Option<(mio::net::TcpListener, Weak<DeviceInner>)>,
     pairings: HashMap<usize, Pairing>,
     next_pairing: usize,
+    /// Dials in progress, by QPN.
+    dials: HashMap<u32, Dial>,
     again: Vec<u32>,
     next_sweep: Option<Instant>,
     /// The soonest RNR-wait or drain deadline armed since the last sweep.
@@ -288,6 +296,7 @@ impl Loop {
             listener: None,
             pairings: HashMap::new(),
             next_pairing: 0,
+            dials: HashMap::new(),
             again: Vec::new(),
             next_sweep: None,
             soonest: None,
@@ -320,6 +329,7 @@ impl Loop {
                     WAKE => {}
                     LISTEN => accept = true,
                     Token(t) if t >= PAIR_BASE => self.pairing(t),
+                    Token(t) if t >= DIAL_BASE => self.dial_step((t - DIAL_BASE) as u32),
                     Token(t) => {
                         let qpn = t as u32;
                         if let Some(c) = self.conns.get_mut(&qpn) {
@@ -350,6 +360,7 @@ impl Loop {
                             work.push(qpn);
                         }
                     }
+                    Cmd::Dial(qp, req) => self.dial(qp, req),
                     Cmd::Kick(qpn) => {
                         if let Some(c) = self.conns.get_mut(&qpn) {
                             c.qp.kicked.store(false, Ordering::Release);
@@ -359,6 +370,7 @@ impl Loop {
                     }
                     Cmd::Detach(qpn, ack) => {
                         self.remove(qpn);
+                        self.drop_dial(qpn);
                         ack.set();
                     }
                     Cmd::Listen(l, dev) => self.listen(l, dev),
@@ -394,6 +406,13 @@ impl Loop {
             if let Cmd::Detach(_, ack) = cmd {
                 ack.set();
             }
+        }
+        let dials: Vec<u32> = self.dials.keys().copied().collect();
+        for qpn in dials {
+            self.end_dial(
+                qpn,
+                Err(super::qp::QpError::Connect("the I/O thread ended".into())),
+            );
         }
         let qpns: Vec<u32> = self.conns.keys().copied().collect();
         for qpn in qpns {
@@ -506,6 +525,18 @@ impl Loop {
         for t in expired {
             self.drop_pairing(t);
         }
+        let late: Vec<u32> = self
+            .dials
+            .iter()
+            .filter(|(_, d)| now >= d.until)
+            .map(|(q, _)| *q)
+            .collect();
+        for qpn in late {
+            self.end_dial(qpn, Err(super::qp::QpError::Connect("timed out".into())));
+        }
+        for d in self.dials.values() {
+            soonest = Some(soonest.map_or(d.until, |s| s.min(d.until)));
+        }
         self.soonest = soonest;
         self.next_sweep = (!self.conns.is_empty() || !self.pairings.is_empty()).then(|| now + tick);
     }
@@ -588,6 +619,57 @@ impl Loop {
         if let Some(mut p) = self.pairings.remove(&t) {
             let _ = self.poll.registry().deregister(&mut p.sock);
             p.finish();
+        }
+    }
+
+    /// Starts the dial of `qp`'s peer (the loop's timer bounds it by `req.timeout`).
+    fn dial(&mut self, qp: Arc<QpShared>, req: DialReq) {
+        let qpn = qp.qpn;
+        // A QPN reused before a timed-out detach finished: the old dial goes.
+        self.drop_dial(qpn);
+        let mut d = match Dial::start(qp, req) {
+            Ok(d) => d,
+            Err((qp, e)) => {
+                super::dial::failed(&qp, e);
+                return;
+            }
+        };
+        if let Err(e) = self.poll.registry().register(
+            &mut d.sock,
+            Token(DIAL_BASE + qpn as usize),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            d.finish(Err(super::qp::QpError::Connect(e.to_string())));
+            return;
+        }
+        self.soonest = Some(self.soonest.map_or(d.until, |s| s.min(d.until)));
+        self.dials.insert(qpn, d);
+        self.dial_step(qpn);
+    }
+
+    /// Advances QP `qpn`'s dial; ends it when it is over.
+    fn dial_step(&mut self, qpn: u32) {
+        let Some(d) = self.dials.get_mut(&qpn) else {
+            return;
+        };
+        if let Some(outcome) = d.step() {
+            self.end_dial(qpn, outcome);
+        }
+    }
+
+    /// Ends QP `qpn`'s dial with `outcome` (the QP is attached or failed).
+    fn end_dial(&mut self, qpn: u32, outcome: Result<(), super::qp::QpError>) {
+        if let Some(mut d) = self.dials.remove(&qpn) {
+            let _ = self.poll.registry().deregister(&mut d.sock);
+            d.finish(outcome);
+        }
+    }
+
+    /// Forgets QP `qpn`'s dial (the QP is being torn down; it fails itself).
+    fn drop_dial(&mut self, qpn: u32) {
+        if let Some(mut d) = self.dials.remove(&qpn) {
+            let _ = self.poll.registry().deregister(&mut d.sock);
+            let _ = d.sock.shutdown(std::net::Shutdown::Both);
         }
     }
 

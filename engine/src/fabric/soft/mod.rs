@@ -31,6 +31,7 @@
 
 mod cq;
 mod device;
+mod dial;
 pub mod frame;
 mod io;
 mod mr;

@@ -128,6 +128,7 @@ impl Pairing {
             let c = qp.lock();
             matches!(c.state, QpState::Init | QpState::Rtr | QpState::Rts)
                 && c.stream.is_none()
+                && !c.dialing
                 && c.dest_qpn.is_none_or(|d| d == peer.qpn)
         });
         match qp {

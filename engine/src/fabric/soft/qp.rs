@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use s3_lite::rdma::RcToken;
 
+use super::dial::DialReq;
 use super::frame::PSN_MASK;
+use super::io::Cmd;
 use super::mr::{MemoryRegion, MrError};
 use super::shared::{Posted, PostedRecv, QpShared, Shut, send_opcode};
 use super::wr::Access;
@@ -71,7 +73,8 @@ pub const MAX_RD_ATOMIC: u32 = 16;
 /// How the TCP connection behind a QP is made (the soft stand-in for a path / address vector).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SoftPath {
-    /// Dial the peer device's listener at this address during RTR.
+    /// Dial the peer device's listener at this address (from RTR on; the device's I/O thread
+    /// dials, `modify_to_rtr` does not wait for it).
     Connect(SocketAddr),
     /// Wait for the peer to dial this device's listener (`SoftDevice::listen`).
     Accept,
@@ -206,9 +209,13 @@ impl QueuePair {
         Ok(())
     }
 
-    /// `Init → Rtr`. With [`SoftPath::Connect`] this dials the peer's device and pairs with
-    /// `dest_qpn` before returning; with [`SoftPath::Accept`] the peer's dial may come before
-    /// or after (its CONNECT must name this QP and come from `dest_qpn`).
+    /// `Init → Rtr`. With [`SoftPath::Connect`] this hands the dial of the peer's device (and
+    /// the pairing with `dest_qpn`) to the device's I/O thread and returns at once, as verbs
+    /// would: the QP may go to `Rts` and sends may be posted meanwhile (they wait in the send
+    /// queue until the connection is up). A dial that fails or takes longer than
+    /// `connect_timeout` moves the QP to `Err`, flushing every posted work request, and
+    /// [`QueuePair::connect_error`] says why. With [`SoftPath::Accept`] the peer's dial may come
+    /// before or after (its CONNECT must name this QP and come from `dest_qpn`).
     pub fn modify_to_rtr(&self, attr: &RtrAttr) -> Result<(), QpError> {
         if attr.dest_qpn > PSN_MASK {
             return Err(QpError::OutOfRange("dest_qpn"));
@@ -216,17 +223,6 @@ impl QueuePair {
         if attr.rq_psn > PSN_MASK {
             return Err(QpError::OutOfRange("rq_psn"));
         }
-        let state = self.state();
-        if state != QpState::Init {
-            return Err(QpError::InvalidTransition {
-                from: state,
-                to: QpState::Rtr,
-            });
-        }
-        let dialled = match attr.path {
-            SoftPath::Connect(addr) => Some(super::device::dial(&self.shared, addr, attr)?),
-            SoftPath::Accept => None,
-        };
         let mut c = self.shared.lock();
         if c.state != QpState::Init {
             return Err(QpError::InvalidTransition {
@@ -234,13 +230,32 @@ impl QueuePair {
                 to: QpState::Rtr,
             });
         }
-        match (&c.stream, dialled) {
-            (Some(_), Some(_)) => return Err(QpError::Refused),
-            (Some((_, src)), None) if *src != attr.dest_qpn => {
+        match (attr.path, &c.stream) {
+            // The peer dialled us already: two connections for one QP pair.
+            (SoftPath::Connect(_), Some(_)) => return Err(QpError::Refused),
+            (SoftPath::Connect(addr), None) => {
+                let io = self.shared.io.as_ref().ok_or_else(|| {
+                    QpError::Connect("the soft device's I/O threads did not start".into())
+                })?;
+                let i = *self.shared.thread.get_or_init(|| io.pick());
+                let req = DialReq {
+                    addr,
+                    dest_qpn: attr.dest_qpn,
+                    dgid: attr.dgid,
+                    timeout: attr.connect_timeout,
+                };
+                // The loop takes the core's lock to end the dial, so it sees the QP in `Rtr`.
+                if !io.send(i, Cmd::Dial(Arc::clone(&self.shared), req)) {
+                    return Err(QpError::Connect(
+                        "the soft device's I/O threads ended".into(),
+                    ));
+                }
+                c.dialing = true;
+            }
+            (SoftPath::Accept, Some((_, src))) if *src != attr.dest_qpn => {
                 return Err(QpError::PeerMismatch("qpn"));
             }
-            (_, Some(sock)) => c.stream = Some((Arc::new(sock), attr.dest_qpn)),
-            _ => {}
+            (SoftPath::Accept, _) => {}
         }
         c.dest_qpn = Some(attr.dest_qpn);
         c.rq_psn = attr.rq_psn;
@@ -249,6 +264,20 @@ impl QueuePair {
         self.shared
             .maybe_start(&mut c)
             .map_err(|e| QpError::Connect(e.to_string()))
+    }
+
+    /// Whether the QP's dial of its peer (RTR with [`SoftPath::Connect`]) is still under way.
+    #[must_use]
+    pub fn is_connecting(&self) -> bool {
+        let c = self.shared.lock();
+        c.dialing && c.state != QpState::Err
+    }
+
+    /// Why the QP's dial of its peer failed (the QP is in `Err` then): the error
+    /// `modify_to_rtr` returned before dials ran on the I/O thread.
+    #[must_use]
+    pub fn connect_error(&self) -> Option<QpError> {
+        self.shared.lock().dial_error.clone()
     }
 
     /// `Rtr → Rts`: sends may be posted.

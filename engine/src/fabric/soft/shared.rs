@@ -96,6 +96,11 @@ pub(crate) struct Core {
     /// The attached connection and the QPN its CONNECT named.
     pub(crate) stream: Option<(Arc<TcpStream>, u32)>,
     pub(crate) started: bool,
+    /// The I/O thread is dialling the peer for this QP (`modify_to_rtr` with
+    /// `SoftPath::Connect`): no other connection may be attached meanwhile.
+    pub(crate) dialing: bool,
+    /// Why the dial failed (the QP is in `Err` then).
+    pub(crate) dial_error: Option<super::qp::QpError>,
     pub(crate) sq: VecDeque<Posted>,
     pub(crate) outstanding: VecDeque<Outstanding>,
     /// Sequence numbers count frames from 0; the wire PSN is `sq_psn + seq` mod 2^24.
@@ -323,6 +328,7 @@ impl QpShared {
         let mut c = self.lock();
         let ok = matches!(c.state, QpState::Init | QpState::Rtr | QpState::Rts)
             && c.stream.is_none()
+            && !c.dialing
             && c.dest_qpn.is_none_or(|d| d == src_qpn);
         if ok {
             c.stream = Some((sock, src_qpn));
