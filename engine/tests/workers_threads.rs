@@ -375,7 +375,10 @@ fn verbs_threads_are_workers_nothing_per_op() {
         let samples = batch(&engine, &before, DataPath::RdmaVerbs, ops, depth);
         assert!(samples.len() >= 2, "{dialect:?}: {} samples", samples.len());
         for s in &samples {
-            assert_eq!(s, &workers, "{dialect:?} over verbs: threads beyond the workers");
+            assert_eq!(
+                s, &workers,
+                "{dialect:?} over verbs: threads beyond the workers"
+            );
         }
         eprintln!(
             "VERBS_THREADS {dialect:?}: {ops} ops in {:.1} s, {} samples, each exactly the \

@@ -217,9 +217,7 @@ pub unsafe fn create_cq(
     channel: *mut sys::ibv_comp_channel,
 ) -> io::Result<NonNull<sys::ibv_cq>> {
     // SAFETY: caller contract; a NULL cq_context / channel is allowed.
-    nonnull(unsafe {
-        (api.ibv_create_cq)(ctx.as_ptr(), cqe, ptr::null_mut(), channel.cast(), 0)
-    })
+    nonnull(unsafe { (api.ibv_create_cq)(ctx.as_ptr(), cqe, ptr::null_mut(), channel.cast(), 0) })
 }
 
 /// `ibv_create_comp_channel`.
