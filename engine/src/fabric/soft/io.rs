@@ -35,10 +35,9 @@ use super::tx;
 use super::wr::WcStatus;
 
 /// The I/O threads a device starts unless told otherwise: one per available core, at most
-/// [`DEFAULT_IO_THREADS_MAX`], at least 1. A thread moves about as many bytes as one
-/// connection's socket can take (the kernel's TCP work is done on the thread that sends or
-/// receives), so fewer threads than busy QPs caps the device: measured on a 16-core host with
-/// 8 client QPs, 4 threads gave half the throughput of 8 at 1 MiB and 16 MiB range-gets.
+/// [`DEFAULT_IO_THREADS_MAX`], at least 1. A thread does the kernel's TCP work of the QPs it
+/// serves (copies, checksums, loopback delivery), so a device with many busy QPs wants about
+/// as many threads as it has cores for them.
 #[must_use]
 pub fn default_io_threads() -> usize {
     std::thread::available_parallelism()
