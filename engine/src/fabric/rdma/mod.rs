@@ -399,7 +399,6 @@ impl RdmaClient {
         }
     }
 
-    /// The cuObject descriptor provider (dialect `CuObject`).
     /// Speaks TLS on the side exchanges (an `https://` endpoint): the same context as the
     /// HTTP transport's connections.
     pub(crate) fn with_tls(
@@ -410,6 +409,7 @@ impl RdmaClient {
         self
     }
 
+    /// The cuObject descriptor provider (dialect `CuObject`).
     pub(crate) fn with_dc_provider(
         mut self,
         dc: Option<Arc<dyn cuobject::DcTokenProvider>>,

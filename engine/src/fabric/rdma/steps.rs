@@ -118,14 +118,17 @@ impl RdmaClient {
         }
     }
 
-    /// Whether an op awaiting its completion has only the timer to wake it (a verbs CQ with
-    /// no armed completion channel).
+    /// Whether an op awaiting its completion has only the timer to wake it.
     fn polled_awaiting(&self) -> bool {
-        self.home.kind() != crate::fabric::rc::RcKind::Soft
-            && self
-                .awaiting
-                .iter()
-                .any(|k| self.running.get(k).is_some_and(|r| !r.op.cq_is_armed()))
+        self.awaiting
+            .iter()
+            .any(|k| self.running.get(k).is_some_and(|r| self.polled(&r.op)))
+    }
+
+    /// Whether `op`'s completion is found only by polling on a timer: a verbs CQ without an
+    /// armed completion channel (a soft CQ rings the worker's waker).
+    fn polled(&self, op: &v2::V2Op) -> bool {
+        self.home.kind() != crate::fabric::rc::RcKind::Soft && !op.cq_is_armed()
     }
 
     /// Applies what a step of `key`'s exchange produced.
@@ -151,8 +154,7 @@ impl RdmaClient {
                     // Armed just now: poll once more at once, for a completion that came
                     // before the arm (it raised no event); after that the fd wakes us.
                     self.timers.push(Reverse((Instant::now(), Due::CqPoll)));
-                } else if self.home.kind() != crate::fabric::rc::RcKind::Soft && !r.op.cq_is_armed()
-                {
+                } else if self.polled(&r.op) {
                     // A verbs CQ without a completion channel: poll it on a timer.
                     self.timers
                         .push(Reverse((Instant::now() + CQ_POLL, Due::CqPoll)));
