@@ -421,21 +421,35 @@ impl RcGet {
         Ok(())
     }
 
+    /// Lands up to `max` more bytes in the buffer being filled: `land(buffer, offset, room)`
+    /// places at most `room` bytes at `offset` and returns how many it placed. The buffer is
+    /// posted once full. Returns the bytes landed.
+    fn land_next(
+        &mut self,
+        max: usize,
+        land: impl FnOnce(&RcStaging, usize, usize) -> Result<usize, ApiError>,
+    ) -> Result<usize, ApiError> {
+        let fill = self.fill;
+        let buf = self.current()?;
+        let n = land(buf, fill, max.min(CHUNK - fill))?;
+        self.fill += n;
+        if self.fill == CHUNK {
+            self.flush()?;
+        }
+        Ok(n)
+    }
+
     fn push(&mut self, mut bytes: &[u8]) -> Result<(), ApiError> {
         self.check_window(bytes.len() as u64)?;
         while !bytes.is_empty() {
-            let fill = self.fill;
-            let mr = self.current()?;
-            let n = bytes.len().min(CHUNK - fill);
-            let (head, rest) = bytes.split_at(n);
-            mr.mr()
-                .write(fill as u64, head)
-                .map_err(ApiError::internal)?;
-            self.fill += n;
-            bytes = rest;
-            if self.fill == CHUNK {
-                self.flush()?;
-            }
+            let n = self.land_next(bytes.len(), |buf, at, room| {
+                let (head, _) = bytes.split_at(room);
+                buf.mr()
+                    .write(at as u64, head)
+                    .map_err(ApiError::internal)?;
+                Ok(room)
+            })?;
+            bytes = bytes.split_at(n).1;
         }
         Ok(())
     }
@@ -452,25 +466,19 @@ impl RcGet {
         self.check_window(len)?;
         let mut left = len;
         while left > 0 {
-            let fill = self.fill;
-            let mr = self.current()?;
-            let want = usize::try_from(left)
-                .unwrap_or(usize::MAX)
-                .min(CHUNK - fill)
-                .min(FILE_PIECE);
-            let got = mr
-                .read_file_at(fill as u64, want, file, at)
-                .map_err(ApiError::internal)?;
-            if got == 0 {
-                return Err(ApiError::internal("object shorter than its metadata"));
-            }
-            show(mr.mr(), fill, got, seen)?;
-            self.fill += got;
+            let want = usize::try_from(left).unwrap_or(usize::MAX).min(FILE_PIECE);
+            let got = self.land_next(want, |buf, off, room| {
+                let got = buf
+                    .read_file_at(off as u64, room, file, at)
+                    .map_err(ApiError::internal)?;
+                if got == 0 {
+                    return Err(ApiError::internal("object shorter than its metadata"));
+                }
+                show(buf.mr(), off, got, seen)?;
+                Ok(got)
+            })?;
             at += got as u64;
             left -= got as u64;
-            if self.fill == CHUNK {
-                self.flush()?;
-            }
         }
         Ok(())
     }
