@@ -60,13 +60,7 @@ fn gateway_child() {
                 hipobj_gateway::RcLimits::default(),
             )
             .expect("a verbs target on the test NIC");
-            hipobj_gateway::Gateway::builder()
-                .listen("127.0.0.1:0")
-                .root_dir(root)
-                .credentials(raw::ACCESS, raw::SECRET)
-                .rdma_target(target)
-                .start()
-                .unwrap()
+            rig::gateway_over(root, target)
         }
         Err(_) => rig::soft_gateway(root),
     };

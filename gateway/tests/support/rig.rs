@@ -36,6 +36,12 @@ pub fn soft_gateway(root: &Path) -> RunningGateway {
         RcLimits::default(),
     )
     .unwrap();
+    gateway_over(root, target)
+}
+
+/// Our gateway in process over `root` with the RDMA target `target` and the raw-request
+/// credentials.
+pub fn gateway_over(root: &Path, target: std::sync::Arc<RcTarget>) -> RunningGateway {
     Gateway::builder()
         .listen("127.0.0.1:0")
         .root_dir(root)
