@@ -184,12 +184,8 @@ struct Join {
     left: usize,
     /// Bytes landed so far.
     bytes: u64,
-    /// The first chunk's success (its path, dialect and object size are the parent's).
+    /// The success whose path and dialect are the parent's ([`reporting`]).
     first: Option<Cqe>,
-    /// The flags of a successful chunk that went over HTTP (a per-request fallback): the
-    /// parent then reports that path and dialect, so a fallback is never hidden behind an
-    /// RDMA chunk that happened to land first.
-    fell_back: Option<u32>,
     /// The first object size a chunk reported (chunks over hipobj-rc-v2 report none).
     seen_size: Option<u64>,
     /// The object size every chunk must report (a whole-object GET's, from its HEAD).
@@ -295,7 +291,6 @@ impl Joins {
                 left: chunks,
                 bytes: 0,
                 first: None,
-                fell_back: None,
                 seen_size: None,
                 size,
                 verified: true,
@@ -318,9 +313,6 @@ impl Joins {
         if cqe.is_ok() {
             j.bytes = j.bytes.saturating_add(cqe.bytes());
             j.verified &= cqe.verified();
-            if cqe.path() == Some(ring_api::DataPath::Http) {
-                j.fell_back.get_or_insert(cqe.flags());
-            }
             // The object size a chunk reports (`aux`; 0 where its path names none, as
             // hipobj-rc-v2 does) must agree with the HEAD's and with every other chunk's:
             // otherwise the object changed while it was read, and the buffer may hold bytes
@@ -336,7 +328,7 @@ impl Joins {
                 }
                 j.seen_size.get_or_insert(reported);
             }
-            j.first.get_or_insert(cqe);
+            reporting(&mut j.first, cqe);
         } else if j.error.is_none() {
             j.error = Some(cqe);
         }
@@ -353,7 +345,7 @@ impl Joins {
         let cqe = match (j.error, j.first) {
             (Some(e), _) => e,
             (None, Some(f)) => {
-                let mut flags = j.fell_back.unwrap_or(f.flags()) & !cqe_flags::VERIFIED;
+                let mut flags = f.flags() & !cqe_flags::VERIFIED;
                 if j.verified {
                     flags |= cqe_flags::VERIFIED;
                 }
@@ -402,6 +394,18 @@ impl Joins {
             false
         });
         open
+    }
+}
+
+/// Keeps in `first` the success a striped read reports its path and dialect from: the first
+/// chunk's, unless a chunk went over HTTP (a per-request fallback): the first such one is then
+/// reported, so a fallback is never hidden behind an RDMA chunk that landed first.
+fn reporting(first: &mut Option<Cqe>, cqe: Cqe) {
+    if cqe.path() == Some(ring_api::DataPath::Http) && first.is_none_or(|f| f.path() != cqe.path())
+    {
+        *first = Some(cqe);
+    } else {
+        first.get_or_insert(cqe);
     }
 }
 
