@@ -590,3 +590,284 @@ fn stalled_prepare_does_not_delay_other_v2_exchanges() {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// A soft listener that accepts every pairing connection and never answers its `CONNECT`
+/// (a gateway whose soft listener hangs); counts the connections it took and those the
+/// dialer closed.
+fn black_hole_soft_listener(seen: Arc<Seen>) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let seen = Arc::clone(&seen);
+            std::thread::spawn(move || hold(s, &seen));
+        }
+    });
+    a
+}
+
+/// hipobj-rc-v2 over the soft fabric against a server that grants the PREPARE of `dial`
+/// naming a soft listener that accepts the QP's dial but never answers its `CONNECT`, and
+/// holds the READY (as a gateway waiting for that connection would); other PREPAREs are
+/// refused (`501`), so those ops go over HTTP. While the dial hangs, 20 range-gets on the same
+/// (single) worker each complete well under 100 ms (before the dial ran on the soft device's
+/// I/O thread, the worker waited in it for `CONNECT_LIMIT`, 500 ms); the dialling op itself
+/// fails as a transport failure once the dial's bound has passed (not at its 10 s deadline),
+/// and its dial connection is closed.
+#[test]
+fn hanging_soft_dial_does_not_block_the_worker() {
+    let data = Arc::new(pattern(400_000));
+    let seen = Arc::new(Seen::default());
+    let dial_seen = Arc::new(Seen::default());
+    let soft = black_hole_soft_listener(Arc::clone(&dial_seen));
+    let readies = Arc::new(AtomicUsize::new(0));
+    let (d, sn, rd) = (Arc::clone(&data), Arc::clone(&seen), Arc::clone(&readies));
+    let addr = server(move |mut s| {
+        while let Some(h) = head_of(&mut s) {
+            let line = h[":line"].clone();
+            if line.starts_with("POST /.hipobj-rc/prepare") {
+                if !h.values().any(|v| v.contains("dial")) {
+                    answer(
+                        &mut s,
+                        501,
+                        &[("X-Amz-Rdma-Protocol-Status", "unsupported".to_owned())],
+                        b"",
+                    );
+                    continue;
+                }
+                // A real QP's token (its QPN and GID are what the client checks), never
+                // paired: the dial goes to the black hole.
+                let dev = SoftDevice::new(Ipv4Addr::LOCALHOST);
+                let qp = dev.create_qp(
+                    &dev.alloc_pd(),
+                    &dev.create_cq(),
+                    &dev.create_cq(),
+                    QpCaps::default(),
+                );
+                let tok = qp.local_token(None).unwrap();
+                let r = [
+                    ("x-amz-rdma-protocol", "hipobj-rc-v2".to_owned()),
+                    ("x-amz-rdma-reply", format!("200:{}", tok.encode())),
+                    (
+                        "x-amz-rdma-session",
+                        "0123456789abcdef0123456789abcdef".to_owned(),
+                    ),
+                    ("x-amz-rdma-psn", "004242".to_owned()),
+                    ("x-amz-rdma-qpn", format!("{:x}", tok.qpn)),
+                    ("x-amz-rdma-soft-addr", soft.to_string()),
+                ];
+                answer(&mut s, 200, &r, b"");
+            } else if line.starts_with("POST /.hipobj-rc/ready") {
+                rd.fetch_add(1, Ordering::SeqCst);
+                hold(s, &sn);
+                return;
+            } else if line.starts_with("POST /.hipobj-rc/cancel") {
+                answer(&mut s, 204, &[], b"");
+            } else if !plain(&mut s, &h, &d, &sn) {
+                return;
+            }
+        }
+    });
+    let engine = builder(addr)
+        .fabric(Fabric::Soft)
+        .dialect(Dialect::RcV2)
+        .build()
+        .unwrap();
+    let buf = engine
+        .register_host(1 << 20, RegisterOptions::pageable())
+        .unwrap();
+    let dial = engine.object("bkt", "dial").unwrap();
+    let fine = engine.object("bkt", "fine").unwrap();
+    let mut q = engine.queue(16).unwrap();
+
+    let t0 = Instant::now();
+    q.push(
+        &RangeGet::new(dial, 0, BufSlice::new(buf, 0, 100_000))
+            .user_data(1)
+            .deadline_ns(Duration::from_secs(10).as_nanos() as u64)
+            .build(),
+    )
+    .unwrap();
+    while dial_seen.held.load(Ordering::SeqCst) == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the QP never dialled"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let dialled = t0.elapsed();
+    // The dial hangs now: the worker's other ops run meanwhile, one at a time.
+    let mut all: HashMap<u64, Cqe> = HashMap::new();
+    let mut slowest = Duration::ZERO;
+    for i in 0..20u64 {
+        let t = Instant::now();
+        let off = 1000 * i;
+        q.push(
+            &RangeGet::new(fine, off, BufSlice::new(buf, 200_000, 50_000))
+                .user_data(10 + i)
+                .build(),
+        )
+        .unwrap();
+        while !all.contains_key(&(10 + i)) {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "range-get {i} never ended"
+            );
+            all.extend(reap(&mut q, 1, Duration::from_millis(100)));
+        }
+        let took = t.elapsed();
+        slowest = slowest.max(took);
+        let c = all[&(10 + i)];
+        assert!(c.is_ok(), "range-get {i}: {c:?}");
+        assert_eq!(c.path(), Some(DataPath::Http), "range-get {i}");
+        let off = off as usize;
+        let have = engine.read(buf, 200_000, 50_000).unwrap();
+        assert!(*have == data[off..off + 50_000], "range-get {i} bytes");
+        assert!(
+            took < Duration::from_millis(100),
+            "range-get {i} took {took:?} while the soft dial hangs"
+        );
+    }
+    eprintln!(
+        "dial began {dialled:?} after the push; 20 range-gets in {:?}, slowest {slowest:?}",
+        t0.elapsed() - dialled
+    );
+    // The dialling op ends after the dial's bound (500 ms), well before its deadline.
+    while !all.contains_key(&1) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(8),
+            "the dialling op never ended"
+        );
+        all.extend(reap(&mut q, 1, Duration::from_millis(50)));
+    }
+    let ended = t0.elapsed();
+    let c = all[&1];
+    eprintln!(
+        "dialling op ended after {ended:?}: {c:?}; READYs {}",
+        readies.load(Ordering::SeqCst)
+    );
+    assert!(!c.is_ok(), "{c:?}");
+    assert_eq!(c.error_code(), Some(ErrorCode::ConnectionReset), "{c:?}");
+    assert!(ended < Duration::from_secs(3), "dialling op took {ended:?}");
+    let t = Instant::now();
+    while dial_seen.held_closed.load(Ordering::SeqCst) == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "dial connection not closed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// rc-persistent over the soft fabric against an endpoint that answers the pairing request
+/// (200, a token, a session) naming a soft listener that accepts the QP's dial but never
+/// answers its `CONNECT`. While the dial hangs, HEADs on the same (single) worker (HTTP ops
+/// the pairing does not hold) each complete well under 100 ms (before the dial ran on the
+/// soft device's I/O thread, the worker waited in it for `CONNECT_LIMIT`, 500 ms); the pairing
+/// then ends as it always did when its dial failed (unreachable): the range-get it held goes
+/// over HTTP, byte-exact, and the dial connection is closed.
+#[test]
+fn hanging_soft_dial_of_a_pairing_does_not_block_the_worker() {
+    let data = Arc::new(pattern(400_000));
+    let seen = Arc::new(Seen::default());
+    let dial_seen = Arc::new(Seen::default());
+    let soft = black_hole_soft_listener(Arc::clone(&dial_seen));
+    let (d, sn) = (Arc::clone(&data), Arc::clone(&seen));
+    let addr = server(move |mut s| {
+        while let Some(h) = head_of(&mut s) {
+            if h[":line"].starts_with("POST /.hipobj/rc/connect") {
+                let dev = SoftDevice::new(Ipv4Addr::LOCALHOST);
+                let qp = dev.create_qp(
+                    &dev.alloc_pd(),
+                    &dev.create_cq(),
+                    &dev.create_cq(),
+                    QpCaps::default(),
+                );
+                let tok = qp.local_token(None).unwrap();
+                let r = [
+                    ("x-amz-rdma-reply", format!("200:{}", tok.encode())),
+                    ("x-amz-rdma-psn", "004242".to_owned()),
+                    (
+                        "x-amz-rdma-session",
+                        "0123456789abcdef0123456789abcdef".to_owned(),
+                    ),
+                    ("x-amz-rdma-soft-addr", soft.to_string()),
+                ];
+                answer(&mut s, 200, &r, b"");
+            } else if !plain(&mut s, &h, &d, &sn) {
+                return;
+            }
+        }
+    });
+    let engine = builder(addr)
+        .fabric(Fabric::Soft)
+        .dialect(Dialect::RcPersistent)
+        .build()
+        .unwrap();
+    let buf = engine
+        .register_host(1 << 20, RegisterOptions::pageable())
+        .unwrap();
+    let obj = engine.object("bkt", "obj").unwrap();
+    let mut q = engine.queue(16).unwrap();
+    let t0 = Instant::now();
+    q.push(
+        &RangeGet::new(obj, 777, BufSlice::new(buf, 0, 100_000))
+            .user_data(1)
+            .build(),
+    )
+    .unwrap();
+    while dial_seen.held.load(Ordering::SeqCst) == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the QP never dialled"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let dialled = t0.elapsed();
+    let mut all: HashMap<u64, Cqe> = HashMap::new();
+    let mut slowest = Duration::ZERO;
+    for i in 0..10u64 {
+        let t = Instant::now();
+        q.push(&Head::new(obj).user_data(10 + i).build()).unwrap();
+        while !all.contains_key(&(10 + i)) {
+            assert!(t.elapsed() < Duration::from_secs(5), "HEAD {i} never ended");
+            all.extend(reap(&mut q, 1, Duration::from_millis(100)));
+        }
+        let took = t.elapsed();
+        slowest = slowest.max(took);
+        let c = all[&(10 + i)];
+        assert!(c.is_ok(), "HEAD {i}: {c:?}");
+        assert_eq!(c.aux(), data.len() as u64, "HEAD {i} size");
+        assert!(
+            took < Duration::from_millis(100),
+            "HEAD {i} took {took:?} while the pairing's soft dial hangs"
+        );
+    }
+    eprintln!("dial began {dialled:?} after the push; slowest HEAD {slowest:?}");
+    while !all.contains_key(&1) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(8),
+            "the range-get never ended"
+        );
+        all.extend(reap(&mut q, 1, Duration::from_millis(50)));
+    }
+    let ended = t0.elapsed();
+    let c = all[&1];
+    eprintln!("range-get ended after {ended:?}: {c:?}");
+    assert!(c.is_ok(), "{c:?}");
+    assert_eq!(c.path(), Some(DataPath::Http));
+    let have = engine.read(buf, 0, 100_000).unwrap();
+    assert!(*have == data[777..777 + 100_000], "range-get bytes");
+    assert!(
+        ended >= Duration::from_millis(450) && ended < Duration::from_secs(3),
+        "the range-get waited {ended:?} for a pairing whose dial is bounded by 500 ms"
+    );
+    let t = Instant::now();
+    while dial_seen.held_closed.load(Ordering::SeqCst) == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "dial connection not closed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

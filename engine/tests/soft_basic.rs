@@ -405,3 +405,87 @@ fn concurrent_posts_of_mixed_sizes_both_ways_land_byte_exact() {
     assert!(a_back.to_vec(0, n).unwrap() == pattern(n, 101), "a's READs");
     assert!(b_back.to_vec(0, n).unwrap() == pattern(n, 3), "b's READs");
 }
+
+/// Both sides READ 4 × 16 MiB from each other at once: each side's I/O thread writes large READ
+/// answers while the peer's does too, so both sockets' buffers fill both ways; the resumable
+/// write side keeps reading meanwhile, and every READ completes byte-exact. (A thread that
+/// blocked writing its answer while it was also its QP's only reader would deadlock here.)
+#[test]
+fn large_reads_both_ways_at_once_complete() {
+    const LEN: usize = 16 << 20;
+    const READS: usize = 4;
+    let (a, b) = loopback_pair(QpCaps::default()).unwrap();
+    let rw = Access::REMOTE_READ | Access::LOCAL_WRITE;
+    let a_src = a.pd.register_owned(LEN, rw).unwrap();
+    let b_src = b.pd.register_owned(LEN, rw).unwrap();
+    a_src.write(0, &pattern(LEN, 11)).unwrap();
+    b_src.write(0, &pattern(LEN, 77)).unwrap();
+    let a_back = a.pd.register_owned(LEN * READS, rw).unwrap();
+    let b_back = b.pd.register_owned(LEN * READS, rw).unwrap();
+    for i in 0..READS {
+        let off = (i * LEN) as u64;
+        for (ep, peer_src, back) in [(&a, &b_src, &a_back), (&b, &a_src, &b_back)] {
+            ep.qp
+                .post_send(&SendWr::new(
+                    i as u64,
+                    SendOp::Read(remote(peer_src, 0)),
+                    sge(back, off, LEN as u32),
+                ))
+                .unwrap();
+        }
+    }
+    for ep in [&a, &b] {
+        let wcs = reap(ep, READS);
+        assert!(
+            wcs.iter().all(|wc| wc.status == WcStatus::Success),
+            "{wcs:?}"
+        );
+    }
+    for i in 0..READS {
+        let off = (i * LEN) as u64;
+        assert!(
+            a_back.to_vec(off, LEN).unwrap() == pattern(LEN, 77),
+            "a's READ {i}"
+        );
+        assert!(
+            b_back.to_vec(off, LEN).unwrap() == pattern(LEN, 11),
+            "b's READ {i}"
+        );
+    }
+}
+
+/// A WRITE_WITH_IMM that finds no RECV waits (receiver not ready) without holding up the
+/// responder's thread, and a RECV posted during the wait resumes it: the data lands and the
+/// RECV completes with the immediate, well inside the 2 s RNR wait.
+#[test]
+fn a_recv_posted_during_the_rnr_wait_resumes_the_frame() {
+    let (a, b) = loopback_pair(QpCaps::default()).unwrap();
+    let src = a.pd.register_owned(64 << 10, Access::NONE).unwrap();
+    src.write(0, &pattern(64 << 10, 5)).unwrap();
+    let dst = b.pd.register_owned(64 << 10, Access::REMOTE_WRITE).unwrap();
+    a.qp.post_send(&SendWr::new(
+        1,
+        SendOp::WriteWithImm(remote(&dst, 0), 0xfeed),
+        sge(&src, 0, 64 << 10),
+    ))
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        b.cq.is_empty() && a.cq.is_empty(),
+        "completed without a RECV"
+    );
+    let t0 = Instant::now();
+    b.qp.post_recv(&RecvWr {
+        wr_id: 9,
+        sge: None,
+    })
+    .unwrap();
+    let got = reap(&b, 1);
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    assert_eq!(
+        (got[0].wr_id, got[0].status, got[0].imm_data),
+        (9, WcStatus::Success, Some(0xfeed))
+    );
+    assert_eq!(reap(&a, 1)[0].status, WcStatus::Success);
+    assert!(dst.to_vec(0, 64 << 10).unwrap() == pattern(64 << 10, 5));
+}

@@ -321,9 +321,18 @@ fn fake_passive(qpn: u32) -> (SocketAddr, std::thread::JoinHandle<TcpStream>) {
     (addr, t)
 }
 
-#[test]
-fn stalled_peer_times_out_with_retry_exceeded() {
-    let dev = SoftDevice::new(Ipv4Addr::LOCALHOST);
+/// A QP on `dev` dialled to a fake peer that completes the handshake and then never reads or
+/// answers; returns the QP (in `Rts` with `timeout`), its CQ and domain, and the peer's socket
+/// (held open by the caller).
+fn dial_stalled_peer(
+    dev: &SoftDevice,
+    timeout: Duration,
+) -> (
+    engine::soft::QueuePair,
+    std::sync::Arc<engine::soft::CompletionQueue>,
+    engine::soft::ProtectionDomain,
+    TcpStream,
+) {
     let pd = dev.alloc_pd();
     let cq = dev.create_cq();
     let qp = dev.create_qp(&pd, &cq, &cq, QpCaps::default());
@@ -340,19 +349,20 @@ fn stalled_peer_times_out_with_retry_exceeded() {
     );
     rtr.connect_timeout = Duration::from_secs(5);
     qp.modify_to_rtr(&rtr).unwrap();
-    qp.modify_to_rts(&RtsAttr {
-        sq_psn: 1,
-        timeout: Duration::from_secs(1),
-    })
-    .unwrap();
-    let _held = peer.join().unwrap(); // never reads, never answers
+    qp.modify_to_rts(&RtsAttr { sq_psn: 1, timeout }).unwrap();
+    let held = peer.join().unwrap();
+    (qp, cq, pd, held)
+}
+
+/// Posts `n` WRITEs of 32 MiB each from a fresh region of `pd` to a remote address the fake
+/// peer never checks.
+fn post_big_writes(qp: &engine::soft::QueuePair, pd: &engine::soft::ProtectionDomain, n: u64) {
     let src = pd.register_owned(32 << 20, Access::NONE).unwrap();
     let r = RemoteAddr {
         addr: 0x1000,
         rkey: 1,
     };
-    let t0 = Instant::now();
-    for i in 0..4 {
+    for i in 0..n {
         qp.post_send(&SendWr::new(
             i,
             SendOp::Write(r),
@@ -364,6 +374,14 @@ fn stalled_peer_times_out_with_retry_exceeded() {
         ))
         .unwrap();
     }
+}
+
+#[test]
+fn stalled_peer_times_out_with_retry_exceeded() {
+    let dev = SoftDevice::new(Ipv4Addr::LOCALHOST);
+    let (qp, cq, pd, _held) = dial_stalled_peer(&dev, Duration::from_secs(1));
+    let t0 = Instant::now();
+    post_big_writes(&qp, &pd, 4);
     let wc = reap_cq(&cq, 4, Duration::from_secs(10));
     assert!(
         t0.elapsed() < Duration::from_secs(6),
@@ -373,6 +391,154 @@ fn stalled_peer_times_out_with_retry_exceeded() {
     assert_eq!(wc[0].status, WcStatus::RetryExceeded);
     assert!(wc[1..].iter().all(|w| w.status == WcStatus::WrFlushError));
     assert_eq!(qp.state(), QpState::Err);
+}
+
+/// A responder QP on `device` (which listens) in `Rts`, waiting for `qpn_peer` to dial.
+fn responder_on(device: &SoftDevice, qpn_peer: u32, psn: u32) -> Endpoint {
+    let pd = device.alloc_pd();
+    let cq = device.create_cq();
+    let qp = device.create_qp(&pd, &cq, &cq, QpCaps::default());
+    qp.modify_to_init(Access::REMOTE_WRITE | Access::REMOTE_READ)
+        .unwrap();
+    let peer = RcToken {
+        qpn: qpn_peer,
+        gid: [0; 16],
+        ..qp.local_token(None).unwrap()
+    };
+    qp.connect(&peer, psn, 1, SoftPath::Accept).unwrap();
+    Endpoint {
+        qp,
+        cq,
+        pd,
+        device: device.clone(),
+    }
+}
+
+/// A hostile initiator that sends a 1 MiB WRITE header into `win` and only the first 1,000
+/// bytes of its payload, then stalls (the responder is mid-frame).
+fn stall_mid_frame(dev: &SoftDevice, b: &Endpoint, win: &MemoryRegion, psn: u32) -> TcpStream {
+    let mut s = hostile_initiator(dev, b.qp.qpn());
+    let h = Header {
+        flags: 3,
+        len: 1 << 20,
+        rkey: win.rkey(),
+        addr: win.addr(),
+        ..Header::new(Opcode::Write, psn)
+    };
+    s.write_all(&h.encode()).unwrap();
+    s.write_all(&[0xEE; 1000]).unwrap();
+    s
+}
+
+/// Every QP of a device is served by its I/O threads, here one: peers that stall (one never
+/// reads the 4 × 32 MiB our QP writes to it, one stops mid-frame of its own WRITE, one dialer
+/// sends half a CONNECT) hold only their own QP's state, never the thread. A healthy QP on the
+/// same thread completes 50 WRITE round trips meanwhile (in milliseconds; the bound leaves room
+/// for a loaded machine), and the stalled QPs are still waiting for their 30 s timeout. (A
+/// thread that blocked on one peer, as a shared pool of blocking per-QP loops would, holds the
+/// healthy QP until that timeout: the test fails then.)
+#[test]
+fn a_stalled_peer_does_not_delay_another_qp_on_the_same_io_thread() {
+    let a = SoftDevice::with_io_threads(Ipv4Addr::LOCALHOST, 1);
+    let a_addr = a
+        .listen(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .unwrap();
+    // Half a CONNECT, then nothing: the listener serves the next dialer anyway.
+    let mut half = TcpStream::connect(a_addr).unwrap();
+    half.write_all(&Header::new(Opcode::Connect, 0).encode()[..7])
+        .unwrap();
+    // Our writes to a peer that never reads: the socket's buffers fill, the frame waits.
+    let (qp1, cq1, pd1, _held) = dial_stalled_peer(&a, Duration::from_secs(30));
+    post_big_writes(&qp1, &pd1, 4);
+    // A peer stopping mid-frame of its WRITE to our responder.
+    let b3 = responder_on(&a, 0x777, 100);
+    let win3 = b3.pd.register_owned(1 << 20, Access::REMOTE_WRITE).unwrap();
+    let _mid = stall_mid_frame(&a, &b3, &win3, 100);
+    // A healthy pair: QP2 on the same device (so the same thread) and a peer device.
+    let peer = SoftDevice::new(Ipv4Addr::LOCALHOST);
+    let peer_addr = peer
+        .listen(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .unwrap();
+    let pd2 = a.alloc_pd();
+    let cq2 = a.create_cq();
+    let qp2 = a.create_qp(&pd2, &cq2, &cq2, QpCaps::default());
+    qp2.modify_to_init(Access::NONE).unwrap();
+    let pdb = peer.alloc_pd();
+    let cqb = peer.create_cq();
+    let qpb = peer.create_qp(&pdb, &cqb, &cqb, QpCaps::default());
+    qpb.modify_to_init(Access::REMOTE_WRITE).unwrap();
+    qpb.connect(&qp2.local_token(None).unwrap(), 7, 9, SoftPath::Accept)
+        .unwrap();
+    qp2.connect(
+        &qpb.local_token(None).unwrap(),
+        9,
+        7,
+        SoftPath::Connect(peer_addr),
+    )
+    .unwrap();
+    let src = pd2.register_owned(64 << 10, Access::NONE).unwrap();
+    src.write(0, &[0x5A; 64 << 10]).unwrap();
+    let dst = pdb.register_owned(64 << 10, Access::REMOTE_WRITE).unwrap();
+    let t0 = Instant::now();
+    for i in 0..50 {
+        let r = RemoteAddr {
+            addr: dst.addr(),
+            rkey: dst.rkey(),
+        };
+        qp2.post_send(&SendWr::new(i, SendOp::Write(r), sge(&src, 0, 64 << 10)))
+            .unwrap();
+        let wc = reap_cq(&cq2, 1, Duration::from_secs(15));
+        assert_eq!(wc[0].status, WcStatus::Success, "{wc:?}");
+    }
+    let took = t0.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "50 round trips beside stalled peers took {took:?}"
+    );
+    assert_eq!(dst.to_vec(0, 16).unwrap(), vec![0x5A; 16]);
+    // The stalled QPs still wait: the healthy one did not wait for them.
+    assert!(cq1.is_empty(), "the stalled QP completed early");
+    assert_eq!(qp1.state(), QpState::Rts);
+    assert_eq!(b3.qp.state(), QpState::Rts);
+}
+
+/// Destroying a QP whose peer stalls returns within the teardown's bound (the answers' drain,
+/// 250 ms, and the I/O thread's acknowledgement, 2 s, at most; at once here), with every posted WRITE
+/// flushed; a responder stopped mid-frame likewise, and after it nothing more lands in its
+/// window.
+#[test]
+fn teardown_while_a_peer_stalls_returns_within_its_bound() {
+    let a = SoftDevice::with_io_threads(Ipv4Addr::LOCALHOST, 1);
+    a.listen(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .unwrap();
+    let (qp, cq, pd, _held) = dial_stalled_peer(&a, Duration::from_secs(30));
+    post_big_writes(&qp, &pd, 4);
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    drop(qp);
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(2), "teardown took {took:?}");
+    let wc = reap_cq(&cq, 4, Duration::from_secs(2));
+    assert!(
+        wc.iter().all(|w| w.status == WcStatus::WrFlushError),
+        "{wc:?}"
+    );
+
+    let b = responder_on(&a, 0x777, 100);
+    let win = b.pd.register_owned(1 << 20, Access::REMOTE_WRITE).unwrap();
+    let mut s = stall_mid_frame(&a, &b, &win, 100);
+    std::thread::sleep(Duration::from_millis(200));
+    let (pd_b, qp_b) = (b.pd.clone(), b.qp);
+    let t0 = Instant::now();
+    drop(qp_b);
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(2), "teardown took {took:?}");
+    // The rest of the frame, after the teardown: the socket is closed, nothing lands.
+    let _ = s.write_all(&[0xEE; 64 << 10]);
+    std::thread::sleep(Duration::from_millis(100));
+    let rest = win.to_vec(1000, (1 << 20) - 1000).unwrap();
+    assert!(rest.iter().all(|&b| b == 0), "bytes landed after teardown");
+    pd_b.deregister(&win).unwrap();
 }
 
 /// A hostile initiator speaking the wire directly to a real responder QP.
@@ -398,18 +564,8 @@ fn responder(qpn_peer: u32, psn: u32) -> (SoftDevice, Endpoint) {
     device
         .listen(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
         .unwrap();
-    let pd = device.alloc_pd();
-    let cq = device.create_cq();
-    let qp = device.create_qp(&pd, &cq, &cq, QpCaps::default());
-    qp.modify_to_init(Access::REMOTE_WRITE | Access::REMOTE_READ)
-        .unwrap();
-    let peer = RcToken {
-        qpn: qpn_peer,
-        gid: [0; 16],
-        ..qp.local_token(None).unwrap()
-    };
-    qp.connect(&peer, psn, 1, SoftPath::Accept).unwrap();
-    (device.clone(), Endpoint { qp, cq, pd, device })
+    let ep = responder_on(&device, qpn_peer, psn);
+    (device, ep)
 }
 
 fn expect_nak(s: &mut TcpStream, code: NakCode) {
@@ -490,4 +646,88 @@ fn connect_to_unknown_or_wrong_peer_is_refused() {
         QpState::Rts,
         "a refused dial must not disturb the QP"
     );
+}
+
+/// Posts one signalled 4 KiB WRITE per `ids` from a fresh region of `pd`.
+fn post_small_writes(
+    qp: &engine::soft::QueuePair,
+    pd: &engine::soft::ProtectionDomain,
+    ids: &[u64],
+) {
+    let src = pd.register_owned(4096, Access::NONE).unwrap();
+    for &id in ids {
+        qp.post_send(&SendWr::new(
+            id,
+            SendOp::Write(RemoteAddr {
+                addr: 0x1000,
+                rkey: 1,
+            }),
+            sge(&src, 0, 4096),
+        ))
+        .unwrap();
+    }
+}
+
+/// `modify_to_rtr` with `SoftPath::Connect` returns at once whatever the peer does (the
+/// device's I/O thread dials); sends posted meanwhile wait, and a dial that fails flushes them
+/// and leaves the QP in `Err` with the error `modify_to_rtr` used to return: a listener that
+/// accepts and never answers `CONNECT` (`Connect`, after `connect_timeout`), a device that
+/// has no such QP (`Refused`), an address where nothing listens (`Connect`).
+#[test]
+fn a_failed_dial_fails_the_qp_and_flushes_what_was_posted() {
+    use engine::soft::QpError;
+    let hole = TcpListener::bind("127.0.0.1:0").unwrap();
+    let hole_addr = hole.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in hole.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    let other = SoftDevice::new(Ipv4Addr::LOCALHOST);
+    let other_addr = other.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let closed = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let bound = Duration::from_millis(300);
+    let dev = SoftDevice::new(Ipv4Addr::LOCALHOST);
+    for (addr, want_refused, least) in [
+        (hole_addr, false, bound),
+        (other_addr, true, Duration::ZERO),
+        (closed, false, Duration::ZERO),
+    ] {
+        let pd = dev.alloc_pd();
+        let cq = dev.create_cq();
+        let qp = dev.create_qp(&pd, &cq, &cq, QpCaps::default());
+        qp.modify_to_init(Access::NONE).unwrap();
+        let mut rtr = RtrAttr::from_token(&rc(0x4321), 1, SoftPath::Connect(addr));
+        rtr.connect_timeout = bound;
+        let t = Instant::now();
+        qp.modify_to_rtr(&rtr).unwrap();
+        qp.modify_to_rts(&RtsAttr::new(1)).unwrap();
+        post_small_writes(&qp, &pd, &[1, 2]);
+        let returned = t.elapsed();
+        assert!(
+            returned < Duration::from_millis(100),
+            "{addr}: RTR, RTS and the posts took {returned:?}"
+        );
+        let wcs = reap_cq(&cq, 2, Duration::from_secs(5));
+        let failed = t.elapsed();
+        assert!(
+            wcs.iter().all(|w| w.status == WcStatus::WrFlushError),
+            "{addr}: {wcs:?}"
+        );
+        assert_eq!(qp.state(), QpState::Err, "{addr}");
+        assert!(!qp.is_connecting(), "{addr}");
+        match qp.connect_error() {
+            Some(QpError::Refused) => assert!(want_refused, "{addr}: refused"),
+            Some(QpError::Connect(e)) => assert!(!want_refused, "{addr}: {e}"),
+            e => panic!("{addr}: {e:?}"),
+        }
+        assert!(
+            failed >= least && failed < least + Duration::from_secs(1),
+            "{addr}: the dial failed after {failed:?}"
+        );
+    }
 }

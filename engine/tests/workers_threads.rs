@@ -1,24 +1,21 @@
 //! The engine's threads during a 10,000-op batch: its workers plus the documented device
-//! threads (two per soft-fabric QP, one persistent QP per worker under `rc-persistent`), and
-//! nothing per operation — over the soft fabric and over HTTP.
+//! threads, and nothing per operation — over the soft fabric and over HTTP.
 //!
-//! Then `hipobj-rc-v2` over the soft fabric (2,000 ops: each op dials two fresh TCP
-//! connections, and 10,000 would crowd the ephemeral ports with TIME_WAIT): its exchanges run
-//! on the workers, so the only threads beyond the workers are the soft device threads of the
-//! QPs alive at that moment — v2 makes a fresh QP per op, so at most two per op in flight,
-//! never a thread of the dialect's own (before issue #13, item 3: one `hipobj-rc-v2` thread per
-//! op in flight).
+//! Then `hipobj-rc-v2` over the soft fabric (2,000 ops: each op dials a fresh TCP connection,
+//! and 10,000 would crowd the ephemeral ports with TIME_WAIT): v2 makes a fresh QP per op, and
+//! its exchanges run on the workers.
 //!
-//! `soft_threads_are_a_fixed_device_set_none_per_qp` (ignored while issue #13 item 3 is open)
-//! holds the soft fabric to its target instead: under both dialects the threads beyond the
-//! workers are one fixed set of named soft device threads, none per QP or per op. Each test
+//! `soft_threads_are_a_fixed_device_set_none_per_qp` holds the soft fabric to issue #13 item 3:
+//! under both dialects the threads beyond the workers are one fixed set of named soft device
+//! I/O threads (`soft-io-<device>-<i>`, at most `engine::soft::default_io_threads()` of the one
+//! soft device the engine dials from), the same set in every sample, none per QP or per op. It
 //! prints the most soft threads a sample held.
 //!
 //! `verbs_threads_are_workers_nothing_per_op` (ignored here: it needs an RDMA device; the
 //! Soft-RoCE VM lane runs it, `benches/rxe/guest.sh`) holds the verbs fabric to the same rule
 //! against a gateway on the same device: both dialects, and the threads beyond the workers are
-//! none at all (the engine's verbs path has no device threads; a verbs CQ is polled by its
-//! worker).
+//! none at all (the engine's verbs path has no device threads; a verbs CQ wakes its worker
+//! through its completion channel).
 //!
 //! The gateway runs in a child process (this test binary re-run as the `gateway_child`
 //! helper) so that only the engine's threads live in this process. Run one test of this file
@@ -132,9 +129,11 @@ fn threads() -> Vec<(u32, String)> {
     out
 }
 
-/// Names of the threads not in `before`, sorted. The names are read 10 ms after the threads
-/// are listed (of those still alive then): a thread being spawned carries its parent's name
-/// until it sets its own, so a name read at once can be a worker's.
+/// Names of the threads not in `before`, sorted. `before` is taken once, before the first
+/// engine: the soft device the engine dials from lives as long as the process
+/// (`SoftDevice::shared`), so its I/O threads, once started, count in every later sample.
+/// The names are read 10 ms after the threads are listed (of those still alive then): a
+/// thread being spawned carries its parent's name until it sets its own.
 fn new_threads(before: &BTreeSet<u32>) -> Vec<String> {
     let tids: Vec<u32> = threads()
         .into_iter()
@@ -205,66 +204,34 @@ fn batch(
     samples
 }
 
-fn expected(soft_qps_per_worker: usize) -> Vec<String> {
+fn expected() -> Vec<String> {
     let mut want: Vec<String> = (0..WORKERS).map(|i| format!("hipobj-worker-{i}")).collect();
-    for _ in 0..WORKERS * soft_qps_per_worker {
-        want.push("soft-qp-rx".into());
-        want.push("soft-qp-tx".into());
-    }
     want.sort();
     want
 }
 
-/// Soft QP threads are named `soft-qp<qpn>-rx` / `-tx` (the kernel keeps 15 bytes of a name,
-/// so often `-r` / `-t`); the QPN varies, so compare the direction only.
-fn shape(names: &[String]) -> Vec<String> {
-    let mut v: Vec<String> = names
-        .iter()
-        .map(
-            |n| match n.strip_prefix("soft-qp").and_then(|r| r.rsplit('-').next()) {
-                Some(dir) if dir.starts_with('r') => "soft-qp-rx".to_owned(),
-                Some(dir) if dir.starts_with('t') => "soft-qp-tx".to_owned(),
-                _ => n.clone(),
-            },
-        )
-        .collect();
-    v.sort();
-    v
-}
-
+/// Issue #13 item 3: over the soft fabric the threads beyond the workers are the soft device's
+/// own I/O threads, named `soft-io-<device>-<i>`, at most [`device_threads_max`], the same set
+/// in every sample under both dialects: none per QP, none per op. (Before the device had its
+/// I/O threads it failed: two `soft-qp<qpn>-rx`/`-tx` threads per QP, 6 under rc-persistent
+/// with 3 workers, up to 12 under hipobj-rc-v2 at 6 ops in flight.) Over HTTP: the workers
+/// and nothing else beyond the soft device's threads.
 #[test]
-fn threads_are_workers_plus_device_threads_nothing_per_op() {
-    run(Bound::PerQp);
-}
-
-/// Issue #13 item 3's target: over the soft fabric the threads beyond the workers are the soft
-/// device's own, named `soft-*`, at most [`DEVICE_THREADS_MAX`], the same set in every sample
-/// under both dialects: none per QP, none per op. Fails on the current fabric (two
-/// `soft-qp*-rx`/`-tx` threads per QP: 6 under rc-persistent with 3 workers, up to 12 under
-/// hipobj-rc-v2 at 6 ops in flight).
-#[test]
-#[ignore = "issue #13 item 3 is open: the soft fabric still runs two threads per QP (docs/architecture.md, What remains); run with --ignored --exact"]
 fn soft_threads_are_a_fixed_device_set_none_per_qp() {
-    run(Bound::Fixed);
+    run();
 }
 
-/// The soft device's threads the engine process may hold under [`Bound::Fixed`] (e.g. one
-/// poll thread per device; the engine has one soft device per NIC, one here).
-const DEVICE_THREADS_MAX: usize = 2;
-
-/// What the soft device's threads are held to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Bound {
-    /// Today's fabric: two threads per QP (`soft-qp<qpn>-rx` / `-tx`).
-    PerQp,
-    /// A fixed set of named device threads (issue #13 item 3).
-    Fixed,
+/// The soft device threads the engine process may hold: the engine dials from one shared
+/// soft device per address (one here), which runs `default_io_threads()`.
+fn device_threads_max() -> usize {
+    engine::soft::default_io_threads()
 }
 
-/// Under [`Bound::Fixed`]: `samples` (of both dialects) each hold the workers plus one same
-/// set of at most [`DEVICE_THREADS_MAX`] `soft-*` threads, and no per-QP thread.
+/// `samples` (of both dialects) each hold the workers plus one same set of at most
+/// [`device_threads_max`] `soft-io-*` threads, and no other soft thread. With `fixed` unset,
+/// the set seen first becomes the one every later sample must hold.
 fn assert_fixed(label: &str, samples: &[Vec<String>], fixed: &mut Option<Vec<String>>) {
-    let workers = expected(0);
+    let workers = expected();
     for s in samples {
         let (dev, other): (Vec<String>, Vec<String>) =
             s.iter().cloned().partition(|n| n.starts_with("soft-"));
@@ -273,8 +240,9 @@ fn assert_fixed(label: &str, samples: &[Vec<String>], fixed: &mut Option<Vec<Str
             "{label}: threads beyond workers and soft device: {s:?}"
         );
         assert!(
-            dev.iter().all(|n| !n.starts_with("soft-qp")) && dev.len() <= DEVICE_THREADS_MAX,
-            "{label}: soft threads per QP or more than {DEVICE_THREADS_MAX}: {dev:?}"
+            dev.iter().all(|n| n.starts_with("soft-io-")) && dev.len() <= device_threads_max(),
+            "{label}: soft threads other than the device's I/O threads, or more than {}: {dev:?}",
+            device_threads_max()
         );
         let want = fixed.get_or_insert_with(|| dev.clone());
         assert_eq!(
@@ -297,16 +265,16 @@ fn report_soft(label: &str, samples: &[Vec<String>]) {
     );
 }
 
-fn run(bound: Bound) {
+fn run() {
     let dir = tempfile::tempdir().unwrap();
     let gw = GatewayProcess::start(dir.path(), None);
     put_object(gw.addr);
     let mut fixed = None;
-    for (fabric, path, qps) in [
-        (Fabric::Soft, DataPath::RdmaSoft, 1),
-        (Fabric::Http, DataPath::Http, 0),
+    let before: BTreeSet<u32> = threads().into_iter().map(|(t, _)| t).collect();
+    for (fabric, path) in [
+        (Fabric::Soft, DataPath::RdmaSoft),
+        (Fabric::Http, DataPath::Http),
     ] {
-        let before: BTreeSet<u32> = threads().into_iter().map(|(t, _)| t).collect();
         let engine = rig::engine_builder(gw.addr)
             .placement(Placement::Workers(WORKERS))
             .fabric(fabric)
@@ -316,18 +284,8 @@ fn run(bound: Bound) {
         let samples = batch(&engine, &before, path, OPS, 32);
         assert!(samples.len() >= 10, "{fabric:?}: {} samples", samples.len());
         report_soft(&format!("{fabric:?}"), &samples);
-        if bound == Bound::Fixed && fabric == Fabric::Soft {
-            assert_fixed("rc-persistent", &samples, &mut fixed);
-        } else {
-            let want = expected(qps);
-            for s in &samples {
-                assert_eq!(
-                    shape(s),
-                    want,
-                    "{fabric:?}: threads beyond the workers and their QPs' device threads: {s:?}"
-                );
-            }
-        }
+        // Over HTTP the soft device's threads (started by the soft batch) stay, idle.
+        assert_fixed(&format!("rc-persistent, {fabric:?}"), &samples, &mut fixed);
         assert!(
             engine.workers().iter().all(|w| w.ops > 0),
             "{fabric:?}: {:?}",
@@ -335,7 +293,7 @@ fn run(bound: Bound) {
         );
         drop(engine);
     }
-    v2_batch(gw.addr, bound, &mut fixed);
+    v2_batch(gw.addr, &before, &mut fixed);
 }
 
 /// Ops of the hipobj-rc-v2 batch.
@@ -344,37 +302,19 @@ const V2_OPS: usize = 2_000;
 /// (the op then goes over HTTP, which the batch counts as a failure).
 const V2_DEPTH: u64 = 6;
 
-/// `hipobj-rc-v2` over the soft fabric: besides the workers, only soft QP device threads
-/// (`soft-qp<qpn>-rx` / `-tx`), at most one pair per op in flight.
-fn v2_batch(gw: SocketAddr, bound: Bound, fixed: &mut Option<Vec<String>>) {
-    let before: BTreeSet<u32> = threads().into_iter().map(|(t, _)| t).collect();
+/// `hipobj-rc-v2` over the soft fabric: besides the workers, only the same soft device
+/// threads as under rc-persistent, whatever the QPs per op.
+fn v2_batch(gw: SocketAddr, before: &BTreeSet<u32>, fixed: &mut Option<Vec<String>>) {
     let engine = rig::engine_builder(gw)
         .placement(Placement::Workers(WORKERS))
         .fabric(Fabric::Soft)
         .dialect(Dialect::RcV2)
         .build()
         .unwrap();
-    let samples = batch(&engine, &before, DataPath::RdmaSoft, V2_OPS, V2_DEPTH);
+    let samples = batch(&engine, before, DataPath::RdmaSoft, V2_OPS, V2_DEPTH);
     assert!(samples.len() >= 2, "v2: {} samples", samples.len());
     report_soft("hipobj-rc-v2", &samples);
-    if bound == Bound::Fixed {
-        assert_fixed("hipobj-rc-v2", &samples, fixed);
-        drop(engine);
-        return;
-    }
-    let workers = expected(0);
-    for s in &samples {
-        let (qp, other): (Vec<String>, Vec<String>) = shape(s)
-            .into_iter()
-            .partition(|n| n.starts_with("soft-qp-"));
-        assert_eq!(
-            other, workers,
-            "v2: threads beyond the workers and soft QP device threads: {s:?}"
-        );
-        // At most one QP alive per op in flight, two device threads each.
-        let most = 2 * V2_DEPTH as usize;
-        assert!(qp.len() <= most, "v2: {} soft QP threads: {s:?}", qp.len());
-    }
+    assert_fixed("hipobj-rc-v2", &samples, fixed);
     drop(engine);
 }
 
@@ -412,7 +352,7 @@ fn verbs_threads_are_workers_nothing_per_op() {
     let dir = tempfile::tempdir().unwrap();
     let gw = GatewayProcess::start(dir.path(), Some(&nic));
     put_object(gw.addr);
-    let workers = expected(0);
+    let workers = expected();
     for (dialect, ops, depth) in [
         (Dialect::RcPersistent, OPS, 32),
         (Dialect::RcV2, VERBS_V2_OPS, V2_DEPTH),

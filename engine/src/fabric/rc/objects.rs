@@ -397,6 +397,26 @@ impl RcQp {
         }
     }
 
+    /// Whether the soft fabric's dial of the peer (a connect with [`SoftPath::Connect`]) is
+    /// still under way (always `false` on verbs: its connect makes no round trip).
+    #[must_use]
+    pub fn is_connecting(&self) -> bool {
+        match self {
+            Self::Soft(q) => q.is_connecting(),
+            Self::Verbs(_) => false,
+        }
+    }
+
+    /// Whether the soft fabric's dial of the peer failed (the QP is in `Err`; its posted
+    /// work requests were flushed). Always `false` on verbs.
+    #[must_use]
+    pub fn dial_failed(&self) -> bool {
+        match self {
+            Self::Soft(q) => q.connect_error().is_some(),
+            Self::Verbs(_) => false,
+        }
+    }
+
     /// Records a completion of this QP: a failed one (other than a flush) has moved a verbs
     /// QP to `Err` in the device; mirror it so [`RcQp::is_failed`] sees it.
     pub fn note_completion(&self, c: &WorkCompletion) {
@@ -427,7 +447,10 @@ impl RcQp {
     }
 
     /// [`RcQp::connect`] with the soft fabric's dial bounded by `within` (a verbs connect
-    /// makes no round trip: only local state changes).
+    /// makes no round trip: only local state changes). The soft dial runs on the device's I/O
+    /// thread: this returns at once with the QP in `Rts` ([`RcQp::is_connecting`] until the
+    /// connection is up); a failed dial fails the QP ([`RcQp::dial_failed`]), flushing what was
+    /// posted, and rings the waker of the QP's CQ.
     pub fn connect_within(
         &self,
         peer: &RcToken,

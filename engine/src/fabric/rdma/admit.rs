@@ -83,7 +83,7 @@ impl RdmaClient {
             tls: self.tls.clone(),
         };
         let token = self.take_token();
-        let p = match connect::Pairing::start(&target, now, token, io) {
+        let p = match connect::Pairing::start(&target, now, token, self.waker.as_ref(), io) {
             Ok(p) => p,
             Err(e) => {
                 self.state = State::Pairing { epoch, slow: true };

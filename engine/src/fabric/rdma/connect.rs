@@ -5,8 +5,10 @@
 //! Runs once per worker and endpoint (and again after the connection failed) as a step
 //! machine on the worker ([`Pairing`]): the QP is made at the start, the connect request is a
 //! non-blocking side exchange (`ctrl`) driven by the worker's poll, and the answer connects
-//! the QP (the soft fabric dials the gateway's listener, bounded by `v2::CONNECT_LIMIT`). The
-//! dialects' timers bound the whole pairing by [`LIMIT`]. [`Pairing::on_ready`] is the one
+//! the QP (the soft fabric's I/O thread dials the gateway's listener, bounded by
+//! `v2::CONNECT_LIMIT`; the worker does not wait: the pairing ends when the dial does, which
+//! rings the worker's waker through the QP's CQ). The dialects' timers bound the whole pairing
+//! by [`LIMIT`]. [`Pairing::on_ready`] is the one
 //! place the paired [`Link`] is built.
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -28,7 +30,8 @@ use s3_lite::sigv4::{PayloadHash, Signer};
 /// Where a client's QPs live.
 #[derive(Debug, Clone)]
 pub(crate) enum Home {
-    /// The soft fabric, a device on this IPv4 address (fresh per pairing).
+    /// The soft fabric: the process's shared device on this IPv4 address
+    /// (`SoftDevice::shared`: one fixed set of soft I/O threads, not a set per worker or op).
     Soft(Ipv4Addr),
     /// A verbs device, opened once for the engine.
     Verbs(RcDevice),
@@ -38,7 +41,7 @@ impl Home {
     /// The device to make QPs on.
     pub(crate) fn device(&self) -> RcDevice {
         match self {
-            Self::Soft(ip) => RcDevice::soft(*ip),
+            Self::Soft(ip) => RcDevice::Soft(crate::fabric::soft::SoftDevice::shared(*ip)),
             Self::Verbs(d) => d.clone(),
         }
     }
@@ -98,7 +101,8 @@ pub(crate) struct Target {
 /// flush of an error).
 const CQ_DEPTH: u32 = 16;
 
-/// A pairing in progress: our QP (INIT) and the connect request on its side connection.
+/// A pairing in progress: our QP (INIT) and the connect request on its side connection;
+/// once answered, our (soft) QP's dial of the gateway's listener.
 #[derive(Debug)]
 pub(crate) struct Pairing {
     // Field order = drop order: the QP before the CQ and the device.
@@ -107,17 +111,23 @@ pub(crate) struct Pairing {
     pd: RcPd,
     device: RcDevice,
     psn: u32,
-    ctrl: Ctrl,
+    /// The connect request's side connection (`None` once answered).
+    ctrl: Option<Ctrl>,
+    token: Token,
+    /// The session the answer named: our QP is connected (soft: dialling).
+    session: Option<String>,
     pub(crate) started: Instant,
 }
 
 impl Pairing {
     /// Makes the domain, CQ and QP (INIT) on the home device and starts the signed connect
-    /// request on a side connection registered under `token`.
+    /// request on a side connection registered under `token`. `waker`: the worker's, rung
+    /// (through the soft CQ) when the QP's dial ends.
     pub(crate) fn start(
         target: &Target,
         now: s3_lite::sigv4::AmzDate,
         token: Token,
+        waker: Option<&Arc<mio::Waker>>,
         io: &mio::Registry,
     ) -> Result<Self, ConnectError> {
         let t = ConnectError::Transport;
@@ -127,6 +137,7 @@ impl Pairing {
         let qp = device
             .create_qp(&pd, &cq, &cq, RcCaps::default())
             .map_err(|_| t.clone())?;
+        let _ = cq.notify_to(waker.cloned());
         qp.modify_to_init(Access::REMOTE_READ | Access::REMOTE_WRITE | Access::LOCAL_WRITE)
             .map_err(|_| t.clone())?;
         let token_rc = qp.local_token(None).map_err(|_| t.clone())?;
@@ -160,79 +171,107 @@ impl Pairing {
             pd,
             device,
             psn,
-            ctrl,
+            ctrl: Some(ctrl),
+            token,
+            session: None,
             started: Instant::now(),
         })
     }
 
     /// The side connection's token.
     pub(crate) fn token(&self) -> Token {
-        self.ctrl.token
+        self.token
     }
 
-    /// Readiness on the side connection: `None` while the answer is on its way; else the
-    /// pairing's end (the connection is closed), with our QP connected to the server's on
-    /// success.
+    /// The answer is in and our QP dials the gateway's listener: the worker checks the
+    /// pairing ([`Pairing::on_ready`]) when it wakes.
+    pub(crate) fn dialing(&self) -> bool {
+        self.session.is_some()
+    }
+
+    /// Readiness on the side connection (or, once answered, a wake while our QP dials):
+    /// `Err(self)` while the answer or the dial is on its way; else the pairing's end (the
+    /// connection is closed), with our QP connected to the server's on success.
     pub(crate) fn on_ready(
         mut self: Box<Self>,
         io: &mio::Registry,
     ) -> Result<Result<Link, ConnectError>, Box<Self>> {
-        let head = match self.ctrl.drive() {
-            Step::Pending => return Err(self),
-            Step::Broken => {
-                self.close(io);
+        if self.session.is_none() {
+            let Some(ctrl) = self.ctrl.as_mut() else {
+                return Ok(Err(ConnectError::Transport));
+            };
+            let head = match ctrl.drive() {
+                Step::Pending => return Err(self),
+                Step::Broken => {
+                    self.close(io);
+                    return Ok(Err(ConnectError::Transport));
+                }
+                Step::Refused => {
+                    self.close(io);
+                    return Ok(Err(ConnectError::CertificateRefused));
+                }
+                Step::Answer(head, _) => head,
+            };
+            if let Some(c) = self.ctrl.take() {
+                c.close(io);
+            }
+            let peer = match parse(&head) {
+                Ok(p) => p,
+                Err(e) => return Ok(Err(e)),
+            };
+            // Soft: our QP dials the gateway's listener; verbs: the token's GID is the path.
+            let path = match self.device.kind() {
+                RcKind::Soft => match peer.soft_addr {
+                    Some(a) => Some(SoftPath::Connect(a)),
+                    None => return Ok(Err(ConnectError::Transport)),
+                },
+                _ => None,
+            };
+            let within = LIMIT
+                .saturating_sub(self.started.elapsed())
+                .min(super::v2::CONNECT_LIMIT);
+            if within.is_zero()
+                || self
+                    .qp
+                    .connect_within(&peer.token, peer.psn, self.psn, path, within)
+                    .is_err()
+            {
                 return Ok(Err(ConnectError::Transport));
             }
-            Step::Refused => {
-                self.close(io);
-                return Ok(Err(ConnectError::CertificateRefused));
-            }
-            Step::Answer(head, _) => head,
-        };
+            self.session = Some(peer.session);
+        }
+        // The soft dial runs on the device's I/O thread; its end rings the worker's waker.
+        if self.qp.is_connecting() {
+            return Err(self);
+        }
+        if self.qp.is_failed() {
+            return Ok(Err(ConnectError::Transport));
+        }
         let Self {
             qp,
             cq,
             pd,
             device,
-            psn,
-            ctrl,
-            started,
+            session,
+            ..
         } = *self;
-        ctrl.close(io);
-        let peer = match parse(&head) {
-            Ok(p) => p,
-            Err(e) => return Ok(Err(e)),
-        };
-        // Soft: our QP dials the gateway's listener; verbs: the token's GID is the path.
-        let path = match device.kind() {
-            RcKind::Soft => match peer.soft_addr {
-                Some(a) => Some(SoftPath::Connect(a)),
-                None => return Ok(Err(ConnectError::Transport)),
-            },
-            _ => None,
-        };
-        let within = LIMIT
-            .saturating_sub(started.elapsed())
-            .min(super::v2::CONNECT_LIMIT);
-        if within.is_zero()
-            || qp
-                .connect_within(&peer.token, peer.psn, psn, path, within)
-                .is_err()
-        {
+        let Some(session) = session else {
             return Ok(Err(ConnectError::Transport));
-        }
+        };
         Ok(Ok(Link {
             qp,
             _cq: cq,
             pd,
             _device: device,
-            session: peer.session,
+            session,
         }))
     }
 
     /// Gives the pairing up (its time ran out): the connection is closed, the QP dropped.
-    pub(crate) fn close(self: Box<Self>, io: &mio::Registry) {
-        self.ctrl.close(io);
+    pub(crate) fn close(mut self: Box<Self>, io: &mio::Registry) {
+        if let Some(c) = self.ctrl.take() {
+            c.close(io);
+        }
     }
 }
 

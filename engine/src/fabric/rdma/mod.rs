@@ -20,10 +20,11 @@
 //! machines on the worker: their HTTP requests are non-blocking side exchanges (`ctrl`)
 //! registered with the worker's poll, their bounds are the dialects' timers, fired by the
 //! worker (`steps`: `Fabric::next_timer` / `Fabric::tick`), and their ends become per-op
-//! [`Event`]s with which the fabric resumes or completes the ops concerned. The only calls that
-//! may wait are the soft fabric's dial of a peer's listener when a QP connects (bounded by
-//! `v2::CONNECT_LIMIT`) and a soft QP's teardown (it joins the QP's two device threads). An
-//! op that arrives while
+//! [`Event`]s with which the fabric resumes or completes the ops concerned. The only call that
+//! may wait is a soft QP's teardown (it waits for its device I/O thread's acknowledgement of
+//! the detach, which that never-blocking thread gives at once); a soft QP's dial of a peer's
+//! listener runs on that thread (bounded by `v2::CONNECT_LIMIT`), its end ringing the worker. An op that
+//! arrives while
 //! pairing runs is parked on a reserved HTTP connection ([`Admit::Parked`]) until the pairing
 //! ends, for at most [`AUTO_PAIR_WAIT`] under `Auto` (then it and every later op go over HTTP
 //! until the pairing ends) and at most the pairing's own bound under `Soft` (which always

@@ -103,6 +103,10 @@ impl RdmaClient {
                 Due::PairEnd(epoch) => self.pairing_timed_out(epoch, io),
             }
         }
+        // A pairing whose answer is in waits for its soft QP's dial, whose end rang the waker.
+        if self.pairing.as_ref().is_some_and(|(_, p)| p.dialing()) {
+            self.on_pairing_ready(io);
+        }
         if self.awaiting.is_empty() {
             return;
         }
@@ -135,6 +139,11 @@ impl RdmaClient {
     fn progress(&mut self, key: OpKey, r: Running, progress: v2::Progress, io: &mio::Registry) {
         match progress {
             v2::Progress::Pending => {
+                // A soft QP still dialling: its end (a ring of the waker) is checked on the
+                // next tick, so a failed dial ends the op at once, not at its FINAL or deadline.
+                if r.op.watches_dial() && !self.awaiting.contains(&key) {
+                    self.awaiting.push(key);
+                }
                 self.running.insert(key, r);
             }
             v2::Progress::Summing => {

@@ -19,8 +19,11 @@
 //!
 //! Steps ([`V2Op::start`], [`V2Op::on_ready`], [`V2Op::on_completion`]): PREPARE and READY
 //! are requests on one non-blocking side connection (`ctrl`) registered with the worker's poll;
-//! the QP connect and the posts are calls on the worker (the soft fabric's connect dials the
-//! session's listener, bounded by [`CONNECT_LIMIT`]); the completion wakes the worker through
+//! the QP connect and the posts are calls on the worker (the soft fabric's connect only hands
+//! the dial of the session's listener to the device's I/O thread, bounded by [`CONNECT_LIMIT`]:
+//! the RECV, READY and a PUT's write go out meanwhile, the write waiting in the send queue for
+//! the connection; a failed dial fails the QP, rings the worker's waker and ends the op as a
+//! transport failure, [`V2Op::watches_dial`]); the completion wakes the worker through
 //! its poll (the soft CQ rings the worker's waker; a verbs CQ is polled on the worker's timer
 //! tick). Deadlines: the op's own (worker timers) and [`LIMIT`] without one (the dialect's
 //! timer). The checksum of a finished window runs on the worker in bounded parts
@@ -64,7 +67,8 @@ pub(crate) const LIMIT: Duration = Duration::from_secs(30);
 pub(crate) const MIN_LIMIT: Duration = Duration::from_millis(20);
 /// The most one CANCEL may take (the hipObject client's 1 s).
 pub(crate) const CANCEL_BUDGET: Duration = Duration::from_secs(1);
-/// The longest the soft fabric's dial of a session's listener may hold the worker.
+/// The longest the soft fabric's dial of a session's listener may take (the device's I/O
+/// thread dials; the worker does not wait for it).
 pub(crate) const CONNECT_LIMIT: Duration = Duration::from_millis(500);
 /// Chunk in which the worker checksums the bytes through the window.
 const SUM_CHUNK: usize = 256 * 1024;
@@ -481,7 +485,8 @@ impl V2Op {
         let Some(t) = left(self.end) else {
             return self.end_with(TIMED_OUT);
         };
-        // Soft: our QP dials the session's listener (bounded); verbs: the token's GID is
+        // Soft: our QP's I/O thread dials the session's listener (bounded; this does not
+        // wait, a failed dial is noticed in `on_completion`); verbs: the token's GID is
         // the path.
         let path = g.soft_addr.map(SoftPath::Connect);
         let w = &self.wire;
@@ -554,6 +559,9 @@ impl V2Op {
         match self.phase {
             Phase::Completion => {}
             Phase::Summing => return self.sum_step(),
+            // The soft dial failed: our RECV or write was flushed, and the FINAL would only
+            // come after the server's own wait for a connection that will never be.
+            Phase::Ready if self.wire.qp.dial_failed() => return self.end_with(TRANSPORT),
             Phase::Prepare | Phase::Ready => return Progress::Pending,
         }
         let mut wc = [WorkCompletion::default(); 1];
@@ -644,6 +652,13 @@ impl V2Op {
             c.close(io);
         }
         self.session.take()
+    }
+
+    /// Whether the op waits for its soft QP's dial (after READY): the worker then calls
+    /// [`V2Op::on_completion`] when it wakes (the dial's end rings its waker), which ends the
+    /// op if the dial failed.
+    pub(crate) fn watches_dial(&self) -> bool {
+        self.phase == Phase::Ready && (self.wire.qp.is_connecting() || self.wire.qp.dial_failed())
     }
 
     /// The op's side connection's token.

@@ -89,6 +89,16 @@ impl CompletionQueue {
         self.lock().waker = waker;
     }
 
+    /// Rings the waker without a completion: the QP's state changed (its dial ended), which
+    /// the owner of the CQ checks when it wakes.
+    pub(crate) fn ring(&self) {
+        let waker = self.lock().waker.clone();
+        if let Some(w) = waker {
+            // A failed wake only delays the worker until its next poll.
+            let _ = w.wake();
+        }
+    }
+
     pub(crate) fn push(&self, wc: WorkCompletion) {
         let (waker, waiting) = {
             let mut g = self.lock();

@@ -1,41 +1,48 @@
 //! The soft device: QP numbers, the pairing listener, and the dial side of pairing.
 //!
-//! Pairing over TCP (one connection per QP pair): the side whose RTR names
-//! [`SoftPath::Connect`] dials the peer device's listener and sends `CONNECT` — its own RC
+//! Pairing over TCP (one connection per QP pair): for the side whose RTR names
+//! [`SoftPath::Connect`], the QP's I/O thread dials the peer device's listener (`dial.rs`,
+//! non-blocking steps; `modify_to_rtr` does not wait) and sends `CONNECT` — its own RC
 //! token (QPN, GID) as payload and the QPN it wants in `aux`. The listener hands the
 //! connection to that QP if it exists, is in `Init`, `Rtr` or `Rts`, is not yet paired, and (once its
 //! RTR named a peer) the token's QPN is that peer; it answers `CONNECT_ACK` with its own token,
-//! else `NAK(ConnectRefused)` and closes. Each handshake runs on its own short-lived thread
-//! with a 5 s read timeout; at most [`MAX_HANDSHAKES`] at once.
+//! else `NAK(ConnectRefused)` and closes. The listener and its handshakes run on the device's
+//! first I/O thread as non-blocking steps (`pairing.rs`), each dropped 5 s after its accept;
+//! at most [`MAX_HANDSHAKES`] at once.
+//!
+//! I/O threads: a device owns a fixed set of them (`io.rs`), named `soft-io-<device>-<i>`,
+//! started when its first QP is made or it listens: [`default_io_threads`] unless
+//! [`SoftDevice::with_io_threads`] says otherwise. Every QP of the device is served by one of
+//! them; none is started per QP, per operation or per connection.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
-use s3_lite::rdma::token::TOKEN_BYTES;
-use s3_lite::rdma::{RcToken, Transport, gid_from_ipv4};
+use s3_lite::rdma::{RcToken, gid_from_ipv4};
 
 use super::cq::CompletionQueue;
-use super::frame::{CONNECT_PAYLOAD, HEADER_LEN, Header, NakCode, Opcode, PSN_MASK, decode_header};
+use super::frame::{CONNECT_PAYLOAD, Header, Opcode, PSN_MASK};
+use super::io::{Cmd, IoPool, default_io_threads};
 use super::mr::ProtectionDomain;
-use super::qp::{QpCaps, QpError, QpState, QueuePair, RtrAttr};
+use super::qp::{QpCaps, QpState, QueuePair};
 use super::shared::{Core, QpShared};
 use super::wr::Access;
 
 /// Pairing handshakes served at once; more are closed at once.
 pub const MAX_HANDSHAKES: usize = 64;
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug)]
 pub(crate) struct DeviceInner {
     gid: [u8; 16],
     qps: Mutex<HashMap<u32, Weak<QpShared>>>,
     listen: Mutex<Option<SocketAddr>>,
-    stop: Arc<AtomicBool>,
-    handshakes: Arc<AtomicUsize>,
+    /// How many I/O threads to start.
+    io_threads: usize,
+    /// The I/O threads, started on first need (`None` inside: they could not be started).
+    io: OnceLock<Option<Arc<IoPool>>>,
 }
 
 impl DeviceInner {
@@ -46,7 +53,7 @@ impl DeviceInner {
             .remove(&qpn);
     }
 
-    fn find(&self, qpn: u32) -> Option<Arc<QpShared>> {
+    pub(crate) fn find(&self, qpn: u32) -> Option<Arc<QpShared>> {
         self.qps
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -55,12 +62,26 @@ impl DeviceInner {
     }
 }
 
+impl DeviceInner {
+    /// The device's I/O threads, started now if they are not yet.
+    fn pool(&self) -> Option<Arc<IoPool>> {
+        self.io
+            .get_or_init(|| IoPool::start(self.io_threads).ok())
+            .clone()
+    }
+}
+
 impl Drop for DeviceInner {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(addr) = *self.listen.lock().unwrap_or_else(PoisonError::into_inner) {
-            // Wake the blocking accept so the listener thread sees `stop` and exits.
-            let _ = TcpStream::connect_timeout(&addr, Duration::from_secs(1));
+        // The listener closes; the threads end once the last QP made here is gone too.
+        if let Some(Some(io)) = self.io.get()
+            && self
+                .listen
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_some()
+        {
+            io.send(0, Cmd::Unlisten);
         }
     }
 }
@@ -72,18 +93,48 @@ pub struct SoftDevice {
 }
 
 impl SoftDevice {
-    /// A device whose GID is the IPv4-mapped `ip` (what RoCEv2 GIDs look like).
+    /// A device whose GID is the IPv4-mapped `ip` (what RoCEv2 GIDs look like), with
+    /// [`default_io_threads`] I/O threads.
     #[must_use]
     pub fn new(ip: Ipv4Addr) -> Self {
+        Self::with_io_threads(ip, default_io_threads())
+    }
+
+    /// A device with `threads` I/O threads (1 ..= [`super::io::MAX_IO_THREADS`]; clamped).
+    /// They start with the first QP or [`SoftDevice::listen`] and serve every QP of the device.
+    #[must_use]
+    pub fn with_io_threads(ip: Ipv4Addr, threads: usize) -> Self {
         Self {
             inner: Arc::new(DeviceInner {
                 gid: gid_from_ipv4(ip),
                 qps: Mutex::new(HashMap::new()),
                 listen: Mutex::new(None),
-                stop: Arc::new(AtomicBool::new(false)),
-                handshakes: Arc::new(AtomicUsize::new(0)),
+                io_threads: threads.clamp(1, super::io::MAX_IO_THREADS),
+                io: OnceLock::new(),
             }),
         }
+    }
+
+    /// The process's shared device for `ip`, made on first use and kept for the life of the
+    /// process: every engine (and every worker) that dials peers from `ip` makes its QPs here,
+    /// so the process runs one fixed set of soft I/O threads per address, not a set per
+    /// engine, worker or operation.
+    #[must_use]
+    pub fn shared(ip: Ipv4Addr) -> Self {
+        static SHARED: OnceLock<Mutex<HashMap<Ipv4Addr, SoftDevice>>> = OnceLock::new();
+        SHARED
+            .get_or_init(|| Mutex::new(HashMap::new()))
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(ip)
+            .or_insert_with(|| Self::new(ip))
+            .clone()
+    }
+
+    /// How many I/O threads this device runs (once started).
+    #[must_use]
+    pub fn io_threads(&self) -> usize {
+        self.inner.io_threads
     }
 
     /// The device GID.
@@ -103,21 +154,24 @@ impl SoftDevice {
     }
 
     /// Accepts pairing connections on `addr` (port 0 picks one); returns the bound address.
-    /// The listener thread ends when the last clone of the device is dropped.
+    /// The device's first I/O thread serves the listener and the handshakes; the listener
+    /// closes when the last clone of the device is dropped.
     pub fn listen(&self, addr: SocketAddr) -> std::io::Result<SocketAddr> {
+        let io = self
+            .inner
+            .pool()
+            .ok_or_else(|| std::io::Error::other("the soft device's I/O threads did not start"))?;
         let l = TcpListener::bind(addr)?;
         let bound = l.local_addr()?;
+        l.set_nonblocking(true)?;
+        if !io.send(0, Cmd::Listen(l, Arc::downgrade(&self.inner))) {
+            return Err(std::io::Error::other("the soft device's I/O threads ended"));
+        }
         *self
             .inner
             .listen
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(bound);
-        let dev = Arc::downgrade(&self.inner);
-        let stop = Arc::clone(&self.inner.stop);
-        let busy = Arc::clone(&self.inner.handshakes);
-        std::thread::Builder::new()
-            .name("soft-listen".into())
-            .spawn(move || accept_loop(&l, &dev, &stop, &busy))?;
         Ok(bound)
     }
 
@@ -171,6 +225,8 @@ impl SoftDevice {
                 rnr_wait: Duration::from_secs(2),
                 stream: None,
                 started: false,
+                dialing: false,
+                dial_error: None,
                 sq: Default::default(),
                 outstanding: Default::default(),
                 next_seq: 0,
@@ -182,11 +238,14 @@ impl SoftDevice {
                 answering: false,
                 requesting: false,
                 reads_pending: 0,
+                rnr_waiting: false,
+                drain_waiters: 0,
             }),
             cv: Condvar::new(),
-            threads: Mutex::new(Vec::new()),
             wire: Mutex::new(Default::default()),
-            ack_rest_pending: AtomicBool::new(false),
+            io: self.inner.pool(),
+            thread: OnceLock::new(),
+            kicked: AtomicBool::new(false),
         });
         qps.insert(qpn, Arc::downgrade(&shared));
         QueuePair {
@@ -196,58 +255,7 @@ impl SoftDevice {
     }
 }
 
-fn accept_loop(
-    l: &TcpListener,
-    dev: &Weak<DeviceInner>,
-    stop: &AtomicBool,
-    busy: &Arc<AtomicUsize>,
-) {
-    for conn in l.incoming() {
-        if stop.load(Ordering::Acquire) {
-            return;
-        }
-        let Ok(sock) = conn else { continue };
-        if busy.fetch_add(1, Ordering::AcqRel) >= MAX_HANDSHAKES {
-            busy.fetch_sub(1, Ordering::AcqRel);
-            continue;
-        }
-        let (dev, busy2) = (dev.clone(), Arc::clone(busy));
-        let spawned = std::thread::Builder::new()
-            .name("soft-pair".into())
-            .spawn(move || {
-                handshake(sock, &dev);
-                busy2.fetch_sub(1, Ordering::AcqRel);
-            });
-        if spawned.is_err() {
-            busy.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-}
-
-/// Reads one frame of exactly `HEADER_LEN + CONNECT_PAYLOAD` bytes and its token.
-fn read_pairing(sock: &mut TcpStream, want: Opcode) -> Result<(Header, RcToken), ()> {
-    let mut buf = [0u8; HEADER_LEN + TOKEN_BYTES];
-    let hdr = {
-        let head = buf.get_mut(..HEADER_LEN).ok_or(())?;
-        sock.read_exact(head).map_err(|_| ())?;
-        decode_header(head).map_err(|_| ())?
-    };
-    if hdr.opcode == Opcode::Nak || hdr.opcode != want {
-        return Err(());
-    }
-    let body: &mut [u8; TOKEN_BYTES] = buf
-        .get_mut(HEADER_LEN..)
-        .and_then(|s| s.try_into().ok())
-        .ok_or(())?;
-    sock.read_exact(body).map_err(|_| ())?;
-    let token = RcToken::from_bytes(body).map_err(|_| ())?;
-    if token.transport != Transport::Rc {
-        return Err(());
-    }
-    Ok((hdr, token))
-}
-
-fn pairing_frame(opcode: Opcode, aux: u64, token: &RcToken) -> Vec<u8> {
+pub(crate) fn pairing_frame(opcode: Opcode, aux: u64, token: &RcToken) -> Vec<u8> {
     let h = Header {
         len: CONNECT_PAYLOAD,
         aux,
@@ -256,72 +264,4 @@ fn pairing_frame(opcode: Opcode, aux: u64, token: &RcToken) -> Vec<u8> {
     let mut v = h.encode().to_vec();
     v.extend_from_slice(&token.to_bytes());
     v
-}
-
-/// The listener side of one pairing.
-fn handshake(mut sock: TcpStream, dev: &Weak<DeviceInner>) {
-    if sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).is_err()
-        || sock.set_write_timeout(Some(HANDSHAKE_TIMEOUT)).is_err()
-    {
-        return;
-    }
-    let Ok((hdr, peer)) = read_pairing(&mut sock, Opcode::Connect) else {
-        return;
-    };
-    let dest = u32::try_from(hdr.aux).unwrap_or(u32::MAX);
-    let qp = dev.upgrade().and_then(|d| d.find(dest));
-    let refuse = |mut s: TcpStream| {
-        let h = Header {
-            aux: NakCode::ConnectRefused.to_u64(),
-            ..Header::new(Opcode::Nak, 0)
-        };
-        let _ = s.write_all(&h.encode());
-    };
-    let Some(qp) = qp else { return refuse(sock) };
-    let Ok(clone) = sock.try_clone() else { return };
-    // Answer first, then attach: the QP's threads start only after the ACK is on the wire.
-    {
-        let c = qp.lock();
-        let acceptable = matches!(c.state, QpState::Init | QpState::Rtr | QpState::Rts)
-            && c.stream.is_none()
-            && c.dest_qpn.is_none_or(|d| d == peer.qpn);
-        drop(c);
-        if !acceptable {
-            return refuse(sock);
-        }
-    }
-    if sock
-        .write_all(&pairing_frame(Opcode::ConnectAck, 0, &qp.token()))
-        .is_err()
-    {
-        return;
-    }
-    if !qp.attach(Arc::new(clone), peer.qpn) {
-        let _ = sock.shutdown(std::net::Shutdown::Both);
-    }
-}
-
-/// The dialing side of pairing, run inside `modify_to_rtr`.
-pub(crate) fn dial(qp: &QpShared, addr: SocketAddr, attr: &RtrAttr) -> Result<TcpStream, QpError> {
-    let err = |e: std::io::Error| QpError::Connect(e.to_string());
-    let mut sock = TcpStream::connect_timeout(&addr, attr.connect_timeout).map_err(err)?;
-    sock.set_nodelay(true).map_err(err)?;
-    sock.set_read_timeout(Some(attr.connect_timeout))
-        .map_err(err)?;
-    sock.set_write_timeout(Some(attr.connect_timeout))
-        .map_err(err)?;
-    sock.write_all(&pairing_frame(
-        Opcode::Connect,
-        u64::from(attr.dest_qpn),
-        &qp.token(),
-    ))
-    .map_err(err)?;
-    let (_, peer) = read_pairing(&mut sock, Opcode::ConnectAck).map_err(|()| QpError::Refused)?;
-    if peer.qpn != attr.dest_qpn {
-        return Err(QpError::PeerMismatch("qpn"));
-    }
-    if attr.dgid != [0; 16] && peer.gid != attr.dgid {
-        return Err(QpError::PeerMismatch("gid"));
-    }
-    Ok(sock)
 }

@@ -22,30 +22,35 @@
 //!   `ibv_reg_dmabuf_mr`): exporters with `mmap` (udmabuf, `udmabuf::HostDmabuf` with `test-support`) work, others
 //!   (CUDA's VRAM dmabufs) are refused with the errno.
 //!
-//! Threads: an established QP runs one receiver and one sender thread (simple and adequate for
-//! the few QPs per worker the dialects use); the receiver writes the ACK of what it executed
-//! itself when the wire is free, and a small request posted to an idle QP is written by the
-//! posting thread (no hand-off; see `docs/soft-fabric.md`, Threads). Completion waiting is
-//! `CompletionQueue::wait` or a `mio::Waker` (`CompletionQueue::set_waker`).
+//! Threads: a device owns a fixed set of I/O threads (`soft-io-<device>-<i>`, a `mio` poll
+//! each; [`default_io_threads`]), which serve every QP of the device and its pairing listener
+//! with non-blocking, resumable steps; none is started per QP or per operation. A small
+//! request posted to an idle QP is written by the posting thread (no hand-off; see
+//! `docs/soft-fabric.md`, Threads). Completion waiting is `CompletionQueue::wait` or a
+//! `mio::Waker` (`CompletionQueue::set_waker`).
 
 mod cq;
 mod device;
+mod dial;
 pub mod frame;
+mod io;
 mod mr;
 // Loopback pairs and host dmabufs: test support (`crate::soft` re-exports them with it).
 #[cfg(feature = "test-support")]
 mod pair;
+mod pairing;
 mod qp;
 mod raw;
-mod receiver;
-mod sender;
+mod rx;
 mod shared;
+mod tx;
 #[cfg(feature = "test-support")]
 pub mod udmabuf;
 mod wr;
 
 pub use cq::CompletionQueue;
 pub use device::{MAX_HANDSHAKES, SoftDevice};
+pub use io::{MAX_IO_THREADS, default_io_threads};
 pub use mr::{MemoryRegion, MrError, ProtectionDomain};
 #[cfg(feature = "test-support")]
 pub use pair::{Endpoint, loopback_pair};

@@ -4,15 +4,18 @@
 //! receive PSN, and — soft only — the TCP path) `→ Rts` (our send PSN, timeouts). Any state can
 //! go to `Err`; in `Err` every queued and outstanding work request completes with
 //! [`WcStatus::WrFlushError`] (the one that caused the error with its own status) and the
-//! socket is closed. Two threads drive an established QP (see `sender.rs`, `receiver.rs`).
+//! socket is closed. An established QP is served by one of its device's I/O threads (`io.rs`;
+//! its read side `rx.rs`, its write side `tx.rs`).
 
 use std::net::SocketAddr;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use s3_lite::rdma::RcToken;
 
+use super::dial::DialReq;
 use super::frame::PSN_MASK;
+use super::io::Cmd;
 use super::mr::{MemoryRegion, MrError};
 use super::shared::{Posted, PostedRecv, QpShared, Shut, send_opcode};
 use super::wr::Access;
@@ -70,7 +73,8 @@ pub const MAX_RD_ATOMIC: u32 = 16;
 /// How the TCP connection behind a QP is made (the soft stand-in for a path / address vector).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SoftPath {
-    /// Dial the peer device's listener at this address during RTR.
+    /// Dial the peer device's listener at this address (from RTR on; the device's I/O thread
+    /// dials, `modify_to_rtr` does not wait for it).
     Connect(SocketAddr),
     /// Wait for the peer to dial this device's listener (`SoftDevice::listen`).
     Accept,
@@ -170,7 +174,8 @@ pub enum PostError {
 }
 
 /// A reliable-connected queue pair of the soft fabric. Dropping it moves it to `Err`
-/// (flushing its work requests), closes its connection and joins its threads.
+/// (flushing its work requests), closes its connection and detaches it from its device's I/O
+/// thread.
 #[derive(Debug)]
 pub struct QueuePair {
     pub(crate) shared: Arc<QpShared>,
@@ -204,9 +209,13 @@ impl QueuePair {
         Ok(())
     }
 
-    /// `Init → Rtr`. With [`SoftPath::Connect`] this dials the peer's device and pairs with
-    /// `dest_qpn` before returning; with [`SoftPath::Accept`] the peer's dial may come before
-    /// or after (its CONNECT must name this QP and come from `dest_qpn`).
+    /// `Init → Rtr`. With [`SoftPath::Connect`] this hands the dial of the peer's device (and
+    /// the pairing with `dest_qpn`) to the device's I/O thread and returns at once, as verbs
+    /// would: the QP may go to `Rts` and sends may be posted meanwhile (they wait in the send
+    /// queue until the connection is up). A dial that fails or takes longer than
+    /// `connect_timeout` moves the QP to `Err`, flushing every posted work request, and
+    /// [`QueuePair::connect_error`] says why. With [`SoftPath::Accept`] the peer's dial may come
+    /// before or after (its CONNECT must name this QP and come from `dest_qpn`).
     pub fn modify_to_rtr(&self, attr: &RtrAttr) -> Result<(), QpError> {
         if attr.dest_qpn > PSN_MASK {
             return Err(QpError::OutOfRange("dest_qpn"));
@@ -214,17 +223,6 @@ impl QueuePair {
         if attr.rq_psn > PSN_MASK {
             return Err(QpError::OutOfRange("rq_psn"));
         }
-        let state = self.state();
-        if state != QpState::Init {
-            return Err(QpError::InvalidTransition {
-                from: state,
-                to: QpState::Rtr,
-            });
-        }
-        let dialled = match attr.path {
-            SoftPath::Connect(addr) => Some(super::device::dial(&self.shared, addr, attr)?),
-            SoftPath::Accept => None,
-        };
         let mut c = self.shared.lock();
         if c.state != QpState::Init {
             return Err(QpError::InvalidTransition {
@@ -232,13 +230,32 @@ impl QueuePair {
                 to: QpState::Rtr,
             });
         }
-        match (&c.stream, dialled) {
-            (Some(_), Some(_)) => return Err(QpError::Refused),
-            (Some((_, src)), None) if *src != attr.dest_qpn => {
+        match (attr.path, &c.stream) {
+            // The peer dialled us already: two connections for one QP pair.
+            (SoftPath::Connect(_), Some(_)) => return Err(QpError::Refused),
+            (SoftPath::Connect(addr), None) => {
+                let io = self.shared.io.as_ref().ok_or_else(|| {
+                    QpError::Connect("the soft device's I/O threads did not start".into())
+                })?;
+                let i = *self.shared.thread.get_or_init(|| io.pick());
+                let req = DialReq {
+                    addr,
+                    dest_qpn: attr.dest_qpn,
+                    dgid: attr.dgid,
+                    timeout: attr.connect_timeout,
+                };
+                // The loop takes the core's lock to end the dial, so it sees the QP in `Rtr`.
+                if !io.send(i, Cmd::Dial(Arc::clone(&self.shared), req)) {
+                    return Err(QpError::Connect(
+                        "the soft device's I/O threads ended".into(),
+                    ));
+                }
+                c.dialing = true;
+            }
+            (SoftPath::Accept, Some((_, src))) if *src != attr.dest_qpn => {
                 return Err(QpError::PeerMismatch("qpn"));
             }
-            (_, Some(sock)) => c.stream = Some((Arc::new(sock), attr.dest_qpn)),
-            _ => {}
+            (SoftPath::Accept, _) => {}
         }
         c.dest_qpn = Some(attr.dest_qpn);
         c.rq_psn = attr.rq_psn;
@@ -247,6 +264,20 @@ impl QueuePair {
         self.shared
             .maybe_start(&mut c)
             .map_err(|e| QpError::Connect(e.to_string()))
+    }
+
+    /// Whether the QP's dial of its peer (RTR with [`SoftPath::Connect`]) is still under way.
+    #[must_use]
+    pub fn is_connecting(&self) -> bool {
+        let c = self.shared.lock();
+        c.dialing && c.state != QpState::Err
+    }
+
+    /// Why the QP's dial of its peer failed (the QP is in `Err` then): the error
+    /// `modify_to_rtr` returned before dials ran on the I/O thread.
+    #[must_use]
+    pub fn connect_error(&self) -> Option<QpError> {
+        self.shared.lock().dial_error.clone()
     }
 
     /// `Rtr → Rts`: sends may be posted.
@@ -264,17 +295,20 @@ impl QueuePair {
         c.sq_psn = attr.sq_psn;
         c.timeout = attr.timeout;
         c.state = QpState::Rts;
-        self.shared.cv.notify_all();
         Ok(())
     }
 
-    /// Any state `→ Err`: flushes everything and closes the connection.
+    /// Any state `→ Err`: flushes everything, closes the connection and detaches the QP from
+    /// its device's I/O thread, waiting (bounded) for the thread's acknowledgement: when this
+    /// returns, the thread no longer touches the QP or its memory.
     pub fn modify_to_err(&self) {
         // Answers already queued (the ACK of a message whose completion the application has
         // seen) leave first, as they would have on a NIC.
         self.shared.drain_answers(ANSWER_DRAIN);
         let mut c = self.shared.lock();
         self.shared.fail(&mut c, None, Shut::Both);
+        drop(c);
+        self.shared.detach();
     }
 
     /// `Init → Rtr → Rts` towards the peer `token` names, in one call.
@@ -311,9 +345,9 @@ impl QueuePair {
     /// Posts a send work request. In `Err` it completes at once with `WrFlushError`; an SGE
     /// the domain does not grant completes with `LocalProtectionError` and fails the QP.
     /// A one-frame request of at most 1 MiB posted to an idle QP (nothing queued or being
-    /// written) is written to the socket by the calling thread before this returns, which
-    /// then blocks only while the socket's send buffer is full; everything else is written
-    /// by the QP's sender thread. Either way the completion comes with the peer's ACK.
+    /// written) is written to the socket by the calling thread before this returns, as far as
+    /// the socket takes it without blocking; everything else (and the rest) is written by the
+    /// device's I/O thread. Either way the completion comes with the peer's ACK.
     pub fn post_send(&self, wr: &SendWr) -> Result<(), PostError> {
         let s = &self.shared;
         let mut c = s.lock();
@@ -345,15 +379,23 @@ impl QueuePair {
         };
         c.sq.push_back(Posted { wr: *wr, mr });
         // A small request on an idle QP is written by this thread at once (see
-        // `sender::take_inline`); anything else is the sender thread's.
+        // `tx::take_inline`); anything else is the I/O thread's.
+        // The write side is only tried (never waited for, whatever the lock order): when the
+        // I/O thread holds it, it is writing and this request is its.
         if let Some((sock, _)) = c.stream.clone()
-            && let Some(job) = super::sender::take_inline(&mut c, s.caps.frame_size())
+            && super::tx::inline_ok(&c, s.caps.frame_size())
+            && let Some(w) = s.wire_try()
+            && let Some(job) = super::tx::take_inline(&mut c, s.caps.frame_size())
         {
             drop(c);
-            super::sender::send_inline(s, &sock, job);
+            super::tx::send_inline(s, &sock, w, job);
             return Ok(());
         }
-        s.cv.notify_all();
+        let started = c.started;
+        drop(c);
+        if started {
+            s.kick();
+        }
         Ok(())
     }
 
@@ -390,7 +432,12 @@ impl QueuePair {
             }
         };
         c.rq.push_back(PostedRecv { wr: *wr, mr });
-        s.cv.notify_all();
+        // A frame waiting for a RECV (receiver not ready) resumes now.
+        let waiting = c.rnr_waiting;
+        drop(c);
+        if waiting {
+            s.kick();
+        }
         Ok(())
     }
 }
@@ -401,6 +448,7 @@ const ANSWER_DRAIN: std::time::Duration = std::time::Duration::from_millis(250);
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
+        // Moves to `Err`, closes and detaches (see `modify_to_err`).
         self.modify_to_err();
         // Also ends a NAK drain in progress (the QP was already in `Err` then).
         if let Some((s, _)) = &self.shared.lock().stream {
@@ -408,17 +456,6 @@ impl Drop for QueuePair {
         }
         if let Some(dev) = self.device.upgrade() {
             dev.forget(self.shared.qpn);
-        }
-        let threads = std::mem::take(
-            &mut *self
-                .shared
-                .threads
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
-        for t in threads {
-            // A panicking fabric thread already failed the QP; nothing more to report.
-            let _ = t.join();
         }
     }
 }

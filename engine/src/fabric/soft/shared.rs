@@ -1,21 +1,22 @@
-//! The state a queue pair's handle, its two threads and its device share, and the error path.
+//! The state a queue pair's handle, its device I/O thread and its device share, and the error
+//! path.
 //!
 //! `Core` (behind one mutex) holds the queues: posted sends not yet on the wire, outstanding
 //! requests waiting for their ACK / READ response, posted RECVs, and the responder's answers
-//! for the sender. [`QpShared::fail`] is the single way into `Err`: it completes everything
+//! for the write side. [`QpShared::fail`] is the single way into `Err`: it completes everything
 //! (the culprit with its status, the rest `WrFlushError`) and shuts the socket.
 
 use std::collections::VecDeque;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use s3_lite::rdma::{RcToken, Transport};
 
 use super::cq::CompletionQueue;
-use super::frame::{Header, Opcode, PSN_MASK};
+use super::frame::PSN_MASK;
+use super::io::{Cmd, DETACH_LIMIT, IoPool};
 use super::mr::{MrInner, ProtectionDomain};
 use super::qp::{QpCaps, QpState};
 use super::wr::Access;
@@ -57,7 +58,7 @@ pub(crate) struct Outstanding {
     pub(crate) sent_at: Instant,
 }
 
-/// Work for the sender on the responder's behalf, in PSN order.
+/// Work for the write side on the responder's behalf, in PSN order.
 #[derive(Debug)]
 pub(crate) enum Resp {
     /// Every request frame up to `psn` executed (coalesced).
@@ -77,9 +78,9 @@ pub(crate) enum Resp {
 /// How the socket is closed on failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Shut {
-    /// Both directions: threads stop at once.
+    /// Both directions: the connection ends at once.
     Both,
-    /// Write only (after a NAK): the receiver drains what the peer still sends, then closes.
+    /// Write only (after a NAK): the read side drains what the peer still sends, then closes.
     Write,
 }
 
@@ -95,6 +96,11 @@ pub(crate) struct Core {
     /// The attached connection and the QPN its CONNECT named.
     pub(crate) stream: Option<(Arc<TcpStream>, u32)>,
     pub(crate) started: bool,
+    /// The I/O thread is dialling the peer for this QP (`modify_to_rtr` with
+    /// `SoftPath::Connect`): no other connection may be attached meanwhile.
+    pub(crate) dialing: bool,
+    /// Why the dial failed (the QP is in `Err` then).
+    pub(crate) dial_error: Option<super::qp::QpError>,
     pub(crate) sq: VecDeque<Posted>,
     pub(crate) outstanding: VecDeque<Outstanding>,
     /// Sequence numbers count frames from 0; the wire PSN is `sq_psn + seq` mod 2^24.
@@ -105,13 +111,17 @@ pub(crate) struct Core {
     /// The RECV a multi-frame SEND / a WRITE_WITH_IMM is consuming.
     pub(crate) cur_recv: Option<PostedRecv>,
     pub(crate) responses: VecDeque<Resp>,
-    /// The sender thread is writing an answer it took off `responses`.
+    /// An answer taken off `responses` is being written.
     pub(crate) answering: bool,
-    /// A request's frames are being written (by the sender thread, or inline by the posting
-    /// thread, `sender::send_inline`): no other request may start, so frames of two messages
+    /// A request's frames are being written (by the I/O thread, or inline by the posting
+    /// thread, `tx::send_inline`): no other request may start, so frames of two messages
     /// never interleave and PSNs reach the wire in order.
     pub(crate) requesting: bool,
     pub(crate) reads_pending: u32,
+    /// The read side waits for a RECV (a post kicks the I/O thread).
+    pub(crate) rnr_waiting: bool,
+    /// Threads in [`QpShared::drain_answers`] (the I/O thread signals only when some wait).
+    pub(crate) drain_waiters: u32,
 }
 
 impl Core {
@@ -138,7 +148,7 @@ impl Core {
     }
 }
 
-/// State shared by a queue pair's handle, its threads and its device.
+/// State shared by a queue pair's handle, its I/O thread and its device.
 #[derive(Debug)]
 pub(crate) struct QpShared {
     pub(crate) qpn: u32,
@@ -148,27 +158,31 @@ pub(crate) struct QpShared {
     pub(crate) recv_cq: Arc<CompletionQueue>,
     pub(crate) caps: QpCaps,
     pub(crate) core: Mutex<Core>,
-    /// Signalled on every change the threads or a RNR wait may be waiting for.
+    /// Signalled when queued answers left (for [`QpShared::drain_answers`]).
     pub(crate) cv: Condvar,
-    pub(crate) threads: Mutex<Vec<JoinHandle<()>>>,
-    /// The socket's write side: whoever writes a frame (the sender thread, an inline post, the
-    /// receiver's immediate ACK) holds it for the whole frame, so frames never interleave.
-    pub(crate) wire: Mutex<Wire>,
-    /// `wire.ack_rest` is not empty (the sender thread wakes to finish it).
-    pub(crate) ack_rest_pending: AtomicBool,
-}
-
-/// What the write side holds between frames.
-#[derive(Debug, Default)]
-pub(crate) struct Wire {
-    /// The unsent end of an ACK the receiver wrote without blocking and the socket took only
-    /// partly: whoever takes the wire next writes it before anything else.
-    pub(crate) ack_rest: Vec<u8>,
+    /// The socket's write side: whoever writes (the I/O thread, an inline post) holds it, so
+    /// frames never interleave; a frame partly written waits here for the I/O thread.
+    pub(crate) wire: Mutex<super::tx::Wire>,
+    /// The device's I/O threads (`None`: they could not be started; the QP cannot connect).
+    pub(crate) io: Option<Arc<IoPool>>,
+    /// The I/O thread this QP is attached to, once started.
+    pub(crate) thread: OnceLock<usize>,
+    /// A kick is pending at the I/O thread (further kicks are not needed until it is served).
+    pub(crate) kicked: AtomicBool,
 }
 
 impl QpShared {
     pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
         self.core.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The write side, if no one holds it now.
+    pub(crate) fn wire_try(&self) -> Option<MutexGuard<'_, super::tx::Wire>> {
+        match self.wire.try_lock() {
+            Ok(w) => Some(w),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 
     pub(crate) fn wc(&self, wr_id: u64, status: WcStatus, opcode: WcOpcode) -> WorkCompletion {
@@ -183,30 +197,29 @@ impl QpShared {
         }
     }
 
-    /// Writes the ACK of `psn` now from the calling (receiver) thread, if the wire is free and
-    /// the socket takes it without blocking; `false`: nothing was written, queue it for the
-    /// sender. A partly taken ACK is finished by the next writer (the sender thread is woken).
-    pub(crate) fn ack_now(&self, sock: &TcpStream, psn: u32) -> bool {
-        let Ok(mut w) = self.wire.try_lock() else {
-            return false;
+    /// Asks the QP's I/O thread to serve it (something to send, a RECV for a waiting frame),
+    /// unless a kick is already pending.
+    pub(crate) fn kick(&self) {
+        let (Some(io), Some(&i)) = (self.io.as_ref(), self.thread.get()) else {
+            return;
         };
-        if !w.ack_rest.is_empty() {
-            return false;
+        if !self.kicked.swap(true, Ordering::AcqRel) && !io.send(i, Cmd::Kick(self.qpn)) {
+            self.kicked.store(false, Ordering::Release);
         }
-        let frame = Header::new(Opcode::Ack, psn).encode();
-        match super::raw::send_now(sock, &frame) {
-            Ok(n) if n >= frame.len() => true,
-            Ok(n) if n > 0 => {
-                w.ack_rest = frame.get(n..).unwrap_or_default().to_vec();
-                self.ack_rest_pending.store(true, Ordering::Release);
-                drop(w);
-                // Under the core lock, so a sender about to wait cannot miss it.
-                let _c = self.lock();
-                self.cv.notify_all();
-                true
-            }
-            // Full buffer, or a broken socket (the sender thread reports that).
-            _ => false,
+    }
+
+    /// Stops the I/O thread serving this QP and waits (bounded) for its acknowledgement; after
+    /// it, the thread holds nothing of the QP.
+    pub(crate) fn detach(&self) {
+        if let (Some(io), Some(&i)) = (self.io.as_ref(), self.thread.get()) {
+            io.detach(i, self.qpn, DETACH_LIMIT);
+        }
+    }
+
+    /// Wakes a teardown waiting for the answers to leave (called with the core locked).
+    pub(crate) fn answers_moved(&self, c: &Core) {
+        if c.drain_waiters > 0 {
+            self.cv.notify_all();
         }
     }
 
@@ -258,24 +271,26 @@ impl QpShared {
         self.cv.notify_all();
     }
 
-    /// Waits up to `limit` for the sender thread to put the answers already queued (ACKs of
+    /// Waits up to `limit` for the I/O thread to put the answers already queued (ACKs of
     /// executed requests, NAKs, READ responses) on the wire. An RDMA NIC acknowledges a message
     /// as it places it, before the responder's application even sees the completion; here the
-    /// ACK waits in `responses` for the sender thread, so an application that answers "done"
+    /// ACK waits in `responses` for the I/O thread, so an application that answers "done"
     /// and destroys the QP at once would otherwise drop it, and the requester would see
     /// `RetryExceeded` for a write that landed.
     pub(crate) fn drain_answers(&self, limit: Duration) {
         let end = Instant::now() + limit;
         let mut c = self.lock();
-        while c.state != QpState::Err
-            && c.started
-            && (!c.responses.is_empty()
-                || c.answering
-                || self.ack_rest_pending.load(Ordering::Acquire))
-        {
+        if c.state == QpState::Err || !c.started || (c.responses.is_empty() && !c.answering) {
+            return;
+        }
+        c.drain_waiters += 1;
+        drop(c);
+        self.kick();
+        let mut c = self.lock();
+        while c.state != QpState::Err && (!c.responses.is_empty() || c.answering) {
             let now = Instant::now();
             if now >= end {
-                return;
+                break;
             }
             c = self
                 .cv
@@ -283,9 +298,10 @@ impl QpShared {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
+        c.drain_waiters -= 1;
     }
 
-    /// Starts the two threads once a connection is attached and the QP is RTR or RTS.
+    /// Hands the connection to an I/O thread once one is attached and the QP is RTR or RTS.
     pub(crate) fn maybe_start(self: &Arc<Self>, c: &mut Core) -> std::io::Result<()> {
         if c.started || !matches!(c.state, QpState::Rtr | QpState::Rts) {
             return Ok(());
@@ -293,26 +309,17 @@ impl QpShared {
         let Some((sock, _)) = c.stream.clone() else {
             return Ok(());
         };
-        let tick = c
-            .timeout
-            .min(Duration::from_millis(100))
-            .max(Duration::from_millis(1));
-        sock.set_read_timeout(Some(tick))?;
-        sock.set_write_timeout(Some(tick))?;
+        let io = self
+            .io
+            .as_ref()
+            .ok_or_else(|| std::io::Error::other("the soft device's I/O threads did not start"))?;
+        sock.set_nonblocking(true)?;
         sock.set_nodelay(true)?;
+        let i = *self.thread.get_or_init(|| io.pick());
+        if !io.send(i, Cmd::Attach(Arc::clone(self), sock)) {
+            return Err(std::io::Error::other("the soft device's I/O threads ended"));
+        }
         c.started = true;
-        let epsn = c.rq_psn;
-        let (q1, s1) = (Arc::clone(self), Arc::clone(&sock));
-        let rx = std::thread::Builder::new()
-            .name(format!("soft-qp{:x}-rx", self.qpn))
-            .spawn(move || super::receiver::run(&q1, &s1, epsn))?;
-        let (q2, s2) = (Arc::clone(self), sock);
-        let tx = std::thread::Builder::new()
-            .name(format!("soft-qp{:x}-tx", self.qpn))
-            .spawn(move || super::sender::run(&q2, &s2))?;
-        let mut t = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
-        t.push(rx);
-        t.push(tx);
         Ok(())
     }
 
@@ -321,6 +328,7 @@ impl QpShared {
         let mut c = self.lock();
         let ok = matches!(c.state, QpState::Init | QpState::Rtr | QpState::Rts)
             && c.stream.is_none()
+            && !c.dialing
             && c.dest_qpn.is_none_or(|d| d == src_qpn);
         if ok {
             c.stream = Some((sock, src_qpn));
