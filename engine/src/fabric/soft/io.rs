@@ -183,13 +183,20 @@ impl IoPool {
         }))
     }
 
-    /// The least loaded thread.
+    /// The least loaded thread, counted as loaded by this QP at once: QPs attached in a burst
+    /// (every worker pairing at start) pick before any thread has taken its attach, and
+    /// counting at the attach put them all on thread 0, one thread moving every QP's bytes.
     pub(crate) fn pick(&self) -> usize {
-        self.handles
+        let i = self
+            .handles
             .iter()
             .enumerate()
             .min_by_key(|(_, h)| h.load.load(Ordering::Relaxed))
-            .map_or(0, |(i, _)| i)
+            .map_or(0, |(i, _)| i);
+        if let Some(h) = self.handles.get(i) {
+            h.load.fetch_add(1, Ordering::Relaxed);
+        }
+        i
     }
 
     /// Hands `cmd` to thread `i`; `false` when it has ended.
@@ -430,6 +437,7 @@ impl Loop {
         self.remove(qpn);
         let reg = sock.try_clone().ok().map(mio::net::TcpStream::from_std);
         let Some(mut reg) = reg else {
+            self.h.load.fetch_sub(1, Ordering::Relaxed);
             let mut c = qp.lock();
             qp.fail(&mut c, None, Shut::Both);
             return None;
@@ -444,12 +452,12 @@ impl Loop {
             )
             .is_err()
         {
+            self.h.load.fetch_sub(1, Ordering::Relaxed);
             let mut c = qp.lock();
             qp.fail(&mut c, None, Shut::Both);
             return None;
         }
         let epsn = qp.lock().rq_psn;
-        self.h.load.fetch_add(1, Ordering::Relaxed);
         self.conns.insert(
             qpn,
             Conn {
