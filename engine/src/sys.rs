@@ -1,5 +1,5 @@
-//! The engine's small libc surface: the monotonic clock, process CPU time, a socket option and
-//! `pread(2)` into registered memory.
+//! The engine's small libc surface: the monotonic clock, process CPU time, a socket option,
+//! `pread(2)` into registered memory, and the process's CPU affinity.
 //!
 //! `#[allow(unsafe_code)]` is confined to this module and `memory::raw` (see `docs/engine.md`,
 //! "Safety model"). Each block makes exactly one libc call on a stack-owned out-parameter,
@@ -123,4 +123,57 @@ mod tests {
         std::hint::black_box(x);
         assert!(process_cpu_time() > before);
     }
+}
+
+/// The CPUs the process's main thread may run on (`sched_getaffinity` of the thread whose id
+/// is the process id), in increasing order; `None` when it cannot be read.
+///
+/// Threads inherit the affinity of the thread that spawns them, and an engine worker pins
+/// itself to one core: a helper thread started from a worker would be confined to that core,
+/// and `std::thread::available_parallelism` asked there answers 1. The main thread keeps the
+/// mask the process was started with (`taskset`, cgroup cpuset), so device threads size
+/// themselves and run by this set instead.
+#[must_use]
+pub(crate) fn process_cpus() -> Option<Vec<usize>> {
+    // SAFETY: an all-zero cpu_set_t is the empty set, a valid value of the plain-data type.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `getpid` has no preconditions. `set` is a valid, exclusively borrowed cpu_set_t
+    // of the size passed, which the call only writes.
+    let rc = unsafe {
+        libc::sched_getaffinity(
+            libc::getpid(),
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &raw mut set,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    let bits = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: `CPU_ISSET` only reads `set`; every index is below the set's capacity in bits.
+    let cpus: Vec<usize> = (0..bits)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect();
+    (!cpus.is_empty()).then_some(cpus)
+}
+
+/// Lets the calling thread run on exactly `cpus` (`sched_setaffinity(0, ..)`); `false` when
+/// the set is empty, names a CPU beyond `cpu_set_t`'s capacity, or the call fails.
+pub(crate) fn set_thread_cpus(cpus: &[usize]) -> bool {
+    let bits = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    if cpus.is_empty() || cpus.iter().any(|&c| c >= bits) {
+        return false;
+    }
+    // SAFETY: an all-zero cpu_set_t is the empty set, a valid value of the plain-data type.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        // SAFETY: `c` is below the set's capacity in bits (checked above); `set` is local.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: `set` is a valid cpu_set_t of the size passed, which the call only reads; pid 0
+    // names the calling thread.
+    let rc = unsafe {
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw const set)
+    };
+    rc == 0
 }

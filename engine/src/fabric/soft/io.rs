@@ -34,14 +34,23 @@ use super::shared::{QpShared, Resp, Shut};
 use super::tx;
 use super::wr::WcStatus;
 
-/// The I/O threads a device starts unless told otherwise: one per available core, at most
+/// The I/O threads a device starts unless told otherwise: one per CPU the process may run on
+/// (its main thread's affinity, [`crate::sys::process_cpus`]), at most
 /// [`DEFAULT_IO_THREADS_MAX`], at least 1. A thread does the kernel's TCP work of the QPs it
 /// serves (copies, checksums, loopback delivery), so a device with many busy QPs wants about
 /// as many threads as it has cores for them.
+///
+/// The process's set, not the calling thread's: the engine's shared device is first used on a
+/// worker, which is pinned to one core, and asking there (`available_parallelism`) answered 1.
+/// Measured on a 16-core host (clients on 8 cores, concurrency 16, 16 MiB soft range-gets),
+/// that one thread, at 95% of a core, carried every QP's bytes: 2.4 GB/s against 11 GB/s.
 #[must_use]
 pub fn default_io_threads() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, std::num::NonZeroUsize::get)
+    crate::sys::process_cpus()
+        .map_or_else(
+            || std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+            |c| c.len(),
+        )
         .clamp(1, DEFAULT_IO_THREADS_MAX)
 }
 
@@ -147,6 +156,9 @@ impl IoPool {
         let dev = NEXT_DEVICE.fetch_add(1, Ordering::Relaxed);
         let mut handles = Vec::new();
         let mut joins = Vec::new();
+        // The process's CPUs: a thread inherits its spawner's affinity, and the spawner may be
+        // a worker pinned to one core, which would confine every I/O thread to that core.
+        let cpus = crate::sys::process_cpus();
         for i in 0..n.clamp(1, MAX_IO_THREADS) {
             let poll = Poll::new()?;
             let waker = Waker::new(poll.registry(), WAKE)?;
@@ -157,9 +169,16 @@ impl IoPool {
                 load: AtomicUsize::new(0),
             });
             let h2 = Arc::clone(&h);
+            let cpus = cpus.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("soft-io-{dev}-{i}"))
-                .spawn(move || Loop::new(poll, h2).run());
+                .spawn(move || {
+                    if let Some(c) = cpus {
+                        // Not fatal: the thread then runs where its spawner could.
+                        let _ = crate::sys::set_thread_cpus(&c);
+                    }
+                    Loop::new(poll, h2).run();
+                });
             match spawned {
                 Ok(j) => {
                     handles.push(h);
