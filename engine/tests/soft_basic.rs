@@ -4,8 +4,9 @@
 use std::time::{Duration, Instant};
 
 use engine::soft::{
-    Access, Endpoint, MemoryRegion, PostError, QpCaps, QpError, QpState, RecvWr, RemoteAddr,
-    RtsAttr, SendOp, SendWr, Sge, SoftDevice, WcOpcode, WcStatus, WorkCompletion, loopback_pair,
+    Access, Endpoint, MemoryRegion, MrError, PostError, QpCaps, QpError, QpState, RecvWr,
+    RemoteAddr, RtsAttr, SendOp, SendWr, Sge, SoftDevice, WcOpcode, WcStatus, WorkCompletion,
+    loopback_pair,
 };
 
 /// Waits for exactly `n` completions on `ep.cq` (10 s limit).
@@ -73,6 +74,9 @@ fn write_read_and_write_with_imm_are_byte_exact() {
     );
     assert_eq!(wc[0].byte_len, len as u32);
     assert_eq!(dst.to_vec(4096, len).unwrap(), data);
+    // In place, without a copy: the same bytes; a range past the end is refused.
+    assert_eq!(dst.inspect(4096, len, <[u8]>::to_vec).unwrap(), data);
+    assert!(dst.inspect(4096, len + 1, |_| ()).is_err());
     assert_eq!(
         dst.to_vec(0, 4096).unwrap(),
         vec![0u8; 4096],
@@ -488,4 +492,18 @@ fn a_recv_posted_during_the_rnr_wait_resumes_the_frame() {
     );
     assert_eq!(reap(&a, 1)[0].status, WcStatus::Success);
     assert!(dst.to_vec(0, 64 << 10).unwrap() == pattern(64 << 10, 5));
+}
+
+#[test]
+fn inspect_refuses_a_deregistered_region() {
+    let dev = SoftDevice::new(std::net::Ipv4Addr::LOCALHOST);
+    let pd = dev.alloc_pd();
+    let mr = pd.register_owned(8192, Access::LOCAL_WRITE).unwrap();
+    mr.write(10, b"seen").unwrap();
+    assert_eq!(mr.inspect(10, 4, <[u8]>::to_vec).unwrap(), b"seen");
+    pd.deregister(&mr).unwrap();
+    assert_eq!(
+        mr.inspect(10, 4, <[u8]>::to_vec).unwrap_err(),
+        MrError::Deregistered
+    );
 }

@@ -7,7 +7,6 @@
 //! spooled). Completions of the connection's shared CQ are routed to the waiting transfer by
 //! [`Demux`].
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -35,15 +34,6 @@ pub(crate) const GET_DEPTH: usize = 4;
 /// Bytes read from the file per `pread(2)` into a staging buffer: each piece is checksummed
 /// right after it lands, while it is still in the CPU's cache.
 const FILE_PIECE: usize = 256 * 1024;
-
-/// Bytes per copy out of a staging buffer for the checksum pass (registered memory is never
-/// borrowed as a slice).
-const BOUNCE: usize = 64 * 1024;
-
-thread_local! {
-    /// One bounce buffer per gateway thread, reused.
-    static BOUNCE_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
 
 static NEXT_WR: AtomicU64 = AtomicU64::new(1);
 
@@ -226,24 +216,6 @@ fn sge(mr: &RcMr, len: usize) -> Sge {
         length: u32::try_from(len).unwrap_or(u32::MAX),
         lkey: mr.lkey(),
     }
-}
-
-/// Shows `len` bytes at `off` of `mr` to `seen`, copied out through the thread's bounce
-/// buffer.
-fn show(mr: &RcMr, off: usize, len: usize, seen: &mut dyn FnMut(&[u8])) -> Result<(), ApiError> {
-    BOUNCE_BUF.with_borrow_mut(|bounce| {
-        bounce.resize(BOUNCE, 0);
-        let mut done = 0;
-        while done < len {
-            let n = (len - done).min(BOUNCE);
-            let piece = bounce.get_mut(..n).unwrap_or_default();
-            mr.read((off + done) as u64, piece)
-                .map_err(ApiError::internal)?;
-            seen(piece);
-            done += n;
-        }
-        Ok(())
-    })
 }
 
 /// Buffers posted together: the last work request of the group is signaled, and its
@@ -474,7 +446,8 @@ impl RcGet {
                 if got == 0 {
                     return Err(ApiError::internal("object shorter than its metadata"));
                 }
-                show(buf.mr(), off, got, seen)?;
+                buf.inspect(off as u64, got, seen)
+                    .map_err(ApiError::internal)?;
                 Ok(got)
             })?;
             at += got as u64;

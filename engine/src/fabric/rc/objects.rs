@@ -192,6 +192,9 @@ impl RcMr {
     }
 }
 
+/// Bytes [`RcStaging::inspect`] copies at a time out of a verbs registration.
+const INSPECT_BOUNCE: usize = 64 << 10;
+
 /// A registered buffer whose memory the registration itself owns ([`RcPd::register_staging`]):
 /// its bytes stay allocated for as long as this handle lives, whatever happens to the keys, so
 /// the kernel may be asked to write into it ([`RcStaging::read_file_at`]) without a copy.
@@ -214,6 +217,34 @@ impl RcStaging {
     #[must_use]
     pub fn into_mr(self) -> RcMr {
         self.mr
+    }
+
+    /// Hands the buffer's bytes `off..off+len` to `seen`, in pieces, in order: a soft
+    /// registration's bytes in place (one piece, no copy, fabric accesses held off meanwhile,
+    /// [`crate::fabric::soft::MemoryRegion::inspect`]); a verbs registration's through a
+    /// bounce buffer, since a NIC may access its memory. Call it only while no work request
+    /// covers those bytes, as for [`RcMr::read`].
+    pub fn inspect(
+        &self,
+        off: u64,
+        len: usize,
+        seen: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), RcError> {
+        match &self.mr {
+            RcMr::Soft(m) => Ok(m.inspect(off, len, |b| seen(b))?),
+            RcMr::Verbs(m) => {
+                let mut bounce = vec![0u8; len.min(INSPECT_BOUNCE)];
+                let mut done = 0usize;
+                while done < len {
+                    let n = (len - done).min(INSPECT_BOUNCE);
+                    let piece = bounce.get_mut(..n).unwrap_or_default();
+                    m.read(off + done as u64, piece)?;
+                    seen(piece);
+                    done += n;
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Reads up to `len` bytes at offset `at` of `file` straight into the buffer at `off`, in

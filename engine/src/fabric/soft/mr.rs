@@ -189,6 +189,30 @@ impl MemoryRegion {
             .map_err(|_| MrError::Bounds)
     }
 
+    /// Hands the bytes `off..off+len` to `f` in place, without a copy. Waits for fabric
+    /// accesses in progress and holds new ones off until `f` returns, as [`MemoryRegion::read`]
+    /// does while copying.
+    pub fn inspect<R>(
+        &self,
+        off: u64,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, MrError> {
+        let g = self
+            .inner
+            .gate
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !g.alive {
+            return Err(MrError::Deregistered);
+        }
+        let off = usize::try_from(off).map_err(|_| MrError::Bounds)?;
+        self.inner
+            .mem
+            .with_bytes(off, len, f)
+            .map_err(|_| MrError::Bounds)
+    }
+
     /// The bytes `off..off+len` as a vector (see [`MemoryRegion::read`]).
     pub fn to_vec(&self, off: u64, len: usize) -> Result<Vec<u8>, MrError> {
         let mut v = vec![0u8; len];

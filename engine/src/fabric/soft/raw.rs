@@ -6,8 +6,9 @@
 //! the range valid until it is deregistered). The fabric never forms a Rust reference to
 //! registered bytes: payload moves between the socket and memory by `recv(2)` / `sendmsg(2)` on
 //! raw pointers, so the kernel copies the bytes exactly once (no intermediate payload buffer)
-//! and remote writes behave like DMA. The only Rust-level accesses are [`RegionMem::copy_out`]
-//! and [`RegionMem::copy_in`], which the region's gate calls while holding it exclusively.
+//! and remote writes behave like DMA. The only Rust-level accesses are [`RegionMem::copy_out`],
+//! [`RegionMem::copy_in`] and [`RegionMem::with_bytes`], called with the region's gate held
+//! exclusively.
 //!
 //! INVARIANT (gate): every function here that touches bytes is called with the owning region's
 //! gate held: shared for socket I/O (fabric threads), exclusive for `copy_in`/`copy_out`
@@ -177,6 +178,22 @@ impl RegionMem {
         // gate excludes every fabric access, and `dst` is caller memory, not the region.
         unsafe { std::ptr::copy(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len()) };
         Ok(())
+    }
+
+    /// Hands region bytes `off..off+len` to `f` as a slice, without copying them. Caller holds
+    /// the gate exclusively.
+    pub(crate) fn with_bytes<R>(
+        &self,
+        off: usize,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> io::Result<R> {
+        let off = self.span(off, len)?;
+        // SAFETY: in bounds of the live region (checked above, field INVARIANT). The exclusive
+        // gate excludes every fabric access for as long as the slice lives (it does not
+        // outlive `f`), so nothing writes these bytes meanwhile, as in `copy_out`.
+        let bytes = unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(off), len) };
+        Ok(f(bytes))
     }
 
     /// Copies `src` into the region at `off`. Caller holds the gate exclusively.
