@@ -606,6 +606,31 @@ fn black_hole_soft_listener(seen: Arc<Seen>) -> SocketAddr {
     a
 }
 
+/// The RC token of a fresh soft QP (a server's answer naming a QP that never connects).
+fn fresh_soft_token() -> RcToken {
+    let dev = SoftDevice::new(Ipv4Addr::LOCALHOST);
+    let qp = dev.create_qp(
+        &dev.alloc_pd(),
+        &dev.create_cq(),
+        &dev.create_cq(),
+        QpCaps::default(),
+    );
+    qp.local_token(None).unwrap()
+}
+
+/// Waits (5 s at most) until the engine's QP has dialled the black-hole listener; returns the
+/// time since `t0`.
+fn wait_dialled(dial_seen: &Seen, t0: Instant) -> Duration {
+    while dial_seen.held.load(Ordering::SeqCst) == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the QP never dialled"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    t0.elapsed()
+}
+
 /// hipobj-rc-v2 over the soft fabric against a server that grants the PREPARE of `dial`
 /// naming a soft listener that accepts the QP's dial but never answers its `CONNECT`, and
 /// holds the READY (as a gateway waiting for that connection would); other PREPAREs are
@@ -637,14 +662,7 @@ fn hanging_soft_dial_does_not_block_the_worker() {
                 }
                 // A real QP's token (its QPN and GID are what the client checks), never
                 // paired: the dial goes to the black hole.
-                let dev = SoftDevice::new(Ipv4Addr::LOCALHOST);
-                let qp = dev.create_qp(
-                    &dev.alloc_pd(),
-                    &dev.create_cq(),
-                    &dev.create_cq(),
-                    QpCaps::default(),
-                );
-                let tok = qp.local_token(None).unwrap();
+                let tok = fresh_soft_token();
                 let r = [
                     ("x-amz-rdma-protocol", "hipobj-rc-v2".to_owned()),
                     ("x-amz-rdma-reply", format!("200:{}", tok.encode())),
@@ -688,14 +706,7 @@ fn hanging_soft_dial_does_not_block_the_worker() {
             .build(),
     )
     .unwrap();
-    while dial_seen.held.load(Ordering::SeqCst) == 0 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "the QP never dialled"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    let dialled = t0.elapsed();
+    let dialled = wait_dialled(&dial_seen, t0);
     // The dial hangs now: the worker's other ops run meanwhile, one at a time.
     let mut all: HashMap<u64, Cqe> = HashMap::new();
     let mut slowest = Duration::ZERO;
@@ -776,14 +787,7 @@ fn hanging_soft_dial_of_a_pairing_does_not_block_the_worker() {
     let addr = server(move |mut s| {
         while let Some(h) = head_of(&mut s) {
             if h[":line"].starts_with("POST /.hipobj/rc/connect") {
-                let dev = SoftDevice::new(Ipv4Addr::LOCALHOST);
-                let qp = dev.create_qp(
-                    &dev.alloc_pd(),
-                    &dev.create_cq(),
-                    &dev.create_cq(),
-                    QpCaps::default(),
-                );
-                let tok = qp.local_token(None).unwrap();
+                let tok = fresh_soft_token();
                 let r = [
                     ("x-amz-rdma-reply", format!("200:{}", tok.encode())),
                     ("x-amz-rdma-psn", "004242".to_owned()),
@@ -816,14 +820,7 @@ fn hanging_soft_dial_of_a_pairing_does_not_block_the_worker() {
             .build(),
     )
     .unwrap();
-    while dial_seen.held.load(Ordering::SeqCst) == 0 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "the QP never dialled"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    let dialled = t0.elapsed();
+    let dialled = wait_dialled(&dial_seen, t0);
     let mut all: HashMap<u64, Cqe> = HashMap::new();
     let mut slowest = Duration::ZERO;
     for i in 0..10u64 {

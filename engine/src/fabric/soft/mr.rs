@@ -174,19 +174,7 @@ impl MemoryRegion {
     /// Copies `dst.len()` bytes at offset `off` out of the region. Waits for fabric accesses
     /// in progress and holds new ones off while copying (see the module docs).
     pub fn read(&self, off: u64, dst: &mut [u8]) -> Result<(), MrError> {
-        let g = self
-            .inner
-            .gate
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        if !g.alive {
-            return Err(MrError::Deregistered);
-        }
-        let off = usize::try_from(off).map_err(|_| MrError::Bounds)?;
-        self.inner
-            .mem
-            .copy_out(off, dst)
-            .map_err(|_| MrError::Bounds)
+        self.exclusive(off, |mem, off| mem.copy_out(off, dst))
     }
 
     /// Hands the bytes `off..off+len` to `f` in place, without a copy. Waits for fabric
@@ -198,19 +186,7 @@ impl MemoryRegion {
         len: usize,
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R, MrError> {
-        let g = self
-            .inner
-            .gate
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        if !g.alive {
-            return Err(MrError::Deregistered);
-        }
-        let off = usize::try_from(off).map_err(|_| MrError::Bounds)?;
-        self.inner
-            .mem
-            .with_bytes(off, len, f)
-            .map_err(|_| MrError::Bounds)
+        self.exclusive(off, |mem, off| mem.with_bytes(off, len, f))
     }
 
     /// The bytes `off..off+len` as a vector (see [`MemoryRegion::read`]).
@@ -222,6 +198,17 @@ impl MemoryRegion {
 
     /// Copies `src` into the region at `off` (exclusive with fabric accesses).
     pub fn write(&self, off: u64, src: &[u8]) -> Result<(), MrError> {
+        self.exclusive(off, |mem, off| mem.copy_in(off, src))
+    }
+
+    /// Runs `f` on the region's memory and `off` with the gate held exclusively (fabric
+    /// accesses in progress finished, new ones held off until `f` returns); a deregistered
+    /// region, or a range `f` finds outside it, is an error.
+    fn exclusive<R>(
+        &self,
+        off: u64,
+        f: impl FnOnce(&RegionMem, usize) -> std::io::Result<R>,
+    ) -> Result<R, MrError> {
         let g = self
             .inner
             .gate
@@ -231,10 +218,7 @@ impl MemoryRegion {
             return Err(MrError::Deregistered);
         }
         let off = usize::try_from(off).map_err(|_| MrError::Bounds)?;
-        self.inner
-            .mem
-            .copy_in(off, src)
-            .map_err(|_| MrError::Bounds)
+        f(&self.inner.mem, off).map_err(|_| MrError::Bounds)
     }
 }
 

@@ -440,18 +440,9 @@ impl Rx {
     fn write(&mut self, qp: &QpShared, h: &Header) -> Result<Step, Stop> {
         self.admit(qp, h, Some(Access::REMOTE_WRITE))?;
         let total = self.sequence(h, false)?;
-        let mr = qp
-            .pd
-            .by_rkey(h.rkey)
-            .ok_or(Stop::Nak(h.psn, NakCode::RemoteAccess))?;
         // The grant is checked before waiting for a RECV (an access error is not an RNR
         // condition), and again for every chunk of payload.
-        if mr
-            .remote(h.rkey, h.addr, u64::from(h.len), Access::REMOTE_WRITE)
-            .is_none()
-        {
-            return Err(Stop::Nak(h.psn, NakCode::RemoteAccess));
-        }
+        write_target(qp, h)?;
         if h.opcode == Opcode::WriteImm && !take_recv(qp)? {
             return Ok(self.wait_recv(qp, h, total));
         }
@@ -481,17 +472,8 @@ impl Rx {
     /// The payload step of a WRITE / SEND frame whose RECV (if it needs one) is reserved.
     fn after_recv(&self, qp: &QpShared, h: &Header, total: u64) -> Result<Step, Stop> {
         if matches!(h.opcode, Opcode::Write | Opcode::WriteImm) {
-            let mr = qp
-                .pd
-                .by_rkey(h.rkey)
-                .ok_or(Stop::Nak(h.psn, NakCode::RemoteAccess))?;
-            if mr
-                .remote(h.rkey, h.addr, u64::from(h.len), Access::REMOTE_WRITE)
-                .is_none()
-            {
-                // Re-keyed while waiting for the RECV.
-                return Err(Stop::Nak(h.psn, NakCode::RemoteAccess));
-            }
+            // Checked again: the window may have been re-keyed while waiting for the RECV.
+            let mr = write_target(qp, h)?;
             let dst = Dst::Remote {
                 mr,
                 rkey: h.rkey,
@@ -611,6 +593,22 @@ impl Rx {
         self.epsn = (self.epsn + 1) & PSN_MASK;
         Ok(())
     }
+}
+
+/// The region a WRITE frame `h` targets, if its rkey names one that grants remote write over
+/// the frame's whole range; otherwise the remote-access NAK.
+fn write_target(qp: &QpShared, h: &Header) -> Result<Arc<MrInner>, Stop> {
+    let mr = qp
+        .pd
+        .by_rkey(h.rkey)
+        .ok_or(Stop::Nak(h.psn, NakCode::RemoteAccess))?;
+    if mr
+        .remote(h.rkey, h.addr, u64::from(h.len), Access::REMOTE_WRITE)
+        .is_none()
+    {
+        return Err(Stop::Nak(h.psn, NakCode::RemoteAccess));
+    }
+    Ok(mr)
 }
 
 fn header_step() -> Step {
