@@ -177,3 +177,11 @@ pub(crate) fn set_thread_cpus(cpus: &[usize]) -> bool {
     };
     rc == 0
 }
+
+/// The CPU the calling thread runs on now (`sched_getcpu`); `None` when unknown.
+#[must_use]
+pub(crate) fn current_cpu() -> Option<usize> {
+    // SAFETY: `sched_getcpu` takes no arguments and has no preconditions.
+    let c = unsafe { libc::sched_getcpu() };
+    usize::try_from(c).ok()
+}

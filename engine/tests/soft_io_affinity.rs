@@ -3,12 +3,13 @@
 //! core; the threads once inherited that pin, and the count asked there was 1: one thread, at
 //! 95% of a core, carried every QP's bytes on a 16-core host.)
 //!
-//! Its own test binary: it reads every `soft-io-*` thread of the process.
+//! Its own test binary: it reads every `soft-io-*` thread of the process. With
+//! `IoPlacement::PerCpu` (the engine's shared device) each thread runs on one CPU instead.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use engine::soft::{SoftDevice, default_io_threads};
+use engine::soft::{IoPlacement, SoftDevice, default_io_threads};
 
 /// `Cpus_allowed_list` of a thread (`/proc/self/task/<tid>/status`), expanded.
 fn allowed(status: &str) -> Vec<usize> {
@@ -92,5 +93,41 @@ fn io_threads_follow_the_process_cpus_not_the_pinned_thread_that_starts_them() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    drop(dev);
+    // The engine's placement: each thread on one CPU of the process, whatever the starter's.
+    let before: Vec<String> = threads().into_iter().map(|(n, _)| n).collect();
+    let per_cpu = std::thread::spawn(move || {
+        assert!(
+            core_affinity::set_for_current(first),
+            "could not pin the thread"
+        );
+        let dev = SoftDevice::with_io(Ipv4Addr::LOCALHOST, want, IoPlacement::PerCpu);
+        dev.listen(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+            .unwrap();
+        dev
+    })
+    .join()
+    .unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let io: Vec<(String, Vec<usize>)> = threads()
+            .into_iter()
+            .filter(|(n, _)| n.starts_with("soft-io-") && !before.contains(n))
+            .collect();
+        let mut one_each: Vec<usize> = io
+            .iter()
+            .filter_map(|(_, c)| (c.len() == 1).then(|| c[0]))
+            .filter(|c| process.contains(c))
+            .collect();
+        one_each.sort_unstable();
+        one_each.dedup();
+        if io.len() == want && one_each.len() == want.min(process.len()) {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "per-CPU soft I/O threads and their CPUs: {io:?}; want {want}, one CPU each of {process:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop((dev, per_cpu));
 }

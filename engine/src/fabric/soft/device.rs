@@ -25,7 +25,7 @@ use s3_lite::rdma::{RcToken, gid_from_ipv4};
 
 use super::cq::CompletionQueue;
 use super::frame::{CONNECT_PAYLOAD, Header, Opcode, PSN_MASK};
-use super::io::{Cmd, IoPool, default_io_threads};
+use super::io::{Cmd, IoPlacement, IoPool, default_io_threads};
 use super::mr::ProtectionDomain;
 use super::qp::{QpCaps, QpState, QueuePair};
 use super::shared::{Core, QpShared};
@@ -41,6 +41,8 @@ pub(crate) struct DeviceInner {
     listen: Mutex<Option<SocketAddr>>,
     /// How many I/O threads to start.
     io_threads: usize,
+    /// Where they run.
+    io_placement: IoPlacement,
     /// The I/O threads, started on first need (`None` inside: they could not be started).
     io: OnceLock<Option<Arc<IoPool>>>,
 }
@@ -66,7 +68,7 @@ impl DeviceInner {
     /// The device's I/O threads, started now if they are not yet.
     fn pool(&self) -> Option<Arc<IoPool>> {
         self.io
-            .get_or_init(|| IoPool::start(self.io_threads).ok())
+            .get_or_init(|| IoPool::start(self.io_threads, self.io_placement).ok())
             .clone()
     }
 }
@@ -104,12 +106,19 @@ impl SoftDevice {
     /// They start with the first QP or [`SoftDevice::listen`] and serve every QP of the device.
     #[must_use]
     pub fn with_io_threads(ip: Ipv4Addr, threads: usize) -> Self {
+        Self::with_io(ip, threads, IoPlacement::Float)
+    }
+
+    /// A device with `threads` I/O threads placed as `placement` says (see [`IoPlacement`]).
+    #[must_use]
+    pub fn with_io(ip: Ipv4Addr, threads: usize, placement: IoPlacement) -> Self {
         Self {
             inner: Arc::new(DeviceInner {
                 gid: gid_from_ipv4(ip),
                 qps: Mutex::new(HashMap::new()),
                 listen: Mutex::new(None),
                 io_threads: threads.clamp(1, super::io::MAX_IO_THREADS),
+                io_placement: placement,
                 io: OnceLock::new(),
             }),
         }
@@ -118,7 +127,8 @@ impl SoftDevice {
     /// The process's shared device for `ip`, made on first use and kept for the life of the
     /// process: every engine (and every worker) that dials peers from `ip` makes its QPs here,
     /// so the process runs one fixed set of soft I/O threads per address, not a set per
-    /// engine, worker or operation.
+    /// engine, worker or operation. Its threads are [`IoPlacement::PerCpu`]: a worker's QPs
+    /// are served on the worker's core.
     #[must_use]
     pub fn shared(ip: Ipv4Addr) -> Self {
         static SHARED: OnceLock<Mutex<HashMap<Ipv4Addr, SoftDevice>>> = OnceLock::new();
@@ -127,7 +137,7 @@ impl SoftDevice {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .entry(ip)
-            .or_insert_with(|| Self::new(ip))
+            .or_insert_with(|| Self::with_io(ip, default_io_threads(), IoPlacement::PerCpu))
             .clone()
     }
 

@@ -237,7 +237,10 @@ impl QueuePair {
                 let io = self.shared.io.as_ref().ok_or_else(|| {
                     QpError::Connect("the soft device's I/O threads did not start".into())
                 })?;
-                let i = *self.shared.thread.get_or_init(|| io.pick());
+                let i = *self
+                    .shared
+                    .thread
+                    .get_or_init(|| io.pick_near(crate::sys::current_cpu()));
                 let req = DialReq {
                     addr,
                     dest_qpn: attr.dest_qpn,
