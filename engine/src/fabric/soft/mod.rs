@@ -30,6 +30,7 @@
 //! `mio::Waker` (`CompletionQueue::set_waker`).
 
 mod cq;
+mod crc;
 mod device;
 mod dial;
 pub mod frame;

@@ -123,7 +123,7 @@ pub(crate) struct Rx {
     epsn: u32,
     msg: Option<Msg>,
     /// The frame being received: its checksum so far (started over its raw header).
-    crc: s3_lite::checksum::Crc32c,
+    crc: super::crc::FrameCrc,
     step: Step,
     /// The last byte received (a stall is measured from it).
     pub(crate) progress: Instant,
@@ -137,7 +137,7 @@ impl Rx {
         Self {
             epsn,
             msg: None,
-            crc: s3_lite::checksum::Crc32c::new(),
+            crc: super::crc::FrameCrc::new(),
             step: Step::Header {
                 buf: [0; HEADER_LEN],
                 got: 0,
