@@ -34,8 +34,6 @@
 
 use thiserror::Error;
 
-pub use super::crc::FrameCrc;
-
 /// Size of every frame header.
 pub const HEADER_LEN: usize = 40;
 /// `"SF"`.
@@ -291,15 +289,15 @@ impl Header {
 /// The checksum of a trailer-carrying frame, started over its encoded header: feed the
 /// payload, then compare [`trailer`] of the result with the received trailer.
 #[must_use]
-pub fn frame_crc(header: &[u8; HEADER_LEN]) -> FrameCrc {
-    let mut c = FrameCrc::new();
+pub fn frame_crc(header: &[u8; HEADER_LEN]) -> s3_lite::checksum::Crc32c {
+    let mut c = s3_lite::checksum::Crc32c::new();
     c.update(header);
     c
 }
 
 /// The trailer bytes of a frame whose checksum is `crc` (header and payload fed).
 #[must_use]
-pub fn trailer(crc: &FrameCrc) -> [u8; TRAILER_LEN] {
+pub fn trailer(crc: &s3_lite::checksum::Crc32c) -> [u8; TRAILER_LEN] {
     crc.finish().to_be_bytes()
 }
 

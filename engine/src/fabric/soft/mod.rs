@@ -30,7 +30,6 @@
 //! `mio::Waker` (`CompletionQueue::set_waker`).
 
 mod cq;
-mod crc;
 mod device;
 mod dial;
 pub mod frame;

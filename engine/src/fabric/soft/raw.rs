@@ -27,7 +27,6 @@ use std::net::TcpStream;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 
-use super::crc::FrameCrc;
 use super::mr::{MemoryRegion, MrError, ProtectionDomain};
 use super::wr::Access;
 
@@ -232,108 +231,37 @@ impl RegionMem {
         send_iov(sock, head, payload, len, tail)
     }
 
-    /// Feeds region bytes `off..off+len` to `crc` (a frame's checksum), read in place through
-    /// a raw pointer ([`crc32c_ptr`]), so no Rust reference to registered bytes is formed.
-    /// Caller holds the gate (shared) and has validated the range against the grant.
-    pub(crate) fn crc32c_into(&self, crc: &mut FrameCrc, off: usize, len: usize) -> io::Result<()> {
+    /// Feeds region bytes `off..off+len` to `crc` (a frame's checksum), through a bounce
+    /// buffer, so no Rust reference to registered bytes is formed. Caller holds the gate
+    /// (shared) and has validated the range against the grant.
+    pub(crate) fn crc32c_into(
+        &self,
+        crc: &mut s3_lite::checksum::Crc32c,
+        off: usize,
+        len: usize,
+    ) -> io::Result<()> {
         let off = self.span(off, len)?;
-        // SAFETY: `ptr+off .. +len` is inside the live region (span checked above, field
-        // INVARIANT). Bytes have no invalid values; a concurrent writer of the same bytes (a
-        // protocol violation by a peer or the application, under the verbs rule) can only make
-        // the checksum disagree, which fails the frame.
-        crc.reg = unsafe { crc32c_ptr(crc.reg, self.ptr.as_ptr().add(off), len) };
+        let mut bounce = [0u8; 16 * 1024];
+        let mut done = 0usize;
+        while done < len {
+            let n = (len - done).min(bounce.len());
+            // SAFETY: `ptr+off+done .. +n` is inside the live region (span checked above,
+            // field INVARIANT) and `bounce` is local memory of at least `n` bytes. Bytes have
+            // no invalid values; a concurrent writer of the same bytes (a protocol violation
+            // by a peer or the application, under the verbs rule) can only make the checksum
+            // disagree, which fails the frame.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.ptr.as_ptr().add(off + done),
+                    bounce.as_mut_ptr(),
+                    n,
+                );
+            }
+            crc.update(bounce.get(..n).unwrap_or_default());
+            done += n;
+        }
         Ok(())
     }
-}
-
-/// A CRC-32C register (`crc.rs`) after the bytes of `data`.
-pub(crate) fn crc32c_slice(reg: u32, data: &[u8]) -> u32 {
-    // SAFETY: a live slice is readable for its whole length during the call.
-    unsafe { crc32c_ptr(reg, data.as_ptr(), data.len()) }
-}
-
-/// A CRC-32C register after the `len` bytes at `p`: three interleaved streams of the `crc32`
-/// instruction where the CPU has SSE4.2, else [`crc32c_fallback`] through a bounce buffer.
-///
-/// # Safety
-/// `p..p+len` must be readable for the duration of the call.
-unsafe fn crc32c_ptr(reg: u32, p: *const u8, len: usize) -> u32 {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("sse4.2") {
-        // SAFETY: the CPU has SSE4.2 (checked above); the range is readable (caller).
-        return unsafe { crc32c_sse42(reg, p, len) };
-    }
-    let mut bounce = [0u8; 16 * 1024];
-    let mut reg = reg;
-    let mut done = 0usize;
-    while done < len {
-        let n = (len - done).min(bounce.len());
-        // SAFETY: `p+done .. +n` is inside the caller's readable range and `bounce` is local
-        // memory of at least `n` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(p.add(done), bounce.as_mut_ptr(), n) };
-        reg = crc32c_fallback(reg, bounce.get(..n).unwrap_or_default());
-        done += n;
-    }
-    reg
-}
-
-/// A CRC-32C register after `data`, by `crc-fast` and a combine (any CPU).
-pub(crate) fn crc32c_fallback(reg: u32, data: &[u8]) -> u32 {
-    use s3_lite::checksum::Crc32c;
-    let len = u64::try_from(data.len()).unwrap_or(u64::MAX);
-    !Crc32c::combine(!reg, Crc32c::checksum(data), len)
-}
-
-/// [`crc32c_ptr`] on SSE4.2: blocks of three stripes, one `crc32` stream each, joined by the
-/// zero-byte shift tables of `crc.rs`; long blocks, then short ones, then single steps.
-///
-/// # Safety
-/// The CPU must have SSE4.2, and `p..p+len` must be readable for the duration of the call.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "sse4.2")]
-unsafe fn crc32c_sse42(reg: u32, mut p: *const u8, mut len: usize) -> u32 {
-    use std::arch::x86_64::{_mm_crc32_u8, _mm_crc32_u64};
-    let (long, short) = super::crc::shifts();
-    let mut reg = reg;
-    for (stripe, table) in [(super::crc::LONG, long), (super::crc::SHORT, short)] {
-        while len >= 3 * stripe {
-            let (mut a, mut b, mut c) = (u64::from(reg), 0u64, 0u64);
-            let mut i = 0;
-            while i < stripe {
-                // SAFETY: `i + 8 <= stripe`, so the three 8-byte reads lie in `p..p+3*stripe`,
-                // inside the readable range (`len >= 3*stripe`); unaligned reads of plain bytes.
-                unsafe {
-                    a = _mm_crc32_u64(a, p.add(i).cast::<u64>().read_unaligned());
-                    b = _mm_crc32_u64(b, p.add(stripe + i).cast::<u64>().read_unaligned());
-                    c = _mm_crc32_u64(c, p.add(2 * stripe + i).cast::<u64>().read_unaligned());
-                }
-                i += 8;
-            }
-            reg = table.apply(table.apply(a as u32) ^ b as u32) ^ c as u32;
-            // SAFETY: stays within (or one past) the readable range.
-            p = unsafe { p.add(3 * stripe) };
-            len -= 3 * stripe;
-        }
-    }
-    let mut r = u64::from(reg);
-    while len >= 8 {
-        // SAFETY: 8 readable bytes remain at `p`.
-        unsafe {
-            r = _mm_crc32_u64(r, p.cast::<u64>().read_unaligned());
-            p = p.add(8);
-        }
-        len -= 8;
-    }
-    let mut r = r as u32;
-    while len > 0 {
-        // SAFETY: `len > 0` readable bytes remain at `p`.
-        unsafe {
-            r = _mm_crc32_u8(r, p.read());
-            p = p.add(1);
-        }
-        len -= 1;
-    }
-    r
 }
 
 /// `sendmsg` of `head`, `len` bytes at `payload`, then `tail` (MSG_NOSIGNAL: a closed peer

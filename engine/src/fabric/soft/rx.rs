@@ -123,7 +123,7 @@ pub(crate) struct Rx {
     epsn: u32,
     msg: Option<Msg>,
     /// The frame being received: its checksum so far (started over its raw header).
-    crc: super::crc::FrameCrc,
+    crc: s3_lite::checksum::Crc32c,
     step: Step,
     /// The last byte received (a stall is measured from it).
     pub(crate) progress: Instant,
@@ -137,7 +137,7 @@ impl Rx {
         Self {
             epsn,
             msg: None,
-            crc: super::crc::FrameCrc::new(),
+            crc: s3_lite::checksum::Crc32c::new(),
             step: Step::Header {
                 buf: [0; HEADER_LEN],
                 got: 0,
