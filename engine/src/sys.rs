@@ -100,31 +100,6 @@ fn tv(t: libc::timeval) -> Duration {
     Duration::from_secs(secs) + Duration::from_micros(micros)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn monotonic_clock_advances() {
-        let a = monotonic_ns();
-        std::thread::sleep(Duration::from_millis(2));
-        let b = monotonic_ns();
-        assert!(a > 0 && b >= a + 1_000_000, "{a} -> {b}");
-    }
-
-    #[test]
-    fn cpu_time_grows_with_work() {
-        let before = process_cpu_time();
-        let mut x = 0u64;
-        let start = std::time::Instant::now();
-        while start.elapsed() < Duration::from_millis(30) {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
-        }
-        std::hint::black_box(x);
-        assert!(process_cpu_time() > before);
-    }
-}
-
 /// The CPUs the process's main thread may run on (`sched_getaffinity` of the thread whose id
 /// is the process id), in increasing order; `None` when it cannot be read.
 ///
@@ -184,4 +159,29 @@ pub(crate) fn current_cpu() -> Option<usize> {
     // SAFETY: `sched_getcpu` takes no arguments and has no preconditions.
     let c = unsafe { libc::sched_getcpu() };
     usize::try_from(c).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn monotonic_clock_advances() {
+        let a = monotonic_ns();
+        std::thread::sleep(Duration::from_millis(2));
+        let b = monotonic_ns();
+        assert!(a > 0 && b >= a + 1_000_000, "{a} -> {b}");
+    }
+
+    #[test]
+    fn cpu_time_grows_with_work() {
+        let before = process_cpu_time();
+        let mut x = 0u64;
+        let start = std::time::Instant::now();
+        while start.elapsed() < Duration::from_millis(30) {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        assert!(process_cpu_time() > before);
+    }
 }

@@ -115,7 +115,8 @@ fn io_threads_follow_the_process_cpus_not_the_pinned_thread_that_starts_them() {
             .collect();
         let mut one_each: Vec<usize> = io
             .iter()
-            .filter_map(|(_, c)| (c.len() == 1).then(|| c[0]))
+            .filter(|(_, c)| c.len() == 1)
+            .map(|(_, c)| c[0])
             .filter(|c| process.contains(c))
             .collect();
         one_each.sort_unstable();
