@@ -228,14 +228,11 @@ impl Rx {
                 }
                 Step::Header { buf, got } => {
                     if *got < HEADER_LEN {
-                        let want = HEADER_LEN - *got;
-                        let n = match fill(sock, buf, got)? {
-                            Some(n) => n,
+                        drained = match fill_counted(sock, buf, got, &mut read, &mut self.progress)?
+                        {
+                            Some(short) => short,
                             None => return Ok(Pass::Blocked),
                         };
-                        read += n;
-                        self.progress = Instant::now();
-                        drained = n < want;
                         if *got < HEADER_LEN {
                             return Ok(Pass::Blocked);
                         }
@@ -314,14 +311,10 @@ impl Rx {
                 } => {
                     // The trailer and, if there, the next frame's header in one read: a short
                     // read tells the socket is empty without another call.
-                    let want = buf.len() - *got;
-                    let n = match fill(sock, buf, got)? {
-                        Some(n) => n,
+                    drained = match fill_counted(sock, buf, got, &mut read, &mut self.progress)? {
+                        Some(short) => short,
                         None => return Ok(Pass::Blocked),
                     };
-                    read += n;
-                    self.progress = Instant::now();
-                    drained = n < want;
                     if *got < TRAILER_LEN {
                         if drained {
                             return Ok(Pass::Blocked);
@@ -619,6 +612,24 @@ fn header_step() -> Step {
 }
 
 /// Reads into `buf[*got..]`; `None`: nothing available now. EOF is a dead wire.
+/// [`fill`], counted: adds the bytes to `read`, marks `progress`, and says whether the read
+/// came back short (the socket is empty: a later arrival is a new readiness event).
+fn fill_counted(
+    sock: &TcpStream,
+    buf: &mut [u8],
+    got: &mut usize,
+    read: &mut usize,
+    progress: &mut Instant,
+) -> Result<Option<bool>, Stop> {
+    let want = buf.len().saturating_sub(*got);
+    let Some(n) = fill(sock, buf, got)? else {
+        return Ok(None);
+    };
+    *read += n;
+    *progress = Instant::now();
+    Ok(Some(n < want))
+}
+
 fn fill(sock: &TcpStream, buf: &mut [u8], got: &mut usize) -> Result<Option<usize>, Stop> {
     loop {
         match (&*sock).read(buf.get_mut(*got..).unwrap_or(&mut [])) {
