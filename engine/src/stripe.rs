@@ -397,9 +397,9 @@ impl Joins {
     }
 }
 
-/// Keeps in `first` the success a striped read reports its path and dialect from: the first
-/// chunk's, unless a chunk went over HTTP (a per-request fallback): the first such one is then
-/// reported, so a fallback is never hidden behind an RDMA chunk that landed first.
+/// Keeps in `first` the success a striped read or PUT reports its path and dialect from: the
+/// first chunk's (part's), unless one went over HTTP (a per-request fallback): the first such
+/// one is then reported, so a fallback is never hidden behind an RDMA chunk that landed first.
 fn reporting(first: &mut Option<Cqe>, cqe: Cqe) {
     if cqe.path() == Some(ring_api::DataPath::Http) && first.is_none_or(|f| f.path() != cqe.path())
     {
@@ -513,6 +513,27 @@ mod tests {
         j.land(id, over(DataPath::RdmaVerbs));
         let c = done(j.land(id, over(DataPath::RdmaVerbs)));
         assert_eq!(c.path(), Some(DataPath::RdmaVerbs));
+    }
+
+    /// Of several chunks (or PUT parts) over HTTP the first is reported, by reads and PUTs
+    /// alike; without one, the first to land.
+    #[test]
+    fn the_first_fallback_is_reported() {
+        let mut first = None;
+        for (ud, path) in [
+            (1, DataPath::RdmaSoft),
+            (2, DataPath::Http),
+            (3, DataPath::Http),
+            (4, DataPath::RdmaSoft),
+        ] {
+            reporting(&mut first, Cqe::success(ud, 10, path));
+        }
+        assert_eq!(first.map(|c| c.user_data()), Some(2));
+        let mut first = None;
+        for ud in [5, 6] {
+            reporting(&mut first, Cqe::success(ud, 10, DataPath::RdmaVerbs));
+        }
+        assert_eq!(first.map(|c| c.user_data()), Some(5));
     }
 
     /// Chunks whose path names no object size (hipobj-rc-v2: `aux` 0) do not fail the size

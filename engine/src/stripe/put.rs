@@ -318,13 +318,9 @@ impl StripedPut {
         self.parts_left = self.parts_left.saturating_sub(1);
         if cqe.is_ok() {
             self.bytes = self.bytes.saturating_add(cqe.bytes());
-            // The operation reports a part that went over HTTP (a per-request fallback) if
-            // any did, else the first part's path: a fallback is never hidden.
-            if cqe.path() == Some(ring_api::DataPath::Http) {
-                self.first = Some(cqe);
-            } else {
-                self.first.get_or_insert(cqe);
-            }
+            // The operation reports the first part that went over HTTP (a per-request
+            // fallback) if any did, else the first part's path, as a striped read does.
+            super::reporting(&mut self.first, cqe);
         } else {
             self.error.get_or_insert(cqe);
         }
