@@ -192,9 +192,6 @@ impl RcMr {
     }
 }
 
-/// Bytes [`RcStaging::inspect`] copies at a time out of a verbs registration.
-const INSPECT_BOUNCE: usize = 64 << 10;
-
 /// A registered buffer whose memory the registration itself owns ([`RcPd::register_staging`]):
 /// its bytes stay allocated for as long as this handle lives, whatever happens to the keys, so
 /// the kernel may be asked to write into it ([`RcStaging::read_file_at`]) without a copy.
@@ -233,10 +230,11 @@ impl RcStaging {
         match &self.mr {
             RcMr::Soft(m) => Ok(m.inspect(off, len, |b| seen(b))?),
             RcMr::Verbs(m) => {
-                let mut bounce = vec![0u8; len.min(INSPECT_BOUNCE)];
+                // On the stack: this runs for every piece a GET reads from its file.
+                let mut bounce = [0u8; 16 * 1024];
                 let mut done = 0usize;
                 while done < len {
-                    let n = (len - done).min(INSPECT_BOUNCE);
+                    let n = (len - done).min(bounce.len());
                     let piece = bounce.get_mut(..n).unwrap_or_default();
                     m.read(off + done as u64, piece)?;
                     seen(piece);

@@ -62,9 +62,7 @@ impl DeviceInner {
             .get(&qpn)?
             .upgrade()
     }
-}
 
-impl DeviceInner {
     /// The device's I/O threads, started now if they are not yet.
     fn pool(&self) -> Option<Arc<IoPool>> {
         self.io

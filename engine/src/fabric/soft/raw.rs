@@ -173,11 +173,7 @@ impl RegionMem {
 
     /// Copies region bytes at `off` into `dst`. Caller holds the gate exclusively.
     pub(crate) fn copy_out(&self, off: usize, dst: &mut [u8]) -> io::Result<()> {
-        let off = self.span(off, dst.len())?;
-        // SAFETY: in bounds of the live region (checked above, field INVARIANT); the exclusive
-        // gate excludes every fabric access, and `dst` is caller memory, not the region.
-        unsafe { std::ptr::copy(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len()) };
-        Ok(())
+        self.with_bytes(off, dst.len(), |b| dst.copy_from_slice(b))
     }
 
     /// Hands region bytes `off..off+len` to `f` as a slice, without copying them. Caller holds
@@ -191,7 +187,8 @@ impl RegionMem {
         let off = self.span(off, len)?;
         // SAFETY: in bounds of the live region (checked above, field INVARIANT). The exclusive
         // gate excludes every fabric access for as long as the slice lives (it does not
-        // outlive `f`), so nothing writes these bytes meanwhile, as in `copy_out`.
+        // outlive `f`), so nothing writes these bytes meanwhile; the application reaches them
+        // only through the region's accessors, which take the same gate.
         let bytes = unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(off), len) };
         Ok(f(bytes))
     }
@@ -199,7 +196,8 @@ impl RegionMem {
     /// Copies `src` into the region at `off`. Caller holds the gate exclusively.
     pub(crate) fn copy_in(&self, off: usize, src: &[u8]) -> io::Result<()> {
         let off = self.span(off, src.len())?;
-        // SAFETY: as in `copy_out`; `ptr::copy` tolerates `src` overlapping the region.
+        // SAFETY: in bounds of the live region (checked above, field INVARIANT); the exclusive
+        // gate excludes every fabric access; `ptr::copy` tolerates `src` overlapping the region.
         unsafe { std::ptr::copy(src.as_ptr(), self.ptr.as_ptr().add(off), src.len()) };
         Ok(())
     }
