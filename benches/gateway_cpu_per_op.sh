@@ -22,17 +22,10 @@ if [[ $STRACE == 1 ]] && ! command -v strace > /dev/null; then
     echo "strace not found (STRACE=0 skips the counts)" >&2; exit 1
 fi
 W=$(mktemp -d "${TMPDIR:-/tmp}/hipobj-gwcpu.XXXXXX")
-export AWS_ACCESS_KEY_ID=hipobjbench AWS_SECRET_ACCESS_KEY=hipobjbenchsecret AWS_REGION=us-east-1
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-EP=http://127.0.0.1:$PORT
-"$BIN" serve --listen "127.0.0.1:$PORT" --root "$W/root" --fabric soft > "$W/server.log" 2>&1 &
-SPID=$!
+SPID=
 trap 'kill $SPID 2>/dev/null; wait $SPID 2>/dev/null; rm -rf "$W"' EXIT
-for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
-head -c $((64 << 20)) /dev/urandom > "$W/obj"
-"$BIN" mb --endpoint-url "$EP" s3://bench > /dev/null
-"$BIN" put --endpoint-url "$EP" --no-progress "$W/obj" s3://bench/o > /dev/null
-rm -f "$W/obj"
+source "$(dirname "$0")/soft_gateway.sh"
+start_soft_gateway "$BIN" "$W" 64
 cpu() { awk '{ print $14 + $15 }' "/proc/$SPID/stat"; }
 bench() { # fabric size ops -> JSON in $W/b.json
     "$BIN" bench --fabric "$1" --endpoint-url "$EP" s3://bench/o --ops "$3" --size "$2" \
