@@ -80,6 +80,18 @@ pub(crate) struct OutFrame {
 }
 
 impl OutFrame {
+    /// A frame that is its header alone (an ACK, a NAK, a READ request).
+    fn header_only(head: [u8; HEADER_LEN], kind: Kind) -> Self {
+        Self {
+            head,
+            payload: None,
+            tail: [0; TRAILER_LEN],
+            tail_len: 0,
+            done: 0,
+            kind,
+        }
+    }
+
     fn total(&self) -> usize {
         HEADER_LEN + self.payload.as_ref().map_or(0, |p| p.1) + self.tail_len
     }
@@ -171,14 +183,9 @@ pub(crate) fn pump(qp: &Arc<QpShared>, sock: &TcpStream) -> Result<bool, Stop> {
         if let Some(r) = c.responses.pop_front() {
             c.answering = true;
             w.cur = Some(match r {
-                Resp::Ack(psn) => OutFrame {
-                    head: Header::new(Opcode::Ack, psn).encode(),
-                    payload: None,
-                    tail: [0; TRAILER_LEN],
-                    tail_len: 0,
-                    done: 0,
-                    kind: Kind::Ack,
-                },
+                Resp::Ack(psn) => {
+                    OutFrame::header_only(Header::new(Opcode::Ack, psn).encode(), Kind::Ack)
+                }
                 Resp::Nak(psn, code) => nak_frame(psn, code),
                 Resp::Read {
                     psn,
@@ -252,14 +259,7 @@ fn nak_head(psn: u32, code: NakCode) -> [u8; HEADER_LEN] {
 }
 
 fn nak_frame(psn: u32, code: NakCode) -> OutFrame {
-    OutFrame {
-        head: nak_head(psn, code),
-        payload: None,
-        tail: [0; TRAILER_LEN],
-        tail_len: 0,
-        done: 0,
-        kind: Kind::Nak,
-    }
+    OutFrame::header_only(nak_head(psn, code), Kind::Nak)
 }
 
 /// The next frame of a READ answer (advancing `job.off`), or `None` when the window no longer
@@ -316,17 +316,13 @@ fn next_request_frame(qp: &QpShared, job: &mut ReqJob) -> Result<(OutFrame, bool
             aux: u64::from(wr.sge.length),
             ..Header::new(Opcode::ReadReq, job.psn0)
         };
-        let f = OutFrame {
-            head: h.encode(),
-            payload: None,
-            tail: [0; TRAILER_LEN],
-            tail_len: 0,
-            done: 0,
-            kind: Kind::Request {
+        let f = OutFrame::header_only(
+            h.encode(),
+            Kind::Request {
                 last: true,
                 seq: job.seq,
             },
-        };
+        );
         return Ok((f, true));
     }
     let max = qp.caps.frame_size();
