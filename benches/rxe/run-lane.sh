@@ -43,6 +43,14 @@ log() { echo "--- lane [$(t)s] $*"; }
 fatal() { log "ERROR: $*"; exit 2; }
 [ "$(id -u)" = 0 ] || fatal "run as root (apt-get, qemu -virtfs of /)"
 mkdir -p "$WORK" || fatal "cannot create $WORK"
+# need_disk MIB WHAT: stops with a clear message when the work dir's disk is short, rather than
+# half-unpacking a kernel (a full disk once showed up as a wall of tar errors).
+need_disk() {
+  local free_mib
+  free_mib=$(df -Pm "$WORK" | awk 'NR==2{print $4}')
+  [ "${free_mib:-0}" -ge "$1" ] \
+    || fatal "$2 needs ${1} MiB free on $(df -P "$WORK" | awk 'NR==2{print $6}'), only ${free_mib} MiB left (df -h; cargo clean frees target/)"
+}
 
 # 1. Host packages: qemu, busybox for the initramfs, rdma-core userspace that the guest runs
 #    from the shared root (libibverbs + the rxe provider, perftest), tools the guest uses.
@@ -63,6 +71,7 @@ fi
 unpack_kernel() {
   local pkg=$1 dir=$2
   if [ ! -e "$dir/.unpacked-$pkg" ]; then
+    need_disk 2048 "unpacking $pkg"
     log "fetching $pkg (unpacked only, not installed)"
     rm -rf "$dir" "$WORK/deb" && mkdir -p "$dir" "$WORK/deb"
     (cd "$WORK/deb" && apt-get download "$pkg" > dl.log 2>&1) || fatal "apt-get download $pkg"
@@ -101,6 +110,7 @@ if [ "${LANE_SKIP_BUILD:-0}" = 1 ]; then
   [ -x "$BIN/verbs_striping" ] && [ -x "$BIN/capi_batch" ] || fatal "LANE_SKIP_BUILD=1 but $BIN is incomplete"
   log "reusing the binaries in $BIN"
 else
+need_disk 4096 "building the lane's test binaries"
 log "building engine verbs tests ($PROFILE)"
 BUILD_LOG="$WORK/cargo.log"
 { (cd "$REPO" && cargo test -p engine --profile "$PROFILE" --test verbs_rxe --test verbs_probe --test soft_dmabuf --test gpu_direct --test workers_threads --no-run \
