@@ -208,6 +208,44 @@ fn a_ranged_soft_get_with_a_flipped_data_port_byte_never_succeeds_with_wrong_byt
     gw.shutdown();
 }
 
+/// The soft client checks an RDMA range against the reply's checksum with the digest its
+/// window computed as the bytes landed (docs/soft-fabric.md, Landing digests): a reply whose
+/// `x-amz-rdma-checksum-crc64nvme` names other bytes than those that landed still fails
+/// `Integrity`, never a success.
+#[test]
+fn a_soft_range_whose_reply_names_another_checksum_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gw, _soft) = gateway(dir.path(), true);
+    let data = object(gw.local_addr());
+    let (off, len) = (4_096u64, 500_000u64);
+    let other = &data[off as usize + 1..(off + len) as usize + 1];
+    let lie = s3_lite::checksum::encode_crc64nvme(s3_lite::checksum::Crc64Nvme::checksum(other));
+    let relay = Relay::start(
+        "127.0.0.1:0",
+        &gw.local_addr().to_string(),
+        vec![Fault::always(FaultKind::RewriteHeader {
+            name: "x-amz-rdma-checksum-crc64nvme".into(),
+            value: lie,
+        })],
+    )
+    .unwrap();
+    let engine = rig::engine_builder(relay.addr())
+        .fabric(Fabric::Soft)
+        .build()
+        .unwrap();
+    let (c, _) = get(&engine, Some((off, len)));
+    assert!(
+        relay.stats().faults() > 0,
+        "no reply named a range checksum"
+    );
+    assert!(
+        !c.is_ok(),
+        "a range under a wrong checksum was reported complete: {c:?}"
+    );
+    assert_eq!(c.error_code(), Some(ErrorCode::Integrity), "{c:?}");
+    gw.shutdown();
+}
+
 /// `bytes=0-` of an empty object is not satisfiable (416): the whole-object GET completes
 /// with 0 bytes, from our gateway and from s3s-fs.
 #[test]

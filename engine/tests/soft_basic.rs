@@ -3,6 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+use s3_lite::checksum::Crc64Nvme;
+
 use engine::soft::{
     Access, Endpoint, MemoryRegion, MrError, PostError, QpCaps, QpError, QpState, RecvWr,
     RemoteAddr, RtsAttr, SendOp, SendWr, Sge, SoftDevice, WcOpcode, WcStatus, WorkCompletion,
@@ -506,4 +508,116 @@ fn inspect_refuses_a_deregistered_region() {
         mr.inspect(10, 4, <[u8]>::to_vec).unwrap_err(),
         MrError::Deregistered
     );
+}
+
+/// A region that tracks its landing holds the CRC-64/NVME of what peers WROTE into it in
+/// order from offset 0 (several frames per WRITE, WRITE_WITH_IMM included): the same value a
+/// pass over the bytes gives, for exactly the bytes landed.
+#[test]
+fn the_landing_digest_is_the_checksum_of_in_order_writes() {
+    let (a, b) = loopback_pair(QpCaps::default()).unwrap();
+    let len = (3 << 20) + 123;
+    let cut = (2 << 20) + 5; // the first WRITE ends mid-frame
+    let src = a.pd.register_owned(len, Access::NONE).unwrap();
+    let dst = b.pd.register_owned(len, Access::REMOTE_WRITE).unwrap();
+    let landing = dst.track_landing();
+    assert_eq!(landing.crc64_of_first(0), Some(Crc64Nvme::checksum(&[])));
+    let data = pattern(len, 3);
+    src.write(0, &data).unwrap();
+
+    let first = SendWr::new(1, SendOp::Write(remote(&dst, 0)), sge(&src, 0, cut as u32));
+    a.qp.post_send(&first).unwrap();
+    assert_eq!(reap(&a, 1)[0].status, WcStatus::Success);
+    assert_eq!(
+        landing.crc64_of_first(cut as u64),
+        Some(Crc64Nvme::checksum(&data[..cut]))
+    );
+    assert_eq!(landing.crc64_of_first(len as u64), None, "not landed yet");
+
+    b.qp.post_recv(&RecvWr {
+        wr_id: 9,
+        sge: None,
+    })
+    .unwrap();
+    let rest = SendWr::new(
+        2,
+        SendOp::WriteWithImm(remote(&dst, cut as u64), 5),
+        sge(&src, cut as u64, (len - cut) as u32),
+    );
+    a.qp.post_send(&rest).unwrap();
+    assert_eq!(reap(&a, 1)[0].status, WcStatus::Success);
+    assert_eq!(reap(&b, 1)[0].imm_data, Some(5));
+    assert_eq!(
+        landing.crc64_of_first(len as u64),
+        Some(Crc64Nvme::checksum(&data))
+    );
+    assert_eq!(
+        dst.track_landing().crc64_of_first(len as u64),
+        Some(Crc64Nvme::checksum(&data))
+    );
+}
+
+/// Anything but an in-order WRITE breaks the digest for good, so it never vouches for bytes
+/// it did not see land: a WRITE over landed bytes, a local write, a SEND into a RECV buffer, a
+/// READ response.
+#[test]
+fn the_landing_digest_breaks_on_any_other_write() {
+    let (a, b) = loopback_pair(QpCaps::default()).unwrap();
+    let src = a.pd.register_owned(8192, Access::NONE).unwrap();
+    src.write(0, &pattern(8192, 1)).unwrap();
+    let write = |dst: &MemoryRegion, off: u64, len: u32| {
+        let wr = SendWr::new(1, SendOp::Write(remote(dst, off)), sge(&src, 0, len));
+        a.qp.post_send(&wr).unwrap();
+        assert_eq!(reap(&a, 1)[0].status, WcStatus::Success);
+    };
+
+    // A WRITE over bytes already landed.
+    let dst = b.pd.register_owned(8192, Access::REMOTE_WRITE).unwrap();
+    let landing = dst.track_landing();
+    write(&dst, 0, 4096);
+    assert!(landing.crc64_of_first(4096).is_some());
+    write(&dst, 100, 100);
+    assert_eq!(landing.crc64_of_first(4096), None);
+    write(&dst, 4096, 4096);
+    assert_eq!(landing.crc64_of_first(8192), None, "broken for good");
+
+    // A WRITE past a gap.
+    let dst = b.pd.register_owned(8192, Access::REMOTE_WRITE).unwrap();
+    let landing = dst.track_landing();
+    write(&dst, 10, 100);
+    assert_eq!(landing.crc64_of_first(110), None);
+
+    // A local write.
+    let dst = b.pd.register_owned(8192, Access::REMOTE_WRITE).unwrap();
+    let landing = dst.track_landing();
+    write(&dst, 0, 4096);
+    dst.write(0, &[7]).unwrap();
+    assert_eq!(landing.crc64_of_first(4096), None);
+
+    // A SEND into a RECV buffer.
+    let rbuf = b.pd.register_owned(4096, Access::LOCAL_WRITE).unwrap();
+    let landing = rbuf.track_landing();
+    b.qp.post_recv(&RecvWr {
+        wr_id: 3,
+        sge: Some(sge(&rbuf, 0, 4096)),
+    })
+    .unwrap();
+    a.qp.post_send(&SendWr::new(4, SendOp::Send, sge(&src, 0, 4096)))
+        .unwrap();
+    assert_eq!(reap(&a, 1)[0].status, WcStatus::Success);
+    assert_eq!(reap(&b, 1)[0].status, WcStatus::Success);
+    assert_eq!(landing.crc64_of_first(4096), None);
+
+    // A READ response landing in our region.
+    let far = b.pd.register_owned(4096, Access::REMOTE_READ).unwrap();
+    let back = a.pd.register_owned(4096, Access::LOCAL_WRITE).unwrap();
+    let landing = back.track_landing();
+    a.qp.post_send(&SendWr::new(
+        5,
+        SendOp::Read(remote(&far, 0)),
+        sge(&back, 0, 4096),
+    ))
+    .unwrap();
+    assert_eq!(reap(&a, 1)[0].status, WcStatus::Success);
+    assert_eq!(landing.crc64_of_first(4096), None);
 }

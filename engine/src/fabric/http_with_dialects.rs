@@ -54,7 +54,10 @@ impl HttpWithDialects {
     ) {
         let carried = self.rdma.prepare(key, op).map(|p| Carried {
             headers: p.headers,
-            judge: RdmaJudge { crc: p.crc },
+            judge: RdmaJudge {
+                crc: p.crc,
+                landing: p.landing,
+            },
         });
         self.http.send(idx, key, op, carried, io, done);
         self.report_ends();

@@ -90,7 +90,14 @@ pub fn rdma_answers(data: &[u8]) -> Option<(ResponseHead, usize)> {
                 );
             }
         }
-        let _ = crate::rdma::cuobject::check_destination(kind, &head, &dest);
+        let plain = crate::rdma::cuobject::check_destination(kind, &head, &dest);
+        // A checksum known from the landing must decide exactly as reading the bytes does.
+        let known = crate::checksum::Crc64Nvme::checksum(&dest);
+        assert_eq!(
+            crate::rdma::cuobject::check_destination_known(kind, &head, &dest, Some(known)),
+            plain,
+            "a known checksum decided otherwise"
+        );
     }
     Some((head, d.consumed))
 }

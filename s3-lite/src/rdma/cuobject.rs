@@ -33,6 +33,17 @@ pub fn check_destination(
     head: &ResponseHead,
     dest: &[u8],
 ) -> Result<bool, DestinationMismatch> {
+    check_destination_known(kind, head, dest, None)
+}
+
+/// [`check_destination`], with `known`: the CRC-64/NVME of `dest` when the caller already
+/// has it (computed as the bytes landed), so they are not read again.
+pub fn check_destination_known(
+    kind: Transfer,
+    head: &ResponseHead,
+    dest: &[u8],
+    known: Option<u64>,
+) -> Result<bool, DestinationMismatch> {
     let rdma = head.header(RDMA_CHECKSUM_CRC64NVME).map(str::trim);
     let whole =
         (kind == Transfer::Get && head.status == 200 && head.header("content-range").is_none())
@@ -41,7 +52,10 @@ pub fn check_destination(
     if rdma.is_none() && whole.is_none() {
         return Ok(false);
     }
-    let ours = crc_b64(dest);
+    let ours = match known {
+        Some(crc) => encode_crc64nvme(crc),
+        None => crc_b64(dest),
+    };
     for want in [rdma, whole].into_iter().flatten() {
         if want != ours {
             return Err(DestinationMismatch);

@@ -190,6 +190,18 @@ impl RcMr {
             Self::Verbs(m) => Ok(m.write(off, src)?),
         }
     }
+
+    /// The region's landing digest (the CRC-64/NVME of what peers WRITE into it in order,
+    /// computed as it lands: `soft::MemoryRegion::track_landing`), tracked from now on.
+    /// `None` on verbs: a NIC places the bytes without the CPU seeing them, so a reader
+    /// checksums them itself.
+    #[must_use]
+    pub fn track_landing(&self) -> Option<soft::Landing> {
+        match self {
+            Self::Soft(m) => Some(m.track_landing()),
+            Self::Verbs(_) => None,
+        }
+    }
 }
 
 /// A registered buffer whose memory the registration itself owns ([`RcPd::register_staging`]):

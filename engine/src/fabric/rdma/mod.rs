@@ -231,6 +231,9 @@ pub(crate) struct Prepared {
     pub(crate) headers: Vec<(String, String)>,
     /// The base64 CRC64NVME a PUT's answer is checked against.
     pub(crate) crc: Option<String>,
+    /// A GET window's landing digest (soft fabric): the checksum of its bytes as they landed,
+    /// which spares the judge a second pass over them.
+    pub(crate) landing: Option<crate::fabric::soft::Landing>,
 }
 
 /// Client side of `rc-persistent` for one worker and endpoint.
@@ -475,6 +478,11 @@ impl RdmaClient {
             return None;
         };
         lease.set_landed_direct(direct.is_some());
+        let landing = if op.kind == OpKind::Put {
+            None
+        } else {
+            mr.track_landing()
+        };
         let mut headers = vec![
             (s3_lite::rdma::RDMA_TOKEN.to_owned(), token.encode()),
             (s3_lite::rdma::RDMA_SESSION.to_owned(), link.session.clone()),
@@ -490,7 +498,11 @@ impl RdmaClient {
                 dialect: WireDialect::RcPersistent,
             },
         );
-        Some(Prepared { headers, crc })
+        Some(Prepared {
+            headers,
+            crc,
+            landing,
+        })
     }
 
     /// cuObject: the provider's descriptor for the op's buffer range, as the standard
@@ -520,7 +532,11 @@ impl RdmaClient {
                 dialect: WireDialect::CuObject,
             },
         );
-        Some(Prepared { headers, crc })
+        Some(Prepared {
+            headers,
+            crc,
+            landing: None,
+        })
     }
 
     /// Learns from an attempt's verdict and ends its window. Called when the attempt ends.

@@ -261,6 +261,8 @@ pub(crate) struct V2Op {
     fin: Option<Final>,
     /// The checksums of the window so far, and how far they got (phase `Summing`).
     sum: (v2_client::SumCheck, u64),
+    /// A soft GET window's landing digest (`soft::Landing`): the checksum of what landed.
+    landing: Option<crate::fabric::soft::Landing>,
     /// A verbs CQ's completion channel, registered on the worker's poll under this token.
     cq_watch: Option<Token>,
     /// The channel is armed and no event was taken since: wait for readiness.
@@ -358,6 +360,10 @@ impl V2Op {
         let Ok(mr) = (unsafe { dev.pd.register_raw(ptr, n, mr_access) }) else {
             return Launch::Http;
         };
+        let landing = match v2op {
+            v2::Op::Get => mr.track_landing(),
+            v2::Op::Put => None,
+        };
         let wire = Wire {
             addr: mr.addr(),
             len: mr.len(),
@@ -399,6 +405,7 @@ impl V2Op {
             session: None,
             fin: None,
             sum: (v2_client::SumCheck::default(), 0),
+            landing,
             cq_watch: None,
             cq_armed: false,
         });
@@ -614,7 +621,17 @@ impl V2Op {
             return self.end_with(TRANSPORT);
         };
         let verified = sums.crc64nvme.is_some() || sums.crc32c.is_some();
-        if verified {
+        // A soft GET window's landing digest covering exactly the bytes moved stands in for
+        // reading them again, when the FINAL names only a CRC64NVME.
+        let known = match (&self.landing, sums.crc64nvme, sums.crc32c) {
+            (Some(l), Some(want), None) => l.crc64_of_first(bytes).map(|got| got == want),
+            _ => None,
+        };
+        if let Some(same) = known {
+            if !same {
+                return self.end_with(INTEGRITY);
+            }
+        } else if verified {
             let (mut check, off) = std::mem::take(&mut self.sum);
             let to = bytes.min(off.saturating_add(SUM_PER_TURN));
             if bytes > self.wire.len || !self.wire.sum_range(&mut check, off, to) {

@@ -60,11 +60,13 @@ pub(crate) fn judge(
 /// Judges the answer to a request that carried an RDMA token (`crc`: our base64 CRC64NVME of
 /// a PUT's payload). An accepted RDMA GET's bytes are already in the destination: when the
 /// server names a checksum of them, they are verified before the op completes
-/// (`s3_lite::rdma::cuobject::check_destination`; a mismatch is an integrity failure), except
-/// bytes a GPUDirect window put in VRAM, which the host cannot read.
+/// (`s3_lite::rdma::cuobject::check_destination_known`; a mismatch is an integrity failure),
+/// except bytes a GPUDirect window put in VRAM, which the host cannot read. A soft window's
+/// landing digest, when it covers exactly the bytes moved, stands in for reading them again.
 #[derive(Debug)]
 pub(crate) struct RdmaJudge {
     pub(crate) crc: Option<String>,
+    pub(crate) landing: Option<crate::fabric::soft::Landing>,
 }
 
 impl ReplyJudge for RdmaJudge {
@@ -85,7 +87,11 @@ impl ReplyJudge for RdmaJudge {
         let checked = if buf.landed_direct() {
             Ok(false)
         } else {
-            s3_lite::rdma::cuobject::check_destination(transfer(op.kind), head, landed)
+            let known = self
+                .landing
+                .as_ref()
+                .and_then(|l| l.crc64_of_first(landed.len() as u64));
+            s3_lite::rdma::cuobject::check_destination_known(transfer(op.kind), head, landed, known)
         };
         let plan = match checked {
             Ok(proven) if op.kind != OpKind::Put => {

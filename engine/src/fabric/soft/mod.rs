@@ -34,6 +34,7 @@ mod device;
 mod dial;
 pub mod frame;
 mod io;
+mod landing;
 mod mr;
 // Loopback pairs and host dmabufs: test support (`crate::soft` re-exports them with it).
 #[cfg(feature = "test-support")]
@@ -51,6 +52,7 @@ mod wr;
 pub use cq::CompletionQueue;
 pub use device::{MAX_HANDSHAKES, SoftDevice};
 pub use io::{IoPlacement, MAX_IO_THREADS, default_io_threads};
+pub use landing::Landing;
 pub use mr::{MemoryRegion, MrError, ProtectionDomain};
 #[cfg(feature = "test-support")]
 pub use pair::{Endpoint, loopback_pair};

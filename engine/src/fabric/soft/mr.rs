@@ -14,8 +14,9 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock, RwLockReadGuard};
 
+use super::landing::Landing;
 use super::raw::RegionMem;
 use super::wr::{Access, WcStatus};
 
@@ -65,6 +66,8 @@ pub(crate) struct MrInner {
     lkey: u32,
     access: Access,
     gate: RwLock<Gate>,
+    /// Set once the region tracks its landing ([`MemoryRegion::track_landing`]).
+    landing: OnceLock<Landing>,
 }
 
 /// A granted access in progress: the gate is held shared and the range is checked.
@@ -78,6 +81,16 @@ pub(crate) struct Granted<'a> {
 impl MrInner {
     fn gate(&self) -> RwLockReadGuard<'_, Gate> {
         self.gate.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The landing digest, when the region tracks one.
+    pub(crate) fn landing(&self) -> Option<&Landing> {
+        self.landing.get()
+    }
+
+    /// Offset of `addr` inside the region (the start of a granted access).
+    pub(crate) fn offset_of(&self, addr: u64) -> Option<u64> {
+        addr.checked_sub(self.mem.addr())
     }
 
     /// Offset of `addr..addr+len` inside the region, if it lies wholly inside.
@@ -196,9 +209,21 @@ impl MemoryRegion {
         Ok(v)
     }
 
-    /// Copies `src` into the region at `off` (exclusive with fabric accesses).
+    /// Copies `src` into the region at `off` (exclusive with fabric accesses). Breaks the
+    /// landing digest, if the region tracks one.
     pub fn write(&self, off: u64, src: &[u8]) -> Result<(), MrError> {
+        if let Some(l) = self.inner.landing() {
+            l.invalidate();
+        }
         self.exclusive(off, |mem, off| mem.copy_in(off, src))
+    }
+
+    /// Tracks the region's landing from now on and returns its digest: the CRC-64/NVME of the
+    /// bytes peers WRITE into it in order from offset 0, computed as they land (`Landing`,
+    /// `landing.rs`). Call it before granting the region to peers; calling it again returns
+    /// the same digest.
+    pub fn track_landing(&self) -> Landing {
+        self.inner.landing.get_or_init(Landing::default).clone()
     }
 
     /// Runs `f` on the region's memory and `off` with the gate held exclusively (fabric
@@ -295,6 +320,7 @@ impl ProtectionDomain {
             lkey,
             access,
             gate: RwLock::new(Gate { alive: true, rkey }),
+            landing: OnceLock::new(),
         });
         keys.by_lkey.insert(lkey, Arc::clone(&inner));
         keys.by_rkey.insert(rkey, Arc::clone(&inner));

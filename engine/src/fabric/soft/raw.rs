@@ -229,12 +229,14 @@ impl RegionMem {
         send_iov(sock, head, payload, len, tail)
     }
 
-    /// Feeds region bytes `off..off+len` to `crc` (a frame's checksum), through a bounce
+    /// Feeds region bytes `off..off+len` to `crc` (a frame's checksum) and, when given, to
+    /// `landing` (the region's landing digest, `landing.rs`) in the same pass, through a bounce
     /// buffer, so no Rust reference to registered bytes is formed. Caller holds the gate
     /// (shared) and has validated the range against the grant.
-    pub(crate) fn crc32c_into(
+    pub(crate) fn checksum_into(
         &self,
         crc: &mut s3_lite::checksum::Crc32c,
+        mut landing: Option<&mut s3_lite::checksum::Crc64Nvme>,
         off: usize,
         len: usize,
     ) -> io::Result<()> {
@@ -255,7 +257,11 @@ impl RegionMem {
                     n,
                 );
             }
-            crc.update(bounce.get(..n).unwrap_or_default());
+            let piece = bounce.get(..n).unwrap_or_default();
+            crc.update(piece);
+            if let Some(l) = landing.as_deref_mut() {
+                l.update(piece);
+            }
             done += n;
         }
         Ok(())

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use super::frame::{
     HEADER_LEN, Header, NakCode, Opcode, PSN_MASK, TRAILER_LEN, decode_header, frame_crc, trailer,
 };
+use super::landing::FrameDigest;
 use super::mr::MrInner;
 use super::qp::{MAX_RD_ATOMIC, QpState};
 use super::shared::{QpShared, Resp};
@@ -124,6 +125,9 @@ pub(crate) struct Rx {
     msg: Option<Msg>,
     /// The frame being received: its checksum so far (started over its raw header).
     crc: s3_lite::checksum::Crc32c,
+    /// The frame being received, a WRITE into a region that tracks its landing: the payload's
+    /// digest so far (joins the region's once the frame passes its checksum).
+    digest: Option<FrameDigest>,
     step: Step,
     /// The last byte received (a stall is measured from it).
     pub(crate) progress: Instant,
@@ -138,6 +142,7 @@ impl Rx {
             epsn,
             msg: None,
             crc: s3_lite::checksum::Crc32c::new(),
+            digest: None,
             step: Step::Header {
                 buf: [0; HEADER_LEN],
                 got: 0,
@@ -272,9 +277,10 @@ impl Rx {
                         match g.mem.recv_into(sock, g.off, rest as usize) {
                             Ok(0) => return Err(Stop::Wire),
                             Ok(n) => {
-                                // Fed to the checksum as it lands (still in cache).
+                                // Fed to the checksums as it lands (still in cache).
+                                let landing = self.digest.as_mut().map(FrameDigest::crc);
                                 g.mem
-                                    .crc32c_into(&mut self.crc, g.off, n)
+                                    .checksum_into(&mut self.crc, landing, g.off, n)
                                     .map_err(|_| Stop::Wire)?;
                                 n
                             }
@@ -325,6 +331,11 @@ impl Rx {
                     if buf.get(..TRAILER_LEN) != Some(&trailer(&self.crc)[..]) {
                         return Err(self.corrupt(qp, &h));
                     }
+                    // Verified: the payload joins its region's landing digest before the
+                    // frame executes (and is acknowledged).
+                    if let Some(d) = self.digest.take() {
+                        d.join();
+                    }
                     let mut next = [0; HEADER_LEN];
                     let ahead = buf.get(TRAILER_LEN..*got).unwrap_or(&[]);
                     if let Some(d) = next.get_mut(..ahead.len()) {
@@ -360,6 +371,7 @@ impl Rx {
             Err(_) => return Err(Stop::Nak(self.epsn, NakCode::InvalidRequest)),
         };
         self.crc = frame_crc(raw);
+        self.digest = None;
         match h.opcode {
             Opcode::Write | Opcode::WriteImm => self.write(qp, &h),
             Opcode::Send | Opcode::SendImm => self.send(qp, &h),
@@ -463,10 +475,13 @@ impl Rx {
     }
 
     /// The payload step of a WRITE / SEND frame whose RECV (if it needs one) is reserved.
-    fn after_recv(&self, qp: &QpShared, h: &Header, total: u64) -> Result<Step, Stop> {
+    fn after_recv(&mut self, qp: &QpShared, h: &Header, total: u64) -> Result<Step, Stop> {
         if matches!(h.opcode, Opcode::Write | Opcode::WriteImm) {
             // Checked again: the window may have been re-keyed while waiting for the RECV.
             let mr = write_target(qp, h)?;
+            self.digest = mr
+                .landing()
+                .and_then(|l| mr.offset_of(h.addr).and_then(|off| l.begin(off)));
             let dst = Dst::Remote {
                 mr,
                 rkey: h.rkey,
@@ -486,6 +501,10 @@ impl Rx {
         }
         let dst = match (sge, mr) {
             (Some(sge), Some(mr)) => {
+                // A RECV's buffer is written by a SEND, not by a WRITE in order.
+                if let Some(l) = mr.landing() {
+                    l.invalidate();
+                }
                 let at = sge.addr + (total - u64::from(h.len));
                 if let Err(st) = mr.local(at, u64::from(h.len), Access::LOCAL_WRITE) {
                     fail_recv(qp, st);
@@ -751,6 +770,10 @@ fn read_resp_start(qp: &QpShared, h: &Header) -> Result<Step, Stop> {
     }
     if h.last() != (end == r.len) {
         return Err(bad);
+    }
+    // A READ's destination is written by its responses, not by a WRITE in order.
+    if let Some(l) = r.mr.landing() {
+        l.invalidate();
     }
     let dst = Dst::ReadResp {
         mr: Arc::clone(&r.mr),

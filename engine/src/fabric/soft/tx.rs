@@ -284,7 +284,9 @@ fn next_read_frame(job: &mut ReadJob, frame_size: u32) -> Option<OutFrame> {
     };
     let head = h.encode();
     let mut crc = frame_crc(&head);
-    g.mem.crc32c_into(&mut crc, g.off, n as usize).ok()?;
+    g.mem
+        .checksum_into(&mut crc, None, g.off, n as usize)
+        .ok()?;
     drop(g);
     job.off += n;
     Some(OutFrame {
@@ -362,7 +364,7 @@ fn next_request_frame(qp: &QpShared, job: &mut ReqJob) -> Result<(OutFrame, bool
     {
         let g = job.p.mr.local(at, u64::from(n), Access::NONE)?;
         g.mem
-            .crc32c_into(&mut crc, g.off, n as usize)
+            .checksum_into(&mut crc, None, g.off, n as usize)
             .map_err(|_| WcStatus::LocalProtectionError)?;
     }
     job.off += n;

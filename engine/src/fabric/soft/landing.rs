@@ -1,0 +1,186 @@
+//! Landing digests: the CRC-64/NVME of the bytes peers WRITE into a region, computed by the
+//! responder as they land.
+//!
+//! A reader that checks what RDMA WRITEs delivered (the engine compares a GET's bytes with the
+//! checksum the server names for them) would otherwise read the whole destination once more
+//! after the fact, from memory that has gone cold: at 1 MiB and 16 MiB per op that pass was
+//! most of what the soft client spent beyond the HTTP path, which checksums a body while it
+//! arrives. A region that tracks its landing ([`super::MemoryRegion::track_landing`]) has the
+//! receiving I/O thread feed each WRITE frame's payload to a CRC-64/NVME in the same pass as
+//! the frame's own CRC-32C, while the bytes are still in cache.
+//!
+//! The digest covers the region's bytes `0..cursor` and stays valid only while:
+//! - every WRITE frame into the region continued it (started at the cursor), one at a time,
+//!   and passed its frame checksum before joining it;
+//! - nothing else wrote the region: a WRITE elsewhere (a gap, an overlap, a second writer),
+//!   a RECV or READ response landing in it, a local [`super::MemoryRegion::write`], or a frame
+//!   that failed half-way breaks it for good.
+//!
+//! A broken digest, or one that does not cover exactly the bytes asked about, answers `None`:
+//! the reader checks the bytes themselves, as without tracking. A digest never vouches for
+//! bytes it did not see land.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use s3_lite::checksum::Crc64Nvme;
+
+#[derive(Debug, Default)]
+struct State {
+    /// The region's bytes `0..cursor` landed in order; `crc` is their CRC-64/NVME.
+    cursor: u64,
+    crc: u64,
+    /// A frame is landing now: its bytes are changing memory but are not in `crc` yet.
+    landing: bool,
+    /// Something other than an in-order WRITE touched the region.
+    broken: bool,
+}
+
+/// A region's landing digest; clones share it (the region keeps one, readers another).
+#[derive(Debug, Clone, Default)]
+pub struct Landing(Arc<Mutex<State>>);
+
+impl Landing {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The CRC-64/NVME of the region's first `len` bytes, when the digest covers exactly them
+    /// and no frame is landing now; `None` tells the reader to checksum the bytes itself.
+    #[must_use]
+    pub fn crc64_of_first(&self, len: u64) -> Option<u64> {
+        let s = self.lock();
+        (!s.broken && !s.landing && s.cursor == len).then_some(s.crc)
+    }
+
+    /// A write other than an in-order WRITE touches the region: the digest no longer vouches
+    /// for its bytes.
+    pub(crate) fn invalidate(&self) {
+        self.lock().broken = true;
+    }
+
+    /// A WRITE frame starts landing at region offset `off`: its digest to feed, when the frame
+    /// continues this one and no other frame is landing; otherwise the digest breaks.
+    pub(crate) fn begin(&self, off: u64) -> Option<FrameDigest> {
+        let mut s = self.lock();
+        if s.broken {
+            return None;
+        }
+        if off != s.cursor || s.landing {
+            s.broken = true;
+            return None;
+        }
+        s.landing = true;
+        Some(FrameDigest {
+            landing: self.clone(),
+            off,
+            crc: Crc64Nvme::new(),
+            joined: false,
+        })
+    }
+}
+
+/// One WRITE frame's payload digest while it lands. Joins the region's digest with
+/// [`FrameDigest::join`] once the frame passed its checksum; dropped without joining (the
+/// frame failed, the connection ended), it breaks the region's digest.
+#[derive(Debug)]
+pub(crate) struct FrameDigest {
+    landing: Landing,
+    off: u64,
+    crc: Crc64Nvme,
+    joined: bool,
+}
+
+impl FrameDigest {
+    /// The running checksum the frame's payload is fed to, in order.
+    pub(crate) fn crc(&mut self) -> &mut Crc64Nvme {
+        &mut self.crc
+    }
+
+    /// The frame passed its checksum: its bytes extend the region's digest.
+    pub(crate) fn join(mut self) {
+        self.joined = true;
+        let mut s = self.landing.lock();
+        s.landing = false;
+        if s.broken || s.cursor != self.off {
+            s.broken = true;
+            return;
+        }
+        let len = self.crc.len();
+        s.crc = Crc64Nvme::combine(s.crc, self.crc.finish(), len);
+        s.cursor += len;
+    }
+}
+
+impl Drop for FrameDigest {
+    fn drop(&mut self) {
+        if !self.joined {
+            let mut s = self.landing.lock();
+            s.landing = false;
+            s.broken = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn land(l: &Landing, off: u64, bytes: &[u8]) -> bool {
+        let Some(mut d) = l.begin(off) else {
+            return false;
+        };
+        for piece in bytes.chunks(7) {
+            d.crc().update(piece);
+        }
+        d.join();
+        true
+    }
+
+    #[test]
+    fn in_order_frames_give_the_checksum_of_the_whole() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 31 % 251) as u8).collect();
+        let l = Landing::default();
+        assert_eq!(l.crc64_of_first(0), Some(Crc64Nvme::checksum(&[])));
+        assert!(land(&l, 0, &data[..4096]));
+        assert!(land(&l, 4096, &data[4096..9000]));
+        assert!(land(&l, 9000, &data[9000..]));
+        assert_eq!(l.crc64_of_first(10_000), Some(Crc64Nvme::checksum(&data)));
+        // Only exactly the covered length is vouched for.
+        assert_eq!(l.crc64_of_first(9_999), None);
+        assert_eq!(l.crc64_of_first(10_001), None);
+    }
+
+    #[test]
+    fn a_gap_an_overlap_or_a_rewrite_breaks_it_for_good() {
+        for off in [0u64, 100, 300] {
+            let l = Landing::default();
+            assert!(land(&l, 0, &[1; 200]));
+            assert!(!land(&l, off, &[2; 50]), "a frame at {off} after 0..200");
+            assert!(!land(&l, 200, &[3; 50]), "stays broken");
+            assert_eq!(l.crc64_of_first(200), None);
+            assert_eq!(l.crc64_of_first(250), None);
+        }
+        let l = Landing::default();
+        assert!(land(&l, 0, &[1; 10]));
+        l.invalidate();
+        assert_eq!(l.crc64_of_first(10), None);
+    }
+
+    #[test]
+    fn a_frame_landing_now_or_failed_vouches_for_nothing() {
+        let l = Landing::default();
+        assert!(land(&l, 0, &[1; 10]));
+        let d = l.begin(10).expect("continues the digest");
+        assert_eq!(l.crc64_of_first(10), None, "bytes are changing");
+        assert!(l.begin(10).is_none(), "a second frame at once breaks it");
+        d.join();
+        assert_eq!(l.crc64_of_first(10), None);
+
+        let l = Landing::default();
+        let mut d = l.begin(0).expect("first frame");
+        d.crc().update(&[9; 4]);
+        drop(d);
+        assert_eq!(l.crc64_of_first(0), None);
+        assert_eq!(l.crc64_of_first(4), None);
+    }
+}
