@@ -314,3 +314,44 @@ fn malformed_heads() {
         Some(HttpError::Malformed(_))
     ));
 }
+
+/// A `Content-Length` body may be read by the caller straight into its destination: the
+/// decoder says how much is left, takes the count, reports the end, and keeps the connection
+/// reusable; placing more than is left fails the decoder for good.
+#[test]
+fn a_length_body_can_be_placed_by_the_caller() {
+    let mut dec = ResponseDecoder::new(Limits::default(), false);
+    assert_eq!(dec.body_room(), None, "no head yet");
+    let head = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nab";
+    let d = dec.decode(head).unwrap();
+    assert!(matches!(d.event, Event::Head(_)));
+    let rest = &head[d.consumed..];
+    let d = dec.decode(rest).unwrap();
+    assert!(matches!(d.event, Event::Body(b) if b == b"ab"));
+    assert_eq!(dec.body_room(), Some(8));
+    dec.body_placed(5).unwrap();
+    assert_eq!(dec.body_room(), Some(3));
+    assert!(matches!(dec.decode(&[]).unwrap().event, Event::NeedMore));
+    dec.body_placed(3).unwrap();
+    assert_eq!(dec.body_room(), None, "the body is complete");
+    assert!(matches!(dec.decode(&[]).unwrap().event, Event::End));
+    assert!(dec.is_reusable());
+
+    let mut dec = ResponseDecoder::new(Limits::default(), false);
+    dec.decode(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n")
+        .unwrap();
+    assert_eq!(dec.body_placed(5), Err(HttpError::PlacedPastBody));
+    assert_eq!(
+        dec.decode(b"abcd").unwrap_err(),
+        HttpError::PlacedPastBody,
+        "failed for good"
+    );
+
+    // Chunked bodies, and placing before a head, need the decoder.
+    let mut dec = ResponseDecoder::new(Limits::default(), false);
+    assert_eq!(dec.body_placed(1), Err(HttpError::PlacedPastBody));
+    let mut dec = ResponseDecoder::new(Limits::default(), false);
+    dec.decode(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        .unwrap();
+    assert_eq!(dec.body_room(), None);
+}

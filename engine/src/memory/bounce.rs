@@ -345,6 +345,26 @@ impl BounceRange {
         fits && mem.write(abs, data)
     }
 
+    /// Runs `f` on `len` bytes at `at` as a mutable slice; `None` when they would leave the
+    /// range. The caller is the one operation owning the range (as for
+    /// [`BounceRange::write`]).
+    pub(crate) fn fill_with<R>(
+        &self,
+        at: u64,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Option<R> {
+        let fits = at.checked_add(len as u64).is_some_and(|e| e <= self.len);
+        let abs = self
+            .off
+            .checked_add(at)
+            .and_then(|a| usize::try_from(a).ok())?;
+        if !fits {
+            return None;
+        }
+        self.mem()?.fill_with(abs, len, f)
+    }
+
     /// The range's bytes from `at` to its end (empty when `at` is past it).
     pub(crate) fn bytes_from(&self, at: u64) -> &[u8] {
         let Some(rest) = self.len.checked_sub(at) else {

@@ -427,6 +427,28 @@ impl LeaseGuard {
         }
     }
 
+    /// Runs `f` on `len` bytes at `at` of the leased range as a mutable slice, so a socket
+    /// read lands straight in the destination (the same rules as [`Self::write`]); `None` when
+    /// they would leave the range or the range has no host bytes yet.
+    pub(crate) fn fill_with<R>(
+        &self,
+        at: u64,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Option<R> {
+        let fits = at.checked_add(len as u64).is_some_and(|e| e <= self.len);
+        if !fits {
+            return None;
+        }
+        match self.host_bytes()? {
+            HostBytes::Host(mem, off) => {
+                let abs = usize::try_from(off.checked_add(at)?).ok()?;
+                mem.fill_with(abs, len, f)
+            }
+            HostBytes::Bounce(b) => b.fill_with(at, len, f),
+        }
+    }
+
     /// Address and length of the leased range on the host (a device registration's bounce
     /// range; `None` before it has one), for registering it with an RDMA fabric for the life
     /// of one operation (the lease must outlive that registration).

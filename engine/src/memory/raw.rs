@@ -151,6 +151,26 @@ impl RawMem {
         true
     }
 
+    /// Runs `f` on the bytes `off..off+len` as a mutable slice (a socket read straight into
+    /// registered memory), or returns `None` when out of bounds.
+    ///
+    /// Callers hold an exclusive lease over the range (module INVARIANT), as for
+    /// [`RawMem::write`]; the slice lives only for the call.
+    pub(crate) fn fill_with<R>(
+        &self,
+        off: usize,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Option<R> {
+        let off = self.span(off, len)?;
+        // SAFETY: in bounds of the live registration (checked above, field INVARIANT); the
+        // exclusive lease guarantees no other access to these bytes while the slice lives,
+        // which is the duration of `f` only. Bytes have no invalid values, so whatever `f`
+        // leaves there is a valid `u8` sequence.
+        let dst = unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(off), len) };
+        Some(f(dst))
+    }
+
     /// The address of `off..off+len` for a fabric registration (`engine::soft`
     /// `register_raw`), or `None` when out of bounds. Safe: no access happens here; whoever
     /// registers it takes over the lease rules (module INVARIANT).

@@ -63,6 +63,27 @@ impl BodyDecoder {
         })
     }
 
+    /// The body bytes still to come, when the caller may read them itself straight into
+    /// their destination and report them with [`BodyDecoder::placed`]: a `Content-Length`
+    /// body with bytes left. Chunked and read-until-close bodies need the decoder.
+    pub(crate) fn direct_room(&self) -> Option<u64> {
+        match self {
+            Self::Length { remaining } if *remaining > 0 => Some(*remaining),
+            _ => None,
+        }
+    }
+
+    /// The caller read `n` body bytes itself (at most [`BodyDecoder::direct_room`]).
+    pub(crate) fn placed(&mut self, n: u64) -> Result<(), HttpError> {
+        match self {
+            Self::Length { remaining } if n <= *remaining => {
+                *remaining -= n;
+                Ok(())
+            }
+            _ => Err(HttpError::PlacedPastBody),
+        }
+    }
+
     /// Whether a close of the connection here ends the body cleanly (nothing left to read, or
     /// a body delimited by the close itself).
     pub(crate) fn ends_at_eof(&self) -> bool {

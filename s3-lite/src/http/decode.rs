@@ -156,6 +156,32 @@ impl ResponseDecoder {
         Err(err)
     }
 
+    /// The body bytes still to come when the caller may read them itself, straight into
+    /// their destination, instead of passing them through [`ResponseDecoder::decode`]: inside
+    /// a `Content-Length` body with bytes left (`None` otherwise: before the head, in a chunked
+    /// or read-until-close body, after the end). Saves the copy out of a read buffer.
+    #[must_use]
+    pub fn body_room(&self) -> Option<u64> {
+        match &self.state {
+            State::Body(body) => body.direct_room(),
+            _ => None,
+        }
+    }
+
+    /// Reports `n` body bytes the caller read itself (at most [`ResponseDecoder::body_room`];
+    /// more is [`HttpError::PlacedPastBody`] and fails the decoder). Once the body is complete,
+    /// the next [`ResponseDecoder::decode`] (with no input) reports its end.
+    pub fn body_placed(&mut self, n: u64) -> Result<(), HttpError> {
+        let placed = match &mut self.state {
+            State::Body(body) => body.placed(n),
+            _ => Err(HttpError::PlacedPastBody),
+        };
+        if let Err(e) = &placed {
+            self.state = State::Failed(e.clone());
+        }
+        placed
+    }
+
     /// Consumes a prefix of `input` and reports what it was. See the module docs for the loop.
     pub fn decode<'a>(&mut self, input: &'a [u8]) -> Result<Decoded<'a>, HttpError> {
         match self.step(input) {

@@ -106,6 +106,10 @@ pub enum HttpError {
     /// be reused.
     #[error("connection is not reusable for another response")]
     NotReusable,
+    /// Body bytes reported as placed by the caller ([`crate::http::ResponseDecoder::body_placed`])
+    /// where none may be: past the body's `Content-Length`, or outside a length-delimited body.
+    #[error("body bytes placed beyond what the response's framing allows")]
+    PlacedPastBody,
 }
 
 /// What httparse (or our own head scanner) found wrong in a head or trailer block.

@@ -334,6 +334,18 @@ impl Exchange {
         Ok(d)
     }
 
+    /// Body bytes the caller may read straight into their destination (see
+    /// [`ResponseDecoder::body_room`]).
+    #[must_use]
+    pub fn body_room(&self) -> Option<u64> {
+        self.decoder.body_room()
+    }
+
+    /// Reports body bytes the caller read itself (see [`ResponseDecoder::body_placed`]).
+    pub fn body_placed(&mut self, n: u64) -> Result<(), HttpError> {
+        self.decoder.body_placed(n)
+    }
+
     /// The peer closed the connection (see [`ResponseDecoder::finish_on_eof`]).
     pub fn finish_on_eof(&mut self) -> Result<(), HttpError> {
         self.decoder.finish_on_eof()

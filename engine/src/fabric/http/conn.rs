@@ -6,9 +6,11 @@
 //! endpoints, so the handshake and record layer run inside the worker's loop too.
 //!
 //! Reads land in the connection's read buffer; the decoder hands body bytes back as slices of
-//! it, and those are copied straight to their offset in the registered destination (one copy,
-//! no intermediate payload buffer). PUT bodies are written to the socket straight from
-//! registered memory.
+//! it, and those are copied straight to their offset in the registered destination. Once a
+//! payload's head is in and the buffer is drained, the rest of a `Content-Length` body is read
+//! from the socket straight into the destination (no copy at all: `Conn::direct_target`),
+//! and checksummed there while it is in cache. PUT bodies are written to the socket straight
+//! from registered memory.
 
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
@@ -31,6 +33,10 @@ use crate::inflight::{InFlight, OpKind};
 
 /// Largest error-response body kept for diagnostics; the rest is read and discarded.
 const MAX_ERROR_BODY: usize = 16 * 1024;
+
+/// Payload bytes still to come from which a read goes straight into the destination rather
+/// than through the read buffer (below it, one read may also take what follows the body).
+const DIRECT_MIN: u64 = 16 * 1024;
 
 /// Where a driven exchange stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -309,10 +315,25 @@ impl<J: ReplyJudge> Conn<J> {
             if let Some(step) = self.decode_buffered(op) {
                 return step;
             }
-            // Buffer fully consumed: read more.
+            // Buffer fully consumed: read more, into the destination when the rest of a
+            // payload may go there.
             self.rstart = 0;
             self.rend = 0;
-            match self.stream.read(&mut self.rbuf) {
+            let direct = self.direct_target();
+            let read = match direct {
+                Some((at, len)) => match self.read_direct(op, at, len) {
+                    Some(read) => read,
+                    // What a buffered write there would have found too.
+                    None => {
+                        return Step::Finished {
+                            outcome: integrity(ErrorCode::TooLarge),
+                            reusable: false,
+                        };
+                    }
+                },
+                None => self.stream.read(&mut self.rbuf),
+            };
+            match read {
                 Ok(0) => {
                     if let Err(e) = self.exchange.finish_on_eof() {
                         let free = self.reused && !self.got_bytes && e == HttpError::EmptyResponse;
@@ -334,7 +355,17 @@ impl<J: ReplyJudge> Conn<J> {
                     return io_fail(self.reused, self.got_bytes);
                 }
                 Ok(n) => {
-                    self.rend = n;
+                    if direct.is_some() {
+                        // Counted into `received` and the body checksum by `read_direct`.
+                        if self.exchange.body_placed(n as u64).is_err() {
+                            return Step::Finished {
+                                outcome: integrity(ErrorCode::Protocol),
+                                reusable: false,
+                            };
+                        }
+                    } else {
+                        self.rend = n;
+                    }
                     self.got_bytes = true;
                     op.mark_first_byte();
                     if let Some(step) = self.decode_buffered(op) {
@@ -352,6 +383,40 @@ impl<J: ReplyJudge> Conn<J> {
                 Err(e) => return self.io_error(&e),
             }
         }
+    }
+
+    /// Where the next read may go straight into the destination: `(offset, length)` of the rest
+    /// of a `Content-Length` payload, when at least [`DIRECT_MIN`] bytes of it are to come and
+    /// they fit the destination (a longer body takes the buffered path, which refuses it).
+    fn direct_target(&self) -> Option<(u64, usize)> {
+        let Some(Plan::Payload { cap, .. }) = self.plan else {
+            return None;
+        };
+        let room = self.exchange.body_room()?;
+        let fits = self
+            .received
+            .checked_add(room)
+            .is_some_and(|end| end <= cap);
+        (fits && room >= DIRECT_MIN).then_some((self.received, usize::try_from(room).ok()?))
+    }
+
+    /// Reads up to `len` payload bytes from the socket into the destination at `at`, and
+    /// counts what arrived (`received`, and the body checksum while the bytes are in cache).
+    /// `None`: the destination has no such host range (a buffered write would fail there too).
+    fn read_direct(&mut self, op: &InFlight, at: u64, len: usize) -> Option<io::Result<usize>> {
+        let stream = &mut self.stream;
+        let sum = self.body_sum.as_mut();
+        let read = op.buf.as_ref()?.fill_with(at, len, |dst| {
+            let n = stream.read(dst)?;
+            if let Some(sum) = sum {
+                sum.ours.update(dst.get(..n).unwrap_or_default());
+            }
+            Ok(n)
+        })?;
+        if let Ok(n) = &read {
+            self.received += *n as u64;
+        }
+        Some(read)
     }
 
     /// Feeds buffered input to the decoder until it needs more (`None`) or the exchange ends.
