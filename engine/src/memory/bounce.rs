@@ -327,27 +327,9 @@ impl BounceRange {
         self.len
     }
 
-    /// Writes `data` at `at`; `false` (writing nothing) when it would leave the range.
-    /// The caller is the one operation owning the range (module INVARIANT of `raw`: the owner
-    /// of a bounce range holds an exclusive right to it, like an exclusive lease).
-    pub(crate) fn write(&self, at: u64, data: &[u8]) -> bool {
-        let fits = at
-            .checked_add(data.len() as u64)
-            .is_some_and(|e| e <= self.len);
-        let (Some(mem), Some(abs)) = (
-            self.mem(),
-            self.off
-                .checked_add(at)
-                .and_then(|a| usize::try_from(a).ok()),
-        ) else {
-            return false;
-        };
-        fits && mem.write(abs, data)
-    }
-
     /// Runs `f` on `len` bytes at `at` as a mutable slice; `None` when they would leave the
-    /// range. The caller is the one operation owning the range (as for
-    /// [`BounceRange::write`]).
+    /// range. The caller is the one operation owning the range (module INVARIANT of `raw`: the
+    /// owner of a bounce range holds an exclusive right to it, like an exclusive lease).
     pub(crate) fn fill_with<R>(
         &self,
         at: u64,

@@ -411,20 +411,8 @@ impl LeaseGuard {
     /// Device registrations write into the operation's bounce range, and nothing before it
     /// has one (`false`).
     pub(crate) fn write(&self, at: u64, data: &[u8]) -> bool {
-        let fits = at
-            .checked_add(data.len() as u64)
-            .is_some_and(|e| e <= self.len);
-        if !fits {
-            return false;
-        }
-        match self.host_bytes() {
-            Some(HostBytes::Host(mem, off)) => off
-                .checked_add(at)
-                .and_then(|a| usize::try_from(a).ok())
-                .is_some_and(|abs| mem.write(abs, data)),
-            Some(HostBytes::Bounce(b)) => b.write(at, data),
-            None => false,
-        }
+        self.fill_with(at, data.len(), |dst| dst.copy_from_slice(data))
+            .is_some()
     }
 
     /// Runs `f` on `len` bytes at `at` of the leased range as a mutable slice, so a socket

@@ -7,7 +7,7 @@
 //!
 //! INVARIANT (leases): while a byte range is covered by an exclusive lease, only the lease
 //! holder reads or writes it; while it is covered by shared leases, nobody writes it. The
-//! engine's own code only calls [`RawMem::write`] under an exclusive lease and
+//! engine's own code only calls [`RawMem::fill_with`] under an exclusive lease and
 //! [`RawMem::slice`] under a shared one. The bounce pool's memory (`super::bounce`) is one
 //! `RawMem` whose ranges are each owned by one operation at a time (the pool's allocator
 //! never hands out overlapping ranges): the owner is the only one to touch its range, and
@@ -135,27 +135,11 @@ impl RawMem {
         (end <= self.len).then_some(off)
     }
 
-    /// Copies `src` to offset `off`. Returns `false` (copying nothing) when out of bounds.
-    ///
-    /// Callers hold an exclusive lease over the destination range (module INVARIANT).
-    pub(crate) fn write(&self, off: usize, src: &[u8]) -> bool {
-        let Some(off) = self.span(off, src.len()) else {
-            return false;
-        };
-        // SAFETY: bounds checked above, so `ptr+off .. ptr+off+src.len()` lies inside the live
-        // registration (field INVARIANT); the exclusive lease guarantees no other access to
-        // those bytes, and `src` (a socket read buffer) cannot overlap registered memory.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len())
-        };
-        true
-    }
-
     /// Runs `f` on the bytes `off..off+len` as a mutable slice (a socket read straight into
     /// registered memory), or returns `None` when out of bounds.
     ///
-    /// Callers hold an exclusive lease over the range (module INVARIANT), as for
-    /// [`RawMem::write`]; the slice lives only for the call.
+    /// Callers hold an exclusive lease over the range (module INVARIANT); the slice lives
+    /// only for the call.
     pub(crate) fn fill_with<R>(
         &self,
         off: usize,
@@ -253,9 +237,12 @@ mod tests {
         let (m, _) = RawMem::alloc(10_000, false).unwrap();
         assert_eq!(m.ptr.as_ptr() as usize % PAGE, 0);
         assert_eq!(m.slice(0, 10_000).unwrap().iter().copied().max(), Some(0));
-        assert!(m.write(9_998, b"ab"));
-        assert!(!m.write(9_999, b"ab"));
-        assert!(!m.write(usize::MAX, b"a"));
+        assert!(
+            m.fill_with(9_998, 2, |d| d.copy_from_slice(b"ab"))
+                .is_some()
+        );
+        assert!(m.fill_with(9_999, 2, |_| ()).is_none());
+        assert!(m.fill_with(usize::MAX, 1, |_| ()).is_none());
         assert_eq!(m.slice(9_998, 2).unwrap(), b"ab");
         assert!(m.slice(9_999, 2).is_none());
         assert!(m.slice(usize::MAX, 2).is_none());
