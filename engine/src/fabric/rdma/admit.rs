@@ -116,6 +116,10 @@ impl RdmaClient {
     ) -> Admit {
         self.moved.remove(&key);
         if matches!(self.state, State::Plain) || self.http_next.remove(&key) {
+            tracing::debug!(
+                plain = matches!(self.state, State::Plain),
+                "v2: op goes over HTTP (the endpoint is plain, or this op's last answer said so)"
+            );
             return Admit::Now;
         }
         // UploadPart over v2 names the part in the target's query; a server that did not
@@ -151,7 +155,10 @@ impl RdmaClient {
             self.waker.as_ref(),
             io,
         ) {
-            v2::Launch::Http => Admit::Now,
+            v2::Launch::Http => {
+                tracing::debug!("v2: op goes over HTTP (v2 does not apply to it)");
+                Admit::Now
+            }
             v2::Launch::Failed(o) => Admit::Failed(o),
             v2::Launch::Running(v2op) => {
                 self.next_id += 1;

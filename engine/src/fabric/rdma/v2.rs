@@ -477,7 +477,15 @@ impl V2Op {
                 Some(step) => self.advance(ctx, step, io),
             };
         }
-        let g = match v2_client::prepare_answer(head, self.ask.op, self.wire.kind) {
+        let answer = v2_client::prepare_answer(head, self.ask.op, self.wire.kind);
+        if !matches!(answer, PrepareAnswer::Granted(_)) {
+            tracing::debug!(
+                status = head.status,
+                reply = head.header(s3_lite::rdma::RDMA_REPLY),
+                "v2: PREPARE not granted: {answer:?}"
+            );
+        }
+        let g = match answer {
             PrepareAnswer::Granted(g) => g,
             PrepareAnswer::Unsupported { learn } => {
                 return self.end_with(Exchange::Fallback { learn });
@@ -651,7 +659,15 @@ impl V2Op {
 
     /// Ends the exchange with `x`: the window is closed first; a failure names the session
     /// to cancel.
+    #[track_caller]
     fn end_with(&mut self, x: Exchange) -> Progress {
+        if !matches!(x, Exchange::Done { .. }) {
+            tracing::debug!(
+                phase = ?self.phase,
+                at = std::panic::Location::caller().line(),
+                "v2: exchange ends {x:?}"
+            );
+        }
         self.wire.close();
         let cancel = match x {
             Exchange::Failed(_) => self.session.take(),
