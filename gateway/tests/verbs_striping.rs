@@ -262,16 +262,16 @@ fn buffer(engine: &Engine, len: u64) -> (BufHandle, Vec<String>) {
 /// gateway refuses a PREPARE (`503 SlowDown`: its sessions per access key, 8, are taken). In
 /// the 1-vCPU lane this happens after the striped PUT: the gateway's access log shows PUT
 /// sessions granted whose READY is never answered, and they hold the limit (cause not pinned
-/// down; docs/verbs.md, "Soft-RoCE lane"). Such a run is reported (`VERBS_STRIPE_NOTE`) and
+/// down; docs/verbs.md, "Striping over two rxe devices"). Such a run is reported (`VERBS_STRIPE_NOTE`) and
 /// its bytes are still checked by the caller; its device accounting is not (the chunks that
 /// fell back moved over HTTP). rc-persistent runs are always held to the RDMA path.
-fn v2_fell_back(c: &Cqe, dialect: Dialect, what: &str) -> bool {
+fn v2_fell_back(c: &Cqe, dialect: Dialect, what: &str, deltas: &[(String, DeviceDelta)]) -> bool {
     let fell = dialect == Dialect::RcV2 && c.is_ok() && c.path() == Some(DataPath::Http);
     if fell {
         assert_eq!(c.bytes(), LEN, "{what}: bytes");
         println!(
-            "VERBS_STRIPE_NOTE op={what} dialect={dialect:?}: chunks fell back to HTTP (a \
-             PREPARE refused 503; the gateway log has the sessions)"
+            "VERBS_STRIPE_NOTE op={what} dialect={dialect:?}: some parts fell back to HTTP (per \
+             request, e.g. a PREPARE refused 503; the gateway log has the sessions): {deltas:?}"
         );
     }
     fell
@@ -336,16 +336,9 @@ fn striped_run(addr: SocketAddr, nics: &[String], dialect: Dialect) {
     );
     let deltas = before.since(&engine, nics);
     if c.is_ok() {
-        if dialect == Dialect::RcV2 && c.path() == Some(DataPath::Http) {
-            // Some parts went over HTTP by the hipobj-rc-v2 client's per-request fallback (the
-            // operation then reports `http`, engine/src/stripe/put.rs); seen in this lane and
-            // over soft, cause not pinned down. Reported, and the parts that went over verbs
-            // must still have left from both devices.
-            assert_eq!(c.bytes(), LEN, "PUT: bytes");
-            println!(
-                "VERBS_STRIPE_NOTE op=put dialect={dialect:?}: some parts fell back to HTTP: \
-                 {deltas:?}"
-            );
+        if v2_fell_back(&c, dialect, "put", &deltas) {
+            // The operation reports `http` when any part fell back (engine/src/stripe/put.rs);
+            // the parts that went over verbs must still have left from both devices.
             for (n, d) in &deltas {
                 assert!(
                     d.sent_pkts > 0,
@@ -393,7 +386,7 @@ fn striped_run(addr: SocketAddr, nics: &[String], dialect: Dialect) {
             .build(),
     );
     let deltas = before.since(&engine, nics);
-    if v2_fell_back(&c, dialect, "range_get") {
+    if v2_fell_back(&c, dialect, "range_get", &deltas) {
         report("range_get", dialect, took, &deltas, "fell-back");
     } else {
         check_ok(&c, "RANGE_GET");
@@ -424,7 +417,7 @@ fn striped_run(addr: SocketAddr, nics: &[String], dialect: Dialect) {
     let deltas = before.since(&engine, nics);
     assert!(c.is_ok(), "GET: {c:?}");
     assert_eq!(c.bytes(), LEN, "GET: bytes");
-    if v2_fell_back(&c, dialect, "get") {
+    if v2_fell_back(&c, dialect, "get", &deltas) {
         report("get", dialect, took, &deltas, "fell-back");
     } else {
         check_ok(&c, "GET");
@@ -552,7 +545,7 @@ fn verbs_one_device_down_all_chunks_on_the_other() {
         );
         let deltas = before.since(&engine, &nics);
         report("range_get_one_down", dialect, took, &deltas, "no");
-        if !v2_fell_back(&c, dialect, "range_get_one_down") {
+        if !v2_fell_back(&c, dialect, "range_get_one_down", &deltas) {
             check_ok(&c, "RANGE_GET with a device down");
             check_accounting(&deltas, true, "RANGE_GET with a device down");
         }

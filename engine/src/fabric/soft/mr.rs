@@ -88,6 +88,14 @@ impl MrInner {
         self.landing.get()
     }
 
+    /// Something other than an in-order WRITE writes the region: its landing digest, if it
+    /// tracks one, no longer vouches for its bytes.
+    pub(crate) fn break_landing(&self) {
+        if let Some(l) = self.landing() {
+            l.invalidate();
+        }
+    }
+
     /// Offset of `addr` inside the region (the start of a granted access).
     pub(crate) fn offset_of(&self, addr: u64) -> Option<u64> {
         addr.checked_sub(self.mem.addr())
@@ -95,7 +103,7 @@ impl MrInner {
 
     /// Offset of `addr..addr+len` inside the region, if it lies wholly inside.
     fn offset(&self, addr: u64, len: u64) -> Option<usize> {
-        let off = addr.checked_sub(self.mem.addr())?;
+        let off = self.offset_of(addr)?;
         let end = off.checked_add(len)?;
         if end > self.mem.len() as u64 {
             return None;
@@ -212,9 +220,7 @@ impl MemoryRegion {
     /// Copies `src` into the region at `off` (exclusive with fabric accesses). Breaks the
     /// landing digest, if the region tracks one.
     pub fn write(&self, off: u64, src: &[u8]) -> Result<(), MrError> {
-        if let Some(l) = self.inner.landing() {
-            l.invalidate();
-        }
+        self.inner.break_landing();
         self.exclusive(off, |mem, off| mem.copy_in(off, src))
     }
 

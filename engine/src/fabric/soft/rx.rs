@@ -502,9 +502,7 @@ impl Rx {
         let dst = match (sge, mr) {
             (Some(sge), Some(mr)) => {
                 // A RECV's buffer is written by a SEND, not by a WRITE in order.
-                if let Some(l) = mr.landing() {
-                    l.invalidate();
-                }
+                mr.break_landing();
                 let at = sge.addr + (total - u64::from(h.len));
                 if let Err(st) = mr.local(at, u64::from(h.len), Access::LOCAL_WRITE) {
                     fail_recv(qp, st);
@@ -772,9 +770,7 @@ fn read_resp_start(qp: &QpShared, h: &Header) -> Result<Step, Stop> {
         return Err(bad);
     }
     // A READ's destination is written by its responses, not by a WRITE in order.
-    if let Some(l) = r.mr.landing() {
-        l.invalidate();
-    }
+    r.mr.break_landing();
     let dst = Dst::ReadResp {
         mr: Arc::clone(&r.mr),
         addr: r.addr + u64::from(r.got),
