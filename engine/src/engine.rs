@@ -212,6 +212,7 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
                 Arc::clone(&signer),
             )
             .with_dialect(b.dialect)
+            .with_attempt_timeout(b.attempt_timeout)
             .with_learned(Arc::clone(&learned), hipobj_signer.clone())
             .with_dc_provider(b.dc_provider.clone())
             .with_tls(tls.clone()),

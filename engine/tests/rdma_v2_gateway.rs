@@ -20,16 +20,17 @@ use ring_api::opcode::{Get, Put, RangeGet};
 use ring_api::{BufSlice, DataPath};
 
 fn gateway(root: &std::path::Path, soft: bool) -> RunningGateway {
+    gateway_with(root, soft.then(RcLimits::default))
+}
+
+/// The gateway, with the soft RDMA target under `limits` when given.
+fn gateway_with(root: &std::path::Path, limits: Option<RcLimits>) -> RunningGateway {
     let mut b = Gateway::builder()
         .listen("127.0.0.1:0")
         .root_dir(root)
         .credentials(ACCESS, SECRET);
-    if soft {
-        let t = RcTarget::start(
-            SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-            RcLimits::default(),
-        )
-        .unwrap();
+    if let Some(limits) = limits {
+        let t = RcTarget::start(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), limits).unwrap();
         b = b.rdma_target(t);
     }
     b.start().unwrap()
@@ -200,5 +201,49 @@ fn v2_large_range_is_checked_in_parts_and_verified() {
     assert!(c.is_ok(), "{c:?}");
     let have = engine.read(buf, len as u64, 4096).unwrap();
     assert!(*have == data[5..5 + 4096], "small range");
+    gw.shutdown();
+}
+
+/// A batch above the gateway's session limit (2 per key here): the PREPAREs it refuses
+/// `503 SlowDown` wait for one of the engine's own sessions there to end, then go over RDMA —
+/// none goes over HTTP, every byte exact.
+#[test]
+fn v2_ops_above_the_session_limit_wait_for_a_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut limits = RcLimits::default();
+    limits.v2.max_per_principal = 2;
+    let gw = gateway_with(dir.path(), Some(limits));
+    let a = gw.local_addr();
+    const MIB: u64 = 1 << 20;
+    const OPS: u64 = 12;
+    let data = pattern((2 * MIB) as usize, 29);
+    assert_eq!(call(a, "PUT", "/v2b", "", &[], b"").status(), 200);
+    assert_eq!(call(a, "PUT", "/v2b/o", "", &[], &data).status(), 200);
+    let engine = engine_for(a, Fabric::Soft);
+    let buf = engine
+        .register_host((OPS * MIB) as usize, RegisterOptions::pageable())
+        .unwrap();
+    let obj = engine.object("v2b", "o").unwrap();
+    let mut q = engine.queue(32).unwrap();
+    // Every op is pushed before the first completes: the worker sends all their PREPAREs at
+    // once, and the gateway grants two.
+    for i in 0..OPS {
+        let sqe = RangeGet::new(obj, i * 4096, BufSlice::new(buf, i * MIB, MIB))
+            .user_data(i)
+            .build();
+        q.push(&sqe).unwrap();
+    }
+    assert_eq!(
+        q.wait(OPS as usize, Some(Duration::from_secs(60))),
+        OPS as usize
+    );
+    for c in q.completion() {
+        assert!(c.is_ok(), "{c:?}");
+        assert_eq!(c.path(), Some(DataPath::RdmaSoft), "{c:?}");
+        let i = c.user_data();
+        let got = engine.read(buf, i * MIB, MIB).unwrap().to_vec();
+        let at = (i * 4096) as usize;
+        assert!(got == data[at..at + MIB as usize], "op {i}: bytes");
+    }
     gw.shutdown();
 }

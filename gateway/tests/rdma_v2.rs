@@ -24,11 +24,11 @@ use s3_lite::sigv4::PayloadHash;
 const OTHER: (&str, &str) = ("other-key", "other-secret");
 
 fn start(root: &std::path::Path) -> RunningGateway {
-    let t = RcTarget::start(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        RcLimits::default(),
-    )
-    .unwrap();
+    start_with(root, RcLimits::default())
+}
+
+fn start_with(root: &std::path::Path, limits: RcLimits) -> RunningGateway {
+    let t = RcTarget::start(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), limits).unwrap();
     Gateway::builder()
         .listen("127.0.0.1:0")
         .root_dir(root)
@@ -423,6 +423,61 @@ fn v2_binding_cookies_cancel_and_status_codes() {
     let mut q = raw::sign(q, b"", None);
     q.add_header("x-amz-rdma-protocol", "hipobj-rc-v2");
     assert_eq!(send(a, &q, b"").status(), 403);
+    gw.shutdown();
+}
+
+/// A client that gives up on a PUT after its READY (its attempt timed out, its window is gone)
+/// CANCELs the session: the gateway stops waiting for the write that will not come, the READY
+/// answers at once, and the session's place is free for the next PREPARE. Before, the session
+/// held its place for the whole transfer bound (30 s here), and every PREPARE past the
+/// per-principal limit was refused `503`.
+#[test]
+fn a_cancel_stops_a_put_ready_waiting_for_its_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut limits = RcLimits::default();
+    limits.v2.max_per_principal = 1;
+    let gw = start_with(dir.path(), limits);
+    let a = gw.local_addr();
+    assert_eq!(call(a, "PUT", "/bkt", "", &[], b"").status(), 200);
+    let me = (ACCESS, SECRET);
+    let c = Client::new(4096);
+    let cookie = 0x0bad_cafe;
+    let p = c.prepare(
+        a,
+        &c.prepare_headers("PUT", "/bkt/gone", 4096, 0, cookie),
+        me,
+    );
+    // The principal's one place is taken.
+    let other = Client::new(16);
+    let next = other.prepare_headers("PUT", "/bkt/next", 16, 0, 3);
+    assert_eq!(post(a, "/.hipobj-rc/prepare", &next, me).status(), 503);
+    // Two READYs: the gateway serves one (it waits for our write, which never comes) and
+    // answers the other 409 RdmaTransferInProgress at once.
+    let ready = c.ready_headers(&p, cookie, false);
+    let (tx, answers) = std::sync::mpsc::channel();
+    for _ in 0..2 {
+        let (ready, tx) = (ready.clone(), tx.clone());
+        std::thread::spawn(move || {
+            let t = std::time::Instant::now();
+            let r = post(a, "/.hipobj-rc/ready", &ready, me);
+            let _ = tx.send((r.status(), r.code(), t.elapsed()));
+        });
+    }
+    let wait = Duration::from_secs(60);
+    let (status, code, _) = answers.recv_timeout(wait).unwrap();
+    assert_eq!((status, code.as_str()), (409, "RdmaTransferInProgress"));
+    let cancel = [
+        ("x-amz-rdma-protocol", "hipobj-rc-v2".to_owned()),
+        ("x-amz-rdma-session", p.session.clone()),
+    ];
+    assert_eq!(post(a, "/.hipobj-rc/cancel", &cancel, me).status(), 204);
+    let (status, code, took) = answers.recv_timeout(wait).unwrap();
+    assert_eq!((status, code.as_str()), (409, "RdmaSessionCancelled"));
+    assert!(took < Duration::from_secs(10), "READY ended after {took:?}");
+    // The place is free again, and nothing was stored.
+    let r = post(a, "/.hipobj-rc/prepare", &next, me);
+    assert_eq!(r.status(), 200, "{}", r.text());
+    assert_eq!(call(a, "GET", "/bkt/gone", "", &[], b"").status(), 404);
     gw.shutdown();
 }
 

@@ -127,8 +127,9 @@ impl RdmaClient {
         if op.part_target().is_some() && !self.learned.multipart() {
             return Admit::Now;
         }
-        let left = op.deadline.map_or(v2::LIMIT, |d| {
-            d.saturating_duration_since(Instant::now()).min(v2::LIMIT)
+        let limit = self.v2_limit;
+        let left = op.deadline.map_or(limit, |d| {
+            d.saturating_duration_since(Instant::now()).min(limit)
         });
         if left < v2::MIN_LIMIT {
             return Admit::Now;

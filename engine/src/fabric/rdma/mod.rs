@@ -219,7 +219,8 @@ pub(crate) enum Event {
     /// exchange fell back to HTTP).
     Resume(OpKey),
     /// Admit the parked op again: the endpoint refused the dialect it waited for, and the
-    /// negotiation moved on to the next one.
+    /// negotiation moved on to the next one; or a session of ours ended at a server that had
+    /// refused the op's PREPARE for capacity.
     Readmit(OpKey),
     /// The parked op ended (its v2 exchange moved the bytes or failed).
     Complete(OpKey, Outcome),
@@ -277,6 +278,10 @@ pub(crate) struct RdmaClient {
     hold_ops: bool,
     /// hipobj-rc-v2 exchanges in progress.
     running: HashMap<OpKey, Running>,
+    /// Ops whose PREPARE the server refused for capacity while exchanges of ours ran there:
+    /// each end of one of ours re-admits the longest-waiting (so a burst above the server's
+    /// session limit queues behind our own sessions instead of going over HTTP).
+    v2_full: std::collections::VecDeque<OpKey>,
     next_id: u64,
     /// Side connections (hipobj-rc-v2 exchanges, CANCELs) by token.
     owners: HashMap<Token, Owner>,
@@ -295,6 +300,10 @@ pub(crate) struct RdmaClient {
     now: Option<s3_lite::sigv4::AmzDate>,
     /// TLS of an `https://` endpoint, for the side exchanges (`ctrl`).
     tls: Option<Arc<crate::fabric::http::tls::TlsContext>>,
+    /// The longest one hipobj-rc-v2 exchange may run: the engine's attempt timeout (the bound
+    /// the worker puts on every attempt), so a slow link is not cut shorter over v2 than over
+    /// HTTP.
+    v2_limit: Duration,
 }
 
 const MAX_DECLINES: u32 = 3;
@@ -344,6 +353,7 @@ impl RdmaClient {
             waiters: Vec::new(),
             hold_ops: true,
             running: HashMap::new(),
+            v2_full: std::collections::VecDeque::new(),
             next_id: 0,
             owners: HashMap::new(),
             cancels: HashMap::new(),
@@ -354,7 +364,15 @@ impl RdmaClient {
             waker: None,
             now: None,
             tls: None,
+            v2_limit: v2::LIMIT,
         }
+    }
+
+    /// Bounds each hipobj-rc-v2 exchange by `limit` (the engine's attempt timeout) instead of
+    /// [`v2::LIMIT`].
+    pub(crate) fn with_attempt_timeout(mut self, limit: Duration) -> Self {
+        self.v2_limit = limit;
+        self
     }
 
     /// Speaks `dialect` (`Auto`: negotiates). `Http` carries payloads in the body only.
@@ -590,6 +608,7 @@ impl RdmaClient {
     /// access in progress stops at once, then the window is closed.
     pub(crate) fn abort(&mut self, key: OpKey, io: &mio::Registry) {
         self.waiters.retain(|&k| k != key);
+        self.v2_full.retain(|&k| k != key);
         if let Some(r) = self.running.remove(&key) {
             self.end_v2(key, r, io);
         }

@@ -201,6 +201,7 @@ impl RdmaClient {
         if let Some(session) = r.op.close(io) {
             let _ = self.start_cancel(&session, end, io, None);
         }
+        self.admit_one_waiting();
     }
 
     /// One CANCEL of `session`, within [`v2::CANCEL_BUDGET`] and `end`; `then`: the op's
@@ -255,9 +256,26 @@ impl RdmaClient {
                 }
                 Event::Resume(key)
             }
+            v2::Exchange::Busy if !self.running.is_empty() => {
+                // Our own sessions hold the server's places: wait for one of them to end.
+                self.v2_full.push_back(key);
+                return;
+            }
+            v2::Exchange::Busy => {
+                tracing::debug!("v2: the server is full and none of its sessions is ours: HTTP");
+                Event::Resume(key)
+            }
             v2::Exchange::Failed(o) => Event::Complete(key, o),
         };
         self.events.push(ev);
+        self.admit_one_waiting();
+    }
+
+    /// One exchange ended: the longest-waiting op refused for capacity tries v2 again.
+    pub(super) fn admit_one_waiting(&mut self) {
+        if let Some(k) = self.v2_full.pop_front() {
+            self.events.push(Event::Readmit(k));
+        }
     }
 
     /// Whether events wait to be taken.

@@ -25,8 +25,8 @@
 //! the connection; a failed dial fails the QP, rings the worker's waker and ends the op as a
 //! transport failure, [`V2Op::watches_dial`]); the completion wakes the worker through
 //! its poll (the soft CQ rings the worker's waker; a verbs CQ is polled on the worker's timer
-//! tick). Deadlines: the op's own (worker timers) and [`LIMIT`] without one (the dialect's
-//! timer). The checksum of a finished window runs on the worker in bounded parts
+//! tick). Deadlines: the op's own (worker timers), at most the engine's attempt timeout (the
+//! dialect's timer; a v2 exchange gets as long as an HTTP attempt would). The checksum of a finished window runs on the worker in bounded parts
 //! ([`SUM_PER_TURN`] per turn of its loop, about a quarter of a millisecond; docs/engine.md).
 //!
 //! The window: registered at start, deregistered when the op's state is dropped — at its end
@@ -61,7 +61,8 @@ use crate::fabric::{Outcome, Retry};
 use crate::inflight::{InFlight, OpKind};
 use s3_lite::rdma::v2::client::{self as v2_client, Ask, Final, FinalError, PrepareAnswer};
 
-/// The longest one exchange may run when the op has no deadline.
+/// The longest one exchange may run when the op has no deadline and the engine set no attempt
+/// timeout of its own (`RdmaClient::with_attempt_timeout`, which the engine always calls).
 pub(crate) const LIMIT: Duration = Duration::from_secs(30);
 /// Below this much time left, an op does not try v2 (it goes over HTTP).
 pub(crate) const MIN_LIMIT: Duration = Duration::from_millis(20);
@@ -84,6 +85,9 @@ pub(crate) enum Exchange {
     Done { bytes: u64, verified: bool },
     /// Send this request over HTTP; `learn`: the endpoint does not do v2 over this fabric.
     Fallback { learn: bool },
+    /// The server is at its session limit: try again when one of this worker's exchanges
+    /// there ends, or over HTTP when none runs.
+    Busy,
     /// The op failed (the outcome says how and whether to retry).
     Failed(Outcome),
 }
@@ -248,7 +252,8 @@ pub(crate) struct V2Op {
     wire: Wire,
     ask: Ask,
     exact: bool,
-    /// The exchange ends by then (the op's deadline, at most [`LIMIT`] from its start).
+    /// The exchange ends by then (the op's deadline, at most the engine's attempt timeout from
+    /// its start).
     pub(crate) end: Instant,
     part_of: Option<PartOf>,
     now: AmzDate,
@@ -490,6 +495,7 @@ impl V2Op {
             PrepareAnswer::Unsupported { learn } => {
                 return self.end_with(Exchange::Fallback { learn });
             }
+            PrepareAnswer::Busy => return self.end_with(Exchange::Busy),
             PrepareAnswer::Unusable { session, learn } => {
                 self.session = session;
                 self.wire.close();

@@ -3,6 +3,7 @@
 //! the cookie as immediate); PUT takes the client's WRITE_WITH_IMM out of staging into the
 //! normal PUT pipeline.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use engine::rc::{RcMr, RemoteAddr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
@@ -116,7 +117,8 @@ impl RcV2 {
         Ok((s.size, crc, info.etag))
     }
 
-    /// Waits for `count` completions of the session, all successful.
+    /// Waits for `count` completions of the session, all successful; stops (within one 100 ms
+    /// turn) when the owner cancels the session.
     fn wait(
         &self,
         s: &Session,
@@ -127,6 +129,14 @@ impl RcV2 {
         let mut seen = 0u64;
         let mut wcs = [WorkCompletion::default(); 16];
         while seen < count {
+            if s.cancelled.load(Ordering::Acquire) {
+                s.qp.modify_to_err();
+                return Err(ApiError::new(
+                    409,
+                    "RdmaSessionCancelled",
+                    "The session was cancelled during its transfer.",
+                ));
+            }
             let left = end.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 s.qp.modify_to_err();

@@ -20,12 +20,16 @@
 //! token GID's family, RTR towards it refused) → 400 naming the cause; unknown session, another principal's session or a wrong
 //! cookie → 404 `NoSuchRdmaSession` (nothing touched); READY while a transfer runs → 409
 //! `RdmaTransferInProgress`; size above the limit → 413; full → 503 `SlowDown`; transfer
-//! timeout → 408; wire failure → 500. CANCEL always answers 204 and acts only for the owner.
+//! timeout → 408; wire failure → 500. CANCEL always answers 204 and acts only for the owner: it
+//! ends a prepared session, and stops the data phase of one whose READY is being served (that
+//! READY answers 409 `RdmaSessionCancelled` and frees the session's place at once, instead of
+//! waiting out the transfer bound for a client that has gone).
 
 mod data;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -95,6 +99,9 @@ struct Session {
     client_qpn: u32,
     created: Instant,
     phase: Mutex<Phase>,
+    /// The owner cancelled the session while its READY was being served: the data phase
+    /// stops at its next turn (a PUT no longer waits for a write its client abandoned).
+    cancelled: AtomicBool,
 }
 
 impl Drop for Session {
@@ -354,6 +361,7 @@ impl RcV2 {
             client_qpn: client.qpn,
             created: Instant::now(),
             phase: Mutex::new(Phase::Prepared),
+            cancelled: AtomicBool::new(false),
         });
         lock(&self.sessions).insert(id, session);
         out.head(200, headers, BodyFraming::Length(0))?;
@@ -449,12 +457,16 @@ impl RcV2 {
         out: &mut dyn Respond,
     ) -> Result<(), ApiError> {
         v2::check_protocol(head.header(PROTO).map(str::trim)).map_err(bad)?;
-        // Idempotent and not a probe: 204 whatever the session; only the owner's idle session
-        // is actually ended.
-        if let Ok((id, s)) = self.lookup(head, principal)
-            && *lock(&s.phase) == Phase::Prepared
-        {
-            lock(&self.sessions).remove(&id);
+        // Idempotent and not a probe: 204 whatever the session; only the owner's session is
+        // actually ended. An idle one ends here; one whose READY is being served stops its data
+        // phase at the next turn (its client gave up on it: a PUT's write will not come, a GET's
+        // window is gone), and its READY then frees its place.
+        if let Ok((id, s)) = self.lookup(head, principal) {
+            if *lock(&s.phase) == Phase::Prepared {
+                lock(&self.sessions).remove(&id);
+            } else {
+                s.cancelled.store(true, Ordering::Release);
+            }
         }
         out.head(204, Vec::new(), BodyFraming::None)?;
         Ok(())

@@ -95,6 +95,9 @@ pub enum PrepareAnswer {
     Unsupported {
         learn: bool,
     },
+    /// The server is at its session limit (`429`, `503`): this request may succeed once one
+    /// of the client's own sessions there ends, or goes over HTTP.
+    Busy,
     /// A `200` this client cannot use (malformed, or a hardware-only server without a soft
     /// address); `session` is set when a session id was published (it must be cancelled).
     Unusable {
@@ -105,12 +108,15 @@ pub enum PrepareAnswer {
 
 /// Judges a PREPARE answer for `op` from a client whose QP is on `fabric`.
 pub fn prepare_answer(head: &ResponseHead, op: v2::Op, fabric: RcKind) -> PrepareAnswer {
+    if matches!(head.status, 429 | 503) {
+        return PrepareAnswer::Busy;
+    }
     if head.status != 200 {
         let echoed = head.header(RDMA_PROTOCOL).is_some();
         // 501 (ROCm reference, Ceph, elbencho, our gateway without fabric, versitygw stub):
         // the endpoint does not serve v2. A plain S3 server answers the unknown route with a
-        // 4xx of its own and no protocol echo. 403 (auth), 413 (size), 429/503 (capacity)
-        // concern this request only.
+        // 4xx of its own and no protocol echo. 403 (auth) and 413 (size) concern this
+        // request only.
         let learn = head.status == 501 || (!echoed && matches!(head.status, 400 | 404 | 405 | 501));
         return PrepareAnswer::Unsupported { learn };
     }
@@ -335,12 +341,14 @@ mod tests {
             prepare_answer(&marker, v2::Op::Get, SOFT),
             PrepareAnswer::Unsupported { learn: true }
         );
-        // Capacity concerns this request only.
-        let busy = head(503, &[("Content-Length", "0")]);
-        assert_eq!(
-            prepare_answer(&busy, v2::Op::Get, SOFT),
-            PrepareAnswer::Unsupported { learn: false }
-        );
+        // Capacity (Ceph's and our 503 SlowDown, versitygw's 429) concerns this request only.
+        for status in [429, 503] {
+            let busy = head(status, &[("Content-Length", "0")]);
+            assert_eq!(
+                prepare_answer(&busy, v2::Op::Get, SOFT),
+                PrepareAnswer::Busy
+            );
+        }
         // A PUT grant without staging, and a grant without the soft address (a verbs server).
         assert!(matches!(
             prepare_answer(&granted_head(false), v2::Op::Put, SOFT),
