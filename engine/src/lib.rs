@@ -131,7 +131,7 @@ pub use s3_lite::credentials::Credentials;
 /// test support (feature `test-support`).
 pub mod soft {
     pub use crate::fabric::soft::{
-        Access, CompletionQueue, IoPlacement, Landing, MAX_HANDSHAKES, MAX_IO_THREADS,
+        Access, CompletionQueue, IoPlacement, Landed, Landing, MAX_HANDSHAKES, MAX_IO_THREADS,
         MAX_RD_ATOMIC, MemoryRegion, MrError, PostError, ProtectionDomain, QpCaps, QpError,
         QpState, QueuePair, RecvWr, RemoteAddr, RtrAttr, RtsAttr, SendOp, SendWr, Sge, SoftDevice,
         SoftPath, WcOpcode, WcStatus, WorkCompletion, default_io_threads,

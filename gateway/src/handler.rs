@@ -725,7 +725,20 @@ impl Ctx<'_> {
         if let Err(e) = self.backend().get_object(bucket, key, req, &mut tee) {
             return Err(tee.path.take_error().unwrap_or(e));
         }
-        let bytes = tee.path.finish()?;
+        // Early answer (soft, asked for): the answer goes out once every WRITE is posted; the
+        // client completes the op when its landing digest covers the bytes and equals the
+        // checksum named here.
+        let early = tee.path.answers_early()
+            && self
+                .head
+                .header(s3_lite::rdma::pairing::RDMA_EARLY_ANSWER)
+                .map(str::trim)
+                == Some("1");
+        let bytes = if early {
+            tee.path.post_all()?
+        } else {
+            tee.path.finish()?
+        };
         let Some(Span(span, info)) = tee.seen else {
             return Err(ApiError::internal("no object head"));
         };
@@ -757,7 +770,15 @@ impl Ctx<'_> {
             s3_lite::rdma::RDMA_CHECKSUM_CRC64NVME.into(),
             encode_crc64nvme(tee.crc.finish()),
         ));
+        if early {
+            h.push((s3_lite::rdma::pairing::RDMA_EARLY_ANSWER.into(), "1".into()));
+        }
         out.head(status, h, BodyFraming::Length(0))?;
+        if early && let Err(e) = tee.path.settle() {
+            // Answered already: the path failed its connection, so the client's bytes never
+            // finish landing and its attempt fails there (retried), never as a success.
+            tracing::warn!("an early-answered RDMA GET failed after its answer: {e:?}");
+        }
         Ok(())
     }
 

@@ -105,6 +105,26 @@ pub trait DataPath: ObjectSink + BodySource {
     /// bytes moved; an error fails the request, and nothing is stored for a PUT.
     fn finish(&mut self) -> Result<u64, ApiError>;
 
+    /// Whether this GET may be answered before its WRITEs complete ([`DataPath::post_all`],
+    /// the answer, then [`DataPath::settle`]): only where the client sees its bytes land and
+    /// checks them itself (the soft fabric's landing digest), when it asked for that
+    /// (`x-amz-rdma-early-answer: 1`).
+    fn answers_early(&self) -> bool {
+        false
+    }
+
+    /// Posts the rest of the transfer without waiting for it to complete; the bytes posted.
+    /// An error fails the request as [`DataPath::finish`]'s would.
+    fn post_all(&mut self) -> Result<u64, ApiError> {
+        self.finish()
+    }
+
+    /// Waits for what [`DataPath::post_all`] posted (after the answer: its failure can only
+    /// fail the connection, which the client sees as its bytes never landing).
+    fn settle(&mut self) -> Result<(), ApiError> {
+        Ok(())
+    }
+
     /// The error that made an [`ObjectSink`] / [`BodySource`] call fail, if the path recorded
     /// one (a typed S3 error is better than the I/O error the backend saw).
     fn take_error(&mut self) -> Option<ApiError> {

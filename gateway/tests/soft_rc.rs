@@ -218,6 +218,68 @@ fn get_range_put_byte_exact() {
     gw.shutdown();
 }
 
+/// `x-amz-rdma-early-answer: 1` (a client that sees its bytes land): the gateway answers once
+/// its WRITEs are posted and says so; the bytes then finish landing in the window, in order,
+/// with the checksum the answer named. Without the header the answer comes after every WRITE
+/// completed: the window's landing digest already covers the bytes when it arrives.
+#[test]
+fn an_early_answer_is_echoed_and_the_bytes_still_land_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start_soft(dir.path());
+    let a = gw.local_addr();
+    assert_eq!(call(a, "PUT", "/bkt", "", &[], b"").status(), 200);
+    let data = pattern(3 * (1 << 20) + 12_345, 5);
+    assert_eq!(call(a, "PUT", "/bkt/obj", "", &[], &data).status(), 200);
+    let c = pair(a, (ACCESS, SECRET));
+    let len = data.len() as u64;
+    for early in [false, true] {
+        // A fresh window each time (a region's digest breaks for good on a local write).
+        let mr =
+            c.pd.register_owned(data.len(), Access::REMOTE_WRITE | Access::LOCAL_WRITE)
+                .unwrap();
+        let landing = mr.track_landing();
+        let tok = c.qp.local_token(Some((&mr, 0, len))).unwrap().encode();
+        let mut h = vec![
+            ("x-amz-rdma-token", tok),
+            ("x-amz-rdma-session", c.session.clone()),
+        ];
+        if early {
+            h.push(("x-amz-rdma-early-answer", "1".to_owned()));
+        }
+        let r = signed(a, "GET", "/bkt/obj", "", &h, (ACCESS, SECRET));
+        assert_eq!(r.status(), 200, "{}", r.text());
+        assert_eq!(r.header("x-amz-rdma-reply"), Some("200"));
+        let named = r
+            .header("x-amz-rdma-checksum-crc64nvme")
+            .unwrap()
+            .to_owned();
+        assert_eq!(named, crc64(&data));
+        let state = landing.state_of_first(len);
+        if early {
+            assert_eq!(r.header("x-amz-rdma-early-answer"), Some("1"));
+        } else {
+            assert_eq!(r.header("x-amz-rdma-early-answer"), None);
+            assert!(
+                matches!(state, engine::soft::Landed::Covered(_)),
+                "answered before the bytes landed: {state:?}"
+            );
+        }
+        let t = std::time::Instant::now();
+        let crc = loop {
+            match landing.state_of_first(len) {
+                engine::soft::Landed::Covered(crc) => break crc,
+                engine::soft::Landed::Pending if t.elapsed().as_secs() < 20 => {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                other => panic!("early={early}: the bytes did not land: {other:?}"),
+            }
+        };
+        assert_eq!(s3_lite::checksum::encode_crc64nvme(crc), named);
+        assert_eq!(mr.to_vec(0, data.len()).unwrap(), data);
+    }
+    gw.shutdown();
+}
+
 #[test]
 fn declines_and_principal_binding() {
     let dir = tempfile::tempdir().unwrap();

@@ -258,25 +258,6 @@ fn buffer(engine: &Engine, len: u64) -> (BufHandle, Vec<String>) {
     (buf, bound)
 }
 
-/// Whether a hipobj-rc-v2 op succeeded over HTTP: the client falls back per request when the
-/// gateway refuses a PREPARE (`503 SlowDown`: its sessions per access key, 8, are taken). In
-/// the 1-vCPU lane this happens after the striped PUT: the gateway's access log shows PUT
-/// sessions granted whose READY is never answered, and they hold the limit (cause not pinned
-/// down; docs/verbs.md, "Striping over two rxe devices"). Such a run is reported (`VERBS_STRIPE_NOTE`) and
-/// its bytes are still checked by the caller; its device accounting is not (the chunks that
-/// fell back moved over HTTP). rc-persistent runs are always held to the RDMA path.
-fn v2_fell_back(c: &Cqe, dialect: Dialect, what: &str, deltas: &[(String, DeviceDelta)]) -> bool {
-    let fell = dialect == Dialect::RcV2 && c.is_ok() && c.path() == Some(DataPath::Http);
-    if fell {
-        assert_eq!(c.bytes(), LEN, "{what}: bytes");
-        println!(
-            "VERBS_STRIPE_NOTE op={what} dialect={dialect:?}: some parts fell back to HTTP (per \
-             request, e.g. a PREPARE refused 503; the gateway log has the sessions): {deltas:?}"
-        );
-    }
-    fell
-}
-
 fn check_ok(c: &Cqe, what: &str) {
     assert!(c.is_ok(), "{what}: {c:?}");
     assert_eq!(c.path(), Some(DataPath::RdmaVerbs), "{what}: path");
@@ -336,19 +317,10 @@ fn striped_run(addr: SocketAddr, nics: &[String], dialect: Dialect) {
     );
     let deltas = before.since(&engine, nics);
     if c.is_ok() {
-        if v2_fell_back(&c, dialect, "put", &deltas) {
-            // The operation reports `http` when any part fell back (engine/src/stripe/put.rs);
-            // the parts that went over verbs must still have left from both devices.
-            for (n, d) in &deltas {
-                assert!(
-                    d.sent_pkts > 0,
-                    "PUT: {n} sent nothing over verbs: {deltas:?}"
-                );
-            }
-        } else {
-            check_ok(&c, "PUT");
-            check_accounting(&deltas, false, "PUT");
-        }
+        // Every part over verbs, in both dialects: a hipobj-rc-v2 part the gateway refuses
+        // for capacity waits for one of the client's own sessions to end (docs/protocol.md).
+        check_ok(&c, "PUT");
+        check_accounting(&deltas, false, "PUT");
         let put_striped = striped(&deltas);
         report(
             "put",
@@ -386,19 +358,15 @@ fn striped_run(addr: SocketAddr, nics: &[String], dialect: Dialect) {
             .build(),
     );
     let deltas = before.since(&engine, nics);
-    if v2_fell_back(&c, dialect, "range_get", &deltas) {
-        report("range_get", dialect, took, &deltas, "fell-back");
-    } else {
-        check_ok(&c, "RANGE_GET");
-        check_accounting(&deltas, true, "RANGE_GET");
-        report("range_get", dialect, took, &deltas, "yes");
-        for (n, d) in &deltas {
-            assert!(d.bytes > 0, "RANGE_GET: {n} carried nothing: {deltas:?}");
-            assert!(
-                d.rcvd_pkts > 0,
-                "RANGE_GET: {n} received nothing: {deltas:?}"
-            );
-        }
+    check_ok(&c, "RANGE_GET");
+    check_accounting(&deltas, true, "RANGE_GET");
+    report("range_get", dialect, took, &deltas, "yes");
+    for (n, d) in &deltas {
+        assert!(d.bytes > 0, "RANGE_GET: {n} carried nothing: {deltas:?}");
+        assert!(
+            d.rcvd_pkts > 0,
+            "RANGE_GET: {n} received nothing: {deltas:?}"
+        );
     }
     let got = engine.read(dst, 0, LEN).unwrap().to_vec();
     assert_eq!(crc64(&got), crc64(&data), "RANGE_GET checksum");
@@ -417,26 +385,22 @@ fn striped_run(addr: SocketAddr, nics: &[String], dialect: Dialect) {
     let deltas = before.since(&engine, nics);
     assert!(c.is_ok(), "GET: {c:?}");
     assert_eq!(c.bytes(), LEN, "GET: bytes");
-    if v2_fell_back(&c, dialect, "get", &deltas) {
-        report("get", dialect, took, &deltas, "fell-back");
-    } else {
-        check_ok(&c, "GET");
-        check_accounting(&deltas, true, "GET");
-        let get_striped = striped(&deltas);
-        report(
-            "get",
-            dialect,
-            took,
-            &deltas,
-            if get_striped { "yes" } else { "no" },
-        );
-        assert!(
-            get_striped,
-            "GET: a whole-object GET into a 64 MiB buffer bound to both devices is a HEAD and \
-             a striped read of the object (engine/src/stripe/get.rs): one device carried \
-             everything: {deltas:?}"
-        );
-    }
+    check_ok(&c, "GET");
+    check_accounting(&deltas, true, "GET");
+    let get_striped = striped(&deltas);
+    report(
+        "get",
+        dialect,
+        took,
+        &deltas,
+        if get_striped { "yes" } else { "no" },
+    );
+    assert!(
+        get_striped,
+        "GET: a whole-object GET into a 64 MiB buffer bound to both devices is a HEAD and \
+         a striped read of the object (engine/src/stripe/get.rs): one device carried \
+         everything: {deltas:?}"
+    );
     let got = engine.read(dst, 0, LEN).unwrap().to_vec();
     assert!(got == data, "GET: bytes differ");
     assert!(failed.is_empty(), "{failed:?}");
@@ -545,15 +509,13 @@ fn verbs_one_device_down_all_chunks_on_the_other() {
         );
         let deltas = before.since(&engine, &nics);
         report("range_get_one_down", dialect, took, &deltas, "no");
-        if !v2_fell_back(&c, dialect, "range_get_one_down", &deltas) {
-            check_ok(&c, "RANGE_GET with a device down");
-            check_accounting(&deltas, true, "RANGE_GET with a device down");
-        }
+        check_ok(&c, "RANGE_GET with a device down");
+        check_accounting(&deltas, true, "RANGE_GET with a device down");
         for (n, d) in &deltas {
             if *n == victim {
                 assert_eq!(d.bytes, 0, "{n} is down but carried bytes: {deltas:?}");
                 assert_eq!(d.rcvd_pkts, 0, "{n} is down but received: {deltas:?}");
-            } else if c.path() == Some(DataPath::RdmaVerbs) {
+            } else {
                 assert_eq!(d.bytes, LEN, "{n} carries everything: {deltas:?}");
             }
         }

@@ -38,7 +38,7 @@ impl HttpWithDialects {
     /// Hands every ended exchange back to the dialects.
     fn report_ends(&mut self) {
         for e in self.http.take_ended() {
-            self.rdma.finish(e.key, e.note, e.success);
+            self.rdma.finish(e.key, e.note, e.success, e.held);
         }
     }
 
@@ -57,6 +57,7 @@ impl HttpWithDialects {
             judge: RdmaJudge {
                 crc: p.crc,
                 landing: p.landing,
+                early: p.early,
             },
         });
         self.http.send(idx, key, op, carried, io, done);

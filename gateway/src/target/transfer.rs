@@ -509,6 +509,23 @@ impl BodySource for RcGet {
 
 impl DataPath for RcGet {
     fn finish(&mut self) -> Result<u64, ApiError> {
+        let n = self.post_all()?;
+        self.settle()?;
+        Ok(n)
+    }
+
+    fn answers_early(&self) -> bool {
+        self.conn.qp.kind() == engine::rc::RcKind::Soft
+    }
+
+    fn settle(&mut self) -> Result<(), ApiError> {
+        while !self.flight.is_empty() {
+            self.settle_oldest()?;
+        }
+        Ok(())
+    }
+
+    fn post_all(&mut self) -> Result<u64, ApiError> {
         if let Some(e) = self.error.take() {
             return Err(e);
         }
@@ -523,9 +540,6 @@ impl DataPath for RcGet {
             )));
         }
         self.flush()?;
-        while !self.flight.is_empty() {
-            self.settle_oldest()?;
-        }
         Ok(self.posted)
     }
 

@@ -98,6 +98,18 @@ pub fn rdma_answers(data: &[u8]) -> Option<(ResponseHead, usize)> {
             plain,
             "a known checksum decided otherwise"
         );
+        // The checksum a deferred check compares the landed bytes with (an early answer): the
+        // same decision as reading them.
+        let deferred = match crate::rdma::cuobject::destination_crc64(kind, &head) {
+            Ok(None) => Ok(false),
+            Ok(Some(want)) if want == known => Ok(true),
+            Ok(Some(_)) | Err(_) => Err(()),
+        };
+        assert_eq!(
+            deferred,
+            plain.map_err(|_| ()),
+            "a deferred check decided otherwise"
+        );
     }
     Some((head, d.consumed))
 }

@@ -6,7 +6,7 @@
 //! of the destination ([`check_destination`]) whenever the answer carries a checksum that
 //! covers it.
 
-use crate::checksum::{Crc64Nvme, HEADER_CRC64NVME, encode_crc64nvme};
+use crate::checksum::{Crc64Nvme, HEADER_CRC64NVME, decode_crc64nvme, encode_crc64nvme};
 use crate::http::ResponseHead;
 use crate::rdma::RDMA_CHECKSUM_CRC64NVME;
 use crate::rdma::acceptance::Transfer;
@@ -64,10 +64,62 @@ pub fn check_destination_known(
     Ok(true)
 }
 
+/// The CRC-64/NVME the answer names for the destination of an accepted RDMA GET (the same
+/// checksums [`check_destination`] compares), for a caller that will compare it with bytes
+/// still landing: `Ok(None)` when the answer names none; `Err` when a named value is not a
+/// canonical checksum or two named values disagree (no destination can match both).
+pub fn destination_crc64(
+    kind: Transfer,
+    head: &ResponseHead,
+) -> Result<Option<u64>, DestinationMismatch> {
+    let rdma = head.header(RDMA_CHECKSUM_CRC64NVME).map(str::trim);
+    let whole =
+        (kind == Transfer::Get && head.status == 200 && head.header("content-range").is_none())
+            .then(|| head.header(HEADER_CRC64NVME).map(str::trim))
+            .flatten();
+    let mut named = None;
+    for value in [rdma, whole].into_iter().flatten() {
+        let crc = decode_crc64nvme(value).map_err(|_| DestinationMismatch)?;
+        if named.is_some_and(|n| n != crc) {
+            return Err(DestinationMismatch);
+        }
+        named = Some(crc);
+    }
+    Ok(named)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::rdma::test_head as head;
+
+    #[test]
+    fn the_named_checksum_is_decoded_once_and_must_agree() {
+        let good = encode_crc64nvme(0xae8b_1486_0a79_9888);
+        let other = encode_crc64nvme(7);
+        let rg = Transfer::RangeGet { offset: 3 };
+        let r = head(206, &[("x-amz-rdma-checksum-crc64nvme", &good)]);
+        assert_eq!(destination_crc64(rg, &r), Ok(Some(0xae8b_1486_0a79_9888)));
+        assert_eq!(destination_crc64(rg, &head(206, &[])), Ok(None));
+        let both = head(
+            200,
+            &[
+                ("x-amz-rdma-checksum-crc64nvme", &good),
+                ("x-amz-checksum-crc64nvme", &other),
+            ],
+        );
+        assert_eq!(
+            destination_crc64(Transfer::Get, &both),
+            Err(DestinationMismatch)
+        );
+        // A range is not judged by the whole object's checksum.
+        assert_eq!(
+            destination_crc64(rg, &both),
+            Ok(Some(0xae8b_1486_0a79_9888))
+        );
+        let bad = head(206, &[("x-amz-rdma-checksum-crc64nvme", "not base64!")]);
+        assert_eq!(destination_crc64(rg, &bad), Err(DestinationMismatch));
+    }
 
     #[test]
     fn destination_checksum_mismatch_is_refused() {

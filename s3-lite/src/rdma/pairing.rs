@@ -19,6 +19,12 @@ pub const CAPABILITIES_PATH: &str = "/.hipobj/rc/capabilities";
 pub const RDMA_FABRIC: &str = "x-amz-rdma-fabric";
 /// Response header with the soft listener address (`ip:port`) a client's QP dials.
 pub const RDMA_SOFT_ADDR: &str = "x-amz-rdma-soft-addr";
+/// rc-persistent GET request header, value `1` (soft fabric): the client checks the bytes as
+/// they land in its window (a running checksum of in-order WRITEs) and waits for them itself,
+/// so the server may answer once its WRITEs are posted instead of after they complete. The
+/// server echoes it (`1`) on an answer sent that early; without the echo every WRITE completed
+/// before the answer, as the dialect otherwise promises.
+pub const RDMA_EARLY_ANSWER: &str = "x-amz-rdma-early-answer";
 /// Capability answer: the pairing dialects a gateway serves, comma-separated.
 pub const RDMA_DIALECTS: &str = "x-amz-rdma-dialects";
 /// The `rc-persistent` dialect's name (`x-amz-rdma-protocol` on the capability answer).

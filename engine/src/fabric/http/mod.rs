@@ -44,6 +44,13 @@ pub(crate) trait ReplyJudge: std::fmt::Debug + Send {
     type Note: std::fmt::Debug + Copy + Send;
     /// The plan for `head`, the answer to `op`'s request.
     fn judge(&self, op: &InFlight, head: &s3_lite::http::ResponseHead) -> (Plan, Self::Note);
+
+    /// Whether an exchange that ended with `note` holds its op: its success is not final
+    /// until the layer above says so (the op keeps its connection, parked, and completes
+    /// through that layer; see [`Ended::held`]).
+    fn holds(_note: &Self::Note) -> bool {
+        false
+    }
 }
 
 /// What an exchange carries beyond the op's own request: extra (signed) headers, and the
@@ -62,6 +69,9 @@ pub(crate) struct Ended<N> {
     pub(crate) note: Option<N>,
     /// Whether the attempt succeeded.
     pub(crate) success: bool,
+    /// The outcome of an exchange its judge holds ([`ReplyJudge::holds`]): the op was not
+    /// completed; its connection stays parked for it until the layer above completes it.
+    pub(crate) held: Option<Outcome>,
 }
 
 /// A connection slot for a new op ([`HttpFabric::take_slot`]).
@@ -146,7 +156,12 @@ impl<J: ReplyJudge> HttpFabric<J> {
     }
 
     fn end(&mut self, key: OpKey, note: Option<J::Note>, success: bool) {
-        self.ended.push(Ended { key, note, success });
+        self.ended.push(Ended {
+            key,
+            note,
+            success,
+            held: None,
+        });
     }
 
     /// A connection for a new op: the most recent healthy idle one, else a new one.
@@ -260,7 +275,27 @@ impl<J: ReplyJudge> HttpFabric<J> {
             .get_mut(idx)
             .and_then(Option::as_mut)
             .and_then(|s| s.conn.note.take());
-        self.end(key, note, matches!(outcome, Outcome::Done { .. }));
+        let success = matches!(outcome, Outcome::Done { .. });
+        if success && note.as_ref().is_some_and(J::holds) {
+            // The judge holds the op (its bytes still land): it keeps this connection,
+            // parked, until the layer above completes it. A connection that cannot be kept
+            // fails the attempt instead (retried): no success without the bytes.
+            if reusable && let Some(Some(slot)) = self.slots.get_mut(idx) {
+                slot.parked = true;
+                self.ended.push(Ended {
+                    key,
+                    note,
+                    success,
+                    held: Some(outcome),
+                });
+                return;
+            }
+            self.end(key, note, false);
+            done.push((key, Outcome::transport(false)));
+            self.close(idx, io);
+            return;
+        }
+        self.end(key, note, success);
         done.push((key, outcome));
         if reusable {
             if let Some(Some(slot)) = self.slots.get_mut(idx) {

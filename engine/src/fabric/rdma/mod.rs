@@ -161,6 +161,19 @@ struct Attempt {
     mr: Option<(RcPd, RcMr)>,
     /// The dialect it speaks.
     dialect: WireDialect,
+    /// A soft GET window's landing digest (the attempt asked for an early answer).
+    landing: Option<crate::fabric::soft::Landing>,
+}
+
+/// An attempt answered before its bytes finished landing (soft early answer): its window
+/// stays registered, and its op parked on its connection, until the landing digest covers
+/// the bytes ([`RdmaClient::check_landings`]).
+#[derive(Debug)]
+struct AwaitingLanding {
+    attempt: Attempt,
+    awaits: verdict::Awaits,
+    /// The exchange's outcome, final once the bytes landed and matched.
+    outcome: Outcome,
 }
 
 /// A hipobj-rc-v2 exchange in progress on the worker.
@@ -235,6 +248,8 @@ pub(crate) struct Prepared {
     /// A GET window's landing digest (soft fabric): the checksum of its bytes as they landed,
     /// which spares the judge a second pass over them.
     pub(crate) landing: Option<crate::fabric::soft::Landing>,
+    /// The request asked for an early answer (`x-amz-rdma-early-answer`).
+    pub(crate) early: bool,
 }
 
 /// Client side of `rc-persistent` for one worker and endpoint.
@@ -276,6 +291,8 @@ pub(crate) struct RdmaClient {
     /// Whether ops wait for the next pairing: until one fails, and again once one succeeds
     /// (so a black-hole endpoint costs the wait once, not on every retry).
     hold_ops: bool,
+    /// rc-persistent GETs answered early whose bytes still land.
+    landing: HashMap<OpKey, AwaitingLanding>,
     /// hipobj-rc-v2 exchanges in progress.
     running: HashMap<OpKey, Running>,
     /// Ops whose PREPARE the server refused for capacity while exchanges of ours ran there:
@@ -352,6 +369,7 @@ impl RdmaClient {
             epoch: 0,
             waiters: Vec::new(),
             hold_ops: true,
+            landing: HashMap::new(),
             running: HashMap::new(),
             v2_full: std::collections::VecDeque::new(),
             next_id: 0,
@@ -505,6 +523,15 @@ impl RdmaClient {
             (s3_lite::rdma::RDMA_TOKEN.to_owned(), token.encode()),
             (s3_lite::rdma::RDMA_SESSION.to_owned(), link.session.clone()),
         ];
+        // A host window whose landing we see can take the answer before its bytes finished
+        // landing (`verdict::RdmaJudge`): the server need not wait for its WRITEs' completions.
+        let early = landing.is_some() && direct.is_none();
+        if early {
+            headers.push((
+                s3_lite::rdma::pairing::RDMA_EARLY_ANSWER.to_owned(),
+                "1".to_owned(),
+            ));
+        }
         let crc = op.source_crc64().map(str::to_owned);
         if let Some(c) = &crc {
             headers.push(("x-amz-checksum-crc64nvme".to_owned(), c.clone()));
@@ -514,12 +541,14 @@ impl RdmaClient {
             Attempt {
                 mr: Some((link.pd.clone(), mr)),
                 dialect: WireDialect::RcPersistent,
+                landing: landing.clone().filter(|_| early),
             },
         );
         Some(Prepared {
             headers,
             crc,
             landing,
+            early,
         })
     }
 
@@ -548,22 +577,51 @@ impl RdmaClient {
             Attempt {
                 mr: None,
                 dialect: WireDialect::CuObject,
+                landing: None,
             },
         );
         Some(Prepared {
             headers,
             crc,
             landing: None,
+            early: false,
         })
     }
 
     /// Learns from an attempt's verdict and ends its window. Called when the attempt ends.
-    pub(crate) fn finish(&mut self, key: OpKey, verdict: Option<Verdict>, success: bool) {
+    /// `held`: the exchange's outcome when its judge held the op (an early answer whose bytes
+    /// still land): the window stays until they have ([`RdmaClient::check_landings`]).
+    pub(crate) fn finish(
+        &mut self,
+        key: OpKey,
+        note: Option<verdict::Judged>,
+        success: bool,
+        held: Option<Outcome>,
+    ) {
         let Some(a) = self.attempts.remove(&key) else {
             return;
         };
         let dialect = a.dialect;
+        if let (Some(awaits), Some(outcome)) = (note.and_then(|n| n.awaits), held) {
+            match (&a.landing, &self.waker) {
+                (Some(l), Some(w)) => l.wake_when_covered(awaits.bytes, Arc::clone(w)),
+                // Nothing would wake the worker for it: checked on its timer ticks.
+                _ => self
+                    .timers
+                    .push(Reverse((Instant::now() + MIN_WAIT, Due::CqPoll))),
+            }
+            self.landing.insert(
+                key,
+                AwaitingLanding {
+                    attempt: a,
+                    awaits,
+                    outcome,
+                },
+            );
+            return;
+        }
         Self::end_window(a);
+        let verdict = note.map(|n| n.verdict);
         match verdict {
             Some(Verdict::Rdma) if success => {
                 self.moved.insert(key, dialect);
@@ -609,6 +667,13 @@ impl RdmaClient {
     pub(crate) fn abort(&mut self, key: OpKey, io: &mio::Registry) {
         self.waiters.retain(|&k| k != key);
         self.v2_full.retain(|&k| k != key);
+        if let Some(w) = self.landing.remove(&key) {
+            // WRITEs may still land in the window: fail the link first, then close it.
+            if let State::Paired(l) = &self.state {
+                l.qp.modify_to_err();
+            }
+            Self::end_window(w.attempt);
+        }
         if let Some(r) = self.running.remove(&key) {
             self.end_v2(key, r, io);
         }

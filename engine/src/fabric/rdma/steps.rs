@@ -10,8 +10,10 @@ use mio::Token;
 use ring_api::WireDialect;
 
 use super::{Dialect, Due, Event, Fabric, Owner, RdmaClient, Running, State, v2};
-use crate::fabric::Outcome;
+use crate::fabric::soft::Landed;
+use crate::fabric::{AUX_VERIFIED, Outcome, Retry};
 use crate::inflight::OpKey;
+use ring_api::{ErrorClass, ErrorCode};
 
 /// How often a completion a verbs CQ owes is polled for when the CQ has no completion
 /// channel (a verbs CQ with one wakes the worker through its fd instead).
@@ -81,8 +83,54 @@ impl RdmaClient {
         }
     }
 
+    /// Completes the early-answered GETs whose bytes have landed, or never will: covered and
+    /// equal to the checksum the answer named, a success (verified when it named one); a
+    /// different checksum, an integrity failure; a broken digest or a failed link, a transport
+    /// failure (retried). Still landing: left for the landing's watch to wake the worker.
+    fn check_landings(&mut self) {
+        if self.landing.is_empty() {
+            return;
+        }
+        let link_up = matches!(&self.state, State::Paired(l) if !l.qp.is_failed());
+        let keys: Vec<OpKey> = self.landing.keys().copied().collect();
+        for key in keys {
+            let Some(w) = self.landing.get(&key) else {
+                continue;
+            };
+            let state = w
+                .attempt
+                .landing
+                .as_ref()
+                .map_or(Landed::Broken, |l| l.state_of_first(w.awaits.bytes));
+            let outcome = match (state, w.awaits.want) {
+                (Landed::Pending, _) if link_up => continue,
+                (Landed::Pending | Landed::Broken, _) => Outcome::transport(false),
+                (Landed::Covered(crc), Some(want)) if crc != want => {
+                    Outcome::fail(ErrorCode::Integrity, ErrorClass::Integrity, Retry::No)
+                }
+                (Landed::Covered(_), want) => match w.outcome {
+                    Outcome::Done { bytes, aux } => {
+                        Outcome::got(bytes, aux & !AUX_VERIFIED, want.is_some())
+                    }
+                    failed => failed,
+                },
+            };
+            let Some(w) = self.landing.remove(&key) else {
+                continue;
+            };
+            let dialect = w.attempt.dialect;
+            Self::end_window(w.attempt);
+            if matches!(outcome, Outcome::Done { .. }) {
+                self.moved.insert(key, dialect);
+                self.declines = 0;
+            }
+            self.events.push(Event::Complete(key, outcome));
+        }
+    }
+
     /// Fires the dialects' timers due by `now` and polls the completions exchanges wait for.
     pub(crate) fn tick(&mut self, now: Instant, io: &mio::Registry) {
+        self.check_landings();
         while let Some(Reverse((t, due))) = self.timers.peek().copied() {
             if t > now {
                 break;

@@ -10,6 +10,7 @@ use s3_lite::rdma::acceptance::{self, Acceptance, Transfer};
 
 use crate::fabric::http::ReplyJudge;
 use crate::fabric::http::response::{Plan, named_size, plan as http_plan, status_outcome};
+use crate::fabric::soft::Landed;
 use crate::fabric::{Outcome, Retry};
 use crate::inflight::{InFlight, OpKind};
 
@@ -57,27 +58,98 @@ pub(crate) fn judge(
     (plan, verdict)
 }
 
+/// What judging an RDMA answer teaches the dialects (the transport's note of the exchange).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Judged {
+    pub(crate) verdict: Verdict,
+    /// The server answered before the bytes finished landing (a soft GET's early answer):
+    /// the op completes only once its window's landing digest covers them.
+    pub(crate) awaits: Option<Awaits>,
+}
+
+/// The bytes an early-answered GET still waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Awaits {
+    /// The window's first `bytes` must land, in order.
+    pub(crate) bytes: u64,
+    /// The CRC-64/NVME the answer named for them (`None`: it named none).
+    pub(crate) want: Option<u64>,
+}
+
 /// Judges the answer to a request that carried an RDMA token (`crc`: our base64 CRC64NVME of
 /// a PUT's payload). An accepted RDMA GET's bytes are already in the destination: when the
 /// server names a checksum of them, they are verified before the op completes
 /// (`s3_lite::rdma::cuobject::check_destination_known`; a mismatch is an integrity failure),
 /// except bytes a GPUDirect window put in VRAM, which the host cannot read. A soft window's
 /// landing digest, when it covers exactly the bytes moved, stands in for reading them again.
+///
+/// An answer the server sent early (`x-amz-rdma-early-answer: 1`, which the soft client asks
+/// for when its window tracks its landing) may come before the bytes finished landing: then
+/// nothing of the window is read; the exchange ends holding the op ([`Judged::awaits`]), and
+/// the dialects complete it once the landing digest covers the bytes and equals the checksum
+/// the answer named (`RdmaClient::check_landings`). A digest that broke cannot say when the
+/// bytes are done: that attempt fails as a transport failure (retried), never as a success.
 #[derive(Debug)]
 pub(crate) struct RdmaJudge {
     pub(crate) crc: Option<String>,
     pub(crate) landing: Option<crate::fabric::soft::Landing>,
+    /// The request asked for an early answer (only then may one come).
+    pub(crate) early: bool,
+}
+
+const fn judged(verdict: Verdict) -> Judged {
+    Judged {
+        verdict,
+        awaits: None,
+    }
 }
 
 impl ReplyJudge for RdmaJudge {
-    type Note = Verdict;
+    type Note = Judged;
 
-    fn judge(&self, op: &InFlight, head: &ResponseHead) -> (Plan, Verdict) {
+    fn holds(note: &Judged) -> bool {
+        note.awaits.is_some()
+    }
+
+    fn judge(&self, op: &InFlight, head: &ResponseHead) -> (Plan, Judged) {
         let (plan, verdict) = judge(op.kind, op.buf_len(), head, self.crc.as_deref());
         let (Plan::Finish(Outcome::Done { bytes, aux }), Some(buf)) = (plan, op.buf.as_ref())
         else {
-            return (plan, verdict);
+            return (plan, judged(verdict));
         };
+        let early = head
+            .header(s3_lite::rdma::pairing::RDMA_EARLY_ANSWER)
+            .map(str::trim)
+            == Some("1");
+        if early && !self.early {
+            // An answer that did not wait for its WRITEs, which we did not ask for: nothing
+            // says the bytes are there.
+            return (integrity(ErrorCode::Protocol), judged(verdict));
+        }
+        let landed_now = self.landing.as_ref().map(|l| l.state_of_first(bytes));
+        if early {
+            match landed_now {
+                Some(Landed::Pending) => {
+                    let size = if aux == 0 { named_size(head) } else { aux };
+                    return match s3_lite::rdma::cuobject::destination_crc64(transfer(op.kind), head)
+                    {
+                        Ok(want) => (
+                            Plan::Finish(Outcome::got(bytes, size, false)),
+                            Judged {
+                                verdict,
+                                awaits: Some(Awaits { bytes, want }),
+                            },
+                        ),
+                        Err(_) => (integrity(ErrorCode::Integrity), judged(verdict)),
+                    };
+                }
+                Some(Landed::Covered(_)) => {}
+                // The bytes may still be landing, and nothing can tell when they are done.
+                Some(Landed::Broken) | None => {
+                    return (Plan::Finish(Outcome::transport(false)), judged(verdict));
+                }
+            }
+        }
         let landed = buf.bytes_from(0);
         let landed = landed
             .get(..usize::try_from(bytes).unwrap_or(usize::MAX))
@@ -87,10 +159,10 @@ impl ReplyJudge for RdmaJudge {
         let checked = if buf.landed_direct() {
             Ok(false)
         } else {
-            let known = self
-                .landing
-                .as_ref()
-                .and_then(|l| l.crc64_of_first(landed.len() as u64));
+            let known = match landed_now {
+                Some(Landed::Covered(crc)) if landed.len() as u64 == bytes => Some(crc),
+                _ => None,
+            };
             s3_lite::rdma::cuobject::check_destination_known(transfer(op.kind), head, landed, known)
         };
         let plan = match checked {
@@ -102,7 +174,7 @@ impl ReplyJudge for RdmaJudge {
             Ok(_) => Plan::Finish(Outcome::Done { bytes, aux }),
             Err(_mismatch) => integrity(ErrorCode::Integrity),
         };
-        (plan, verdict)
+        (plan, judged(verdict))
     }
 }
 

@@ -33,6 +33,32 @@ struct State {
     landing: bool,
     /// Something other than an in-order WRITE touched the region.
     broken: bool,
+    /// Rung once the digest covers at least this many bytes (no frame landing) or breaks.
+    watch: Option<(u64, Arc<mio::Waker>)>,
+}
+
+impl State {
+    /// Rings the watcher whose wait is over (covered, or broken for good).
+    fn notify(&mut self) {
+        let due = self
+            .watch
+            .as_ref()
+            .is_some_and(|(at, _)| self.broken || (!self.landing && self.cursor >= *at));
+        if due && let Some((_, w)) = self.watch.take() {
+            let _ = w.wake();
+        }
+    }
+}
+
+/// Where a region's first `len` bytes stand ([`Landing::state_of_first`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Landed {
+    /// Exactly those bytes landed in order, with this CRC-64/NVME.
+    Covered(u64),
+    /// Fewer have landed so far (or a frame is landing now); the digest is intact.
+    Pending,
+    /// The digest broke, or covers more than `len`: it will never vouch for them.
+    Broken,
 }
 
 /// A region's landing digest; clones share it (the region keeps one, readers another).
@@ -52,10 +78,35 @@ impl Landing {
         (!s.broken && !s.landing && s.cursor == len).then_some(s.crc)
     }
 
+    /// Whether the region's first `len` bytes have landed, may still land, or never will be
+    /// vouched for: what a reader that was answered before the bytes finished landing waits
+    /// on.
+    #[must_use]
+    pub fn state_of_first(&self, len: u64) -> Landed {
+        let s = self.lock();
+        if s.broken || s.cursor > len {
+            Landed::Broken
+        } else if s.cursor == len && !s.landing {
+            Landed::Covered(s.crc)
+        } else {
+            Landed::Pending
+        }
+    }
+
+    /// Rings `waker` once the digest covers at least `len` bytes or breaks (at once if it
+    /// already does); replaces an earlier watch.
+    pub fn wake_when_covered(&self, len: u64, waker: Arc<mio::Waker>) {
+        let mut s = self.lock();
+        s.watch = Some((len, waker));
+        s.notify();
+    }
+
     /// A write other than an in-order WRITE touches the region: the digest no longer vouches
     /// for its bytes.
     pub(crate) fn invalidate(&self) {
-        self.lock().broken = true;
+        let mut s = self.lock();
+        s.broken = true;
+        s.notify();
     }
 
     /// A WRITE frame starts landing at region offset `off`: its digest to feed, when the frame
@@ -67,6 +118,7 @@ impl Landing {
         }
         if off != s.cursor || s.landing {
             s.broken = true;
+            s.notify();
             return None;
         }
         s.landing = true;
@@ -103,11 +155,13 @@ impl FrameDigest {
         s.landing = false;
         if s.broken || s.cursor != self.off {
             s.broken = true;
+            s.notify();
             return;
         }
         let len = self.crc.len();
         s.crc = Crc64Nvme::combine(s.crc, self.crc.finish(), len);
         s.cursor += len;
+        s.notify();
     }
 }
 
@@ -117,6 +171,7 @@ impl Drop for FrameDigest {
             let mut s = self.landing.lock();
             s.landing = false;
             s.broken = true;
+            s.notify();
         }
     }
 }
@@ -164,6 +219,48 @@ mod tests {
         assert!(land(&l, 0, &[1; 10]));
         l.invalidate();
         assert_eq!(l.crc64_of_first(10), None);
+    }
+
+    /// A watch rings once the digest covers the length (not before), or when it breaks.
+    #[test]
+    fn a_watch_rings_when_covered_or_broken() {
+        let poll = mio::Poll::new().unwrap();
+        let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(7)).unwrap());
+        let mut events = mio::Events::with_capacity(4);
+        let mut rung = |poll: &mut mio::Poll| {
+            events.clear();
+            poll.poll(&mut events, Some(std::time::Duration::from_millis(20)))
+                .unwrap();
+            !events.is_empty()
+        };
+        let mut poll = poll;
+        let l = Landing::default();
+        l.wake_when_covered(20, Arc::clone(&waker));
+        assert!(land(&l, 0, &[1; 10]));
+        assert_eq!(l.state_of_first(20), Landed::Pending);
+        assert!(!rung(&mut poll), "10 of 20 bytes");
+        assert!(land(&l, 10, &[2; 10]));
+        assert!(rung(&mut poll), "covered");
+        let mut want = Crc64Nvme::new();
+        want.update(&[1; 10]);
+        want.update(&[2; 10]);
+        assert_eq!(l.state_of_first(20), Landed::Covered(want.finish()));
+        assert_eq!(
+            l.state_of_first(19),
+            Landed::Broken,
+            "more than asked landed"
+        );
+
+        let l = Landing::default();
+        l.wake_when_covered(20, Arc::clone(&waker));
+        assert!(!land(&l, 5, &[1; 10]), "a gap");
+        assert!(rung(&mut poll), "broken");
+        assert_eq!(l.state_of_first(20), Landed::Broken);
+        // Already covered: rings at once.
+        let l = Landing::default();
+        assert!(land(&l, 0, &[1; 4]));
+        l.wake_when_covered(4, Arc::clone(&waker));
+        assert!(rung(&mut poll), "already covered");
     }
 
     #[test]

@@ -52,7 +52,7 @@ mod wr;
 pub use cq::CompletionQueue;
 pub use device::{MAX_HANDSHAKES, SoftDevice};
 pub use io::{IoPlacement, MAX_IO_THREADS, default_io_threads};
-pub use landing::Landing;
+pub use landing::{Landed, Landing};
 pub use mr::{MemoryRegion, MrError, ProtectionDomain};
 #[cfg(feature = "test-support")]
 pub use pair::{Endpoint, loopback_pair};
