@@ -13,7 +13,7 @@
 # hipobj rows alone (same server binary: the current one) so one call gives before and after.
 #
 # Knobs: everything benches/side_by_side.sh takes (SIZES, CONC, REPEAT, CLIENTS, OPS_<size>,
-# HIPOBJ_BENCH_FLAGS, SERVER_CPUS, CLIENT_CPUS, ...). The table lands in $OUT (the device
+# HIPOBJ_BENCH_FLAGS, SERVER_CPUS, CLIENT_CPUS, ...), and AB_ROUNDS (below). The table lands in $OUT (the device
 # tool's return folder) or benches/results/ elsewhere; copy it into docs/benchmarks.md by hand.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -37,4 +37,16 @@ if [[ -x $BIN/hipobj-before ]]; then
 fi
 echo "== after: $BIN/hipobj and the peers"
 OUT_DIR=$results/sbs-$stamp bash benches/side_by_side.sh || rc=1
+# AB_ROUNDS=N (with hipobj-before): N more rounds of the hipobj rows alone, before and after
+# interleaved, so a client change is judged over several passes of the same machine.
+if [[ -x $BIN/hipobj-before ]]; then
+    hip_rows="$(printf '%s\n' $CLIENTS | grep '^hipobj' | tr '\n' ' ')"
+    for round in $(seq 1 "${AB_ROUNDS:-0}"); do
+        for which in hipobj-before hipobj; do
+            echo "== A/B round $round: $which"
+            OUT_DIR=$results/ab-$which-$round-$stamp CLIENTS="$hip_rows" \
+                HIPOBJ_CLIENT=$BIN/$which bash benches/side_by_side.sh || rc=1
+        done
+    done
+fi
 exit $rc
