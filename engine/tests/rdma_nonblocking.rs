@@ -4,7 +4,8 @@
 //! run to the end over RDMA meanwhile — and `Fabric::Auto` (the default) sends its ops over
 //! HTTP after a short wait. Also: an op aborted at its deadline while its v2 exchange is
 //! granted has its window closed, so the server's late RDMA WRITE is refused and no byte of
-//! the buffer changes.
+//! the buffer changes; and a soft GET answered early whose bytes never land waits for them,
+//! never succeeding on the answer alone.
 
 #[path = "../../gateway/tests/support/raw.rs"]
 mod raw;
@@ -867,4 +868,138 @@ fn hanging_soft_dial_of_a_pairing_does_not_block_the_worker() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// A TCP front for `upstream` that answers every GET asking for an early answer itself, as a
+/// server that says its WRITEs are posted and never sends them: `206` with the byte count and
+/// checksum of `data`'s first `len` bytes, and the early echo. Every other connection (the
+/// pairing, plain requests) is forwarded both ways.
+fn lying_early_front(upstream: SocketAddr, data: Arc<Vec<u8>>, len: usize) -> SocketAddr {
+    server(move |mut s| {
+        let mut first = Vec::new();
+        let mut b = [0u8; 1];
+        while !first.ends_with(b"\r\n\r\n") {
+            match s.read(&mut b) {
+                Ok(1) => first.push(b[0]),
+                _ => return,
+            }
+        }
+        let text = String::from_utf8_lossy(&first).to_ascii_lowercase();
+        if text.starts_with("get ") && text.contains("x-amz-rdma-early-answer: 1") {
+            let mut crc = s3_lite::checksum::Crc64Nvme::new();
+            crc.update(&data[..len]);
+            let crc = s3_lite::checksum::encode_crc64nvme(crc.finish());
+            loop {
+                let n = len.to_string();
+                answer(
+                    &mut s,
+                    206,
+                    &[
+                        (
+                            "Content-Range",
+                            format!("bytes 0-{}/{}", len - 1, data.len()),
+                        ),
+                        ("x-amz-rdma-reply", "206".to_owned()),
+                        ("x-amz-rdma-bytes-transferred", n.clone()),
+                        ("x-amz-rdma-bytes", n),
+                        ("x-amz-rdma-checksum-crc64nvme", crc.clone()),
+                        ("x-amz-rdma-early-answer", "1".to_owned()),
+                    ],
+                    b"",
+                );
+                if head_of(&mut s).is_none() {
+                    return;
+                }
+            }
+        }
+        let Ok(mut up) = TcpStream::connect(upstream) else {
+            return;
+        };
+        if up.write_all(&first).is_err() {
+            return;
+        }
+        let (mut up2, mut s2) = (up.try_clone().unwrap(), s.try_clone().unwrap());
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut up2, &mut s2);
+            let _ = s2.shutdown(std::net::Shutdown::Write);
+        });
+        let _ = std::io::copy(&mut s, &mut up);
+        let _ = up.shutdown(std::net::Shutdown::Write);
+    })
+}
+
+/// An early answer (`x-amz-rdma-early-answer: 1`) is a promise that the bytes are on their
+/// way; a server that makes it and never writes them gets no success: the op waits for its
+/// landing digest, each attempt times out, and it fails `TimedOut` with its buffer untouched.
+/// The same engine then reads the object from the real gateway, early-answered, byte-exact.
+#[test]
+fn an_early_answer_whose_bytes_never_land_never_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = rig::soft_gateway(dir.path());
+    let data = Arc::new(rig::pattern(300_000, 4));
+    for (path, body) in [("/bkt", &b""[..]), ("/bkt/obj", &data[..])] {
+        assert_eq!(
+            raw::call(gw.local_addr(), "PUT", path, "", &[], body).status(),
+            200
+        );
+    }
+    let len = 100_000usize;
+    let front = lying_early_front(gw.local_addr(), Arc::clone(&data), len);
+    let engine = rig::engine_builder(front)
+        .fabric(Fabric::Soft)
+        .dialect(Dialect::RcPersistent)
+        .attempt_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let buf = engine
+        .register_host(1 << 20, RegisterOptions::pageable())
+        .unwrap();
+    engine.copy_in(buf, 0, &vec![0xEE; len]).unwrap();
+    let obj = engine.object("bkt", "obj").unwrap();
+    let mut q = engine.queue(4).unwrap();
+    let t0 = Instant::now();
+    q.push(
+        &RangeGet::new(obj, 0, BufSlice::new(buf, 0, len as u64))
+            .user_data(1)
+            .build(),
+    )
+    .unwrap();
+    let got = reap(&mut q, 1, Duration::from_secs(20));
+    let c = got[&1];
+    assert!(
+        !c.is_ok(),
+        "an early answer without its bytes succeeded: {c:?}"
+    );
+    assert_eq!(c.error_code(), Some(ErrorCode::TimedOut), "{c:?}");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        t0.elapsed()
+    );
+    let have = engine.read(buf, 0, len as u64).unwrap();
+    assert!(have.iter().all(|&b| b == 0xEE), "the buffer changed");
+    drop(q);
+    drop(engine);
+
+    // The real gateway keeps the promise.
+    let engine = rig::engine_builder(gw.local_addr())
+        .fabric(Fabric::Soft)
+        .dialect(Dialect::RcPersistent)
+        .build()
+        .unwrap();
+    let buf = engine
+        .register_host(1 << 20, RegisterOptions::pageable())
+        .unwrap();
+    let obj = engine.object("bkt", "obj").unwrap();
+    let mut q = engine.queue(4).unwrap();
+    q.push(
+        &RangeGet::new(obj, 0, BufSlice::new(buf, 0, len as u64))
+            .user_data(2)
+            .build(),
+    )
+    .unwrap();
+    let c = reap(&mut q, 1, Duration::from_secs(20))[&2];
+    assert!(c.is_ok() && c.verified(), "{c:?}");
+    assert_eq!(c.path(), Some(DataPath::RdmaSoft), "{c:?}");
+    assert!(*engine.read(buf, 0, len as u64).unwrap() == data[..len]);
 }
