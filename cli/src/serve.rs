@@ -77,6 +77,11 @@ pub struct ServeArgs {
     /// (the Soft-RoCE VM lane moves a few MiB/s) need more for large objects.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     pub rdma_transfer_timeout: u64,
+    /// hipobj-rc-v2 sessions one access key may hold at once (prepared or transferring); a
+    /// PREPARE beyond it is answered 503 SlowDown (the engine then waits for one of its own
+    /// sessions to end). At most the gateway's 32 sessions in all.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=32))]
+    pub rdma_v2_sessions_per_key: u16,
     /// How a GET carrying an RDMA token that cannot be honoured is answered.
     #[arg(long, value_enum, default_value = "body")]
     pub rdma_get_decline: Decline,
@@ -92,12 +97,14 @@ pub struct ServeArgs {
     pub access_log: bool,
 }
 
-/// The RDMA target's bounds for `args` (the defaults with `--rdma-transfer-timeout`).
+/// The RDMA target's bounds for `args` (the defaults with `--rdma-transfer-timeout` and
+/// `--rdma-v2-sessions-per-key`).
 pub fn rc_limits(args: &ServeArgs) -> RcLimits {
     let t = std::time::Duration::from_secs(args.rdma_transfer_timeout);
     let defaults = RcLimits::default();
     let mut v2 = defaults.v2;
     v2.transfer = t;
+    v2.max_per_principal = usize::from(args.rdma_v2_sessions_per_key);
     RcLimits {
         transfer_timeout: t,
         v2,

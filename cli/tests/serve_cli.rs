@@ -185,3 +185,20 @@ fn rdma_transfer_timeout_sets_both_dialects_bounds() {
     );
     assert!(with(&["--rdma-transfer-timeout", "soon"]).is_err());
 }
+
+#[test]
+fn rdma_v2_sessions_per_key_sets_the_v2_limit_within_the_total() {
+    let base = ["--root", "/x", "--access-key", "k", "--secret-key", "s"];
+    let with = |extra: &[&str]| parse(&[&base[..], extra].concat());
+    let d = serve::rc_limits(&with(&[]).unwrap());
+    assert_eq!(d.v2.max_per_principal, 8);
+    let l = serve::rc_limits(&with(&["--rdma-v2-sessions-per-key", "32"]).unwrap());
+    assert_eq!(l.v2.max_per_principal, 32);
+    assert_eq!(l.v2.max_sessions, d.v2.max_sessions);
+    for bad in ["0", "33", "many"] {
+        assert!(
+            with(&["--rdma-v2-sessions-per-key", bad]).is_err(),
+            "{bad} is refused"
+        );
+    }
+}
