@@ -375,13 +375,10 @@ impl<J: ReplyJudge> HttpFabric<J> {
 
     /// Returns an un-parked slot that will carry no request: to the idle pool when its
     /// connection is still fit (readiness was ignored while parked, so it is probed), else
-    /// closed. It goes to the cold end of the pool (taken last): its server side may still be
-    /// busy with the op it held (a gateway that answered a GET early waits for its WRITEs'
-    /// completions before it reads the next request), so the next op prefers a connection
-    /// whose server is free; no connection is opened for that, the pool only orders its own.
+    /// closed.
     pub(crate) fn release(&mut self, idx: usize, io: &mio::Registry) {
         if self.is_healthy(idx) {
-            self.idle.insert(0, idx);
+            self.idle.push(idx);
         } else {
             self.close(idx, io);
         }
