@@ -490,35 +490,48 @@ fn aborted_v2_window_refuses_a_late_write() {
     );
 }
 
+/// The bytes of one request head as they came (up to its blank line); `None` on EOF.
+fn raw_head(s: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match s.read(&mut b) {
+            Ok(1) => head.push(b[0]),
+            _ => return None,
+        }
+    }
+    Some(head)
+}
+
+/// Forwards connection `s` to `upstream` both ways, `first` (already read from `s`) first.
+fn forward(mut s: TcpStream, upstream: SocketAddr, first: &[u8]) {
+    let Ok(mut up) = TcpStream::connect(upstream) else {
+        return;
+    };
+    if up.write_all(first).is_err() {
+        return;
+    }
+    let (mut up2, mut s2) = (up.try_clone().unwrap(), s.try_clone().unwrap());
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut up2, &mut s2);
+        let _ = s2.shutdown(std::net::Shutdown::Write);
+    });
+    let _ = std::io::copy(&mut s, &mut up);
+    let _ = up.shutdown(std::net::Shutdown::Write);
+}
+
 /// A TCP front for `upstream` that holds (never answers, never forwards) every connection whose
 /// first request names `stall` in its head, and forwards every other connection both ways.
 fn stalling_front(upstream: SocketAddr, seen: Arc<Seen>) -> SocketAddr {
     server(move |mut s| {
-        let mut first = Vec::new();
-        let mut b = [0u8; 1];
-        while !first.ends_with(b"\r\n\r\n") {
-            match s.read(&mut b) {
-                Ok(1) => first.push(b[0]),
-                _ => return,
-            }
-        }
+        let Some(first) = raw_head(&mut s) else {
+            return;
+        };
         if first.windows(5).any(|w| w == b"stall") {
             hold(s, &seen);
             return;
         }
-        let Ok(mut up) = TcpStream::connect(upstream) else {
-            return;
-        };
-        if up.write_all(&first).is_err() {
-            return;
-        }
-        let (mut up2, mut s2) = (up.try_clone().unwrap(), s.try_clone().unwrap());
-        std::thread::spawn(move || {
-            let _ = std::io::copy(&mut up2, &mut s2);
-            let _ = s2.shutdown(std::net::Shutdown::Write);
-        });
-        let _ = std::io::copy(&mut s, &mut up);
-        let _ = up.shutdown(std::net::Shutdown::Write);
+        forward(s, upstream, &first);
     })
 }
 
@@ -876,14 +889,9 @@ fn hanging_soft_dial_of_a_pairing_does_not_block_the_worker() {
 /// pairing, plain requests) is forwarded both ways.
 fn lying_early_front(upstream: SocketAddr, data: Arc<Vec<u8>>, len: usize) -> SocketAddr {
     server(move |mut s| {
-        let mut first = Vec::new();
-        let mut b = [0u8; 1];
-        while !first.ends_with(b"\r\n\r\n") {
-            match s.read(&mut b) {
-                Ok(1) => first.push(b[0]),
-                _ => return,
-            }
-        }
+        let Some(first) = raw_head(&mut s) else {
+            return;
+        };
         let text = String::from_utf8_lossy(&first).to_ascii_lowercase();
         if text.starts_with("get ") && text.contains("x-amz-rdma-early-answer: 1") {
             let mut crc = s3_lite::checksum::Crc64Nvme::new();
@@ -912,19 +920,7 @@ fn lying_early_front(upstream: SocketAddr, data: Arc<Vec<u8>>, len: usize) -> So
                 }
             }
         }
-        let Ok(mut up) = TcpStream::connect(upstream) else {
-            return;
-        };
-        if up.write_all(&first).is_err() {
-            return;
-        }
-        let (mut up2, mut s2) = (up.try_clone().unwrap(), s.try_clone().unwrap());
-        std::thread::spawn(move || {
-            let _ = std::io::copy(&mut up2, &mut s2);
-            let _ = s2.shutdown(std::net::Shutdown::Write);
-        });
-        let _ = std::io::copy(&mut s, &mut up);
-        let _ = up.shutdown(std::net::Shutdown::Write);
+        forward(s, upstream, &first);
     })
 }
 
