@@ -36,6 +36,18 @@ pub fn check_destination(
     check_destination_known(kind, head, dest, None)
 }
 
+/// The base64 CRC-64/NVME values an answer names for the destination of an accepted RDMA GET:
+/// `x-amz-rdma-checksum-crc64nvme` (the transferred bytes) and, for a whole-object 200
+/// without `Content-Range`, `x-amz-checksum-crc64nvme` (the full object's).
+fn named_checksums(kind: Transfer, head: &ResponseHead) -> [Option<&str>; 2] {
+    let rdma = head.header(RDMA_CHECKSUM_CRC64NVME).map(str::trim);
+    let whole =
+        (kind == Transfer::Get && head.status == 200 && head.header("content-range").is_none())
+            .then(|| head.header(HEADER_CRC64NVME).map(str::trim))
+            .flatten();
+    [rdma, whole]
+}
+
 /// [`check_destination`], with `known`: the CRC-64/NVME of `dest` when the caller already
 /// has it (computed as the bytes landed), so they are not read again.
 pub fn check_destination_known(
@@ -44,19 +56,15 @@ pub fn check_destination_known(
     dest: &[u8],
     known: Option<u64>,
 ) -> Result<bool, DestinationMismatch> {
-    let rdma = head.header(RDMA_CHECKSUM_CRC64NVME).map(str::trim);
-    let whole =
-        (kind == Transfer::Get && head.status == 200 && head.header("content-range").is_none())
-            .then(|| head.header(HEADER_CRC64NVME).map(str::trim))
-            .flatten();
-    if rdma.is_none() && whole.is_none() {
+    let named = named_checksums(kind, head);
+    if named.iter().all(Option::is_none) {
         return Ok(false);
     }
     let ours = match known {
         Some(crc) => encode_crc64nvme(crc),
         None => crc_b64(dest),
     };
-    for want in [rdma, whole].into_iter().flatten() {
+    for want in named.into_iter().flatten() {
         if want != ours {
             return Err(DestinationMismatch);
         }
@@ -72,13 +80,8 @@ pub fn destination_crc64(
     kind: Transfer,
     head: &ResponseHead,
 ) -> Result<Option<u64>, DestinationMismatch> {
-    let rdma = head.header(RDMA_CHECKSUM_CRC64NVME).map(str::trim);
-    let whole =
-        (kind == Transfer::Get && head.status == 200 && head.header("content-range").is_none())
-            .then(|| head.header(HEADER_CRC64NVME).map(str::trim))
-            .flatten();
     let mut named = None;
-    for value in [rdma, whole].into_iter().flatten() {
+    for value in named_checksums(kind, head).into_iter().flatten() {
         let crc = decode_crc64nvme(value).map_err(|_| DestinationMismatch)?;
         if named.is_some_and(|n| n != crc) {
             return Err(DestinationMismatch);

@@ -126,6 +126,11 @@ impl RdmaClient {
             }
             self.events.push(Event::Complete(key, outcome));
         }
+        // Without a waker for the landings' watches, poll them on the timer until they end.
+        if !self.landing.is_empty() && self.waker.is_none() {
+            self.timers
+                .push(Reverse((Instant::now() + super::MIN_WAIT, Due::CqPoll)));
+        }
     }
 
     /// Fires the dialects' timers due by `now` and polls the completions exchanges wait for.

@@ -74,8 +74,10 @@ impl Landing {
     /// and no frame is landing now; `None` tells the reader to checksum the bytes itself.
     #[must_use]
     pub fn crc64_of_first(&self, len: u64) -> Option<u64> {
-        let s = self.lock();
-        (!s.broken && !s.landing && s.cursor == len).then_some(s.crc)
+        match self.state_of_first(len) {
+            Landed::Covered(crc) => Some(crc),
+            Landed::Pending | Landed::Broken => None,
+        }
     }
 
     /// Whether the region's first `len` bytes have landed, may still land, or never will be
