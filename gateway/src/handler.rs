@@ -774,10 +774,8 @@ impl Ctx<'_> {
             h.push((s3_lite::rdma::pairing::RDMA_EARLY_ANSWER.into(), "1".into()));
         }
         out.head(status, h, BodyFraming::Length(0))?;
-        if early && let Err(e) = tee.path.settle() {
-            // Answered already: the path failed its connection, so the client's bytes never
-            // finish landing and its attempt fails there (retried), never as a success.
-            tracing::warn!("an early-answered RDMA GET failed after its answer: {e:?}");
+        if early {
+            tee.path.leave_in_flight();
         }
         Ok(())
     }

@@ -106,8 +106,8 @@ pub trait DataPath: ObjectSink + BodySource {
     fn finish(&mut self) -> Result<u64, ApiError>;
 
     /// Whether this GET may be answered before its WRITEs complete ([`DataPath::post_all`],
-    /// the answer, then [`DataPath::settle`]): only where the client sees its bytes land and
-    /// checks them itself (the soft fabric's landing digest), when it asked for that
+    /// the answer, then [`DataPath::leave_in_flight`]): only where the client sees its bytes
+    /// land and checks them itself (the soft fabric's landing digest), when it asked for that
     /// (`x-amz-rdma-early-answer: 1`).
     fn answers_early(&self) -> bool {
         false
@@ -119,11 +119,11 @@ pub trait DataPath: ObjectSink + BodySource {
         self.finish()
     }
 
-    /// Waits for what [`DataPath::post_all`] posted (after the answer: its failure can only
-    /// fail the connection, which the client sees as its bytes never landing).
-    fn settle(&mut self) -> Result<(), ApiError> {
-        Ok(())
-    }
+    /// After the early answer: hands what [`DataPath::post_all`] posted to the target, which
+    /// frees its buffers when the completions come, or fails the connection when one fails or
+    /// does not come in time (the client then sees its bytes never land). The request thread
+    /// goes on at once.
+    fn leave_in_flight(&mut self) {}
 
     /// The error that made an [`ObjectSink`] / [`BodySource`] call fail, if the path recorded
     /// one (a typed S3 error is better than the I/O error the backend saw).

@@ -20,12 +20,13 @@
 //! next request naming it is declined (`501`), so the client falls back and pairs again.
 
 mod transfer;
+mod unsettled;
 pub mod v2;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use engine::rc::{Access, RcCaps, RcDevice, RcKind, RcPd, RcQp, RcStaging, SoftPath};
 use s3_lite::rdma::{RcToken, TokenKind, Transport};
@@ -35,6 +36,7 @@ use crate::rdma::{ConnectReply, ConnectRequest, DataPath, RdmaGrant, RdmaOp, Rdm
 
 pub use transfer::CHUNK;
 use transfer::{Demux, RcGet, RcPut};
+use unsettled::{Reaped, Unsettled};
 
 /// Request and response header naming the fabric of a QP (`soft` or `verbs`) on the connect
 /// route and on hipobj-rc-v2 PREPARE. Absent: the peer did not say (third-party v2 clients),
@@ -117,9 +119,21 @@ pub(crate) struct Pool {
     /// Free buffers, and how many are registered in all.
     state: Mutex<(Vec<RcStaging>, usize)>,
     max: usize,
+    /// Early-answered GETs whose WRITEs may still be in flight: their buffers come back when
+    /// [`Pool::reap`] finds them completed (`gateway/src/target/unsettled.rs`).
+    unsettled: Mutex<Vec<Unsettled>>,
 }
 
 impl Pool {
+    fn new(pd: RcPd, max: usize) -> Self {
+        Self {
+            pd,
+            state: Mutex::new((Vec::new(), 0)),
+            max,
+            unsettled: Mutex::new(Vec::new()),
+        }
+    }
+
     /// A buffer, or `503 SlowDown` when `max` are in use.
     pub(crate) fn take(&self) -> Result<RcStaging, ApiError> {
         self.take_below(self.max)?.ok_or_else(ApiError::slow_down)
@@ -132,7 +146,64 @@ impl Pool {
         self.take_below(in_use_below.min(self.max)).ok().flatten()
     }
 
+    /// Parks an early-answered GET's WRITEs until they complete.
+    pub(crate) fn leave(&self, transfer: Unsettled) {
+        self.unsettled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(transfer);
+    }
+
+    /// Takes back the buffers of parked WRITEs that completed, and retires those of failed or
+    /// overdue ones (failing their connections). Never waits.
+    fn reap(&self) {
+        let parked = std::mem::take(
+            &mut *self
+                .unsettled
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        if parked.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let mut still = Vec::new();
+        for transfer in parked {
+            match transfer.reap(now) {
+                Reaped::Done(free) => free.into_iter().for_each(|mr| self.give(mr)),
+                Reaped::Failed { free, retire } => {
+                    free.into_iter().for_each(|mr| self.give(mr));
+                    retire.into_iter().for_each(|mr| self.retire(mr));
+                }
+                Reaped::Pending(transfer, free) => {
+                    free.into_iter().for_each(|mr| self.give(mr));
+                    still.push(transfer);
+                }
+            }
+        }
+        if !still.is_empty() {
+            self.unsettled
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend(still);
+        }
+    }
+
+    /// Parked transfers (tests).
+    #[cfg(test)]
+    pub(crate) fn unsettled(&self) -> usize {
+        self.unsettled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
     fn take_below(&self, limit: usize) -> Result<Option<RcStaging>, ApiError> {
+        if let Some(mr) = self.take_free(limit) {
+            return Ok(Some(mr));
+        }
+        // None free (or the limit reached): first take back what parked WRITEs released.
+        self.reap();
         let mut g = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let in_use = g.1.saturating_sub(g.0.len());
         if in_use >= limit {
@@ -149,6 +220,16 @@ impl Pool {
             .map_err(ApiError::internal)?;
         g.1 += 1;
         Ok(Some(mr))
+    }
+
+    /// A free buffer while fewer than `limit` are in use.
+    fn take_free(&self, limit: usize) -> Option<RcStaging> {
+        let mut g = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let in_use = g.1.saturating_sub(g.0.len());
+        if in_use >= limit {
+            return None;
+        }
+        g.0.pop()
     }
 
     /// Returns a buffer no work request uses any more.
@@ -221,11 +302,7 @@ impl RcTarget {
         let pd = device.alloc_pd()?;
         Ok(Arc::new(Self {
             conns: Mutex::new(HashMap::new()),
-            pool: Arc::new(Pool {
-                pd,
-                state: Mutex::new((Vec::new(), 0)),
-                max: limits.max_staging,
-            }),
+            pool: Arc::new(Pool::new(pd, limits.max_staging)),
             v2: v2::RcV2::new(device.clone(), addr, limits.v2),
             device,
             addr,

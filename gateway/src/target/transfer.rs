@@ -17,6 +17,7 @@ use engine::rc::{
     RcCq, RcMr, RcStaging, RemoteAddr, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
 };
 
+use super::unsettled::Unsettled;
 use super::{Conn, Pool};
 use crate::backend::{ObjectInfo, ObjectSink};
 use crate::body::BodySource;
@@ -128,10 +129,32 @@ impl Demux {
         status
     }
 
+    /// The status of `wr_id` if it has completed, without waiting: when nobody is polling the
+    /// CQ, polls it once (handing what it finds to parked waiters, as [`Demux::wait`] does).
+    pub(crate) fn try_take(&self, wr_id: u64) -> Option<WcStatus> {
+        let mut st = self.lock();
+        if !st.done.contains_key(&wr_id) && !st.polling {
+            let mut buf = [WorkCompletion::default(); 32];
+            loop {
+                let n = self.cq.poll(&mut buf).unwrap_or(0);
+                for wc in buf.iter().take(n) {
+                    st.done.insert(wc.wr_id, wc.status);
+                    if let Some(t) = st.parked.get(&wc.wr_id) {
+                        t.unpark();
+                    }
+                }
+                if n < buf.len() {
+                    break;
+                }
+            }
+        }
+        st.done.remove(&wr_id)
+    }
+
     /// Takes the first completion, in `ids` order, that did not succeed among those polled
     /// already (the unsignaled work requests of a transfer, whose error names the cause
     /// better than the flush of the signaled one after them). The others are dropped.
-    fn take_failure(&self, ids: &[u64]) -> Option<WcStatus> {
+    pub(crate) fn take_failure(&self, ids: &[u64]) -> Option<WcStatus> {
         let mut st = self.lock();
         let mut first = None;
         for id in ids {
@@ -221,12 +244,12 @@ fn sge(mr: &RcMr, len: usize) -> Sge {
 /// Buffers posted together: the last work request of the group is signaled, and its
 /// completion releases them all.
 #[derive(Debug, Default)]
-struct Group {
-    bufs: Vec<RcStaging>,
+pub(crate) struct Group {
+    pub(crate) bufs: Vec<RcStaging>,
     /// The signaled work request (`None` while the group is still open).
-    signaled: Option<u64>,
+    pub(crate) signaled: Option<u64>,
     /// The group's other work requests, in post order.
-    unsignaled: Vec<u64>,
+    pub(crate) unsignaled: Vec<u64>,
 }
 
 /// GET: object bytes → staging → RDMA WRITE into the client's window.
@@ -510,7 +533,9 @@ impl BodySource for RcGet {
 impl DataPath for RcGet {
     fn finish(&mut self) -> Result<u64, ApiError> {
         let n = self.post_all()?;
-        self.settle()?;
+        while !self.flight.is_empty() {
+            self.settle_oldest()?;
+        }
         Ok(n)
     }
 
@@ -518,11 +543,15 @@ impl DataPath for RcGet {
         self.conn.qp.kind() == engine::rc::RcKind::Soft
     }
 
-    fn settle(&mut self) -> Result<(), ApiError> {
-        while !self.flight.is_empty() {
-            self.settle_oldest()?;
+    fn leave_in_flight(&mut self) {
+        if !self.flight.is_empty() {
+            let groups = std::mem::take(&mut self.flight);
+            self.pool.leave(Unsettled::new(
+                Arc::clone(&self.conn),
+                groups,
+                self.deadline,
+            ));
         }
-        Ok(())
     }
 
     fn post_all(&mut self) -> Result<u64, ApiError> {
@@ -727,6 +756,11 @@ mod tests {
     }
 
     fn rig(window: usize, max_staging: usize) -> Rig {
+        rig_paired(window, max_staging, true)
+    }
+
+    /// `paired: false`: the client never dials, so nothing posted ever completes.
+    fn rig_paired(window: usize, max_staging: usize, paired: bool) -> Rig {
         let sdev = RcDevice::soft(Ipv4Addr::LOCALHOST);
         let addr = sdev
             .listen(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
@@ -747,8 +781,10 @@ mod tests {
         let ctok = cqp.local_token(None).unwrap();
         sqp.connect(&ctok, cpsn, spsn, Some(SoftPath::Accept))
             .unwrap();
-        cqp.connect(&stok, spsn, cpsn, Some(SoftPath::Connect(addr)))
-            .unwrap();
+        if paired {
+            cqp.connect(&stok, spsn, cpsn, Some(SoftPath::Connect(addr)))
+                .unwrap();
+        }
         Rig {
             conn: Arc::new(Conn {
                 principal: "test".into(),
@@ -756,11 +792,7 @@ mod tests {
                 qp: sqp,
                 demux: Demux::new(scq),
             }),
-            pool: Arc::new(Pool {
-                pd: spd,
-                state: Mutex::new((Vec::new(), 0)),
-                max: max_staging,
-            }),
+            pool: Arc::new(Pool::new(spd, max_staging)),
             client_mr,
             _client_qp: cqp,
             _devices: (sdev, cdev),
@@ -914,6 +946,104 @@ mod tests {
             "nothing past the file's bytes"
         );
         // The failed GET left its WRITEs' buffers retired or returned, none leaked.
+        assert_eq!(r.in_use(), 0);
+    }
+
+    /// Runs an early-answered GET of `object` into the client's window at `off` up to the
+    /// answer: every WRITE posted, the transfer left in flight, the GET dropped.
+    fn answer_early(r: &Rig, object: &[u8], off: u64, deadline: Instant) {
+        let f = file_of(object);
+        let n = object.len() as u64;
+        let mut get = r.get(off, n);
+        get.deadline = deadline;
+        get.begin(&info(n), None).unwrap();
+        get.data_from_file(&f, 0, n, &mut |_| {}).unwrap().unwrap();
+        assert_eq!(get.post_all().unwrap(), n);
+        get.leave_in_flight();
+        drop(get);
+    }
+
+    /// Calls `reap` until nothing is parked (10 s at most).
+    fn reap_all(r: &Rig) {
+        let t0 = Instant::now();
+        while r.pool.unsettled() > 0 {
+            assert!(t0.elapsed() < Duration::from_secs(10), "never settled");
+            r.pool.reap();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    #[test]
+    fn an_early_answered_get_gives_its_buffers_back_once_its_writes_complete() {
+        let object = pattern(3 * CHUNK + 99, 7);
+        let r = rig(4 * CHUNK, 16);
+        answer_early(&r, &object, 0, Instant::now() + Duration::from_secs(20));
+        // The request thread did not wait: the buffers are still held, parked in the pool.
+        assert_eq!(r.pool.unsettled(), 1);
+        assert_eq!(r.in_use(), 4);
+        reap_all(&r);
+        assert_eq!(r.in_use(), 0, "every buffer came back");
+        assert_eq!(r.client_bytes(0, object.len()), object);
+        assert!(!r.conn.dead());
+        // A pool with no free buffer reaps before it registers another: a second early GET's
+        // buffers are reused by the next transfer.
+        answer_early(
+            &r,
+            &object[..100],
+            0,
+            Instant::now() + Duration::from_secs(20),
+        );
+        let registered = r.pool.state.lock().unwrap().1;
+        assert_eq!(r.in_use(), 1);
+        // Wait for its completion (polled into the demux, not taken: no work request has id
+        // `u64::MAX`).
+        let t0 = Instant::now();
+        while r.conn.demux.lock().done.is_empty() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "no completion");
+            assert_eq!(r.conn.demux.try_take(u64::MAX), None);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let held: Vec<_> = (0..registered).map(|_| r.pool.take().unwrap()).collect();
+        assert_eq!(
+            r.pool.state.lock().unwrap().1,
+            registered,
+            "no new registration"
+        );
+        assert_eq!(r.pool.unsettled(), 0);
+        held.into_iter().for_each(|mr| r.pool.give(mr));
+    }
+
+    #[test]
+    fn an_early_answered_get_whose_write_fails_fails_its_connection_and_retires_its_buffers() {
+        // The window the client granted ends 10 bytes into the span: its fabric refuses the
+        // WRITE (RemoteAccessError) after the answer went out.
+        let object = pattern(2 * CHUNK, 3);
+        let r = rig(2 * CHUNK, 16);
+        answer_early(&r, &object, 10, Instant::now() + Duration::from_secs(20));
+        reap_all(&r);
+        assert!(r.conn.dead(), "the connection is failed");
+        assert_eq!(r.in_use(), 0, "nothing leaked");
+        // Two buffers, one WRITE each: the first (inside the window) completed and its buffer
+        // is free again, the refused one's was retired.
+        assert_eq!(
+            r.pool.state.lock().unwrap().1,
+            1,
+            "the failed WRITE's buffer was retired"
+        );
+    }
+
+    #[test]
+    fn an_early_answered_get_whose_writes_never_complete_fails_at_its_deadline() {
+        let r = rig_paired(CHUNK, 16, false);
+        let deadline = Instant::now() + Duration::from_millis(200);
+        answer_early(&r, &pattern(1000, 1), 0, deadline);
+        r.pool.reap();
+        assert_eq!(r.pool.unsettled(), 1, "still waiting before the deadline");
+        assert!(!r.conn.dead());
+        std::thread::sleep(Duration::from_millis(250));
+        r.pool.reap();
+        assert_eq!(r.pool.unsettled(), 0);
+        assert!(r.conn.dead(), "an overdue transfer fails its connection");
         assert_eq!(r.in_use(), 0);
     }
 
