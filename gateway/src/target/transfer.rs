@@ -739,7 +739,6 @@ impl Drop for RcPut {
 mod tests {
     use std::io::Write;
     use std::net::{Ipv4Addr, SocketAddr};
-    use std::sync::Mutex;
 
     use engine::rc::{Access, RcCaps, RcDevice, RcQp, SoftPath, random_psn};
 
