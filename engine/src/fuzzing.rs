@@ -31,7 +31,13 @@ pub fn soft_frame(data: &[u8]) {
             assert_eq!(&t.to_bytes(), body, "token must round-trip");
         }
     }
-    if !h.opcode.has_trailer() {
+    // Only WRITEs may go without their trailer (a receiver checks those end to end).
+    assert!(
+        !h.unchecked() || matches!(h.opcode, Opcode::Write | Opcode::WriteImm),
+        "UNCHECKED on {:?}",
+        h.opcode
+    );
+    if !h.has_trailer() {
         return;
     }
     let end = HEADER_LEN + h.len as usize;

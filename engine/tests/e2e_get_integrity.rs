@@ -246,6 +246,39 @@ fn a_soft_range_whose_reply_names_another_checksum_fails() {
     gw.shutdown();
 }
 
+/// The soft client asks for its GET's frames to come without their own checksums
+/// (`x-amz-rdma-frame-check: landing`), so the checksum the reply names is all that vouches
+/// for the bytes: a reply that names none fails `Integrity`, never a success.
+#[test]
+fn a_soft_range_whose_reply_names_no_checksum_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gw, _soft) = gateway(dir.path(), true);
+    let _data = object(gw.local_addr());
+    let relay = Relay::start(
+        "127.0.0.1:0",
+        &gw.local_addr().to_string(),
+        vec![Fault::always(FaultKind::DropHeader(
+            "x-amz-rdma-checksum-crc64nvme".into(),
+        ))],
+    )
+    .unwrap();
+    let engine = rig::engine_builder(relay.addr())
+        .fabric(Fabric::Soft)
+        .build()
+        .unwrap();
+    let (c, _) = get(&engine, Some((4_096, 500_000)));
+    assert!(
+        relay.stats().faults() > 0,
+        "no reply named a range checksum"
+    );
+    assert!(
+        !c.is_ok(),
+        "an unvouched range was reported complete: {c:?}"
+    );
+    assert_eq!(c.error_code(), Some(ErrorCode::Integrity), "{c:?}");
+    gw.shutdown();
+}
+
 /// `bytes=0-` of an empty object is not satisfiable (416): the whole-object GET completes
 /// with 0 bytes, from our gateway and from s3s-fs.
 #[test]

@@ -621,3 +621,51 @@ fn the_landing_digest_breaks_on_any_other_write() {
     assert_eq!(reap(&a, 1)[0].status, WcStatus::Success);
     assert_eq!(landing.crc64_of_first(4096), None);
 }
+
+/// A WRITE whose receiver checks its bytes end to end (`checked_end_to_end`) goes without its
+/// frames' checksum trailers, across several frames and into a tracked window only: the bytes
+/// land exactly and the digest covers them; into a window whose landing nobody tracks it is
+/// refused (`RemoteInvalidRequest`), nothing lands, and the QP fails.
+#[test]
+fn unchecked_writes_land_only_where_the_landing_is_checked() {
+    let (a, b) = loopback_pair(QpCaps::default()).unwrap();
+    let len = (2 << 20) + 77; // three frames of at most 1 MiB
+    let src = a.pd.register_owned(len, Access::NONE).unwrap();
+    let data = pattern(len, 11);
+    src.write(0, &data).unwrap();
+    let dst = b.pd.register_owned(len, Access::REMOTE_WRITE).unwrap();
+    let landing = dst.track_landing();
+    let mut wr = SendWr::new(1, SendOp::Write(remote(&dst, 0)), sge(&src, 0, len as u32));
+    wr.checked_end_to_end = true;
+    a.qp.post_send(&wr).unwrap();
+    assert_eq!(reap(&a, 1)[0].status, WcStatus::Success);
+    assert_eq!(dst.to_vec(0, len).unwrap(), data);
+    assert_eq!(
+        landing.crc64_of_first(len as u64),
+        Some(Crc64Nvme::checksum(&data))
+    );
+    // A zero-length one and a WRITE_WITH_IMM, unchecked too, after it.
+    b.qp.post_recv(&RecvWr {
+        wr_id: 9,
+        sge: None,
+    })
+    .unwrap();
+    let mut empty = SendWr::new(2, SendOp::Write(remote(&dst, 0)), sge(&src, 0, 0));
+    empty.checked_end_to_end = true;
+    a.qp.post_send(&empty).unwrap();
+    let mut imm = SendWr::new(3, SendOp::WriteWithImm(remote(&dst, 0), 6), sge(&src, 0, 0));
+    imm.checked_end_to_end = true;
+    a.qp.post_send(&imm).unwrap();
+    assert!(reap(&a, 2).iter().all(|wc| wc.status == WcStatus::Success));
+    assert_eq!(reap(&b, 1)[0].imm_data, Some(6));
+
+    let untracked = b.pd.register_owned(4096, Access::REMOTE_WRITE).unwrap();
+    let mut wr = SendWr::new(4, SendOp::Write(remote(&untracked, 0)), sge(&src, 0, 4096));
+    wr.checked_end_to_end = true;
+    a.qp.post_send(&wr).unwrap();
+    assert_eq!(reap(&a, 1)[0].status, WcStatus::RemoteInvalidRequest);
+    assert!(
+        untracked.to_vec(0, 4096).unwrap().iter().all(|&x| x == 0),
+        "nothing landed"
+    );
+}

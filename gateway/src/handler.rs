@@ -642,6 +642,11 @@ impl Ctx<'_> {
                 principal: &self.auth.access_key,
                 declared_len: None,
                 session: self.head.header(s3_lite::rdma::RDMA_SESSION),
+                checked_end_to_end: self
+                    .head
+                    .header(s3_lite::rdma::pairing::RDMA_FRAME_CHECK)
+                    .map(str::trim)
+                    == Some(s3_lite::rdma::pairing::FRAME_CHECK_LANDING),
             };
             match self.shared.rdma.open(&grant)? {
                 Some(mut path) => return self.rdma_get(bucket, key, &req, path.as_mut(), out),
@@ -837,6 +842,7 @@ impl Ctx<'_> {
                 principal: &self.auth.access_key,
                 declared_len: declared,
                 session: self.head.header(s3_lite::rdma::RDMA_SESSION),
+                checked_end_to_end: false,
             };
             match self.shared.rdma.open(&grant)? {
                 Some(p) => rdma_path = Some(p),

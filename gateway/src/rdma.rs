@@ -66,6 +66,9 @@ pub struct RdmaGrant<'a> {
     pub declared_len: Option<u64>,
     /// `x-amz-rdma-session`: the paired connection (`rc-persistent`), when sent.
     pub session: Option<&'a str>,
+    /// `x-amz-rdma-frame-check: landing` (GET): the client checks the bytes end to end by
+    /// its landing digest, so the soft fabric's frames may go without their trailers.
+    pub checked_end_to_end: bool,
 }
 
 /// A client's pairing request on the `rc-persistent` connect route.

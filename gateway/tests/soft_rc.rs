@@ -280,6 +280,63 @@ fn an_early_answer_is_echoed_and_the_bytes_still_land_in_order() {
     gw.shutdown();
 }
 
+/// `x-amz-rdma-frame-check: landing` makes the gateway send the GET's WRITEs without their
+/// frame checksums; the client's fabric accepts such frames only into a window whose landing
+/// it tracks. So: asked with a tracked window, the bytes land exactly and the digest covers
+/// them; not asked, an untracked window is served as ever; asked with an untracked window,
+/// the client's fabric refuses the first frame, the GET fails and nothing lands.
+#[test]
+fn frames_go_without_checksums_only_when_the_client_asks() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start_soft(dir.path());
+    let a = gw.local_addr();
+    assert_eq!(call(a, "PUT", "/bkt", "", &[], b"").status(), 200);
+    let data = pattern(2 * (1 << 20) + 999, 9);
+    assert_eq!(call(a, "PUT", "/bkt/obj", "", &[], &data).status(), 200);
+    let c = pair(a, (ACCESS, SECRET));
+    let len = data.len() as u64;
+    let get = |tracked: bool, ask: bool| {
+        let mr =
+            c.pd.register_owned(data.len(), Access::REMOTE_WRITE | Access::LOCAL_WRITE)
+                .unwrap();
+        let landing = tracked.then(|| mr.track_landing());
+        let tok = c.qp.local_token(Some((&mr, 0, len))).unwrap().encode();
+        let mut h = vec![
+            ("x-amz-rdma-token", tok),
+            ("x-amz-rdma-session", c.session.clone()),
+        ];
+        if ask {
+            h.push(("x-amz-rdma-frame-check", "landing".to_owned()));
+        }
+        let r = signed(a, "GET", "/bkt/obj", "", &h, (ACCESS, SECRET));
+        (r, mr, landing)
+    };
+    let (r, mr, landing) = get(true, true);
+    assert_eq!(r.status(), 200, "{}", r.text());
+    assert_eq!(mr.to_vec(0, data.len()).unwrap(), data);
+    let Some(engine::soft::Landed::Covered(crc)) = landing.map(|l| l.state_of_first(len)) else {
+        panic!("the digest does not cover the bytes");
+    };
+    assert_eq!(s3_lite::checksum::encode_crc64nvme(crc), crc64(&data));
+
+    let (r, mr, _) = get(false, false);
+    assert_eq!(r.status(), 200, "{}", r.text());
+    assert_eq!(mr.to_vec(0, data.len()).unwrap(), data);
+
+    let (r, mr, _) = get(false, true);
+    assert_eq!(r.status(), 500, "{}", r.text());
+    assert!(
+        mr.to_vec(0, data.len()).unwrap().iter().all(|&b| b == 0),
+        "an unchecked frame landed in an untracked window"
+    );
+    assert_eq!(
+        c.qp.state(),
+        engine::soft::QpState::Err,
+        "the refusal failed the QP"
+    );
+    gw.shutdown();
+}
+
 #[test]
 fn declines_and_principal_binding() {
     let dir = tempfile::tempdir().unwrap();

@@ -399,13 +399,10 @@ impl RdmaTarget for RcTarget {
         let len = tok.size();
         let deadline = std::time::Instant::now() + self.limits.transfer_timeout;
         let path: Box<dyn DataPath> = match grant.op {
-            RdmaOp::Get => Box::new(RcGet::new(
-                conn,
-                Arc::clone(&self.pool),
-                remote,
-                len,
-                deadline,
-            )),
+            RdmaOp::Get => Box::new(
+                RcGet::new(conn, Arc::clone(&self.pool), remote, len, deadline)
+                    .checked_end_to_end(grant.checked_end_to_end),
+            ),
             _ => {
                 if len > self.limits.max_put {
                     return Err(ApiError::new(

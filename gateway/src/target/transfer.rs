@@ -178,11 +178,19 @@ fn transfer_failed(what: impl std::fmt::Display) -> ApiError {
     ApiError::new(500, "RDMATransferFailed", what.to_string())
 }
 
-/// Posts `op` from/to `sge` (signaled or not) and returns its `wr_id`.
-fn post(conn: &Conn, op: SendOp, sge: Sge, signaled: bool) -> Result<u64, ApiError> {
+/// Posts `op` from/to `sge` (signaled or not; its bytes checked end to end by the receiver or
+/// not, [`SendWr::checked_end_to_end`]) and returns its `wr_id`.
+fn post(
+    conn: &Conn,
+    op: SendOp,
+    sge: Sge,
+    signaled: bool,
+    checked_end_to_end: bool,
+) -> Result<u64, ApiError> {
     let wr_id = NEXT_WR.fetch_add(1, Ordering::Relaxed);
     let mut wr = SendWr::new(wr_id, op, sge);
     wr.signaled = signaled;
+    wr.checked_end_to_end = checked_end_to_end;
     conn.qp
         .post_send(&wr)
         .map_err(|e| transfer_failed(format!("post: {e}")))?;
@@ -274,6 +282,8 @@ pub(crate) struct RcGet {
     flight: VecDeque<Group>,
     deadline: Instant,
     error: Option<ApiError>,
+    /// The client checks the bytes end to end ([`SendWr::checked_end_to_end`]).
+    checked_end_to_end: bool,
 }
 
 impl RcGet {
@@ -298,7 +308,14 @@ impl RcGet {
             flight: VecDeque::new(),
             deadline,
             error: None,
+            checked_end_to_end: false,
         }
+    }
+
+    /// Marks the WRITEs as checked end to end by the client (`x-amz-rdma-frame-check`).
+    pub(crate) fn checked_end_to_end(mut self, yes: bool) -> Self {
+        self.checked_end_to_end = yes;
+        self
     }
 
     fn fail(&mut self, e: ApiError) -> std::io::Error {
@@ -406,7 +423,13 @@ impl RcGet {
         // Held before posting: on failure the buffer is retired with the group's others.
         g.bufs.push(mr);
         let signaled = last || g.bufs.len() >= group_size;
-        let id = post(&self.conn, SendOp::Write(at), wr_sge, signaled)?;
+        let id = post(
+            &self.conn,
+            SendOp::Write(at),
+            wr_sge,
+            signaled,
+            self.checked_end_to_end,
+        )?;
         if signaled {
             g.signaled = Some(id);
         } else {
@@ -650,7 +673,7 @@ impl RcPut {
                 .ok_or_else(|| ApiError::invalid_argument("RDMA window address overflows"))?,
             rkey: self.remote.rkey,
         };
-        let id = post(&self.conn, SendOp::Read(at), sge(mr.mr(), n), true)?;
+        let id = post(&self.conn, SendOp::Read(at), sge(mr.mr(), n), true, false)?;
         self.pending = Some((id, n));
         self.posted += n as u64;
         Ok(())
@@ -1081,7 +1104,7 @@ mod tests {
                                 length: SLOT as u32,
                                 lkey: staging.mr().lkey(),
                             };
-                            let id = post(&r.conn, SendOp::Write(at), sge, true).unwrap();
+                            let id = post(&r.conn, SendOp::Write(at), sge, true, false).unwrap();
                             let deadline = Instant::now() + Duration::from_secs(20);
                             assert_eq!(
                                 r.conn.demux.wait(id, deadline),

@@ -25,6 +25,14 @@ pub const RDMA_SOFT_ADDR: &str = "x-amz-rdma-soft-addr";
 /// server echoes it (`1`) on an answer sent that early; without the echo every WRITE completed
 /// before the answer, as the dialect otherwise promises.
 pub const RDMA_EARLY_ANSWER: &str = "x-amz-rdma-early-answer";
+/// rc-persistent GET request header, value [`FRAME_CHECK_LANDING`] (soft fabric): the client
+/// compares its window's landing digest with the CRC-64/NVME the answer names for the whole
+/// range and fails the GET when they differ or when none is named, so the server may send
+/// the WRITEs' frames without their per-frame CRC-32C trailer (docs/soft-fabric.md,
+/// "UNCHECKED"). A server that ignores it sends trailers, which the client checks as ever.
+pub const RDMA_FRAME_CHECK: &str = "x-amz-rdma-frame-check";
+/// [`RDMA_FRAME_CHECK`]'s value: checked end to end by the landing digest.
+pub const FRAME_CHECK_LANDING: &str = "landing";
 /// Capability answer: the pairing dialects a gateway serves, comma-separated.
 pub const RDMA_DIALECTS: &str = "x-amz-rdma-dialects";
 /// The `rc-persistent` dialect's name (`x-amz-rdma-protocol` on the capability answer).

@@ -52,6 +52,13 @@ pub struct SendWr {
     pub sge: Sge,
     /// Generate a completion on success (errors always complete), `IBV_SEND_SIGNALED`.
     pub signaled: bool,
+    /// The receiver checks these bytes end to end (a WRITE into an engine soft GET window,
+    /// whose landing digest it compares with the checksum named for the whole range), so the
+    /// soft fabric sends the WRITE's frames without their CRC-32C trailer (`UNCHECKED`,
+    /// docs/soft-fabric.md); a receiver that does not track the region's landing refuses them.
+    /// Set it only when the receiver asked for it. Verbs ignores it (the NIC checks every
+    /// packet).
+    pub checked_end_to_end: bool,
 }
 
 impl SendWr {
@@ -63,6 +70,7 @@ impl SendWr {
             op,
             sge,
             signaled: true,
+            checked_end_to_end: false,
         }
     }
 }

@@ -531,6 +531,12 @@ impl RdmaClient {
                 s3_lite::rdma::pairing::RDMA_EARLY_ANSWER.to_owned(),
                 "1".to_owned(),
             ));
+            // The judge then requires the named checksum to equal the digest, so the frames
+            // may come without their own checksums.
+            headers.push((
+                s3_lite::rdma::pairing::RDMA_FRAME_CHECK.to_owned(),
+                s3_lite::rdma::pairing::FRAME_CHECK_LANDING.to_owned(),
+            ));
         }
         let crc = op.source_crc64().map(str::to_owned);
         if let Some(c) = &crc {

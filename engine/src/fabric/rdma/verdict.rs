@@ -93,7 +93,9 @@ pub(crate) struct Awaits {
 pub(crate) struct RdmaJudge {
     pub(crate) crc: Option<String>,
     pub(crate) landing: Option<crate::fabric::soft::Landing>,
-    /// The request asked for an early answer (only then may one come).
+    /// The request asked for an early answer (only then may one come), and told the server
+    /// its frames need no checksums (`x-amz-rdma-frame-check: landing`): the answer must then
+    /// prove the bytes (name the CRC-64/NVME the landing digest equals).
     pub(crate) early: bool,
 }
 
@@ -166,6 +168,8 @@ impl ReplyJudge for RdmaJudge {
             s3_lite::rdma::cuobject::check_destination_known(transfer(op.kind), head, landed, known)
         };
         let plan = match checked {
+            // The frames may have come unchecked: only the named checksum vouches for them.
+            Ok(false) if self.early => integrity(ErrorCode::Integrity),
             Ok(proven) if op.kind != OpKind::Put => {
                 // The size: the byte count's `/total`, else the reply's `Content-Range` total.
                 let size = if aux == 0 { named_size(head) } else { aux };

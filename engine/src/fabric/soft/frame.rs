@@ -13,7 +13,7 @@
 //! | 0 | 2 | magic | `"SF"` (0x5346) |
 //! | 2 | 1 | version | [`VERSION`] |
 //! | 3 | 1 | opcode | [`Opcode`] |
-//! | 4 | 1 | flags | [`FIRST`] / [`LAST`] (multi-frame messages) |
+//! | 4 | 1 | flags | [`FIRST`] / [`LAST`] (multi-frame messages), [`UNCHECKED`] (WRITE*) |
 //! | 5 | 3 | reserved | zero |
 //! | 8 | 4 | psn | 24-bit packet sequence number |
 //! | 12 | 4 | len | payload bytes after the header |
@@ -31,6 +31,14 @@
 //! the QP goes to the error state and the operation fails, never completing with wrong bytes.
 //! Header-only frames (ACK, NAK, READ_REQ, CONNECT*) carry no trailer: their fields are
 //! validated exactly and every one of them is checked against local state.
+//!
+//! One exception, asked for by the receiver: a WRITE / WRITE_IMM frame flagged [`UNCHECKED`]
+//! has no trailer ([`Header::has_trailer`]). A sender sets it only on a work request whose
+//! receiver checks the bytes end to end (`SendWr::checked_end_to_end`: the engine's soft GET
+//! windows, whose landing digest is compared with the checksum the server names for the whole
+//! range), and a receiver accepts it only into a region whose landing digest it tracks (else
+//! NAK [`NakCode::InvalidRequest`]). A byte changed on the way then fails the operation when
+//! the digests disagree instead of failing the frame.
 
 use thiserror::Error;
 
@@ -52,6 +60,9 @@ pub const CONNECT_PAYLOAD: u32 = s3_lite::rdma::token::TOKEN_BYTES as u32;
 pub const FIRST: u8 = 1;
 /// Flag: last frame of a message.
 pub const LAST: u8 = 2;
+/// Flag (WRITE / WRITE_IMM only): the frame carries no checksum trailer; its receiver checks
+/// the bytes end to end (see the module docs).
+pub const UNCHECKED: u8 = 4;
 
 /// Frame opcodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -284,6 +295,19 @@ impl Header {
     pub const fn last(&self) -> bool {
         self.flags & LAST != 0
     }
+
+    /// Whether [`UNCHECKED`] is set.
+    #[must_use]
+    pub const fn unchecked(&self) -> bool {
+        self.flags & UNCHECKED != 0
+    }
+
+    /// Whether a [`TRAILER_LEN`]-byte checksum trailer follows this frame's payload: its
+    /// opcode carries one ([`Opcode::has_trailer`]) and it is not [`UNCHECKED`].
+    #[must_use]
+    pub const fn has_trailer(&self) -> bool {
+        self.opcode.has_trailer() && !self.unchecked()
+    }
 }
 
 /// The checksum of a trailer-carrying frame, started over its encoded header: feed the
@@ -366,8 +390,10 @@ fn validate(h: &Header) -> Result<(), FrameError> {
         return Err(FrameError::Psn(h.psn));
     }
     let flags_ok = match op {
-        O::Write | O::Send | O::ReadResp => h.flags & !(FIRST | LAST) == 0,
-        O::WriteImm | O::SendImm => h.flags & !(FIRST | LAST) == 0 && h.last(),
+        O::Write => h.flags & !(FIRST | LAST | UNCHECKED) == 0,
+        O::Send | O::ReadResp => h.flags & !(FIRST | LAST) == 0,
+        O::WriteImm => h.flags & !(FIRST | LAST | UNCHECKED) == 0 && h.last(),
+        O::SendImm => h.flags & !(FIRST | LAST) == 0 && h.last(),
         _ => h.flags == 0,
     };
     if !flags_ok {
@@ -530,6 +556,23 @@ mod tests {
         other.update(b"abc");
         assert_ne!(trailer(&other), t);
         assert!(Opcode::ReadResp.has_trailer() && !Opcode::Ack.has_trailer());
+        let mut w = write(5, 3);
+        assert!(w.has_trailer());
+        w.flags |= UNCHECKED;
+        assert!(!w.has_trailer());
+        assert_eq!(decode_header(&w.encode()), Ok(w));
+        // Only a WRITE may go unchecked: a READ response or a SEND never.
+        for op in [Opcode::ReadResp, Opcode::Send] {
+            let h = Header {
+                flags: FIRST | LAST | UNCHECKED,
+                len: 3,
+                ..Header::new(op, 3)
+            };
+            assert!(
+                matches!(decode_header(&h.encode()), Err(FrameError::Flags { .. })),
+                "{op:?}"
+            );
+        }
     }
 
     #[test]

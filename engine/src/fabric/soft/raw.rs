@@ -229,17 +229,20 @@ impl RegionMem {
         send_iov(sock, head, payload, len, tail)
     }
 
-    /// Feeds region bytes `off..off+len` to `crc` (a frame's checksum) and, when given, to
-    /// `landing` (the region's landing digest, `landing.rs`) in the same pass, through a bounce
-    /// buffer, so no Rust reference to registered bytes is formed. Caller holds the gate
+    /// Feeds region bytes `off..off+len` to `crc` (a frame's checksum) and `landing` (the
+    /// region's landing digest, `landing.rs`), each when given, in the same pass, through a
+    /// bounce buffer, so no Rust reference to registered bytes is formed. Caller holds the gate
     /// (shared) and has validated the range against the grant.
     pub(crate) fn checksum_into(
         &self,
-        crc: &mut s3_lite::checksum::Crc32c,
+        mut crc: Option<&mut s3_lite::checksum::Crc32c>,
         mut landing: Option<&mut s3_lite::checksum::Crc64Nvme>,
         off: usize,
         len: usize,
     ) -> io::Result<()> {
+        if crc.is_none() && landing.is_none() {
+            return Ok(());
+        }
         let off = self.span(off, len)?;
         let mut bounce = [0u8; 16 * 1024];
         let mut done = 0usize;
@@ -258,7 +261,9 @@ impl RegionMem {
                 );
             }
             let piece = bounce.get(..n).unwrap_or_default();
-            crc.update(piece);
+            if let Some(c) = crc.as_deref_mut() {
+                c.update(piece);
+            }
             if let Some(l) = landing.as_deref_mut() {
                 l.update(piece);
             }

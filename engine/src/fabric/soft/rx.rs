@@ -93,6 +93,11 @@ enum Step {
         total: u64,
         end: u32,
     },
+    /// An [`UNCHECKED`](super::frame::UNCHECKED) WRITE frame's payload is in: it executes without a trailer.
+    Received {
+        h: Header,
+        total: u64,
+    },
     /// A WRITE_WITH_IMM / first SEND frame header waits for a RECV until `until`.
     WaitRecv {
         h: Header,
@@ -156,7 +161,7 @@ impl Rx {
     pub(crate) fn mid_frame(&self) -> bool {
         match &self.step {
             Step::Header { got, .. } => *got > 0,
-            Step::Payload { .. } | Step::Trailer { .. } => true,
+            Step::Payload { .. } | Step::Trailer { .. } | Step::Received { .. } => true,
             Step::WaitRecv { .. } | Step::Drain { .. } => false,
         }
     }
@@ -279,8 +284,9 @@ impl Rx {
                             Ok(n) => {
                                 // Fed to the checksums as it lands (still in cache).
                                 let landing = self.digest.as_mut().map(FrameDigest::crc);
+                                let crc = h.has_trailer().then_some(&mut self.crc);
                                 g.mem
-                                    .checksum_into(&mut self.crc, landing, g.off, n)
+                                    .checksum_into(crc, landing, g.off, n)
                                     .map_err(|_| Stop::Wire)?;
                                 n
                             }
@@ -294,7 +300,12 @@ impl Rx {
                     read += n;
                     self.progress = Instant::now();
                     *got += n as u32;
-                    if *got == h.len {
+                    if *got == h.len && !h.has_trailer() {
+                        self.step = Step::Received {
+                            h: *h,
+                            total: *total,
+                        };
+                    } else if *got == h.len {
                         let end = match dst {
                             Dst::ReadResp { end, .. } => *end,
                             _ => 0,
@@ -307,6 +318,16 @@ impl Rx {
                             end,
                         };
                     }
+                }
+                Step::Received { h, total } => {
+                    // No trailer to check (the receiver checks these bytes end to end): the
+                    // payload joins the landing digest and the frame executes.
+                    let (h, total) = (*h, *total);
+                    if let Some(d) = self.digest.take() {
+                        d.join();
+                    }
+                    self.step = header_step();
+                    self.complete(qp, &h, total, 0)?;
                 }
                 Step::Trailer {
                     h,
@@ -396,7 +417,9 @@ impl Rx {
             Dst::ReadResp { end, .. } => *end,
             _ => 0,
         };
-        if h.len == 0 {
+        if h.len == 0 && !h.has_trailer() {
+            Step::Received { h: *h, total }
+        } else if h.len == 0 {
             Step::Trailer {
                 h: *h,
                 buf: [0; TRAILER_LEN + HEADER_LEN],
@@ -479,6 +502,10 @@ impl Rx {
         if matches!(h.opcode, Opcode::Write | Opcode::WriteImm) {
             // Checked again: the window may have been re-keyed while waiting for the RECV.
             let mr = write_target(qp, h)?;
+            // Without a trailer only into a region whose landing digest is checked end to end.
+            if h.unchecked() && mr.landing().is_none() {
+                return Err(Stop::Nak(h.psn, NakCode::InvalidRequest));
+            }
             self.digest = mr
                 .landing()
                 .and_then(|l| mr.offset_of(h.addr).and_then(|off| l.begin(off)));

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::frame::{
-    FIRST, HEADER_LEN, Header, LAST, NakCode, Opcode, TRAILER_LEN, frame_crc, trailer,
+    FIRST, HEADER_LEN, Header, LAST, NakCode, Opcode, TRAILER_LEN, UNCHECKED, frame_crc, trailer,
 };
 use super::mr::MrInner;
 use super::qp::{MAX_RD_ATOMIC, QpState};
@@ -285,7 +285,7 @@ fn next_read_frame(job: &mut ReadJob, frame_size: u32) -> Option<OutFrame> {
     let head = h.encode();
     let mut crc = frame_crc(&head);
     g.mem
-        .checksum_into(&mut crc, None, g.off, n as usize)
+        .checksum_into(Some(&mut crc), None, g.off, n as usize)
         .ok()?;
     drop(g);
     job.off += n;
@@ -358,14 +358,20 @@ fn next_request_frame(qp: &QpShared, job: &mut ReqJob) -> Result<(OutFrame, bool
             _ => {}
         }
     }
+    // A WRITE whose receiver checks its bytes end to end goes without the trailer.
+    if wr.checked_end_to_end && matches!(h.opcode, Opcode::Write | Opcode::WriteImm) {
+        h.flags |= UNCHECKED;
+    }
     let at = wr.sge.addr.wrapping_add(u64::from(off));
     let head = h.encode();
     let mut crc = frame_crc(&head);
     {
         let g = job.p.mr.local(at, u64::from(n), Access::NONE)?;
-        g.mem
-            .checksum_into(&mut crc, None, g.off, n as usize)
-            .map_err(|_| WcStatus::LocalProtectionError)?;
+        if h.has_trailer() {
+            g.mem
+                .checksum_into(Some(&mut crc), None, g.off, n as usize)
+                .map_err(|_| WcStatus::LocalProtectionError)?;
+        }
     }
     job.off += n;
     job.i = job.i.wrapping_add(1);
@@ -379,11 +385,7 @@ fn next_request_frame(qp: &QpShared, job: &mut ReqJob) -> Result<(OutFrame, bool
             n as usize,
         )),
         tail: trailer(&crc),
-        tail_len: if h.opcode.has_trailer() {
-            TRAILER_LEN
-        } else {
-            0
-        },
+        tail_len: if h.has_trailer() { TRAILER_LEN } else { 0 },
         done: 0,
         kind: Kind::Request { last, seq: job.seq },
     };
