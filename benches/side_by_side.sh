@@ -190,9 +190,10 @@ if (( QUIET_MAX_S > 0 )); then
     done
 fi
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-# %CPU over each process's lifetime (ps), our own server excluded.
+# %CPU over each process's lifetime (ps), our own server excluded. `head` closes the pipe
+# early, which under pipefail can fail the pipeline (SIGPIPE) and end the script silently.
 TOP_BEFORE=$(ps -eo pid=,pcpu=,comm= --sort=-pcpu | awk -v me="$SPID" '$1 != me' | head -4 |
-    awk '{ printf "%s%s %s%%", (NR>1?", ":""), $3, $2 }')
+    awk '{ printf "%s%s %s%%", (NR>1?", ":""), $3, $2 }' || true)
 lockver() { awk -v n="$1" '$0 == "name = \"" n "\"" { getline; gsub(/[^0-9.]/, ""); print; exit }' "$PEERS/Cargo.lock"; }
 VERSIONS="$( ((HIPOBJ_OK)) && "$HIPOBJ_CLIENT" --version 2>/dev/null | head -1 || echo 'hipobj: bench not available'), \
 aws-sdk-s3 $(lockver aws-sdk-s3) (aws-config $(lockver aws-config), hyper $(lockver hyper)), \

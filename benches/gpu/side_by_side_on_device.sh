@@ -10,7 +10,8 @@
 #   run(command="bash benches/gpu/side_by_side_on_device.sh", carry=[".sbs-bin"])   # device tool
 #
 # If .sbs-bin/hipobj-before exists (an older build, e.g. the last release), a first pass runs its
-# hipobj rows alone (same server binary: the current one) so one call gives before and after.
+# hipobj rows alone (same server binary: the current one; with BEFORE_SERVER=1 the older build
+# serves its own rows, for a change on both sides of the wire) so one call gives before and after.
 #
 # Knobs: everything benches/side_by_side.sh takes (SIZES, CONC, REPEAT, CLIENTS, OPS_<size>,
 # HIPOBJ_BENCH_FLAGS, SERVER_CPUS, CLIENT_CPUS, ...), and AB_ROUNDS (below). The table lands in $OUT (the device
@@ -30,10 +31,13 @@ stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
 results=${OUT:-$PWD/benches/results}
 nproc; grep -m1 'model name' /proc/cpuinfo
 rc=0
+# The server of the rows of client build $1: the current one, or $1 itself with BEFORE_SERVER=1.
+server_of() { if [[ ${BEFORE_SERVER:-0} == 1 ]]; then echo "$1"; else echo "$BIN/hipobj"; fi; }
 if [[ -x $BIN/hipobj-before ]]; then
     echo "== before: $BIN/hipobj-before (hipobj rows only)"
     OUT_DIR=$results/sbs-before-$stamp CLIENTS="$(printf '%s\n' $CLIENTS | grep '^hipobj' | tr '\n' ' ')" \
-        HIPOBJ_CLIENT=$BIN/hipobj-before bash benches/side_by_side.sh || rc=1
+        HIPOBJ="$(server_of "$BIN/hipobj-before")" HIPOBJ_CLIENT=$BIN/hipobj-before \
+        bash benches/side_by_side.sh || rc=1
 fi
 echo "== after: $BIN/hipobj and the peers"
 OUT_DIR=$results/sbs-$stamp bash benches/side_by_side.sh || rc=1
@@ -45,7 +49,8 @@ if [[ -x $BIN/hipobj-before ]]; then
         for which in hipobj-before hipobj; do
             echo "== A/B round $round: $which"
             OUT_DIR=$results/ab-$which-$round-$stamp CLIENTS="$hip_rows" \
-                HIPOBJ_CLIENT=$BIN/$which bash benches/side_by_side.sh || rc=1
+                HIPOBJ="$(server_of "$BIN/$which")" HIPOBJ_CLIENT=$BIN/$which \
+                bash benches/side_by_side.sh || rc=1
         done
     done
 fi
