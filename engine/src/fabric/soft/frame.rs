@@ -237,7 +237,7 @@ pub enum FrameError {
 pub struct Header {
     /// What the frame is.
     pub opcode: Opcode,
-    /// [`FIRST`] / [`LAST`].
+    /// [`FIRST`] / [`LAST`], and [`UNCHECKED`] on a WRITE / WRITE_IMM.
     pub flags: u8,
     /// 24-bit PSN.
     pub psn: u32,

@@ -93,7 +93,8 @@ enum Step {
         total: u64,
         end: u32,
     },
-    /// An [`UNCHECKED`](super::frame::UNCHECKED) WRITE frame's payload is in: it executes without a trailer.
+    /// An [`UNCHECKED`](super::frame::UNCHECKED) WRITE frame's payload is in: it executes
+    /// without a trailer.
     Received {
         h: Header,
         total: u64,
