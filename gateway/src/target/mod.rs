@@ -25,8 +25,9 @@ pub mod v2;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use engine::rc::{Access, RcCaps, RcDevice, RcKind, RcPd, RcQp, RcStaging, SoftPath};
 use s3_lite::rdma::{RcToken, TokenKind, Transport};
@@ -122,6 +123,9 @@ pub(crate) struct Pool {
     /// Early-answered GETs whose WRITEs may still be in flight: their buffers come back when
     /// [`Pool::reap`] finds them completed (`gateway/src/target/unsettled.rs`).
     unsettled: Mutex<Vec<Unsettled>>,
+    /// Parked transfers not settled yet, counting those another thread is checking or
+    /// waiting for right now (out of `unsettled` meanwhile).
+    parked_total: AtomicUsize,
 }
 
 impl Pool {
@@ -131,12 +135,21 @@ impl Pool {
             state: Mutex::new((Vec::new(), 0)),
             max,
             unsettled: Mutex::new(Vec::new()),
+            parked_total: AtomicUsize::new(0),
         }
     }
 
-    /// A buffer, or `503 SlowDown` when `max` are in use.
+    /// A buffer, or `503 SlowDown` when `max` are in use and no parked early-answered GET
+    /// frees one by its deadline.
     pub(crate) fn take(&self) -> Result<RcStaging, ApiError> {
-        self.take_below(self.max)?.ok_or_else(ApiError::slow_down)
+        loop {
+            if let Some(mr) = self.take_below(self.max)? {
+                return Ok(mr);
+            }
+            if !self.settle_oldest() {
+                return Err(ApiError::slow_down());
+            }
+        }
     }
 
     /// A buffer beyond the one a transfer needs (to keep more bytes in flight), only while
@@ -148,45 +161,78 @@ impl Pool {
 
     /// Parks an early-answered GET's WRITEs until they complete.
     pub(crate) fn leave(&self, transfer: Unsettled) {
-        self.unsettled
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(transfer);
+        self.parked_total.fetch_add(1, Ordering::AcqRel);
+        self.parked().push(transfer);
     }
 
     /// Takes back the buffers of parked WRITEs that completed, and retires those of failed or
     /// overdue ones (failing their connections). Never waits.
     fn reap(&self) {
-        let parked = std::mem::take(
-            &mut *self
-                .unsettled
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
+        let parked = std::mem::take(&mut *self.parked());
         if parked.is_empty() {
             return;
         }
-        let now = Instant::now();
         let mut still = Vec::new();
         for transfer in parked {
-            match transfer.reap(now) {
-                Reaped::Done(free) => free.into_iter().for_each(|mr| self.give(mr)),
-                Reaped::Failed { free, retire } => {
-                    free.into_iter().for_each(|mr| self.give(mr));
-                    retire.into_iter().for_each(|mr| self.retire(mr));
-                }
-                Reaped::Pending(transfer, free) => {
-                    free.into_iter().for_each(|mr| self.give(mr));
-                    still.push(transfer);
-                }
+            if let Some(t) = self.take_back(transfer.reap()) {
+                still.push(t);
             }
         }
         if !still.is_empty() {
-            self.unsettled
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .extend(still);
+            self.parked().extend(still);
         }
+    }
+
+    /// Waits for the oldest parked transfer to complete (its deadline at most) and takes its
+    /// buffers back; `false` when none is parked. When every parked transfer is in another
+    /// thread's hands (checked or waited for), yields briefly instead: they come back or free
+    /// their buffers soon, and a `503` meanwhile would send the client's op over HTTP.
+    fn settle_oldest(&self) -> bool {
+        let oldest = {
+            let mut parked = self.parked();
+            if parked.is_empty() {
+                drop(parked);
+                if self.parked_total.load(Ordering::Acquire) == 0 {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_micros(50));
+                return true;
+            }
+            parked.remove(0)
+        };
+        if let Some(t) = self.take_back(oldest.wait()) {
+            // Not complete by its deadline is failed, so this is not reached; kept parked
+            // rather than dropped should it be.
+            self.parked().push(t);
+        }
+        true
+    }
+
+    /// Gives back or retires the buffers `reaped` names; the transfer if it is still pending.
+    fn take_back(&self, reaped: Reaped) -> Option<Unsettled> {
+        match reaped {
+            Reaped::Done(free) => {
+                free.into_iter().for_each(|mr| self.give(mr));
+                self.parked_total.fetch_sub(1, Ordering::AcqRel);
+                None
+            }
+            Reaped::Failed { free, retire } => {
+                free.into_iter().for_each(|mr| self.give(mr));
+                retire.into_iter().for_each(|mr| self.retire(mr));
+                self.parked_total.fetch_sub(1, Ordering::AcqRel);
+                None
+            }
+            Reaped::Pending(transfer, free) => {
+                free.into_iter().for_each(|mr| self.give(mr));
+                Some(transfer)
+            }
+        }
+    }
+
+    fn parked(&self) -> std::sync::MutexGuard<'_, Vec<Unsettled>> {
+        self.unsettled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Parked transfers (tests).

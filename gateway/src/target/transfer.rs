@@ -1070,6 +1070,38 @@ mod tests {
     }
 
     #[test]
+    fn a_spent_pool_waits_for_a_parked_get_before_it_refuses() {
+        // One buffer, held by an early-answered GET whose WRITE is still in flight: the next
+        // transfer's first buffer waits for that WRITE's completion instead of a 503.
+        let r = rig(CHUNK, 1);
+        answer_early(
+            &r,
+            &pattern(4096, 2),
+            0,
+            Instant::now() + Duration::from_secs(20),
+        );
+        let mr = r.pool.take().expect("the parked GET's buffer");
+        assert_eq!(r.pool.unsettled(), 0);
+        assert_eq!(r.pool.state.lock().unwrap().1, 1, "no second registration");
+        assert!(!r.conn.dead());
+        r.pool.give(mr);
+        // A WRITE that never completes: the wait ends at that transfer's deadline, which
+        // fails its connection and retires its buffer, so the pool has room again.
+        let r = rig_paired(CHUNK, 1, false);
+        let t0 = Instant::now();
+        answer_early(&r, &pattern(4096, 2), 0, t0 + Duration::from_millis(300));
+        let mr = r.pool.take().expect("room once the overdue GET failed");
+        assert!(
+            t0.elapsed() >= Duration::from_millis(300),
+            "{:?}",
+            t0.elapsed()
+        );
+        assert!(r.conn.dead());
+        assert_eq!(r.pool.state.lock().unwrap().1, 1);
+        r.pool.give(mr);
+    }
+
+    #[test]
     fn demux_hands_each_completion_to_its_own_waiter() {
         const THREADS: usize = 8;
         const ROUNDS: usize = 40;

@@ -8,7 +8,10 @@
 //! acknowledgement comes back through the fabric's I/O thread), so the transfer's groups are
 //! parked here instead ([`Unsettled`]) and [`Unsettled::reap`] checks them without waiting,
 //! from the pool, whenever it would otherwise register a new buffer or refuse one
-//! (`Pool::take_below`). What is parked is bounded by the pool: every entry holds at least one
+//! (`Pool::take_below`). Only a pool that is spent even so waits, for the oldest parked
+//! transfer ([`Unsettled::wait`]), before it refuses a transfer its first buffer: acknowledgements
+//! that lag (a busy gateway) then cost that request a wait, as every early-answered GET paid
+//! before, not a `503`. What is parked is bounded by the pool: every entry holds at least one
 //! of its buffers.
 
 use std::collections::VecDeque;
@@ -54,11 +57,24 @@ impl Unsettled {
     }
 
     /// Checks the completions that came, without waiting (see the module docs).
-    pub(crate) fn reap(mut self, now: Instant) -> Reaped {
+    pub(crate) fn reap(self) -> Reaped {
+        self.settle(|conn, id| conn.demux.try_take(id))
+    }
+
+    /// Waits for the completions, until the transfer's deadline at most: what a spent pool
+    /// does before it refuses a buffer, as the request thread did before it answered early.
+    pub(crate) fn wait(self) -> Reaped {
+        let deadline = self.deadline;
+        self.settle(|conn, id| conn.demux.wait(id, deadline))
+    }
+
+    /// Settles the groups in order with the status `status_of` gives each signaled WRITE
+    /// (`None`: not complete yet, which fails the transfer once its deadline has passed).
+    fn settle(mut self, status_of: impl Fn(&Conn, u64) -> Option<WcStatus>) -> Reaped {
         let mut free = Vec::new();
         while let Some(g) = self.groups.front() {
             let status = match g.signaled {
-                Some(id) => self.conn.demux.try_take(id),
+                Some(id) => status_of(&self.conn, id),
                 // Never left open (`post_all` closes the last group): treat as failed.
                 None => Some(WcStatus::WrFlushError),
             };
@@ -72,13 +88,13 @@ impl Unsettled {
                     let unsignaled: Vec<u64> = self
                         .groups
                         .iter()
-                        .flat_map(|g| g.unsignaled.clone())
+                        .flat_map(|g| g.unsignaled.iter().copied())
                         .collect();
                     // Drops their failure completions, which nobody else waits for.
                     let _ = self.conn.demux.take_failure(&unsignaled);
                     return self.fail(free);
                 }
-                None if now >= self.deadline => return self.fail(free),
+                None if Instant::now() >= self.deadline => return self.fail(free),
                 None => return Reaped::Pending(self, free),
             }
         }
