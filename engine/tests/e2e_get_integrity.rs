@@ -248,12 +248,21 @@ fn a_soft_range_whose_reply_names_another_checksum_fails() {
 
 /// The soft client asks for its GET's frames to come without their own checksums
 /// (`x-amz-rdma-frame-check: landing`), so the checksum the reply names is all that vouches
-/// for the bytes: a reply that names none fails `Integrity`, never a success.
+/// for the bytes: a reply that names none fails `Integrity`, never a success. A small range's
+/// bytes have usually landed when the reply comes; a 12 MiB one's last WRITEs are still on the
+/// way (the gateway answers once they are posted), so both ways of judging are covered: at
+/// the reply, and when the landing digest catches up.
 #[test]
 fn a_soft_range_whose_reply_names_no_checksum_fails() {
+    const BIG: usize = 12 << 20;
     let dir = tempfile::tempdir().unwrap();
     let (gw, _soft) = gateway(dir.path(), true);
     let _data = object(gw.local_addr());
+    let big = pattern(BIG, 23);
+    assert_eq!(
+        call(gw.local_addr(), "PUT", "/getint/big", "", &[], &big).status(),
+        200
+    );
     let relay = Relay::start(
         "127.0.0.1:0",
         &gw.local_addr().to_string(),
@@ -276,6 +285,26 @@ fn a_soft_range_whose_reply_names_no_checksum_fails() {
         "an unvouched range was reported complete: {c:?}"
     );
     assert_eq!(c.error_code(), Some(ErrorCode::Integrity), "{c:?}");
+
+    let buf = engine
+        .register_host(BIG, RegisterOptions::pageable())
+        .unwrap();
+    let mut q = engine.queue(4).unwrap();
+    let obj = engine.object("getint", "big").unwrap();
+    // Three times: the bytes usually land after the reply, not always.
+    for _ in 0..3 {
+        let c = run_one(
+            &mut q,
+            RangeGet::new(obj, 0, BufSlice::new(buf, 0, BIG as u64))
+                .no_retry()
+                .build(),
+        );
+        assert!(
+            !c.is_ok(),
+            "an unvouched 12 MiB range was reported complete: {c:?}"
+        );
+        assert_eq!(c.error_code(), Some(ErrorCode::Integrity), "{c:?}");
+    }
     gw.shutdown();
 }
 

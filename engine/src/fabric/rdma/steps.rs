@@ -105,13 +105,11 @@ impl RdmaClient {
             let outcome = match (state, w.awaits.want) {
                 (Landed::Pending, _) if link_up => continue,
                 (Landed::Pending | Landed::Broken, _) => Outcome::transport(false),
-                (Landed::Covered(crc), Some(want)) if crc != want => {
+                (Landed::Covered(crc), want) if crc != want => {
                     Outcome::fail(ErrorCode::Integrity, ErrorClass::Integrity, Retry::No)
                 }
-                (Landed::Covered(_), want) => match w.outcome {
-                    Outcome::Done { bytes, aux } => {
-                        Outcome::got(bytes, aux & !AUX_VERIFIED, want.is_some())
-                    }
+                (Landed::Covered(_), _) => match w.outcome {
+                    Outcome::Done { bytes, aux } => Outcome::got(bytes, aux & !AUX_VERIFIED, true),
                     failed => failed,
                 },
             };

@@ -72,8 +72,8 @@ pub(crate) struct Judged {
 pub(crate) struct Awaits {
     /// The window's first `bytes` must land, in order.
     pub(crate) bytes: u64,
-    /// The CRC-64/NVME the answer named for them (`None`: it named none).
-    pub(crate) want: Option<u64>,
+    /// The CRC-64/NVME the answer named for them (an early answer that names none is refused).
+    pub(crate) want: u64,
 }
 
 /// Judges the answer to a request that carried an RDMA token (`crc`: our base64 CRC64NVME of
@@ -135,14 +135,16 @@ impl ReplyJudge for RdmaJudge {
                     let size = if aux == 0 { named_size(head) } else { aux };
                     return match s3_lite::rdma::cuobject::destination_crc64(transfer(op.kind), head)
                     {
-                        Ok(want) => (
+                        // The frames may have come unchecked (`x-amz-rdma-frame-check`): an
+                        // answer that names no checksum vouches for nothing.
+                        Ok(Some(want)) => (
                             Plan::Finish(Outcome::got(bytes, size, false)),
                             Judged {
                                 verdict,
                                 awaits: Some(Awaits { bytes, want }),
                             },
                         ),
-                        Err(_) => (integrity(ErrorCode::Integrity), judged(verdict)),
+                        Ok(None) | Err(_) => (integrity(ErrorCode::Integrity), judged(verdict)),
                     };
                 }
                 Some(Landed::Covered(_)) => {}
