@@ -7,7 +7,9 @@ a failure naming the command that provides it, never a silent pass.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import shutil
 import socket
 import subprocess
@@ -136,6 +138,18 @@ def engine(server):
 @pytest.fixture
 def bucket(server):
     return server.new_bucket()
+
+
+@contextlib.contextmanager
+def ctrl_c_reaches_python():
+    """Python's own SIGINT handler for the block. A process started in the background by a
+    non-interactive shell inherits SIGINT ignored, and then ``_thread.interrupt_main()`` (the
+    tests' Ctrl-C) does nothing: the interruption tests would wait out the engine's timeouts."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class SilentPeer:

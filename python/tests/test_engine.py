@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import hipobj
-from conftest import SilentPeer, make_engine
+from conftest import SilentPeer, ctrl_c_reaches_python, make_engine
 
 
 def payload(n: int, seed: int = 0) -> np.ndarray:
@@ -163,7 +163,7 @@ def test_interrupted_batch_returns_promptly():
             start = time.monotonic()
             timer.start()
             try:
-                with pytest.raises(KeyboardInterrupt):
+                with ctrl_c_reaches_python(), pytest.raises(KeyboardInterrupt):
                     eng.get_many([("s3://bucket/key", d, 0, 1000) for d in dests])
             finally:
                 timer.cancel()

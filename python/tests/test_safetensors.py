@@ -200,7 +200,7 @@ def test_interrupted_load_returns_promptly():
     import threading
     import time
 
-    from conftest import SilentPeer, make_engine
+    from conftest import SilentPeer, ctrl_c_reaches_python, make_engine
 
     peer = SilentPeer()
     try:
@@ -209,7 +209,7 @@ def test_interrupted_load_returns_promptly():
             start = time.monotonic()
             timer.start()
             try:
-                with pytest.raises(KeyboardInterrupt):
+                with ctrl_c_reaches_python(), pytest.raises(KeyboardInterrupt):
                     eng.load_safetensors("s3://bucket/model/", device="cpu", framework="numpy")
             finally:
                 timer.cancel()
