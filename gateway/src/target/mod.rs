@@ -167,26 +167,21 @@ impl Pool {
 
     /// Takes back the buffers of parked WRITEs that completed, and retires those of failed or
     /// overdue ones (failing their connections). Never waits.
+    /// Checked in place, under the lock (a check never waits), so another thread never finds
+    /// the list emptied by a check in progress.
     fn reap(&self) {
-        let parked = std::mem::take(&mut *self.parked());
-        if parked.is_empty() {
-            return;
-        }
-        let mut still = Vec::new();
-        for transfer in parked {
+        let mut parked = self.parked();
+        for transfer in std::mem::take(&mut *parked) {
             if let Some(t) = self.take_back(transfer.reap()) {
-                still.push(t);
+                parked.push(t);
             }
-        }
-        if !still.is_empty() {
-            self.parked().extend(still);
         }
     }
 
     /// Waits for the oldest parked transfer to complete (its deadline at most) and takes its
-    /// buffers back; `false` when none is parked. When every parked transfer is in another
-    /// thread's hands (checked or waited for), yields briefly instead: they come back or free
-    /// their buffers soon, and a `503` meanwhile would send the client's op over HTTP.
+    /// buffers back; `false` when none is parked. When every parked transfer is being waited
+    /// for by another thread, yields briefly instead: those free their buffers soon, and a
+    /// `503` meanwhile would send the client's op over HTTP.
     fn settle_oldest(&self) -> bool {
         let oldest = {
             let mut parked = self.parked();
@@ -238,10 +233,7 @@ impl Pool {
     /// Parked transfers (tests).
     #[cfg(test)]
     pub(crate) fn unsettled(&self) -> usize {
-        self.unsettled
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.parked().len()
     }
 
     fn take_below(&self, limit: usize) -> Result<Option<RcStaging>, ApiError> {
@@ -251,8 +243,7 @@ impl Pool {
         // None free (or the limit reached): first take back what parked WRITEs released.
         self.reap();
         let mut g = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let in_use = g.1.saturating_sub(g.0.len());
-        if in_use >= limit {
+        if in_use(&g) >= limit {
             return Ok(None);
         }
         if let Some(mr) = g.0.pop() {
@@ -271,8 +262,7 @@ impl Pool {
     /// A free buffer while fewer than `limit` are in use.
     fn take_free(&self, limit: usize) -> Option<RcStaging> {
         let mut g = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let in_use = g.1.saturating_sub(g.0.len());
-        if in_use >= limit {
+        if in_use(&g) >= limit {
             return None;
         }
         g.0.pop()
@@ -296,6 +286,11 @@ impl Pool {
     pub(crate) fn max(&self) -> usize {
         self.max
     }
+}
+
+/// Buffers in use: registered (`state.1`) less free (`state.0`).
+fn in_use(state: &(Vec<RcStaging>, usize)) -> usize {
+    state.1.saturating_sub(state.0.len())
 }
 
 /// The RDMA target side of either fabric (see the module docs).

@@ -102,23 +102,10 @@ impl Demux {
             let mut buf = [WorkCompletion::default(); 32];
             // A CQ that cannot be polled any more reads as "nothing yet": the waiters' own
             // deadlines end the transfer and fail the connection.
-            let mut n = self.cq.poll_wait(&mut buf, nap).unwrap_or(0);
+            let n = self.cq.poll_wait(&mut buf, nap).unwrap_or(0);
             st = self.lock();
             st.polling = false;
-            loop {
-                for wc in buf.iter().take(n) {
-                    st.done.insert(wc.wr_id, wc.status);
-                    if wc.wr_id != wr_id
-                        && let Some(t) = st.parked.get(&wc.wr_id)
-                    {
-                        t.unpark();
-                    }
-                }
-                if n < buf.len() {
-                    break;
-                }
-                n = self.cq.poll(&mut buf).unwrap_or(0);
-            }
+            self.file(&mut st, &mut buf, n);
         };
         // Leaving: if nobody polls, the oldest waiter takes over.
         if !st.polling
@@ -135,20 +122,28 @@ impl Demux {
         let mut st = self.lock();
         if !st.done.contains_key(&wr_id) && !st.polling {
             let mut buf = [WorkCompletion::default(); 32];
-            loop {
-                let n = self.cq.poll(&mut buf).unwrap_or(0);
-                for wc in buf.iter().take(n) {
-                    st.done.insert(wc.wr_id, wc.status);
-                    if let Some(t) = st.parked.get(&wc.wr_id) {
-                        t.unpark();
-                    }
-                }
-                if n < buf.len() {
-                    break;
-                }
-            }
+            let n = self.cq.poll(&mut buf).unwrap_or(0);
+            self.file(&mut st, &mut buf, n);
         }
         st.done.remove(&wr_id)
+    }
+
+    /// Files the `n` completions in `buf`, and every further one the CQ holds (polled without
+    /// waiting), unparking the thread that waits for each (a poller is never among the
+    /// parked, so it does not unpark itself).
+    fn file(&self, st: &mut DemuxState, buf: &mut [WorkCompletion; 32], mut n: usize) {
+        loop {
+            for wc in buf.iter().take(n) {
+                st.done.insert(wc.wr_id, wc.status);
+                if let Some(t) = st.parked.get(&wc.wr_id) {
+                    t.unpark();
+                }
+            }
+            if n < buf.len() {
+                break;
+            }
+            n = self.cq.poll(buf).unwrap_or(0);
+        }
     }
 
     /// Takes the first completion, in `ids` order, that did not succeed among those polled
