@@ -321,14 +321,9 @@ impl Rx {
                     }
                 }
                 Step::Received { h, total } => {
-                    // No trailer to check (the receiver checks these bytes end to end): the
-                    // payload joins the landing digest and the frame executes.
+                    // No trailer to check (the receiver checks these bytes end to end).
                     let (h, total) = (*h, *total);
-                    if let Some(d) = self.digest.take() {
-                        d.join();
-                    }
-                    self.step = header_step();
-                    self.complete(qp, &h, total, 0)?;
+                    self.execute(qp, &h, total, 0, header_step())?;
                 }
                 Step::Trailer {
                     h,
@@ -353,21 +348,17 @@ impl Rx {
                     if buf.get(..TRAILER_LEN) != Some(&trailer(&self.crc)[..]) {
                         return Err(self.corrupt(qp, &h));
                     }
-                    // Verified: the payload joins its region's landing digest before the
-                    // frame executes (and is acknowledged).
-                    if let Some(d) = self.digest.take() {
-                        d.join();
-                    }
+                    // Verified.
                     let mut next = [0; HEADER_LEN];
                     let ahead = buf.get(TRAILER_LEN..*got).unwrap_or(&[]);
                     if let Some(d) = next.get_mut(..ahead.len()) {
                         d.copy_from_slice(ahead);
                     }
-                    self.step = Step::Header {
+                    let next = Step::Header {
                         buf: next,
                         got: ahead.len(),
                     };
-                    self.complete(qp, &h, total, end)?;
+                    self.execute(qp, &h, total, end, next)?;
                 }
             }
         }
@@ -541,6 +532,24 @@ impl Rx {
             _ => Dst::Nothing,
         };
         Ok(Self::payload(h, dst, total))
+    }
+
+    /// A frame with payload passed its checksum, or needs none: its payload joins the region's
+    /// landing digest before the frame executes (and is acknowledged), and receiving goes on
+    /// at `next`.
+    fn execute(
+        &mut self,
+        qp: &QpShared,
+        h: &Header,
+        total: u64,
+        end: u32,
+        next: Step,
+    ) -> Result<(), Stop> {
+        if let Some(d) = self.digest.take() {
+            d.join();
+        }
+        self.step = next;
+        self.complete(qp, h, total, end)
     }
 
     /// A frame with payload passed its checksum: execute it.
