@@ -37,6 +37,12 @@ pub fn soft_frame(data: &[u8]) {
         "UNCHECKED on {:?}",
         h.opcode
     );
+    // Only WRITEs may have their acknowledgement held back.
+    assert!(
+        !h.ack_later() || matches!(h.opcode, Opcode::Write | Opcode::WriteImm),
+        "ACK_LATER on {:?}",
+        h.opcode
+    );
     if !h.has_trailer() {
         return;
     }

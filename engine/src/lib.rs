@@ -132,9 +132,9 @@ pub use s3_lite::credentials::Credentials;
 pub mod soft {
     pub use crate::fabric::soft::{
         Access, CompletionQueue, IoPlacement, Landed, Landing, MAX_HANDSHAKES, MAX_IO_THREADS,
-        MAX_RD_ATOMIC, MemoryRegion, MrError, PostError, ProtectionDomain, QpCaps, QpError,
-        QpState, QueuePair, RecvWr, RemoteAddr, RtrAttr, RtsAttr, SendOp, SendWr, Sge, SoftDevice,
-        SoftPath, WcOpcode, WcStatus, WorkCompletion, default_io_threads,
+        MAX_RD_ATOMIC, MemoryRegion, MrError, PostError, ProtectionDomain, QpCaps, QpCounters,
+        QpError, QpState, QueuePair, RecvWr, RemoteAddr, RtrAttr, RtsAttr, SendOp, SendWr, Sge,
+        SoftDevice, SoftPath, WcOpcode, WcStatus, WorkCompletion, default_io_threads,
     };
     #[cfg(feature = "test-support")]
     pub use crate::fabric::soft::{Endpoint, frame, loopback_pair, udmabuf};

@@ -669,3 +669,80 @@ fn unchecked_writes_land_only_where_the_landing_is_checked() {
         "nothing landed"
     );
 }
+
+/// A WRITE flagged `ack_later` (nobody waits on it soon) lets the receiver hold its ACK back:
+/// it still completes, through the receiver's timer (never sooner than its 1 ms delay) or a
+/// later ACK that covers it, and the receiver counts it. A responder that tears its QP down
+/// at once still sends the held ACK (the requester sees `Success`, not `RetryExceeded`).
+#[test]
+fn writes_acked_later_complete_by_the_timer_or_a_later_ack() {
+    let (a, b) = loopback_pair(QpCaps::default()).unwrap();
+    let src = a.pd.register_owned(64 * 1024, Access::NONE).unwrap();
+    let data = pattern(64 * 1024, 3);
+    src.write(0, &data).unwrap();
+    let dst =
+        b.pd.register_owned(64 * 1024, Access::REMOTE_WRITE)
+            .unwrap();
+    let later = |id: u64, len: u32| {
+        let mut wr = SendWr::new(id, SendOp::Write(remote(&dst, 0)), sge(&src, 0, len));
+        wr.ack_later = true;
+        wr
+    };
+
+    // Alone: the receiver's timer sends the ACK, 1 ms after the frame arrived at the soonest.
+    let t0 = Instant::now();
+    a.qp.post_send(&later(1, 64 * 1024)).unwrap();
+    assert_eq!(reap(&a, 1)[0].status, WcStatus::Success);
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1),
+        "acknowledged after {:?}: not held back",
+        t0.elapsed()
+    );
+    assert_eq!(dst.to_vec(0, data.len()).unwrap(), data);
+    let c = b.qp.counters();
+    assert_eq!((c.frames_acked_later, c.acks_sent), (1, 1));
+
+    // Followed by an ordinary WRITE: its ACK covers both.
+    a.qp.post_send(&later(2, 4096)).unwrap();
+    a.qp.post_send(&SendWr::new(
+        3,
+        SendOp::Write(remote(&dst, 0)),
+        sge(&src, 0, 4096),
+    ))
+    .unwrap();
+    let wc = reap(&a, 2);
+    assert_eq!(
+        wc.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(2, WcStatus::Success), (3, WcStatus::Success)]
+    );
+
+    // Many in a row: each counted, every one completes.
+    for id in 10..30 {
+        a.qp.post_send(&later(id, 1024)).unwrap();
+    }
+    assert!(reap(&a, 20).iter().all(|w| w.status == WcStatus::Success));
+    let c = b.qp.counters();
+    assert_eq!(c.frames_acked_later, 22);
+    // Eight messages fill a held ACK, and a sender that posts back to back stays well within
+    // the timer: far fewer ACKs than messages.
+    assert!(c.acks_sent - 2 <= 10, "{c:?}");
+
+    // A responder done with the message tears its QP down at once: the held ACK leaves.
+    b.qp.post_recv(&RecvWr {
+        wr_id: 9,
+        sge: None,
+    })
+    .unwrap();
+    let mut imm = SendWr::new(
+        40,
+        SendOp::WriteWithImm(remote(&dst, 0), 7),
+        sge(&src, 0, 512),
+    );
+    imm.ack_later = true;
+    a.qp.post_send(&imm).unwrap();
+    assert_eq!(reap(&b, 1)[0].imm_data, Some(7));
+    b.qp.modify_to_err();
+    drop(b);
+    let wa = reap(&a, 1);
+    assert_eq!((wa[0].wr_id, wa[0].status), (40, WcStatus::Success));
+}

@@ -57,6 +57,7 @@ pub fn handle(
         psn: psn.get(),
         principal: &auth.access_key,
         fabric: head.header(s3_lite::rdma::pairing::RDMA_FABRIC),
+        soft_features: head.header(s3_lite::rdma::pairing::RDMA_SOFT_FEATURES),
     };
     let Some(reply) = shared.rdma.connect(&req)? else {
         let mut e = ApiError::not_implemented(

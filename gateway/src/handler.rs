@@ -647,6 +647,7 @@ impl Ctx<'_> {
                     .header(s3_lite::rdma::pairing::RDMA_FRAME_CHECK)
                     .map(str::trim)
                     == Some(s3_lite::rdma::pairing::FRAME_CHECK_LANDING),
+                early_answer: self.asks_early_answer(),
             };
             match self.shared.rdma.open(&grant)? {
                 Some(mut path) => return self.rdma_get(bucket, key, &req, path.as_mut(), out),
@@ -677,6 +678,15 @@ impl Ctx<'_> {
             },
             Ok(()) => sink.finish(),
         }
+    }
+
+    /// `x-amz-rdma-early-answer: 1`: the client takes a GET's answer before its WRITEs
+    /// complete (served so by a data path that [`rdma::DataPath::answers_early`]).
+    fn asks_early_answer(&self) -> bool {
+        self.head
+            .header(s3_lite::rdma::pairing::RDMA_EARLY_ANSWER)
+            .map(str::trim)
+            == Some("1")
     }
 
     fn rdma_get(
@@ -733,12 +743,7 @@ impl Ctx<'_> {
         // Early answer (soft, asked for): the answer goes out once every WRITE is posted; the
         // client completes the op when its landing digest covers the bytes and equals the
         // checksum named here.
-        let early = tee.path.answers_early()
-            && self
-                .head
-                .header(s3_lite::rdma::pairing::RDMA_EARLY_ANSWER)
-                .map(str::trim)
-                == Some("1");
+        let early = tee.path.answers_early() && self.asks_early_answer();
         let bytes = if early {
             tee.path.post_all()?
         } else {
@@ -843,6 +848,7 @@ impl Ctx<'_> {
                 declared_len: declared,
                 session: self.head.header(s3_lite::rdma::RDMA_SESSION),
                 checked_end_to_end: false,
+                early_answer: false,
             };
             match self.shared.rdma.open(&grant)? {
                 Some(p) => rdma_path = Some(p),

@@ -69,6 +69,9 @@ pub struct RdmaGrant<'a> {
     /// `x-amz-rdma-frame-check: landing` (GET): the client checks the bytes end to end by
     /// its landing digest, so the soft fabric's frames may go without their trailers.
     pub checked_end_to_end: bool,
+    /// `x-amz-rdma-early-answer: 1` (GET): the client takes the answer before the WRITEs
+    /// complete.
+    pub early_answer: bool,
 }
 
 /// A client's pairing request on the `rc-persistent` connect route.
@@ -83,6 +86,8 @@ pub struct ConnectRequest<'a> {
     pub principal: &'a str,
     /// The client QP's fabric (`x-amz-rdma-fabric`: `soft` / `verbs`), when sent.
     pub fabric: Option<&'a str>,
+    /// What the client's soft QP understands (`x-amz-rdma-soft-features`), when sent.
+    pub soft_features: Option<&'a str>,
 }
 
 /// What the gateway answers a successful pairing with.

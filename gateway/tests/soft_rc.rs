@@ -7,6 +7,7 @@ mod raw;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use engine::soft::{
     Access, CompletionQueue, MemoryRegion, ProtectionDomain, QpCaps, QueuePair, SoftDevice,
@@ -65,6 +66,11 @@ fn signed(
 }
 
 fn pair(a: SocketAddr, access: (&str, &str)) -> Client {
+    pair_with(a, access, &[])
+}
+
+/// [`pair`], with `extra` headers on the connect request.
+fn pair_with(a: SocketAddr, access: (&str, &str), extra: &[(&str, &str)]) -> Client {
     let dev = SoftDevice::new(Ipv4Addr::LOCALHOST);
     let pd = dev.alloc_pd();
     let cq = dev.create_cq();
@@ -79,17 +85,12 @@ fn pair(a: SocketAddr, access: (&str, &str)) -> Client {
         .unwrap();
     let psn = 0x1234u32;
     let tok = qp.local_token(None).unwrap();
-    let r = signed(
-        a,
-        "POST",
-        "/.hipobj/rc/connect",
-        "",
-        &[
-            ("x-amz-rdma-token", tok.encode()),
-            ("x-amz-rdma-psn", format!("{psn:06x}")),
-        ],
-        access,
-    );
+    let mut h = vec![
+        ("x-amz-rdma-token", tok.encode()),
+        ("x-amz-rdma-psn", format!("{psn:06x}")),
+    ];
+    h.extend(extra.iter().map(|(n, v)| (*n, (*v).to_owned())));
+    let r = signed(a, "POST", "/.hipobj/rc/connect", "", &h, access);
     assert_eq!(r.status(), 200, "{}", r.text());
     let reply = Reply::parse(r.header("x-amz-rdma-reply").unwrap()).unwrap();
     let server: RcToken = match reply {
@@ -334,6 +335,73 @@ fn frames_go_without_checksums_only_when_the_client_asks() {
         engine::soft::QpState::Err,
         "the refusal failed the QP"
     );
+    gw.shutdown();
+}
+
+/// A client whose pairing names the soft feature `ack-later` may acknowledge the last WRITE of
+/// a GET answered early later (the frame carries `ACK_LATER`): only that one, only then. A
+/// GET not answered early, or a client paired without the feature (an older one, which would
+/// refuse the flag), gets no such frame.
+#[test]
+fn the_last_write_of_an_early_answer_is_acked_later_when_the_client_takes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start_soft(dir.path());
+    let a = gw.local_addr();
+    assert_eq!(call(a, "PUT", "/bkt", "", &[], b"").status(), 200);
+    let data = pattern(3 * (1 << 20) + 5, 4);
+    assert_eq!(call(a, "PUT", "/bkt/obj", "", &[], &data).status(), 200);
+    let newer = pair_with(
+        a,
+        (ACCESS, SECRET),
+        &[("x-amz-rdma-soft-features", "ack-later")],
+    );
+    let older = pair(a, (ACCESS, SECRET));
+    let len = data.len() as u64;
+    // A GET into a tracked window, answered early or not; its bytes all landed on return.
+    let get = |c: &Client, early: bool| {
+        let mr =
+            c.pd.register_owned(data.len(), Access::REMOTE_WRITE | Access::LOCAL_WRITE)
+                .unwrap();
+        let landing = mr.track_landing();
+        let tok = c.qp.local_token(Some((&mr, 0, len))).unwrap().encode();
+        let mut h = vec![
+            ("x-amz-rdma-token", tok),
+            ("x-amz-rdma-session", c.session.clone()),
+        ];
+        if early {
+            h.push(("x-amz-rdma-early-answer", "1".to_owned()));
+        }
+        let r = signed(a, "GET", "/bkt/obj", "", &h, (ACCESS, SECRET));
+        assert_eq!(r.status(), 200, "{}", r.text());
+        assert_eq!(r.header("x-amz-rdma-early-answer").is_some(), early);
+        let end = Instant::now() + Duration::from_secs(10);
+        while !matches!(
+            landing.state_of_first(len),
+            engine::soft::Landed::Covered(_)
+        ) {
+            assert!(Instant::now() < end, "the bytes did not land");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(mr.to_vec(0, data.len()).unwrap(), data);
+    };
+    // The count follows the digest by a moment (the frame executes after it joins).
+    let acked_later = |c: &Client, want: u64| {
+        let end = Instant::now() + Duration::from_secs(2);
+        while c.qp.counters().frames_acked_later < want && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        c.qp.counters().frames_acked_later
+    };
+    get(&newer, true);
+    assert_eq!(acked_later(&newer, 1), 1, "the last of four WRITEs, alone");
+    get(&newer, false);
+    get(&newer, true);
+    assert_eq!(acked_later(&newer, 2), 2);
+    get(&older, true);
+    get(&older, false);
+    assert_eq!(acked_later(&older, 0), 0);
+    assert_eq!(newer.qp.state(), engine::soft::QpState::Rts);
+    assert_eq!(older.qp.state(), engine::soft::QpState::Rts);
     gw.shutdown();
 }
 

@@ -105,6 +105,8 @@ pub(crate) struct Conn {
     // Declared before the CQ it reports to (dropped first).
     pub(crate) qp: RcQp,
     pub(crate) demux: Demux,
+    /// The client's soft QP takes WRITEs flagged `ACK_LATER` (its pairing named the feature).
+    pub(crate) acks_later: bool,
 }
 
 impl Conn {
@@ -440,10 +442,14 @@ impl RdmaTarget for RcTarget {
         let len = tok.size();
         let deadline = std::time::Instant::now() + self.limits.transfer_timeout;
         let path: Box<dyn DataPath> = match grant.op {
-            RdmaOp::Get => Box::new(
-                RcGet::new(conn, Arc::clone(&self.pool), remote, len, deadline)
-                    .checked_end_to_end(grant.checked_end_to_end),
-            ),
+            RdmaOp::Get => {
+                let ack_last_later = grant.early_answer && conn.acks_later;
+                Box::new(
+                    RcGet::new(conn, Arc::clone(&self.pool), remote, len, deadline)
+                        .checked_end_to_end(grant.checked_end_to_end)
+                        .ack_last_later(ack_last_later),
+                )
+            }
             _ => {
                 if len > self.limits.max_put {
                     return Err(ApiError::new(
@@ -512,6 +518,13 @@ impl RdmaTarget for RcTarget {
             client_qpn: client.qpn,
             qp,
             demux: Demux::new(cq),
+            acks_later: self.device.kind() == RcKind::Soft
+                && req.soft_features.is_some_and(|f| {
+                    s3_lite::rdma::pairing::soft_features_name(
+                        f,
+                        s3_lite::rdma::pairing::SOFT_ACK_LATER,
+                    )
+                }),
         });
         self.conns().insert(session.clone(), conn);
         Ok(Some(ConnectReply {

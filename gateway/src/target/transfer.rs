@@ -173,23 +173,13 @@ fn transfer_failed(what: impl std::fmt::Display) -> ApiError {
     ApiError::new(500, "RDMATransferFailed", what.to_string())
 }
 
-/// Posts `op` from/to `sge` (signaled or not; its bytes checked end to end by the receiver or
-/// not, [`SendWr::checked_end_to_end`]) and returns its `wr_id`.
-fn post(
-    conn: &Conn,
-    op: SendOp,
-    sge: Sge,
-    signaled: bool,
-    checked_end_to_end: bool,
-) -> Result<u64, ApiError> {
-    let wr_id = NEXT_WR.fetch_add(1, Ordering::Relaxed);
-    let mut wr = SendWr::new(wr_id, op, sge);
-    wr.signaled = signaled;
-    wr.checked_end_to_end = checked_end_to_end;
+/// Posts `wr` under a fresh `wr_id` and returns that id.
+fn post(conn: &Conn, mut wr: SendWr) -> Result<u64, ApiError> {
+    wr.wr_id = NEXT_WR.fetch_add(1, Ordering::Relaxed);
     conn.qp
         .post_send(&wr)
         .map_err(|e| transfer_failed(format!("post: {e}")))?;
-    Ok(wr_id)
+    Ok(wr.wr_id)
 }
 
 /// Waits for the signaled `wr_id`; `unsignaled` are the transfer's work requests posted
@@ -279,6 +269,9 @@ pub(crate) struct RcGet {
     error: Option<ApiError>,
     /// The client checks the bytes end to end ([`SendWr::checked_end_to_end`]).
     checked_end_to_end: bool,
+    /// The GET is answered before its WRITEs complete and the client's QP takes `ACK_LATER`:
+    /// its last WRITE lets the client acknowledge it later ([`SendWr::ack_later`]).
+    ack_last_later: bool,
 }
 
 impl RcGet {
@@ -304,12 +297,20 @@ impl RcGet {
             deadline,
             error: None,
             checked_end_to_end: false,
+            ack_last_later: false,
         }
     }
 
     /// Marks the WRITEs as checked end to end by the client (`x-amz-rdma-frame-check`).
     pub(crate) fn checked_end_to_end(mut self, yes: bool) -> Self {
         self.checked_end_to_end = yes;
+        self
+    }
+
+    /// Lets the client acknowledge the last WRITE later: the GET is answered early and the
+    /// client's QP understands `ACK_LATER` (pairing, `x-amz-rdma-soft-features`).
+    pub(crate) fn ack_last_later(mut self, yes: bool) -> Self {
+        self.ack_last_later = yes;
         self
     }
 
@@ -417,14 +418,15 @@ impl RcGet {
         };
         // Held before posting: on failure the buffer is retired with the group's others.
         g.bufs.push(mr);
-        let signaled = last || g.bufs.len() >= group_size;
-        let id = post(
-            &self.conn,
-            SendOp::Write(at),
-            wr_sge,
-            signaled,
-            self.checked_end_to_end,
-        )?;
+        let mut wr = SendWr::new(0, SendOp::Write(at), wr_sge);
+        wr.signaled = last || g.bufs.len() >= group_size;
+        wr.checked_end_to_end = self.checked_end_to_end;
+        // Known to be the span's last (not merely the first before `begin`): nobody waits on
+        // it once the GET is answered.
+        wr.ack_later =
+            self.ack_last_later && self.expected.is_some_and(|e| self.posted + len as u64 >= e);
+        let signaled = wr.signaled;
+        let id = post(&self.conn, wr)?;
         if signaled {
             g.signaled = Some(id);
         } else {
@@ -668,7 +670,10 @@ impl RcPut {
                 .ok_or_else(|| ApiError::invalid_argument("RDMA window address overflows"))?,
             rkey: self.remote.rkey,
         };
-        let id = post(&self.conn, SendOp::Read(at), sge(mr.mr(), n), true, false)?;
+        let id = post(
+            &self.conn,
+            SendWr::new(0, SendOp::Read(at), sge(mr.mr(), n)),
+        )?;
         self.pending = Some((id, n));
         self.posted += n as u64;
         Ok(())
@@ -808,6 +813,7 @@ mod tests {
                 client_qpn: ctok.qpn,
                 qp: sqp,
                 demux: Demux::new(scq),
+                acks_later: false,
             }),
             pool: Arc::new(Pool::new(spd, max_staging)),
             client_mr,
@@ -1131,7 +1137,7 @@ mod tests {
                                 length: SLOT as u32,
                                 lkey: staging.mr().lkey(),
                             };
-                            let id = post(&r.conn, SendOp::Write(at), sge, true, false).unwrap();
+                            let id = post(&r.conn, SendWr::new(0, SendOp::Write(at), sge)).unwrap();
                             let deadline = Instant::now() + Duration::from_secs(20);
                             assert_eq!(
                                 r.conn.demux.wait(id, deadline),

@@ -33,6 +33,20 @@ pub const RDMA_EARLY_ANSWER: &str = "x-amz-rdma-early-answer";
 pub const RDMA_FRAME_CHECK: &str = "x-amz-rdma-frame-check";
 /// [`RDMA_FRAME_CHECK`]'s value: checked end to end by the landing digest.
 pub const FRAME_CHECK_LANDING: &str = "landing";
+/// Connect request header (soft fabric): what the client's soft QP understands beyond the
+/// base frame format, comma-separated. Today one feature, [`SOFT_ACK_LATER`]. A gateway that
+/// does not know the header pairs as ever.
+pub const RDMA_SOFT_FEATURES: &str = "x-amz-rdma-soft-features";
+/// [`RDMA_SOFT_FEATURES`] item: the client's QP accepts WRITE frames flagged `ACK_LATER`
+/// (docs/soft-fabric.md), so the gateway may set it on WRITEs it does not wait on.
+pub const SOFT_ACK_LATER: &str = "ack-later";
+
+/// Whether a [`RDMA_SOFT_FEATURES`] value names `feature` (items trimmed, case-sensitive).
+#[must_use]
+pub fn soft_features_name(value: &str, feature: &str) -> bool {
+    value.split(',').any(|f| f.trim() == feature)
+}
+
 /// Capability answer: the pairing dialects a gateway serves, comma-separated.
 pub const RDMA_DIALECTS: &str = "x-amz-rdma-dialects";
 /// The `rc-persistent` dialect's name (`x-amz-rdma-protocol` on the capability answer).
@@ -69,15 +83,19 @@ impl RcKind {
     }
 }
 
-/// The connect request's RDMA headers for our token, PSN and fabric (all signed by the
-/// caller); `None` when `psn` does not fit 24 bits.
+/// The connect request's RDMA headers for our token, PSN and fabric, and (soft) the soft QP's
+/// features (all signed by the caller); `None` when `psn` does not fit 24 bits.
 #[must_use]
 pub fn connect_headers(token: &RcToken, psn: u32, fabric: RcKind) -> Option<Vec<(String, String)>> {
-    Some(vec![
+    let mut h = vec![
         (RDMA_TOKEN.to_owned(), token.encode()),
         (RDMA_PSN.to_owned(), Psn::new(psn).ok()?.encode()),
         (RDMA_FABRIC.to_owned(), fabric.as_str().to_owned()),
-    ])
+    ];
+    if fabric == RcKind::Soft {
+        h.push((RDMA_SOFT_FEATURES.to_owned(), SOFT_ACK_LATER.to_owned()));
+    }
+    Some(h)
 }
 
 /// What the server answered to a pairing.
@@ -166,8 +184,19 @@ mod tests {
         let h = connect_headers(&token(), 0xabc, RcKind::Verbs).unwrap();
         assert!(h.contains(&(RDMA_PSN.into(), "000abc".into())));
         assert!(h.contains(&(RDMA_FABRIC.into(), "verbs".into())));
+        assert!(!h.iter().any(|(n, _)| n == RDMA_SOFT_FEATURES));
+        let soft = connect_headers(&token(), 0xabc, RcKind::Soft).unwrap();
+        assert!(soft.contains(&(RDMA_SOFT_FEATURES.into(), SOFT_ACK_LATER.into())));
         assert!(h.contains(&(RDMA_TOKEN.into(), token().encode())));
         assert!(connect_headers(&token(), 1 << 24, RcKind::Soft).is_none());
+    }
+
+    #[test]
+    fn soft_features_are_matched_by_item() {
+        assert!(soft_features_name("ack-later", SOFT_ACK_LATER));
+        assert!(soft_features_name(" other , ack-later ", SOFT_ACK_LATER));
+        assert!(!soft_features_name("ack-later-v2", SOFT_ACK_LATER));
+        assert!(!soft_features_name("", SOFT_ACK_LATER));
     }
 
     #[test]

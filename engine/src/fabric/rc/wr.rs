@@ -59,6 +59,13 @@ pub struct SendWr {
     /// Set it only when the receiver asked for it. Verbs ignores it (the NIC checks every
     /// packet).
     pub checked_end_to_end: bool,
+    /// Nobody waits on this WRITE's completion soon (a server's last WRITE of a GET it has
+    /// already answered), so the soft fabric lets the receiver hold its acknowledgement back
+    /// and send it with a later one (`ACK_LATER`, docs/soft-fabric.md): up to 8 messages or
+    /// 1 ms later. Set it only when the receiver said it understands the flag (the
+    /// `x-amz-rdma-soft-features: ack-later` of its pairing). Verbs ignores it (a NIC
+    /// coalesces acknowledgements by itself).
+    pub ack_later: bool,
 }
 
 impl SendWr {
@@ -71,6 +78,7 @@ impl SendWr {
             sge,
             signaled: true,
             checked_end_to_end: false,
+            ack_later: false,
         }
     }
 }

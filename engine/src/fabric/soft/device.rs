@@ -243,6 +243,8 @@ impl SoftDevice {
                 rq: Default::default(),
                 cur_recv: None,
                 responses: Default::default(),
+                deferred_ack: None,
+                counters: super::qp::QpCounters::default(),
                 answering: false,
                 requesting: false,
                 reads_pending: 0,

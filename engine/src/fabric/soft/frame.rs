@@ -13,7 +13,7 @@
 //! | 0 | 2 | magic | `"SF"` (0x5346) |
 //! | 2 | 1 | version | [`VERSION`] |
 //! | 3 | 1 | opcode | [`Opcode`] |
-//! | 4 | 1 | flags | [`FIRST`] / [`LAST`] (multi-frame messages), [`UNCHECKED`] (WRITE*) |
+//! | 4 | 1 | flags | [`FIRST`] / [`LAST`] (multi-frame messages), [`UNCHECKED`] and [`ACK_LATER`] (WRITE*) |
 //! | 5 | 3 | reserved | zero |
 //! | 8 | 4 | psn | 24-bit packet sequence number |
 //! | 12 | 4 | len | payload bytes after the header |
@@ -39,6 +39,14 @@
 //! range), and a receiver accepts it only into a region whose landing digest it tracks (else
 //! NAK [`NakCode::InvalidRequest`]). A byte changed on the way then fails the operation when
 //! the digests disagree instead of failing the frame.
+//!
+//! Acknowledgements: a responder acknowledges what it executed at once, and an ACK covers every
+//! request frame up to its PSN. A WRITE / WRITE_IMM frame flagged [`ACK_LATER`] is one its
+//! sender does not wait on soon (`SendWr::ack_later`: a gateway's last WRITE of a GET it has
+//! already answered); its receiver may hold the ACK back until a later ACK carries it, it
+//! covers 8 messages, or 1 ms passed, as a NIC coalesces ACKs. A sender sets it only toward a
+//! receiver that said it understands the flag (pairing, `x-amz-rdma-soft-features:
+//! ack-later`), as an older receiver refuses an unknown flag.
 
 use thiserror::Error;
 
@@ -63,6 +71,9 @@ pub const LAST: u8 = 2;
 /// Flag (WRITE / WRITE_IMM only): the frame carries no checksum trailer; its receiver checks
 /// the bytes end to end (see the module docs).
 pub const UNCHECKED: u8 = 4;
+/// Flag (WRITE / WRITE_IMM only): the sender does not wait on this message's acknowledgement,
+/// so the receiver may hold it back and send it with a later one (see the module docs).
+pub const ACK_LATER: u8 = 8;
 
 /// Frame opcodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -302,6 +313,12 @@ impl Header {
         self.flags & UNCHECKED != 0
     }
 
+    /// Whether [`ACK_LATER`] is set.
+    #[must_use]
+    pub const fn ack_later(&self) -> bool {
+        self.flags & ACK_LATER != 0
+    }
+
     /// Whether a [`TRAILER_LEN`]-byte checksum trailer follows this frame's payload: its
     /// opcode carries one ([`Opcode::has_trailer`]) and it is not [`UNCHECKED`].
     #[must_use]
@@ -390,9 +407,9 @@ fn validate(h: &Header) -> Result<(), FrameError> {
         return Err(FrameError::Psn(h.psn));
     }
     let flags_ok = match op {
-        O::Write => h.flags & !(FIRST | LAST | UNCHECKED) == 0,
+        O::Write => h.flags & !(FIRST | LAST | UNCHECKED | ACK_LATER) == 0,
         O::Send | O::ReadResp => h.flags & !(FIRST | LAST) == 0,
-        O::WriteImm => h.flags & !(FIRST | LAST | UNCHECKED) == 0 && h.last(),
+        O::WriteImm => h.flags & !(FIRST | LAST | UNCHECKED | ACK_LATER) == 0 && h.last(),
         O::SendImm => h.flags & !(FIRST | LAST) == 0 && h.last(),
         _ => h.flags == 0,
     };
@@ -561,17 +578,23 @@ mod tests {
         w.flags |= UNCHECKED;
         assert!(!w.has_trailer());
         assert_eq!(decode_header(&w.encode()), Ok(w));
-        // Only a WRITE may go unchecked: a READ response or a SEND never.
+        w.flags |= ACK_LATER;
+        assert!(w.ack_later() && !w.has_trailer());
+        assert_eq!(decode_header(&w.encode()), Ok(w));
+        // Only a WRITE may go unchecked or be acknowledged later: a READ response or a SEND
+        // never.
         for op in [Opcode::ReadResp, Opcode::Send] {
-            let h = Header {
-                flags: FIRST | LAST | UNCHECKED,
-                len: 3,
-                ..Header::new(op, 3)
-            };
-            assert!(
-                matches!(decode_header(&h.encode()), Err(FrameError::Flags { .. })),
-                "{op:?}"
-            );
+            for flag in [UNCHECKED, ACK_LATER] {
+                let h = Header {
+                    flags: FIRST | LAST | flag,
+                    len: 3,
+                    ..Header::new(op, 3)
+                };
+                assert!(
+                    matches!(decode_header(&h.encode()), Err(FrameError::Flags { .. })),
+                    "{op:?} {flag}"
+                );
+            }
         }
     }
 

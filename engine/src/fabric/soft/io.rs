@@ -544,7 +544,7 @@ impl Loop {
             return;
         };
         let turn = c.turn();
-        if let Some(d) = c.rx.deadline() {
+        if let Some(d) = c.next_timer() {
             self.soonest = Some(self.soonest.map_or(d, |s| s.min(d)));
         }
         match turn {
@@ -567,7 +567,7 @@ impl Loop {
                 Turn::Keep => {}
             }
             tick = tick.min(c.qp.lock().timeout.max(Duration::from_millis(1)));
-            if let Some(d) = c.rx.deadline() {
+            if let Some(d) = c.next_timer() {
                 soonest = Some(soonest.map_or(d, |s| s.min(d)));
             }
         }
@@ -806,6 +806,8 @@ impl Conn {
                 let mut c = self.qp.lock();
                 if c.state != QpState::Err {
                     c.responses.clear();
+                    // The NAK acknowledges everything before `psn`.
+                    c.deferred_ack = None;
                     c.responses.push_back(Resp::Nak(psn, code));
                 }
                 drop(c);
@@ -832,8 +834,21 @@ impl Conn {
         self.qp.fail(&mut c, culprit, Shut::Both);
     }
 
+    /// The soonest of this connection's timers: the read side's (RNR wait, drain) and a
+    /// held-back ACK's.
+    fn next_timer(&self) -> Option<Instant> {
+        [self.rx.deadline(), self.rx.ack_due]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
     /// This connection's timers at `now`.
     fn timers(&mut self, now: Instant) -> Turn {
+        if self.rx.ack_timer(&self.qp, now) {
+            self.tx_due = true;
+            return Turn::Again;
+        }
         if self.rx.waiting_recv() {
             if let Err(s) = self.rx.retry_recv(&self.qp, now) {
                 return self.stopped(s).unwrap_or(Turn::Again);

@@ -57,6 +57,7 @@ pub use mr::{MemoryRegion, MrError, ProtectionDomain};
 #[cfg(feature = "test-support")]
 pub use pair::{Endpoint, loopback_pair};
 pub use qp::{
-    MAX_RD_ATOMIC, PostError, QpCaps, QpError, QpState, QueuePair, RtrAttr, RtsAttr, SoftPath,
+    MAX_RD_ATOMIC, PostError, QpCaps, QpCounters, QpError, QpState, QueuePair, RtrAttr, RtsAttr,
+    SoftPath,
 };
 pub use wr::{Access, RecvWr, RemoteAddr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};

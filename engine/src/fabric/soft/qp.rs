@@ -173,6 +173,17 @@ pub enum PostError {
     QueueFull,
 }
 
+/// Counts of a queue pair's acknowledgements, like a NIC's per-QP counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct QpCounters {
+    /// ACK frames this QP sent (as a responder; several executed messages may share one).
+    pub acks_sent: u64,
+    /// Request frames flagged `ACK_LATER` it executed (their ACKs held back, to go with a
+    /// later one: docs/soft-fabric.md).
+    pub frames_acked_later: u64,
+}
+
 /// A reliable-connected queue pair of the soft fabric. Dropping it moves it to `Err`
 /// (flushing its work requests), closes its connection and detaches it from its device's I/O
 /// thread.
@@ -193,6 +204,12 @@ impl QueuePair {
     #[must_use]
     pub fn state(&self) -> QpState {
         self.shared.lock().state
+    }
+
+    /// What this QP has counted so far.
+    #[must_use]
+    pub fn counters(&self) -> QpCounters {
+        self.shared.lock().counters
     }
 
     /// `Reset → Init` with the remote access this QP allows (`qp_access_flags`).

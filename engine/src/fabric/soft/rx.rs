@@ -24,7 +24,7 @@ use super::frame::{
 use super::landing::FrameDigest;
 use super::mr::MrInner;
 use super::qp::{MAX_RD_ATOMIC, QpState};
-use super::shared::{QpShared, Resp};
+use super::shared::{ACK_DELAY, QpShared, Resp};
 use super::wr::Access;
 use super::wr::{WcOpcode, WcStatus};
 
@@ -140,6 +140,9 @@ pub(crate) struct Rx {
     /// The write side has work since the last look: answers were queued, or an ACK / READ
     /// response opened the window for queued requests (the I/O thread then writes).
     pub(crate) tx_hint: bool,
+    /// An ACK is held back ([`Core::defer_ack`](super::shared::Core::defer_ack)) and must be
+    /// queued by then.
+    pub(crate) ack_due: Option<Instant>,
 }
 
 impl Rx {
@@ -155,6 +158,7 @@ impl Rx {
             },
             progress: Instant::now(),
             tx_hint: false,
+            ack_due: None,
         }
     }
 
@@ -561,7 +565,7 @@ impl Rx {
                 // message as it places it: an application that answers "done" on this
                 // completion and destroys the QP then still lets the ACK leave
                 // (QpShared::drain_answers).
-                self.executed(qp, h.psn);
+                self.executed(qp, h);
                 if h.opcode == Opcode::WriteImm {
                     let r = qp.lock().cur_recv.take();
                     if let Some(r) = r {
@@ -577,7 +581,7 @@ impl Rx {
             Opcode::Send | Opcode::SendImm => {
                 self.msg = (!h.last()).then_some(Msg::Send(total));
                 // ACK first, then the completion (see above).
-                self.executed(qp, h.psn);
+                self.executed(qp, h);
                 if h.last() {
                     let r = qp.lock().cur_recv.take();
                     if let Some(r) = r {
@@ -598,14 +602,37 @@ impl Rx {
     }
 
     /// Executed: advance the expected PSN and queue the (coalesced) ACK; the I/O thread writes
-    /// it after this read pass.
-    fn executed(&mut self, qp: &QpShared, psn: u32) {
+    /// it after this read pass. An [`ACK_LATER`](super::frame::ACK_LATER) frame's ACK is held
+    /// back instead, until a later ACK carries it, it covers `ACK_BATCH` messages, or
+    /// [`ACK_DELAY`] passed (the I/O thread's timer, [`Rx::ack_due`]); reading goes on.
+    fn executed(&mut self, qp: &QpShared, h: &Header) {
         self.epsn = (self.epsn + 1) & PSN_MASK;
         let mut c = qp.lock();
-        if c.state != QpState::Err {
-            c.push_ack(psn);
-            self.tx_hint = true;
+        if c.state == QpState::Err {
+            return;
         }
+        if h.ack_later() {
+            c.counters.frames_acked_later += 1;
+        }
+        if h.ack_later() && !c.defer_ack(h.psn, h.last()) {
+            self.ack_due
+                .get_or_insert_with(|| Instant::now() + ACK_DELAY);
+            return;
+        }
+        if !h.ack_later() {
+            c.push_ack(h.psn);
+        }
+        self.ack_due = None;
+        self.tx_hint = true;
+    }
+
+    /// Queues a held-back ACK whose time is up (`now` past [`Rx::ack_due`]). `true`: queued.
+    pub(crate) fn ack_timer(&mut self, qp: &QpShared, now: Instant) -> bool {
+        if self.ack_due.is_none_or(|d| now < d) {
+            return false;
+        }
+        self.ack_due = None;
+        qp.lock().flush_deferred_ack()
     }
 
     fn read_req(&mut self, qp: &QpShared, h: &Header) -> Result<(), Stop> {

@@ -111,6 +111,11 @@ pub(crate) struct Core {
     /// The RECV a multi-frame SEND / a WRITE_WITH_IMM is consuming.
     pub(crate) cur_recv: Option<PostedRecv>,
     pub(crate) responses: VecDeque<Resp>,
+    /// The ACK of executed [`ACK_LATER`](super::frame::ACK_LATER) frames not queued yet: the
+    /// last such PSN and how many messages it covers ([`Core::defer_ack`]).
+    pub(crate) deferred_ack: Option<(u32, u32)>,
+    /// What this QP counted ([`super::qp::QueuePair::counters`]).
+    pub(crate) counters: super::qp::QpCounters,
     /// An answer taken off `responses` is being written.
     pub(crate) answering: bool,
     /// A request's frames are being written (by the I/O thread, or inline by the posting
@@ -138,8 +143,10 @@ impl Core {
         (seq < self.next_seq).then_some(seq)
     }
 
-    /// Queues an ACK, merging with a trailing ACK (the queue stays bounded by the READs).
+    /// Queues an ACK, merging with a trailing ACK (the queue stays bounded by the READs). It
+    /// covers any deferred one (ACKs are cumulative).
     pub(crate) fn push_ack(&mut self, psn: u32) {
+        self.deferred_ack = None;
         if let Some(Resp::Ack(p)) = self.responses.back_mut() {
             *p = psn;
         } else {
@@ -147,6 +154,38 @@ impl Core {
         }
     }
 }
+
+impl Core {
+    /// Holds back the ACK of the executed [`ACK_LATER`](super::frame::ACK_LATER) frame `psn`
+    /// (`last`: it ends a message), to go with a later one; queues it once it covers
+    /// [`ACK_BATCH`] messages. `true`: queued now.
+    pub(crate) fn defer_ack(&mut self, psn: u32, last: bool) -> bool {
+        let messages = self.deferred_ack.map_or(0, |(_, n)| n) + u32::from(last);
+        if messages >= ACK_BATCH {
+            self.push_ack(psn);
+            return true;
+        }
+        self.deferred_ack = Some((psn, messages));
+        false
+    }
+
+    /// Queues the deferred ACK, if any. `true`: one was queued.
+    pub(crate) fn flush_deferred_ack(&mut self) -> bool {
+        match self.deferred_ack {
+            Some((psn, _)) => {
+                self.push_ack(psn);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Messages whose ACK a responder holds back at most ([`Core::defer_ack`]).
+pub(crate) const ACK_BATCH: u32 = 8;
+/// How long a responder holds back an ACK at most (its I/O thread's timer; `mio` waits in
+/// whole milliseconds, rounded up).
+pub(crate) const ACK_DELAY: Duration = Duration::from_millis(1);
 
 /// State shared by a queue pair's handle, its I/O thread and its device.
 #[derive(Debug)]
@@ -260,6 +299,7 @@ impl QpShared {
                 .push(self.wc(r.wr.wr_id, WcStatus::WrFlushError, WcOpcode::Recv));
         }
         c.responses.clear();
+        c.deferred_ack = None;
         if let Some((s, _)) = &c.stream {
             let how = match shut {
                 Shut::Both => std::net::Shutdown::Both,
@@ -280,6 +320,8 @@ impl QpShared {
     pub(crate) fn drain_answers(&self, limit: Duration) {
         let end = Instant::now() + limit;
         let mut c = self.lock();
+        // A held-back ACK leaves now: nothing later will carry it.
+        c.flush_deferred_ack();
         if c.state == QpState::Err || !c.started || (c.responses.is_empty() && !c.answering) {
             return;
         }

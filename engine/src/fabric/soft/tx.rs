@@ -19,7 +19,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::frame::{
-    FIRST, HEADER_LEN, Header, LAST, NakCode, Opcode, TRAILER_LEN, UNCHECKED, frame_crc, trailer,
+    ACK_LATER, FIRST, HEADER_LEN, Header, LAST, NakCode, Opcode, TRAILER_LEN, UNCHECKED, frame_crc,
+    trailer,
 };
 use super::mr::MrInner;
 use super::qp::{MAX_RD_ATOMIC, QpState};
@@ -184,6 +185,7 @@ pub(crate) fn pump(qp: &Arc<QpShared>, sock: &TcpStream) -> Result<bool, Stop> {
             c.answering = true;
             w.cur = Some(match r {
                 Resp::Ack(psn) => {
+                    c.counters.acks_sent += 1;
                     OutFrame::header_only(Header::new(Opcode::Ack, psn).encode(), Kind::Ack)
                 }
                 Resp::Nak(psn, code) => nak_frame(psn, code),
@@ -361,6 +363,10 @@ fn next_request_frame(qp: &QpShared, job: &mut ReqJob) -> Result<(OutFrame, bool
     // A WRITE whose receiver checks its bytes end to end goes without the trailer.
     if wr.checked_end_to_end && matches!(h.opcode, Opcode::Write | Opcode::WriteImm) {
         h.flags |= UNCHECKED;
+    }
+    // A WRITE nobody waits on soon lets the receiver acknowledge it with a later one.
+    if wr.ack_later && matches!(h.opcode, Opcode::Write | Opcode::WriteImm) {
+        h.flags |= ACK_LATER;
     }
     let at = wr.sge.addr.wrapping_add(u64::from(off));
     let head = h.encode();
