@@ -574,9 +574,6 @@ impl Loop {
         for qpn in gone {
             self.remove(qpn);
         }
-        for qpn in serve {
-            self.serve(qpn);
-        }
         let expired: Vec<usize> = self
             .pairings
             .iter()
@@ -599,6 +596,10 @@ impl Loop {
             soonest = Some(soonest.map_or(d.until, |s| s.min(d.until)));
         }
         self.soonest = soonest;
+        // After the timers are set: a turn may arm one (a held-back ACK, an RNR wait).
+        for qpn in serve {
+            self.serve(qpn);
+        }
         self.next_sweep = (!self.conns.is_empty() || !self.pairings.is_empty()).then(|| now + tick);
     }
 
