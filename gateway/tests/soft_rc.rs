@@ -132,6 +132,59 @@ impl Client {
         }
         signed(a, "GET", path, "", &h, (ACCESS, SECRET))
     }
+
+    /// A GET of all `len` bytes of `path` into a fresh window (a region's landing digest breaks
+    /// for good on a local write), whose landing is tracked when `tracked`, with `extra`
+    /// request headers.
+    fn get_into_fresh_window(
+        &self,
+        a: SocketAddr,
+        path: &str,
+        len: usize,
+        tracked: bool,
+        extra: &[(&'static str, &str)],
+    ) -> (raw::Response, MemoryRegion, Option<engine::soft::Landing>) {
+        let mr = self
+            .pd
+            .register_owned(len, Access::REMOTE_WRITE | Access::LOCAL_WRITE)
+            .unwrap();
+        let landing = tracked.then(|| mr.track_landing());
+        let tok = self
+            .qp
+            .local_token(Some((&mr, 0, len as u64)))
+            .unwrap()
+            .encode();
+        let mut h = vec![
+            ("x-amz-rdma-token", tok),
+            ("x-amz-rdma-session", self.session.clone()),
+        ];
+        h.extend(extra.iter().map(|(n, v)| (*n, (*v).to_owned())));
+        let r = signed(a, "GET", path, "", &h, (ACCESS, SECRET));
+        (r, mr, landing)
+    }
+}
+
+/// The request header asking for an early answer, when `early`.
+fn early_answer(early: bool) -> &'static [(&'static str, &'static str)] {
+    if early {
+        &[("x-amz-rdma-early-answer", "1")]
+    } else {
+        &[]
+    }
+}
+
+/// Waits (20 s at most) until `landing`'s digest covers the first `len` bytes; their CRC-64.
+fn landed(landing: &engine::soft::Landing, len: u64) -> u64 {
+    let t = Instant::now();
+    loop {
+        match landing.state_of_first(len) {
+            engine::soft::Landed::Covered(crc) => return crc,
+            engine::soft::Landed::Pending if t.elapsed().as_secs() < 20 => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            other => panic!("the bytes did not land: {other:?}"),
+        }
+    }
 }
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
@@ -234,20 +287,9 @@ fn an_early_answer_is_echoed_and_the_bytes_still_land_in_order() {
     let c = pair(a, (ACCESS, SECRET));
     let len = data.len() as u64;
     for early in [false, true] {
-        // A fresh window each time (a region's digest breaks for good on a local write).
-        let mr =
-            c.pd.register_owned(data.len(), Access::REMOTE_WRITE | Access::LOCAL_WRITE)
-                .unwrap();
-        let landing = mr.track_landing();
-        let tok = c.qp.local_token(Some((&mr, 0, len))).unwrap().encode();
-        let mut h = vec![
-            ("x-amz-rdma-token", tok),
-            ("x-amz-rdma-session", c.session.clone()),
-        ];
-        if early {
-            h.push(("x-amz-rdma-early-answer", "1".to_owned()));
-        }
-        let r = signed(a, "GET", "/bkt/obj", "", &h, (ACCESS, SECRET));
+        let (r, mr, landing) =
+            c.get_into_fresh_window(a, "/bkt/obj", data.len(), true, early_answer(early));
+        let landing = landing.unwrap();
         assert_eq!(r.status(), 200, "{}", r.text());
         assert_eq!(r.header("x-amz-rdma-reply"), Some("200"));
         let named = r
@@ -265,16 +307,7 @@ fn an_early_answer_is_echoed_and_the_bytes_still_land_in_order() {
                 "answered before the bytes landed: {state:?}"
             );
         }
-        let t = std::time::Instant::now();
-        let crc = loop {
-            match landing.state_of_first(len) {
-                engine::soft::Landed::Covered(crc) => break crc,
-                engine::soft::Landed::Pending if t.elapsed().as_secs() < 20 => {
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                }
-                other => panic!("early={early}: the bytes did not land: {other:?}"),
-            }
-        };
+        let crc = landed(&landing, len);
         assert_eq!(s3_lite::checksum::encode_crc64nvme(crc), named);
         assert_eq!(mr.to_vec(0, data.len()).unwrap(), data);
     }
@@ -297,20 +330,12 @@ fn frames_go_without_checksums_only_when_the_client_asks() {
     let c = pair(a, (ACCESS, SECRET));
     let len = data.len() as u64;
     let get = |tracked: bool, ask: bool| {
-        let mr =
-            c.pd.register_owned(data.len(), Access::REMOTE_WRITE | Access::LOCAL_WRITE)
-                .unwrap();
-        let landing = tracked.then(|| mr.track_landing());
-        let tok = c.qp.local_token(Some((&mr, 0, len))).unwrap().encode();
-        let mut h = vec![
-            ("x-amz-rdma-token", tok),
-            ("x-amz-rdma-session", c.session.clone()),
-        ];
-        if ask {
-            h.push(("x-amz-rdma-frame-check", "landing".to_owned()));
-        }
-        let r = signed(a, "GET", "/bkt/obj", "", &h, (ACCESS, SECRET));
-        (r, mr, landing)
+        let h: &[_] = if ask {
+            &[("x-amz-rdma-frame-check", "landing")]
+        } else {
+            &[]
+        };
+        c.get_into_fresh_window(a, "/bkt/obj", data.len(), tracked, h)
     };
     let (r, mr, landing) = get(true, true);
     assert_eq!(r.status(), 200, "{}", r.text());
@@ -359,29 +384,11 @@ fn the_last_write_of_an_early_answer_is_acked_later_when_the_client_takes_it() {
     let len = data.len() as u64;
     // A GET into a tracked window, answered early or not; its bytes all landed on return.
     let get = |c: &Client, early: bool| {
-        let mr =
-            c.pd.register_owned(data.len(), Access::REMOTE_WRITE | Access::LOCAL_WRITE)
-                .unwrap();
-        let landing = mr.track_landing();
-        let tok = c.qp.local_token(Some((&mr, 0, len))).unwrap().encode();
-        let mut h = vec![
-            ("x-amz-rdma-token", tok),
-            ("x-amz-rdma-session", c.session.clone()),
-        ];
-        if early {
-            h.push(("x-amz-rdma-early-answer", "1".to_owned()));
-        }
-        let r = signed(a, "GET", "/bkt/obj", "", &h, (ACCESS, SECRET));
+        let (r, mr, landing) =
+            c.get_into_fresh_window(a, "/bkt/obj", data.len(), true, early_answer(early));
         assert_eq!(r.status(), 200, "{}", r.text());
         assert_eq!(r.header("x-amz-rdma-early-answer").is_some(), early);
-        let end = Instant::now() + Duration::from_secs(10);
-        while !matches!(
-            landing.state_of_first(len),
-            engine::soft::Landed::Covered(_)
-        ) {
-            assert!(Instant::now() < end, "the bytes did not land");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        landed(&landing.unwrap(), len);
         assert_eq!(mr.to_vec(0, data.len()).unwrap(), data);
     };
     // The count follows the digest by a moment (the frame executes after it joins).
