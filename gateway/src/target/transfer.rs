@@ -245,6 +245,13 @@ pub(crate) struct Group {
     pub(crate) unsignaled: Vec<u64>,
 }
 
+/// The largest GET whose last WRITE may be acknowledged later ([`SendWr::ack_later`]): the
+/// held acknowledgement keeps the GET's staging buffer out of the pool until it comes, which
+/// the saved wake-up pays for on small GETs and not on large ones. Measured on the 16-core
+/// machine (docs/benchmarks.md, 2026-12-06 09:08 UTC): flagging every size took 64 KiB GETs
+/// from 85.9 to 81.2 µs of gateway CPU but 1 MiB GETs from 363.5 to 376.0.
+pub(crate) const ACK_LATER_MAX: u64 = 256 << 10;
+
 /// GET: object bytes → staging → RDMA WRITE into the client's window.
 pub(crate) struct RcGet {
     conn: Arc<Conn>,
@@ -422,9 +429,11 @@ impl RcGet {
         wr.signaled = last || g.bufs.len() >= group_size;
         wr.checked_end_to_end = self.checked_end_to_end;
         // Known to be the span's last (not merely the first before `begin`): nobody waits on
-        // it once the GET is answered.
-        wr.ack_later =
-            self.ack_last_later && self.expected.is_some_and(|e| self.posted + len as u64 >= e);
+        // it once the GET is answered. Small spans only (ACK_LATER_MAX).
+        wr.ack_later = self.ack_last_later
+            && self
+                .expected
+                .is_some_and(|e| e <= ACK_LATER_MAX && self.posted + len as u64 >= e);
         let signaled = wr.signaled;
         let id = post(&self.conn, wr)?;
         if signaled {
