@@ -153,9 +153,7 @@ impl Core {
             self.responses.push_back(Resp::Ack(psn));
         }
     }
-}
 
-impl Core {
     /// Holds back the ACK of the executed [`ACK_LATER`](super::frame::ACK_LATER) frame `psn`
     /// (`last`: it ends a message), to go with a later one; queues it once it covers
     /// [`ACK_BATCH`] messages. `true`: queued now.
