@@ -305,23 +305,9 @@ impl Rx {
                     read += n;
                     self.progress = Instant::now();
                     *got += n as u32;
-                    if *got == h.len && !h.has_trailer() {
-                        self.step = Step::Received {
-                            h: *h,
-                            total: *total,
-                        };
-                    } else if *got == h.len {
-                        let end = match dst {
-                            Dst::ReadResp { end, .. } => *end,
-                            _ => 0,
-                        };
-                        self.step = Step::Trailer {
-                            h: *h,
-                            buf: [0; TRAILER_LEN + HEADER_LEN],
-                            got: 0,
-                            total: *total,
-                            end,
-                        };
+                    if *got == h.len {
+                        let next = Self::after_payload(h, dst, *total);
+                        self.step = next;
                     }
                 }
                 Step::Received { h, total } => {
@@ -407,22 +393,10 @@ impl Rx {
         }
     }
 
-    /// The payload step for `h`, or straight to its trailer when it carries no bytes.
+    /// The payload step for `h`, or straight past it when it carries no bytes.
     fn payload(h: &Header, dst: Dst, total: u64) -> Step {
-        let end = match &dst {
-            Dst::ReadResp { end, .. } => *end,
-            _ => 0,
-        };
-        if h.len == 0 && !h.has_trailer() {
-            Step::Received { h: *h, total }
-        } else if h.len == 0 {
-            Step::Trailer {
-                h: *h,
-                buf: [0; TRAILER_LEN + HEADER_LEN],
-                got: 0,
-                total,
-                end,
-            }
+        if h.len == 0 {
+            Self::after_payload(h, &dst, total)
         } else {
             Step::Payload {
                 h: *h,
@@ -538,6 +512,25 @@ impl Rx {
         Ok(Self::payload(h, dst, total))
     }
 
+    /// What follows `h`'s payload: its trailer, or (an [`UNCHECKED`](super::frame::UNCHECKED)
+    /// WRITE) its execution.
+    fn after_payload(h: &Header, dst: &Dst, total: u64) -> Step {
+        if !h.has_trailer() {
+            return Step::Received { h: *h, total };
+        }
+        let end = match dst {
+            Dst::ReadResp { end, .. } => *end,
+            _ => 0,
+        };
+        Step::Trailer {
+            h: *h,
+            buf: [0; TRAILER_LEN + HEADER_LEN],
+            got: 0,
+            total,
+            end,
+        }
+    }
+
     /// A frame with payload passed its checksum, or needs none: its payload joins the region's
     /// landing digest before the frame executes (and is acknowledged), and receiving goes on
     /// at `next`.
@@ -611,19 +604,20 @@ impl Rx {
         if c.state == QpState::Err {
             return;
         }
-        if h.ack_later() {
+        let queued = if h.ack_later() {
             c.counters.frames_acked_later += 1;
-        }
-        if h.ack_later() && !c.defer_ack(h.psn, h.last()) {
+            c.defer_ack(h.psn, h.last())
+        } else {
+            c.push_ack(h.psn);
+            true
+        };
+        if queued {
+            self.ack_due = None;
+            self.tx_hint = true;
+        } else {
             self.ack_due
                 .get_or_insert_with(|| Instant::now() + ACK_DELAY);
-            return;
         }
-        if !h.ack_later() {
-            c.push_ack(h.psn);
-        }
-        self.ack_due = None;
-        self.tx_hint = true;
     }
 
     /// Queues a held-back ACK whose time is up (`now` past [`Rx::ack_due`]). `true`: queued.

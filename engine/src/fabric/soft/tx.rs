@@ -360,13 +360,15 @@ fn next_request_frame(qp: &QpShared, job: &mut ReqJob) -> Result<(OutFrame, bool
             _ => {}
         }
     }
-    // A WRITE whose receiver checks its bytes end to end goes without the trailer.
-    if wr.checked_end_to_end && matches!(h.opcode, Opcode::Write | Opcode::WriteImm) {
-        h.flags |= UNCHECKED;
-    }
-    // A WRITE nobody waits on soon lets the receiver acknowledge it with a later one.
-    if wr.ack_later && matches!(h.opcode, Opcode::Write | Opcode::WriteImm) {
-        h.flags |= ACK_LATER;
+    if matches!(h.opcode, Opcode::Write | Opcode::WriteImm) {
+        // A WRITE whose receiver checks its bytes end to end goes without the trailer.
+        if wr.checked_end_to_end {
+            h.flags |= UNCHECKED;
+        }
+        // A WRITE nobody waits on soon lets the receiver acknowledge it with a later one.
+        if wr.ack_later {
+            h.flags |= ACK_LATER;
+        }
     }
     let at = wr.sge.addr.wrapping_add(u64::from(off));
     let head = h.encode();
