@@ -681,7 +681,7 @@ fn writes_acked_later_complete_by_the_timer_or_a_later_ack() {
     let data = pattern(64 * 1024, 3);
     src.write(0, &data).unwrap();
     let dst =
-        b.pd.register_owned(64 * 1024, Access::REMOTE_WRITE)
+        b.pd.register_owned(64 * 1024, Access::REMOTE_WRITE | Access::REMOTE_READ)
             .unwrap();
     let later = |id: u64, len: u32| {
         let mut wr = SendWr::new(id, SendOp::Write(remote(&dst, 0)), sge(&src, 0, len));
@@ -726,6 +726,28 @@ fn writes_acked_later_complete_by_the_timer_or_a_later_ack() {
     // Eight messages fill a held ACK, and a sender that posts back to back stays well within
     // the timer: far fewer ACKs than messages.
     assert!(c.acks_sent - 2 <= 10, "{c:?}");
+
+    // A READ right behind a held ACK: the ACK goes first, so both complete in order and the
+    // QP stays up (the gateway posts a PUT's READ right after a GET's flagged WRITE).
+    let back = a.pd.register_owned(4096, Access::LOCAL_WRITE).unwrap();
+    for round in 0..20u64 {
+        a.qp.post_send(&later(50 + 2 * round, 4096)).unwrap();
+        a.qp.post_send(&SendWr::new(
+            51 + 2 * round,
+            SendOp::Read(remote(&dst, 0)),
+            sge(&back, 0, 4096),
+        ))
+        .unwrap();
+        let wc = reap(&a, 2);
+        assert_eq!(
+            wc.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+            [
+                (50 + 2 * round, WcStatus::Success),
+                (51 + 2 * round, WcStatus::Success)
+            ]
+        );
+    }
+    assert_eq!(back.to_vec(0, 4096).unwrap(), data[..4096]);
 
     // A responder done with the message tears its QP down at once: the held ACK leaves.
     b.qp.post_recv(&RecvWr {

@@ -650,6 +650,10 @@ impl Rx {
             return Err(Stop::Nak(h.psn, NakCode::InvalidRequest));
         }
         c.reads_pending += 1;
+        // A held-back ACK goes before the READ's answer: the requester completes its requests
+        // in order, so a READ response behind an unacknowledged WRITE would be a protocol
+        // error there, and the held ACK sent after it would name an acknowledged PSN.
+        c.flush_deferred_ack();
         c.responses.push_back(Resp::Read {
             psn: h.psn,
             mr,
