@@ -7,7 +7,10 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
-use engine::soft::frame::{CONNECT_PAYLOAD, HEADER_LEN, Header, NakCode, Opcode, decode_header};
+use engine::soft::frame::{
+    CONNECT_PAYLOAD, HEADER_LEN, Header, NakCode, Opcode, TRAILER_LEN, decode_header, frame_crc,
+    trailer,
+};
 use engine::soft::{
     Access, Endpoint, MemoryRegion, QpCaps, QpState, RecvWr, RemoteAddr, RtrAttr, RtsAttr, SendOp,
     SendWr, Sge, SoftDevice, SoftPath, WcStatus, WorkCompletion, loopback_pair,
@@ -739,4 +742,83 @@ fn a_failed_dial_fails_the_qp_and_flushes_what_was_posted() {
             "{addr}: the dial failed after {failed:?}"
         );
     }
+}
+
+/// Reads one request frame (header, payload, trailer) a requester QP sent the fake peer.
+fn read_request(s: &mut TcpStream) -> Header {
+    let mut buf = [0u8; HEADER_LEN];
+    s.read_exact(&mut buf).unwrap();
+    let h = decode_header(&buf).unwrap();
+    let rest = h.len as usize + if h.has_trailer() { TRAILER_LEN } else { 0 };
+    let mut payload = vec![0u8; rest];
+    s.read_exact(&mut payload).unwrap();
+    h
+}
+
+/// A requester takes a peer's answers as an RC requester does: a READ response acknowledges
+/// the WRITE before it (its ACK never sent), and an ACK that comes after for that WRITE, a
+/// duplicate, is dropped; an ACK for a PSN never sent still fails the QP.
+#[test]
+fn a_read_response_acknowledges_the_write_before_it_and_a_late_ack_is_dropped() {
+    let dev = SoftDevice::new(Ipv4Addr::LOCALHOST);
+    let (qp, cq, pd, mut peer) = dial_stalled_peer(&dev, Duration::from_secs(5));
+    peer.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let src = pd.register_owned(PAGE, Access::NONE).unwrap();
+    let back = pd.register_owned(PAGE, Access::LOCAL_WRITE).unwrap();
+    let far = RemoteAddr {
+        addr: 0x1000,
+        rkey: 1,
+    };
+    qp.post_send(&SendWr::new(1, SendOp::Write(far), sge(&src, 0, 512)))
+        .unwrap();
+    qp.post_send(&SendWr::new(2, SendOp::Read(far), sge(&back, 0, 8)))
+        .unwrap();
+    let write = read_request(&mut peer);
+    let read = read_request(&mut peer);
+    assert_eq!(
+        (write.opcode, read.opcode),
+        (Opcode::Write, Opcode::ReadReq)
+    );
+
+    // The READ's answer alone: both complete, in order.
+    let resp = Header {
+        flags: 3,
+        len: 8,
+        ..Header::new(Opcode::ReadResp, read.psn)
+    };
+    let head = resp.encode();
+    let mut crc = frame_crc(&head);
+    crc.update(b"answered");
+    peer.write_all(&head).unwrap();
+    peer.write_all(b"answered").unwrap();
+    peer.write_all(&trailer(&crc)).unwrap();
+    let wc = reap_cq(&cq, 2, Duration::from_secs(10));
+    assert_eq!(
+        wc.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    assert_eq!(back.to_vec(0, 8).unwrap(), b"answered");
+
+    // The WRITE's ACK, late: dropped, the QP carries on.
+    peer.write_all(&Header::new(Opcode::Ack, write.psn).encode())
+        .unwrap();
+    qp.post_send(&SendWr::new(3, SendOp::Write(far), sge(&src, 0, 64)))
+        .unwrap();
+    let third = read_request(&mut peer);
+    peer.write_all(&Header::new(Opcode::Ack, third.psn).encode())
+        .unwrap();
+    let wc = reap_cq(&cq, 1, Duration::from_secs(10));
+    assert_eq!((wc[0].wr_id, wc[0].status), (3, WcStatus::Success));
+    assert_eq!(qp.state(), QpState::Rts);
+
+    // An ACK for a PSN not sent yet: a broken peer, the QP fails.
+    qp.post_send(&SendWr::new(4, SendOp::Write(far), sge(&src, 0, 64)))
+        .unwrap();
+    let fourth = read_request(&mut peer);
+    peer.write_all(&Header::new(Opcode::Ack, fourth.psn + 5).encode())
+        .unwrap();
+    let wc = reap_cq(&cq, 1, Duration::from_secs(10));
+    assert_eq!((wc[0].wr_id, wc[0].status), (4, WcStatus::BadResponse));
+    assert_eq!(qp.state(), QpState::Err);
 }

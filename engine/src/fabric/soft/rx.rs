@@ -767,10 +767,18 @@ fn fail_recv(qp: &QpShared, st: WcStatus) {
 }
 
 /// ACK: complete every write/send ending at or before `psn`. `true`: requests are queued (the
-/// window may have opened for them).
+/// window may have opened for them). A duplicate ACK, for a PSN already acknowledged (a READ
+/// response acknowledged it first), is dropped, as an RC requester does; one for a PSN never
+/// sent fails the QP.
 fn ack(qp: &QpShared, psn: u32) -> Result<bool, Stop> {
     let mut c = qp.lock();
-    let through = c.seq_of(psn).ok_or(Stop::Bad(WcStatus::BadResponse))?;
+    let Some(through) = c.seq_of(psn) else {
+        return if c.acked_already(psn) {
+            Ok(false)
+        } else {
+            Err(Stop::Bad(WcStatus::BadResponse))
+        };
+    };
     while let Some(o) = c.outstanding.front() {
         if o.last_seq > through {
             break;
@@ -819,9 +827,22 @@ fn nak(qp: &QpShared, h: &Header) -> Stop {
 }
 
 /// A READ response header: its payload lands in the oldest outstanding READ's destination.
+/// The responder executes requests in order, so the response acknowledges every WRITE / SEND
+/// before the READ (an RC requester takes it so; the ACK may still come, and is dropped then).
 fn read_resp_start(qp: &QpShared, h: &Header) -> Result<Step, Stop> {
     let bad = Stop::Bad(WcStatus::BadResponse);
-    let c = qp.lock();
+    let mut c = qp.lock();
+    let seq = c.seq_of(h.psn).ok_or(bad)?;
+    while c
+        .outstanding
+        .front()
+        .is_some_and(|o| o.read.is_none() && o.last_seq < seq)
+    {
+        if let Some(o) = c.outstanding.pop_front() {
+            qp.complete_ok(&o);
+            c.first_unacked = o.last_seq + 1;
+        }
+    }
     let o = c.outstanding.front().ok_or(bad)?;
     let r = o.read.as_ref().ok_or(bad)?;
     let end = r.got.checked_add(h.len).ok_or(bad)?;

@@ -143,6 +143,14 @@ impl Core {
         (seq < self.next_seq).then_some(seq)
     }
 
+    /// Whether `psn` names a frame already acknowledged: one of the (at most 2^23, half the
+    /// PSN space, as in InfiniBand) sequence numbers just before `first_unacked`.
+    pub(crate) fn acked_already(&self, psn: u32) -> bool {
+        let base = self.wire_psn(self.first_unacked);
+        let behind = u64::from(base.wrapping_sub(psn) & PSN_MASK);
+        behind != 0 && behind <= self.first_unacked.min(1 << 23)
+    }
+
     /// Queues an ACK, merging with a trailing ACK (the queue stays bounded by the READs). It
     /// covers any deferred one (ACKs are cumulative).
     pub(crate) fn push_ack(&mut self, psn: u32) {
