@@ -410,6 +410,27 @@ fn the_last_write_of_a_small_early_answer_is_acked_later_when_the_client_takes_i
     get(&older, "/bkt/small", &small, true);
     get(&older, "/bkt/small", &small, false);
     assert_eq!(acked_later(&older, 0), 0);
+    // A PUT right behind a small early answer: the gateway's READ follows the WRITE whose ACK
+    // the client may still hold. The ACK goes first, so the PUT goes over RDMA and the QP
+    // stays up (both once failed here: the next op was declined and went over HTTP).
+    let up = &small[..3000];
+    newer.mr.write(0, up).unwrap();
+    for i in 0..10 {
+        get(&newer, "/bkt/small", &small, true);
+        let h = [
+            ("x-amz-rdma-token", newer.token(0, up.len() as u64)),
+            ("x-amz-rdma-session", newer.session.clone()),
+            ("x-amz-checksum-crc64nvme", crc64(up)),
+            ("Content-Length", "0".to_owned()),
+        ];
+        let r = signed(a, "PUT", &format!("/bkt/up{i}"), "", &h, (ACCESS, SECRET));
+        assert_eq!(
+            (r.status(), r.header("x-amz-rdma-reply")),
+            (200, Some("200")),
+            "PUT {i}: {}",
+            r.text()
+        );
+    }
     assert_eq!(newer.qp.state(), engine::soft::QpState::Rts);
     assert_eq!(older.qp.state(), engine::soft::QpState::Rts);
     gw.shutdown();
