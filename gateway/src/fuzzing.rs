@@ -10,11 +10,12 @@ use crate::{time, xml};
 
 /// The request documents and header values the gateway parses itself: the
 /// CompleteMultipartUpload and Delete documents, `x-amz-copy-source` and its range, HTTP
-/// dates, stored metadata headers, conditional headers and the ListParts /
-/// ListMultipartUploads paging of a query (the first line). Each ends in a value or a typed
-/// error, never a panic; cross-checks: a Delete document yields 1..=1000 keys, a parsed copy
-/// source names a non-empty bucket and key, a parsed date formats back to itself when it is in
-/// canonical form, stored user metadata stays within its limit.
+/// dates, stored metadata headers, conditional headers, the soft-features list of a pairing
+/// request and the ListParts / ListMultipartUploads paging of a query (the first line). Each
+/// ends in a value or a typed error, never a panic; cross-checks: a Delete document yields
+/// 1..=1000 keys, a parsed copy source names a non-empty bucket and key, a parsed date formats
+/// back to itself when it is in canonical form, stored user metadata stays within its limit, a
+/// soft-features list names a feature only as a whole item.
 pub fn request_parts(data: &[u8]) {
     if let Ok(parts) = xml::parse_complete(data) {
         assert!(parts.len() <= s3_lite::s3::MAX_PARTS as usize);
@@ -55,6 +56,15 @@ pub fn request_parts(data: &[u8]) {
             .find(|(k, _)| k.eq_ignore_ascii_case(n))
             .map(|(_, v)| v.as_str())
     };
+    if let Some(v) = header(s3_lite::rdma::pairing::RDMA_SOFT_FEATURES) {
+        let ack_later = s3_lite::rdma::pairing::SOFT_ACK_LATER;
+        if s3_lite::rdma::pairing::soft_features_name(v, ack_later) {
+            assert!(
+                v.split(',').any(|item| item.trim() == ack_later),
+                "{v:?} names {ack_later} only inside an item"
+            );
+        }
+    }
     signed_chunks_body(data);
     if let Some(Ok(query)) = text.lines().next().map(crate::route::Query::parse) {
         multipart_pages(&query);
