@@ -786,92 +786,140 @@ impl Mix {
     }
 }
 
-/// Random mixes of WRITE (its ACK held back or not), WRITE_WITH_IMM, READ and SEND on one QP,
-/// in frames of 4 KiB so messages span several: every request completes, in order and
-/// successfully, every READ returns what the WRITEs posted before it left (the responder
-/// executes in order), and the window ends as the WRITEs left it. Held-back ACKs meeting READs
-/// and SENDs is where the soft fabric once failed a QP.
-#[test]
-fn random_request_mixes_complete_in_order_with_their_bytes() {
-    const WIN: usize = 16 * 1024;
-    const OPS: usize = 150;
-    const READ_MAX: usize = 8 * 1024;
-    for seed in 1..=8u64 {
-        let (a, b) = loopback_pair(QpCaps {
-            max_frame: 4096,
-            ..QpCaps::default()
-        })
-        .unwrap();
-        let src_bytes = pattern(WIN, seed as u8);
-        let src = a.pd.register_owned(WIN, Access::NONE).unwrap();
-        src.write(0, &src_bytes).unwrap();
-        let back =
-            a.pd.register_owned(OPS * READ_MAX, Access::LOCAL_WRITE)
-                .unwrap();
-        let dst =
-            b.pd.register_owned(WIN, Access::REMOTE_WRITE | Access::REMOTE_READ)
-                .unwrap();
-        let inbox = b.pd.register_owned(WIN, Access::LOCAL_WRITE).unwrap();
+const MIX_WINDOW: usize = 64 * 1024;
+const MIX_OPS: usize = 150;
+const MIX_WRITE_MAX: usize = 12 * 1024;
+const MIX_READ_MAX: usize = 6 * 1024;
 
+/// One side's regions for a mix: what it sends from, where its READs land, the window the
+/// peer targets, and where the peer's SENDs land.
+struct MixSide {
+    src_bytes: Vec<u8>,
+    src: MemoryRegion,
+    back: MemoryRegion,
+    window: MemoryRegion,
+    inbox: MemoryRegion,
+}
+
+impl MixSide {
+    fn new(ep: &Endpoint, seed: u8) -> Self {
+        let src_bytes = pattern(MIX_WINDOW, seed);
+        let src = ep.pd.register_owned(MIX_WINDOW, Access::NONE).unwrap();
+        src.write(0, &src_bytes).unwrap();
+        let back = ep
+            .pd
+            .register_owned(MIX_OPS * MIX_READ_MAX, Access::LOCAL_WRITE)
+            .unwrap();
+        let window = ep
+            .pd
+            .register_owned(MIX_WINDOW, Access::REMOTE_WRITE | Access::REMOTE_READ)
+            .unwrap();
+        let inbox = ep
+            .pd
+            .register_owned(MIX_WINDOW, Access::LOCAL_WRITE)
+            .unwrap();
+        Self {
+            src_bytes,
+            src,
+            back,
+            window,
+            inbox,
+        }
+    }
+}
+
+/// A seeded mix of requests from `me` to `peer`, and what they must leave behind.
+struct MixPlan {
+    wrs: Vec<SendWr>,
+    /// Where each READ landed in `me.back`, and the bytes it must hold.
+    reads: Vec<(u64, Vec<u8>)>,
+    /// The peer's receive completions, in order (opcode, byte count of a SEND).
+    received: Vec<(WcOpcode, u32)>,
+    /// The peer's window once every request executed.
+    window: Vec<u8>,
+}
+
+impl MixPlan {
+    /// WRITEs (half their ACKs held back), WRITE_WITH_IMMs, READs and SENDs, at random
+    /// offsets and lengths. A READ's answer may be read out after later requests executed (as
+    /// on an RC NIC, where only a fence orders them), so no WRITE after a READ touches the
+    /// bytes it reads: READs check what came before them, never a race.
+    fn new(seed: u64, me: &MixSide, peer: &MixSide) -> Self {
         let mut mix = Mix(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        let mut shadow = vec![0u8; WIN];
-        let mut reads = Vec::new();
-        let mut received = Vec::new();
-        let mut wrs = Vec::new();
-        for id in 0..OPS {
-            let len = mix.within(1, WIN / 2);
-            let from = mix.within(0, WIN - len);
-            let to = mix.within(0, WIN - len);
-            let wr = match mix.within(0, 9) {
-                0..=4 => {
-                    shadow[to..to + len].copy_from_slice(&src_bytes[from..from + len]);
-                    let mut wr = SendWr::new(
-                        id as u64,
-                        SendOp::Write(remote(&dst, to as u64)),
-                        sge(&src, from as u64, len as u32),
-                    );
+        let mut plan = MixPlan {
+            wrs: Vec::new(),
+            reads: Vec::new(),
+            received: Vec::new(),
+            window: vec![0u8; MIX_WINDOW],
+        };
+        let mut read_already = vec![false; MIX_WINDOW];
+        for id in 0..MIX_OPS {
+            let len = mix.within(1, MIX_WRITE_MAX);
+            let from = mix.within(0, MIX_WINDOW - len);
+            let data = sge(&me.src, from as u64, len as u32);
+            // Where a WRITE may go: a range no earlier READ reads (a few tries).
+            let free_at = (0..8)
+                .map(|_| mix.within(0, MIX_WINDOW - len))
+                .find(|&to| !read_already[to..to + len].contains(&true));
+            let wr = match (mix.within(0, 9), free_at) {
+                (0..=4, Some(to)) => {
+                    plan.window[to..to + len].copy_from_slice(&me.src_bytes[from..from + len]);
+                    let at = remote(&peer.window, to as u64);
+                    let mut wr = SendWr::new(id as u64, SendOp::Write(at), data);
                     wr.ack_later = mix.within(0, 1) == 1;
                     wr
                 }
-                5 => {
-                    shadow[to..to + len].copy_from_slice(&src_bytes[from..from + len]);
-                    received.push((WcOpcode::RecvRdmaWithImm, 0));
-                    SendWr::new(
-                        id as u64,
-                        SendOp::WriteWithImm(remote(&dst, to as u64), id as u32),
-                        sge(&src, from as u64, len as u32),
-                    )
+                (5, Some(to)) => {
+                    plan.window[to..to + len].copy_from_slice(&me.src_bytes[from..from + len]);
+                    plan.received.push((WcOpcode::RecvRdmaWithImm, 0));
+                    let at = remote(&peer.window, to as u64);
+                    SendWr::new(id as u64, SendOp::WriteWithImm(at, id as u32), data)
                 }
-                6..=8 => {
-                    let len = len.min(READ_MAX);
-                    let slot = id * READ_MAX;
-                    reads.push((slot, shadow[to..to + len].to_vec()));
+                (6..=8, _) => {
+                    let len = len.min(MIX_READ_MAX);
+                    let at = mix.within(0, MIX_WINDOW - len);
+                    read_already[at..at + len].fill(true);
+                    let slot = (id * MIX_READ_MAX) as u64;
+                    plan.reads.push((slot, plan.window[at..at + len].to_vec()));
                     SendWr::new(
                         id as u64,
-                        SendOp::Read(remote(&dst, to as u64)),
-                        sge(&back, slot as u64, len as u32),
+                        SendOp::Read(remote(&peer.window, at as u64)),
+                        sge(&me.back, slot, len as u32),
                     )
                 }
                 _ => {
-                    received.push((WcOpcode::Recv, len as u32));
-                    SendWr::new(id as u64, SendOp::Send, sge(&src, from as u64, len as u32))
+                    plan.received.push((WcOpcode::Recv, len as u32));
+                    SendWr::new(id as u64, SendOp::Send, data)
                 }
             };
-            wrs.push(wr);
+            plan.wrs.push(wr);
         }
-        for (i, _) in received.iter().enumerate() {
-            b.qp.post_recv(&RecvWr {
-                wr_id: i as u64,
-                sge: Some(sge(&inbox, 0, WIN as u32)),
-            })
-            .unwrap();
-        }
-        for wr in &wrs {
-            post_retrying(&a, wr);
-        }
+        plan
+    }
 
-        let done = reap(&a, OPS);
-        let bad: Vec<_> = done
+    /// RECVs on `peer` for the plan's SENDs and WRITE_WITH_IMMs.
+    fn post_recvs(&self, peer: &Endpoint, peer_side: &MixSide) {
+        for i in 0..self.received.len() {
+            peer.qp
+                .post_recv(&RecvWr {
+                    wr_id: i as u64,
+                    sge: Some(sge(&peer_side.inbox, 0, MIX_WINDOW as u32)),
+                })
+                .unwrap();
+        }
+    }
+
+    /// Checks `me`'s send completions (in order, every one a success), the peer's receive
+    /// completions, every READ's bytes and the peer's window.
+    fn check(
+        &self,
+        seed: u64,
+        sent: &[WorkCompletion],
+        got: &[WorkCompletion],
+        me: &MixSide,
+        peer: &MixSide,
+    ) {
+        let bad: Vec<_> = sent
             .iter()
             .enumerate()
             .filter(|(i, w)| w.wr_id != *i as u64 || w.status != WcStatus::Success)
@@ -882,7 +930,6 @@ fn random_request_mixes_complete_in_order_with_their_bytes() {
             bad.is_empty(),
             "seed {seed}: out of order or failed (the first): {bad:?}"
         );
-        let got = reap(&b, received.len());
         let got: Vec<_> = got
             .iter()
             .map(|w| match w.opcode {
@@ -890,14 +937,82 @@ fn random_request_mixes_complete_in_order_with_their_bytes() {
                 _ => (w.opcode, 0),
             })
             .collect();
-        assert_eq!(got, received, "seed {seed}");
-        for (slot, want) in &reads {
+        assert_eq!(got, self.received, "seed {seed}");
+        for (slot, want) in &self.reads {
             assert_eq!(
-                &back.to_vec(*slot as u64, want.len()).unwrap(),
+                &me.back.to_vec(*slot, want.len()).unwrap(),
                 want,
                 "seed {seed}: READ into slot {slot}"
             );
         }
-        assert_eq!(dst.to_vec(0, WIN).unwrap(), shadow, "seed {seed}");
+        assert_eq!(
+            peer.window.to_vec(0, MIX_WINDOW).unwrap(),
+            self.window,
+            "seed {seed}"
+        );
+    }
+}
+
+fn is_receive(w: &WorkCompletion) -> bool {
+    matches!(w.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
+}
+
+fn mix_pair() -> (Endpoint, Endpoint) {
+    loopback_pair(QpCaps {
+        max_frame: 4096,
+        ..QpCaps::default()
+    })
+    .unwrap()
+}
+
+/// Random mixes of WRITE (its ACK held back or not), WRITE_WITH_IMM, READ and SEND on one QP,
+/// in frames of 4 KiB so messages span several: every request completes, in order and
+/// successfully, every READ returns what the WRITEs posted before it left (the responder
+/// executes in order), and the window ends as the WRITEs left it. Held-back ACKs meeting READs
+/// and SENDs is where the soft fabric once failed a QP.
+#[test]
+fn random_request_mixes_complete_in_order_with_their_bytes() {
+    for seed in 1..=8u64 {
+        let (a, b) = mix_pair();
+        let (sa, sb) = (MixSide::new(&a, seed as u8), MixSide::new(&b, !seed as u8));
+        let plan = MixPlan::new(seed, &sa, &sb);
+        plan.post_recvs(&b, &sb);
+        for wr in &plan.wrs {
+            post_retrying(&a, wr);
+        }
+        let sent = reap(&a, MIX_OPS);
+        let got = reap(&b, plan.received.len());
+        plan.check(seed, &sent, &got, &sa, &sb);
+    }
+}
+
+/// The same mixes both ways at once on one QP pair: each side's requests, and its answers to
+/// the other's, share one stream in each direction, so ACKs (held or not), READ responses and
+/// request frames interleave.
+#[test]
+fn random_request_mixes_both_ways_at_once() {
+    for seed in 11..=16u64 {
+        let (a, b) = mix_pair();
+        let (sa, sb) = (MixSide::new(&a, seed as u8), MixSide::new(&b, !seed as u8));
+        let (ab, ba) = (
+            MixPlan::new(seed, &sa, &sb),
+            MixPlan::new(seed << 8, &sb, &sa),
+        );
+        ab.post_recvs(&b, &sb);
+        ba.post_recvs(&a, &sa);
+        std::thread::scope(|s| {
+            s.spawn(|| ab.wrs.iter().for_each(|wr| post_retrying(&a, wr)));
+            s.spawn(|| ba.wrs.iter().for_each(|wr| post_retrying(&b, wr)));
+        });
+        let (at_a, at_b) = (
+            reap(&a, MIX_OPS + ba.received.len()),
+            reap(&b, MIX_OPS + ab.received.len()),
+        );
+        let split = |all: Vec<WorkCompletion>| -> (Vec<_>, Vec<_>) {
+            all.into_iter().partition(|w| !is_receive(w))
+        };
+        let ((sent_a, got_a), (sent_b, got_b)) = (split(at_a), split(at_b));
+        ab.check(seed, &sent_a, &got_b, &sa, &sb);
+        ba.check(seed << 8, &sent_b, &got_a, &sb, &sa);
     }
 }
