@@ -370,8 +370,9 @@ HIPOBJ_API hipObjError_t hipObjGet(hipObjHandle_t handle, void* buf,
 
 /**
  * PUT: stores size bytes from buf (inside a registered buffer) as the whole
- * object. offset must be 0 (S3 has no partial writes; multipart is not in the
- * engine yet: hipObjOpNotSupported). Errors as hipObjGet.
+ * object. offset must be 0 (S3 has no partial writes: hipObjOpNotSupported; to
+ * write an object in parts, use the batch queue's HIPOBJ_OP_CREATE_MULTIPART,
+ * HIPOBJ_OP_UPLOAD_PART and HIPOBJ_OP_COMPLETE_MULTIPART). Errors as hipObjGet.
  * Thread safety: any thread, concurrently.
  */
 HIPOBJ_API hipObjError_t hipObjPut(hipObjHandle_t handle, const void* buf,
@@ -427,7 +428,10 @@ typedef struct hipObjQueue* hipObjQueue_t;
 #define HIPOBJ_OP_GET 0         /**< whole object into buf (object must fit size) */
 #define HIPOBJ_OP_RANGE_GET 1   /**< size bytes from object offset into buf */
 #define HIPOBJ_OP_PUT 2         /**< size bytes from buf as the whole object */
-#define HIPOBJ_OP_UPLOAD_PART 3 /**< completes hipObjOpNotSupported (no multipart yet) */
+#define HIPOBJ_OP_UPLOAD_PART 3 /**< part partNumber of upload uploadId, size bytes from buf */
+#define HIPOBJ_OP_CREATE_MULTIPART 4   /**< starts a multipart upload; its id is the completion's aux */
+#define HIPOBJ_OP_COMPLETE_MULTIPART 5 /**< completes uploadId from its parts 1..partNumber */
+#define HIPOBJ_OP_ABORT_MULTIPART 6    /**< aborts uploadId and discards its parts */
 
 /** hipObjOp_t.flags bits. */
 #define HIPOBJ_OPF_NO_RETRY 1u /**< never retry this operation */
@@ -442,8 +446,8 @@ typedef struct {
   uint64_t offset;        /**< object offset (RANGE_GET; else 0) */
   uint64_t userData;      /**< echoed in the completion */
   uint64_t deadlineNs;    /**< relative deadline in ns; 0 = default (60 s) */
-  uint64_t uploadId;      /**< UPLOAD_PART: multipart upload */
-  uint32_t partNumber;    /**< UPLOAD_PART: 1..10000 */
+  uint64_t uploadId;      /**< UPLOAD_PART, COMPLETE_, ABORT_MULTIPART: the upload (CREATE's aux) */
+  uint32_t partNumber;    /**< UPLOAD_PART: 1..10000; COMPLETE_MULTIPART: the number of parts */
   uint32_t reserved;      /**< must be 0 */
 } hipObjOp_t;
 
@@ -479,6 +483,8 @@ typedef struct {
   int errnum;              /**< positive errno of a failure (EACCES, ENOENT...) */
   uint32_t errorClass;     /**< HIPOBJ_ERRCLASS_* */
   uint32_t flags;          /**< HIPOBJ_COMPLETION_* */
+  uint64_t aux;            /**< CREATE_MULTIPART: the new upload's id; GET, RANGE_GET: the
+                                object's total size when the server named it (else 0); else 0 */
 } hipObjCompletion_t;
 
 /**

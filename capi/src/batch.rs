@@ -10,15 +10,18 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use engine::Queue;
-use ring_api::opcode::{Get, Put, RangeGet};
-use ring_api::{BufSlice, Cqe, DataPath, ErrorClass, Sqe, cqe_flags};
+use ring_api::opcode::{
+    AbortMultipart, CompleteMultipart, CreateMultipart, Get, Put, RangeGet, UploadPart,
+};
+use ring_api::{BufSlice, Cqe, DataPath, ErrorClass, PartNumber, Sqe, UploadHandle, cqe_flags};
 
 use crate::error::{Fail, OpError, completion_error};
 use crate::state::Library;
 use crate::types::{
     COMPLETION_DIALECT_SHIFT, COMPLETION_HTTP, COMPLETION_PATH_SHIFT, COMPLETION_RDMA,
-    COMPLETION_RETRIED, HipObjCompletion, OP_GET, OP_PUT, OP_RANGE_GET, OP_UPLOAD_PART, OPF_ALL,
-    OPF_NO_RETRY, PATH_HTTP, PATH_NONE, PATH_RDMA_SOFT, PATH_RDMA_VERBS,
+    COMPLETION_RETRIED, HipObjCompletion, OP_ABORT_MULTIPART, OP_COMPLETE_MULTIPART,
+    OP_CREATE_MULTIPART, OP_GET, OP_PUT, OP_RANGE_GET, OP_UPLOAD_PART, OPF_ALL, OPF_NO_RETRY,
+    PATH_HTTP, PATH_NONE, PATH_RDMA_SOFT, PATH_RDMA_VERBS,
 };
 
 /// A `hipObjOp_t` as read from C memory (plain values; the pointers are not dereferenced).
@@ -157,7 +160,7 @@ pub fn entry(lib: &Library, op: &OpRequest) -> Result<Sqe, Fail> {
                 OpError::OpNotSupported,
                 format!(
                     "{what} at object offset {}: S3 {what} covers the whole object (use \
-                     RANGE_GET for reads; partial writes need multipart, not in the engine yet)",
+                     RANGE_GET for reads, and a multipart upload to write an object in parts)",
                     op.offset
                 ),
             ));
@@ -188,17 +191,54 @@ pub fn entry(lib: &Library, op: &OpRequest) -> Result<Sqe, Fail> {
             whole("PUT")?;
             finish!(Put::new(obj.id, slice(op.size)?))
         }
-        OP_UPLOAD_PART => Err(Fail::new(
-            OpError::OpNotSupported,
-            "UPLOAD_PART: multipart upload is not implemented in the engine yet \
-             (CreateMultipart/UploadPart complete with EOPNOTSUPP); use PUT for objects \
-             up to 4 GiB",
-        )),
+        OP_CREATE_MULTIPART => finish!(CreateMultipart::new(obj.id)),
+        OP_UPLOAD_PART => {
+            if op.offset != 0 {
+                return Err(Fail::new(
+                    OpError::InvalidValue,
+                    format!(
+                        "UPLOAD_PART at object offset {}: a part's place in the object is its \
+                         partNumber; offset must be 0",
+                        op.offset
+                    ),
+                ));
+            }
+            let part = part_number(op.part_number, "UPLOAD_PART: partNumber")?;
+            finish!(UploadPart::new(obj.id, upload(op)?, part, slice(op.size)?))
+        }
+        OP_COMPLETE_MULTIPART => {
+            let parts = part_number(op.part_number, "COMPLETE_MULTIPART: partNumber (the parts)")?;
+            finish!(CompleteMultipart::new(obj.id, upload(op)?, parts))
+        }
+        OP_ABORT_MULTIPART => finish!(AbortMultipart::new(obj.id, upload(op)?)),
         k => Err(Fail::new(
             OpError::InvalidValue,
             format!("unknown hipObjOp_t.kind {k}"),
         )),
     }
+}
+
+/// The multipart upload an entry names (`uploadId`, from a CREATE_MULTIPART completion).
+fn upload(op: &OpRequest) -> Result<UploadHandle, Fail> {
+    u32::try_from(op.upload_id).map(UploadHandle).map_err(|_| {
+        Fail::new(
+            OpError::InvalidValue,
+            format!(
+                "uploadId {} is no upload id (ids come from a CREATE_MULTIPART completion's aux)",
+                op.upload_id
+            ),
+        )
+    })
+}
+
+/// A part number (or count) in `1..=10000`.
+fn part_number(n: u32, what: &str) -> Result<PartNumber, Fail> {
+    PartNumber::new(n).ok_or_else(|| {
+        Fail::new(
+            OpError::InvalidValue,
+            format!("{what} {n} is outside 1..=10000"),
+        )
+    })
 }
 
 /// The completion of an entry rejected before reaching the engine.
@@ -216,6 +256,7 @@ pub fn local_completion(user_data: u64, fail: &Fail) -> HipObjCompletion {
         errnum,
         error_class: class as u32,
         flags: 0,
+        aux: 0,
     }
 }
 
@@ -264,6 +305,7 @@ pub fn convert(c: &Cqe) -> HipObjCompletion {
         },
         error_class: (c.flags() & cqe_flags::CLASS_MASK) >> cqe_flags::CLASS_SHIFT,
         flags,
+        aux: c.aux(),
     }
 }
 
@@ -274,7 +316,9 @@ mod tests {
 
     #[test]
     fn engine_completions_convert() {
-        let ok = Cqe::success(7, 4096, DataPath::Http).with_retried();
+        let ok = Cqe::success(7, 4096, DataPath::Http)
+            .with_retried()
+            .with_aux(10_000);
         assert_eq!(
             convert(&ok),
             HipObjCompletion {
@@ -284,6 +328,7 @@ mod tests {
                 errnum: 0,
                 error_class: 0,
                 flags: COMPLETION_RETRIED | COMPLETION_HTTP | (PATH_HTTP << COMPLETION_PATH_SHIFT),
+                aux: 10_000,
             }
         );
         let v2 = Cqe::success(8, 64, DataPath::RdmaVerbs).with_dialect(ring_api::WireDialect::RcV2);

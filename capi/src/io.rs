@@ -59,7 +59,8 @@ pub fn transfer(
                     OpError::OpNotSupported,
                     format!(
                         "hipObjPut at object offset {offset}: an S3 PUT writes the whole object; \
-                         writing at an offset needs multipart upload, not in the engine yet"
+                         to write one in pieces, use a multipart upload in a batch queue \
+                         (HIPOBJ_OP_CREATE_MULTIPART, UPLOAD_PART, COMPLETE_MULTIPART)"
                     ),
                 ));
             }

@@ -100,7 +100,7 @@ pub struct HipObjOp {
     /// Pointer inside a registered buffer: destination (GET) or source (PUT).
     pub buf: *mut c_void,
     /// Bytes: the destination capacity (GET), the range length (RANGE_GET), the object or
-    /// part length (PUT, UPLOAD_PART).
+    /// part length (PUT, UPLOAD_PART); 0 for the other multipart kinds.
     pub size: u64,
     /// Object offset (RANGE_GET); must be 0 otherwise.
     pub offset: u64,
@@ -109,9 +109,11 @@ pub struct HipObjOp {
     /// Relative deadline in nanoseconds from when the engine takes the entry; 0: the default
     /// (60 s).
     pub deadline_ns: u64,
-    /// Multipart upload id (UPLOAD_PART).
+    /// Multipart upload id, from the CREATE_MULTIPART completion's `aux` (UPLOAD_PART,
+    /// COMPLETE_MULTIPART, ABORT_MULTIPART).
     pub upload_id: u64,
-    /// Part number 1..=10000 (UPLOAD_PART).
+    /// Part number 1..=10000 (UPLOAD_PART); the number of parts, uploaded as 1..=N
+    /// (COMPLETE_MULTIPART).
     pub part_number: u32,
     /// Must be 0.
     pub reserved: u32,
@@ -133,6 +135,9 @@ pub struct HipObjCompletion {
     pub error_class: u32,
     /// `HIPOBJ_COMPLETION_*` bits.
     pub flags: u32,
+    /// Per kind: CREATE_MULTIPART, the new upload's id; GET and RANGE_GET, the object's total
+    /// size when the server named it (else 0); 0 for the others.
+    pub aux: u64,
 }
 
 /// `HIPOBJ_OP_GET`: whole object into `buf` (fails if larger than `size`).
@@ -141,8 +146,16 @@ pub const OP_GET: u32 = 0;
 pub const OP_RANGE_GET: u32 = 1;
 /// `HIPOBJ_OP_PUT`: `size` bytes as the whole object.
 pub const OP_PUT: u32 = 2;
-/// `HIPOBJ_OP_UPLOAD_PART`: one multipart part.
+/// `HIPOBJ_OP_UPLOAD_PART`: part `partNumber` of upload `uploadId`, `size` bytes from `buf`.
 pub const OP_UPLOAD_PART: u32 = 3;
+/// `HIPOBJ_OP_CREATE_MULTIPART`: starts a multipart upload of the handle's object; the
+/// completion's `aux` is its id.
+pub const OP_CREATE_MULTIPART: u32 = 4;
+/// `HIPOBJ_OP_COMPLETE_MULTIPART`: completes upload `uploadId` from its parts
+/// `1..=partNumber`.
+pub const OP_COMPLETE_MULTIPART: u32 = 5;
+/// `HIPOBJ_OP_ABORT_MULTIPART`: aborts upload `uploadId` and discards its parts.
+pub const OP_ABORT_MULTIPART: u32 = 6;
 
 /// `HIPOBJ_OPF_NO_RETRY`: never retry this entry.
 pub const OPF_NO_RETRY: u32 = 1;
@@ -349,6 +362,10 @@ pub fn layout_facts() -> Vec<(&'static str, usize)> {
             "offsetof(hipObjCompletion_t, flags)",
             offset_of!(HipObjCompletion, flags),
         ),
+        (
+            "offsetof(hipObjCompletion_t, aux)",
+            offset_of!(HipObjCompletion, aux),
+        ),
     ]
 }
 
@@ -365,6 +382,12 @@ pub fn constant_facts() -> Vec<(String, i64)> {
             ("HIPOBJ_OP_RANGE_GET", i64::from(OP_RANGE_GET)),
             ("HIPOBJ_OP_PUT", i64::from(OP_PUT)),
             ("HIPOBJ_OP_UPLOAD_PART", i64::from(OP_UPLOAD_PART)),
+            ("HIPOBJ_OP_CREATE_MULTIPART", i64::from(OP_CREATE_MULTIPART)),
+            (
+                "HIPOBJ_OP_COMPLETE_MULTIPART",
+                i64::from(OP_COMPLETE_MULTIPART),
+            ),
+            ("HIPOBJ_OP_ABORT_MULTIPART", i64::from(OP_ABORT_MULTIPART)),
             ("HIPOBJ_OPF_NO_RETRY", i64::from(OPF_NO_RETRY)),
             ("HIPOBJ_COMPLETION_RETRIED", i64::from(COMPLETION_RETRIED)),
             ("HIPOBJ_COMPLETION_HTTP", i64::from(COMPLETION_HTTP)),

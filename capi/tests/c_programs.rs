@@ -60,6 +60,21 @@ fn quickstart_over_rdma_soft() {
     println!("{out}");
 }
 
+/// A multipart upload through the batch queue, its parts over `rdma-soft` (the gateway READs
+/// them from the registered buffer), read back byte-exact; aborts and bad ids refused.
+#[test]
+fn multipart_over_rdma_soft() {
+    let out = run_against_soft_gateway("multipart", "multipart ok");
+    println!("{out}");
+}
+
+/// The same against s3s-fs, a plain S3 server: every part over HTTP.
+#[test]
+fn multipart_over_http_to_s3s_fs() {
+    let out = run_against_s3s_fs("multipart", "multipart ok");
+    println!("{out}");
+}
+
 /// `HIPOBJ_DIALECT_RC_V2` against the same gateway: every op over `rdma-soft` in
 /// `hipobj-rc-v2` (PREPARE / READY per op), the dialect the configuration asked for.
 #[test]

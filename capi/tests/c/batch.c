@@ -1,7 +1,7 @@
 /*
  * The batch extension: 1,000 range-gets through one queue, every byte checked,
- * plus a whole-object GET, a PUT, an UPLOAD_PART (not supported: completes with
- * hipObjOpNotSupported) and an entry naming unregistered memory.
+ * plus a whole-object GET, a PUT, an UPLOAD_PART of an upload never created
+ * (completes hipObjInvalidValue, EBADF) and an entry naming unregistered memory.
  *
  * usage: batch <endpoint> <access key> <secret key> <bucket> [path [fabric]]
  * With [path] ("http", "rdma-soft", "rdma-verbs"), every successful completion
@@ -99,8 +99,8 @@ int main(int argc, char** argv) {
   ops[OPS] = (hipObjOp_t){.kind = HIPOBJ_OP_GET, .handle = h, .buf = whole,
                           .size = OBJ, .userData = OPS};
   ops[OPS + 1] = (hipObjOp_t){.kind = HIPOBJ_OP_UPLOAD_PART, .handle = h,
-                              .buf = mem, .size = 4096, .partNumber = 1,
-                              .userData = OPS + 1};
+                              .buf = mem, .size = 4096, .uploadId = 4242,
+                              .partNumber = 1, .userData = OPS + 1};
   unsigned char outside[64];
   ops[OPS + 2] = (hipObjOp_t){.kind = HIPOBJ_OP_RANGE_GET, .handle = h,
                               .buf = outside, .size = sizeof outside,
@@ -140,8 +140,9 @@ int main(int argc, char** argv) {
         EXPECT(completion_path_is(&c[k], want));
         ok_bytes += OBJ;
       } else if (u == OPS + 1) {
-        EXPECT(c[k].opError == hipObjOpNotSupported && c[k].errnum == EOPNOTSUPP);
-        EXPECT(c[k].errorClass == HIPOBJ_ERRCLASS_INVALID);
+        /* A part of an upload never created: the engine knows no such id. */
+        EXPECT(c[k].opError == hipObjInvalidValue && c[k].errnum == EBADF);
+        EXPECT(c[k].errorClass == HIPOBJ_ERRCLASS_LOCAL);
       } else if (u == OPS + 2) {
         EXPECT(c[k].opError == hipObjBufNotRegistered && c[k].errnum == EFAULT);
         EXPECT(c[k].errorClass == HIPOBJ_ERRCLASS_LOCAL);
