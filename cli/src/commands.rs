@@ -21,7 +21,9 @@ use crate::net::tls::TlsOptions;
 use crate::net::transport::Timeouts;
 use crate::s3uri::S3Uri;
 use crate::units::format_bytes;
-use crate::upload_proof::{SourceDigest, judge_put, judge_stored, upload_verdict};
+use crate::upload_proof::{
+    SourceDigest, judge_multipart_etag, judge_put, judge_stored, upload_verdict,
+};
 use engine_io::{EngineSite, EngineTarget, FabricChoice, Selection};
 
 pub use crate::engine_io;
@@ -252,7 +254,7 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
     let started = Instant::now();
     let multipart = len > args.multipart_threshold;
     // `auto` sends no probe for an upload the engine could not carry anyway.
-    let selection = if args.fabric == FabricChoice::Auto && (multipart || len == 0) {
+    let selection = if args.fabric == FabricChoice::Auto && len == 0 {
         Selection::blocking()
     } else {
         select(ctx, args.fabric, args.rdma_device.as_deref())?
@@ -261,6 +263,11 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
         t.dialect = args.dialect;
         t
     });
+    if let (Some(target), true, true) = (&engine, multipart, len > 0) {
+        return put_multipart_on_engine(
+            ctx, args, target, &dest, &mut file, len, started, &selection,
+        );
+    }
     if let (Some(target), false, true) = (&engine, multipart, len > 0) {
         // One PUT from registered memory: the whole file fits under the multipart threshold.
         let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
@@ -362,13 +369,9 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
                 .map_or("UNVERIFIED".to_owned(), |p| format!("verified by {p}")),
         ),
     );
-    let note = engine.as_ref().map(|_| {
-        if multipart {
-            "the engine has no multipart upload yet: files above --multipart-threshold use the HTTP client"
-        } else {
-            "the engine cannot PUT an empty object: it went through the HTTP client"
-        }
-    });
+    let note = engine
+        .as_ref()
+        .map(|_| "the engine cannot PUT an empty object: it went through the HTTP client");
     let retries = ctx.client.retry_stats();
     Ok(merge(
         json!({
@@ -377,6 +380,89 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
             "seconds": started.elapsed().as_secs_f64(), "path": "http", "dialect": "http", "paths": {"http": len}, "note": note, "client": "blocking",
             "fabric_probe": selection.probe_json(),
             "retries": retries.retries, "retries_refused_by_budget": retries.refused_by_budget,
+        }),
+        verdict,
+    ))
+}
+
+/// `put` of a file above `--multipart-threshold` on the engine: a multipart upload whose parts
+/// move over RDMA where the endpoint pairs. The engine checks the assembled object against the
+/// parts; a HEAD afterwards compares the stored size and full-object CRC64NVME with the file's.
+#[allow(clippy::too_many_arguments)]
+fn put_multipart_on_engine(
+    ctx: &mut Context,
+    args: &PutArgs,
+    target: &engine_io::EngineTarget,
+    dest: &S3Uri,
+    file: &mut File,
+    len: u64,
+    started: Instant,
+    selection: &Selection,
+) -> CommandResult {
+    let bar = progress_bar(ctx, len, "put");
+    let mut on_bytes = |n: u64| {
+        if let Some(bar) = &bar {
+            bar.inc(n)
+        }
+    };
+    let up = engine_io::upload_multipart(
+        target,
+        &dest.bucket,
+        &dest.key,
+        file,
+        len,
+        args.part_size,
+        &mut on_bytes,
+    );
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let up = up.map_err(|e| format!("{}: {e}", args.file.display()))?;
+    let meta = ctx
+        .client
+        .head_with(&dest.bucket, &dest.key, true)
+        .map_err(|e| e.to_string())?;
+    let sent_crc64nvme = s3_lite::checksum::encode_crc64nvme(up.crc64nvme);
+    let stored = judge_stored(
+        len,
+        up.crc64nvme,
+        meta.content_length,
+        meta.checksum_crc64nvme.as_deref(),
+        meta.checksum_type.as_deref(),
+    )
+    .map_err(|e| e.to_string())?;
+    let by_etag =
+        judge_multipart_etag(&up.part_md5s, meta.etag.as_deref()).map_err(|e| e.to_string())?;
+    let proof = stored.or(by_etag).map(|p| p.name());
+    let verdict = upload_verdict(
+        args.verify.required(),
+        proof,
+        Some(
+            "HEAD after the multipart upload named no full-object CRC64NVME and no multipart \
+             MD5 ETag",
+        ),
+    )?;
+    summary(
+        ctx,
+        format!(
+            "upload: {} -> {dest} ({}, {} part{}, {}, sent crc64nvme {}, {}, path {})",
+            args.file.display(),
+            format_bytes(len),
+            up.parts,
+            if up.parts == 1 { "" } else { "s" },
+            rate(len, started),
+            sent_crc64nvme,
+            proof.map_or("UNVERIFIED".to_owned(), |p| format!("verified by {p}")),
+            up.paths.summary()
+        ),
+    );
+    Ok(merge(
+        json!({
+            "op": "put", "bucket": dest.bucket, "key": dest.key, "bytes": len, "parts": up.parts,
+            "etag": meta.etag, "sent_crc64nvme": sent_crc64nvme,
+            "seconds": started.elapsed().as_secs_f64(), "path": up.paths.summary(),
+            "dialect": up.paths.dialect(), "client": "engine", "paths": up.paths.to_json(),
+            "fabric_probe": selection.probe_json(), "retries": up.retries,
         }),
         verdict,
     ))

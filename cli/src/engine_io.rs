@@ -2,9 +2,10 @@
 //!
 //! The engine moves payloads into and out of registered memory, over RDMA (the soft fabric or
 //! verbs) when the endpoint pairs and over the HTTP body otherwise; each completion names the
-//! path that carried its bytes, and the commands report them per path. The engine has no TLS,
-//! so only `http://` endpoints run here (`https://` keeps the blocking client), and no
-//! multipart yet, so large uploads keep the blocking multipart path.
+//! path that carried its bytes, and the commands report them per path. The RDMA dialects need
+//! an `http://` endpoint, so only those run here (`https://` keeps the blocking client). An
+//! upload above `--multipart-threshold` is a multipart upload on the engine
+//! ([`upload_multipart`]).
 //!
 //! `--fabric auto` (the default) asks the endpoint once per invocation, with one signed
 //! `GET /.hipobj/rc/capabilities` on the blocking transport, whether it carries payloads over
@@ -13,16 +14,19 @@
 //! blocking client, whose TLS, multipart uploads and GET-checksum verification then apply as
 //! if RDMA did not exist.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::time::Duration;
 
 use engine::{Dialect, Engine, Fabric, RegisterOptions};
-use ring_api::opcode::{Put, RangeGet};
-use ring_api::{BufSlice, Cqe};
+use ring_api::opcode::{
+    AbortMultipart, CompleteMultipart, CreateMultipart, Put, RangeGet, UploadPart,
+};
+use ring_api::{BufSlice, Cqe, PartNumber, UploadHandle};
 use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
 use s3_lite::credentials::Credentials;
 
 pub use crate::capability::{Capability, ProbeError, ProbeOutcome, probe};
+use crate::upload_proof::SourceDigest;
 
 /// Bytes per range-get of a download.
 pub const CHUNK: u64 = 8 << 20;
@@ -461,6 +465,277 @@ pub fn upload(
     })
 }
 
+/// Most bytes of parts held in registered memory at once: [`IN_FLIGHT`] parts, fewer when
+/// parts are large (at least one).
+const PART_MEMORY: u64 = 256 << 20;
+
+/// What a multipart upload on the engine did.
+#[derive(Debug, Clone)]
+pub struct UploadedParts {
+    /// Bytes per path.
+    pub paths: PathBytes,
+    /// Parts uploaded.
+    pub parts: u64,
+    /// CRC64NVME of all the bytes read from the source.
+    pub crc64nvme: u64,
+    /// MD5 of each part, in part order (a multipart ETag is the MD5 of them).
+    pub part_md5s: Vec<[u8; 16]>,
+    /// Retries the engine made (`Engine::retry_stats`).
+    pub retries: u64,
+}
+
+/// Uploads the `len` bytes (non-zero) that `source` yields as one multipart upload in parts of
+/// `part_size`, on the engine: CreateMultipart, then up to [`IN_FLIGHT`] parts at once from a
+/// registered ring of slots (over RDMA where the endpoint pairs: the server READs each part
+/// from its slot), then CompleteMultipart, after which the engine checks the object the server
+/// assembled against the parts it sent (the Complete answer's full-object CRC64NVME, or a
+/// HEAD's). On any failure the upload is aborted, so no parts stay behind, and the first error
+/// is returned.
+pub fn upload_multipart(
+    target: &EngineTarget,
+    bucket: &str,
+    key: &str,
+    source: &mut dyn Read,
+    len: u64,
+    part_size: u64,
+    on_bytes: &mut dyn FnMut(u64),
+) -> Result<UploadedParts, String> {
+    let parts = len.div_ceil(part_size.max(1));
+    let Some(last) = u32::try_from(parts).ok().and_then(PartNumber::new) else {
+        return Err(format!(
+            "a multipart upload of {len} bytes in parts of {part_size} needs {parts} parts; \
+             S3 takes 1..=10000: raise --part-size"
+        ));
+    };
+    let slot_len = part_size.min(len);
+    let depth = IN_FLIGHT.min(parts).min((PART_MEMORY / slot_len).max(1));
+    let engine = target.engine(usize::try_from(depth).unwrap_or(1))?;
+    let obj = engine.object(bucket, key).map_err(|e| e.to_string())?;
+    let ring_len =
+        usize::try_from(depth * slot_len).map_err(|_| "upload ring too large for this host")?;
+    let buf = engine
+        .register_host(ring_len, RegisterOptions::pageable())
+        .map_err(|e| e.to_string())?;
+    let mut q = engine
+        .queue(u32::try_from(depth).unwrap_or(1))
+        .map_err(|e| e.to_string())?;
+    let created = one(
+        &mut q,
+        &CreateMultipart::new(obj).build(),
+        "CreateMultipart",
+    )?;
+    let upload = u32::try_from(created.aux())
+        .map(UploadHandle)
+        .map_err(|_| format!("CreateMultipart: the engine named upload {}", created.aux()))?;
+    let mut parts_ring = PartRing {
+        engine: &engine,
+        q: &mut q,
+        obj,
+        upload,
+        buf,
+        slot_len,
+        depth,
+        len,
+        part_size,
+    };
+    let sent = parts_ring.send_all(source, on_bytes);
+    let outcome = sent.and_then(|sent| {
+        one(
+            &mut q,
+            &CompleteMultipart::new(obj, upload, last).build(),
+            "CompleteMultipart",
+        )?;
+        Ok(sent)
+    });
+    match outcome {
+        Ok(Sent {
+            paths,
+            crc64nvme,
+            part_md5s,
+        }) => Ok(UploadedParts {
+            paths,
+            parts,
+            crc64nvme,
+            part_md5s,
+            retries: engine.retry_stats().retries,
+        }),
+        Err(e) => {
+            // Best effort: the first error is what the user needs to see.
+            let _ = one(
+                &mut q,
+                &AbortMultipart::new(obj, upload).build(),
+                "AbortMultipart",
+            );
+            Err(e)
+        }
+    }
+}
+
+/// Submits `sqe` alone and waits for its successful completion.
+fn one(q: &mut engine::Queue, sqe: &ring_api::Sqe, what: &str) -> Result<Cqe, String> {
+    q.push(sqe)
+        .map_err(|e| format!("queueing the {what}: {e:?}"))?;
+    if q.wait(1, Some(STALL)) == 0 {
+        return Err(format!(
+            "{what} stalled: no completion in {} s",
+            STALL.as_secs()
+        ));
+    }
+    let mut cqes = [Cqe::default()];
+    if q.reap(&mut cqes) != 1 {
+        return Err(format!("{what}: no completion"));
+    }
+    let [c] = cqes;
+    if !c.is_ok() {
+        return Err(failure(what, &c));
+    }
+    Ok(c)
+}
+
+/// What the parts of a multipart upload carried, and their digests.
+struct Sent {
+    paths: PathBytes,
+    /// CRC64NVME of all the parts.
+    crc64nvme: u64,
+    /// MD5 of each part, in part order.
+    part_md5s: Vec<[u8; 16]>,
+}
+
+/// The parts of one multipart upload in flight: part `i` is read from the source into slot
+/// `i % depth` once the part that held the slot before completed.
+struct PartRing<'a> {
+    engine: &'a Engine,
+    q: &'a mut engine::Queue,
+    obj: ring_api::ObjectId,
+    upload: UploadHandle,
+    buf: ring_api::BufHandle,
+    slot_len: u64,
+    depth: u64,
+    len: u64,
+    part_size: u64,
+}
+
+impl PartRing<'_> {
+    fn part_len(&self, i: u64) -> u64 {
+        self.part_size.min(self.len - i * self.part_size)
+    }
+
+    /// Uploads every part, in order from the source; returns the bytes per path and the parts'
+    /// digests. After a failure it waits for the parts still in flight (their
+    /// slots are being read) before it returns the failure.
+    fn send_all(
+        &mut self,
+        source: &mut dyn Read,
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<Sent, String> {
+        let parts = self.len.div_ceil(self.part_size);
+        let mut digests = Vec::new();
+        let mut paths = PathBytes::default();
+        let mut part = vec![0u8; usize::try_from(self.slot_len).unwrap_or(0)];
+        let mut cqes = vec![Cqe::default(); usize::try_from(self.depth * 2).unwrap_or(2)];
+        let (mut next, mut done, mut in_flight) = (0u64, 0u64, 0u64);
+        let mut failed: Option<String> = None;
+        while done < parts && (failed.is_none() || in_flight > 0) {
+            while failed.is_none() && next < parts && in_flight < self.depth {
+                match self.submit(next, source, &mut part) {
+                    Ok(d) => digests.push(d),
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+                next += 1;
+                in_flight += 1;
+            }
+            if in_flight == 0 {
+                break;
+            }
+            if self.q.wait(1, Some(STALL)) == 0 {
+                return Err(format!(
+                    "upload stalled: no part completed in {} s",
+                    STALL.as_secs()
+                ));
+            }
+            let n = self.q.reap(&mut cqes);
+            for c in cqes.iter().take(n) {
+                in_flight -= 1;
+                let i = c.user_data();
+                let want = if i < next { self.part_len(i) } else { 0 };
+                let verdict = if i >= next {
+                    Err(format!("completion for unknown part {}", i + 1))
+                } else if !c.is_ok() {
+                    Err(failure(&format!("UploadPart {}", i + 1), c))
+                } else {
+                    Ok(())
+                };
+                match verdict {
+                    Ok(()) => {
+                        paths.add_completion(c, want);
+                        on_bytes(want);
+                        done += 1;
+                    }
+                    Err(e) => {
+                        failed.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let mut crc64nvme = 0;
+        for (i, d) in digests.iter().enumerate() {
+            crc64nvme = if i == 0 {
+                d.crc64nvme
+            } else {
+                Crc64Nvme::combine(crc64nvme, d.crc64nvme, self.part_len(i as u64))
+            };
+        }
+        Ok(Sent {
+            paths,
+            crc64nvme,
+            part_md5s: digests.iter().map(|d| d.md5).collect(),
+        })
+    }
+
+    /// Reads part `i` from the source into its slot and submits it; returns its digests.
+    fn submit(
+        &mut self,
+        i: u64,
+        source: &mut dyn Read,
+        part: &mut [u8],
+    ) -> Result<SourceDigest, String> {
+        let want = self.part_len(i);
+        let bytes = part
+            .get_mut(..usize::try_from(want).unwrap_or(usize::MAX))
+            .ok_or("a part larger than its slot")?;
+        source
+            .read_exact(bytes)
+            .map_err(|e| format!("reading part {}: {e}", i + 1))?;
+        let digest = SourceDigest::of(bytes);
+        let slot = (i % self.depth) * self.slot_len;
+        self.engine
+            .copy_in(self.buf, slot, bytes)
+            .map_err(|e| e.to_string())?;
+        let number = u32::try_from(i + 1)
+            .ok()
+            .and_then(PartNumber::new)
+            .ok_or("part number past 10000")?;
+        let sqe = UploadPart::new(
+            self.obj,
+            self.upload,
+            number,
+            BufSlice::new(self.buf, slot, want),
+        )
+        .user_data(i)
+        .build();
+        self.q
+            .push(&sqe)
+            .map_err(|e| format!("queueing part {}: {e:?}", i + 1))?;
+        Ok(digest)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -513,7 +788,7 @@ mod tests {
             sel.probe_json(),
             serde_json::json!({"error": "capability probe: refused"})
         );
-        // https:// is never probed (the engine has no TLS).
+        // https:// is never probed (the RDMA dialects need plain HTTP).
         let tls = site("https://s3.amazonaws.com");
         let sel = EngineTarget::select(FabricChoice::Auto, &tls, None, never).unwrap();
         assert!(sel.target.is_none() && sel.probe.is_none());
