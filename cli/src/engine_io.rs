@@ -519,11 +519,7 @@ pub fn upload_multipart(
     let mut q = engine
         .queue(u32::try_from(depth).unwrap_or(1))
         .map_err(|e| e.to_string())?;
-    let created = one(
-        &mut q,
-        &CreateMultipart::new(obj).build(),
-        "CreateMultipart",
-    )?;
+    let created = one(&mut q, CreateMultipart::new(obj).build(), "CreateMultipart")?;
     let upload = u32::try_from(created.aux())
         .map(UploadHandle)
         .map_err(|_| format!("CreateMultipart: the engine named upload {}", created.aux()))?;
@@ -542,7 +538,7 @@ pub fn upload_multipart(
     let outcome = sent.and_then(|sent| {
         one(
             &mut q,
-            &CompleteMultipart::new(obj, upload, last).build(),
+            CompleteMultipart::new(obj, upload, last).build(),
             "CompleteMultipart",
         )?;
         Ok(sent)
@@ -563,7 +559,7 @@ pub fn upload_multipart(
             // Best effort: the first error is what the user needs to see.
             let _ = one(
                 &mut q,
-                &AbortMultipart::new(obj, upload).build(),
+                AbortMultipart::new(obj, upload).build(),
                 "AbortMultipart",
             );
             Err(e)
@@ -571,25 +567,31 @@ pub fn upload_multipart(
     }
 }
 
-/// Submits `sqe` alone and waits for its successful completion.
-fn one(q: &mut engine::Queue, sqe: &ring_api::Sqe, what: &str) -> Result<Cqe, String> {
-    q.push(sqe)
+/// `user_data` of the single-step entries of a multipart upload (parts carry their index).
+const STEP: u64 = u64::MAX;
+
+/// Submits `sqe` as the one step in flight and waits for its successful completion;
+/// completions of anything else still in flight (parts, after a failure) are passed over.
+fn one(q: &mut engine::Queue, sqe: ring_api::Sqe, what: &str) -> Result<Cqe, String> {
+    q.push(&sqe.with_user_data(STEP))
         .map_err(|e| format!("queueing the {what}: {e:?}"))?;
-    if q.wait(1, Some(STALL)) == 0 {
-        return Err(format!(
-            "{what} stalled: no completion in {} s",
-            STALL.as_secs()
-        ));
+    let mut cqes = [Cqe::default(); 8];
+    loop {
+        if q.wait(1, Some(STALL)) == 0 {
+            return Err(format!(
+                "{what} stalled: no completion in {} s",
+                STALL.as_secs()
+            ));
+        }
+        let n = q.reap(&mut cqes);
+        if let Some(c) = cqes.iter().take(n).find(|c| c.user_data() == STEP) {
+            return if c.is_ok() {
+                Ok(*c)
+            } else {
+                Err(failure(what, c))
+            };
+        }
     }
-    let mut cqes = [Cqe::default()];
-    if q.reap(&mut cqes) != 1 {
-        return Err(format!("{what}: no completion"));
-    }
-    let [c] = cqes;
-    if !c.is_ok() {
-        return Err(failure(what, &c));
-    }
-    Ok(c)
 }
 
 /// What the parts of a multipart upload carried, and their digests.
