@@ -2,15 +2,17 @@
 //! run at once, each item's outcome reported on its own.
 //!
 //! Steps: parse each URL and find each item's memory; HEAD the gets that have no length; check
-//! lengths against the memory and register it; split gets into range-gets of [`CHUNK`]; run
-//! every operation in one batch with the GIL released; deregister; settle each item (its first
-//! failure, or its byte count).
+//! lengths against the memory and register it; split gets into range-gets of [`CHUNK`]; start
+//! the multipart uploads of large puts (`hipobj_cli::load::multipart`); run every operation in one
+//! batch with the GIL released; deregister; complete (or abort) the multipart uploads; settle
+//! each item (its first failure, or its byte count).
 
-use hipobj_cli::load::batch::{Op, OpFailure, OpKind, split_range_get};
+use hipobj_cli::load::batch::{Op, OpDone, OpFailure, OpKind, split_range_get};
+use hipobj_cli::load::multipart;
 use hipobj_cli::s3uri::S3Uri;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use ring_api::{BufHandle, ObjectId};
+use ring_api::{BufHandle, ObjectId, UploadHandle};
 
 use crate::errors::{self, make};
 use crate::memory::{self, Memory};
@@ -19,10 +21,9 @@ use crate::state::{State, invalid_url, run_interruptible};
 
 /// Largest range-get (larger ranges are split and run in parallel).
 pub const CHUNK: u64 = 8 << 20;
-/// Largest single PUT (S3's limit).
-pub const MAX_PUT: u64 = 5 << 30;
 
-/// One item as Python passes it: `(kind, url, memory, offset, length)`.
+/// One item as Python passes it: `(kind, url, memory, offset, length)`; a put's `length` is
+/// its `part_size` (`None`: one PUT up to 5 GiB, parts above).
 pub type Item<'py> = (String, String, Bound<'py, PyAny>, u64, Option<u64>);
 
 /// An item that passed its checks.
@@ -33,6 +34,8 @@ struct Target {
     put: bool,
     offset: u64,
     length: Option<u64>,
+    /// A put's part size, as asked, then as chosen (`None`: one PUT).
+    part_size: Option<u64>,
     /// The object's size, when a HEAD asked.
     size: Option<u64>,
     mem: Memory,
@@ -72,7 +75,8 @@ fn prepare(py: Python<'_>, state: &State, item: Item<'_>) -> PyResult<Slot> {
                 object,
                 put,
                 offset,
-                length,
+                length: if put { None } else { length },
+                part_size: if put { length } else { None },
                 size: None,
                 mem,
             })
@@ -120,27 +124,25 @@ fn learn_lengths(py: Python<'_>, state: &State, slots: &mut [Slot]) -> PyResult<
     Ok(())
 }
 
-/// Why a pending item cannot run, if it cannot; else its byte count.
-fn check_length(py: Python<'_>, t: &Target) -> Result<u64, PyErr> {
+/// Why a pending item cannot run, if it cannot; else its byte count (and, for a put, how it
+/// goes: its part size).
+fn check_length(py: Python<'_>, t: &mut Target) -> Result<u64, PyErr> {
     let path = t.path();
     let fail = |class: &str, msg: String| make(py, class, &msg, &[("path", Some(path.clone()))]);
     if t.put {
-        if t.offset != 0 || t.length.is_some() {
-            return Err(PyValueError::new_err("put takes no offset or length"));
+        if t.offset != 0 {
+            return Err(PyValueError::new_err("put takes no offset"));
         }
-        return match t.mem.len {
-            0 => Err(fail(
+        let n = t.mem.len;
+        if n == 0 {
+            return Err(fail(
                 "UnsupportedError",
                 format!("{path}: the engine cannot PUT an empty buffer"),
-            )),
-            n if n > MAX_PUT => Err(fail(
-                "UnsupportedError",
-                format!(
-                    "{path}: put_from of {n} bytes: above 5 GiB needs a multipart upload, which the Python package does not do"
-                ),
-            )),
-            n => Ok(n),
-        };
+            ));
+        }
+        t.part_size = multipart::part_size(n, t.part_size)
+            .map_err(|e| PyValueError::new_err(format!("{path}: {e}")))?;
+        return Ok(n);
     }
     let len = t.length.unwrap_or(0);
     if len > t.mem.len {
@@ -163,8 +165,7 @@ pub fn run(py: Python<'_>, state: &State, items: Vec<Item<'_>>) -> PyResult<Vec<
         .collect::<PyResult<Vec<Slot>>>()?;
     learn_lengths(py, state, &mut slots)?;
     let mut regs: Vec<Registration<'_>> = Vec::new();
-    let mut ops: Vec<Op> = Vec::new();
-    let mut owner: Vec<usize> = Vec::new();
+    let mut bufs: Vec<Option<BufHandle>> = vec![None; slots.len()];
     let mut lens = vec![0u64; slots.len()];
     for (i, slot) in slots.iter_mut().enumerate() {
         let Slot::Pending(t) = slot else { continue };
@@ -179,47 +180,81 @@ pub fn run(py: Python<'_>, state: &State, items: Vec<Item<'_>>) -> PyResult<Vec<
                 continue;
             }
         };
-        let reg = match Registration::new(&state.engine, &t.mem) {
-            Ok(r) => r,
+        match Registration::new(&state.engine, &t.mem) {
+            Ok(reg) => {
+                bufs[i] = Some(reg.handle);
+                lens[i] = len;
+                regs.push(reg);
+            }
             Err(e) => {
                 let msg = format!("{}: {e}", t.path());
                 *slot = Slot::Failed(make(py, "HipobjError", &msg, &[("path", Some(t.path()))]));
-                continue;
             }
+        }
+    }
+    let mut settle = Settle::new(slots.len());
+    // Multipart puts first start their uploads.
+    let mut uploads: Vec<Option<UploadHandle>> = vec![None; slots.len()];
+    let creates: Vec<(usize, Op)> = pending(&slots)
+        .filter(|(i, t)| t.part_size.is_some() && bufs[*i].is_some())
+        .map(|(i, t)| (i, multipart::create(t.object)))
+        .collect();
+    let created = match run_ops(py, state, &creates) {
+        Ok(r) => r,
+        Err(e) => {
+            py.detach(|| drop(regs));
+            return Err(e);
+        }
+    };
+    for ((i, op), r) in creates.iter().zip(created) {
+        match r {
+            Ok(OpDone {
+                upload: Some(u), ..
+            }) => uploads[*i] = Some(u),
+            Ok(_) => settle.fail(*i, op, OpFailure::local_msg("no upload named")),
+            Err(f) => settle.fail(*i, op, f),
+        }
+    }
+    // Then every range-get, PUT and part, in one batch.
+    let mut ops: Vec<(usize, Op)> = Vec::new();
+    for (i, t) in pending(&slots) {
+        let (Some(buf), len) = (bufs[i], lens[i]) else {
+            continue;
         };
-        let item_ops = if t.put {
-            vec![Op {
+        let item_ops = match (t.put, t.part_size, uploads[i]) {
+            (false, ..) => split_range_get(t.object, t.offset, buf, 0, len, CHUNK),
+            (true, None, _) => vec![Op {
                 kind: OpKind::Put,
                 object: t.object,
-                buf: reg.handle,
+                buf,
                 buf_offset: 0,
                 len,
-            }]
-        } else {
-            split_range_get(t.object, t.offset, reg.handle, 0, len, CHUNK)
+            }],
+            (true, Some(size), Some(u)) => multipart::parts(t.object, u, buf, len, size),
+            (true, Some(_), None) => continue, // its CreateMultipart failed
         };
-        owner.extend(std::iter::repeat_n(i, item_ops.len()));
-        ops.extend(item_ops);
-        lens[i] = len;
-        regs.push(reg);
+        ops.extend(item_ops.into_iter().map(|op| (i, op)));
     }
-    let results = run_interruptible(py, state, &ops);
+    let results = run_ops(py, state, &ops);
     py.detach(|| drop(regs));
-    let mut first_failure: Vec<Option<(String, OpFailure)>> = vec![None; slots.len()];
-    for ((op, &i), r) in ops.iter().zip(&owner).zip(results?) {
-        let what = match op.kind {
-            OpKind::RangeGet { offset } => format!("range-get {offset}+{}", op.len),
-            OpKind::Put => "PUT".into(),
-            OpKind::Head => "HEAD".into(),
-        };
-        let size = match &slots[i] {
+    let results = match results {
+        Ok(r) => r,
+        Err(e) => {
+            // Interrupted: no upload stays open.
+            let aborts = opened(&slots, &uploads)
+                .map(|(i, t, u)| (i, multipart::abort(t.object, u)))
+                .collect::<Vec<_>>();
+            let _ = py.detach(|| run_ops_unstoppable(state, &aborts));
+            return Err(e);
+        }
+    };
+    for ((i, op), r) in ops.iter().zip(results) {
+        let size = match &slots[*i] {
             Slot::Pending(t) => t.size,
             _ => None,
         };
         match r {
-            Err(f) => {
-                first_failure[i].get_or_insert((what, f));
-            }
+            Err(f) => settle.fail(*i, op, f),
             // Every answer that names the object's size must name the one HEAD said.
             Ok(d) if size.is_some_and(|s| d.object_size != 0 && d.object_size != s) => {
                 let msg = format!(
@@ -227,16 +262,31 @@ pub fn run(py: Python<'_>, state: &State, items: Vec<Item<'_>>) -> PyResult<Vec<
                     d.object_size,
                     size.unwrap_or(0)
                 );
-                first_failure[i].get_or_insert((what, OpFailure::local_msg(msg)));
+                settle.fail(*i, op, OpFailure::local_msg(msg));
             }
             Ok(_) => {}
+        }
+    }
+    // Last, each upload is completed when all its parts went, else aborted.
+    let ends: Vec<(usize, Op)> = opened(&slots, &uploads)
+        .filter_map(|(i, t, u)| {
+            if settle.failed(i) {
+                return Some((i, multipart::abort(t.object, u)));
+            }
+            let size = t.part_size?;
+            multipart::complete(t.object, u, lens[i], size).map(|op| (i, op))
+        })
+        .collect();
+    for ((i, op), r) in ends.iter().zip(run_ops(py, state, &ends)?) {
+        if let (Err(f), OpKind::CompleteMultipart { .. }) = (r, op.kind) {
+            settle.fail(*i, op, f);
         }
     }
     Ok(slots
         .into_iter()
         .enumerate()
         .map(|(i, slot)| {
-            let settled = match (slot, &first_failure[i]) {
+            let settled = match (slot, settle.first(i)) {
                 (Slot::Pending(t), Some((what, f))) => Err(errors::op_error(
                     py,
                     &state.settings,
@@ -258,4 +308,64 @@ pub fn run(py: Python<'_>, state: &State, items: Vec<Item<'_>>) -> PyResult<Vec<
             }
         })
         .collect())
+}
+
+/// The pending items, with their index.
+fn pending(slots: &[Slot]) -> impl Iterator<Item = (usize, &Target)> {
+    slots.iter().enumerate().filter_map(|(i, s)| match s {
+        Slot::Pending(t) => Some((i, &**t)),
+        _ => None,
+    })
+}
+
+/// The pending items with an open multipart upload.
+fn opened<'a>(
+    slots: &'a [Slot],
+    uploads: &'a [Option<UploadHandle>],
+) -> impl Iterator<Item = (usize, &'a Target, UploadHandle)> {
+    pending(slots).filter_map(|(i, t)| Some((i, t, (*uploads.get(i)?)?)))
+}
+
+/// Runs the operations of `ops` (each tagged with its item), the GIL released, Ctrl-C stopping
+/// it.
+fn run_ops(
+    py: Python<'_>,
+    state: &State,
+    ops: &[(usize, Op)],
+) -> PyResult<Vec<Result<OpDone, OpFailure>>> {
+    if ops.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ops: Vec<Op> = ops.iter().map(|(_, op)| *op).collect();
+    run_interruptible(py, state, &ops)
+}
+
+/// Runs `ops` to the end whatever signals arrive (the aborts after an interrupted batch).
+fn run_ops_unstoppable(state: &State, ops: &[(usize, Op)]) -> Vec<Result<OpDone, OpFailure>> {
+    let ops: Vec<Op> = ops.iter().map(|(_, op)| *op).collect();
+    hipobj_cli::load::batch::run(&state.engine, &ops, state.batch, &mut || false)
+}
+
+/// Each item's first failure: what failed, and how.
+struct Settle(Vec<Option<(String, OpFailure)>>);
+
+impl Settle {
+    fn new(items: usize) -> Self {
+        Self(vec![None; items])
+    }
+
+    /// Records `f` for item `i`'s `op`, unless the item failed already.
+    fn fail(&mut self, i: usize, op: &Op, f: OpFailure) {
+        if let Some(slot) = self.0.get_mut(i) {
+            slot.get_or_insert_with(|| (multipart::describe(op.kind, op.len), f));
+        }
+    }
+
+    fn failed(&self, i: usize) -> bool {
+        self.first(i).is_some()
+    }
+
+    fn first(&self, i: usize) -> Option<&(String, OpFailure)> {
+        self.0.get(i)?.as_ref()
+    }
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import _thread
 import array
 import asyncio
+import json
 import threading
 import time
 
@@ -98,6 +99,29 @@ def test_missing_key_and_bucket_carry_the_s3_code(server, engine, bucket):
         engine.get_into(f"s3://nosuchbucket{bucket}/k", buf, length=8)
     # s3s-fs answers a GET in a missing bucket with NoSuchKey; the code is the server's own.
     assert e.value.code == ("NoSuchBucket" if server.name == "gateway" else "NoSuchKey")
+
+
+def test_put_in_parts_round_trips(engine, server, bucket):
+    # 12 MiB in parts of 5 MiB: a multipart upload of 3 parts, in parallel, read back exact.
+    src = payload((12 << 20) + 77, seed=5)
+    url = f"s3://{bucket}/parts.bin"
+    assert engine.put_from(url, src, part_size=5 << 20) == src.nbytes
+    dst = np.zeros_like(src)
+    assert engine.get_into(url, dst) == src.nbytes
+    assert np.array_equal(src, dst)
+    head = json.loads(server.cli("--json", "head", url).stdout.strip().splitlines()[-1])
+    assert head["etag"].strip('"').endswith("-3"), head
+    # Part sizes outside S3's bounds, and a part_size that is no int, are refused up front.
+    with pytest.raises(ValueError, match="5 MiB..5 GiB"):
+        engine.put_from(url, src, part_size=1 << 20)
+    with pytest.raises(TypeError):
+        engine.put_from(url, src, part_size="5MiB")
+    # An upload that cannot start: the server's error (s3s-fs starts uploads into buckets
+    # that do not exist, so only the gateway refuses).
+    if server.name == "gateway":
+        with pytest.raises(hipobj.S3Error) as e:
+            engine.put_from(f"s3://no-such-bucket-{bucket}/p.bin", src, part_size=5 << 20)
+        assert e.value.code == "NoSuchBucket"
 
 
 def test_wrong_credentials(server, bucket):

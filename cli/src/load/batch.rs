@@ -8,8 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use engine::Engine;
-use ring_api::opcode::{Head, Put, RangeGet};
-use ring_api::{BufHandle, BufSlice, Cqe, ErrorClass, ErrorCode, ObjectId};
+use ring_api::opcode::{
+    AbortMultipart, CompleteMultipart, CreateMultipart, Head, Put, RangeGet, UploadPart,
+};
+use ring_api::{
+    BufHandle, BufSlice, Cqe, ErrorClass, ErrorCode, ObjectId, PartNumber, UploadHandle,
+};
 
 use crate::bench::{dialect_name, path_name};
 
@@ -25,6 +29,37 @@ pub enum OpKind {
     Put,
     /// HEAD: [`OpDone::object_size`] is the object's size (`len` 0; the buffer is unused).
     Head,
+    /// Starts a multipart upload of the object: [`OpDone::upload`] names it (`len` 0).
+    CreateMultipart,
+    /// Uploads the `len` bytes as part `part` of `upload`.
+    UploadPart {
+        /// The upload ([`OpDone::upload`] of its CreateMultipart).
+        upload: UploadHandle,
+        /// Part number.
+        part: PartNumber,
+    },
+    /// Completes `upload` from its parts `1..=parts` (`len` 0).
+    CompleteMultipart {
+        /// The upload.
+        upload: UploadHandle,
+        /// How many parts it has.
+        parts: PartNumber,
+    },
+    /// Aborts `upload`, discarding its parts (`len` 0).
+    AbortMultipart {
+        /// The upload.
+        upload: UploadHandle,
+    },
+}
+
+impl OpKind {
+    /// Whether the operation moves `len` bytes (and its completion must say so).
+    const fn moves_bytes(self) -> bool {
+        matches!(
+            self,
+            Self::RangeGet { .. } | Self::Put | Self::UploadPart { .. }
+        )
+    }
 }
 
 /// One operation on registered memory.
@@ -55,6 +90,8 @@ pub struct OpDone {
     pub path: &'static str,
     /// `http`, `rc-persistent`, `hipobj-rc-v2`, `cuobject`.
     pub dialect: &'static str,
+    /// The upload a CreateMultipart started (`None` for every other kind).
+    pub upload: Option<UploadHandle>,
 }
 
 impl OpDone {
@@ -67,6 +104,7 @@ impl OpDone {
             verified: false,
             path: "none",
             dialect: "none",
+            upload: None,
         }
     }
 }
@@ -255,6 +293,20 @@ fn drive(
                     .build(),
                 OpKind::Put => Put::new(op.object, slice).user_data(tag).build(),
                 OpKind::Head => Head::new(op.object).user_data(tag).build(),
+                OpKind::CreateMultipart => CreateMultipart::new(op.object).user_data(tag).build(),
+                OpKind::UploadPart { upload, part } => {
+                    UploadPart::new(op.object, upload, part, slice)
+                        .user_data(tag)
+                        .build()
+                }
+                OpKind::CompleteMultipart { upload, parts } => {
+                    CompleteMultipart::new(op.object, upload, parts)
+                        .user_data(tag)
+                        .build()
+                }
+                OpKind::AbortMultipart { upload } => AbortMultipart::new(op.object, upload)
+                    .user_data(tag)
+                    .build(),
             };
             if let Err(e) = q.push(&sqe) {
                 if !in_flight.is_empty() {
@@ -290,18 +342,22 @@ fn drive(
             let want = ops[i].len;
             let r = if !c.is_ok() {
                 Err(OpFailure::from_cqe(c))
-            } else if ops[i].kind != OpKind::Head && c.bytes() != want {
+            } else if ops[i].kind.moves_bytes() && c.bytes() != want {
                 Err(OpFailure {
                     message: format!("{} bytes arrived, {want} expected", c.bytes()),
                     ..OpFailure::local("")
                 })
             } else {
+                let create = ops[i].kind == OpKind::CreateMultipart;
                 Ok(OpDone {
                     bytes: c.bytes(),
-                    object_size: c.aux(),
+                    object_size: if create { 0 } else { c.aux() },
                     verified: c.verified(),
                     path: path_name(c.path()),
                     dialect: dialect_name(c.dialect()),
+                    upload: create
+                        .then(|| u32::try_from(c.aux()).ok().map(UploadHandle))
+                        .flatten(),
                 })
             };
             done.push((i, r));

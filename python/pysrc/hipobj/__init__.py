@@ -128,10 +128,15 @@ class Engine:
             raise errors[0][1]
         return results[0] or 0
 
-    def put_from(self, url: str, src: Any) -> int:
-        """Uploads all of ``src`` (DLPack, buffer protocol or bytes) as the object ``url``
-        (at most 5 GiB). Returns the bytes sent."""
-        results, errors = self._run([("put", str(url), _adapt(src), 0, None)])
+    def put_from(self, url: str, src: Any, part_size: Optional[int] = None) -> int:
+        """Uploads all of ``src`` (DLPack, buffer protocol or bytes) as the object ``url``.
+        Returns the bytes sent. Up to 5 GiB it is one PUT; above, or when ``part_size`` (5 MiB
+        to 5 GiB) is given, a multipart upload in parts of that size (default above 5 GiB:
+        64 MiB, larger when needed to stay within 10,000 parts), its parts in parallel; a
+        failed part aborts the upload."""
+        if part_size is not None and (isinstance(part_size, bool) or not isinstance(part_size, int)):
+            raise TypeError("part_size must be an int or None")
+        results, errors = self._run([("put", str(url), _adapt(src), 0, part_size)])
         if errors:
             raise errors[0][1]
         return results[0] or 0
