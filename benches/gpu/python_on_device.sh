@@ -3,6 +3,8 @@
 #
 #   here:   bash benches/gpu/python_on_device.sh build     # release wheel + hipobj into .gpu-bin-python/
 #   device: run(command="bash benches/gpu/python_on_device.sh", carry=[".gpu-bin-python"])
+#   BENCH=put: instead, put_from of a CUDA tensor above the GPU bounce pool in parts
+#   (benches/gpu/python_put_parts.py; GIB, PART_MIB).
 #
 # The device machine has torch and safetensors but no network and no Rust toolchain: the wheel
 # is installed from the carried folder into a private --target directory. The script starts
@@ -53,6 +55,13 @@ for _ in $(seq 50); do grep -q "listening on" "$WORK/serve.out" && break; sleep 
 url=$(sed -n 's/^listening on //p' "$WORK/serve.out" | head -1)
 [ -n "$url" ] || { echo "hipobj serve did not start:"; cat "$WORK/serve.err"; exit 1; }
 echo "== gateway at $url (soft fabric)"
+if [ "${BENCH:-load}" = put ]; then
+  # A CUDA tensor above the GPU bounce pool, put in parts (benches/gpu/python_put_parts.py).
+  PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}" python3 benches/gpu/python_put_parts.py --endpoint "$url" \
+    --hipobj-bin "$BIN/hipobj" --gib "${GIB:-2}" --part-mib "${PART_MIB:-64}" \
+    --out "$DEST/python-put-parts-$stamp.json"
+  exit $?
+fi
 PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}" python3 benches/gpu/python_load_bench.py --endpoint "$url" \
   --hipobj-bin "$BIN/hipobj" --gib "${GIB:-4.5}" --runs "${RUNS:-3}" \
   --out "$DEST/python-load-$stamp.json" --workdir "$WORK"
