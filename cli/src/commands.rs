@@ -22,7 +22,7 @@ use crate::net::transport::Timeouts;
 use crate::s3uri::S3Uri;
 use crate::units::format_bytes;
 use crate::upload_proof::{
-    SourceDigest, judge_multipart_etag, judge_put, judge_stored, upload_verdict,
+    IntegrityMismatch, SourceDigest, judge_multipart_etag, judge_put, judge_stored, upload_verdict,
 };
 use engine_io::{EngineSite, EngineTarget, FabricChoice, Selection};
 
@@ -280,50 +280,22 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
             ));
         }
         let up = engine_io::upload(target, &dest.bucket, &dest.key, &data)?;
-        // The engine's completion says the server accepted the PUT; a HEAD says what it holds
-        // (size, the stored CRC64NVME or an MD5 ETag).
         let digest = SourceDigest::of(&data);
-        let meta = ctx
-            .client
-            .head_with(&dest.bucket, &dest.key, true)
-            .map_err(|e| e.to_string())?;
-        let stored = judge_stored(
-            len,
-            digest.crc64nvme,
-            meta.content_length,
-            meta.checksum_crc64nvme.as_deref(),
-            meta.checksum_type.as_deref(),
-        )
-        .map_err(|e| e.to_string())?;
-        let by_etag =
-            judge_put("PUT", &digest, None, meta.etag.as_deref()).map_err(|e| e.to_string())?;
-        let proof = stored.or(by_etag).map(|p| p.name());
-        let verdict = upload_verdict(
-            args.verify.required(),
-            proof,
-            Some("HEAD after the PUT named no CRC64NVME and no MD5 ETag"),
-        )?;
-        summary(
+        let sent = EngineUpload {
+            parts: 1,
+            crc64nvme: digest.crc64nvme,
+            paths: up.paths,
+            retries: up.retries,
+        };
+        return report_engine_upload(
             ctx,
-            format!(
-                "upload: {} -> {dest} ({}, 1 part, {}, sent crc64nvme {}, {}, path {})",
-                args.file.display(),
-                format_bytes(len),
-                rate(len, started),
-                up.checksum_crc64nvme,
-                proof.map_or("UNVERIFIED".to_owned(), |p| format!("verified by {p}")),
-                up.paths.summary()
-            ),
+            args,
+            &dest,
+            (len, started, &selection),
+            sent,
+            |etag| judge_put("PUT", &digest, None, etag),
+            "HEAD after the PUT named no CRC64NVME and no MD5 ETag",
         );
-        return Ok(merge(
-            json!({
-                "op": "put", "bucket": dest.bucket, "key": dest.key, "bytes": len, "parts": 1,
-                "etag": meta.etag, "sent_crc64nvme": up.checksum_crc64nvme,
-                "seconds": started.elapsed().as_secs_f64(), "path": up.paths.summary(), "dialect": up.paths.dialect(), "client": "engine", "paths": up.paths.to_json(),
-                "fabric_probe": selection.probe_json(), "retries": up.retries,
-            }),
-            verdict,
-        ));
     }
     let bar = progress_bar(ctx, len, "put");
     let mut on_bytes = |n: u64| {
@@ -387,7 +359,8 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
 
 /// `put` of a file above `--multipart-threshold` on the engine: a multipart upload whose parts
 /// move over RDMA where the endpoint pairs. The engine checks the assembled object against the
-/// parts; a HEAD afterwards compares the stored size and full-object CRC64NVME with the file's.
+/// parts; the report's HEAD compares the stored size and full-object CRC64NVME with the file's,
+/// or the multipart ETag with the parts' MD5s.
 #[allow(clippy::too_many_arguments)]
 fn put_multipart_on_engine(
     ctx: &mut Context,
@@ -418,51 +391,83 @@ fn put_multipart_on_engine(
         bar.finish_and_clear();
     }
     let up = up.map_err(|e| format!("{}: {e}", args.file.display()))?;
+    let part_md5s = up.part_md5s;
+    let sent = EngineUpload {
+        parts: up.parts,
+        crc64nvme: up.crc64nvme,
+        paths: up.paths,
+        retries: up.retries,
+    };
+    report_engine_upload(
+        ctx,
+        args,
+        dest,
+        (len, started, selection),
+        sent,
+        |etag| judge_multipart_etag(&part_md5s, etag),
+        "HEAD after the multipart upload named no full-object CRC64NVME and no multipart MD5 \
+         ETag",
+    )
+}
+
+/// What an upload on the engine sent, for its report.
+struct EngineUpload {
+    parts: u64,
+    /// CRC64NVME of the bytes sent.
+    crc64nvme: u64,
+    paths: engine_io::PathBytes,
+    retries: u64,
+}
+
+/// Reports an upload the engine completed: a HEAD says what the server holds, proven by the
+/// stored size and full-object CRC64NVME, else by what `by_etag` makes of the stored ETag
+/// (`unproven` says why when neither proves anything); then the summary line and `--json`.
+fn report_engine_upload(
+    ctx: &mut Context,
+    args: &PutArgs,
+    dest: &S3Uri,
+    (len, started, selection): (u64, Instant, &Selection),
+    sent: EngineUpload,
+    by_etag: impl FnOnce(Option<&str>) -> Result<Option<crate::upload_proof::Proof>, IntegrityMismatch>,
+    unproven: &str,
+) -> CommandResult {
     let meta = ctx
         .client
         .head_with(&dest.bucket, &dest.key, true)
         .map_err(|e| e.to_string())?;
-    let sent_crc64nvme = s3_lite::checksum::encode_crc64nvme(up.crc64nvme);
     let stored = judge_stored(
         len,
-        up.crc64nvme,
+        sent.crc64nvme,
         meta.content_length,
         meta.checksum_crc64nvme.as_deref(),
         meta.checksum_type.as_deref(),
     )
     .map_err(|e| e.to_string())?;
-    let by_etag =
-        judge_multipart_etag(&up.part_md5s, meta.etag.as_deref()).map_err(|e| e.to_string())?;
+    let by_etag = by_etag(meta.etag.as_deref()).map_err(|e| e.to_string())?;
     let proof = stored.or(by_etag).map(|p| p.name());
-    let verdict = upload_verdict(
-        args.verify.required(),
-        proof,
-        Some(
-            "HEAD after the multipart upload named no full-object CRC64NVME and no multipart \
-             MD5 ETag",
-        ),
-    )?;
+    let verdict = upload_verdict(args.verify.required(), proof, Some(unproven))?;
+    let sent_crc64nvme = s3_lite::checksum::encode_crc64nvme(sent.crc64nvme);
     summary(
         ctx,
         format!(
             "upload: {} -> {dest} ({}, {} part{}, {}, sent crc64nvme {}, {}, path {})",
             args.file.display(),
             format_bytes(len),
-            up.parts,
-            if up.parts == 1 { "" } else { "s" },
+            sent.parts,
+            if sent.parts == 1 { "" } else { "s" },
             rate(len, started),
             sent_crc64nvme,
             proof.map_or("UNVERIFIED".to_owned(), |p| format!("verified by {p}")),
-            up.paths.summary()
+            sent.paths.summary()
         ),
     );
     Ok(merge(
         json!({
-            "op": "put", "bucket": dest.bucket, "key": dest.key, "bytes": len, "parts": up.parts,
+            "op": "put", "bucket": dest.bucket, "key": dest.key, "bytes": len, "parts": sent.parts,
             "etag": meta.etag, "sent_crc64nvme": sent_crc64nvme,
-            "seconds": started.elapsed().as_secs_f64(), "path": up.paths.summary(),
-            "dialect": up.paths.dialect(), "client": "engine", "paths": up.paths.to_json(),
-            "fabric_probe": selection.probe_json(), "retries": up.retries,
+            "seconds": started.elapsed().as_secs_f64(), "path": sent.paths.summary(),
+            "dialect": sent.paths.dialect(), "client": "engine", "paths": sent.paths.to_json(),
+            "fabric_probe": selection.probe_json(), "retries": sent.retries,
         }),
         verdict,
     ))

@@ -22,7 +22,7 @@ use ring_api::opcode::{
     AbortMultipart, CompleteMultipart, CreateMultipart, Put, RangeGet, UploadPart,
 };
 use ring_api::{BufSlice, Cqe, PartNumber, UploadHandle};
-use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
+use s3_lite::checksum::Crc64Nvme;
 use s3_lite::credentials::Credentials;
 
 pub use crate::capability::{Capability, ProbeError, ProbeOutcome, probe};
@@ -265,6 +265,43 @@ fn failure(what: &str, c: &Cqe) -> String {
     format!("{what} failed: {code}{class}")
 }
 
+/// The engine of one transfer of an object, with a registered ring of slots and a queue as
+/// deep as the ring (the queue must go before the engine).
+struct Ring {
+    q: engine::Queue,
+    buf: ring_api::BufHandle,
+    obj: ring_api::ObjectId,
+    engine: Engine,
+}
+
+impl Ring {
+    /// `depth` slots of `slot_len` bytes for `bucket/key`.
+    fn open(
+        target: &EngineTarget,
+        bucket: &str,
+        key: &str,
+        depth: u64,
+        slot_len: u64,
+    ) -> Result<Self, String> {
+        let engine = target.engine(usize::try_from(depth).unwrap_or(1))?;
+        let obj = engine.object(bucket, key).map_err(|e| e.to_string())?;
+        let ring_len = usize::try_from(depth * slot_len)
+            .map_err(|_| "transfer ring too large for this host")?;
+        let buf = engine
+            .register_host(ring_len, RegisterOptions::pageable())
+            .map_err(|e| e.to_string())?;
+        let q = engine
+            .queue(u32::try_from(depth).unwrap_or(1))
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            q,
+            buf,
+            obj,
+            engine,
+        })
+    }
+}
+
 /// What a download moved and what proved it.
 #[derive(Debug, Clone, Default)]
 pub struct Downloaded {
@@ -305,16 +342,13 @@ pub fn download(
     let chunks = len.div_ceil(CHUNK);
     let depth = IN_FLIGHT.min(chunks);
     let slot_len = CHUNK.min(len);
-    let engine = target.engine(usize::try_from(depth).unwrap_or(1))?;
-    let obj = engine.object(bucket, key).map_err(|e| e.to_string())?;
-    let ring_len =
-        usize::try_from(depth * slot_len).map_err(|_| "download ring too large for this host")?;
-    let buf = engine
-        .register_host(ring_len, RegisterOptions::pageable())
-        .map_err(|e| e.to_string())?;
-    let mut q = engine
-        .queue(u32::try_from(depth).unwrap_or(1))
-        .map_err(|e| e.to_string())?;
+    // Bound in this order so the queue drops before the engine (reverse order of declaration).
+    let Ring {
+        engine,
+        obj,
+        buf,
+        mut q,
+    } = Ring::open(target, bucket, key, depth, slot_len)?;
     let chunk_len = |i: u64| CHUNK.min(len - i * CHUNK);
     // Chunk i lives in slot i % depth; it is submitted only once chunk i - depth is written, so
     // completions may arrive in any order and are still written in order.
@@ -409,9 +443,6 @@ pub fn download(
 pub struct Uploaded {
     /// Bytes per path.
     pub paths: PathBytes,
-    /// CRC64NVME of the uploaded bytes (base64; the engine sends it with RDMA PUTs and the
-    /// server's echo of it is part of the success proof).
-    pub checksum_crc64nvme: String,
     /// Retries the engine made (`Engine::retry_stats`).
     pub retries: u64,
 }
@@ -456,11 +487,8 @@ pub fn upload(
     }
     let mut paths = PathBytes::default();
     paths.add_completion(&c, len);
-    let mut crc = Crc64Nvme::new();
-    crc.update(data);
     Ok(Uploaded {
         paths,
-        checksum_crc64nvme: encode_crc64nvme(crc.finish()),
         retries: engine.retry_stats().retries,
     })
 }
@@ -509,16 +537,13 @@ pub fn upload_multipart(
     };
     let slot_len = part_size.min(len);
     let depth = IN_FLIGHT.min(parts).min((PART_MEMORY / slot_len).max(1));
-    let engine = target.engine(usize::try_from(depth).unwrap_or(1))?;
-    let obj = engine.object(bucket, key).map_err(|e| e.to_string())?;
-    let ring_len =
-        usize::try_from(depth * slot_len).map_err(|_| "upload ring too large for this host")?;
-    let buf = engine
-        .register_host(ring_len, RegisterOptions::pageable())
-        .map_err(|e| e.to_string())?;
-    let mut q = engine
-        .queue(u32::try_from(depth).unwrap_or(1))
-        .map_err(|e| e.to_string())?;
+    // Bound in this order so the queue drops before the engine (reverse order of declaration).
+    let Ring {
+        engine,
+        obj,
+        buf,
+        mut q,
+    } = Ring::open(target, bucket, key, depth, slot_len)?;
     let created = one(&mut q, CreateMultipart::new(obj).build(), "CreateMultipart")?;
     let upload = u32::try_from(created.aux())
         .map(UploadHandle)
