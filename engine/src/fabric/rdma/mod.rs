@@ -626,6 +626,14 @@ impl RdmaClient {
             );
             return;
         }
+        if note.is_some_and(|n| n.writes_in_flight)
+            && let State::Paired(l) = &self.state
+        {
+            // The server's WRITEs may still be coming into the window that closes now: stop
+            // the link first, as `abort` does, so none lands in a closed window and the next
+            // op pairs again instead of meeting a connection the server is about to fail.
+            l.qp.modify_to_err();
+        }
         Self::end_window(a);
         let verdict = note.map(|n| n.verdict);
         match verdict {

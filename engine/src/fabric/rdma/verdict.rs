@@ -65,6 +65,9 @@ pub(crate) struct Judged {
     /// The server answered before the bytes finished landing (a soft GET's early answer):
     /// the op completes only once its window's landing digest covers them.
     pub(crate) awaits: Option<Awaits>,
+    /// The answer failed the op while its WRITEs may still be landing (an early answer that
+    /// vouches for nothing): the link must stop before the window closes.
+    pub(crate) writes_in_flight: bool,
 }
 
 /// The bytes an early-answered GET still waits for.
@@ -103,6 +106,15 @@ const fn judged(verdict: Verdict) -> Judged {
     Judged {
         verdict,
         awaits: None,
+        writes_in_flight: false,
+    }
+}
+
+/// A failed early answer: its WRITEs may still be on the way.
+const fn judged_early_failure(verdict: Verdict) -> Judged {
+    Judged {
+        writes_in_flight: true,
+        ..judged(verdict)
     }
 }
 
@@ -126,7 +138,10 @@ impl ReplyJudge for RdmaJudge {
         if early && !self.early {
             // An answer that did not wait for its WRITEs, which we did not ask for: nothing
             // says the bytes are there.
-            return (integrity(ErrorCode::Protocol), judged(verdict));
+            return (
+                integrity(ErrorCode::Protocol),
+                judged_early_failure(verdict),
+            );
         }
         let landed_now = self.landing.as_ref().map(|l| l.state_of_first(bytes));
         if early {
@@ -140,17 +155,23 @@ impl ReplyJudge for RdmaJudge {
                         Ok(Some(want)) => (
                             Plan::Finish(Outcome::got(bytes, size, false)),
                             Judged {
-                                verdict,
                                 awaits: Some(Awaits { bytes, want }),
+                                ..judged(verdict)
                             },
                         ),
-                        Ok(None) | Err(_) => (integrity(ErrorCode::Integrity), judged(verdict)),
+                        Ok(None) | Err(_) => (
+                            integrity(ErrorCode::Integrity),
+                            judged_early_failure(verdict),
+                        ),
                     };
                 }
                 Some(Landed::Covered(_)) => {}
                 // The bytes may still be landing, and nothing can tell when they are done.
                 Some(Landed::Broken) | None => {
-                    return (Plan::Finish(Outcome::transport(false)), judged(verdict));
+                    return (
+                        Plan::Finish(Outcome::transport(false)),
+                        judged_early_failure(verdict),
+                    );
                 }
             }
         }
