@@ -24,7 +24,7 @@ use super::frame::{
 use super::landing::FrameDigest;
 use super::mr::MrInner;
 use super::qp::{MAX_RD_ATOMIC, QpState};
-use super::shared::{ACK_DELAY, QpShared, Resp};
+use super::shared::{ACK_DELAY, Core, QpShared, Resp};
 use super::wr::Access;
 use super::wr::{WcOpcode, WcStatus};
 
@@ -795,6 +795,22 @@ fn ack(qp: &QpShared, psn: u32) -> Result<bool, Stop> {
     Ok(!c.sq.is_empty())
 }
 
+/// Completes successfully the WRITEs and SENDs at the front of the outstanding requests that
+/// end before `seq` (an answer about `seq` acknowledges them: the responder executes in order);
+/// stops at the first READ, whose own answer completes it.
+fn complete_writes_before(qp: &QpShared, c: &mut Core, seq: u64) {
+    while c
+        .outstanding
+        .front()
+        .is_some_and(|o| o.read.is_none() && o.last_seq < seq)
+    {
+        if let Some(o) = c.outstanding.pop_front() {
+            qp.complete_ok(&o);
+            c.first_unacked = o.last_seq + 1;
+        }
+    }
+}
+
 /// NAK: what came before succeeded, the named request failed, the rest is flushed.
 fn nak(qp: &QpShared, h: &Header) -> Stop {
     let code = NakCode::from_u64(h.aux).unwrap_or(NakCode::InvalidRequest);
@@ -808,15 +824,7 @@ fn nak(qp: &QpShared, h: &Header) -> Stop {
     let Some(seq) = c.seq_of(h.psn) else {
         return Stop::Bad(WcStatus::BadResponse);
     };
-    while c
-        .outstanding
-        .front()
-        .is_some_and(|o| o.last_seq < seq && o.read.is_none())
-    {
-        if let Some(o) = c.outstanding.pop_front() {
-            qp.complete_ok(&o);
-        }
-    }
+    complete_writes_before(qp, &mut c, seq);
     let culprit = c
         .outstanding
         .iter()
@@ -833,16 +841,7 @@ fn read_resp_start(qp: &QpShared, h: &Header) -> Result<Step, Stop> {
     let bad = Stop::Bad(WcStatus::BadResponse);
     let mut c = qp.lock();
     let seq = c.seq_of(h.psn).ok_or(bad)?;
-    while c
-        .outstanding
-        .front()
-        .is_some_and(|o| o.read.is_none() && o.last_seq < seq)
-    {
-        if let Some(o) = c.outstanding.pop_front() {
-            qp.complete_ok(&o);
-            c.first_unacked = o.last_seq + 1;
-        }
-    }
+    complete_writes_before(qp, &mut c, seq);
     let o = c.outstanding.front().ok_or(bad)?;
     let r = o.read.as_ref().ok_or(bad)?;
     let end = r.got.checked_add(h.len).ok_or(bad)?;
