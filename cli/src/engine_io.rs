@@ -628,8 +628,9 @@ struct Sent {
     part_md5s: Vec<[u8; 16]>,
 }
 
-/// The parts of one multipart upload in flight: part `i` is read from the source into slot
-/// `i % depth` once the part that held the slot before completed.
+/// The parts of one multipart upload in flight: each part is read from the source into a slot
+/// no part in flight holds (parts may complete in any order, and a slot is reused only once
+/// the server has its bytes).
 struct PartRing<'a> {
     engine: &'a Engine,
     q: &'a mut engine::Queue,
@@ -660,21 +661,26 @@ impl PartRing<'_> {
         let mut paths = PathBytes::default();
         let mut part = vec![0u8; usize::try_from(self.slot_len).unwrap_or(0)];
         let mut cqes = vec![Cqe::default(); usize::try_from(self.depth * 2).unwrap_or(2)];
-        let (mut next, mut done, mut in_flight) = (0u64, 0u64, 0u64);
+        // The part each slot's bytes belong to while it is in flight.
+        let mut holder: Vec<Option<u64>> = vec![None; usize::try_from(self.depth).unwrap_or(1)];
+        let mut next = 0u64;
         let mut failed: Option<String> = None;
-        while done < parts && (failed.is_none() || in_flight > 0) {
-            while failed.is_none() && next < parts && in_flight < self.depth {
-                match self.submit(next, source, &mut part) {
+        loop {
+            while failed.is_none() && next < parts {
+                let Some(slot) = holder.iter().position(Option::is_none) else {
+                    break;
+                };
+                match self.submit(next, slot as u64, source, &mut part) {
                     Ok(d) => digests.push(d),
                     Err(e) => {
                         failed = Some(e);
                         break;
                     }
                 }
+                holder[slot] = Some(next);
                 next += 1;
-                in_flight += 1;
             }
-            if in_flight == 0 {
+            if holder.iter().all(Option::is_none) {
                 break;
             }
             if self.q.wait(1, Some(STALL)) == 0 {
@@ -685,25 +691,18 @@ impl PartRing<'_> {
             }
             let n = self.q.reap(&mut cqes);
             for c in cqes.iter().take(n) {
-                in_flight -= 1;
                 let i = c.user_data();
-                let want = if i < next { self.part_len(i) } else { 0 };
-                let verdict = if i >= next {
-                    Err(format!("completion for unknown part {}", i + 1))
-                } else if !c.is_ok() {
-                    Err(failure(&format!("UploadPart {}", i + 1), c))
-                } else {
-                    Ok(())
+                let Some(slot) = holder.iter().position(|h| *h == Some(i)) else {
+                    failed.get_or_insert(format!("completion for unknown part {}", i + 1));
+                    continue;
                 };
-                match verdict {
-                    Ok(()) => {
-                        paths.add_completion(c, want);
-                        on_bytes(want);
-                        done += 1;
-                    }
-                    Err(e) => {
-                        failed.get_or_insert(e);
-                    }
+                holder[slot] = None;
+                if c.is_ok() {
+                    let len = self.part_len(i);
+                    paths.add_completion(c, len);
+                    on_bytes(len);
+                } else {
+                    failed.get_or_insert(failure(&format!("UploadPart {}", i + 1), c));
                 }
             }
         }
@@ -725,10 +724,11 @@ impl PartRing<'_> {
         })
     }
 
-    /// Reads part `i` from the source into its slot and submits it; returns its digests.
+    /// Reads part `i` from the source into slot `slot` and submits it; returns its digests.
     fn submit(
         &mut self,
         i: u64,
+        slot: u64,
         source: &mut dyn Read,
         part: &mut [u8],
     ) -> Result<SourceDigest, String> {
@@ -740,7 +740,7 @@ impl PartRing<'_> {
             .read_exact(bytes)
             .map_err(|e| format!("reading part {}: {e}", i + 1))?;
         let digest = SourceDigest::of(bytes);
-        let slot = (i % self.depth) * self.slot_len;
+        let slot = slot * self.slot_len;
         self.engine
             .copy_in(self.buf, slot, bytes)
             .map_err(|e| e.to_string())?;
