@@ -20,10 +20,14 @@ pub enum RequestError {
     /// More than one `Host` field (RFC 9112 §3.2: answer 400).
     #[error("request has more than one Host header")]
     DuplicateHost,
-    /// The request target is not in origin form (`/path[?query]`) or has bytes that cannot
-    /// appear on a request line. Absolute-form and asterisk-form are not served.
-    #[error("request target is not an origin-form path")]
+    /// The request target is neither origin form (`/path[?query]`), absolute form
+    /// (`http[s]://authority/path[?query]`) nor `*` on an `OPTIONS` request, or it has bytes
+    /// that cannot appear on a request line.
+    #[error("request target is not a path, an http(s) URL, or * (OPTIONS only)")]
     InvalidTarget,
+    /// An absolute-form target names another host than the `Host` field.
+    #[error("the request target's authority and the Host header name different hosts")]
+    HostMismatch,
     /// The connection closed in the middle of a request.
     #[error("connection closed inside a request")]
     UnexpectedEof,

@@ -42,7 +42,8 @@ use crate::http::limits::Limits;
 pub struct RequestHead {
     /// The method token as sent (case-sensitive, RFC 9110 §9.1).
     pub method: String,
-    /// Encoded path of the origin-form target, starting with `/`.
+    /// Encoded path of the target, starting with `/` (an absolute-form target's path; `*`
+    /// for an `OPTIONS *` request).
     pub path: String,
     /// Encoded query without `?` (empty when there is none).
     pub query: String,
@@ -264,9 +265,88 @@ impl RequestDecoder {
     }
 }
 
-/// A byte allowed in an origin-form target: visible ASCII except `#`.
+/// A byte allowed in a request target: visible ASCII except `#`.
 fn is_target_byte(b: u8) -> bool {
     (0x21..=0x7e).contains(&b) && b != b'#'
+}
+
+/// The forms of request target a server must accept (RFC 9112 §3.2): origin form
+/// (`/path?query`), absolute form (`http://authority/path?query`, sent by proxies and by
+/// clients such as the AWS SDK for C++), and asterisk form (`*`, for `OPTIONS` only).
+/// Authority form (`host:port`) belongs to `CONNECT`, which an S3 server does not serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RequestTarget<'a> {
+    Origin(&'a str),
+    Absolute {
+        scheme: &'a str,
+        authority: &'a str,
+        /// The path and query after the authority (`""` when the target ends there).
+        rest: &'a str,
+    },
+    Asterisk,
+}
+
+impl<'a> RequestTarget<'a> {
+    fn parse(method: &str, target: &'a str) -> Result<Self, RequestError> {
+        if target.starts_with('/') {
+            return Ok(Self::Origin(target));
+        }
+        if target == "*" {
+            return if method == "OPTIONS" {
+                Ok(Self::Asterisk)
+            } else {
+                Err(RequestError::InvalidTarget)
+            };
+        }
+        let (scheme, after) = target
+            .split_once("://")
+            .ok_or(RequestError::InvalidTarget)?;
+        if !(scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")) {
+            return Err(RequestError::InvalidTarget);
+        }
+        let end = after.find(['/', '?']).unwrap_or(after.len());
+        let (authority, rest) = after.split_at(end);
+        // No userinfo (RFC 9110 §4.2.4: deprecated, and a classic way to disguise a host).
+        if authority.is_empty() || authority.contains('@') {
+            return Err(RequestError::InvalidTarget);
+        }
+        Ok(Self::Absolute {
+            scheme,
+            authority,
+            rest,
+        })
+    }
+
+    /// The encoded path (starting with `/`; `*` for the asterisk form) and the query.
+    fn path_and_query(&self) -> (&'a str, &'a str) {
+        match *self {
+            Self::Origin(t) => t.split_once('?').unwrap_or((t, "")),
+            Self::Absolute { rest, .. } => {
+                let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+                // An empty path is the root (RFC 9110 §4.2.3).
+                (if path.is_empty() { "/" } else { path }, query)
+            }
+            Self::Asterisk => ("*", ""),
+        }
+    }
+}
+
+/// Whether `authority` (of a `scheme` target) and a `Host` value name the same host and port
+/// (case-insensitive; a scheme's default port may be left out on either side).
+fn same_authority(scheme: &str, authority: &str, host: &str) -> bool {
+    let default = if scheme.eq_ignore_ascii_case("https") {
+        ":443"
+    } else {
+        ":80"
+    };
+    let norm = |s: &str| {
+        let s = s.trim().to_ascii_lowercase();
+        match s.strip_suffix(default) {
+            Some(h) => h.to_owned(),
+            None => s,
+        }
+    };
+    norm(authority) == norm(host)
 }
 
 /// Parses a complete request head (as delimited by the scanner) and derives its framing.
@@ -284,21 +364,30 @@ fn head_of(req: &httparse::Request<'_, '_>) -> Result<RequestHead, RequestError>
     else {
         return Err(HttpError::Malformed(Malformed::Token).into());
     };
-    if !target.starts_with('/') || !target.bytes().all(is_target_byte) {
+    if !target.bytes().all(is_target_byte) {
         return Err(RequestError::InvalidTarget);
     }
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let form = RequestTarget::parse(method, target)?;
     let headers = owned_headers(req.headers);
-    let hosts = headers
+    let mut hosts = headers
         .iter()
         .filter(|(n, _)| n.eq_ignore_ascii_case("host"))
-        .count();
-    if hosts > 1 {
+        .map(|(_, v)| v.as_str());
+    let host = hosts.next();
+    if hosts.next().is_some() {
         return Err(RequestError::DuplicateHost);
     }
-    if hosts == 0 && version_minor >= 1 {
+    if host.is_none() && version_minor >= 1 {
         return Err(RequestError::MissingHost);
     }
+    // RFC 9112 §3.2.2: the target's authority names the host. The Host field is part of what
+    // a SigV4 client signed, so it is kept, and it must name the same host.
+    if let (RequestTarget::Absolute { scheme, authority, .. }, Some(host)) = (&form, host)
+        && !same_authority(scheme, authority, host)
+    {
+        return Err(RequestError::HostMismatch);
+    }
+    let (path, query) = form.path_and_query();
     let framing = request_framing(version_minor, &headers)?;
     let keep_alive = framing::keep_alive(version_minor, framing, &headers);
     let expect_continue = version_minor >= 1
