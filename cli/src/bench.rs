@@ -96,6 +96,10 @@ pub struct BenchArgs {
     /// to finish (`EngineBuilder::gpu_poll_spin`; default: the engine's, 0 = never).
     #[arg(long)]
     pub gpu_spin_us: Option<u64>,
+    /// GPU memory: size of the engine's pinned bounce pool (`EngineBuilder::gpu_bounce_bytes`;
+    /// default: the engine's). Every range-get in flight holds a range of it from its start.
+    #[arg(long, value_parser = parse_size)]
+    pub gpu_bounce: Option<u64>,
     /// GPU memory: the GPUDirect tier (`EngineBuilder::gpu_direct`): `auto` (default: RDMA
     /// GETs land in VRAM through a dmabuf window when the RDMA device accepts one, else
     /// staged), `require` (fail when it cannot), `off` (always staged). The table and `--json`
@@ -357,6 +361,9 @@ pub struct BenchReport {
     pub gpu_tier: Option<&'static str>,
     /// GPU memory: range-gets the RDMA device wrote into VRAM directly (timed phase).
     pub gpu_direct_ops: u64,
+    /// GPU memory: the bounce pool's size, the most of it held at once, and the range-gets
+    /// that had to wait for room in it (timed phase).
+    pub gpu_bounce: (u64, u64, u64),
 }
 
 /// Parses `--gpu-direct`.
@@ -481,6 +488,9 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
         }
         if let Some(us) = args.gpu_spin_us {
             builder = builder.gpu_poll_spin(Duration::from_micros(us));
+        }
+        if let Some(b) = args.gpu_bounce {
+            builder = builder.gpu_bounce_bytes(b);
         }
     }
     if let Some(url) = &args.endpoint_url {
@@ -656,6 +666,11 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
         gpu_stage_us: stage_wait_us(&staged0, &staged),
         gpu_tier: tier_name(&engine, buf),
         gpu_direct_ops: engine.gpu_direct_stats().direct_ops - direct0.direct_ops,
+        gpu_bounce: (
+            staged.bounce_capacity,
+            staged.bounce_peak_bytes,
+            staged.bounce_waits.saturating_sub(staged0.bounce_waits),
+        ),
         nics: engine
             .nic_bytes()
             .into_iter()
