@@ -137,6 +137,7 @@ pub struct EngineBuilder {
     pub(crate) gpu_coalesce_limit: u64,
     pub(crate) gpu_poll_spin: Duration,
     pub(crate) gpu_bounce_bytes: u64,
+    pub(crate) gpu_bounce_segment_bytes: u64,
     pub(crate) gpu_direct: crate::gpu::GpuDirect,
     pub(crate) stripe: crate::stripe::StripeConfig,
     pub(crate) ca_bundle: Option<std::path::PathBuf>,
@@ -168,6 +169,7 @@ impl Default for EngineBuilder {
             gpu_coalesce_limit: crate::gpu::DEFAULT_COALESCE_LIMIT,
             gpu_poll_spin: crate::gpu::DEFAULT_POLL_SPIN,
             gpu_bounce_bytes: crate::gpu::DEFAULT_BOUNCE_BYTES,
+            gpu_bounce_segment_bytes: crate::gpu::BOUNCE_SEGMENT_BYTES,
             gpu_direct: crate::gpu::GpuDirect::default(),
             stripe: crate::stripe::StripeConfig::default(),
             ca_bundle: None,
@@ -391,18 +393,28 @@ impl EngineBuilder {
         self
     }
 
-    /// Size of the pinned bounce pool that operations on device memory are staged through
-    /// (default [`crate::gpu::DEFAULT_BOUNCE_BYTES`], 256 MiB; rounded down to 4 KiB, at
-    /// least 4 KiB or `build` fails with [`crate::EngineError::Config`]). It is allocated from
-    /// the GPU runtime once, on the first device operation — registering device memory
-    /// allocates nothing. Each operation holds a range of its own length from when it starts
-    /// until its bytes are in VRAM (GET) or it has ended (PUT); operations that do not fit wait
-    /// in order of arrival, and one longer than the pool completes with `TooLarge`. Larger
-    /// pools let more (or larger) device operations run at once; the pool costs this much
-    /// page-locked host memory.
+    /// Capacity of the pinned bounce pool that operations on device memory are staged
+    /// through (default [`crate::gpu::DEFAULT_BOUNCE_BYTES`], 2 GiB; rounded down to 4 KiB, at
+    /// least 4 KiB or `build` fails with [`crate::EngineError::Config`]): the most page-locked
+    /// host memory it pins. Registering device memory allocates nothing; the pool pins its
+    /// first [`crate::gpu::BOUNCE_SEGMENT_BYTES`] on the first device operation and another
+    /// segment whenever an operation finds no room, up to this capacity. Each operation holds
+    /// a range of its own length from when it starts until its bytes are in VRAM (GET) or it
+    /// has ended (PUT); once the pool is at capacity, operations that do not fit wait in order
+    /// of arrival, and one longer than the capacity completes with `TooLarge`.
     #[must_use]
     pub fn gpu_bounce_bytes(mut self, bytes: u64) -> Self {
         self.gpu_bounce_bytes = bytes;
+        self
+    }
+
+    /// The bounce pool's unit of growth (default [`crate::gpu::BOUNCE_SEGMENT_BYTES`],
+    /// 256 MiB; rounded up to 4 KiB, at most the capacity): the size of its first pinned
+    /// allocation and of each one after. Smaller segments pin less for light loads; each
+    /// growth step is one `cuMemHostAlloc` on the worker that needs it.
+    #[must_use]
+    pub fn gpu_bounce_segment_bytes(mut self, bytes: u64) -> Self {
+        self.gpu_bounce_segment_bytes = bytes;
         self
     }
 

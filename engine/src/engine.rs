@@ -145,7 +145,11 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
         attempt_timeout: b.attempt_timeout,
         spin: b.spin,
         gpu: b.gpu.map(|rt| GpuStaging {
-            pool: crate::memory::bounce::BouncePool::new(Arc::clone(&rt), b.gpu_bounce_bytes),
+            pool: crate::memory::bounce::BouncePool::new(
+                Arc::clone(&rt),
+                b.gpu_bounce_bytes,
+                b.gpu_bounce_segment_bytes,
+            ),
             rt,
             coalesce_limit: b.gpu_coalesce_limit,
             poll_spin: b.gpu_poll_spin,
@@ -458,7 +462,7 @@ impl Engine {
         self.shared.gpu.as_ref().map(GpuStaging::counters)
     }
 
-    /// Size in bytes of the bounce pool device operations are staged through (see
+    /// Capacity in bytes of the bounce pool device operations are staged through (see
     /// [`EngineBuilder::gpu_bounce_bytes`]): the longest operation on device memory the engine
     /// accepts. `None` without a GPU runtime.
     #[must_use]
@@ -471,11 +475,11 @@ impl Engine {
     ///
     /// Nothing is allocated: the engine checks the range with the runtime and records it. Each
     /// operation on the registration is staged through its own range of the engine's pinned
-    /// bounce pool ([`EngineBuilder::gpu_bounce_bytes`], allocated once, on the first device
-    /// operation), taken when the operation starts: the fabric moves bytes into and out of that
+    /// bounce pool ([`EngineBuilder::gpu_bounce_bytes`], pinned in segments from the first
+    /// device operation on, as operations in flight need them), taken when the operation starts: the fabric moves bytes into and out of that
     /// range, and the worker copies them to VRAM on its own stream (merging adjacent ranges)
     /// and posts a GET's completion only after that copy has finished; a PUT's bytes are
-    /// copied from VRAM before it starts. When the pool is full, operations wait (in order of
+    /// copied from VRAM before it starts. When the pool is at capacity, operations wait (in order of
     /// arrival, deadlines and cancels still apply); one longer than the whole pool completes
     /// with `TooLarge` (class `Local`): split it into pieces of at most
     /// [`Engine::gpu_bounce_bytes`]. [`Engine::read`], [`Engine::copy_out`] and

@@ -636,6 +636,70 @@ fn a_batch_larger_than_the_pool_waits_and_completes_in_order_of_arrival() {
     unsafe { gpu.free_device(dev) }.unwrap();
 }
 
+/// The pool pins a segment at a time, only as operations in flight need room: four ranges
+/// held in bounce memory at once (copy engine paused) pin four segments and none waits; the
+/// fifth waits at capacity. Afterwards an operation longer than a segment unpins the idle
+/// segments and gets one of its own length.
+#[test]
+fn the_pool_grows_by_segments_up_to_its_capacity() {
+    let server = S3sFs::start();
+    let seg = 256usize << 10;
+    let data = pattern(5 * seg, 29);
+    put_file(&server, "bkt", "grow", &data);
+    let gpu = TestGpu::heap(Duration::ZERO);
+    let engine = builder(&server)
+        .gpu(gpu.as_dyn())
+        .gpu_bounce_bytes(4 * seg as u64)
+        .gpu_bounce_segment_bytes(seg as u64)
+        .build()
+        .unwrap();
+    let obj = engine.object("bkt", "grow").unwrap();
+    let dev = gpu.alloc_device(0, 5 * seg).unwrap();
+    // SAFETY: freed after the engine is dropped.
+    let buf = unsafe { engine.register_device(dev, 5 * seg) }.unwrap();
+    let mut q = engine.queue(8).unwrap();
+    gpu.set_paused(true);
+    for i in 0..5u64 {
+        let off = i * seg as u64;
+        q.push(
+            &RangeGet::new(obj, off, BufSlice::new(buf, off, seg as u64))
+                .user_data(i)
+                .build(),
+        )
+        .unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while engine.gpu_staging().unwrap().bounce_waiting < 1 {
+        assert!(std::time::Instant::now() < deadline, "nothing waited");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let st = engine.gpu_staging().unwrap();
+    assert_eq!(
+        (st.bounce_segments, st.bounce_pinned_bytes, st.bounce_waits),
+        (4, 4 * seg as u64, 1),
+        "{st:?}"
+    );
+    gpu.set_paused(false);
+    reap(&mut q, 5, |c| assert!(c.is_ok(), "{c:?}"));
+    // Longer than a segment: the idle segments go, one of the whole capacity comes.
+    let done = run_all(
+        &mut q,
+        &[RangeGet::new(obj, 0, BufSlice::new(buf, 0, 4 * seg as u64)).build()],
+    );
+    assert!(done.iter().all(Cqe::is_ok), "{done:?}");
+    assert_eq!(gpu.device_bytes(dev, 5 * seg), data);
+    let st = engine.gpu_staging().unwrap();
+    assert_eq!(
+        (st.bounce_segments, st.bounce_pinned_bytes, st.bounce_in_use_bytes),
+        (5, 4 * seg as u64, 0),
+        "{st:?}"
+    );
+    drop(q);
+    drop(engine);
+    // SAFETY: the engine is gone.
+    unsafe { gpu.free_device(dev) }.unwrap();
+}
+
 /// A GET or PUT longer than the whole pool completes at once with `TooLarge` (class `Local`),
 /// pins nothing, and leaves the pool usable.
 #[test]

@@ -67,9 +67,15 @@ pub const DEFAULT_COALESCE_LIMIT: u64 = 8 << 20;
 /// one run, so it is opt-in.
 pub const DEFAULT_POLL_SPIN: std::time::Duration = std::time::Duration::ZERO;
 
-/// Default size of the engine's pinned bounce pool (`EngineBuilder::gpu_bounce_bytes`):
-/// 256 MiB holds 32 operations of 8 MiB (the loaders' range size) in flight at once — more
-/// than the engine's default connections keep busy — for a fixed cost of 256 MiB of
-/// page-locked host memory, whatever the amount of VRAM registered.
-pub const DEFAULT_BOUNCE_BYTES: u64 = 256 << 20;
+/// Default capacity of the engine's pinned bounce pool (`EngineBuilder::gpu_bounce_bytes`):
+/// the most page-locked host memory it pins, in [`BOUNCE_SEGMENT_BYTES`] segments as the
+/// operations in flight need them. Every operation on device memory holds its range from its
+/// start until its copy has finished, so the pool must cover what is in flight: over HTTP a
+/// range-get holds its range for the whole exchange, and the loaders keep 8 workers × 32
+/// range-gets of 8 MiB in flight (2 GiB). A pool of 256 MiB ran 32 of them at a time.
+pub const DEFAULT_BOUNCE_BYTES: u64 = 2 << 30;
+
+/// The bounce pool's unit of growth (and its first allocation): 256 MiB. An operation longer
+/// than this gets a segment of its own length.
+pub const BOUNCE_SEGMENT_BYTES: u64 = 256 << 20;
 pub use types::{Capabilities, DevicePtr, PointerKind, RawEvent, RawStream};

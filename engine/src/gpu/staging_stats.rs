@@ -89,11 +89,15 @@ pub struct StagingCounters {
     pub stage_wait_max_ns: u64,
     /// The last such failure.
     pub last_error: Option<GpuError>,
-    /// Size of the bounce pool (`EngineBuilder::gpu_bounce_bytes`, rounded down to 4 KiB).
+    /// The most pinned memory the bounce pool may hold (`EngineBuilder::gpu_bounce_bytes`,
+    /// rounded down to 4 KiB): also the longest operation it can serve.
     pub bounce_capacity: u64,
-    /// Pinned host bytes the pool has allocated: 0 until the first operation on device
-    /// memory, then `bounce_capacity` (registering device memory allocates none).
+    /// Pinned host bytes the pool holds now: 0 until the first operation on device memory,
+    /// then growing by segments as operations in flight need them, up to `bounce_capacity`
+    /// (registering device memory allocates none).
     pub bounce_pinned_bytes: u64,
+    /// Pinned segments the pool has allocated over its life.
+    pub bounce_segments: u64,
     /// Bytes of the pool held by operations now (each range rounded up to 4 KiB).
     pub bounce_in_use_bytes: u64,
     /// The most bytes held at once.

@@ -8,11 +8,12 @@
 //! holds the operation until then). The fabrics write a GET's bytes into the range and read a
 //! PUT's bytes from it; the stager copies between the range and VRAM.
 //!
-//! The pool's memory is pinned by the GPU runtime (`cuMemHostAlloc`), allocated once, on the
-//! first device operation (an engine that never moves device bytes pins nothing), and carved
-//! by a first-fit [`RangeAllocator`] that never hands out overlapping ranges.
+//! The pool's memory is pinned by the GPU runtime (`cuMemHostAlloc`) in segments: the first on
+//! the first device operation (an engine that never moves device bytes pins nothing), more as
+//! operations in flight need them, up to the pool's capacity. Each segment is carved by a
+//! first-fit [`RangeAllocator`] that never hands out overlapping ranges.
 //!
-//! When the pool cannot satisfy a request, the operation waits: the pool keeps one FIFO of
+//! When the pool is at capacity and cannot satisfy a request, the operation waits: the pool keeps one FIFO of
 //! tickets over every worker, and only the oldest ticket may take memory, so operations get
 //! their ranges in order of arrival (a large one is not overtaken forever by small ones).
 //! Releasing memory (or dropping the oldest ticket) wakes the worker holding the new oldest
@@ -23,7 +24,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use mio::Waker;
 
@@ -139,44 +140,80 @@ struct Waiter {
     waker: Arc<Waker>,
 }
 
+/// One pinned allocation of the pool, carved by its own allocator.
+#[derive(Debug)]
+struct Segment {
+    /// Unique over the pool's life (ranges name their segment by it).
+    id: u64,
+    mem: Arc<RawMem>,
+    alloc: RangeAllocator,
+}
+
 #[derive(Debug)]
 struct PoolState {
-    alloc: RangeAllocator,
+    /// INVARIANT: the sum of the segments' capacities is `pinned` and never exceeds the
+    /// pool's capacity.
+    segments: Vec<Segment>,
+    pinned: u64,
+    next_segment: u64,
     waiters: VecDeque<Waiter>,
     next_ticket: u64,
+}
+
+impl PoolState {
+    fn used(&self) -> u64 {
+        self.segments.iter().map(|s| s.alloc.used()).sum()
+    }
 }
 
 /// Counters of the pool (read through [`crate::Engine::gpu_staging`]).
 #[derive(Debug, Default)]
 pub(crate) struct PoolStats {
-    /// Pinned bytes allocated (0 until the first device operation, then the pool size).
+    /// Pinned bytes allocated now (0 until the first device operation; grows by segments).
     pub(crate) pinned: AtomicU64,
     pub(crate) in_use: AtomicU64,
     pub(crate) peak: AtomicU64,
     pub(crate) acquired: AtomicU64,
     pub(crate) waits: AtomicU64,
     pub(crate) too_large: AtomicU64,
+    /// Pinned segments allocated over the pool's life.
+    pub(crate) segments: AtomicU64,
 }
 
 /// The engine's pinned bounce memory (see the module docs).
+///
+/// It grows on demand: the first device operation pins one segment of `segment` bytes, and
+/// an operation that finds no room pins another (of at least its own length) until the pool
+/// holds `capacity` bytes; only then do operations wait. So an engine that moves a few ranges
+/// pins little, and one that keeps hundreds of 8 MiB range-gets in flight gets the bounce
+/// memory they need instead of running 32 at a time.
 #[derive(Debug)]
 pub(crate) struct BouncePool {
     rt: Arc<dyn GpuRuntime>,
-    /// INVARIANT: set at most once, under `state`'s lock, before any range is handed out.
-    mem: OnceLock<RawMem>,
+    capacity: u64,
+    segment: u64,
     state: Mutex<PoolState>,
     pub(crate) stats: PoolStats,
 }
 
 impl BouncePool {
-    /// A pool of `capacity` bytes (rounded down to [`GRANULE`]) from `rt`; nothing is
-    /// allocated until the first [`BouncePool::acquire`].
-    pub(crate) fn new(rt: Arc<dyn GpuRuntime>, capacity: u64) -> Arc<Self> {
+    /// A pool that pins up to `capacity` bytes (rounded down to [`GRANULE`]) from `rt`, in
+    /// segments of `segment` bytes (at least one granule, at most `capacity`; a longer
+    /// operation gets a segment of its own length). Nothing is allocated until the first
+    /// [`BouncePool::acquire`].
+    pub(crate) fn new(rt: Arc<dyn GpuRuntime>, capacity: u64, segment: u64) -> Arc<Self> {
+        let capacity = capacity - capacity % GRANULE;
+        let segment = RangeAllocator::rounded(segment)
+            .unwrap_or(GRANULE)
+            .min(capacity);
         Arc::new(Self {
             rt,
-            mem: OnceLock::new(),
+            capacity,
+            segment,
             state: Mutex::new(PoolState {
-                alloc: RangeAllocator::new(capacity),
+                segments: Vec::new(),
+                pinned: 0,
+                next_segment: 0,
                 waiters: VecDeque::new(),
                 next_ticket: 0,
             }),
@@ -188,9 +225,9 @@ impl BouncePool {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The pool's size in bytes.
+    /// The most bytes the pool may pin (the longest operation it can serve).
     pub(crate) fn capacity(&self) -> u64 {
-        self.lock().alloc.capacity()
+        self.capacity
     }
 
     /// Operations queued for memory right now.
@@ -198,31 +235,22 @@ impl BouncePool {
         self.lock().waiters.len()
     }
 
-    /// A range of `len` bytes for a new operation: taken now when nobody waits and it fits,
-    /// else a ticket at the back of the queue; `waker` is rung when the ticket reaches the
-    /// front and memory is released.
+    /// A range of `len` bytes for a new operation: taken now when nobody waits and it fits
+    /// (pinning another segment if needed and allowed), else a ticket at the back of the
+    /// queue; `waker` is rung when the ticket reaches the front and memory is released.
     pub(crate) fn acquire(self: &Arc<Self>, len: u64, waker: &Arc<Waker>) -> Acquire {
         let mut st = self.lock();
-        let fits_ever = RangeAllocator::rounded(len).is_some_and(|n| n <= st.alloc.capacity());
+        let fits_ever = RangeAllocator::rounded(len).is_some_and(|n| n <= self.capacity);
         if !fits_ever {
             self.stats.too_large.fetch_add(1, Ordering::Relaxed);
             return Acquire::TooLarge;
         }
-        if self.mem.get().is_none() {
-            match RawMem::alloc_gpu_pinned(&self.rt, st.alloc.capacity() as usize) {
-                Ok(mem) => {
-                    let _ = self.mem.set(mem);
-                    self.stats
-                        .pinned
-                        .store(st.alloc.capacity(), Ordering::Relaxed);
-                }
+        if st.waiters.is_empty() {
+            match self.take(&mut st, len) {
+                Ok(Some(r)) => return Acquire::Got(r),
+                Ok(None) => {}
                 Err(e) => return Acquire::Failed(e),
             }
-        }
-        if st.waiters.is_empty()
-            && let Some(r) = self.take(&mut st, len)
-        {
-            return Acquire::Got(r);
         }
         st.next_ticket += 1;
         let id = st.next_ticket;
@@ -246,7 +274,8 @@ impl BouncePool {
         if !ticket.live || st.waiters.front().map(|w| w.ticket) != Some(ticket.id) {
             return None;
         }
-        let r = self.take(&mut st, len)?;
+        // A failed pinned allocation while others hold ranges: wait for theirs instead.
+        let r = self.take(&mut st, len).ok().flatten()?;
         st.waiters.pop_front();
         ticket.live = false;
         if let Some(next) = st.waiters.front() {
@@ -255,24 +284,87 @@ impl BouncePool {
         Some(r)
     }
 
-    fn take(self: &Arc<Self>, st: &mut PoolState, len: u64) -> Option<BounceRange> {
-        let (off, occupied) = st.alloc.alloc(len)?;
-        let used = st.alloc.used();
+    /// A range from the first segment with room; else from a new segment while the pool may
+    /// grow; else, when the request cannot fit beside the segments pinned, after unpinning
+    /// the idle ones (a long request after many short ones). `Ok(None)`: wait for releases.
+    /// `Err` only when the pinned allocation failed and no segment exists to wait on.
+    fn take(
+        self: &Arc<Self>,
+        st: &mut PoolState,
+        len: u64,
+    ) -> Result<Option<BounceRange>, GpuError> {
+        let Some(need) = RangeAllocator::rounded(len) else {
+            return Ok(None);
+        };
+        for seg in &mut st.segments {
+            if let Some((off, occupied)) = seg.alloc.alloc(len) {
+                let (id, mem) = (seg.id, Arc::clone(&seg.mem));
+                return Ok(Some(self.hand_out(st, id, mem, off, len, occupied)));
+            }
+        }
+        if need > self.capacity - st.pinned && st.segments.iter().any(|s| s.alloc.used() == 0) {
+            st.segments.retain(|s| s.alloc.used() > 0);
+            st.pinned = st.segments.iter().map(|s| s.alloc.capacity()).sum();
+            self.stats.pinned.store(st.pinned, Ordering::Relaxed);
+        }
+        if need > self.capacity - st.pinned {
+            return Ok(None);
+        }
+        let size = need.max(self.segment).min(self.capacity - st.pinned);
+        let mem = match usize::try_from(size)
+            .map_err(|_| GpuError::InvalidArgument("bounce segment size".into()))
+            .and_then(|n| RawMem::alloc_gpu_pinned(&self.rt, n))
+        {
+            Ok(m) => Arc::new(m),
+            Err(_) if !st.segments.is_empty() => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut alloc = RangeAllocator::new(size);
+        let Some((off, occupied)) = alloc.alloc(len) else {
+            return Ok(None);
+        };
+        st.next_segment += 1;
+        let id = st.next_segment;
+        st.segments.push(Segment {
+            id,
+            mem: Arc::clone(&mem),
+            alloc,
+        });
+        st.pinned += size;
+        self.stats.pinned.store(st.pinned, Ordering::Relaxed);
+        self.stats.segments.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(self.hand_out(st, id, mem, off, len, occupied)))
+    }
+
+    fn hand_out(
+        self: &Arc<Self>,
+        st: &PoolState,
+        segment: u64,
+        mem: Arc<RawMem>,
+        off: u64,
+        len: u64,
+        occupied: u64,
+    ) -> BounceRange {
+        let used = st.used();
         self.stats.in_use.store(used, Ordering::Relaxed);
         self.stats.peak.fetch_max(used, Ordering::Relaxed);
         self.stats.acquired.fetch_add(1, Ordering::Relaxed);
-        Some(BounceRange {
+        BounceRange {
             pool: Arc::clone(self),
+            mem,
+            segment,
             off,
             len,
             occupied,
-        })
+        }
     }
 
-    fn release(&self, off: u64, occupied: u64) {
+    fn release(&self, segment: u64, off: u64, occupied: u64) {
         let mut st = self.lock();
-        st.alloc.free(off, occupied);
-        self.stats.in_use.store(st.alloc.used(), Ordering::Relaxed);
+        if let Some(seg) = st.segments.iter_mut().find(|s| s.id == segment) {
+            seg.alloc.free(off, occupied);
+        }
+        self.stats.in_use.store(st.used(), Ordering::Relaxed);
         if let Some(front) = st.waiters.front() {
             let _ = front.waker.wake();
         }
@@ -310,8 +402,11 @@ impl Drop for Ticket {
 #[derive(Debug)]
 pub(crate) struct BounceRange {
     pool: Arc<BouncePool>,
-    /// INVARIANT: `off..off+occupied` was handed out by the pool's allocator and is owned by
-    /// this value alone; `len <= occupied`.
+    /// The segment's memory, kept alive by the range itself.
+    mem: Arc<RawMem>,
+    segment: u64,
+    /// INVARIANT: `off..off+occupied` was handed out by the segment's allocator and is owned
+    /// by this value alone; `len <= occupied`.
     off: u64,
     len: u64,
     occupied: u64,
@@ -319,9 +414,8 @@ pub(crate) struct BounceRange {
 
 impl BounceRange {
     fn mem(&self) -> Option<&RawMem> {
-        self.pool.mem.get()
+        Some(&self.mem)
     }
-
     /// The bytes the operation may use.
     pub(crate) fn len(&self) -> u64 {
         self.len
@@ -375,7 +469,7 @@ impl BounceRange {
 
 impl Drop for BounceRange {
     fn drop(&mut self) {
-        self.pool.release(self.off, self.occupied);
+        self.pool.release(self.segment, self.off, self.occupied);
     }
 }
 

@@ -74,6 +74,7 @@ impl GpuStaging {
             bounce_waits: g(&p.waits),
             bounce_waiting: self.pool.waiting() as u64,
             bounce_too_large: g(&p.too_large),
+            bounce_segments: g(&p.segments),
             ..self.stats.snapshot()
         }
     }
