@@ -101,6 +101,12 @@ pub fn handle(
     body: &mut dyn BodySource,
     out: &mut dyn Respond,
 ) -> Result<(), ApiError> {
+    if head.path == "*" {
+        // `OPTIONS *` (RFC 9110 §9.3.7): a question about the server, not a resource, so it
+        // needs no signature and names nothing. The request parser admits `*` for OPTIONS
+        // only.
+        return asterisk_options(head, out);
+    }
     let auth = shared.auth.authenticate(head)?;
     if head.path == s3_lite::rdma::pairing::CONNECT_PATH {
         return crate::connect::handle(shared, head, &auth, out);
@@ -175,6 +181,27 @@ pub fn handle(
             m,
         ) => ctx.object_op(m, b, k, &query, body, out),
     }
+}
+
+/// The methods this gateway serves, as `OPTIONS *` names them.
+pub(crate) const ALLOWED_METHODS: &str = "GET, HEAD, PUT, POST, DELETE, OPTIONS";
+
+/// Answers `OPTIONS *`: 200 with `Allow` and an empty body. Any other method with the
+/// asterisk form never gets here (the parser refuses it), but is answered 400 if it does.
+fn asterisk_options(head: &RequestHead, out: &mut dyn Respond) -> Result<(), ApiError> {
+    if head.method != "OPTIONS" {
+        return Err(ApiError::new(
+            400,
+            "InvalidURI",
+            "The asterisk request target is only valid with OPTIONS.",
+        ));
+    }
+    out.head(
+        200,
+        vec![("Allow".into(), ALLOWED_METHODS.into())],
+        BodyFraming::Length(0),
+    )?;
+    Ok(())
 }
 
 struct Ctx<'a> {
