@@ -412,6 +412,8 @@ fn v2_binding_cookies_cancel_and_status_codes() {
             (ACCESS, SECRET),
         );
         assert_eq!((r.status(), r.code().as_str()), (404, code), "{}", r.text());
+        // Echoed, so a client knows v2 is served and only this object is missing.
+        assert_eq!(r.header("x-amz-rdma-protocol"), Some("hipobj-rc-v2"));
     }
     // Unsigned rdma header: 403 before anything else.
     let mut q = req(a, "POST", "/.hipobj-rc/prepare", "");

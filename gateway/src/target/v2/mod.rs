@@ -270,7 +270,10 @@ impl RcV2 {
             // A GET of what is not there is refused now (404 NoSuchKey / NoSuchBucket, as
             // third-party v2 servers do), before a session, QP or registration is made; the
             // READY reads the object again, so one replaced in between is still served whole.
-            crate::ops::parts::stat(backend, &target.bucket, &target.key)?;
+            // The protocol echo says "this server speaks v2, this object is missing": a client
+            // must not take the 404 for a server without the routes (and stop trying v2).
+            crate::ops::parts::stat(backend, &target.bucket, &target.key)
+                .map_err(|e| e.with_header(PROTO, v2::PROTOCOL))?;
         }
         {
             let mut s = lock(&self.sessions);
