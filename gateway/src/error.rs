@@ -59,6 +59,29 @@ impl ApiError {
             .with_detail("BucketName", bucket)
     }
 
+    /// 400 InvalidBucketName (what S3 answers for a name it does not accept).
+    pub fn invalid_bucket_name(bucket: &str) -> Self {
+        Self::new(
+            400,
+            "InvalidBucketName",
+            "The specified bucket is not valid.",
+        )
+        .with_detail("BucketName", bucket)
+    }
+
+    /// A request that names what S3 cannot hold, as S3 itself refuses it: a bucket name
+    /// → 400 `InvalidBucketName`, a key over 1024 bytes → 400 `KeyTooLongError`, anything
+    /// else → 400 `InvalidArgument`.
+    pub fn from_build(e: s3_lite::s3::BuildError) -> Self {
+        match e {
+            s3_lite::s3::BuildError::InvalidBucket(b) => Self::invalid_bucket_name(&b),
+            s3_lite::s3::BuildError::InvalidKey => {
+                Self::new(400, "KeyTooLongError", "Your key is too long")
+            }
+            other => Self::invalid_argument(other.to_string()),
+        }
+    }
+
     /// 404 NoSuchKey.
     pub fn no_such_key(key: &str) -> Self {
         Self::new(404, "NoSuchKey", "The specified key does not exist.").with_detail("Key", key)

@@ -81,7 +81,7 @@ pub fn upstream_request(
     decoded: bool,
     trailers: &[(String, String)],
 ) -> Result<Request, ApiError> {
-    let build = |e: s3_lite::s3::BuildError| ApiError::invalid_argument(e.to_string());
+    let build = ApiError::from_build;
     let (host, path) = match (&target.bucket, &target.key) {
         (None, _) => (endpoint.host_header(None), "/".to_owned()),
         (Some(b), None) => endpoint.bucket_location(b).map_err(build)?,

@@ -22,6 +22,7 @@ pub fn request_parts(data: &[u8]) {
     }
     if let Ok(req) = delete_objects::parse(data) {
         assert!((1..=delete_objects::MAX_KEYS).contains(&req.keys.len()));
+        assert_eq!(req.versions.len(), req.keys.len());
     }
     let text = String::from_utf8_lossy(data);
     if let Ok(src) = copy::parse_source(&text) {

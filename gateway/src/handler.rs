@@ -68,7 +68,6 @@ const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
     "acl",
     "tagging",
     "versioning",
-    "versions",
     "policy",
     "lifecycle",
     "cors",
@@ -101,6 +100,12 @@ pub fn handle(
     body: &mut dyn BodySource,
     out: &mut dyn Respond,
 ) -> Result<(), ApiError> {
+    if head.path == "*" {
+        // `OPTIONS *` (RFC 9110 §9.3.7): a question about the server, not a resource, so it
+        // needs no signature and names nothing. The request parser admits `*` for OPTIONS
+        // only.
+        return asterisk_options(head, out);
+    }
     let auth = shared.auth.authenticate(head)?;
     if head.path == s3_lite::rdma::pairing::CONNECT_PATH {
         return crate::connect::handle(shared, head, &auth, out);
@@ -175,6 +180,27 @@ pub fn handle(
             m,
         ) => ctx.object_op(m, b, k, &query, body, out),
     }
+}
+
+/// The methods this gateway serves, as `OPTIONS *` names them.
+pub(crate) const ALLOWED_METHODS: &str = "GET, HEAD, PUT, POST, DELETE, OPTIONS";
+
+/// Answers `OPTIONS *`: 200 with `Allow` and an empty body. Any other method with the
+/// asterisk form never gets here (the parser refuses it), but is answered 400 if it does.
+fn asterisk_options(head: &RequestHead, out: &mut dyn Respond) -> Result<(), ApiError> {
+    if head.method != "OPTIONS" {
+        return Err(ApiError::new(
+            400,
+            "InvalidURI",
+            "The asterisk request target is only valid with OPTIONS.",
+        ));
+    }
+    out.head(
+        200,
+        vec![("Allow".into(), ALLOWED_METHODS.into())],
+        BodyFraming::Length(0),
+    )?;
+    Ok(())
 }
 
 struct Ctx<'a> {
@@ -308,6 +334,9 @@ struct HttpSink<'o, 's> {
     conditions: Conditions,
     /// A failed condition (304 or 412): the GET stops before any byte is written.
     refused: Option<ApiError>,
+    /// `?partNumber=` of a multipart object: the whole object's checksums are not this
+    /// body's (the part's own are in `extra`).
+    part_view: bool,
     held: Option<Held<'s>>,
 }
 
@@ -349,7 +378,8 @@ impl ObjectSink for HttpSink<'_, '_> {
             self.refused = Some(e);
             return Err(std::io::Error::other("condition not met"));
         }
-        let mut h = info_headers(info, self.checksum_mode, covers_whole(span, info.size));
+        let whole = covers_whole(span, info.size) && !self.part_view;
+        let mut h = info_headers(info, self.checksum_mode, whole);
         h.append(&mut self.extra);
         let (status, len) = match span {
             Some((a, b)) => {
@@ -454,6 +484,9 @@ impl Ctx<'_> {
                 out.head(204, Vec::new(), BodyFraming::None)?;
                 Ok(())
             }
+            "GET" if query.has("versions") => {
+                crate::ops::versions::serve(self.backend(), bucket, query, out)
+            }
             "GET" if query.get("list-type") == Some("2") => self.list_v2(bucket, query, out),
             "GET" if query.has("location") => {
                 self.backend().head_bucket(bucket)?;
@@ -513,6 +546,11 @@ impl Ctx<'_> {
         body: &mut dyn BodySource,
         out: &mut dyn Respond,
     ) -> Result<(), ApiError> {
+        // An unversioned bucket's objects have one version, `null` (ops/versions.rs).
+        let null_version = match method {
+            "GET" | "HEAD" | "DELETE" => crate::ops::versions::object_version(query, key)?,
+            _ => false,
+        };
         match method {
             "GET" if query.has("uploadId") => crate::ops::multipart_list::list_parts(
                 self.backend(),
@@ -589,7 +627,14 @@ impl Ctx<'_> {
             }
             "DELETE" => {
                 self.backend().delete_object(bucket, key)?;
-                out.head(204, Vec::new(), BodyFraming::None)?;
+                let mut h = Vec::new();
+                if null_version {
+                    h.push((
+                        "x-amz-version-id".into(),
+                        crate::ops::versions::NULL_VERSION.into(),
+                    ));
+                }
+                out.head(204, h, BodyFraming::None)?;
                 Ok(())
             }
             _ => Err(ApiError::new(
@@ -624,17 +669,24 @@ impl Ctx<'_> {
             if_match: self.head.header("if-match").map(str::to_owned),
             head_only,
         };
-        if let Some(n) = crate::ops::parts::part_number(query)? {
-            let info = crate::ops::parts::stat(self.backend(), bucket, key)?;
-            req.range = crate::ops::parts::part_range(&info, n)?;
-            // The part's span is only valid for the object just looked at.
-            req.if_match = Some(info.etag);
-        }
         let checksum_mode = self
             .head
             .header("x-amz-checksum-mode")
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("ENABLED"));
         let mut extra = Vec::new();
+        let mut part_view = false;
+        if let Some(n) = crate::ops::parts::part_number(query)? {
+            let info = crate::ops::parts::stat(self.backend(), bucket, key)?;
+            req.range = crate::ops::parts::part_range(&info, n)?;
+            if info.parts.is_some() {
+                part_view = true;
+                if checksum_mode {
+                    extra = crate::ops::parts::part_checksum_headers(&info, n);
+                }
+            }
+            // The part's span is only valid for the object just looked at.
+            req.if_match = Some(info.etag);
+        }
         if let (Some(token), false) = (self.token, head_only) {
             let grant = RdmaGrant {
                 op: RdmaOp::Get,
@@ -654,7 +706,7 @@ impl Ctx<'_> {
                 None if self.shared.config.get_decline == GetDecline::Error => {
                     return Err(rdma::decline_error(token));
                 }
-                None => extra = rdma::decline_headers(token),
+                None => extra.extend(rdma::decline_headers(token)),
             }
         }
         let mut sink = HttpSink {
@@ -665,6 +717,7 @@ impl Ctx<'_> {
             extra,
             conditions: Conditions::from_headers(|n| self.head.header(n), ""),
             refused: None,
+            part_view,
             held: None,
         };
         match self.backend().get_object(bucket, key, &req, &mut sink) {
@@ -962,7 +1015,7 @@ impl Ctx<'_> {
                 .collect(),
             })
             .collect();
-        let whole = self.head.header("x-amz-checksum-crc64nvme").map(str::trim);
+        let whole = crate::backend::complete::whole_checksums(&self.head.headers);
         let conditions = Conditions::from_headers(|n| self.head.header(n), "");
         // Only the write conditions exist on CompleteMultipartUpload (as on PutObject).
         let conditions = Conditions {
@@ -975,7 +1028,7 @@ impl Ctx<'_> {
             key,
             upload_id,
             &parts,
-            whole,
+            &whole,
             &conditions,
         )?;
         let host = self.head.header("host").unwrap_or("localhost");

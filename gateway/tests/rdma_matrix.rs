@@ -175,6 +175,17 @@ fn matrix_on(fabric: Fabric, dialect: Dialect, store: Store) {
     assert_eq!(crc64(&whole), crc64(&data), "{name}: GET checksum");
     assert!(whole == data, "{name}: GET bytes differ");
 
+    // A GET of a missing key fails (over v2: refused at PREPARE) and leaves the dialect in
+    // use: the RANGE_GET below must still travel over RDMA.
+    let missing = engine.object(&bucket, "no/such.bin").unwrap();
+    let c = run_one(
+        &mut q,
+        Get::new(missing, BufSlice::new(buf, 0, MIB))
+            .user_data(5)
+            .build(),
+    );
+    assert!(!c.is_ok(), "{name} GET of a missing key: {c:?}");
+
     // RANGE_GET at an unaligned offset.
     let (off, len) = (1_000_001u64, 1_500_000u64);
     let c = run_one(

@@ -402,21 +402,19 @@ fn v2_binding_cookies_cancel_and_status_codes() {
         let r = post(a, "/.hipobj-rc/prepare", &with(n, v), (ACCESS, SECRET));
         assert_eq!(r.status(), status, "{n}: {v}: {}", r.text());
     }
-    // A GET of a missing key fails at READY with the S3 error, and ends the session.
+    // A GET of a missing key (or bucket) is refused at PREPARE with the S3 error: no session.
     let c = Client::new(16);
-    let p = c.prepare(
-        a,
-        &c.prepare_headers("GET", "/bkt/none", 10, 0, 9),
-        (ACCESS, SECRET),
-    );
-    let r = post(
-        a,
-        "/.hipobj-rc/ready",
-        &c.ready_headers(&p, 9, true),
-        (ACCESS, SECRET),
-    );
-    assert_eq!(r.status(), 404);
-    assert_eq!(r.code(), "NoSuchKey");
+    for (target, code) in [("/bkt/none", "NoSuchKey"), ("/no-bucket/k", "NoSuchBucket")] {
+        let r = post(
+            a,
+            "/.hipobj-rc/prepare",
+            &c.prepare_headers("GET", target, 10, 0, 9),
+            (ACCESS, SECRET),
+        );
+        assert_eq!((r.status(), r.code().as_str()), (404, code), "{}", r.text());
+        // Echoed, so a client knows v2 is served and only this object is missing.
+        assert_eq!(r.header("x-amz-rdma-protocol"), Some("hipobj-rc-v2"));
+    }
     // Unsigned rdma header: 403 before anything else.
     let mut q = req(a, "POST", "/.hipobj-rc/prepare", "");
     q.add_header("Content-Length", "0");

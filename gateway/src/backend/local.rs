@@ -255,6 +255,17 @@ impl LocalDir {
         Ok(())
     }
 
+    /// The object under `key` when upload `upload_id` made it (a retried Complete).
+    fn completed_by(&self, bucket: &str, key: &str, upload_id: &str) -> Option<ObjectInfo> {
+        let dir = self.existing_bucket(bucket).ok()?;
+        let _guard = self
+            .stripe(bucket, key)
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        self.read_info(&dir, key)
+            .filter(|info| info.upload_id.as_deref() == Some(upload_id))
+    }
+
     fn read_info(&self, bucket_dir: &Path, key: &str) -> Option<ObjectInfo> {
         let (_, meta_rel) = keymap::object_paths(key).ok()?;
         serde_json::from_slice(&fs::read(bucket_dir.join(meta_rel)).ok()?).ok()
@@ -535,16 +546,9 @@ impl Backend for LocalDir {
         key: &str,
         upload_id: &str,
         parts: &[CompletePart],
-        whole_crc64nvme: Option<&str>,
+        whole: &[(String, String)],
     ) -> Result<ObjectInfo, ApiError> {
-        self.complete_multipart_if(
-            bucket,
-            key,
-            upload_id,
-            parts,
-            whole_crc64nvme,
-            &Conditions::default(),
-        )
+        self.complete_multipart_if(bucket, key, upload_id, parts, whole, &Conditions::default())
     }
 
     fn complete_multipart_if(
@@ -553,10 +557,15 @@ impl Backend for LocalDir {
         key: &str,
         upload_id: &str,
         parts: &[CompletePart],
-        whole_crc64nvme: Option<&str>,
+        whole: &[(String, String)],
         conditions: &Conditions,
     ) -> Result<ObjectInfo, ApiError> {
-        let (dir, rec) = self.load_upload(bucket, key, upload_id)?;
+        let (dir, rec) = match self.load_upload(bucket, key, upload_id) {
+            Ok(found) => found,
+            // Completed already: a retry gets the object that upload made, while it is the
+            // one under the key.
+            Err(e) => return self.completed_by(bucket, key, upload_id).ok_or(e),
+        };
         if parts.is_empty() {
             return Err(ApiError::new(
                 400,
@@ -573,17 +582,9 @@ impl Backend for LocalDir {
                 ),
             )
         };
+        let parts = super::complete::effective_parts(parts)?;
         let mut records = Vec::with_capacity(parts.len());
-        let mut previous = 0;
         for (i, p) in parts.iter().enumerate() {
-            if p.part_number <= previous {
-                return Err(ApiError::new(
-                    400,
-                    "InvalidPartOrder",
-                    "The list of parts was not in ascending order. Parts must be ordered by part number.",
-                ));
-            }
-            previous = p.part_number;
             let text = fs::read(dir.join(format!("part-{:05}.json", p.part_number)))
                 .map_err(|_| invalid_part(p.part_number, "not uploaded"))?;
             let r: PartRecord = serde_json::from_slice(&text).map_err(ApiError::internal)?;
@@ -643,24 +644,6 @@ impl Backend for LocalDir {
             }
         }
         let crc64_b64 = encode_crc64nvme(crc64);
-        if let Some(w) = whole_crc64nvme
-            && w != crc64_b64
-        {
-            return Err(ApiError::new(
-                400,
-                "BadDigest",
-                "The CRC64NVME you specified did not match the calculated checksum.",
-            ));
-        }
-        // Concatenate into one temporary file, then install it like a PutObject.
-        let mut out = tempfile::Builder::new()
-            .prefix("complete-")
-            .tempfile_in(&self.tmp)?;
-        for (n, _) in &records {
-            let mut f = fs::File::open(dir.join(format!("part-{n:05}")))
-                .map_err(|_| invalid_part(*n, "data missing"))?;
-            std::io::copy(&mut f, &mut out)?;
-        }
         let md5 = {
             use md5::Digest as _;
             hex(&md5::Md5::digest(&md5s))
@@ -677,6 +660,7 @@ impl Backend for LocalDir {
             parts: Some(records.len() as u32),
             headers: rec.meta.headers.clone(),
             part_sizes: records.iter().map(|(_, r)| r.size).collect(),
+            upload_id: Some(upload_id.to_owned()),
             ..Default::default()
         };
         let alg = rec
@@ -728,6 +712,31 @@ impl Backend for LocalDir {
                 info.crc32 = Some(STANDARD.encode((crc as u32).to_be_bytes()));
             }
             _ => {}
+        }
+        if info.part_checksums.is_empty() {
+            // A full-object upload: each part's checksum of the upload's algorithm
+            // (CRC64NVME when it named none), served with a GET of `?partNumber=`.
+            info.part_checksums = match alg {
+                Some(a) => records
+                    .iter()
+                    .map(|(_, r)| Some((a.name().to_owned(), STANDARD.encode(r.raw(a)?))))
+                    .collect::<Option<Vec<_>>>()
+                    .unwrap_or_default(),
+                None => records
+                    .iter()
+                    .map(|(_, r)| ("CRC64NVME".to_owned(), encode_crc64nvme(r.crc64nvme)))
+                    .collect(),
+            };
+        }
+        super::complete::check_whole(&info, whole)?;
+        // Concatenate into one temporary file, then install it like a PutObject.
+        let mut out = tempfile::Builder::new()
+            .prefix("complete-")
+            .tempfile_in(&self.tmp)?;
+        for (n, _) in &records {
+            let mut f = fs::File::open(dir.join(format!("part-{n:05}")))
+                .map_err(|_| invalid_part(*n, "data missing"))?;
+            std::io::copy(&mut f, &mut out)?;
         }
         // A failed condition returns here, before the upload is removed: it stays open.
         self.install(bucket, key, out, &info, conditions)?;

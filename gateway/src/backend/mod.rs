@@ -6,6 +6,7 @@
 //! backend only ever sees verified bytes: a bad checksum never reaches it, and nothing is
 //! stored.
 
+pub mod complete;
 pub mod composite;
 pub mod keymap;
 pub mod list;
@@ -56,6 +57,10 @@ pub struct ObjectInfo {
     /// composite multipart object.
     #[serde(default)]
     pub part_checksums: Vec<(String, String)>,
+    /// The multipart upload that made this object (a retried CompleteMultipartUpload of it
+    /// is answered with this object, as S3 does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload_id: Option<String>,
 }
 
 /// Metadata supplied at upload (PutObject, CreateMultipartUpload).
@@ -251,15 +256,15 @@ pub trait Backend: Send + Sync {
         part_number: u32,
         body: Spooled,
     ) -> Result<ObjectInfo, ApiError>;
-    /// CompleteMultipartUpload. `whole_crc64nvme` is the full-object value the client sent
-    /// (checked, `BadDigest` on mismatch).
+    /// CompleteMultipartUpload. `whole` are the full-object checksums the client sent,
+    /// `(algorithm, value)` ([`complete::whole_checksums`]; checked, `BadDigest` on mismatch).
     fn complete_multipart(
         &self,
         bucket: &str,
         key: &str,
         upload_id: &str,
         parts: &[CompletePart],
-        whole_crc64nvme: Option<&str>,
+        whole: &[(String, String)],
     ) -> Result<ObjectInfo, ApiError>;
     /// AbortMultipartUpload.
     fn abort_multipart(&self, bucket: &str, key: &str, upload_id: &str) -> Result<(), ApiError>;
@@ -273,7 +278,7 @@ pub trait Backend: Send + Sync {
         key: &str,
         upload_id: &str,
         parts: &[CompletePart],
-        whole_crc64nvme: Option<&str>,
+        whole: &[(String, String)],
         conditions: &crate::ops::conditions::Conditions,
     ) -> Result<ObjectInfo, ApiError> {
         if !conditions.is_empty() {
@@ -281,7 +286,7 @@ pub trait Backend: Send + Sync {
                 "conditional CompleteMultipartUpload is not supported by this backend",
             ));
         }
-        self.complete_multipart(bucket, key, upload_id, parts, whole_crc64nvme)
+        self.complete_multipart(bucket, key, upload_id, parts, whole)
     }
     /// ListParts: the upload and its parts in part-number order (pagination is the
     /// caller's, [`crate::ops::multipart_list`]).

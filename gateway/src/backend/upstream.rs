@@ -97,7 +97,7 @@ fn upstream_failure(e: impl std::fmt::Display) -> ApiError {
 }
 
 fn build(e: s3::BuildError) -> ApiError {
-    ApiError::invalid_argument(e.to_string())
+    ApiError::from_build(e)
 }
 
 impl Upstream {
@@ -571,7 +571,7 @@ impl Backend for Upstream {
         key: &str,
         upload_id: &str,
         parts: &[CompletePart],
-        whole_crc64nvme: Option<&str>,
+        whole: &[(String, String)],
     ) -> Result<ObjectInfo, ApiError> {
         let parts: Vec<CompletedPart> = parts
             .iter()
@@ -582,9 +582,9 @@ impl Backend for Upstream {
                 checksum_crc32c: None,
             })
             .collect();
-        let whole: Vec<(String, String)> = whole_crc64nvme
-            .map(|w| ("x-amz-checksum-crc64nvme".to_owned(), w.to_owned()))
-            .into_iter()
+        let whole: Vec<(String, String)> = whole
+            .iter()
+            .map(|(alg, v)| (format!("x-amz-checksum-{alg}"), v.clone()))
             .collect();
         let (req, body) =
             s3::complete_multipart_upload(&self.endpoint, bucket, key, upload_id, &parts, &whole)

@@ -2,7 +2,7 @@
 //! without it) `If-Unmodified-Since`, then `If-None-Match`, then (only without it)
 //! `If-Modified-Since`. On GET and HEAD a failed `If-None-Match`/`If-Modified-Since` is
 //! 304 Not Modified and the others 412; on a copy source (`x-amz-copy-source-if-*`) every
-//! failure is 412; on PUT only `If-None-Match: *` and `If-Match` exist.
+//! failure is 412; on PUT `If-None-Match` (`*` or ETags) and `If-Match`.
 
 use crate::backend::{ObjectInfo, etag_eq};
 use crate::error::ApiError;
@@ -98,18 +98,14 @@ impl Conditions {
     }
 
     /// For PUT (PutObject, CompleteMultipartUpload, CopyObject's destination): `existing` is
-    /// the object now under the key. `If-None-Match: *` fails when one exists; `If-Match`
-    /// fails when none exists (404) or its ETag differs (412).
+    /// the object now under the key. `If-None-Match` fails (412) when one exists and the
+    /// value is `*` or lists its ETag (quoted or not); `If-Match` fails when none exists
+    /// (404) or its ETag differs (412).
     pub fn check_write(&self, existing: Option<&ObjectInfo>, key: &str) -> Result<(), ApiError> {
-        if let Some(m) = &self.if_none_match {
-            if m != "*" {
-                return Err(ApiError::not_implemented(
-                    "If-None-Match on a write accepts only *",
-                ));
-            }
-            if existing.is_some() {
-                return Err(precondition_failed("If-None-Match"));
-            }
+        if let (Some(m), Some(info)) = (&self.if_none_match, existing)
+            && list_matches(m, &info.etag)
+        {
+            return Err(precondition_failed("If-None-Match"));
         }
         if let Some(m) = &self.if_match {
             match existing {

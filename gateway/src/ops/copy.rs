@@ -81,6 +81,9 @@ struct ToFile<'c> {
     conditions: &'c Conditions,
     info: Option<ObjectInfo>,
     refused: Option<ApiError>,
+    /// The last byte an `x-amz-copy-source-range` names: unlike a GET's `Range`, a copy
+    /// range reaching past the source's end is not clamped but refused (416 InvalidRange).
+    range_last: Option<u64>,
 }
 
 impl ObjectSink for ToFile<'_> {
@@ -88,6 +91,20 @@ impl ObjectSink for ToFile<'_> {
         if let Err(e) = self.conditions.check_copy_source(info) {
             self.refused = Some(e);
             return Err(std::io::Error::other("copy-source condition failed"));
+        }
+        if let Some(last) = self.range_last
+            && last >= info.size
+        {
+            self.refused = Some(
+                ApiError::new(
+                    416,
+                    "InvalidRange",
+                    "The requested range is not satisfiable",
+                )
+                .with_header("Content-Range", format!("bytes */{}", info.size))
+                .with_detail("ActualObjectSize", info.size.to_string()),
+            );
+            return Err(std::io::Error::other("copy-source range past the end"));
         }
         self.info = Some(info.clone());
         Ok(())
@@ -128,6 +145,10 @@ fn read_source(
         conditions,
         info: None,
         refused: None,
+        range_last: match range {
+            Some(ByteRange::Inclusive(_, last)) => Some(last),
+            _ => None,
+        },
     };
     let req = GetRequest {
         range,

@@ -8,6 +8,7 @@ use crate::backend::Backend;
 use crate::body::{self, BodySource, ReceiveOptions};
 use crate::error::ApiError;
 use crate::handler::{Respond, S3_NS, xml_ok};
+use crate::ops::versions::{NULL_VERSION, no_such_version};
 use crate::xml::{self, Node, element};
 
 /// S3's limit on keys per DeleteObjects request.
@@ -20,6 +21,9 @@ pub struct DeleteRequest {
     pub quiet: bool,
     /// The keys, in document order.
     pub keys: Vec<String>,
+    /// Each key's `<VersionId>`, if given.
+    /// INVARIANT: `versions.len() == keys.len()`.
+    pub versions: Vec<Option<String>>,
 }
 
 /// Parses a `<Delete>` body (1..=1000 objects, each with a `<Key>`).
@@ -27,6 +31,7 @@ pub fn parse(body: &[u8]) -> Result<DeleteRequest, ApiError> {
     let mut req = DeleteRequest::default();
     let mut in_object = false;
     let mut key: Option<String> = None;
+    let mut version: Option<String> = None;
     xml::visit(body, "Delete", |node| {
         match node {
             Node::Open { path, name } if path.len() == 1 && name == "Object" => {
@@ -35,9 +40,15 @@ pub fn parse(body: &[u8]) -> Result<DeleteRequest, ApiError> {
                 }
                 in_object = true;
                 key = None;
+                version = None;
             }
             Node::Close { path, name, text } if path.len() == 2 && in_object && name == "Key" => {
                 key = Some(text.to_owned());
+            }
+            Node::Close { path, name, text }
+                if path.len() == 2 && in_object && name == "VersionId" =>
+            {
+                version = Some(text.to_owned());
             }
             Node::Close { path, name, .. } if path.len() == 1 && name == "Object" => {
                 in_object = false;
@@ -45,6 +56,7 @@ pub fn parse(body: &[u8]) -> Result<DeleteRequest, ApiError> {
                     .take()
                     .ok_or_else(|| xml::malformed("an Object without a Key"))?;
                 req.keys.push(k);
+                req.versions.push(version.take());
             }
             Node::Close { path, name, text } if path.len() == 1 && name == "Quiet" => {
                 req.quiet = match text.trim() {
@@ -102,17 +114,29 @@ pub fn serve(
     let doc = std::fs::read(spooled.file.path())?;
     let req = parse(&doc)?;
     let mut out_doc = format!("<DeleteResult xmlns=\"{S3_NS}\">");
-    for key in &req.keys {
-        match backend.delete_object(bucket, key) {
+    for (key, version) in req.keys.iter().zip(&req.versions) {
+        // An unversioned bucket's objects have one version, `null`: another id names a
+        // version that does not exist, and the current object is left alone.
+        let result = match version.as_deref() {
+            None | Some(NULL_VERSION) => backend.delete_object(bucket, key),
+            Some(other) => Err(no_such_version(key, other)),
+        };
+        match result {
             Ok(()) if req.quiet => {}
             Ok(()) => {
                 out_doc.push_str("<Deleted>");
                 element(&mut out_doc, "Key", key);
+                if let Some(v) = version {
+                    element(&mut out_doc, "VersionId", v);
+                }
                 out_doc.push_str("</Deleted>");
             }
             Err(e) => {
                 out_doc.push_str("<Error>");
                 element(&mut out_doc, "Key", key);
+                if let Some(v) = version {
+                    element(&mut out_doc, "VersionId", v);
+                }
                 element(&mut out_doc, "Code", &e.code);
                 element(&mut out_doc, "Message", &e.message);
                 out_doc.push_str("</Error>");
@@ -132,6 +156,7 @@ mod tests {
         let r = parse(b"<Delete xmlns=\"x\"><Quiet>true</Quiet><Object><Key>a &amp; b</Key><VersionId>v</VersionId></Object><Object><Key> sp </Key></Object></Delete>").unwrap();
         assert!(r.quiet);
         assert_eq!(r.keys, vec!["a & b".to_owned(), " sp ".to_owned()]);
+        assert_eq!(r.versions, vec![Some("v".to_owned()), None]);
         assert!(parse(b"<Delete></Delete>").is_err());
         assert!(parse(b"<Delete><Object></Object></Delete>").is_err());
         assert!(parse(b"<Other><Object><Key>a</Key></Object></Other>").is_err());

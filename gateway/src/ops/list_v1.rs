@@ -32,7 +32,9 @@ pub fn serve(
     let enc = |s: &str| params.encode(s);
     let mut d = format!("<ListBucketResult xmlns=\"{S3_NS}\">");
     element(&mut d, "Name", bucket);
-    element(&mut d, "Prefix", &enc(&q.prefix));
+    // S3 does not encode a v1 listing's Prefix, even with `encoding-type=url` (clients, e.g.
+    // botocore, decode Delimiter, Marker, NextMarker and keys only).
+    element(&mut d, "Prefix", &q.prefix);
     element(&mut d, "Marker", &enc(&marker));
     if page.is_truncated
         && q.delimiter.is_some()

@@ -1,6 +1,7 @@
 //! S3 operations served in directory mode beyond the basic object and bucket calls, one
 //! module each: DeleteObjects, ListObjects (v1), conditional requests, stored metadata
-//! headers, CopyObject, ListParts and ListMultipartUploads.
+//! headers, CopyObject, ListParts, ListMultipartUploads and
+//! the `null` versions of an unversioned bucket (ListObjectVersions, `versionId=null`).
 
 pub mod checksums;
 pub mod conditions;
@@ -11,3 +12,4 @@ pub mod meta;
 pub mod multipart_list;
 pub mod parts;
 pub mod signed_chunks;
+pub mod versions;

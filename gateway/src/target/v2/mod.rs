@@ -202,7 +202,7 @@ impl RcV2 {
             ));
         }
         match head.path.as_str() {
-            v2::PREPARE_PATH => self.prepare(head, principal, out),
+            v2::PREPARE_PATH => self.prepare(backend, head, principal, out),
             v2::READY_PATH => self.ready(backend, head, principal, out),
             v2::CANCEL_PATH => self.cancel(head, principal, out),
             _ => Err(ApiError::new(404, "NoSuchKey", "Unknown hipobj-rc route.")),
@@ -211,6 +211,7 @@ impl RcV2 {
 
     fn prepare(
         &self,
+        backend: &dyn Backend,
         head: &RequestHead,
         principal: &str,
         out: &mut dyn Respond,
@@ -265,6 +266,15 @@ impl RcV2 {
         offset
             .checked_add(size)
             .ok_or_else(|| bad(format!("{RDMA_OFFSET} + size overflows")))?;
+        if op == Op::Get {
+            // A GET of what is not there is refused now (404 NoSuchKey / NoSuchBucket, as
+            // third-party v2 servers do), before a session, QP or registration is made; the
+            // READY reads the object again, so one replaced in between is still served whole.
+            // The protocol echo says "this server speaks v2, this object is missing": a client
+            // must not take the 404 for a server without the routes (and stop trying v2).
+            crate::ops::parts::stat(backend, &target.bucket, &target.key)
+                .map_err(|e| e.with_header(PROTO, v2::PROTOCOL))?;
+        }
         {
             let mut s = lock(&self.sessions);
             let ttl = self.limits.prepare_ttl;
