@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use crate::bench::parse_size;
 use crate::client::{ClientSettings, S3Client};
 pub use crate::client_args::ClientArgs;
+use crate::diagnose::{self, Asked};
 use crate::net::tls::TlsOptions;
 use crate::net::transport::Timeouts;
 use crate::s3uri::S3Uri;
@@ -279,7 +280,9 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
                 args.file.display()
             ));
         }
-        let up = engine_io::upload(target, &dest.bucket, &dest.key, &data)?;
+        let up = engine_io::upload(target, &dest.bucket, &dest.key, &data).map_err(|e| {
+            diagnose::transfer_error(&mut ctx.client, e, &dest.bucket, &dest.key, Asked::Write)
+        })?;
         let digest = SourceDigest::of(&data);
         let sent = EngineUpload {
             parts: 1,
@@ -390,7 +393,10 @@ fn put_multipart_on_engine(
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    let up = up.map_err(|e| format!("{}: {e}", args.file.display()))?;
+    let up = up.map_err(|e| {
+        let e = diagnose::transfer_error(&mut ctx.client, e, &dest.bucket, &dest.key, Asked::Write);
+        format!("{}: {e}", args.file.display())
+    })?;
     let part_md5s = up.part_md5s;
     let sent = EngineUpload {
         parts: up.parts,
@@ -566,10 +572,11 @@ fn expected_len(
         return Ok((n, None));
     }
     // Whole-object downloads ask for the stored CRC64NVME, to verify the bytes the engine wrote.
+    // A HEAD answer has no body: a 4xx is named by the server's error document for a GET.
     let meta = ctx
         .client
         .head_with(&src.bucket, &src.key, range.is_none())
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| diagnose::head_error(&mut ctx.client, &src.bucket, &src.key, e).to_string())?;
     let size = meta
         .content_length
         .ok_or("HEAD answered without Content-Length")?;
@@ -634,7 +641,10 @@ fn fetch(
         size,
         out,
         on_bytes,
-    )?;
+    )
+    .map_err(|e| {
+        diagnose::transfer_error(&mut ctx.client, e, &src.bucket, &src.key, Asked::Read)
+    })?;
     let (paths, crc) = (got.paths, got.crc);
     let stored = meta.checksum_crc64nvme.as_deref().filter(|c| {
         !c.contains('-')
@@ -828,7 +838,7 @@ pub fn head(ctx: &mut Context, args: &HeadArgs) -> CommandResult {
     let meta = ctx
         .client
         .head_with(&src.bucket, &src.key, true)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| diagnose::head_error(&mut ctx.client, &src.bucket, &src.key, e).to_string())?;
     let value = json!({
         "op": "head", "bucket": src.bucket, "key": src.key, "content_length": meta.content_length,
         "etag": meta.etag, "last_modified": meta.last_modified, "content_type": meta.content_type,

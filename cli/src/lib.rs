@@ -5,6 +5,7 @@ pub mod client;
 pub mod client_args;
 pub mod commands;
 pub mod debug_sigv4;
+pub mod diagnose;
 pub mod embedded;
 pub mod engine_io;
 pub mod interrupt;
