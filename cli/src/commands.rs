@@ -18,6 +18,7 @@ use crate::bench::parse_size;
 use crate::client::{ClientSettings, S3Client};
 pub use crate::client_args::ClientArgs;
 use crate::diagnose::{self, Asked};
+use crate::fallback::{self, Carried};
 use crate::net::tls::TlsOptions;
 use crate::net::transport::Timeouts;
 use crate::s3uri::S3Uri;
@@ -238,6 +239,20 @@ fn select(ctx: &Context, choice: FabricChoice, device: Option<&str>) -> Result<S
     Ok(selection)
 }
 
+/// Why a forced fabric left the bytes to the blocking client, other than an empty upload:
+/// [`EngineTarget::select`] keeps it for every endpoint but `http://`.
+const NO_TLS_ENGINE: &str = "the engine speaks only http:// endpoints (the RDMA dialects' side \
+                             exchanges have no TLS)";
+
+/// Prints [`fallback::warning`] on stderr (even with `--json`: a forced fabric that was not
+/// used must not pass unnoticed), and logs it for `-v`.
+fn warn_fallback(choice: FabricChoice, dialect: engine::Dialect, carried: Carried<'_>) {
+    if let Some(w) = fallback::warning(choice, dialect, carried) {
+        tracing::info!("data path: {w}");
+        eprintln!("hipobj: warning: {w}");
+    }
+}
+
 /// Runs `put`.
 pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
     let dest = S3Uri::parse_upload_dest(&args.dest, &args.file).map_err(|e| e.to_string())?;
@@ -347,6 +362,11 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
     let note = engine
         .as_ref()
         .map(|_| "the engine cannot PUT an empty object: it went through the HTTP client");
+    warn_fallback(
+        args.fabric,
+        args.dialect,
+        Carried::Blocking(note.unwrap_or(NO_TLS_ENGINE)),
+    );
     let retries = ctx.client.retry_stats();
     Ok(merge(
         json!({
@@ -453,6 +473,7 @@ fn report_engine_upload(
     let proof = stored.or(by_etag).map(|p| p.name());
     let verdict = upload_verdict(args.verify.required(), proof, Some(unproven))?;
     let sent_crc64nvme = s3_lite::checksum::encode_crc64nvme(sent.crc64nvme);
+    warn_fallback(args.fabric, args.dialect, Carried::Engine(&sent.paths));
     summary(
         ctx,
         format!(
@@ -788,6 +809,12 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
         (r, dest.clone())
     };
     let result = result?;
+    let carried = if result.client == "engine" {
+        Carried::Engine(&result.paths)
+    } else {
+        Carried::Blocking(NO_TLS_ENGINE)
+    };
+    warn_fallback(args.fabric, args.dialect, carried);
     if !result.checksum_verified && proof == Proof::Warn {
         // On stderr even with --json: the status must not read as verified.
         eprintln!(

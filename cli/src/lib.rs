@@ -8,6 +8,7 @@ pub mod debug_sigv4;
 pub mod diagnose;
 pub mod embedded;
 pub mod engine_io;
+pub mod fallback;
 pub mod interrupt;
 pub mod json_out;
 pub mod load;
