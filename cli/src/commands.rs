@@ -255,6 +255,12 @@ fn warn_fallback(choice: FabricChoice, dialect: engine::Dialect, carried: Carrie
 
 /// Runs `put`.
 pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
+    if args.file.is_dir() {
+        return Err(format!(
+            "{}: is a directory; put uploads one file (name a file in it)",
+            args.file.display()
+        ));
+    }
     let dest = S3Uri::parse_upload_dest(&args.dest, &args.file).map_err(|e| e.to_string())?;
     if !(5 << 20..=5 << 30).contains(&args.part_size) {
         return Err(format!(
