@@ -41,12 +41,9 @@ fn from_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<Memory> {
     let span = dlpack::describe(cap).map_err(|e| invalid_buffer(obj.py(), &e))?;
     let place = match span.device_type {
         dlpack::DEVICE_CPU | dlpack::DEVICE_CUDA_HOST | dlpack::DEVICE_CUDA_MANAGED => Place::Host,
-        dlpack::DEVICE_CUDA => Place::Cuda(
-            u32::try_from(span.device_id)
-                .map_err(|_| {
-                    invalid_argument(obj.py(), &format!("CUDA device id {}", span.device_id))
-                })?,
-        ),
+        dlpack::DEVICE_CUDA => Place::Cuda(u32::try_from(span.device_id).map_err(|_| {
+            invalid_argument(obj.py(), &format!("CUDA device id {}", span.device_id))
+        })?),
         other => {
             return Err(invalid_type(
                 obj.py(),
