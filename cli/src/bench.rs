@@ -558,7 +558,12 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
             .tls_failure()
             .map(|p| format!(" (TLS: {p})"))
             .unwrap_or_default();
-        return Err(format!("HEAD {uri}: {}{tls}", code_name(&head)));
+        // The engine completes a refused connection as ConnectionReset: say which it was.
+        let refused = (head.error_code() == Some(ErrorCode::ConnectionReset))
+            .then(|| crate::diagnose::connection_refused(engine.endpoint()))
+            .flatten();
+        let code = refused.unwrap_or_else(|| code_name(&head));
+        return Err(format!("HEAD {uri}: {code}{tls}"));
     }
     let object_size = head.aux();
     let slots = object_size / size;

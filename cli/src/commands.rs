@@ -17,6 +17,8 @@ use serde_json::{Value, json};
 use crate::bench::parse_size;
 use crate::client::{ClientSettings, S3Client};
 pub use crate::client_args::ClientArgs;
+use crate::diagnose::{self, Asked};
+use crate::fallback::{self, Carried};
 use crate::net::tls::TlsOptions;
 use crate::net::transport::Timeouts;
 use crate::s3uri::S3Uri;
@@ -237,8 +239,28 @@ fn select(ctx: &Context, choice: FabricChoice, device: Option<&str>) -> Result<S
     Ok(selection)
 }
 
+/// Why a forced fabric left the bytes to the blocking client, other than an empty upload:
+/// [`EngineTarget::select`] keeps it for every endpoint but `http://`.
+const NO_TLS_ENGINE: &str = "the engine speaks only http:// endpoints (the RDMA dialects' side \
+                             exchanges have no TLS)";
+
+/// Prints [`fallback::warning`] on stderr (even with `--json`: a forced fabric that was not
+/// used must not pass unnoticed), and logs it for `-v`.
+fn warn_fallback(choice: FabricChoice, dialect: engine::Dialect, carried: Carried<'_>) {
+    if let Some(w) = fallback::warning(choice, dialect, carried) {
+        tracing::info!("data path: {w}");
+        eprintln!("hipobj: warning: {w}");
+    }
+}
+
 /// Runs `put`.
 pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
+    if args.file.is_dir() {
+        return Err(format!(
+            "{}: is a directory; put uploads one file (name a file in it)",
+            args.file.display()
+        ));
+    }
     let dest = S3Uri::parse_upload_dest(&args.dest, &args.file).map_err(|e| e.to_string())?;
     if !(5 << 20..=5 << 30).contains(&args.part_size) {
         return Err(format!(
@@ -279,7 +301,9 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
                 args.file.display()
             ));
         }
-        let up = engine_io::upload(target, &dest.bucket, &dest.key, &data)?;
+        let up = engine_io::upload(target, &dest.bucket, &dest.key, &data).map_err(|e| {
+            diagnose::transfer_error(&mut ctx.client, e, &dest.bucket, &dest.key, Asked::Write)
+        })?;
         let digest = SourceDigest::of(&data);
         let sent = EngineUpload {
             parts: 1,
@@ -344,6 +368,11 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
     let note = engine
         .as_ref()
         .map(|_| "the engine cannot PUT an empty object: it went through the HTTP client");
+    warn_fallback(
+        args.fabric,
+        args.dialect,
+        Carried::Blocking(note.unwrap_or(NO_TLS_ENGINE)),
+    );
     let retries = ctx.client.retry_stats();
     Ok(merge(
         json!({
@@ -390,7 +419,10 @@ fn put_multipart_on_engine(
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    let up = up.map_err(|e| format!("{}: {e}", args.file.display()))?;
+    let up = up.map_err(|e| {
+        let e = diagnose::transfer_error(&mut ctx.client, e, &dest.bucket, &dest.key, Asked::Write);
+        format!("{}: {e}", args.file.display())
+    })?;
     let part_md5s = up.part_md5s;
     let sent = EngineUpload {
         parts: up.parts,
@@ -447,6 +479,7 @@ fn report_engine_upload(
     let proof = stored.or(by_etag).map(|p| p.name());
     let verdict = upload_verdict(args.verify.required(), proof, Some(unproven))?;
     let sent_crc64nvme = s3_lite::checksum::encode_crc64nvme(sent.crc64nvme);
+    warn_fallback(args.fabric, args.dialect, Carried::Engine(&sent.paths));
     summary(
         ctx,
         format!(
@@ -566,10 +599,11 @@ fn expected_len(
         return Ok((n, None));
     }
     // Whole-object downloads ask for the stored CRC64NVME, to verify the bytes the engine wrote.
+    // A HEAD answer has no body: a 4xx is named by the server's error document for a GET.
     let meta = ctx
         .client
         .head_with(&src.bucket, &src.key, range.is_none())
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| diagnose::head_error(&mut ctx.client, &src.bucket, &src.key, e).to_string())?;
     let size = meta
         .content_length
         .ok_or("HEAD answered without Content-Length")?;
@@ -634,7 +668,10 @@ fn fetch(
         size,
         out,
         on_bytes,
-    )?;
+    )
+    .map_err(|e| {
+        diagnose::transfer_error(&mut ctx.client, e, &src.bucket, &src.key, Asked::Read)
+    })?;
     let (paths, crc) = (got.paths, got.crc);
     let stored = meta.checksum_crc64nvme.as_deref().filter(|c| {
         !c.contains('-')
@@ -778,6 +815,12 @@ pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
         (r, dest.clone())
     };
     let result = result?;
+    let carried = if result.client == "engine" {
+        Carried::Engine(&result.paths)
+    } else {
+        Carried::Blocking(NO_TLS_ENGINE)
+    };
+    warn_fallback(args.fabric, args.dialect, carried);
     if !result.checksum_verified && proof == Proof::Warn {
         // On stderr even with --json: the status must not read as verified.
         eprintln!(
@@ -828,7 +871,7 @@ pub fn head(ctx: &mut Context, args: &HeadArgs) -> CommandResult {
     let meta = ctx
         .client
         .head_with(&src.bucket, &src.key, true)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| diagnose::head_error(&mut ctx.client, &src.bucket, &src.key, e).to_string())?;
     let value = json!({
         "op": "head", "bucket": src.bucket, "key": src.key, "content_length": meta.content_length,
         "etag": meta.etag, "last_modified": meta.last_modified, "content_type": meta.content_type,

@@ -622,14 +622,26 @@ fn ms(us: f64) -> String {
     }
 }
 
+/// The results table's first line: what ran, and — only when some range-gets failed — how
+/// many (the exit code says the same). A success is never titled as an error.
+fn table_title(ops: u64, errors: u64, object_size: u64, tensors: usize) -> String {
+    let what = format!(
+        "{ops} range-gets of a {} model ({tensors} tensors)",
+        format_bytes(object_size)
+    );
+    if errors == 0 {
+        format!("hipobj bench --embedded: {what}, every byte verified")
+    } else {
+        format!("hipobj bench --embedded: FAILED: {errors} of {what} failed")
+    }
+}
+
 fn print_table(r: &EmbeddedReport, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out)?;
     writeln!(
         out,
-        "hipobj: error: {} range-gets of a {} model ({} tensors)",
-        r.ops,
-        format_bytes(r.object_size),
-        r.tensors
+        "{}",
+        table_title(r.ops, r.errors, r.object_size, r.tensors)
     )?;
     writeln!(out, "  {:<22} {:>16}", "metric", "value")?;
     let rows: Vec<(&str, String)> = vec![
@@ -680,4 +692,26 @@ fn print_table(r: &EmbeddedReport, out: &mut dyn Write) -> std::io::Result<()> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::table_title;
+
+    #[test]
+    fn a_success_is_not_titled_as_an_error() {
+        let t = table_title(10_000, 0, 1 << 30, 352);
+        assert_eq!(
+            t,
+            "hipobj bench --embedded: 10000 range-gets of a 1.0 GiB model (352 tensors), every \
+             byte verified"
+        );
+        assert!(!t.to_lowercase().contains("error"), "{t}");
+    }
+
+    #[test]
+    fn failures_are_counted_in_the_title() {
+        let t = table_title(1000, 3, 24 << 20, 40);
+        assert!(t.contains("FAILED: 3 of 1000 range-gets"), "{t}");
+    }
 }

@@ -21,7 +21,7 @@ use engine::{Dialect, Engine, Fabric, RegisterOptions};
 use ring_api::opcode::{
     AbortMultipart, CompleteMultipart, CreateMultipart, Put, RangeGet, UploadPart,
 };
-use ring_api::{BufSlice, Cqe, PartNumber, UploadHandle};
+use ring_api::{BufSlice, Cqe, ErrorCode, PartNumber, UploadHandle};
 use s3_lite::checksum::Crc64Nvme;
 use s3_lite::credentials::Credentials;
 
@@ -255,14 +255,55 @@ impl PathBytes {
     }
 }
 
-fn failure(what: &str, c: &Cqe) -> String {
+/// A failed transfer on the engine: the message, and the completion's code when a completion
+/// failed (so the caller can ask the server or the socket for a better name:
+/// [`crate::diagnose`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransferError {
+    /// What failed, for the user.
+    pub message: String,
+    /// The failed completion's code; `None` for failures before or after the engine's answer.
+    pub code: Option<ErrorCode>,
+}
+
+impl std::fmt::Display for TransferError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<String> for TransferError {
+    fn from(message: String) -> Self {
+        Self {
+            message,
+            code: None,
+        }
+    }
+}
+
+impl From<&str> for TransferError {
+    fn from(message: &str) -> Self {
+        message.to_owned().into()
+    }
+}
+
+impl From<TransferError> for String {
+    fn from(e: TransferError) -> Self {
+        e.message
+    }
+}
+
+fn failure(what: &str, c: &Cqe) -> TransferError {
     let code = c
         .error_code()
         .map_or_else(|| format!("result {}", c.result()), |e| format!("{e:?}"));
     let class = c
         .error_class()
         .map_or_else(String::new, |k| format!(" ({k:?})"));
-    format!("{what} failed: {code}{class}")
+    TransferError {
+        message: format!("{what} failed: {code}{class}"),
+        code: c.error_code(),
+    }
 }
 
 /// The engine of one transfer of an object, with a registered ring of slots and a queue as
@@ -328,7 +369,7 @@ pub fn download(
     object_size: u64,
     out: &mut dyn Write,
     on_bytes: &mut dyn FnMut(u64),
-) -> Result<Downloaded, String> {
+) -> Result<Downloaded, TransferError> {
     let mut crc = Crc64Nvme::new();
     let mut paths = PathBytes::default();
     let mut ranges_verified = true;
@@ -371,16 +412,13 @@ pub fn download(
             next_submit += 1;
         }
         if q.wait(1, Some(STALL)) == 0 {
-            return Err(format!(
-                "download stalled: no completion in {} s",
-                STALL.as_secs()
-            ));
+            return Err(format!("download stalled: no completion in {} s", STALL.as_secs()).into());
         }
         let n = q.reap(&mut cqes);
         for c in cqes.iter().take(n) {
             let i = c.user_data();
             if i < next_write || i >= next_submit {
-                return Err(format!("completion for unknown chunk {i}"));
+                return Err(format!("completion for unknown chunk {i}").into());
             }
             let want = chunk_len(i);
             if !c.is_ok() {
@@ -394,14 +432,15 @@ pub fn download(
                     "range-get {}+{want}: {} bytes arrived",
                     first + i * CHUNK,
                     c.bytes()
-                ));
+                )
+                .into());
             }
             if c.aux() != 0 && c.aux() != object_size {
                 return Err(format!(
                     "integrity: range-get {}+{want}: the server names an object of {} bytes, HEAD said {object_size}",
                     first + i * CHUNK,
                     c.aux()
-                ));
+                ).into());
             }
             ranges_verified &= c.verified();
             paths.add_completion(c, want);
@@ -453,7 +492,7 @@ pub fn upload(
     bucket: &str,
     key: &str,
     data: &[u8],
-) -> Result<Uploaded, String> {
+) -> Result<Uploaded, TransferError> {
     if data.is_empty() {
         return Err("the engine cannot PUT an empty buffer".into());
     }
@@ -472,10 +511,7 @@ pub fn upload(
     )
     .map_err(|e| format!("queueing the PUT: {e:?}"))?;
     if q.wait(1, Some(STALL)) == 0 {
-        return Err(format!(
-            "upload stalled: no completion in {} s",
-            STALL.as_secs()
-        ));
+        return Err(format!("upload stalled: no completion in {} s", STALL.as_secs()).into());
     }
     let mut cqes = [Cqe::default()];
     if q.reap(&mut cqes) != 1 {
@@ -527,13 +563,14 @@ pub fn upload_multipart(
     len: u64,
     part_size: u64,
     on_bytes: &mut dyn FnMut(u64),
-) -> Result<UploadedParts, String> {
+) -> Result<UploadedParts, TransferError> {
     let parts = len.div_ceil(part_size.max(1));
     let Some(last) = u32::try_from(parts).ok().and_then(PartNumber::new) else {
         return Err(format!(
             "a multipart upload of {len} bytes in parts of {part_size} needs {parts} parts; \
              S3 takes 1..=10000: raise --part-size"
-        ));
+        )
+        .into());
     };
     let slot_len = part_size.min(len);
     let depth = IN_FLIGHT.min(parts).min((PART_MEMORY / slot_len).max(1));
@@ -597,16 +634,13 @@ const STEP: u64 = u64::MAX;
 
 /// Submits `sqe` as the one step in flight and waits for its successful completion;
 /// completions of anything else still in flight (parts, after a failure) are passed over.
-fn one(q: &mut engine::Queue, sqe: ring_api::Sqe, what: &str) -> Result<Cqe, String> {
+fn one(q: &mut engine::Queue, sqe: ring_api::Sqe, what: &str) -> Result<Cqe, TransferError> {
     q.push(&sqe.with_user_data(STEP))
         .map_err(|e| format!("queueing the {what}: {e:?}"))?;
     let mut cqes = [Cqe::default(); 8];
     loop {
         if q.wait(1, Some(STALL)) == 0 {
-            return Err(format!(
-                "{what} stalled: no completion in {} s",
-                STALL.as_secs()
-            ));
+            return Err(format!("{what} stalled: no completion in {} s", STALL.as_secs()).into());
         }
         let n = q.reap(&mut cqes);
         if let Some(c) = cqes.iter().take(n).find(|c| c.user_data() == STEP) {
@@ -655,7 +689,7 @@ impl PartRing<'_> {
         &mut self,
         source: &mut dyn Read,
         on_bytes: &mut dyn FnMut(u64),
-    ) -> Result<Sent, String> {
+    ) -> Result<Sent, TransferError> {
         let parts = self.len.div_ceil(self.part_size);
         let mut digests = Vec::new();
         let mut paths = PathBytes::default();
@@ -664,7 +698,7 @@ impl PartRing<'_> {
         // The part each slot's bytes belong to while it is in flight.
         let mut holder: Vec<Option<u64>> = vec![None; usize::try_from(self.depth).unwrap_or(1)];
         let mut next = 0u64;
-        let mut failed: Option<String> = None;
+        let mut failed: Option<TransferError> = None;
         loop {
             while failed.is_none() && next < parts {
                 let Some(slot) = holder.iter().position(Option::is_none) else {
@@ -673,7 +707,7 @@ impl PartRing<'_> {
                 match self.submit(next, slot as u64, source, &mut part) {
                     Ok(d) => digests.push(d),
                     Err(e) => {
-                        failed = Some(e);
+                        failed = Some(e.into());
                         break;
                     }
                 }
@@ -684,16 +718,15 @@ impl PartRing<'_> {
                 break;
             }
             if self.q.wait(1, Some(STALL)) == 0 {
-                return Err(format!(
-                    "upload stalled: no part completed in {} s",
-                    STALL.as_secs()
-                ));
+                return Err(
+                    format!("upload stalled: no part completed in {} s", STALL.as_secs()).into(),
+                );
             }
             let n = self.q.reap(&mut cqes);
             for c in cqes.iter().take(n) {
                 let i = c.user_data();
                 let Some(slot) = holder.iter().position(|h| *h == Some(i)) else {
-                    failed.get_or_insert(format!("completion for unknown part {}", i + 1));
+                    failed.get_or_insert(format!("completion for unknown part {}", i + 1).into());
                     continue;
                 };
                 holder[slot] = None;

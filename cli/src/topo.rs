@@ -12,7 +12,7 @@
 //! the live system for the cores this process may run on, on a `--sysfs-root` tree for all of
 //! its online CPUs.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use engine::{EngineError, PlacementPlan};
@@ -35,6 +35,36 @@ pub struct TopoArgs {
     /// Workers per NIC in the preview (the engine's default: 16).
     #[arg(long, default_value_t = engine::DEFAULT_WORKERS_PER_NIC)]
     pub workers_per_nic: usize,
+    /// Underline the matrix header as `nvidia-smi topo -m` does: `auto` (default) only when
+    /// stdout is a terminal and `NO_COLOR` is unset, `always`, or `never`. A pipe
+    /// (`hipobj topo | head`) gets no escape sequences.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub color: Color,
+}
+
+/// `--color`: when the matrix header carries ANSI underline escapes.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Color {
+    /// On a terminal, unless `NO_COLOR` is set.
+    #[default]
+    Auto,
+    /// Always (byte-for-byte `nvidia-smi topo -m`).
+    Always,
+    /// Never.
+    Never,
+}
+
+impl Color {
+    /// Whether to underline, given whether stdout is a terminal and whether `NO_COLOR` is set
+    /// (non-empty, per no-color.org).
+    #[must_use]
+    pub fn underline(self, stdout_is_terminal: bool, no_color: bool) -> bool {
+        match self {
+            Self::Always => true,
+            Self::Never => false,
+            Self::Auto => stdout_is_terminal && !no_color,
+        }
+    }
 }
 
 /// Runs the subcommand; returns the process exit code (0 success, 1 when the topology cannot be
@@ -51,7 +81,11 @@ pub fn run(args: &TopoArgs, stdout: &mut dyn Write, stderr: &mut dyn Write) -> i
             let text = if args.json {
                 render_json_with(&t, Some(&plan))?
             } else {
-                let mut text = render_text(&t).map_err(|e| e.to_string())?;
+                let underline = args.color.underline(
+                    std::io::stdout().is_terminal(),
+                    std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()),
+                );
+                let mut text = render_text_with(&t, underline).map_err(|e| e.to_string())?;
                 text.push_str(&render_buffers(&t, &plan));
                 text
             };
@@ -82,8 +116,18 @@ Legend:
   PIX  = Connection traversing at most a single PCIe bridge
 ";
 
-/// Renders the matrix the way `nvidia-smi topo -m` does.
+/// Renders the matrix the way `nvidia-smi topo -m` does, header underlined.
 pub fn render_text(t: &Topology) -> Result<String, TopoError> {
+    render_text_with(t, true)
+}
+
+/// [`render_text`], the header underlined (ANSI `ESC[4m` … `ESC[0m`) only when `underline`.
+pub fn render_text_with(t: &Topology, underline: bool) -> Result<String, TopoError> {
+    let (on, off) = if underline {
+        ("\x1b[4m", "\x1b[0m")
+    } else {
+        ("", "")
+    };
     if t.gpus.is_empty() && t.nics.is_empty() {
         let mut out = format!(
             "No GPU or RDMA NIC found under {}.\n\nNUMA nodes:\n",
@@ -95,12 +139,14 @@ pub fn render_text(t: &Topology) -> Result<String, TopoError> {
         return Ok(out);
     }
     let m = t.matrix()?;
-    let mut out = String::from("\t\x1b[4m");
+    let mut out = format!("\t{on}");
     for l in &m.labels {
         out.push_str(l);
         out.push('\t');
     }
-    out.push_str("CPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n");
+    out.push_str("CPU Affinity\tNUMA Affinity\tGPU NUMA ID");
+    out.push_str(off);
+    out.push('\n');
     for (row, label) in m.labels.iter().enumerate() {
         out.push_str(label);
         for cell in m.cells.get(row).into_iter().flatten() {

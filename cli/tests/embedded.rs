@@ -12,6 +12,36 @@ fn embedded_main_job_over_forced_http() {
     run(Some("http"), "http");
 }
 
+/// The table a person reads: exit 0, and a title that does not read as an error (it once
+/// began with `hipobj: error:`), on stdout; nothing on stdout says error.
+#[test]
+fn embedded_main_job_table_title_reads_as_success() {
+    let out = Command::new(env!("CARGO_BIN_EXE_hipobj"))
+        .args([
+            "bench",
+            "--embedded",
+            "--object-size",
+            "8MiB",
+            "--ops",
+            "200",
+            "--concurrency",
+            "4",
+        ])
+        .env_clear()
+        .env("HOME", "/nonexistent-home-for-tests")
+        .output()
+        .expect("run hipobj");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "exit {:?}: {stdout}", out.status);
+    let title = stdout.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    assert!(
+        title.starts_with("hipobj bench --embedded: 200 range-gets of a 8.0 MiB model"),
+        "{stdout}"
+    );
+    assert!(title.ends_with("every byte verified"), "{stdout}");
+    assert!(!stdout.contains("error:"), "{stdout}");
+}
+
 fn run(fabric: Option<&str>, want_path: &str) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hipobj"));
     cmd.args([

@@ -23,6 +23,8 @@ fn topo_with(
         json,
         nics: nics.iter().map(|s| s.to_string()).collect(),
         workers_per_nic,
+        // The fixtures are nvidia-smi's output, escapes included.
+        color: hipobj_cli::topo::Color::Always,
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let code = run(&args, &mut out, &mut err);
@@ -220,4 +222,36 @@ fn malformed_fixture_is_exit_1() {
         err.contains("node0/cpulist: malformed cpulist: range 5-2 ends before it starts"),
         "{err}"
     );
+}
+
+/// `hipobj topo | head`: a pipe gets no ANSI escapes unless `--color always` asks for them;
+/// the text is otherwise the same.
+#[test]
+fn a_pipe_gets_no_escape_sequences() {
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hipobj"))
+            .arg("topo")
+            .arg("--sysfs-root")
+            .arg(fixtures().join("hgx-h100"))
+            .args(extra)
+            .env_remove("NO_COLOR")
+            .output()
+            .expect("run hipobj");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let piped = run(&[]);
+    assert!(!piped.contains('\x1b'), "{piped}");
+    assert!(
+        piped.contains("CPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"),
+        "{piped}"
+    );
+    let always = run(&["--color", "always"]);
+    assert!(always.contains("\t\x1b[4mGPU0\t"), "{always}");
+    assert_eq!(always.replace("\x1b[4m", "").replace("\x1b[0m", ""), piped);
+    assert!(!run(&["--color", "never"]).contains('\x1b'));
 }

@@ -6,7 +6,7 @@ use hipobj_cli::load::model::LoadError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use ring_api::ErrorCode;
-use s3_lite::s3::ByteRange;
+use s3_lite::s3::{ByteRange, S3Error};
 
 /// An instance of `hipobj._errors.<class>(message, **fields)`.
 pub fn make(
@@ -26,10 +26,26 @@ pub fn make(
     build().unwrap_or_else(|e| e)
 }
 
-/// The server's own S3 error code for a request on `bucket/key` that the engine saw fail
-/// with a 4xx: one signed `GET bytes=0-0` on the blocking client, whose error document names
-/// it (`NoSuchKey`, `NoSuchBucket`, `InvalidAccessKeyId`, `SignatureDoesNotMatch`, ...).
-pub fn diagnose(settings: &ClientSettings, bucket: &str, key: &str) -> Option<String> {
+/// `InvalidBufferError` (also a `BufferError`): memory hipobj cannot use as it is.
+pub fn invalid_buffer(py: Python<'_>, message: &str) -> PyErr {
+    make(py, "InvalidBufferError", message, &[])
+}
+
+/// `InvalidTypeError` (also a `TypeError`): an object of a type hipobj cannot use.
+pub fn invalid_type(py: Python<'_>, message: &str) -> PyErr {
+    make(py, "InvalidTypeError", message, &[])
+}
+
+/// `InvalidArgumentError` (also a `ValueError`): an argument out of range.
+pub fn invalid_argument(py: Python<'_>, message: &str) -> PyErr {
+    make(py, "InvalidArgumentError", message, &[])
+}
+
+/// The server's own S3 error for a request on `bucket/key` that the engine saw fail with a
+/// 4xx: one signed `GET bytes=0-0` on the blocking client, whose error document names it
+/// (`NoSuchKey`, `NoSuchBucket`, `InvalidAccessKeyId`, `SignatureDoesNotMatch`, ...) and says
+/// it in the server's words.
+pub fn diagnose(settings: &ClientSettings, bucket: &str, key: &str) -> Option<S3Error> {
     let mut client = S3Client::new(settings.clone()).ok()?;
     match client.get(
         bucket,
@@ -38,14 +54,24 @@ pub fn diagnose(settings: &ClientSettings, bucket: &str, key: &str) -> Option<St
         &mut Vec::new(),
         &mut |_| {},
     ) {
-        Err(ClientError::S3(e)) => Some(e.code.clone()),
+        Err(ClientError::S3(e)) => Some(*e),
         _ => None,
     }
 }
 
+/// What the user reads for a failure the server did not name: the engine's wording, except
+/// where it speaks of engine internals (`NotFound` also covers a cancel target).
+fn engine_words(code: Option<ErrorCode>, message: &str) -> String {
+    match code {
+        Some(ErrorCode::NotFound) => "not found (no such bucket or key)".to_owned(),
+        _ => message.to_owned(),
+    }
+}
+
 /// What a failed operation becomes: `S3Error` with the S3 code (the server's, fetched by
-/// [`diagnose`] for missing objects and refused credentials; else the engine's code name), the engine's code, class,
-/// dialect and the object's path.
+/// [`diagnose`] for missing objects and refused credentials; `ConnectionRefused` when nothing
+/// listens at the endpoint; else the engine's code name), the engine's code, class, dialect
+/// and the object's path.
 pub fn op_error(
     py: Python<'_>,
     settings: &ClientSettings,
@@ -57,22 +83,27 @@ pub fn op_error(
     // A GET of the object answers for what the object and the credentials are (missing key,
     // missing bucket, refused signature), so it is asked only about those; any other 4xx
     // (a PUT's EntityTooLarge, say) keeps the engine's code rather than a GET's unrelated one.
-    let s3_code = match f.code {
+    let s3 = match f.code {
         Some(ErrorCode::NotFound | ErrorCode::AccessDenied) => {
             py.detach(|| diagnose(settings, bucket, key))
         }
         _ => None,
     };
+    // The engine completes a refused connection as ConnectionReset: one connect says which.
+    let refused = match f.code {
+        Some(ErrorCode::ConnectionReset) => {
+            py.detach(|| hipobj_cli::diagnose::connection_refused(&settings.endpoint))
+        }
+        _ => None,
+    };
     let engine_code = f.code.map(|c| format!("{c:?}"));
-    let code = s3_code.clone().or_else(|| engine_code.clone());
     let path = format!("s3://{bucket}/{key}");
-    let message = format!(
-        "{path}: {what}: {}{}",
-        s3_code
-            .as_deref()
-            .map_or(String::new(), |c| format!("{c}: ")),
-        f.message
-    );
+    let (code, said) = match (&s3, refused) {
+        (Some(e), _) => (Some(e.code.clone()), e.to_string()),
+        (None, Some(r)) => (Some("ConnectionRefused".to_owned()), r),
+        (None, None) => (engine_code.clone(), engine_words(f.code, &f.message)),
+    };
+    let message = format!("{path}: {what}: {said}");
     make(
         py,
         "S3Error",

@@ -3,11 +3,11 @@
 //! arrays, which DLPack refuses to export), `bytes`, and a span the Python layer made from
 //! any other buffer-protocol object (`__hipobj_span__`: `(address, nbytes, readonly)`).
 
-use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule, PyDict, PyTuple};
 
 use crate::dlpack;
+use crate::errors::{invalid_argument, invalid_buffer, invalid_type};
 
 /// Where the bytes live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,18 +37,18 @@ fn from_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<Memory> {
     let capsule = obj.call_method0("__dlpack__")?;
     let cap = capsule
         .cast::<PyCapsule>()
-        .map_err(|_| PyTypeError::new_err("__dlpack__ did not return a capsule"))?;
-    let span = dlpack::describe(cap).map_err(PyBufferError::new_err)?;
+        .map_err(|_| invalid_type(obj.py(), "__dlpack__ did not return a capsule"))?;
+    let span = dlpack::describe(cap).map_err(|e| invalid_buffer(obj.py(), &e))?;
     let place = match span.device_type {
         dlpack::DEVICE_CPU | dlpack::DEVICE_CUDA_HOST | dlpack::DEVICE_CUDA_MANAGED => Place::Host,
-        dlpack::DEVICE_CUDA => Place::Cuda(
-            u32::try_from(span.device_id)
-                .map_err(|_| PyValueError::new_err(format!("CUDA device id {}", span.device_id)))?,
-        ),
+        dlpack::DEVICE_CUDA => Place::Cuda(u32::try_from(span.device_id).map_err(|_| {
+            invalid_argument(obj.py(), &format!("CUDA device id {}", span.device_id))
+        })?),
         other => {
-            return Err(PyTypeError::new_err(format!(
-                "DLPack device type {other} is not supported (host memory and CUDA are)"
-            )));
+            return Err(invalid_type(
+                obj.py(),
+                &format!("DLPack device type {other} is not supported (host memory and CUDA are)"),
+            ));
         }
     };
     Ok(Memory {
@@ -63,7 +63,7 @@ fn from_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<Memory> {
 fn from_array_interface(obj: &Bound<'_, PyAny>, ai: &Bound<'_, PyAny>) -> PyResult<Memory> {
     let ai = ai
         .cast::<PyDict>()
-        .map_err(|_| PyTypeError::new_err("__array_interface__ is not a dict"))?;
+        .map_err(|_| invalid_type(obj.py(), "__array_interface__ is not a dict"))?;
     let strides = ai.get_item("strides")?;
     if strides.as_ref().is_some_and(|s| !s.is_none()) {
         let contiguous: bool = obj
@@ -72,17 +72,18 @@ fn from_array_interface(obj: &Bound<'_, PyAny>, ai: &Bound<'_, PyAny>) -> PyResu
             .and_then(|c| c.extract())
             .unwrap_or(false);
         if !contiguous {
-            return Err(PyBufferError::new_err(
+            return Err(invalid_buffer(
+                obj.py(),
                 "the array is not C-contiguous: pass a contiguous one",
             ));
         }
     }
     let data = ai
         .get_item("data")?
-        .ok_or_else(|| PyTypeError::new_err("__array_interface__ has no data"))?;
+        .ok_or_else(|| invalid_type(obj.py(), "__array_interface__ has no data"))?;
     let data = data
         .cast::<PyTuple>()
-        .map_err(|_| PyTypeError::new_err("__array_interface__['data'] is not a tuple"))?;
+        .map_err(|_| invalid_type(obj.py(), "__array_interface__['data'] is not a tuple"))?;
     let addr: u64 = data.get_item(0)?.extract()?;
     let readonly: bool = data.get_item(1)?.extract()?;
     let len: u64 = obj.getattr("nbytes")?.extract()?;
@@ -126,15 +127,19 @@ pub fn resolve(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Memory> {
             (true, _) => from_dlpack(obj)?,
             (false, Some(ai)) => from_array_interface(obj, &ai)?,
             (false, None) => {
-                return Err(PyTypeError::new_err(format!(
-                    "{} exposes neither DLPack (__dlpack__) nor a buffer hipobj can use",
-                    obj.get_type().name()?
-                )));
+                return Err(invalid_type(
+                    obj.py(),
+                    &format!(
+                        "{} exposes neither DLPack (__dlpack__) nor a buffer hipobj can use",
+                        obj.get_type().name()?
+                    ),
+                ));
             }
         }
     };
     if writable && mem.readonly {
-        return Err(PyBufferError::new_err(
+        return Err(invalid_buffer(
+            obj.py(),
             "the destination is read-only (bytes, a read-only array): pass writable memory",
         ));
     }

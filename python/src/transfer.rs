@@ -10,7 +10,6 @@
 use hipobj_cli::load::batch::{Op, OpDone, OpFailure, OpKind, split_range_get};
 use hipobj_cli::load::multipart;
 use hipobj_cli::s3uri::S3Uri;
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use ring_api::{BufHandle, ObjectId, UploadHandle};
 
@@ -59,7 +58,7 @@ fn prepare(py: Python<'_>, state: &State, item: Item<'_>) -> PyResult<Slot> {
     let put = match kind.as_str() {
         "get" => false,
         "put" => true,
-        other => return Err(PyValueError::new_err(format!("kind {other:?}"))),
+        other => return Err(errors::invalid_argument(py, &format!("kind {other:?}"))),
     };
     let checked = S3Uri::parse_object(&url)
         .map_err(|e| invalid_url(py, &url, e.reason))
@@ -131,7 +130,7 @@ fn check_length(py: Python<'_>, t: &mut Target) -> Result<u64, PyErr> {
     let fail = |class: &str, msg: String| make(py, class, &msg, &[("path", Some(path.clone()))]);
     if t.put {
         if t.offset != 0 {
-            return Err(PyValueError::new_err("put takes no offset"));
+            return Err(errors::invalid_argument(py, "put takes no offset"));
         }
         let n = t.mem.len;
         if n == 0 {
@@ -141,7 +140,7 @@ fn check_length(py: Python<'_>, t: &mut Target) -> Result<u64, PyErr> {
             ));
         }
         t.part_size = multipart::part_size(n, t.part_size)
-            .map_err(|e| PyValueError::new_err(format!("{path}: {e}")))?;
+            .map_err(|e| errors::invalid_argument(py, &format!("{path}: {e}")))?;
         return Ok(n);
     }
     let len = t.length.unwrap_or(0);

@@ -6,6 +6,7 @@ import _thread
 import array
 import asyncio
 import json
+import socket
 import threading
 import time
 
@@ -95,6 +96,8 @@ def test_missing_key_and_bucket_carry_the_s3_code(server, engine, bucket):
     assert e.value.engine_code == "NotFound"
     assert e.value.path == f"s3://{bucket}/no/such/key"
     assert e.value.dialect is not None
+    # The server's words, not the engine's ("object or cancel target not found").
+    assert "NoSuchKey: " in str(e.value) and "cancel target" not in str(e.value), str(e.value)
     with pytest.raises(hipobj.S3Error) as e:
         engine.get_into(f"s3://nosuchbucket{bucket}/k", buf, length=8)
     # s3s-fs answers a GET in a missing bucket with NoSuchKey; the code is the server's own.
@@ -112,10 +115,12 @@ def test_put_in_parts_round_trips(engine, server, bucket):
     head = json.loads(server.cli("--json", "head", url).stdout.strip().splitlines()[-1])
     assert head["etag"].strip('"').endswith("-3"), head
     # Part sizes outside S3's bounds, and a part_size that is no int, are refused up front.
-    with pytest.raises(ValueError, match="5 MiB..5 GiB"):
+    with pytest.raises(hipobj.InvalidArgumentError, match="5 MiB..5 GiB") as e:
         engine.put_from(url, src, part_size=1 << 20)
-    with pytest.raises(TypeError):
+    assert isinstance(e.value, ValueError)
+    with pytest.raises(hipobj.InvalidTypeError) as e:
         engine.put_from(url, src, part_size="5MiB")
+    assert isinstance(e.value, TypeError)
     # An upload that cannot start: the server's error (s3s-fs starts uploads into buckets
     # that do not exist, so only the gateway refuses).
     if server.name == "gateway":
@@ -150,14 +155,25 @@ def test_batch_failures_are_aggregated(engine, bucket):
 def test_destination_checks(engine, bucket):
     url = f"s3://{bucket}/d"
     engine.put_from(url, payload(1000))
-    with pytest.raises(BufferError):
-        engine.get_into(url, b"\0" * 1000)  # bytes are read-only
-    with pytest.raises(BufferError):
-        engine.get_into(url, np.zeros((100, 20), np.uint8)[:, ::2])  # not contiguous
+    # Every user error is a HipobjError, and also the builtin it always was.
+    for dest in [
+        b"\0" * 1000,  # bytes are read-only
+        np.zeros((100, 20), np.uint8)[:, ::2],  # not contiguous
+        memoryview(bytearray(2000))[::2],  # not contiguous, buffer protocol
+        memoryview(bytes(1000)).toreadonly(),  # read-only, buffer protocol
+    ]:
+        with pytest.raises(hipobj.InvalidBufferError) as e:
+            engine.get_into(url, dest)
+        assert isinstance(e.value, BufferError)
     with pytest.raises(hipobj.HipobjError, match="do not fit"):
         engine.get_into(url, bytearray(999))
-    with pytest.raises(TypeError):
+    with pytest.raises(hipobj.InvalidTypeError) as e:
         engine.get_into(url, 12345)
+    assert isinstance(e.value, TypeError)
+    with pytest.raises(hipobj.InvalidArgumentError):
+        engine.get_into(url, bytearray(10), offset=-1)
+    with pytest.raises(hipobj.InvalidTypeError):
+        engine.get_many([(url,)])
 
 
 def test_close_and_context_manager(server):
@@ -165,8 +181,12 @@ def test_close_and_context_manager(server):
         assert not eng.closed
     assert eng.closed
     eng.close()  # idempotent
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(hipobj.ClosedError, match="closed") as e:
         eng.get_into("s3://b/k", bytearray(1))
+    assert isinstance(e.value, RuntimeError)
+    with pytest.raises(hipobj.ClosedError):
+        eng.load_safetensors("s3://b/model/", device="cpu")
+    assert eng.endpoint == server.url
 
 
 def test_missing_endpoint_is_a_config_error(monkeypatch):
@@ -174,8 +194,25 @@ def test_missing_endpoint_is_a_config_error(monkeypatch):
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
     with pytest.raises(hipobj.ConfigError, match="endpoint"):
         hipobj.Engine(access_key="a", secret_key="b")
-    with pytest.raises(ValueError):
-        hipobj.Engine(endpoint="http://127.0.0.1:1", access_key="a", secret_key="b", fabric="carrier-pigeon")
+    for bad in [{"fabric": "carrier-pigeon"}, {"fabric": "rdma"}, {"dialect": "smoke-signals"}]:
+        with pytest.raises(hipobj.ConfigError) as e:
+            hipobj.Engine(endpoint="http://127.0.0.1:1", access_key="a", secret_key="b", **bad)
+        assert isinstance(e.value, ValueError)
+
+
+def test_a_refused_connection_is_named_refused(tmp_path):
+    # A port nothing listens on: bound, then closed.
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with make_engine(f"http://127.0.0.1:{port}") as eng:
+        with pytest.raises(hipobj.S3Error) as e:
+            eng.get_into("s3://bucket/k", bytearray(8), length=8)
+    assert e.value.code == "ConnectionRefused", str(e.value)
+    assert e.value.engine_code == "ConnectionReset"
+    assert f"connect to 127.0.0.1:{port}: connection refused" in str(e.value)
+    assert "connection reset" not in str(e.value)
 
 
 def test_interrupted_batch_returns_promptly():

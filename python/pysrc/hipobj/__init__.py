@@ -12,15 +12,20 @@ Credentials follow the AWS conventions: ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACC
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from typing import Any, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import _native
 from ._errors import (
     BatchError,
+    ClosedError,
     ConfigError,
     HipobjError,
     IntegrityError,
+    InvalidArgumentError,
+    InvalidBufferError,
+    InvalidTypeError,
     InvalidURLError,
     S3Error,
     SafetensorsError,
@@ -33,21 +38,45 @@ __version__ = _native.__version__
 __all__ = [
     "Engine", "load_safetensors", "HipobjError", "ConfigError", "InvalidURLError", "S3Error",
     "IntegrityError", "SafetensorsError", "UnsupportedError", "BatchError",
+    "InvalidArgumentError", "InvalidTypeError", "InvalidBufferError", "ClosedError",
 ]
 
+#: ``(url, dest[, offset[, length]])``: one item of :meth:`Engine.get_many`.
 Item = Tuple[Any, ...]
+_Native = Tuple[str, str, Any, int, Optional[int]]
 
 
-def _normalize(items: Iterable[Item]) -> List[Tuple[str, str, Any, int, Optional[int]]]:
-    out = []
+@contextlib.contextmanager
+def _user_errors(closed: Optional[ClosedError] = None) -> Iterator[None]:
+    """Raises the builtin exceptions of a user error as the :class:`HipobjError` subclass
+    that also derives from that builtin (so ``except ValueError`` still catches them);
+    ``closed`` replaces a ``RuntimeError`` from a closed engine."""
+    try:
+        yield
+    except HipobjError:
+        raise
+    except BufferError as e:
+        raise InvalidBufferError(str(e)) from e
+    except ValueError as e:
+        raise InvalidArgumentError(str(e)) from e
+    except TypeError as e:
+        raise InvalidTypeError(str(e)) from e
+    except RuntimeError as e:
+        if closed is not None and "closed" in str(e):
+            raise closed from e
+        raise
+
+
+def _normalize(items: Iterable[Item]) -> List[_Native]:
+    out: List[_Native] = []
     for it in items:
         if not isinstance(it, (tuple, list)) or not 2 <= len(it) <= 4:
-            raise TypeError("each item is (url, dest[, offset[, length]])")
+            raise InvalidTypeError("each item is (url, dest[, offset[, length]])")
         url, dest = it[0], it[1]
         offset = int(it[2]) if len(it) > 2 and it[2] is not None else 0
         length = int(it[3]) if len(it) > 3 and it[3] is not None else None
         if offset < 0 or (length is not None and length < 0):
-            raise ValueError("offset and length must be >= 0")
+            raise InvalidArgumentError("offset and length must be >= 0")
         out.append(("get", str(url), _adapt(dest), offset, length))
     return out
 
@@ -79,13 +108,19 @@ class Engine:
         connections: Optional[int] = None,
         gpu: bool = True,
     ) -> None:
-        self._native = _native.NativeEngine(
-            endpoint, region, access_key, secret_key, session_token, profile,
-            fabric, dialect, workers, connections, gpu,
-        )
+        try:
+            self._native = _native.NativeEngine(
+                endpoint, region, access_key, secret_key, session_token, profile,
+                fabric, dialect, workers, connections, gpu,
+            )
+        except HipobjError:
+            raise
+        except (ValueError, TypeError) as e:  # fabric="rdma", dialect="x", workers=-1
+            raise ConfigError(str(e)) from e
+        self._endpoint = self._native.endpoint
         #: The report of the last ``load_safetensors`` on this engine (bytes, requests,
         #: seconds and their split, bytes per path and dialect, each file's verification).
-        self.last_load_report: Optional[dict] = None
+        self.last_load_report: Optional[Dict[str, Any]] = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
@@ -98,7 +133,7 @@ class Engine:
 
     @property
     def endpoint(self) -> str:
-        return self._native.endpoint
+        return self._endpoint
 
     def __enter__(self) -> "Engine":
         return self
@@ -107,8 +142,12 @@ class Engine:
         self.close()
 
     # -- transfers -------------------------------------------------------------------------
-    def _run(self, items) -> Tuple[List[Optional[int]], List[Tuple[int, BaseException]]]:
-        outcomes = self._native.transfer(items)
+    def _closed_error(self) -> ClosedError:
+        return ClosedError(f"the engine for {self._endpoint} is closed: make a new hipobj.Engine")
+
+    def _run(self, items: Sequence[_Native]) -> Tuple[List[Optional[int]], List[Tuple[int, BaseException]]]:
+        with _user_errors(self._closed_error()):
+            outcomes: List[Union[int, BaseException]] = self._native.transfer(items)
         results: List[Optional[int]] = []
         errors: List[Tuple[int, BaseException]] = []
         for i, o in enumerate(outcomes):
@@ -135,7 +174,7 @@ class Engine:
         64 MiB, larger when needed to stay within 10,000 parts), its parts in parallel; a
         failed part aborts the upload."""
         if part_size is not None and (isinstance(part_size, bool) or not isinstance(part_size, int)):
-            raise TypeError("part_size must be an int or None")
+            raise InvalidTypeError("part_size must be an int or None")
         results, errors = self._run([("put", str(url), _adapt(src), 0, part_size)])
         if errors:
             raise errors[0][1]
@@ -161,15 +200,17 @@ class Engine:
         return [r or 0 for r in results]
 
     def load_safetensors(self, url_or_prefix: str, device: str = "cuda:0", dtype: Any = None,
-                         framework: Optional[str] = None) -> dict:
+                         framework: Optional[str] = None) -> Dict[str, Any]:
         """See :func:`hipobj.load_safetensors`."""
-        tensors, self.last_load_report = _safetensors.load(self._native, url_or_prefix, device, dtype, framework)
+        with _user_errors(self._closed_error()):
+            tensors, self.last_load_report = _safetensors.load(
+                self._native, url_or_prefix, device, dtype, framework)
         return tensors
 
 
 def load_safetensors(url_or_prefix: str, device: str = "cuda:0", dtype: Any = None, *,
                      engine: Optional[Engine] = None, framework: Optional[str] = None,
-                     **engine_options: Any) -> dict:
+                     **engine_options: Any) -> Dict[str, Any]:
     """Loads a safetensors model from S3: ``{name: tensor}``.
 
     ``url_or_prefix``: ``s3://bucket/model/`` (holding ``model.safetensors.index.json`` for a

@@ -13,8 +13,29 @@ class HipobjError(Exception):
         self.path = path
 
 
-class ConfigError(HipobjError):
-    """The engine cannot be built: no endpoint, no credentials, a bad option."""
+class ConfigError(HipobjError, ValueError):
+    """The engine cannot be built: no endpoint, no credentials, a bad option (``fabric="rdma"``).
+    Also a :class:`ValueError`."""
+
+
+class InvalidArgumentError(HipobjError, ValueError):
+    """A call's argument is out of range (a negative offset, a part size outside 5 MiB..5 GiB,
+    an offset on a put). Also a :class:`ValueError`."""
+
+
+class InvalidTypeError(HipobjError, TypeError):
+    """An argument of a type hipobj cannot use (a destination with neither DLPack nor the
+    buffer protocol, an item that is not ``(url, dest[, offset[, length]])``). Also a
+    :class:`TypeError`."""
+
+
+class InvalidBufferError(HipobjError, BufferError):
+    """A buffer hipobj cannot read into or from as it is: not contiguous, or a read-only
+    destination. Also a :class:`BufferError`."""
+
+
+class ClosedError(HipobjError, RuntimeError):
+    """A call on an :class:`~hipobj.Engine` after ``close()``. Also a :class:`RuntimeError`."""
 
 
 class InvalidURLError(HipobjError, ValueError):
@@ -29,8 +50,9 @@ class S3Error(HipobjError):
     """A request failed.
 
     ``code``: the S3 error code the server sent (``NoSuchKey``, ``NoSuchBucket``,
-    ``InvalidAccessKeyId``, ``SignatureDoesNotMatch``, ...) when it sent one, else the engine's
-    code (``ConnectionReset``, ``TimedOut``, ...). ``engine_code`` and ``error_class`` are the
+    ``InvalidAccessKeyId``, ``SignatureDoesNotMatch``, ...) when it sent one,
+    ``ConnectionRefused`` when nothing listens at the endpoint (the message names host:port),
+    else the engine's code (``ConnectionReset``, ``TimedOut``, ...). ``engine_code`` and ``error_class`` are the
     engine's own (``NotFound``, ``Client``). ``dialect`` is the wire dialect the engine was
     speaking (``http``, ``rc-persistent``, ``hipobj-rc-v2``; ``none`` when it recorded none);
     ``path`` is ``s3://bucket/key``.

@@ -10,6 +10,8 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+from ._errors import InvalidBufferError
+
 
 class _Span:
     """``address, nbytes, readonly`` of a buffer whose export ``keep`` holds open."""
@@ -31,14 +33,14 @@ def adapt(obj: Any) -> Any:
     except TypeError:
         return obj  # the native module names the type it cannot use
     if not mv.c_contiguous:
-        raise BufferError("the buffer is not contiguous: pass a contiguous one")
+        raise InvalidBufferError("the buffer is not contiguous: pass a contiguous one")
     if mv.readonly:
         if isinstance(mv.obj, bytes) and mv.nbytes == len(mv.obj):
             return mv.obj
         try:
             import numpy as np
         except ImportError:
-            raise BufferError(
+            raise InvalidBufferError(
                 "a read-only buffer other than bytes needs numpy (pip install numpy), or pass bytes"
             ) from None
         return np.frombuffer(mv, dtype=np.uint8)

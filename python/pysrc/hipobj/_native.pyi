@@ -1,0 +1,35 @@
+"""Types of ``hipobj._native``, the Rust half of the package (python/src). Internal: use
+:class:`hipobj.Engine`. Kept in step with python/src/native_engine.rs by
+python/tests/test_typing.py, which checks every name here exists on the module."""
+
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+__version__: str
+
+#: ``(kind, url, memory, offset, length_or_part_size)``; kind ``"get"`` or ``"put"``.
+NativeItem = Tuple[str, str, Any, int, Optional[int]]
+
+class NativeEngine:
+    def __init__(
+        self,
+        endpoint: Optional[str] = None,
+        region: Optional[str] = None,
+        access_key: Optional[str] = None,
+        secret_key: Optional[str] = None,
+        session_token: Optional[str] = None,
+        profile: Optional[str] = None,
+        fabric: str = "auto",
+        dialect: str = "auto",
+        workers: Optional[int] = None,
+        connections: Optional[int] = None,
+        gpu: bool = True,
+    ) -> None: ...
+    def close(self) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def endpoint(self) -> str: ...
+    def transfer(self, items: Sequence[NativeItem]) -> List[Union[int, BaseException]]: ...
+    def load_safetensors(
+        self, url: str, alloc: Callable[[int, int], Any]
+    ) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]: ...
