@@ -9,7 +9,7 @@
 #   device: run(command="bash benches/gpu/http_vram_profile.sh .gpu-bin-python/hipobj", carry=[".gpu-bin-python"])
 #
 # Knobs: SERVER_CPUS [0-7], CLIENT_CPUS [8-15], OBJECT_MIB [4096], SIZES ["8MiB 1MiB"],
-# CONCS ["64"], OPS [2048], BOUNCES ["2GiB"].
+# CONCS ["64"], OPS [2048], BOUNCES ["256MiB": the pool size before issue 31].
 set -uo pipefail
 B=$1
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -27,7 +27,7 @@ DPID=$!
 for conc in ${CONCS:-64}; do
 for size in ${SIZES:-8MiB 1MiB}; do
   for mem in host cuda; do
-    for bounce in default ${BOUNCES:-2GiB}; do
+    for bounce in default ${BOUNCES:-256MiB}; do
       [ "$mem" = host ] && [ "$bounce" != default ] && continue
       extra=()
       [ "$bounce" != default ] && extra=(--gpu-bounce "$bounce")

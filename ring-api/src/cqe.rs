@@ -139,6 +139,11 @@ pub mod cqe_flags {
     /// over exactly those bytes (or over the whole object, for a whole-object Get), and matched.
     /// Clear: nothing proved the bytes beyond their count.
     pub const VERIFIED: u32 = 1 << 5;
+    /// A successful Get/RangeGet submitted with [`sqe_flags::CRC64`](crate::sqe_flags::CRC64)
+    /// whose bytes passed through host memory: `aux` holds the CRC-64/NVME of exactly the
+    /// bytes delivered, computed as they arrived (not the object size). Clear: `aux` has its
+    /// usual meaning (e.g. the bytes were written into VRAM by the NIC and never seen).
+    pub const CRC64: u32 = 1 << 6;
     /// Shift of the [`ErrorClass`](super::ErrorClass) field.
     pub const CLASS_SHIFT: u32 = 8;
     /// Mask of the [`ErrorClass`](super::ErrorClass) field.
@@ -291,6 +296,27 @@ impl Cqe {
     #[must_use]
     pub const fn verified(&self) -> bool {
         self.flags() & cqe_flags::VERIFIED != 0
+    }
+
+    /// Reports `crc` (the CRC-64/NVME of the bytes delivered) in `aux` and sets
+    /// [`cqe_flags::CRC64`].
+    #[must_use]
+    pub const fn with_crc64(mut self, crc: u64) -> Self {
+        let (result, flags) = unpack(self.result_flags);
+        self.result_flags = pack(result, flags | cqe_flags::CRC64);
+        self.aux = crc;
+        self
+    }
+
+    /// The CRC-64/NVME of the bytes delivered, when the completion carries one
+    /// ([`cqe_flags::CRC64`]).
+    #[must_use]
+    pub const fn crc64(&self) -> Option<u64> {
+        if self.flags() & cqe_flags::CRC64 != 0 {
+            Some(self.aux)
+        } else {
+            None
+        }
     }
 
     /// Builds a completion from raw fields (e.g. read from a foreign ring).
@@ -470,6 +496,9 @@ mod tests {
         let c = Cqe::error(1, ErrorCode::Io, ErrorClass::Transport).with_path(DataPath::Http);
         assert!(!c.verified());
         let c = c.with_retried().with_aux(9).with_verified();
+        assert_eq!(c.crc64(), None);
+        let k = c.with_crc64(u64::MAX - 1);
+        assert_eq!((k.crc64(), k.aux(), k.verified()), (Some(u64::MAX - 1), u64::MAX - 1, true));
         assert!(c.verified());
         assert_eq!(c.result(), -5);
         assert_eq!(c.path(), Some(DataPath::Http));

@@ -104,6 +104,14 @@ macro_rules! common_setters {
             self.common.flags |= sqe_flags::HTTP_ONLY;
             self
         }
+
+        /// Get/RangeGet: report the CRC-64/NVME of the bytes received
+        /// ([`sqe_flags::CRC64`]).
+        #[must_use]
+        pub const fn crc64(mut self) -> Self {
+            self.common.flags |= sqe_flags::CRC64;
+            self
+        }
     };
 }
 

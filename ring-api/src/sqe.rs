@@ -21,8 +21,14 @@ pub mod sqe_flags {
     pub const NO_RETRY: u8 = 1 << 1;
     /// Use the HTTP data path even if an RDMA path to the endpoint exists.
     pub const HTTP_ONLY: u8 = 1 << 2;
+    /// Get/RangeGet: compute the CRC-64/NVME of the bytes received while they are in host
+    /// memory (the socket read, the bounce buffer) and report it in the completion's `aux`
+    /// ([`cqe_flags::CRC64`](crate::cqe_flags::CRC64)). A caller that combines the ranges'
+    /// values into a whole-object checksum never reads the destination back (VRAM). Ignored
+    /// by other opcodes.
+    pub const CRC64: u8 = 1 << 3;
     /// Every flag this version of the ABI defines.
-    pub const ALL: u8 = DEADLINE_ABSOLUTE | NO_RETRY | HTTP_ONLY;
+    pub const ALL: u8 = DEADLINE_ABSOLUTE | NO_RETRY | HTTP_ONLY | CRC64;
 }
 
 /// A submission queue entry: one operation, fixed at 64 bytes (one cache line).

@@ -108,6 +108,8 @@ pub struct ValidOp {
     pub no_retry: bool,
     /// HTTP path forced by the caller.
     pub http_only: bool,
+    /// Get/RangeGet: report the CRC-64/NVME of the bytes received ([`sqe_flags::CRC64`]).
+    pub crc64: bool,
     /// The operation.
     pub op: Op,
 }
@@ -147,6 +149,7 @@ impl Sqe {
             deadline,
             no_retry: self.flags & sqe_flags::NO_RETRY != 0,
             http_only: self.flags & sqe_flags::HTTP_ONLY != 0,
+            crc64: self.flags & sqe_flags::CRC64 != 0,
             op,
         })
     }
