@@ -196,6 +196,8 @@ pub(crate) fn dispatch(sqe: &Sqe, queue: QueueRef, ctx: &DispatchCtx<'_>) -> Dis
         verify_stored: std::cell::Cell::new(None),
         stripe: None,
         times: None,
+        want_crc64: v.crc64,
+        landed_crc64: std::cell::Cell::new(None),
     })
 }
 

@@ -140,6 +140,12 @@ pub(crate) struct InFlight {
     pub(crate) stripe: Option<crate::stripe::JoinId>,
     /// Clock readings, on a queue created with timestamps (`None`: no clock is read).
     pub(crate) times: Option<crate::op_times::Stamps>,
+    /// Get/RangeGet: the caller asked for the CRC-64/NVME of the bytes received
+    /// (`sqe_flags::CRC64`).
+    pub(crate) want_crc64: bool,
+    /// That CRC, when the fabric computed it as the bytes landed (the HTTP body reader); the
+    /// worker computes it from host memory otherwise ([`InFlight::take_crc64`]).
+    pub(crate) landed_crc64: std::cell::Cell<Option<u64>>,
 }
 
 impl InFlight {
@@ -170,6 +176,8 @@ impl InFlight {
             verify_stored: std::cell::Cell::new(None),
             stripe: None,
             times: None,
+            want_crc64: false,
+            landed_crc64: std::cell::Cell::new(None),
         }
     }
 
@@ -180,6 +188,34 @@ impl InFlight {
                 self.multipart,
                 None | Some(MultipartOp::VerifyStored { .. })
             )
+    }
+
+    /// The CRC-64/NVME of the first `bytes` bytes a successful Get/RangeGet delivered, for a
+    /// caller that asked for it: the one the fabric computed as they landed, else computed
+    /// here from host memory (the destination, or the operation's bounce range before its
+    /// copy into VRAM) unless a server checksum already `verified` them (the RDMA paths with
+    /// a landing digest: a second pass over the bytes would only cost). `None` when not asked
+    /// for, when so verified, or when the bytes never were in host memory (written into VRAM
+    /// by the NIC).
+    pub(crate) fn take_crc64(&self, bytes: u64, verified: bool) -> Option<u64> {
+        if !self.want_crc64 || !matches!(self.kind, OpKind::Get | OpKind::RangeGet { .. }) {
+            return None;
+        }
+        if let Some(crc) = self.landed_crc64.take() {
+            return Some(crc);
+        }
+        let lease = self.buf.as_ref()?;
+        if verified || lease.landed_direct() {
+            return None;
+        }
+        let held = lease.bytes_from(0);
+        let n = usize::try_from(bytes).ok()?;
+        // A host view shorter than what arrived means there is none (a device lease without
+        // its bounce range): no value rather than a wrong one.
+        let landed = held.get(..n)?;
+        let mut c = s3_lite::checksum::Crc64Nvme::new();
+        c.update(landed);
+        Some(c.finish())
     }
 
     /// The base64 CRC64NVME of a PUT's (or UploadPart's) source bytes; `None` for other ops

@@ -911,3 +911,102 @@ fn read_and_copy_in_on_a_device_registration_reach_vram() {
     // SAFETY: the engine is gone.
     unsafe { gpu.free_device(dev) }.unwrap();
 }
+
+fn crc64(bytes: &[u8]) -> u64 {
+    let mut c = s3_lite::checksum::Crc64Nvme::new();
+    c.update(bytes);
+    c.finish()
+}
+
+/// `sqe_flags::CRC64`: a range-get reports the CRC-64/NVME of exactly the bytes it delivered,
+/// computed in host memory, into host memory and into (test-double) VRAM through the bounce
+/// pool, from a server that sends no range checksum (s3s-fs); without the flag `aux` keeps the
+/// object size. No read of the destination is needed to know the value.
+#[test]
+fn a_range_get_asked_for_its_crc_reports_the_crc_of_its_bytes() {
+    let server = S3sFs::start();
+    let n = 300_001usize;
+    let data = pattern(n, 31);
+    put_file(&server, "bkt", "crc", &data);
+    let gpu = TestGpu::heap(Duration::ZERO);
+    let engine = builder(&server).gpu(gpu.as_dyn()).build().unwrap();
+    let obj = engine.object("bkt", "crc").unwrap();
+    let host = engine
+        .register_host(n, engine::RegisterOptions::pageable())
+        .unwrap();
+    let dev = gpu.alloc_device(0, n).unwrap();
+    // SAFETY: freed after the engine is dropped.
+    let vram = unsafe { engine.register_device(dev, n) }.unwrap();
+    let cuts = [(0usize, 1usize), (1, 65_536), (65_537, 200_000), (265_537, 34_464)];
+    let mut q = engine.queue(32).unwrap();
+    for (buf, tag) in [(host, 0u64), (vram, 100)] {
+        let sqes: Vec<_> = cuts
+            .iter()
+            .enumerate()
+            .map(|(i, &(at, len))| {
+                RangeGet::new(obj, at as u64, BufSlice::new(buf, at as u64, len as u64))
+                    .user_data(tag + i as u64)
+                    .crc64()
+                    .build()
+            })
+            .collect();
+        for c in run_all(&mut q, &sqes) {
+            assert!(c.is_ok(), "{c:?}");
+            let (at, len) = cuts[(c.user_data() % 100) as usize];
+            assert_eq!(c.crc64(), Some(crc64(&data[at..at + len])), "{c:?}");
+            assert!(!c.verified(), "s3s-fs sends no range checksum: {c:?}");
+        }
+    }
+    assert_eq!(gpu.device_bytes(dev, n), data);
+    // Without the flag: no CRC, aux is the object size the server named.
+    let c = run_all(
+        &mut q,
+        &[RangeGet::new(obj, 5, BufSlice::new(host, 5, 10)).build()],
+    )
+    .remove(0);
+    assert_eq!((c.crc64(), c.aux()), (None, n as u64), "{c:?}");
+    drop(q);
+    drop(engine);
+    // SAFETY: the engine is gone.
+    unsafe { gpu.free_device(dev) }.unwrap();
+}
+
+/// Our gateway: over HTTP a range-get is verified by the gateway's range checksum and carries
+/// the CRC as well (the same pass over the bytes); over the soft fabric the landing digest
+/// verifies it and no second pass is made for a CRC.
+#[test]
+fn range_crcs_from_the_gateway_over_http_and_soft() {
+    use engine::Fabric;
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("bkt")).unwrap();
+    let n = 1usize << 20;
+    let data = pattern(n, 33);
+    let gw = rig::soft_gateway(root.path());
+    for fabric in [Fabric::Http, Fabric::Soft] {
+        let engine = rig::engine_builder(gw.local_addr())
+            .fabric(fabric)
+            .build()
+            .unwrap();
+        let obj = engine.object("bkt", "o").unwrap();
+        let buf = engine
+            .register_host(n, engine::RegisterOptions::pageable())
+            .unwrap();
+        engine.copy_in(buf, 0, &data).unwrap();
+        let mut q = engine.queue(8).unwrap();
+        let put = run_all(&mut q, &[Put::new(obj, BufSlice::new(buf, 0, n as u64)).build()]);
+        assert!(put[0].is_ok(), "{put:?}");
+        engine.copy_in(buf, 0, &vec![0u8; n]).unwrap();
+        let c = run_all(
+            &mut q,
+            &[RangeGet::new(obj, 7, BufSlice::new(buf, 7, 500_000))
+                .crc64()
+                .build()],
+        )
+        .remove(0);
+        assert!(c.is_ok() && c.verified(), "{fabric:?}: {c:?}");
+        match fabric {
+            Fabric::Http => assert_eq!(c.crc64(), Some(crc64(&data[7..500_007])), "{c:?}"),
+            _ => assert_eq!(c.crc64(), None, "{fabric:?}: {c:?}"),
+        }
+    }
+}

@@ -77,6 +77,7 @@ impl Worker {
                 buf.set_landed_direct(false);
             }
             op.attempts += 1;
+            op.landed_crc64.set(None);
             if let Some(t) = &op.times {
                 t.new_attempt();
             }
@@ -329,6 +330,9 @@ impl Worker {
                     && matches!(op.kind, OpKind::Get | OpKind::RangeGet { .. })
                 {
                     cqe = cqe.with_verified();
+                }
+                if let Some(crc) = op.take_crc64(bytes, cqe.verified()) {
+                    cqe = cqe.with_crc64(crc);
                 }
                 if let Some(cqe) = self.stage_in(key, cqe) {
                     self.finish(key, cqe);

@@ -88,29 +88,35 @@ pub(crate) struct Conn<J: ReplyJudge> {
     object_size: u64,
 }
 
-/// The checksum a GET answer names for exactly its body, and ours of the bytes received.
+/// The checksum a GET answer names for exactly its body (if any), and ours of the bytes
+/// received, fed as they land: computed when the server names one, or when the operation asks
+/// for its CRC ([`InFlight::want_crc64`]).
 #[derive(Debug)]
 struct BodySum {
-    expected: String,
+    expected: Option<String>,
     ours: Crc64Nvme,
 }
 
 impl BodySum {
-    /// The range checksum of our gateway's answer (`x-hipobj-range-checksum-crc64nvme`), when
-    /// the body is the payload of a GET.
+    /// For the payload of a GET: the range checksum of our gateway's answer
+    /// (`x-hipobj-range-checksum-crc64nvme`) and/or the operation's own request for a CRC.
     fn of(op: &InFlight, head: &s3_lite::http::ResponseHead) -> Option<Self> {
         if !matches!(op.kind, OpKind::Get | OpKind::RangeGet { .. }) || op.multipart.is_some() {
             return None;
         }
-        let v = head.header(s3_lite::checksum::HEADER_RANGE_CRC64NVME)?;
-        Some(Self {
-            expected: v.trim().to_owned(),
+        let expected = head
+            .header(s3_lite::checksum::HEADER_RANGE_CRC64NVME)
+            .map(|v| v.trim().to_owned());
+        (expected.is_some() || op.want_crc64).then(|| Self {
+            expected,
             ours: Crc64Nvme::new(),
         })
     }
 
-    fn matches(&self) -> bool {
-        s3_lite::checksum::encode_crc64nvme(self.ours.finish()) == self.expected
+    /// `None`: the server named no checksum; else whether ours matches it.
+    fn matches(&self) -> Option<bool> {
+        let expected = self.expected.as_deref()?;
+        Some(s3_lite::checksum::encode_crc64nvme(self.ours.finish()) == expected)
     }
 }
 
@@ -512,12 +518,23 @@ impl<J: ReplyJudge> Conn<J> {
         // Integrity, says nothing against the connection).
         let server_error = matches!(self.plan, Some(Plan::Error(_)));
         let outcome = match self.plan.take() {
-            Some(Plan::Payload { expected, .. }) => match (expected, self.body_sum.take()) {
-                (Some(n), _) if n != self.received => integrity(ErrorCode::Integrity),
-                // The server's checksum of exactly this body disagrees with the bytes we hold.
-                (_, Some(sum)) if !sum.matches() => integrity(ErrorCode::Integrity),
-                (_, sum) => Outcome::got(self.received, self.object_size, sum.is_some()),
-            },
+            Some(Plan::Payload { expected, .. }) => {
+                let sum = self.body_sum.take();
+                let verdict = sum.as_ref().and_then(BodySum::matches);
+                match (expected, verdict) {
+                    (Some(n), _) if n != self.received => integrity(ErrorCode::Integrity),
+                    // The server's checksum of exactly this body disagrees with our bytes.
+                    (_, Some(false)) => integrity(ErrorCode::Integrity),
+                    (_, verdict) => {
+                        if op.want_crc64
+                            && let Some(sum) = &sum
+                        {
+                            op.landed_crc64.set(Some(sum.ours.finish()));
+                        }
+                        Outcome::got(self.received, self.object_size, verdict == Some(true))
+                    }
+                }
+            }
             Some(Plan::Finish(o)) => o,
             // The error document may name a more precise cause than the status.
             Some(Plan::Error(o)) => error_outcome(o, &self.err_body),
