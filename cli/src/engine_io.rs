@@ -205,7 +205,7 @@ impl EngineTarget {
 }
 
 pub use crate::bench::{dialect_name, parse_dialect, path_name};
-pub use hipobj_loader::paths::PathBytes;
+pub use crate::paths::PathBytes;
 
 fn failure(what: &str, c: &Cqe) -> String {
     let code = c
