@@ -724,7 +724,10 @@ mod tests {
     #[test]
     fn shard_keys_are_relative_to_the_index() {
         assert_eq!(shard_key("", "m-1.safetensors"), "m-1.safetensors");
-        assert_eq!(shard_key("llama/7b", "m-1.safetensors"), "llama/7b/m-1.safetensors");
+        assert_eq!(
+            shard_key("llama/7b", "m-1.safetensors"),
+            "llama/7b/m-1.safetensors"
+        );
     }
 
     #[test]
@@ -737,7 +740,10 @@ mod tests {
         let Err(LoadError::Inconsistent(msg)) = check_unique(&files) else {
             panic!("a duplicate tensor was accepted");
         };
-        assert!(msg.contains("\"b\"") && msg.contains("m-1") && msg.contains("m-2"), "{msg}");
+        assert!(
+            msg.contains("\"b\"") && msg.contains("m-1") && msg.contains("m-2"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -764,7 +770,10 @@ mod tests {
         let Err(LoadError::Inconsistent(msg)) = check_index(&short, "d", &files) else {
             panic!("a shard tensor the index does not name was accepted");
         };
-        assert!(msg.contains("hold 3 tensors") && msg.contains("names 2"), "{msg}");
+        assert!(
+            msg.contains("hold 3 tensors") && msg.contains("names 2"),
+            "{msg}"
+        );
     }
 
     #[test]
