@@ -14,6 +14,9 @@ use engine::{Engine, Placement, RegisterOptions, process_cpu_time};
 use ring_api::opcode::{Head, RangeGet};
 use ring_api::{BufSlice, Cqe, ErrorCode};
 
+// `crate::paths` (the loader's), so engine/tests/bench_cli.rs can compile this file on its own.
+pub use crate::paths::{add_path_bytes, dialect_name, parse_dialect, path_name};
+
 /// Arguments of `hipobj bench`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
@@ -149,43 +152,6 @@ pub enum BenchFabric {
     Verbs,
     /// HTTP bodies only.
     Http,
-}
-
-/// `--dialect`: parses `auto`, `rc-persistent`, `rc-v2` or `http` (the engine's `Dialect`).
-pub fn parse_dialect(s: &str) -> Result<engine::Dialect, String> {
-    match engine::Dialect::parse(s) {
-        Some(d) if s.trim() != "cuobject" => Ok(d),
-        _ => Err(format!(
-            "--dialect {s:?}: expected auto, rc-persistent, rc-v2 or http"
-        )),
-    }
-}
-
-/// The name a completion's wire dialect goes by in reports and `--json` (`http`,
-/// `rc-persistent`, `hipobj-rc-v2`, `cuobject`; `none` when not recorded).
-#[must_use]
-pub fn dialect_name(d: Option<ring_api::WireDialect>) -> &'static str {
-    d.map_or("none", ring_api::WireDialect::as_str)
-}
-
-/// The name a completion's path goes by in reports and `--json` (the one naming of the CLI:
-/// `get`/`put`, `bench` and `bench --embedded` all use it).
-#[must_use]
-pub fn path_name(p: Option<ring_api::DataPath>) -> &'static str {
-    match p {
-        Some(ring_api::DataPath::Http) => "http",
-        Some(ring_api::DataPath::RdmaSoft) => "rdma-soft",
-        Some(ring_api::DataPath::RdmaVerbs) => "rdma-verbs",
-        _ => "none",
-    }
-}
-
-/// Adds `bytes` carried by the path `name` to per-path totals kept in first-seen order.
-pub fn add_path_bytes(paths: &mut Vec<(&'static str, u64)>, name: &'static str, bytes: u64) {
-    match paths.iter_mut().find(|(p, _)| *p == name) {
-        Some((_, b)) => *b += bytes,
-        None => paths.push((name, bytes)),
-    }
 }
 
 /// Where `--embedded` puts the bytes (`--memory`).
@@ -560,7 +526,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
             .unwrap_or_default();
         // The engine completes a refused connection as ConnectionReset: say which it was.
         let refused = (head.error_code() == Some(ErrorCode::ConnectionReset))
-            .then(|| crate::diagnose::connection_refused(engine.endpoint()))
+            .then(|| s3_lite::net::stream::connection_refused(engine.endpoint()))
             .flatten();
         let code = refused.unwrap_or_else(|| code_name(&head));
         return Err(format!("HEAD {uri}: {code}{tls}"));

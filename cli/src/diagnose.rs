@@ -13,11 +13,10 @@
 //!   names `host:port`, the way the blocking client already says it.
 
 use ring_api::ErrorCode;
-use s3_lite::s3::{ByteRange, Endpoint, S3Error};
+use s3_lite::s3::{ByteRange, S3Error};
 
 use crate::client::{ClientError, S3Client};
 use crate::engine_io::TransferError;
-use crate::net::transport::{Stream, Timeouts};
 
 /// What the failed request was: a download asks about an object that should exist, an
 /// upload about one that need not (so a `NoSuchKey` says nothing about why it failed).
@@ -79,23 +78,7 @@ pub fn head_error(client: &mut S3Client, bucket: &str, key: &str, e: ClientError
     }
 }
 
-/// `connect to HOST:PORT: Connection refused` when a TCP connection to the endpoint is refused
-/// now, else `None` (it connects, times out, or fails another way: the engine's own code then
-/// stands).
-#[must_use]
-pub fn connection_refused(endpoint: &Endpoint) -> Option<String> {
-    let timeouts = Timeouts {
-        connect: std::time::Duration::from_secs(2),
-        ..Timeouts::default()
-    };
-    match Stream::connect(&endpoint.host, endpoint.port, None, timeouts) {
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Some(format!(
-            "connect to {}:{}: connection refused",
-            endpoint.host, endpoint.port
-        )),
-        _ => None,
-    }
-}
+pub use s3_lite::net::stream::connection_refused;
 
 /// An engine transfer's failure as the user should read it: led by the server's S3 error when
 /// the completion only had a status-mapped code ([`server_can_name`]), by `connection refused`
@@ -132,7 +115,7 @@ mod tests {
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .unwrap();
-        let endpoint = Endpoint::parse(&format!("http://127.0.0.1:{port}")).unwrap();
+        let endpoint = s3_lite::s3::Endpoint::parse(&format!("http://127.0.0.1:{port}")).unwrap();
         assert_eq!(
             connection_refused(&endpoint),
             Some(format!("connect to 127.0.0.1:{port}: connection refused"))
@@ -143,7 +126,7 @@ mod tests {
     fn a_listening_port_is_not_refused() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
-        let endpoint = Endpoint::parse(&format!("http://127.0.0.1:{port}")).unwrap();
+        let endpoint = s3_lite::s3::Endpoint::parse(&format!("http://127.0.0.1:{port}")).unwrap();
         assert_eq!(connection_refused(&endpoint), None);
     }
 

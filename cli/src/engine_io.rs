@@ -205,55 +205,7 @@ impl EngineTarget {
 }
 
 pub use crate::bench::{dialect_name, parse_dialect, path_name};
-
-/// Bytes carried per path (`.0`) and per wire dialect (`.1`: `http`, `rc-persistent`,
-/// `hipobj-rc-v2`, `cuobject`), in first-seen order.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PathBytes(pub Vec<(&'static str, u64)>, pub Vec<(&'static str, u64)>);
-
-impl PathBytes {
-    fn add(&mut self, name: &'static str, bytes: u64) {
-        crate::bench::add_path_bytes(&mut self.0, name, bytes);
-    }
-
-    /// Counts `bytes` of a successful completion under its path and its dialect.
-    fn add_completion(&mut self, c: &Cqe, bytes: u64) {
-        self.add(path_name(c.path()), bytes);
-        crate::bench::add_path_bytes(&mut self.1, dialect_name(c.dialect()), bytes);
-    }
-
-    /// The one dialect that carried everything (`mixed` when several did, `none`: no bytes);
-    /// `--json`'s `"dialect"`.
-    #[must_use]
-    pub fn dialect(&self) -> &'static str {
-        match self.1.as_slice() {
-            [] => "none",
-            [(d, _)] => d,
-            _ => "mixed",
-        }
-    }
-
-    /// The one path that carried everything, or `mixed` when several did (`none`: no bytes).
-    #[must_use]
-    pub fn summary(&self) -> &'static str {
-        match self.0.as_slice() {
-            [] => "none",
-            [(p, _)] => p,
-            _ => "mixed",
-        }
-    }
-
-    /// `{"rdma-soft": bytes, ...}`.
-    #[must_use]
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::Value::Object(
-            self.0
-                .iter()
-                .map(|(p, b)| ((*p).to_owned(), (*b).into()))
-                .collect(),
-        )
-    }
-}
+pub use crate::paths::PathBytes;
 
 /// A failed transfer on the engine: the message, and the completion's code when a completion
 /// failed (so the caller can ask the server or the socket for a better name:
@@ -881,14 +833,7 @@ mod tests {
     }
 
     #[test]
-    fn path_bytes_aggregate_per_path() {
-        let mut p = PathBytes::default();
-        p.add("rdma-soft", 8);
-        p.add("rdma-soft", 2);
-        assert_eq!(p.summary(), "rdma-soft");
-        assert_eq!(p.to_json(), serde_json::json!({"rdma-soft": 10}));
-        p.add("http", 1);
-        assert_eq!(p.summary(), "mixed");
+    fn fabric_choice_parses() {
         assert_eq!(FabricChoice::parse("soft"), Ok(FabricChoice::Soft));
         assert_eq!(FabricChoice::parse("verbs"), Ok(FabricChoice::Verbs));
         assert_eq!(FabricChoice::default(), FabricChoice::Auto);

@@ -1,7 +1,6 @@
 //! The `hipobj` command-line tool, as a library so integration tests can drive its pieces.
 pub mod bench;
 pub mod capability;
-pub mod client;
 pub mod client_args;
 pub mod commands;
 pub mod debug_sigv4;
@@ -15,11 +14,12 @@ pub mod load;
 pub mod net;
 pub mod quiet_log;
 pub mod relay;
-pub mod s3uri;
 pub mod serve;
 pub mod soft_nics;
 pub mod synthetic;
 pub mod topo;
 pub mod units;
-pub mod upload_proof;
 pub mod vram;
+
+// Moved to the loader crate; re-exported under the paths the CLI has always used.
+pub use hipobj_loader::{client, paths, s3uri, upload_proof};

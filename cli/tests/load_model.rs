@@ -1,8 +1,8 @@
-//! The safetensors loader (`hipobj_cli::load`, behind `hipobj load` and the Python package)
-//! against the gateway started in this process with the soft RDMA fabric: a sharded model lands
-//! byte-exact in registered memory with every range proven by the gateway's checksums and
-//! carried over RDMA; a corrupt header fails the load before anything is fetched; `hipobj load
-//! --json` reports the same.
+//! The safetensors loader (`hipobj_loader`, re-exported as `hipobj_cli::load`; behind
+//! `hipobj load` and the Python package) against the gateway started in this process with the
+//! soft RDMA fabric: a sharded model lands byte-exact in registered memory with every range
+//! proven by the gateway's checksums and carried over RDMA; a corrupt header fails the load
+//! before anything is fetched; `hipobj load --json` reports the same.
 
 use std::time::Duration;
 

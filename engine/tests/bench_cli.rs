@@ -8,6 +8,10 @@ mod bench;
 /// The `--json` shapes bench.rs refers to as `crate::json_out`.
 #[path = "../../cli/src/json_out.rs"]
 mod json_out;
+/// The path and dialect names bench.rs refers to as `crate::paths` (the loader crate's).
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../loader/src/paths.rs"]
+mod paths;
 /// The `--soft-nics` topology bench.rs refers to as `crate::soft_nics`.
 #[allow(dead_code, unreachable_pub)]
 #[path = "../../cli/src/soft_nics.rs"]

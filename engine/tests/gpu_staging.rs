@@ -690,7 +690,11 @@ fn the_pool_grows_by_segments_up_to_its_capacity() {
     assert_eq!(gpu.device_bytes(dev, 5 * seg), data);
     let st = engine.gpu_staging().unwrap();
     assert_eq!(
-        (st.bounce_segments, st.bounce_pinned_bytes, st.bounce_in_use_bytes),
+        (
+            st.bounce_segments,
+            st.bounce_pinned_bytes,
+            st.bounce_in_use_bytes
+        ),
         (5, 4 * seg as u64, 0),
         "{st:?}"
     );
@@ -937,7 +941,12 @@ fn a_range_get_asked_for_its_crc_reports_the_crc_of_its_bytes() {
     let dev = gpu.alloc_device(0, n).unwrap();
     // SAFETY: freed after the engine is dropped.
     let vram = unsafe { engine.register_device(dev, n) }.unwrap();
-    let cuts = [(0usize, 1usize), (1, 65_536), (65_537, 200_000), (265_537, 34_464)];
+    let cuts = [
+        (0usize, 1usize),
+        (1, 65_536),
+        (65_537, 200_000),
+        (265_537, 34_464),
+    ];
     let mut q = engine.queue(32).unwrap();
     for (buf, tag) in [(host, 0u64), (vram, 100)] {
         let sqes: Vec<_> = cuts
@@ -993,7 +1002,10 @@ fn range_crcs_from_the_gateway_over_http_and_soft() {
             .unwrap();
         engine.copy_in(buf, 0, &data).unwrap();
         let mut q = engine.queue(8).unwrap();
-        let put = run_all(&mut q, &[Put::new(obj, BufSlice::new(buf, 0, n as u64)).build()]);
+        let put = run_all(
+            &mut q,
+            &[Put::new(obj, BufSlice::new(buf, 0, n as u64)).build()],
+        );
         assert!(put[0].is_ok(), "{put:?}");
         engine.copy_in(buf, 0, &vec![0u8; n]).unwrap();
         let c = run_all(

@@ -1,8 +1,8 @@
 //! Python exceptions (classes in `hipobj/_errors.py`) built from engine and loader failures.
 
-use hipobj_cli::client::{ClientError, ClientSettings, S3Client};
-use hipobj_cli::load::batch::OpFailure;
-use hipobj_cli::load::model::LoadError;
+use hipobj_loader::batch::OpFailure;
+use hipobj_loader::client::{ClientError, ClientSettings, S3Client};
+use hipobj_loader::model::LoadError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use ring_api::ErrorCode;
@@ -92,7 +92,7 @@ pub fn op_error(
     // The engine completes a refused connection as ConnectionReset: one connect says which.
     let refused = match f.code {
         Some(ErrorCode::ConnectionReset) => {
-            py.detach(|| hipobj_cli::diagnose::connection_refused(&settings.endpoint))
+            py.detach(|| s3_lite::net::stream::connection_refused(&settings.endpoint))
         }
         _ => None,
     };

@@ -1,8 +1,8 @@
 //! `hipobj._native`: the Rust half of the `hipobj` Python package (`python/pysrc/hipobj/` is
 //! the Python half). The engine moves bytes between S3 and the memory of Python objects (numpy
 //! arrays, torch/cupy tensors through DLPack, buffers) with no Python-side copy; the safetensors
-//! loader is the CLI's (`hipobj_cli::load`), so `hipobj load` and `hipobj.load_safetensors`
-//! run the same code.
+//! loader is the `hipobj-loader` crate (`hipobj_loader::model`), which `hipobj load` calls too,
+//! so `hipobj load` and `hipobj.load_safetensors` run the same code.
 //!
 //! `unsafe` lives in two modules: `dlpack` (reading a DLPack capsule) and `registration`
 //! (registering a Python object's memory with the engine).

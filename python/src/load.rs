@@ -1,11 +1,11 @@
-//! `Engine.load_safetensors`: the CLI's loader (`hipobj_cli::load::model`) into buffers the
+//! `Engine.load_safetensors`: the loader crate (`hipobj_loader::model`) into buffers the
 //! Python layer allocates (torch tensors, numpy arrays), with the GIL released while bytes move.
 
 use std::time::Instant;
 
-use hipobj_cli::client::S3Client;
-use hipobj_cli::load::model::{self, FetchOptions, Model};
-use hipobj_cli::s3uri::S3Uri;
+use hipobj_loader::client::S3Client;
+use hipobj_loader::model::{self, FetchOptions, Model};
+use hipobj_loader::s3uri::S3Uri;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};

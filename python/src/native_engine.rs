@@ -3,13 +3,13 @@
 use std::sync::{Arc, RwLock};
 
 use engine::{Engine, Fabric, Placement};
-use hipobj_cli::client::ClientSettings;
-use hipobj_cli::load::batch::BatchOptions;
-use hipobj_cli::net::tls::TlsOptions;
-use hipobj_cli::net::transport::Timeouts;
+use hipobj_loader::batch::BatchOptions;
+use hipobj_loader::client::ClientSettings;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use s3_lite::credentials::{self, Overrides, ProcessEnvironment};
+use s3_lite::net::stream::Timeouts;
+use s3_lite::net::tls::TlsOptions;
 use s3_lite::s3::Endpoint;
 
 use crate::errors::make;
@@ -68,7 +68,7 @@ impl NativeEngine {
     ) -> PyResult<Self> {
         let fabric = parse_fabric(fabric)?;
         let dialect =
-            hipobj_cli::engine_io::parse_dialect(dialect).map_err(PyValueError::new_err)?;
+            hipobj_loader::paths::parse_dialect(dialect).map_err(PyValueError::new_err)?;
         let overrides = Overrides {
             access_key_id: access_key,
             secret_access_key: secret_key,

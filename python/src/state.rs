@@ -1,8 +1,8 @@
 //! What one `NativeEngine` holds, and running engine batches with the GIL released.
 
 use engine::Engine;
-use hipobj_cli::client::ClientSettings;
-use hipobj_cli::load::batch::{self, BatchOptions, Op, OpDone, OpFailure};
+use hipobj_loader::batch::{self, BatchOptions, Op, OpDone, OpFailure};
+use hipobj_loader::client::ClientSettings;
 use pyo3::prelude::*;
 
 use crate::errors::make;

@@ -3,13 +3,13 @@
 //!
 //! Steps: parse each URL and find each item's memory; HEAD the gets that have no length; check
 //! lengths against the memory and register it; split gets into range-gets of [`CHUNK`]; start
-//! the multipart uploads of large puts (`hipobj_cli::load::multipart`); run every operation in one
+//! the multipart uploads of large puts (`hipobj_loader::multipart`); run every operation in one
 //! batch with the GIL released; deregister; complete (or abort) the multipart uploads; settle
 //! each item (its first failure, or its byte count).
 
-use hipobj_cli::load::batch::{Op, OpDone, OpFailure, OpKind, split_range_get};
-use hipobj_cli::load::multipart;
-use hipobj_cli::s3uri::S3Uri;
+use hipobj_loader::batch::{Op, OpDone, OpFailure, OpKind, split_range_get};
+use hipobj_loader::multipart;
+use hipobj_loader::s3uri::S3Uri;
 use pyo3::prelude::*;
 use ring_api::{BufHandle, ObjectId, UploadHandle};
 
@@ -342,7 +342,7 @@ fn run_ops(
 /// Runs `ops` to the end whatever signals arrive (the aborts after an interrupted batch).
 fn run_ops_unstoppable(state: &State, ops: &[(usize, Op)]) -> Vec<Result<OpDone, OpFailure>> {
     let ops: Vec<Op> = ops.iter().map(|(_, op)| *op).collect();
-    hipobj_cli::load::batch::run(&state.engine, &ops, state.batch, &mut || false)
+    hipobj_loader::batch::run(&state.engine, &ops, state.batch, &mut || false)
 }
 
 /// Each item's first failure: what failed, and how.

@@ -498,7 +498,10 @@ mod tests {
         let c = c.with_retried().with_aux(9).with_verified();
         assert_eq!(c.crc64(), None);
         let k = c.with_crc64(u64::MAX - 1);
-        assert_eq!((k.crc64(), k.aux(), k.verified()), (Some(u64::MAX - 1), u64::MAX - 1, true));
+        assert_eq!(
+            (k.crc64(), k.aux(), k.verified()),
+            (Some(u64::MAX - 1), u64::MAX - 1, true)
+        );
         assert!(c.verified());
         assert_eq!(c.result(), -5);
         assert_eq!(c.path(), Some(DataPath::Http));

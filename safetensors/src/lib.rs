@@ -4,7 +4,8 @@
 //! each tensor's dtype, shape and byte span in the data section, then the data section. This
 //! crate parses that header from untrusted bytes ([`header`]), reads a sharded model's
 //! `model.safetensors.index.json` ([`index`]) and plans the range-gets that fetch a data
-//! section into one buffer ([`plan`]). It does no I/O: the CLI's loader drives the engine.
+//! section into one buffer ([`plan`]). It does no I/O: the loader crate (`hipobj-loader`)
+//! drives the engine.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -1,11 +1,9 @@
-//! Loading safetensors models from S3 into registered memory (`hipobj load`, and the Python
-//! package's `hipobj.load_safetensors`, which calls the same code).
+//! `hipobj load`: the command ([`command`]) over the loader crate (`hipobj-loader`), which the
+//! Python package's `hipobj.load_safetensors` calls too.
 //!
-//! [`batch`] runs engine operations on every worker at once and reports each outcome;
-//! [`model`] finds a model's files, validates their headers and fetches their tensors;
-//! [`multipart`] plans the operations of a multipart upload (the Python package's `put_from`).
+//! [`batch`], [`model`] and [`multipart`] are `hipobj_loader`'s, re-exported under the paths
+//! the CLI has always used.
 
-pub mod batch;
 pub mod command;
-pub mod model;
-pub mod multipart;
+
+pub use hipobj_loader::{batch, model, multipart};

@@ -175,3 +175,21 @@ impl Write for Stream {
         }
     }
 }
+
+/// `connect to HOST:PORT: Connection refused` when a TCP connection to the endpoint is refused
+/// now, else `None` (it connects, times out, or fails another way: the engine's own code then
+/// stands).
+#[must_use]
+pub fn connection_refused(endpoint: &crate::s3::Endpoint) -> Option<String> {
+    let timeouts = Timeouts {
+        connect: std::time::Duration::from_secs(2),
+        ..Timeouts::default()
+    };
+    match Stream::connect(&endpoint.host, endpoint.port, None, timeouts) {
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Some(format!(
+            "connect to {}:{}: connection refused",
+            endpoint.host, endpoint.port
+        )),
+        _ => None,
+    }
+}

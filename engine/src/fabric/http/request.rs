@@ -198,6 +198,8 @@ mod tests {
             verify_stored: std::cell::Cell::new(None),
             stripe: None,
             times: None,
+            want_crc64: false,
+            landed_crc64: std::cell::Cell::new(None),
         }
     }
 

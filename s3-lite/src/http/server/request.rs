@@ -382,7 +382,12 @@ fn head_of(req: &httparse::Request<'_, '_>) -> Result<RequestHead, RequestError>
     }
     // RFC 9112 §3.2.2: the target's authority names the host. The Host field is part of what
     // a SigV4 client signed, so it is kept, and it must name the same host.
-    if let (RequestTarget::Absolute { scheme, authority, .. }, Some(host)) = (&form, host)
+    if let (
+        RequestTarget::Absolute {
+            scheme, authority, ..
+        },
+        Some(host),
+    ) = (&form, host)
         && !same_authority(scheme, authority, host)
     {
         return Err(RequestError::HostMismatch);

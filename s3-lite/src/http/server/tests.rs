@@ -175,9 +175,21 @@ fn smuggling_patterns_are_refused() {
 fn absolute_and_asterisk_form_targets_are_accepted() {
     // RFC 9112 §3.2.2: the AWS SDK for C++ sends absolute-form targets.
     let cases: &[(&[u8], &str, &str)] = &[
-        (b"GET http://127.0.0.1:9000/b/k?partNumber=1 HTTP/1.1\r\nHost: 127.0.0.1:9000\r\n\r\n", "/b/k", "partNumber=1"),
-        (b"GET HTTP://H.example/b/k HTTP/1.1\r\nHost: h.EXAMPLE:80\r\n\r\n", "/b/k", ""),
-        (b"GET https://h:443?list-type=2 HTTP/1.1\r\nHost: h\r\n\r\n", "/", "list-type=2"),
+        (
+            b"GET http://127.0.0.1:9000/b/k?partNumber=1 HTTP/1.1\r\nHost: 127.0.0.1:9000\r\n\r\n",
+            "/b/k",
+            "partNumber=1",
+        ),
+        (
+            b"GET HTTP://H.example/b/k HTTP/1.1\r\nHost: h.EXAMPLE:80\r\n\r\n",
+            "/b/k",
+            "",
+        ),
+        (
+            b"GET https://h:443?list-type=2 HTTP/1.1\r\nHost: h\r\n\r\n",
+            "/",
+            "list-type=2",
+        ),
         (b"GET http://h HTTP/1.0\r\n\r\n", "/", ""),
         (b"OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n", "*", ""),
     ];
@@ -185,11 +197,18 @@ fn absolute_and_asterisk_form_targets_are_accepted() {
         for step in [1, 7, 500] {
             let (heads, _, err) = run(wire, step, Limits::default());
             assert_eq!(err, None, "{}", String::from_utf8_lossy(wire));
-            assert_eq!((heads[0].path.as_str(), heads[0].query.as_str()), (*path, *query));
+            assert_eq!(
+                (heads[0].path.as_str(), heads[0].query.as_str()),
+                (*path, *query)
+            );
         }
     }
     // Another port than the Host's is another authority.
-    let (_, _, err) = run(b"GET http://h:81/ HTTP/1.1\r\nHost: h\r\n\r\n", 500, Limits::default());
+    let (_, _, err) = run(
+        b"GET http://h:81/ HTTP/1.1\r\nHost: h\r\n\r\n",
+        500,
+        Limits::default(),
+    );
     assert_eq!(err, Some(RequestError::HostMismatch));
     assert_eq!(RequestError::HostMismatch.status(), 400);
 }

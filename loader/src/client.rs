@@ -1,4 +1,4 @@
-//! A blocking S3 client: `s3-lite` requests, signed and sent over [`crate::net`].
+//! A blocking S3 client: `s3-lite` requests, signed and sent over [`s3_lite::net`].
 //!
 //! Uploads carry `x-amz-checksum-crc64nvme` (per part for multipart uploads, plus the combined
 //! full-object value on Complete), so a server that stores something other than what we sent
@@ -42,9 +42,10 @@ use s3_lite::s3::{
 };
 use s3_lite::sigv4::{AmzDate, PayloadHash, Signer};
 
-use crate::net::exchange::{BodySink, ExchangeError, HttpClient, RequestBody, WriteSink};
-use crate::net::tls::{TlsOptions, client_config};
-use crate::net::transport::Timeouts;
+use s3_lite::net::blocking::{BodySink, ExchangeError, HttpClient, RequestBody, WriteSink};
+use s3_lite::net::stream::Timeouts;
+use s3_lite::net::tls::{TlsOptions, client_config};
+
 use crate::upload_proof::{
     DigestPass, IntegrityMismatch, Proof, SourceDigest, judge_multipart_etag, judge_put,
     judge_stored,
@@ -94,7 +95,7 @@ pub enum ClientError {
     },
     /// TLS configuration failed.
     #[error(transparent)]
-    Tls(#[from] crate::net::tls::TlsError),
+    Tls(#[from] s3_lite::net::tls::TlsError),
     /// The server's answer shows it holds something other than what we sent.
     #[error(transparent)]
     Integrity(#[from] IntegrityMismatch),

@@ -1,7 +1,7 @@
 //! Runs a list of range-gets and PUTs on the engine, one queue and one thread per worker,
 //! and reports every operation's outcome (a failure never hides the others' results).
 //!
-//! Used by `hipobj load` (through [`crate::load::model`]) and by the Python package's
+//! Used by `hipobj load` (through [`crate::model`]) and by the Python package's
 //! `get_many` / `get_into` / `put_from`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +15,7 @@ use ring_api::{
     BufHandle, BufSlice, Cqe, ErrorClass, ErrorCode, ObjectId, PartNumber, UploadHandle,
 };
 
-use crate::bench::{dialect_name, path_name};
+use crate::paths::{dialect_name, path_name};
 
 /// What an operation does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

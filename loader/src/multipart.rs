@@ -1,4 +1,4 @@
-//! The operations of a multipart upload for [`super::batch`]: how large a source's parts are,
+//! The operations of a multipart upload for [`crate::batch`]: how large a source's parts are,
 //! and the CreateMultipart, UploadPart, CompleteMultipart and AbortMultipart entries.
 //!
 //! The Python package's `put_from` of a source above 5 GiB, or with `part_size`, runs them in
@@ -8,8 +8,9 @@
 //! batch is interrupted), so no parts stay behind. The engine checks a completed object
 //! against the parts it sent (the Complete answer's full-object CRC64NVME, or a HEAD's).
 
-use super::batch::{Op, OpKind};
 use ring_api::{BufHandle, ObjectId, PartNumber, UploadHandle};
+
+use crate::batch::{Op, OpKind};
 
 /// Largest single PUT (S3's limit).
 pub const MAX_PUT: u64 = 5 << 30;

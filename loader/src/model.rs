@@ -24,9 +24,9 @@ use hipobj_safetensors::plan_reads;
 use ring_api::{BufHandle, ErrorCode, ObjectId};
 use s3_lite::checksum::{Crc64Nvme, encode_crc64nvme};
 
-use super::batch::{self, BatchOptions, Op, OpDone, OpFailure, OpKind};
+use crate::batch::{self, BatchOptions, Op, OpDone, OpFailure, OpKind};
 use crate::client::S3Client;
-use crate::engine_io::PathBytes;
+use crate::paths::PathBytes;
 
 /// Bytes of a file read to find its header (most headers fit; longer ones take a second read).
 pub const HEADER_PROBE: u64 = 256 << 10;
@@ -592,8 +592,8 @@ pub fn fetch(
         check_size(&model.bucket, &f.key, &done, f.size)?;
         all_verified[i] &= done.verified;
         report.bytes += done.bytes;
-        crate::bench::add_path_bytes(&mut report.paths.0, done.path, done.bytes);
-        crate::bench::add_path_bytes(&mut report.paths.1, done.dialect, done.bytes);
+        crate::paths::add_path_bytes(&mut report.paths.0, done.path, done.bytes);
+        crate::paths::add_path_bytes(&mut report.paths.1, done.dialect, done.bytes);
     }
     for (i, f) in model.files.iter().enumerate() {
         let v = match checksums.as_deref_mut() {
@@ -651,4 +651,141 @@ fn verify_whole(
         });
     }
     Ok(Verification::ObjectChecksum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file `key` holding 4-byte tensors `names`, back to back.
+    fn file(key: &str, names: &[&str]) -> ModelFile {
+        let entries: Vec<String> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                format!(
+                    r#""{n}":{{"dtype":"F32","shape":[1],"data_offsets":[{},{}]}}"#,
+                    4 * i,
+                    4 * (i + 1)
+                )
+            })
+            .collect();
+        let json = format!("{{{}}}", entries.join(","));
+        let size = 8 + json.len() as u64 + 4 * names.len() as u64;
+        ModelFile {
+            key: key.to_owned(),
+            size,
+            header: header::parse(json.as_bytes(), size).unwrap(),
+            head_bytes: Vec::new(),
+            object: ObjectId(0),
+        }
+    }
+
+    fn index(json: &str) -> ShardIndex {
+        ShardIndex::parse(json.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn verification_names_are_the_reported_ones() {
+        assert_eq!(Verification::RangeChecksums.name(), "range-checksums");
+        assert_eq!(Verification::ObjectChecksum.name(), "object-checksum");
+        assert_eq!(Verification::Unverified.name(), "unverified");
+    }
+
+    #[test]
+    fn fetch_options_default_to_one_queue_per_worker() {
+        let engine = Engine::builder()
+            .endpoint_url("http://127.0.0.1:9")
+            .credentials(engine::Credentials::new("k", "s"))
+            .region("us-east-1")
+            .placement(engine::Placement::Workers(2))
+            .fabric(engine::Fabric::Http)
+            .build()
+            .unwrap();
+        let o = FetchOptions::for_engine(&engine);
+        assert_eq!(o.max_read, DEFAULT_READ);
+        assert_eq!(o.max_gap, DEFAULT_GAP);
+        assert_eq!(o.batch.queues, 2);
+        assert_eq!(o.batch.depth, 32);
+        assert_eq!(o.batch.stall, Duration::from_secs(300));
+    }
+
+    #[test]
+    fn a_model_sums_its_files() {
+        let model = Model {
+            bucket: "b".into(),
+            files: vec![file("m-1", &["a", "b"]), file("m-2", &["c"])],
+        };
+        assert_eq!(model.tensor_count(), 3);
+        assert_eq!(model.data_bytes(), 12);
+        assert_eq!(model.files[0].data_len(), 8);
+    }
+
+    #[test]
+    fn shard_keys_are_relative_to_the_index() {
+        assert_eq!(shard_key("", "m-1.safetensors"), "m-1.safetensors");
+        assert_eq!(
+            shard_key("llama/7b", "m-1.safetensors"),
+            "llama/7b/m-1.safetensors"
+        );
+    }
+
+    #[test]
+    fn a_tensor_in_two_files_is_refused() {
+        let files = [file("m-1", &["a", "b"]), file("m-2", &["c"])];
+        let seen = check_unique(&files).unwrap();
+        assert_eq!(seen["b"], "m-1");
+        assert_eq!(seen["c"], "m-2");
+        let files = [file("m-1", &["a", "b"]), file("m-2", &["b"])];
+        let Err(LoadError::Inconsistent(msg)) = check_unique(&files) else {
+            panic!("a duplicate tensor was accepted");
+        };
+        assert!(
+            msg.contains("\"b\"") && msg.contains("m-1") && msg.contains("m-2"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn the_index_must_match_the_shards() {
+        let files = [file("d/m-1", &["a", "b"]), file("d/m-2", &["c"])];
+        let good = index(r#"{"weight_map":{"a":"m-1","b":"m-1","c":"m-2"}}"#);
+        check_index(&good, "d", &files).unwrap();
+        // The same index one directory up names other keys.
+        assert!(matches!(
+            check_index(&good, "", &files),
+            Err(LoadError::Inconsistent(_))
+        ));
+        let misplaced = index(r#"{"weight_map":{"a":"m-1","b":"m-2","c":"m-2"}}"#);
+        let Err(LoadError::Inconsistent(msg)) = check_index(&misplaced, "d", &files) else {
+            panic!("a misplaced tensor was accepted");
+        };
+        assert!(msg.contains("d/m-1 does"), "{msg}");
+        let missing = index(r#"{"weight_map":{"a":"m-1","b":"m-1","c":"m-2","z":"m-2"}}"#);
+        let Err(LoadError::Inconsistent(msg)) = check_index(&missing, "d", &files) else {
+            panic!("a tensor no shard holds was accepted");
+        };
+        assert!(msg.contains("no shard holds it"), "{msg}");
+        let short = index(r#"{"weight_map":{"a":"m-1","b":"m-1"}}"#);
+        let Err(LoadError::Inconsistent(msg)) = check_index(&short, "d", &files) else {
+            panic!("a shard tensor the index does not name was accepted");
+        };
+        assert!(
+            msg.contains("hold 3 tensors") && msg.contains("names 2"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn an_answer_naming_another_size_is_an_integrity_error() {
+        let mut done = OpDone::empty();
+        check_size("b", "k", &done, 100).unwrap();
+        done.object_size = 100;
+        check_size("b", "k", &done, 100).unwrap();
+        done.object_size = 99;
+        assert!(matches!(
+            check_size("b", "k", &done, 100),
+            Err(LoadError::Integrity { .. })
+        ));
+    }
 }
