@@ -45,7 +45,7 @@ print(f"conc={sys.argv[5]:>3} size={sys.argv[2]:>5} mem={sys.argv[3]:<4} bounce=
       f"pool={cap >> 20}MiB peak={peak >> 20}MiB waits={waits} stage_us={r['gpu_stage_us']} "
       f"p50_us={r.get('p50_us')} p99_us={r.get('p99_us')} paths={r['paths']}")
 PY
-      cp "$W/out" "$DEST/bench-$conc-$size-$mem-$bounce.json"
+      cat "$W/out" >> "$DEST/http-vram-bench.jsonl"
     done
   done
 done

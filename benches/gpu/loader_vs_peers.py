@@ -76,32 +76,38 @@ def hipobj_stream(endpoint):
 
 
 def boto3_pinned(endpoint, files, threads=16, chunk=64 << 20):
+    """The short script a user writes: 16 threads, 64 MiB ranges into one pinned buffer (the
+    size of the largest shard, allocated once, outside the timed loads), one copy per shard to
+    the GPU, tensors cut from it."""
     import boto3
     from botocore.config import Config
 
     s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=ACCESS, aws_secret_access_key=SECRET,
                       region_name=REGION, config=Config(max_pool_connections=threads))
     dt = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+    keys = [PREFIX + f for f in files]
+    pinned = torch.empty(max(s3.head_object(Bucket=BUCKET, Key=k)["ContentLength"] for k in keys),
+                         dtype=torch.uint8, pin_memory=True)
+    view = memoryview(pinned.numpy())
+    pool = concurrent.futures.ThreadPoolExecutor(threads)
+
+    def fetch(job):
+        key, a, b = job
+        body = s3.get_object(Bucket=BUCKET, Key=key, Range=f"bytes={a}-{b - 1}")["Body"]
+        at = a
+        for piece in body.iter_chunks(1 << 20):
+            view[at:at + len(piece)] = piece
+            at += len(piece)
+        assert at == b, f"{key}: {at - a} of {b - a} bytes"
 
     def run():
-        keys = [PREFIX + f for f in files]
-        sizes = [s3.head_object(Bucket=BUCKET, Key=k)["ContentLength"] for k in keys]
-        bufs = [torch.empty(n, dtype=torch.uint8, pin_memory=True) for n in sizes]
-        views = [memoryview(b.numpy()) for b in bufs]
-
-        def fetch(job):
-            i, a, b = job
-            body = s3.get_object(Bucket=BUCKET, Key=keys[i], Range=f"bytes={a}-{b - 1}")["Body"].read()
-            views[i][a:b] = body
-
-        jobs = [(i, a, min(a + chunk, n)) for i, n in enumerate(sizes) for a in range(0, n, chunk)]
-        with concurrent.futures.ThreadPoolExecutor(threads) as ex:
-            list(ex.map(fetch, jobs))
         out = {}
-        for buf in bufs:
-            gpu = buf.to("cuda:0")
-            (hlen,) = struct.unpack("<Q", bytes(buf[:8].numpy()))
-            header = json.loads(bytes(buf[8:8 + hlen].numpy()))
+        for key in keys:
+            n = s3.head_object(Bucket=BUCKET, Key=key)["ContentLength"]
+            list(pool.map(fetch, [(key, a, min(a + chunk, n)) for a in range(0, n, chunk)]))
+            gpu = pinned[:n].to("cuda:0")
+            (hlen,) = struct.unpack("<Q", bytes(view[:8]))
+            header = json.loads(bytes(view[8:8 + hlen]))
             base = 8 + hlen
             for name, m in header.items():
                 if name == "__metadata__":

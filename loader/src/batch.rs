@@ -92,6 +92,11 @@ pub struct OpDone {
     pub dialect: &'static str,
     /// The upload a CreateMultipart started (`None` for every other kind).
     pub upload: Option<UploadHandle>,
+    /// A range-get of a batch run with [`BatchOptions::range_crc64`]: the CRC-64/NVME of the
+    /// bytes it delivered, computed by the engine while they were in host memory (`None`
+    /// when the engine could not: bytes the NIC wrote into VRAM, or already verified by a
+    /// landing digest).
+    pub crc64: Option<u64>,
 }
 
 impl OpDone {
@@ -105,6 +110,7 @@ impl OpDone {
             path: "none",
             dialect: "none",
             upload: None,
+            crc64: None,
         }
     }
 }
@@ -164,6 +170,9 @@ pub struct BatchOptions {
     pub depth: u32,
     /// No completion for this long on a queue fails its remaining operations.
     pub stall: Duration,
+    /// Range-gets ask the engine for the CRC-64/NVME of their bytes ([`OpDone::crc64`]), so a
+    /// caller can prove a whole object from its ranges without reading them back.
+    pub range_crc64: bool,
 }
 
 impl Default for BatchOptions {
@@ -172,6 +181,7 @@ impl Default for BatchOptions {
             queues: 1,
             depth: 64,
             stall: Duration::from_secs(300),
+            range_crc64: false,
         }
     }
 }
@@ -288,6 +298,12 @@ fn drive(
             let slice = BufSlice::new(op.buf, op.buf_offset, op.len);
             let tag = i as u64;
             let sqe = match op.kind {
+                OpKind::RangeGet { offset } if opts.range_crc64 => {
+                    RangeGet::new(op.object, offset, slice)
+                        .user_data(tag)
+                        .crc64()
+                        .build()
+                }
                 OpKind::RangeGet { offset } => RangeGet::new(op.object, offset, slice)
                     .user_data(tag)
                     .build(),
@@ -351,7 +367,13 @@ fn drive(
                 let create = ops[i].kind == OpKind::CreateMultipart;
                 Ok(OpDone {
                     bytes: c.bytes(),
-                    object_size: if create { 0 } else { c.aux() },
+                    // With a CRC in `aux`, no size was reported.
+                    object_size: if create || c.crc64().is_some() {
+                        0
+                    } else {
+                        c.aux()
+                    },
+                    crc64: c.crc64(),
                     verified: c.verified(),
                     path: path_name(c.path()),
                     dialect: dialect_name(c.dialect()),

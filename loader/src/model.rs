@@ -526,6 +526,7 @@ impl FetchOptions {
                 queues: engine.workers().len().max(1),
                 depth: 32,
                 stall: Duration::from_secs(300),
+                range_crc64: true,
             },
         }
     }
@@ -575,22 +576,34 @@ pub fn fetch(
             owner.push(i);
         }
     }
-    let outcomes = batch::run(engine, &ops, opts.batch, stop);
+    // Every range-get reports the CRC of its bytes: the whole file is then proven from them
+    // (combined), never by reading the destination (VRAM) back.
+    let batch_opts = BatchOptions {
+        range_crc64: true,
+        ..opts.batch
+    };
+    let outcomes = batch::run(engine, &ops, batch_opts, stop);
     let mut report = FetchReport {
         requests: ops.len(),
         verification: vec![None; model.files.len()],
         ..FetchReport::default()
     };
     let mut all_verified = vec![true; model.files.len()];
+    let mut crcs: Vec<Vec<RangeCrc>> = vec![Vec::new(); model.files.len()];
     for ((op, &i), r) in ops.iter().zip(&owner).zip(outcomes) {
         let f = &model.files[i];
-        let what = match op.kind {
-            OpKind::RangeGet { offset } => format!("range-get {offset}+{}", op.len),
-            _ => "operation".to_owned(),
+        let (what, offset) = match op.kind {
+            OpKind::RangeGet { offset } => (format!("range-get {offset}+{}", op.len), offset),
+            _ => ("operation".to_owned(), 0),
         };
         let done = r.map_err(|e| op_err(&model.bucket, &f.key, what, e))?;
         check_size(&model.bucket, &f.key, &done, f.size)?;
         all_verified[i] &= done.verified;
+        crcs[i].push(RangeCrc {
+            offset,
+            len: done.bytes,
+            crc: done.crc64,
+        });
         report.bytes += done.bytes;
         crate::paths::add_path_bytes(&mut report.paths.0, done.path, done.bytes);
         crate::paths::add_path_bytes(&mut report.paths.1, done.dialect, done.bytes);
@@ -598,7 +611,7 @@ pub fn fetch(
     for (i, f) in model.files.iter().enumerate() {
         let v = match checksums.as_deref_mut() {
             _ if all_verified[i] && f.data_len() > 0 => Verification::RangeChecksums,
-            Some(client) => verify_whole(engine, model, f, bufs[i], client)?,
+            Some(client) => verify_whole(model, f, &mut crcs[i], client)?,
             None => Verification::Unverified,
         };
         report.verification[i] = Some(v);
@@ -606,12 +619,43 @@ pub fn fetch(
     Ok(report)
 }
 
-/// Compares the file (`head_bytes` + the data in `buf`) with the object's stored CRC64NVME.
+/// A range-get's place in its file and the CRC of the bytes it delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RangeCrc {
+    /// File offset of its first byte.
+    pub offset: u64,
+    /// Bytes delivered.
+    pub len: u64,
+    /// Their CRC-64/NVME (`None`: the engine could not compute it).
+    pub crc: Option<u64>,
+}
+
+/// The CRC-64/NVME of a whole file from the CRC of its first `head.len()` bytes (the header,
+/// held in memory) and the CRCs of `ranges` (sorted here), when they tile the rest of the file
+/// exactly (`size` bytes in all) and every one has a CRC; else `None`.
+#[must_use]
+pub fn combine_file_crc(head: &[u8], ranges: &mut [RangeCrc], size: u64) -> Option<u64> {
+    ranges.sort_by_key(|r| r.offset);
+    let mut c = Crc64Nvme::new();
+    c.update(head);
+    let mut crc = c.finish();
+    let mut at = head.len() as u64;
+    for r in ranges.iter() {
+        if r.offset != at {
+            return None;
+        }
+        crc = Crc64Nvme::combine(crc, r.crc?, r.len);
+        at = at.checked_add(r.len)?;
+    }
+    (at == size).then_some(crc)
+}
+
+/// Compares the file (`head_bytes` + its ranges, by their CRCs combined) with the object's
+/// stored full-object CRC64NVME. The destination is never read back.
 fn verify_whole(
-    engine: &Engine,
     model: &Model,
     f: &ModelFile,
-    buf: Option<BufHandle>,
+    ranges: &mut [RangeCrc],
     client: &mut S3Client,
 ) -> Result<Verification, LoadError> {
     let meta = client.head_with(&model.bucket, &f.key, true).map_err(|e| {
@@ -627,20 +671,12 @@ fn verify_whole(
     let (Some(expected), false) = (meta.checksum_crc64nvme, composite) else {
         return Ok(Verification::Unverified);
     };
-    let mut crc = Crc64Nvme::new();
-    crc.update(&f.head_bytes);
-    if let (Some(buf), len @ 1..) = (buf, f.data_len()) {
-        // In pieces: a device registration's view is a host copy of its VRAM.
-        const PIECE: u64 = 64 << 20;
-        let mut at = 0;
-        while at < len {
-            let n = PIECE.min(len - at);
-            let view = engine.read(buf, at, n).map_err(local)?;
-            crc.update(&view);
-            at += n;
-        }
-    }
-    let actual = encode_crc64nvme(crc.finish());
+    // Ranges without a CRC (landed in VRAM by the NIC) or not tiling the file: nothing to
+    // compare without reading VRAM back, which the loader never does.
+    let Some(crc) = combine_file_crc(&f.head_bytes, ranges, f.size) else {
+        return Ok(Verification::Unverified);
+    };
+    let actual = encode_crc64nvme(crc);
     if actual != expected {
         return Err(LoadError::Integrity {
             bucket: model.bucket.clone(),
@@ -787,5 +823,44 @@ mod tests {
             check_size("b", "k", &done, 100),
             Err(LoadError::Integrity { .. })
         ));
+    }
+
+    #[test]
+    fn a_file_crc_combines_from_its_header_and_ranges_in_any_order() {
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 + i / 13) as u8).collect();
+        let whole = {
+            let mut c = Crc64Nvme::new();
+            c.update(&data);
+            c.finish()
+        };
+        let crc = |a: usize, b: usize| {
+            let mut c = Crc64Nvme::new();
+            c.update(&data[a..b]);
+            Some(c.finish())
+        };
+        let range = |a: usize, b: usize| RangeCrc {
+            offset: a as u64,
+            len: (b - a) as u64,
+            crc: crc(a, b),
+        };
+        let head = &data[..1000];
+        let mut ranges = vec![range(60_000, 100_000), range(1000, 1001), range(1001, 60_000)];
+        assert_eq!(combine_file_crc(head, &mut ranges, 100_000), Some(whole));
+        // A gap, an overlap, a missing CRC or a short tiling prove nothing.
+        let mut gap = vec![range(1000, 5000), range(5001, 100_000)];
+        assert_eq!(combine_file_crc(head, &mut gap, 100_000), None);
+        let mut overlap = vec![range(1000, 5000), range(4999, 100_000)];
+        assert_eq!(combine_file_crc(head, &mut overlap, 100_000), None);
+        let mut unknown = vec![range(1000, 5000), RangeCrc { crc: None, ..range(5000, 100_000) }];
+        assert_eq!(combine_file_crc(head, &mut unknown, 100_000), None);
+        let mut short = vec![range(1000, 99_999)];
+        assert_eq!(combine_file_crc(head, &mut short, 100_000), None);
+        // A flipped byte in one range changes the result.
+        let mut flipped = data.clone();
+        flipped[70_000] ^= 1;
+        let mut c = Crc64Nvme::new();
+        c.update(&flipped[60_000..]);
+        let mut bad = vec![range(1000, 60_000), RangeCrc { crc: Some(c.finish()), ..range(60_000, 100_000) }];
+        assert_ne!(combine_file_crc(head, &mut bad, 100_000), Some(whole));
     }
 }
