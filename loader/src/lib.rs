@@ -20,4 +20,5 @@ pub mod model;
 pub mod multipart;
 pub mod paths;
 pub mod s3uri;
+pub mod stream;
 pub mod upload_proof;

@@ -690,8 +690,39 @@ fn verify_whole(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A model of one file per entry, each holding U8 tensors `(name, begin, end)` (offsets in
+    /// the data section; they must tile it).
+    pub(crate) fn model_of(files: &[&[(&str, u64, u64)]]) -> Model {
+        let files = files
+            .iter()
+            .enumerate()
+            .map(|(i, tensors)| {
+                let entries: Vec<String> = tensors
+                    .iter()
+                    .map(|(n, b, e)| {
+                        format!(r#""{n}":{{"dtype":"U8","shape":[{}],"data_offsets":[{b},{e}]}}"#, e - b)
+                    })
+                    .collect();
+                let json = format!("{{{}}}", entries.join(","));
+                let data = tensors.iter().map(|t| t.2).max().unwrap_or(0);
+                let size = 8 + json.len() as u64 + data;
+                ModelFile {
+                    key: format!("f{i}.safetensors"),
+                    size,
+                    header: header::parse(json.as_bytes(), size).unwrap(),
+                    head_bytes: Vec::new(),
+                    object: ObjectId(0),
+                }
+            })
+            .collect();
+        Model {
+            bucket: "b".into(),
+            files,
+        }
+    }
 
     /// A file `key` holding 4-byte tensors `names`, back to back.
     fn file(key: &str, names: &[&str]) -> ModelFile {
