@@ -200,6 +200,22 @@ pub fn run(
     opts: BatchOptions,
     stop: &mut dyn FnMut() -> bool,
 ) -> Vec<Result<OpDone, OpFailure>> {
+    run_observed(engine, ops, opts, stop, &|_, _| {})
+}
+
+/// Called from a batch's queue threads with each operation's index and outcome the moment
+/// its completion is reaped (a streaming load reports tensors from it).
+pub type Observer<'a> = &'a (dyn Fn(usize, &Result<OpDone, OpFailure>) + Sync);
+
+/// [`run`], calling `observe` as each operation completes (not for operations failed as
+/// "interrupted" or "not run").
+pub fn run_observed(
+    engine: &Engine,
+    ops: &[Op],
+    opts: BatchOptions,
+    stop: &mut dyn FnMut() -> bool,
+    observe: Observer<'_>,
+) -> Vec<Result<OpDone, OpFailure>> {
     let mut out: Vec<Result<OpDone, OpFailure>> = ops
         .iter()
         .map(|_| Err(OpFailure::local("not run")))
@@ -218,7 +234,7 @@ pub fn run(
             .map(|q| {
                 let (mine, cancel, caller) = (share(q), &cancel, caller.clone());
                 s.spawn(move || {
-                    let r = drive(engine, ops, &mine, opts, cancel, &mut || false);
+                    let r = drive(engine, ops, &mine, opts, cancel, &mut || false, observe);
                     caller.unpark();
                     r
                 })
@@ -229,10 +245,18 @@ pub fn run(
                 cancel.store(true, Ordering::Relaxed);
             }
         };
-        let first = drive(engine, ops, &share(0), opts, &cancel, &mut || {
-            watch();
-            cancel.load(Ordering::Relaxed)
-        });
+        let first = drive(
+            engine,
+            ops,
+            &share(0),
+            opts,
+            &cancel,
+            &mut || {
+                watch();
+                cancel.load(Ordering::Relaxed)
+            },
+            observe,
+        );
         while !handles
             .iter()
             .all(std::thread::ScopedJoinHandle::is_finished)
@@ -264,6 +288,7 @@ fn drive(
     opts: BatchOptions,
     cancel: &AtomicBool,
     stopped: &mut dyn FnMut() -> bool,
+    observe: Observer<'_>,
 ) -> Vec<(usize, Result<OpDone, OpFailure>)> {
     let mut done = Vec::with_capacity(mine.len());
     let fail_rest = |done: &mut Vec<_>, from: &[usize], why: &str| {
@@ -382,6 +407,7 @@ fn drive(
                         .flatten(),
                 })
             };
+            observe(i, &r);
             done.push((i, r));
         }
     }

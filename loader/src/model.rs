@@ -542,8 +542,37 @@ pub fn fetch(
     model: &Model,
     bufs: &[Option<BufHandle>],
     opts: &FetchOptions,
+    checksums: Option<&mut S3Client>,
+    stop: &mut dyn FnMut() -> bool,
+) -> Result<FetchReport, LoadError> {
+    fetch_observed(engine, model, bufs, opts, checksums, stop, &|_| {})
+}
+
+/// A range-get of a load that delivered all its bytes, as the batch reaps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Landed {
+    /// The file (index into [`Model::files`]).
+    pub file: usize,
+    /// Offset of its first byte in the file's data section (and in the file's buffer).
+    pub offset: u64,
+    /// Bytes.
+    pub len: u64,
+    /// A server checksum of exactly these bytes matched.
+    pub verified: bool,
+}
+
+/// [`fetch`], calling `on_landed` from the batch's threads as each range-get completes with
+/// all its bytes in the destination (in VRAM, for a device registration): what a streaming
+/// load needs to hand out tensors before the whole model has arrived. Files are verified as
+/// a whole only after the last range, as in [`fetch`].
+pub fn fetch_observed(
+    engine: &Engine,
+    model: &Model,
+    bufs: &[Option<BufHandle>],
+    opts: &FetchOptions,
     mut checksums: Option<&mut S3Client>,
     stop: &mut dyn FnMut() -> bool,
+    on_landed: &(dyn Fn(Landed) + Sync),
 ) -> Result<FetchReport, LoadError> {
     if bufs.len() != model.files.len() {
         return Err(local("one buffer per file"));
@@ -582,7 +611,19 @@ pub fn fetch(
         range_crc64: true,
         ..opts.batch
     };
-    let outcomes = batch::run(engine, &ops, batch_opts, stop);
+    let observe = |i: usize, r: &Result<OpDone, OpFailure>| {
+        if let (Ok(done), Some(op), Some(&file)) = (r, ops.get(i), owner.get(i))
+            && done.bytes == op.len
+        {
+            on_landed(Landed {
+                file,
+                offset: op.buf_offset,
+                len: op.len,
+                verified: done.verified,
+            });
+        }
+    };
+    let outcomes = batch::run_observed(engine, &ops, batch_opts, stop, &observe);
     let mut report = FetchReport {
         requests: ops.len(),
         verification: vec![None; model.files.len()],
@@ -703,7 +744,10 @@ pub(crate) mod tests {
                 let entries: Vec<String> = tensors
                     .iter()
                     .map(|(n, b, e)| {
-                        format!(r#""{n}":{{"dtype":"U8","shape":[{}],"data_offsets":[{b},{e}]}}"#, e - b)
+                        format!(
+                            r#""{n}":{{"dtype":"U8","shape":[{}],"data_offsets":[{b},{e}]}}"#,
+                            e - b
+                        )
                     })
                     .collect();
                 let json = format!("{{{}}}", entries.join(","));
@@ -875,14 +919,24 @@ pub(crate) mod tests {
             crc: crc(a, b),
         };
         let head = &data[..1000];
-        let mut ranges = vec![range(60_000, 100_000), range(1000, 1001), range(1001, 60_000)];
+        let mut ranges = vec![
+            range(60_000, 100_000),
+            range(1000, 1001),
+            range(1001, 60_000),
+        ];
         assert_eq!(combine_file_crc(head, &mut ranges, 100_000), Some(whole));
         // A gap, an overlap, a missing CRC or a short tiling prove nothing.
         let mut gap = vec![range(1000, 5000), range(5001, 100_000)];
         assert_eq!(combine_file_crc(head, &mut gap, 100_000), None);
         let mut overlap = vec![range(1000, 5000), range(4999, 100_000)];
         assert_eq!(combine_file_crc(head, &mut overlap, 100_000), None);
-        let mut unknown = vec![range(1000, 5000), RangeCrc { crc: None, ..range(5000, 100_000) }];
+        let mut unknown = vec![
+            range(1000, 5000),
+            RangeCrc {
+                crc: None,
+                ..range(5000, 100_000)
+            },
+        ];
         assert_eq!(combine_file_crc(head, &mut unknown, 100_000), None);
         let mut short = vec![range(1000, 99_999)];
         assert_eq!(combine_file_crc(head, &mut short, 100_000), None);
@@ -891,7 +945,13 @@ pub(crate) mod tests {
         flipped[70_000] ^= 1;
         let mut c = Crc64Nvme::new();
         c.update(&flipped[60_000..]);
-        let mut bad = vec![range(1000, 60_000), RangeCrc { crc: Some(c.finish()), ..range(60_000, 100_000) }];
+        let mut bad = vec![
+            range(1000, 60_000),
+            RangeCrc {
+                crc: Some(c.finish()),
+                ..range(60_000, 100_000)
+            },
+        ];
         assert_ne!(combine_file_crc(head, &mut bad, 100_000), Some(whole));
     }
 }

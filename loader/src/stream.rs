@@ -133,7 +133,10 @@ mod tests {
     #[test]
     fn a_tensor_is_ready_once_all_its_bytes_landed_in_any_order() {
         // File 0: a [0,100), b [100,100) (empty), c [100,350); file 1: d [0,40).
-        let model = model_of(&[&[("a", 0, 100), ("b", 100, 100), ("c", 100, 350)], &[("d", 0, 40)]]);
+        let model = model_of(&[
+            &[("a", 0, 100), ("b", 100, 100), ("c", 100, 350)],
+            &[("d", 0, 40)],
+        ]);
         let mut r = Readiness::new(&model);
         assert_eq!(r.pending(), 4);
         assert_eq!(r.take_empty(), vec![Ready { file: 0, tensor: 1 }]);
@@ -162,9 +165,27 @@ mod tests {
             .collect();
         let model = model_of(&[&spec]);
         let mut r = Readiness::new(&model);
-        assert_eq!(r.land(0, 505, 20), vec![Ready { file: 0, tensor: 51 }]);
-        assert_eq!(r.land(0, 500, 5), vec![Ready { file: 0, tensor: 50 }]);
-        assert_eq!(r.land(0, 525, 5), vec![Ready { file: 0, tensor: 52 }]);
+        assert_eq!(
+            r.land(0, 505, 20),
+            vec![Ready {
+                file: 0,
+                tensor: 51
+            }]
+        );
+        assert_eq!(
+            r.land(0, 500, 5),
+            vec![Ready {
+                file: 0,
+                tensor: 50
+            }]
+        );
+        assert_eq!(
+            r.land(0, 525, 5),
+            vec![Ready {
+                file: 0,
+                tensor: 52
+            }]
+        );
         assert_eq!(r.pending(), 97);
     }
 }

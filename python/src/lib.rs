@@ -15,6 +15,7 @@ mod memory;
 mod native_engine;
 mod registration;
 mod state;
+mod stream;
 mod transfer;
 
 use pyo3::prelude::*;
@@ -23,6 +24,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<native_engine::NativeEngine>()?;
+    m.add_class::<stream::NativeTensorStream>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

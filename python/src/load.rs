@@ -42,16 +42,27 @@ fn files_list<'py>(
     Ok(files)
 }
 
-/// Loads the model at `url`; `alloc(nbytes, file_index)` returns each file's destination.
-pub fn run<'py>(
+/// A model whose headers were read and whose buffers Python allocated: what a load and a
+/// streaming load start from.
+pub struct Prepared<'py> {
+    /// The files and their validated headers.
+    pub model: Model,
+    /// Per file, the Python object holding its data section (`None`: no data).
+    pub buffers: Vec<Option<Bound<'py, PyAny>>>,
+    /// Per file with data, its memory (keeping the object alive).
+    pub mems: Vec<(usize, memory::Memory)>,
+}
+
+/// Reads and validates every header of the model at `url` (GIL released), then asks
+/// `alloc(nbytes, file_index)` for each file's destination.
+pub fn prepare<'py>(
     py: Python<'py>,
     state: &State,
     url: &str,
     alloc: &Bound<'py, PyAny>,
-) -> PyResult<Loaded<'py>> {
+) -> PyResult<Prepared<'py>> {
     let uri = S3Uri::parse(url).map_err(|e| invalid_url(py, url, e.reason))?;
     let engine = &state.engine;
-    let start = Instant::now();
     // 1. Every header read and validated before anything is allocated.
     let mut interrupted = None;
     let opened = py.detach(|| {
@@ -66,8 +77,7 @@ pub fn run<'py>(
         return Err(e);
     }
     let model = opened.map_err(|e| errors::load_error(py, &state.settings, &e))?;
-    let headers_done = start.elapsed().as_secs_f64();
-    // 2. One buffer per file, from the Python layer, registered.
+    // 2. One buffer per file, from the Python layer.
     let mut buffers = Vec::with_capacity(model.files.len());
     let mut mems = Vec::with_capacity(model.files.len());
     for (i, f) in model.files.iter().enumerate() {
@@ -88,6 +98,28 @@ pub fn run<'py>(
         mems.push((i, mem));
         buffers.push(Some(obj));
     }
+    Ok(Prepared {
+        model,
+        buffers,
+        mems,
+    })
+}
+
+/// Loads the model at `url`; `alloc(nbytes, file_index)` returns each file's destination.
+pub fn run<'py>(
+    py: Python<'py>,
+    state: &State,
+    url: &str,
+    alloc: &Bound<'py, PyAny>,
+) -> PyResult<Loaded<'py>> {
+    let engine = &state.engine;
+    let start = Instant::now();
+    let Prepared {
+        model,
+        buffers,
+        mems,
+    } = prepare(py, state, url, alloc)?;
+    let headers_done = start.elapsed().as_secs_f64();
     let mut regs = Vec::with_capacity(mems.len());
     let mut handles = vec![None; model.files.len()];
     for (i, mem) in &mems {

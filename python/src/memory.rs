@@ -33,6 +33,21 @@ pub struct Memory {
     _keep: Vec<Py<PyAny>>,
 }
 
+impl Memory {
+    /// The same span, keeping nothing alive: for a thread that registers the memory while
+    /// the holder of `self` keeps the object alive (and outlives that thread's use of it).
+    #[must_use]
+    pub fn unowned_view(&self) -> Memory {
+        Memory {
+            addr: self.addr,
+            len: self.len,
+            place: self.place,
+            readonly: self.readonly,
+            _keep: Vec::new(),
+        }
+    }
+}
+
 fn from_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<Memory> {
     let capsule = obj.call_method0("__dlpack__")?;
     let cap = capsule

@@ -177,4 +177,16 @@ impl NativeEngine {
     ) -> PyResult<load::Loaded<'py>> {
         load::run(py, &*self.state()?, url, &alloc)
     }
+
+    /// Starts a streaming load: like `load_safetensors`, but returns at once an iterator of
+    /// `(file_index, name, dtype, shape, begin, end)`, each tensor as soon as its bytes are in
+    /// its file's buffer (see `hipobj.stream_safetensors`).
+    fn stream_safetensors(
+        &self,
+        py: Python<'_>,
+        url: &str,
+        alloc: Bound<'_, PyAny>,
+    ) -> PyResult<crate::stream::NativeTensorStream> {
+        crate::stream::start(py, self.state()?, url, &alloc)
+    }
 }

@@ -216,3 +216,38 @@ def test_interrupted_load_returns_promptly():
             assert time.monotonic() - start < 5
     finally:
         peer.close()
+
+
+def test_streaming_yields_every_tensor_once_as_loaded(server, engine, bucket):
+    want, weight_map = shard_model(engine, bucket, prefix="st")
+    upload(engine, f"s3://{bucket}/st/model.safetensors.index.json",
+           json.dumps({"metadata": {}, "weight_map": weight_map}).encode())
+    got = {}
+    for name, t in engine.stream_safetensors(f"s3://{bucket}/st/", device="cpu", framework="numpy"):
+        assert name not in got, f"{name} yielded twice"
+        # Each tensor is complete when it is yielded, before the iteration ends.
+        assert t.tobytes() == want[name].tobytes(), name
+        got[name] = t
+    assert_same(got, want)
+    report = engine.last_load_report
+    assert report["bytes"] == sum(v.nbytes for v in want.values())
+    assert 0 < report["first_tensor_seconds"] <= report["seconds"]
+    assert [f["verification"] for f in report["files"]] == \
+        [("range-checksums" if server.name == "gateway" else "object-checksum")] * 2
+    # The module-level form, with an engine of its own.
+    names = [n for n, _ in hipobj.stream_safetensors(
+        f"s3://{bucket}/st/", device="cpu", framework="numpy", endpoint=server.url,
+        access_key=ACCESS_KEY, secret_key=SECRET_KEY, region=REGION)]
+    assert sorted(names) == sorted(want)
+
+
+def test_leaving_a_stream_early_stops_it_and_the_engine_goes_on(engine, bucket):
+    want, weight_map = shard_model(engine, bucket, prefix="se")
+    upload(engine, f"s3://{bucket}/se/model.safetensors.index.json",
+           json.dumps({"metadata": {}, "weight_map": weight_map}).encode())
+    for _name, _t in engine.stream_safetensors(f"s3://{bucket}/se/", device="cpu", framework="numpy"):
+        break
+    assert_same(load(engine, f"s3://{bucket}/se/"), want)
+    with pytest.raises(hipobj.S3Error):
+        for _ in engine.stream_safetensors(f"s3://{bucket}/missing/", device="cpu", framework="numpy"):
+            pass

@@ -36,7 +36,7 @@ from . import _safetensors
 
 __version__ = _native.__version__
 __all__ = [
-    "Engine", "load_safetensors", "HipobjError", "ConfigError", "InvalidURLError", "S3Error",
+    "Engine", "load_safetensors", "stream_safetensors", "HipobjError", "ConfigError", "InvalidURLError", "S3Error",
     "IntegrityError", "SafetensorsError", "UnsupportedError", "BatchError",
     "InvalidArgumentError", "InvalidTypeError", "InvalidBufferError", "ClosedError",
 ]
@@ -199,6 +199,17 @@ class Engine:
             raise BatchError(errors, results)
         return [r or 0 for r in results]
 
+    def stream_safetensors(self, url_or_prefix: str, device: str = "cuda:0", dtype: Any = None,
+                           framework: Optional[str] = None) -> Iterator[Tuple[str, Any]]:
+        """See :func:`hipobj.stream_safetensors`."""
+
+        def keep(report: dict) -> None:
+            self.last_load_report = report
+
+        with _user_errors(self._closed_error()):
+            it = _safetensors.stream(self._native, url_or_prefix, device, dtype, framework, keep)
+            yield from it
+
     def load_safetensors(self, url_or_prefix: str, device: str = "cuda:0", dtype: Any = None,
                          framework: Optional[str] = None) -> Dict[str, Any]:
         """See :func:`hipobj.load_safetensors`."""
@@ -206,6 +217,31 @@ class Engine:
             tensors, self.last_load_report = _safetensors.load(
                 self._native, url_or_prefix, device, dtype, framework)
         return tensors
+
+
+def stream_safetensors(url_or_prefix: str, device: str = "cuda:0", dtype: Any = None, *,
+                       engine: Optional[Engine] = None, framework: Optional[str] = None,
+                       **engine_options: Any) -> Iterator[Tuple[str, Any]]:
+    """Streams a safetensors model from S3: yields ``(name, tensor)`` as soon as each
+    tensor's bytes are in place (in VRAM for ``device="cuda:N"``), while the rest of the
+    model is still arriving, so a server can build its model as the weights land.
+
+    Arguments as for :func:`load_safetensors`. Every header is read and validated before the
+    first tensor; all files' ranges then run in one batch, and tensors come in the order their
+    bytes complete (not file order). A tensor whose ranges carried a server checksum of
+    exactly their bytes (our gateway, RDMA) is verified when it is yielded; otherwise each
+    file is proven after its last byte (its ranges' CRC-64/NVME combined against the object's
+    stored checksum) and a mismatch raises :class:`IntegrityError` from the iterator then,
+    after tensors of that file were yielded: use :func:`load_safetensors` when no unproven
+    byte may be used. Leaving the loop early stops the load. The report (bytes, seconds,
+    ``first_tensor_seconds``, each file's verification) is ``Engine.last_load_report`` once
+    the iteration has ended.
+    """
+    if engine is not None:
+        yield from engine.stream_safetensors(url_or_prefix, device, dtype, framework)
+        return
+    with Engine(**engine_options) as eng:
+        yield from eng.stream_safetensors(url_or_prefix, device, dtype, framework)
 
 
 def load_safetensors(url_or_prefix: str, device: str = "cuda:0", dtype: Any = None, *,

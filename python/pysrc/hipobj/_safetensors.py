@@ -3,7 +3,7 @@ file; this module allocates those buffers and cuts the tensors out of them as vi
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 from ._errors import SafetensorsError, UnsupportedError
 
@@ -94,6 +94,41 @@ def _numpy_view(np, buf, name, dtype_name, shape, begin, end, key):
     if begin == end:
         return np.empty(shape, dtype=dt)
     return buf[begin:end].view(dt).reshape(shape)
+
+
+def stream(native, url: str, device: str, dtype: Any, framework: Optional[str],
+           on_report: Any = None) -> Iterator[Tuple[str, Any]]:
+    """``(name, tensor)`` pairs as each tensor's bytes land (``hipobj.stream_safetensors``);
+    ``on_report(report)`` is called once the whole model has arrived and been verified."""
+    kind, ordinal = _parse_device(device)
+    fw = _framework(framework, kind)
+    it = native.stream_safetensors(url, _allocator(fw, kind, ordinal))
+    if fw == "torch":
+        import torch as lib
+
+        view = _torch_view
+    else:
+        import numpy as lib
+
+        view = _numpy_view
+    buffers, keys, seen = it.buffers, it.keys, set()
+    try:
+        for file, name, dtype_name, shape, begin, end in it:
+            if name in seen:
+                raise SafetensorsError(f"tensor {name!r} appears twice", path=keys[file])
+            seen.add(name)
+            t = view(lib, buffers[file], name, dtype_name, list(shape), begin, end, keys[file])
+            if dtype is not None:
+                t = t.to(dtype) if fw == "torch" else t.astype(dtype)
+            yield name, t
+    finally:
+        # Abandoned half way (break, an exception): stop the load before the buffers go.
+        it.close()
+    report = it.report
+    if report is not None and on_report is not None:
+        report["framework"] = fw
+        report["device"] = f"{kind}:{ordinal}" if kind == "cuda" else "cpu"
+        on_report(report)
 
 
 def load(native, url: str, device: str, dtype: Any, framework: Optional[str]) -> Tuple[Dict[str, Any], dict]:
