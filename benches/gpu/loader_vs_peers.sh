@@ -9,7 +9,7 @@
 #             runai-model-streamer-s3==0.17.1 into .whl/ (the device tool's README gives the flags)
 #   device: run(command="bash benches/gpu/loader_vs_peers.sh", carry=[".gpu-bin-python", ".whl"])
 #
-# Knobs: GIB [6.2], RUNS [3], METHODS (loader_vs_peers.py --methods), SERVER_CPUS [0-7],
+# Knobs: GIB [6.2], RUNS [3], METHODS (loader_vs_peers.py --methods), WHEELS [$BIN], SERVER_CPUS [0-7],
 # CLIENT_CPUS [8-15]. Output (log + JSON) in $OUT or benches/gpu/results/.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,7 +24,9 @@ SPID=
 trap '[ -n "$SPID" ] && kill $SPID 2>/dev/null; rm -rf "$WORK"' EXIT
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 nproc
-python3 -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" .whl/*.whl "$BIN"/hipobj-*.whl || exit 1
+# WHEELS: another build's hipobj wheel (an A/B against an older commit, the same server).
+python3 -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" .whl/*.whl \
+  "${WHEELS:-$BIN}"/hipobj-*.whl || exit 1
 export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 export AWS_ACCESS_KEY_ID=benchkey AWS_SECRET_ACCESS_KEY=benchsecret AWS_REGION=us-east-1
