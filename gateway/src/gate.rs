@@ -14,6 +14,8 @@
 //!   new connection evicts the waiting connection that has made the least use of its time: an
 //!   idle one first (longest idle), else the half-sent head that started first (answered 503
 //!   `SlowDown`). Only when every connection is inside a request is the new one refused (503).
+//! - A connection whose first bytes are a TLS record (a ClientHello on this plain-HTTP port) is
+//!   answered 400 at once, naming `http://`, and closed: it does not wait for `head_timeout`.
 //! - Memory: a waiting connection holds its partial head (at most `http_limits.max_head_bytes`)
 //!   inside its decoder, and nothing else.
 
@@ -351,6 +353,10 @@ fn feed(w: &mut Waiting, mut input: &[u8], shared: &Shared) -> Progress {
     if input.is_empty() {
         return Progress::Waiting;
     }
+    if w.head_started.is_none() && is_tls_record(input) {
+        answer_tls_and_close(&mut w.stream, shared);
+        return Progress::Closed;
+    }
     w.head_started.get_or_insert_with(Instant::now);
     loop {
         match w.dec.decode(input) {
@@ -380,6 +386,33 @@ fn feed(w: &mut Waiting, mut input: &[u8], shared: &Shared) -> Progress {
             }
         }
     }
+}
+
+/// Whether the first bytes of a request are a TLS handshake record (type 0x16, version 0x03xx):
+/// a ClientHello sent to this plain-HTTP port. A lone 0x16 counts too: no HTTP method starts
+/// with a control character.
+fn is_tls_record(first: &[u8]) -> bool {
+    matches!(first, [0x16] | [0x16, 0x03, ..])
+}
+
+/// Answers a TLS ClientHello at once (400, saying the port speaks plain `http://`) instead of
+/// letting it wait for the head timeout. The rest of the hello is read first (bounded, without
+/// blocking) so closing does not reset the connection before the client reads the answer; a
+/// TLS client then fails its handshake at once on the plaintext answer.
+fn answer_tls_and_close(stream: &mut TcpStream, shared: &Shared) {
+    let err = ApiError::new(
+        400,
+        "BadRequest",
+        "this endpoint speaks plain HTTP, not TLS: use http:// (the client sent a TLS ClientHello)",
+    );
+    let mut scratch = [0u8; READ_SLICE];
+    for _ in 0..4 {
+        match stream.read(&mut scratch) {
+            Ok(n) if n > 0 => {}
+            _ => break,
+        }
+    }
+    answer_and_close(stream, &err, shared);
 }
 
 /// Best-effort error answer on a non-blocking socket that is about to close (the answer is
