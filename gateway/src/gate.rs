@@ -11,9 +11,13 @@
 //!   (408 `RequestTimeout`, then close). The per-read `io_timeout` does not reset it.
 //! - `idle_timeout`: a connection that sends no byte for this long is closed.
 //! - `max_connections`: connections held at once (waiting here + being served). At capacity a
-//!   new connection evicts the waiting connection that has made the least use of its time: an
-//!   idle one first (longest idle), else the half-sent head that started first (answered 503
-//!   `SlowDown`). Only when every connection is inside a request is the new one refused (503).
+//!   new connection evicts the waiting connection that has made the least use of its time: the
+//!   half-sent head that started first (answered 503 `SlowDown`), else the connection silent
+//!   for longest (idle keep-alive, or accepted and silent); a connection just accepted comes
+//!   last. Only when every connection is inside a request is the new one refused (503).
+//!   Arrived heads are read before new connections are accepted, and accepts come in batches
+//!   of a quarter of `max_connections`, so reconnecting slow clients cannot cycle a normal
+//!   client's new connection out before its head is read.
 //! - A connection whose first bytes are a TLS record (a ClientHello on this plain-HTTP port) is
 //!   answered 400 at once, naming `http://`, and closed: it does not wait for `head_timeout`.
 //! - Memory: a waiting connection holds its partial head (at most `http_limits.max_head_bytes`)
@@ -140,23 +144,33 @@ impl Gate {
     /// Runs until the gateway shuts down; then closes every waiting connection.
     pub(crate) fn run(mut self) {
         let mut events = Events::with_capacity(256);
+        // Connections may still wait in the backlog (the last batch was full).
+        let mut backlog = false;
         while !self.shared.is_shutting_down() {
-            let sleep = self.next_deadline().map_or(MAX_SLEEP, |d| {
-                d.saturating_duration_since(Instant::now()).min(MAX_SLEEP)
-            });
+            let sleep = if backlog {
+                Duration::ZERO
+            } else {
+                self.next_deadline().map_or(MAX_SLEEP, |d| {
+                    d.saturating_duration_since(Instant::now()).min(MAX_SLEEP)
+                })
+            };
             if let Err(e) = self.poll.poll(&mut events, Some(sleep))
                 && e.kind() != ErrorKind::Interrupted
             {
                 return;
             }
+            // Heads that arrived are read before anything new is accepted, so a connection
+            // accepted in the last round is handed over before new arrivals can evict it.
+            let mut accept = backlog;
             for ev in &events {
                 match ev.token() {
-                    LISTENER => self.accept_all(),
+                    LISTENER => accept = true,
                     WAKER => {}
                     Token(t) => self.on_readable(t),
                 }
             }
             self.take_returns();
+            backlog = accept && self.accept_batch();
             self.expire(Instant::now());
         }
         for (_, w) in self.waiting.drain() {
@@ -165,16 +179,22 @@ impl Gate {
         }
     }
 
-    fn accept_all(&mut self) {
-        loop {
+    /// Accepts at most a batch of connections (a quarter of `max_connections`, at least one):
+    /// at capacity each evicts a waiting one, and a bounded batch keeps a burst of reconnecting
+    /// clients from cycling through every slot before the heads already sent are read. True
+    /// when the batch was full (more may be waiting: the listener is edge-triggered).
+    fn accept_batch(&mut self) -> bool {
+        let batch = (self.shared.config.max_connections / 4).max(1);
+        for _ in 0..batch {
             match self.listener.accept() {
                 Ok((stream, _)) => self.admit(stream),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 // EMFILE and friends: leave the rest in the backlog until something closes.
-                Err(_) => return,
+                Err(_) => return false,
             }
         }
+        true
     }
 
     fn admit(&mut self, stream: TcpStream) {
@@ -303,21 +323,20 @@ impl Gate {
         }
     }
 
-    /// Makes room for a new connection: closes the longest-idle waiting connection, else the
-    /// half-sent head that started first. False when every connection is inside a request.
+    /// Makes room for a new connection: closes the half-sent head that started first (a slow
+    /// client), else the connection silent for longest (idle keep-alive, or accepted and
+    /// still silent). A connection just accepted is thus the last candidate: its head is
+    /// usually on its way, and a flood of reconnecting slow clients evicts its own kind.
+    /// False when every connection is inside a request.
     fn evict_one(&mut self) -> bool {
-        let idle = self
+        let victim = self
             .waiting
             .iter()
-            .filter(|(_, w)| w.head_started.is_none())
-            .min_by_key(|(_, w)| w.since)
+            .min_by_key(|(_, w)| match w.head_started {
+                Some(t) => (0, t),
+                None => (1, w.since),
+            })
             .map(|(t, _)| *t);
-        let victim = idle.or_else(|| {
-            self.waiting
-                .iter()
-                .min_by_key(|(_, w)| w.head_started)
-                .map(|(t, _)| *t)
-        });
         let Some(token) = victim else {
             return false;
         };
