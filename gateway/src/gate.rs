@@ -11,15 +11,24 @@
 //!   (408 `RequestTimeout`, then close). The per-read `io_timeout` does not reset it.
 //! - `idle_timeout`: a connection that sends no byte for this long is closed.
 //! - `max_connections`: connections held at once (waiting here + being served). At capacity a
-//!   new connection evicts the waiting connection that has made the least use of its time: an
-//!   idle one first (longest idle), else the half-sent head that started first (answered 503
-//!   `SlowDown`). Only when every connection is inside a request is the new one refused (503).
+//!   new connection evicts the waiting connection that has made the least use of its time: a
+//!   half-sent head that started first (answered 503 `SlowDown`), else the connection silent
+//!   for longest (idle keep-alive, or accepted and silent); a connection just accepted comes
+//!   last. Only when every connection is inside a request is the new one refused (503).
+//!   One address holds at most a quarter of `max_connections` half-sent heads (its oldest is
+//!   evicted when it starts one more), and eviction at capacity takes a half-sent head of the
+//!   address holding the most, so a flood from one address cycles through its own share.
+//!   Arrived heads are read before new connections are accepted, and accepts come in batches
+//!   of a quarter of `max_connections`, so reconnecting slow clients cannot cycle a normal
+//!   client's new connection out before its head is read.
+//! - A connection whose first bytes are a TLS record (a ClientHello on this plain-HTTP port) is
+//!   answered 400 at once, naming `http://`, and closed: it does not wait for `head_timeout`.
 //! - Memory: a waiting connection holds its partial head (at most `http_limits.max_head_bytes`)
 //!   inside its decoder, and nothing else.
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
-use std::net::TcpStream as StdStream;
+use std::net::{IpAddr, TcpStream as StdStream};
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -86,6 +95,8 @@ struct Waiting {
     since: Instant,
     /// When the first byte of the current head arrived.
     head_started: Option<Instant>,
+    /// The client's address (for the per-peer cap on half-sent heads).
+    peer: Option<IpAddr>,
 }
 
 /// What reading a waiting connection led to.
@@ -138,23 +149,33 @@ impl Gate {
     /// Runs until the gateway shuts down; then closes every waiting connection.
     pub(crate) fn run(mut self) {
         let mut events = Events::with_capacity(256);
+        // Connections may still wait in the backlog (the last batch was full).
+        let mut backlog = false;
         while !self.shared.is_shutting_down() {
-            let sleep = self.next_deadline().map_or(MAX_SLEEP, |d| {
-                d.saturating_duration_since(Instant::now()).min(MAX_SLEEP)
-            });
+            let sleep = if backlog {
+                Duration::ZERO
+            } else {
+                self.next_deadline().map_or(MAX_SLEEP, |d| {
+                    d.saturating_duration_since(Instant::now()).min(MAX_SLEEP)
+                })
+            };
             if let Err(e) = self.poll.poll(&mut events, Some(sleep))
                 && e.kind() != ErrorKind::Interrupted
             {
                 return;
             }
+            // Heads that arrived are read before anything new is accepted, so a connection
+            // accepted in the last round is handed over before new arrivals can evict it.
+            let mut accept = backlog;
             for ev in &events {
                 match ev.token() {
-                    LISTENER => self.accept_all(),
+                    LISTENER => accept = true,
                     WAKER => {}
                     Token(t) => self.on_readable(t),
                 }
             }
             self.take_returns();
+            backlog = accept && self.accept_batch();
             self.expire(Instant::now());
         }
         for (_, w) in self.waiting.drain() {
@@ -163,19 +184,25 @@ impl Gate {
         }
     }
 
-    fn accept_all(&mut self) {
-        loop {
+    /// Accepts at most a batch of connections (a quarter of `max_connections`, at least one):
+    /// at capacity each evicts a waiting one, and a bounded batch keeps a burst of reconnecting
+    /// clients from cycling through every slot before the heads already sent are read. True
+    /// when the batch was full (more may be waiting: the listener is edge-triggered).
+    fn accept_batch(&mut self) -> bool {
+        let batch = (self.shared.config.max_connections / 4).max(1);
+        for _ in 0..batch {
             match self.listener.accept() {
-                Ok((stream, _)) => self.admit(stream),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Ok((stream, addr)) => self.admit(stream, addr.ip()),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 // EMFILE and friends: leave the rest in the backlog until something closes.
-                Err(_) => return,
+                Err(_) => return false,
             }
         }
+        true
     }
 
-    fn admit(&mut self, stream: TcpStream) {
+    fn admit(&mut self, stream: TcpStream, peer: IpAddr) {
         if self.shared.is_full() && !self.evict_one() {
             self.shared.reject(StdStream::from(stream));
             return;
@@ -187,6 +214,7 @@ impl Gate {
             dec: RequestDecoder::new(self.shared.config.http_limits),
             since: Instant::now(),
             head_started: None,
+            peer: Some(peer),
         });
     }
 
@@ -210,9 +238,15 @@ impl Gate {
         let Some(mut w) = self.waiting.remove(&token) else {
             return;
         };
+        let was_half_sent = w.head_started.is_some();
         match read_head(&mut w, &self.shared) {
             Progress::Waiting => {
+                let peer = w.peer;
+                let half_sent = w.head_started.is_some();
                 self.waiting.insert(token, w);
+                if half_sent && !was_half_sent {
+                    self.cap_peer(peer);
+                }
             }
             Progress::Head(head, pending) => self.hand_over(w, head, pending),
             Progress::Closed => self.shared.connection_ended(),
@@ -241,11 +275,13 @@ impl Gate {
                 self.shared.connection_ended();
                 continue;
             }
+            let peer = stream.peer_addr().ok().map(|a| a.ip());
             let mut w = Waiting {
                 stream: TcpStream::from_std(stream),
                 dec: RequestDecoder::new(self.shared.config.http_limits),
                 since: Instant::now(),
                 head_started: None,
+                peer,
             };
             match feed(&mut w, &pending, &self.shared) {
                 // Whatever else the socket holds arrives as a readable event after register.
@@ -301,31 +337,71 @@ impl Gate {
         }
     }
 
-    /// Makes room for a new connection: closes the longest-idle waiting connection, else the
-    /// half-sent head that started first. False when every connection is inside a request.
-    fn evict_one(&mut self) -> bool {
-        let idle = self
+    /// Half-sent heads per client address.
+    fn half_sent_by_peer(&self) -> HashMap<Option<IpAddr>, usize> {
+        let mut n = HashMap::new();
+        for w in self.waiting.values().filter(|w| w.head_started.is_some()) {
+            *n.entry(w.peer).or_insert(0) += 1;
+        }
+        n
+    }
+
+    /// The per-peer cap: an address may hold at most a quarter of `max_connections` (at least
+    /// one) half-sent heads; one more evicts that address's oldest. So a flood from one
+    /// address cycles through its own share, and a slow head from anyone else keeps its
+    /// place. Silent connections are not capped: a client opening many connections at once
+    /// sends each its whole head in one go, and must not lose them before they are read.
+    fn cap_peer(&mut self, peer: Option<IpAddr>) {
+        let cap = (self.shared.config.max_connections / 4).max(1);
+        let mut theirs: Vec<(Instant, usize)> = self
             .waiting
             .iter()
-            .filter(|(_, w)| w.head_started.is_none())
-            .min_by_key(|(_, w)| w.since)
+            .filter(|(_, w)| w.peer == peer)
+            .filter_map(|(t, w)| w.head_started.map(|s| (s, *t)))
+            .collect();
+        if theirs.len() <= cap {
+            return;
+        }
+        theirs.sort_unstable();
+        for (_, token) in theirs.iter().take(theirs.len() - cap) {
+            self.evict(*token);
+        }
+    }
+
+    /// Makes room for a new connection: closes a half-sent head (a slow client) of the address
+    /// holding the most of them, the one that started first; else the connection silent for
+    /// longest (idle keep-alive, or accepted and still silent). A connection just accepted is
+    /// thus the last candidate: its head is usually on its way, and a flood of reconnecting
+    /// slow clients evicts its own kind. False when every connection is inside a request.
+    fn evict_one(&mut self) -> bool {
+        let half_sent = self.half_sent_by_peer();
+        let victim = self
+            .waiting
+            .iter()
+            .min_by_key(|(_, w)| match w.head_started {
+                Some(t) => (
+                    0,
+                    usize::MAX - half_sent.get(&w.peer).copied().unwrap_or(0),
+                    t,
+                ),
+                None => (1, 0, w.since),
+            })
             .map(|(t, _)| *t);
-        let victim = idle.or_else(|| {
-            self.waiting
-                .iter()
-                .min_by_key(|(_, w)| w.head_started)
-                .map(|(t, _)| *t)
-        });
         let Some(token) = victim else {
             return false;
         };
+        self.evict(token);
+        true
+    }
+
+    /// Closes a waiting connection: a half-sent head is answered `503 SlowDown` first.
+    fn evict(&mut self, token: usize) {
         if let Some(mut w) = self.waiting.remove(&token) {
             if w.head_started.is_some() {
                 answer_and_close(&mut w.stream, &ApiError::slow_down(), &self.shared);
             }
             self.shared.connection_ended();
         }
-        true
     }
 }
 
@@ -350,6 +426,10 @@ fn read_head(w: &mut Waiting, shared: &Shared) -> Progress {
 fn feed(w: &mut Waiting, mut input: &[u8], shared: &Shared) -> Progress {
     if input.is_empty() {
         return Progress::Waiting;
+    }
+    if w.head_started.is_none() && is_tls_record(input) {
+        answer_tls_and_close(&mut w.stream, shared);
+        return Progress::Closed;
     }
     w.head_started.get_or_insert_with(Instant::now);
     loop {
@@ -380,6 +460,33 @@ fn feed(w: &mut Waiting, mut input: &[u8], shared: &Shared) -> Progress {
             }
         }
     }
+}
+
+/// Whether the first bytes of a request are a TLS handshake record (type 0x16, version 0x03xx):
+/// a ClientHello sent to this plain-HTTP port. A lone 0x16 counts too: no HTTP method starts
+/// with a control character.
+fn is_tls_record(first: &[u8]) -> bool {
+    matches!(first, [0x16] | [0x16, 0x03, ..])
+}
+
+/// Answers a TLS ClientHello at once (400, saying the port speaks plain `http://`) instead of
+/// letting it wait for the head timeout. The rest of the hello is read first (bounded, without
+/// blocking) so closing does not reset the connection before the client reads the answer; a
+/// TLS client then fails its handshake at once on the plaintext answer.
+fn answer_tls_and_close(stream: &mut TcpStream, shared: &Shared) {
+    let err = ApiError::new(
+        400,
+        "BadRequest",
+        "this endpoint speaks plain HTTP, not TLS: use http:// (the client sent a TLS ClientHello)",
+    );
+    let mut scratch = [0u8; READ_SLICE];
+    for _ in 0..4 {
+        match stream.read(&mut scratch) {
+            Ok(n) if n > 0 => {}
+            _ => break,
+        }
+    }
+    answer_and_close(stream, &err, shared);
 }
 
 /// Best-effort error answer on a non-blocking socket that is about to close (the answer is

@@ -9,7 +9,8 @@
 //! `--insecure-skip-tls-verify`): the name says what it does.
 //!
 //! [`CertificateProblem`] names why a server's certificate was refused, for errors a user can
-//! act on ("unknown issuer: pass the CA bundle").
+//! act on ("unknown issuer: pass the CA bundle"), and a server that answered plain HTTP to the
+//! ClientHello ([`CertificateProblem::PlainHttpAnswer`]: "is the endpoint http://?").
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -48,7 +49,8 @@ impl TlsOptions {
     }
 }
 
-/// Why a server's certificate was refused, in words a user can act on.
+/// Why a server's certificate was refused (or the server spoke no TLS at all), in words a user
+/// can act on. Every one is final: retrying meets the same server.
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CertificateProblem {
@@ -73,6 +75,11 @@ pub enum CertificateProblem {
     /// A signature in the chain does not verify.
     #[error("certificate signature invalid")]
     BadSignature,
+    /// The server answered the handshake with bytes that are not TLS: a plain-HTTP port
+    /// answers a ClientHello with an HTTP error (the gateway does at once). Retrying cannot
+    /// help; the endpoint is probably `http://`.
+    #[error("the server answered plain HTTP, not TLS (TLS mismatch): is the endpoint http://?")]
+    PlainHttpAnswer,
     /// Anything else rustls refused (its words).
     #[error("certificate refused: {0}")]
     Other(String),
@@ -81,6 +88,14 @@ pub enum CertificateProblem {
 impl CertificateProblem {
     /// The certificate problem behind a rustls error, if it is one.
     pub fn of_rustls(e: &rustls::Error) -> Option<Self> {
+        // A record whose type byte is no TLS content type: the peer is not speaking TLS
+        // ("HTTP/1.1 400 ..." starts with 0x48).
+        if matches!(
+            e,
+            rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType)
+        ) {
+            return Some(Self::PlainHttpAnswer);
+        }
         let rustls::Error::InvalidCertificate(c) = e else {
             return None;
         };

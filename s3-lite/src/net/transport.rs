@@ -278,6 +278,11 @@ mod tests {
             err.get_ref()
                 .is_some_and(|i| i.downcast_ref::<rustls::Error>().is_some())
         );
+        assert_eq!(
+            super::super::tls::CertificateProblem::of_io(&err),
+            Some(super::super::tls::CertificateProblem::PlainHttpAnswer),
+            "named as a plain-HTTP answer"
+        );
         // A peer that closes during the handshake ends the stream.
         let mut t = Transport::tls(Pipe::default(), &config, "localhost").unwrap();
         t.socket_mut().closed = true;

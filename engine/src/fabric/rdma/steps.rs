@@ -85,8 +85,9 @@ impl RdmaClient {
 
     /// Completes the early-answered GETs whose bytes have landed, or never will: covered and
     /// equal to the checksum the answer named, a success (verified when it named one); a
-    /// different checksum, an integrity failure; a broken digest or a failed link, a transport
-    /// failure (retried). Still landing: left for the landing's watch to wake the worker.
+    /// different checksum, an integrity failure; a broken digest, a transport failure (retried);
+    /// a failed link, a transport failure retried free (one fault for every op on the link).
+    /// Still landing: left for the landing's watch to wake the worker.
     fn check_landings(&mut self) {
         if self.landing.is_empty() {
             return;
@@ -104,6 +105,11 @@ impl RdmaClient {
                 .map_or(Landed::Broken, |l| l.state_of_first(w.awaits.bytes));
             let outcome = match (state, w.awaits.want) {
                 (Landed::Pending, _) if link_up => continue,
+                // The shared link failed under every op landing on it (a stall past the
+                // QP's timeout, a reset): one fault, so these retries are free (immediate,
+                // bounded per op) instead of each being charged to the retry budget, which
+                // a drop at concurrency 256 emptied (issue 33: ConnectionReset failures).
+                (Landed::Pending | Landed::Broken, _) if !link_up => Outcome::transport(true),
                 (Landed::Pending | Landed::Broken, _) => Outcome::transport(false),
                 (Landed::Covered(crc), want) if crc != want => {
                     Outcome::fail(ErrorCode::Integrity, ErrorClass::Integrity, Retry::No)
