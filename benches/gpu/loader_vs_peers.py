@@ -34,7 +34,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from python_load_bench import ACCESS, REGION, SECRET, check, generate  # noqa: E402
+from model_gen import ACCESS, REGION, SECRET, check, generate  # noqa: E402
 
 BUCKET, PREFIX = "bench", "model/"
 
