@@ -367,8 +367,8 @@ mod tests {
             Err(InvalidEntry::UnknownOpcode(255))
         );
         assert_eq!(
-            raw(|s| s.flags = 0x88),
-            Err(InvalidEntry::ReservedFlags(0x88))
+            raw(|s| s.flags = 0x98),
+            Err(InvalidEntry::ReservedFlags(0x90))
         );
         assert_eq!(
             raw(|s| s.rsvd0 = 1),
