@@ -26,7 +26,7 @@ def test_the_native_stub_names_what_the_module_has():
     tree = ast.parse((PACKAGE / "_native.pyi").read_text())
     engine = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "NativeEngine")
     methods = {n.name for n in engine.body if isinstance(n, ast.FunctionDef)} - {"__init__"}
-    assert methods == {"close", "closed", "endpoint", "transfer", "load_safetensors"}
+    assert methods == {"close", "closed", "endpoint", "transfer", "load_safetensors", "stream_safetensors"}
     for name in methods:
         assert hasattr(_native.NativeEngine, name), name
     assert isinstance(_native.__version__, str)
