@@ -884,36 +884,73 @@ impl S3Client {
             &[(HEADER_CRC64NVME.into(), whole.clone())],
         )?;
         let mut response = Vec::new();
-        // Retried only after an S3 error answer (SlowDown, 5xx: the server did not complete);
-        // after a lost connection the upload may have completed, and a repeat would fail.
-        let head = self.retrying(|c| {
+        // Retried after an S3 error answer (SlowDown, 5xx: the server did not complete) and
+        // after a lost connection (the server may or may not have completed: a repeat of a
+        // completed upload is refused with NoSuchUpload, which then means done). An answer
+        // whose connection failed, or whose body cannot be read (cut short), is not a failure
+        // yet: the object is asked for below.
+        let mut lost: Option<ClientError> = None;
+        let completed = self.retrying(|c| {
             response.clear();
-            c.send(
+            match c.send(
                 req.clone(),
                 Some(bucket),
                 PayloadHash::of_body(&body),
                 RequestBody::Bytes(&body),
                 &mut response,
-            )
-            .map_err(|e| {
-                let answered = matches!(e, ClientError::S3(_));
-                (e, answered)
-            })
-        })?;
-        let done = s3::parse_complete_multipart_upload(head.status, &head.headers, &response)
-            .map_err(|e| match e {
-                s3::ResponseError::S3(e) => ClientError::S3(e),
-                other => ClientError::response(other),
-            })?;
-        let object_proof = self.judge_completed(
-            bucket,
-            key,
-            len,
-            whole_crc,
-            &part_md5s,
-            done.checksum_crc64nvme.as_deref(),
-            done.etag.as_deref(),
-        )?;
+            ) {
+                Ok(head) => {
+                    match s3::parse_complete_multipart_upload(head.status, &head.headers, &response)
+                    {
+                        Ok(done) => Ok(Some(done)),
+                        Err(s3::ResponseError::S3(e)) => Err((ClientError::S3(e), true)),
+                        // A 200 whose body was cut or garbled: the server completed, and its
+                        // answer is lost.
+                        Err(other) => {
+                            let e = ClientError::Response(format!(
+                                "the CompleteMultipartUpload answer ({} bytes) cannot be read: {other}",
+                                response.len()
+                            ));
+                            lost = Some(ClientError::Response(e.to_string()));
+                            Err((e, false))
+                        }
+                    }
+                }
+                Err(ClientError::S3(e)) if lost.is_some() && e.code == "NoSuchUpload" => Ok(None),
+                Err(ClientError::Exchange(e)) => {
+                    lost = Some(ClientError::Response(format!(
+                        "the CompleteMultipartUpload answer was lost: {e}"
+                    )));
+                    Err((ClientError::Exchange(e), true))
+                }
+                Err(e) => Err((e, true)),
+            }
+        });
+        let (done_etag, object_proof, lost) = match (completed, lost) {
+            (Ok(Some(done)), _) => {
+                let proof = self.judge_completed(
+                    bucket,
+                    key,
+                    len,
+                    whole_crc,
+                    &part_md5s,
+                    done.checksum_crc64nvme.as_deref(),
+                    done.etag.as_deref(),
+                )?;
+                (done.etag, proof, None)
+            }
+            (Ok(None), Some(why)) | (Err(_), Some(why)) => {
+                let (etag, proof) =
+                    self.confirm_completed(bucket, key, len, whole_crc, &part_md5s, &why)?;
+                (etag, proof, Some(why))
+            }
+            (Ok(None), None) => {
+                return Err(ClientError::Response(
+                    "CompleteMultipartUpload: NoSuchUpload".into(),
+                ));
+            }
+            (Err(e), None) => return Err(e),
+        };
         let parts_proof = match (part_proofs.first(), unproven_parts.is_empty()) {
             (Some(first), true) if part_proofs.iter().all(|p| p == first) => {
                 Some(first.name().to_owned())
@@ -931,20 +968,59 @@ impl S3Client {
             ),
             (Some(_), None) => (
                 None,
-                Some(
-                    "Complete and HEAD named no full-object checksum and no MD5-of-MD5s ETag (the stored size matched)"
+                Some(match &lost {
+                    None => "Complete and HEAD named no full-object checksum and no MD5-of-MD5s ETag (the stored size matched)"
                         .to_owned(),
-                ),
+                    Some(why) => format!(
+                        "{why}; a HEAD found an object of our size, with no full-object checksum and no MD5-of-MD5s ETag to prove its bytes"
+                    ),
+                }),
             ),
         };
         Ok(PutResult {
-            etag: done.etag,
+            etag: done_etag,
             sent_crc64nvme: whole,
             parts: parts.len() as u32,
             bytes: len,
             verified_by,
             unverified,
         })
+    }
+
+    /// After a CompleteMultipartUpload whose answer was lost (`why`): a HEAD (with the stored
+    /// checksum) says whether the object is there with our size, and not refuted by its
+    /// full-object CRC64NVME or its MD5-of-MD5s ETag. Returns its ETag and what proved it
+    /// (`None`: the size matched but nothing proved the bytes). No object, or another one, is
+    /// the error `why`, with what the HEAD found.
+    pub fn confirm_completed(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        len: u64,
+        crc64nvme: u64,
+        part_md5s: &[[u8; 16]],
+        why: &ClientError,
+    ) -> Result<(Option<String>, Option<Proof>), ClientError> {
+        let meta = self.head_with(bucket, key, true).map_err(|e| {
+            ClientError::Response(format!(
+                "{why}, and a HEAD afterwards found no object s3://{bucket}/{key} ({e}): the upload did not complete"
+            ))
+        })?;
+        let not_ours = |m: IntegrityMismatch| {
+            ClientError::Response(format!(
+                "{why}, and the object a HEAD found afterwards is not the one we sent ({m}): the upload did not complete"
+            ))
+        };
+        let stored = judge_stored(
+            len,
+            crc64nvme,
+            meta.content_length,
+            meta.checksum_crc64nvme.as_deref(),
+            meta.checksum_type.as_deref(),
+        )
+        .map_err(not_ours)?;
+        let by_etag = judge_multipart_etag(part_md5s, meta.etag.as_deref()).map_err(not_ours)?;
+        Ok((meta.etag, stored.or(by_etag)))
     }
 
     /// After CompleteMultipartUpload: the object the server assembled must be ours. Its
