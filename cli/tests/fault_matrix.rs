@@ -372,6 +372,25 @@ fn an_unproven_upload_succeeds_unverified_unless_verify_is_asked() {
             bytes,
             "{name}: stored object"
         );
+
+        // The engine's PUT (`--fabric soft`: s3s-fs has no soft fabric, the engine sends the
+        // body over HTTP), judged by the HEAD after it: the message of the issue, now a
+        // warning by default and an error under --verify.
+        let mut engine_args = args.to_vec();
+        engine_args[4] = "soft";
+        let (out, _) = hipobj(&relay.url(), &engine_args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "engine put: {stderr}");
+        assert!(
+            stderr.contains("HEAD after the PUT named no CRC64NVME and no MD5 ETag"),
+            "{stderr}"
+        );
+        let json = json_of(&out);
+        assert_eq!(json["client"], "engine", "{json}");
+        assert_eq!(json["verified"], false, "{json}");
+        engine_args.push("--verify");
+        let (out, _) = hipobj(&relay.url(), &engine_args);
+        assert!(!out.status.success(), "engine put --verify: exit 0");
     }
 }
 

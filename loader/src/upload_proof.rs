@@ -293,7 +293,7 @@ mod tests {
     }
 
     #[test]
-    fn an_unproven_upload_fails_unless_verification_is_waived() {
+    fn an_unproven_upload_fails_only_when_a_proof_is_required() {
         let err = upload_verdict(true, None, Some("no echo")).unwrap_err();
         assert!(err.contains("upload unverified: no echo"), "{err}");
         let waived = upload_verdict(false, None, Some("no echo")).unwrap();
