@@ -84,13 +84,20 @@ pub struct BenchArgs {
     /// memory does, instead of verifying every range inline. Needs --object-size of RAM.
     #[arg(long)]
     pub verify_after: bool,
-    /// Check every range's bytes against the object; a range that differs counts as an error
-    /// (`mismatches` in the table and `--json`). A plain run first reads the whole object once
-    /// (one GET before the timed phase, host memory, at most 4 GiB) and compares each range
-    /// with it as it completes (the comparison time is reported as `verify_s`). `--embedded`
-    /// always verifies (the synthetic model is known), with or without this flag.
-    #[arg(long)]
+    /// Compare every range's bytes with the object, even those a server checksum proved; a
+    /// range that differs counts as an error (`mismatches` in the table and `--json`), and a
+    /// run that cannot compare (GPU memory, an object over 4 GiB) is refused. By default a
+    /// plain run already compares every range that no server checksum proved (servers that
+    /// send none, such as s3s-fs, MinIO or AWS for ranges): it first reads the whole object
+    /// once (one GET before the timed phase, host memory, objects up to 1 GiB) and compares
+    /// such ranges as they complete (the time is reported as `verify_s`). `--embedded` always
+    /// verifies (the synthetic model is known), with or without this flag.
+    #[arg(long, conflicts_with = "no_verify")]
     pub verify: bool,
+    /// Compare no range with the object (no reference GET): ranges no server checksum proved
+    /// are counted as `unverified` in the table and `--json`, and a warning says how many.
+    #[arg(long)]
+    pub no_verify: bool,
     /// GPU memory: one host → device copy per range (`EngineBuilder::gpu_coalesce_limit(0)`),
     /// instead of the engine merging ranges adjacent in bounce memory and VRAM (comparison).
     #[arg(long)]
@@ -291,11 +298,20 @@ pub struct BenchReport {
     /// Counts per error code (`EIO` style names; `Mismatch`: bytes that differ from the
     /// object under `--verify`).
     pub error_codes: Vec<(String, u64)>,
-    /// Whether every range was compared with the object (`--verify`).
+    /// Whether ranges were compared with the object (by default those no server checksum
+    /// proved; with `--verify` all of them).
     pub verify: bool,
-    /// Ranges whose bytes differed from the object (`--verify`; counted in `errors`).
+    /// What was compared: `all` (`--verify`), `unproven` (the default: ranges no server
+    /// checksum proved), `off` (`--no-verify`, or the default where the object cannot be held
+    /// in host memory: see `verify_off_reason`).
+    pub verify_mode: &'static str,
+    /// Why the default compared nothing (GPU memory, an object over the default's limit).
+    pub verify_off_reason: Option<String>,
+    /// Ranges whose bytes differed from the object (counted in `errors`).
     pub mismatches: u64,
-    /// Seconds of the timed phase spent comparing ranges with the object (`--verify`).
+    /// Successful ranges that nothing proved: no server checksum, no comparison.
+    pub unverified: u64,
+    /// Seconds of the timed phase spent comparing ranges with the object.
     pub verify_s: f64,
     /// Successful ranges the engine proved with a server checksum of exactly their bytes
     /// (our gateway's range or RDMA reply checksum; the completion's `VERIFIED` flag).
@@ -538,13 +554,29 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
             "object is {object_size} bytes, smaller than --size {size}"
         ));
     }
-    let reference = if args.verify {
-        if gpu.is_some() {
+    let (mode, verify_off_reason) = match (args.verify, args.no_verify) {
+        (true, _) => (VerifyMode::All, None),
+        (_, true) => (VerifyMode::Off, None),
+        _ if gpu.is_some() => (
+            VerifyMode::Off,
+            Some("GPU memory: ranges are compared in host memory only (--memory host)".to_owned()),
+        ),
+        _ if object_size > DEFAULT_REFERENCE => (
+            VerifyMode::Off,
+            Some(format!(
+                "the object ({object_size} bytes) is over the {DEFAULT_REFERENCE}-byte reference the default reads first (--verify reads up to {MAX_REFERENCE})"
+            )),
+        ),
+        _ => (VerifyMode::Unproven, None),
+    };
+    let reference = match mode {
+        VerifyMode::All if gpu.is_some() => {
             return Err("--verify compares ranges in host memory: use --memory host".into());
         }
-        Some(fetch_reference(&engine, &mut q, obj, object_size)?)
-    } else {
-        None
+        VerifyMode::All | VerifyMode::Unproven => {
+            Some(fetch_reference(&engine, &mut q, obj, object_size)?)
+        }
+        VerifyMode::Off => None,
     };
     let ctx = Phase {
         obj,
@@ -554,6 +586,7 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
         conc,
         engine: &engine,
         reference: reference.as_deref(),
+        mode,
     };
     let warmup = args.warmup.unwrap_or(2 * conc);
     if warmup > 0 {
@@ -586,8 +619,22 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
     }
     let _ = stderr.flush();
     let (done, ok_bytes, errors) = (timed.done, timed.ok_bytes, timed.errors);
-    let (mismatches, verify_s, checksum_verified) =
-        (timed.mismatches, timed.verify_s, timed.checksum_verified);
+    let (mismatches, verify_s, checksum_verified, unverified) = (
+        timed.mismatches,
+        timed.verify_s,
+        timed.checksum_verified,
+        timed.unverified,
+    );
+    if unverified > 0 {
+        // On stderr even with --json: a run whose bytes nothing proved must not read as clean.
+        let _ = writeln!(
+            stderr,
+            "hipobj: warning: bench: {unverified} of {done} ranges unverified: no server checksum and no comparison with the object ({})",
+            verify_off_reason
+                .as_deref()
+                .unwrap_or("--no-verify; drop it, or pass --verify, to compare them")
+        );
+    }
     let paths = timed
         .paths
         .iter()
@@ -625,8 +672,11 @@ fn measure(args: &BenchArgs, stderr: &mut dyn Write) -> Result<BenchReport, Stri
         cpu_s: cpu,
         cpu_us_per_op: cpu * 1e6 / (done.max(1) as f64),
         error_codes: errors,
-        verify: args.verify,
+        verify: mode != VerifyMode::Off,
+        verify_mode: mode.name(),
+        verify_off_reason,
         mismatches,
+        unverified,
         verify_s,
         checksum_verified,
         paths,
@@ -667,6 +717,31 @@ fn splitmix64(state: &mut u64) -> u64 {
 
 /// Largest object `--verify` reads into memory as its reference.
 const MAX_REFERENCE: u64 = 4 << 30;
+
+/// Largest object a run without `--verify`/`--no-verify` reads as its reference (a larger one
+/// runs with only the server's checksums, and says how many ranges nothing proved).
+const DEFAULT_REFERENCE: u64 = 1 << 30;
+
+/// Which ranges are compared with the object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum VerifyMode {
+    /// `--verify`: every range.
+    All,
+    /// The default: ranges no server checksum proved.
+    Unproven,
+    /// `--no-verify`, or a default run that cannot hold the object: none.
+    Off,
+}
+
+impl VerifyMode {
+    fn name(self) -> &'static str {
+        match self {
+            VerifyMode::All => "all",
+            VerifyMode::Unproven => "unproven",
+            VerifyMode::Off => "off",
+        }
+    }
+}
 
 /// `--verify`: the whole object, read once with one GET (whose length the server's
 /// `Content-Range` proves) into registered host memory, then copied out.
@@ -714,8 +789,10 @@ struct Phase<'e> {
     slots: u64,
     conc: u64,
     engine: &'e Engine,
-    /// `--verify`: the object's bytes, which every range is compared with.
+    /// The object's bytes, which ranges are compared with (see `mode`).
     reference: Option<&'e [u8]>,
+    /// Which ranges are compared.
+    mode: VerifyMode,
 }
 
 /// Results of one phase.
@@ -729,6 +806,7 @@ struct PhaseResult {
     mismatches: u64,
     verify_s: f64,
     checksum_verified: u64,
+    unverified: u64,
 }
 
 /// Adds one error of `name` to the per-code counts.
@@ -764,6 +842,7 @@ fn run_phase(
     let mut started = vec![Instant::now(); conc as usize];
     let mut offsets = vec![0u64; conc as usize];
     let (mut mismatches, mut verifying, mut checksum_verified) = (0u64, Duration::ZERO, 0u64);
+    let mut unverified = 0u64;
     let mut free: Vec<u64> = (0..conc).rev().collect();
     let mut lat_ns: Vec<u64> = Vec::with_capacity(usize::try_from(ops).unwrap_or(0));
     let mut cqes = vec![Cqe::default(); conc as usize];
@@ -813,7 +892,12 @@ fn run_phase(
                 count_error(&mut errors, code_name(c));
                 continue;
             }
-            if let Some(reference) = ctx.reference {
+            let compare = match ctx.mode {
+                VerifyMode::All => true,
+                VerifyMode::Unproven => !c.verified(),
+                VerifyMode::Off => false,
+            };
+            if let (true, Some(reference)) = (compare, ctx.reference) {
                 let tv = Instant::now();
                 let off = offsets.get(slot as usize).copied().unwrap_or(u64::MAX);
                 let bad = c.bytes() != ctx.size || differs(ctx, reference, slot, off)?;
@@ -825,6 +909,8 @@ fn run_phase(
                 }
             }
             checksum_verified += u64::from(c.verified());
+            let compared = compare && ctx.reference.is_some();
+            unverified += u64::from(!(c.verified() || compared));
             ok_bytes += c.bytes();
             add_path_bytes(&mut paths, path_name(c.path()), c.bytes());
             add_path_bytes(&mut dialects, dialect_name(c.dialect()), c.bytes());
@@ -843,6 +929,7 @@ fn run_phase(
         mismatches,
         verify_s: verifying.as_secs_f64(),
         checksum_verified,
+        unverified,
     })
 }
 
@@ -869,11 +956,13 @@ fn print_table(r: &BenchReport, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out, "{:<12} {:>14}", "metric", "value")?;
     writeln!(out, "{:<12} {:>14}", "ops", r.ops)?;
     writeln!(out, "{:<12} {:>14}", "errors", r.errors)?;
+    writeln!(out, "{:<12} {:>14}", "verify", r.verify_mode)?;
     if r.verify {
         writeln!(out, "{:<12} {:>14}", "mismatches", r.mismatches)?;
         writeln!(out, "{:<12} {:>14.3}", "verify s", r.verify_s)?;
     }
     writeln!(out, "{:<12} {:>14}", "crc proven", r.checksum_verified)?;
+    writeln!(out, "{:<12} {:>14}", "unverified", r.unverified)?;
     writeln!(out, "{:<12} {:>14.3}", "elapsed s", r.elapsed_s)?;
     writeln!(out, "{:<12} {:>14.1}", "ops/s", r.ops_per_s)?;
     writeln!(out, "{:<12} {:>14.3}", "GB/s", r.gb_per_s)?;

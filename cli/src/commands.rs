@@ -155,25 +155,40 @@ fn rate(bytes: u64, started: Instant) -> String {
     format!("{}/s", format_bytes((bytes as f64 / secs) as u64))
 }
 
-/// `--verify` / `--no-verify`: one definition for every command that moves object data.
+/// `--verify` / `--no-verify` of `put`, the same rule as `get`'s (docs/protocol.md, "What
+/// proves a PUT / multipart upload").
 ///
-/// Verification is on by default: a transfer whose bytes nothing proved (see
-/// docs/protocol.md) ends with exit code 1 and says why. `--no-verify` accepts such a transfer;
-/// the result then says `"verified": false`. A proven mismatch fails either way.
+/// A proven mismatch fails either way. An upload whose bytes nothing proved (the server echoed
+/// no checksum, its ETag is no MD5, a HEAD afterwards named neither) succeeds by default with
+/// `hipobj: warning: unverified: …` on stderr and `"verified": false` in `--json`; `--verify`
+/// makes it an error (exit 1); `--no-verify` accepts it without the warning.
 #[derive(Args, Debug, Clone, Copy, Default)]
 pub struct VerifyArgs {
-    /// Require a proof that the server holds (or sent) exactly our bytes (the default).
+    /// Require a proof that the server holds exactly our bytes: an upload nothing proved is
+    /// an error (exit 1). Default: it succeeds with an `unverified` warning.
     #[arg(long, overrides_with = "no_verify")]
     pub verify: bool,
-    /// Accept a transfer that could not be proven (it is reported as unverified).
+    /// Accept an upload that could not be proven without the `unverified` warning (a proven
+    /// mismatch is still an error).
     #[arg(long, overrides_with = "verify")]
     pub no_verify: bool,
 }
 
 impl VerifyArgs {
-    /// Whether an unproven transfer is an error.
+    /// Whether an unproven transfer is an error (`--verify`).
     pub fn required(&self) -> bool {
-        !self.no_verify
+        self.verify
+    }
+
+    /// On stderr (even with `--json`) when an upload succeeded unproven and neither flag was
+    /// given: the exit status alone must not read as verified.
+    fn warn_unverified(&self, dest: &S3Uri, len: u64, reason: Option<&str>) {
+        if !self.verify && !self.no_verify {
+            eprintln!(
+                "hipobj: warning: unverified: {len} bytes uploaded to {dest}, but {} (pass --verify to fail instead, --no-verify to silence this)",
+                reason.unwrap_or("the server's answers proved nothing")
+            );
+        }
     }
 }
 
@@ -349,6 +364,10 @@ pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
         result.verified_by.as_deref(),
         result.unverified.as_deref(),
     )?;
+    if result.verified_by.is_none() {
+        args.verify
+            .warn_unverified(&dest, len, result.unverified.as_deref());
+    }
     summary(
         ctx,
         format!(
@@ -478,6 +497,9 @@ fn report_engine_upload(
     let by_etag = by_etag(meta.etag.as_deref()).map_err(|e| e.to_string())?;
     let proof = stored.or(by_etag).map(|p| p.name());
     let verdict = upload_verdict(args.verify.required(), proof, Some(unproven))?;
+    if proof.is_none() {
+        args.verify.warn_unverified(dest, len, Some(unproven));
+    }
     let sent_crc64nvme = s3_lite::checksum::encode_crc64nvme(sent.crc64nvme);
     warn_fallback(args.fabric, args.dialect, Carried::Engine(&sent.paths));
     summary(

@@ -1,7 +1,8 @@
-//! `hipobj bench` never counts damaged ranges as good (issue 19): a relay flips one byte in
-//! every 10th range body. Against s3s-fs (no range checksums) `--verify` compares every range
-//! with the object and counts each flip as a mismatch error; against our gateway the engine
-//! refuses each flipped range on the gateway's range checksum even without `--verify`.
+//! `hipobj bench` never counts damaged ranges as good (issues 19 and 33): a relay flips one
+//! byte in every 10th range body. Against s3s-fs (no range checksums) the default run compares
+//! every range no checksum proved with the object and counts each flip as a mismatch error, as
+//! `--verify` does; `--no-verify` compares nothing and says how many ranges were unverified.
+//! Against our gateway the engine refuses each flipped range on the gateway's range checksum.
 
 #[path = "support/s3s_fs.rs"]
 mod s3s_fs;
@@ -15,6 +16,17 @@ const RANGE: u64 = 16 << 10;
 const OPS: &str = "100";
 
 fn bench(url: &str, access: &str, secret: &str, extra: &[&str]) -> (bool, serde_json::Value) {
+    let (ok, v, _) = bench_stderr(url, access, secret, extra);
+    (ok, v)
+}
+
+/// [`bench`], with its stderr.
+fn bench_stderr(
+    url: &str,
+    access: &str,
+    secret: &str,
+    extra: &[&str],
+) -> (bool, serde_json::Value, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_hipobj"))
         .args(["--endpoint-url", url, "--region", "us-east-1", "--json"])
         .args([
@@ -43,7 +55,11 @@ fn bench(url: &str, access: &str, secret: &str, extra: &[&str]) -> (bool, serde_
             String::from_utf8_lossy(&out.stderr)
         )
     });
-    (out.status.success(), v)
+    (
+        out.status.success(),
+        v,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn flipper(backend: SocketAddr) -> Relay {
@@ -98,6 +114,58 @@ fn bench_verify_counts_flipped_ranges_as_mismatches() {
     assert!(ok, "{v}");
     assert_eq!(v["mismatches"], 0, "{v}");
     assert_eq!(v["errors"], 0, "{v}");
+}
+
+/// Issue 33, item 3: no flag needed. A server that sends no range checksums (s3s-fs) behind a
+/// relay that flips one byte in every 10th range: the default run counts each flip as a
+/// mismatch and exits 1; `--no-verify` is the explicit opt-out (exit 0, every range counted
+/// as unverified, a warning on stderr).
+#[test]
+fn bench_verifies_by_default_and_no_verify_opts_out() {
+    let server = s3s_fs::S3sFs::start();
+    server.create_bucket_dir("bench");
+    let data: Vec<u8> = (0..1u32 << 20)
+        .map(|i| (i.wrapping_mul(2_246_822_519) >> 11) as u8)
+        .collect();
+    server.put_file("bench", "obj", &data);
+    let backend: SocketAddr = server
+        .endpoint_url()
+        .trim_start_matches("http://")
+        .parse()
+        .unwrap();
+
+    let relay = flipper(backend);
+    let url = format!("http://{}", relay.addr());
+    let (ok, v) = bench(&url, s3s_fs::ACCESS_KEY, s3s_fs::SECRET_KEY, &[]);
+    let flips = relay.stats().flips();
+    assert!(flips >= 5, "the relay flipped {flips} bytes");
+    assert!(
+        !ok,
+        "flipped ranges counted as successes without --verify: {v}"
+    );
+    assert_eq!(v["verify_mode"], "unproven", "{v}");
+    assert_eq!(v["mismatches"], flips, "{v}");
+    assert_eq!(v["errors"], flips, "{v}");
+    assert_eq!(v["unverified"], 0, "{v}");
+
+    let relay = flipper(backend);
+    let url = format!("http://{}", relay.addr());
+    let (ok, v, stderr) = bench_stderr(
+        &url,
+        s3s_fs::ACCESS_KEY,
+        s3s_fs::SECRET_KEY,
+        &["--no-verify"],
+    );
+    assert!(relay.stats().flips() >= 5, "{v}");
+    assert!(ok, "--no-verify: {v}\n{stderr}");
+    assert_eq!(v["verify"], false, "{v}");
+    assert_eq!(v["verify_mode"], "off", "{v}");
+    assert_eq!(v["errors"], 0, "{v}");
+    assert_eq!(v["unverified"], v["ops"], "{v}");
+    assert!(
+        stderr.contains(&format!("{} of {} ranges unverified", v["ops"], v["ops"])),
+        "{stderr}"
+    );
 }
 
 #[test]

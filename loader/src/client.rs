@@ -11,9 +11,13 @@
 //! checksum, its MD5-of-MD5s ETag, and a HEAD for the stored size and checksum). A difference
 //! is [`ClientError::Integrity`]; an answer that proves nothing is reported as unverified.
 //!
-//! Idempotent requests (GET before any body byte arrived, HEAD, PUT and UploadPart, whose
-//! bytes we still hold) are retried after `503 SlowDown`, 5xx and connection failures, with
-//! the engine's backoff and retry budget ([`engine::retry`]).
+//! Every request that is safe to repeat is retried after `503 SlowDown`, 5xx and connection
+//! failures, with the engine's backoff and retry budget ([`engine::retry`]): GET, HEAD,
+//! ListObjectsV2 (each page), ListBuckets, DeleteObject, CreateBucket, DeleteBucket,
+//! CreateMultipartUpload, AbortMultipartUpload, and PUT and UploadPart (whose bytes we still
+//! hold). A GET cut after body bytes arrived resumes with a `Range` request for the rest,
+//! `If-Match` on the first answer's ETag. CompleteMultipartUpload is repeated only after an
+//! S3 error answer (the server did not complete it).
 //!
 //! What proves a download (docs/protocol.md, "What proves success"): a whole-object GET is
 //! sent as `Range: bytes=0-`, so a `206` answer commits to the object's size in its
@@ -311,19 +315,62 @@ impl S3Client {
         self.http.endpoint()
     }
 
-    /// Signs and sends `req`; on a 2xx status the body goes to `sink`, otherwise it becomes an
-    /// [`S3Error`].
     /// Sends a request without a body and discards the answer's body (DELETE, Abort): only
-    /// success or the S3 error matters.
-    fn send_bodiless(&mut self, req: Request, bucket: &str) -> Result<(), ClientError> {
-        self.send(
-            req,
-            Some(bucket),
-            empty_payload(),
-            RequestBody::None,
-            &mut Vec::new(),
-        )?;
-        Ok(())
+    /// success or the S3 error matters. Retried; `settled` as in [`S3Client::send_retrying`].
+    fn send_bodiless(
+        &mut self,
+        req: Request,
+        bucket: &str,
+        settled: &[&str],
+    ) -> Result<(), ClientError> {
+        self.send_retrying(&req, Some(bucket), &[], None, &mut Vec::new(), settled)
+            .map(drop)
+    }
+
+    /// Sends `req` with the in-memory `body` (its payload hash `payload`, default: of `body`)
+    /// and collects the answer's body in `out`, retried like every idempotent request (after
+    /// `503 SlowDown`, 5xx and connection failures, within the policy, the deadline and the
+    /// budget). Every request sent here must be safe to repeat: a listing, a DELETE, a
+    /// CreateBucket. An attempt whose connection failed may still have been carried out; when
+    /// a later attempt is then refused with one of the `settled` error codes (e.g.
+    /// `NoSuchBucket` for a DeleteBucket), that refusal is the lost attempt's success: `Ok`
+    /// with the refusal (`None`: the server answered with success).
+    fn send_retrying(
+        &mut self,
+        req: &Request,
+        bucket: Option<&str>,
+        body: &[u8],
+        payload: Option<PayloadHash>,
+        out: &mut Vec<u8>,
+        settled: &[&str],
+    ) -> Result<Option<Box<S3Error>>, ClientError> {
+        let payload = payload.unwrap_or_else(|| {
+            if body.is_empty() {
+                empty_payload()
+            } else {
+                PayloadHash::of_body(body)
+            }
+        });
+        let mut maybe_done = false;
+        self.retrying(|c| {
+            out.clear();
+            let request_body = if body.is_empty() {
+                RequestBody::None
+            } else {
+                RequestBody::Bytes(body)
+            };
+            match c.send(req.clone(), bucket, payload.clone(), request_body, out) {
+                Ok(_) => Ok(None),
+                Err(ClientError::S3(e)) if maybe_done && settled.contains(&e.code.as_str()) => {
+                    out.clear();
+                    Ok(Some(e))
+                }
+                Err(e) => {
+                    maybe_done |= matches!(e, ClientError::Exchange(_));
+                    Err((e, true))
+                }
+            }
+        })
     }
 
     fn send(
@@ -428,6 +475,12 @@ impl S3Client {
     }
 
     /// One GetObject: `range` as sent, `whole` whether the caller wants the whole object.
+    ///
+    /// Retried like every idempotent request; an answer cut partway (reset, closed, timed out
+    /// after body bytes arrived) is resumed: a `Range` request for the rest of the same range,
+    /// `If-Match` on the first answer's ETag, so the pieces are of one object version (a
+    /// changed object is an error). The checks after the last piece (length, checksums) judge
+    /// the whole range as the first answer described it.
     #[allow(clippy::too_many_arguments)]
     fn get_once(
         &mut self,
@@ -447,27 +500,93 @@ impl S3Client {
         let req = s3::get_object(self.endpoint(), bucket, key, &opts)?;
         let mut crc = Crc64Nvme::new();
         let mut received = 0u64;
+        // The first answer (its head describes the whole range) and, once it was cut, where
+        // the rest is asked for.
+        let mut first: Option<ResponseHead> = None;
+        let mut resume: Option<Resume> = None;
         let head = self.retrying(|c| {
-            // Only an attempt that delivered no body byte may be repeated.
+            let (req, expect) = match &resume {
+                None => (req.clone(), None),
+                Some(r) => {
+                    let next = r.start + received;
+                    let opts = GetOptions {
+                        range: Some(ByteRange::Inclusive(next, r.last)),
+                        if_match: Some(r.etag.clone()),
+                        checksum_mode: false,
+                    };
+                    let req = s3::get_object(c.endpoint(), bucket, key, &opts)
+                        .map_err(|e| (e.into(), false))?;
+                    (req, Some((next, r.last, r.total)))
+                }
+            };
             let mut progress = |n: u64| {
                 received += n;
                 on_bytes(n)
             };
             let mut sink = HashingSink {
                 crc: &mut crc,
+                expect,
+                head: None,
                 inner: WriteSink {
                     writer: &mut *dest,
                     on_bytes: &mut progress,
                 },
             };
             let r = c.send(
-                req.clone(),
+                req,
                 Some(bucket),
                 empty_payload(),
                 RequestBody::None,
                 &mut sink,
             );
-            r.map_err(|e| (e, received == 0))
+            let answered = sink.head.take();
+            match (r, &resume) {
+                (Ok(h), None) => Ok(h),
+                (Ok(h), Some(r)) => {
+                    // The rest arrived (its Content-Range was checked before its first byte was
+                    // written): every byte of the range must now be here.
+                    drop(h);
+                    let want = r.last + 1 - r.start;
+                    if received != want {
+                        return Err((
+                            ClientError::WrongLength(format!(
+                                "resumed GET of bytes {}-{}: {received} of {want} bytes in all",
+                                r.start, r.last
+                            )),
+                            false,
+                        ));
+                    }
+                    first.clone().map(Ok).unwrap_or_else(|| {
+                        Err((
+                            ClientError::Response("resumed GET without a first answer".into()),
+                            false,
+                        ))
+                    })
+                }
+                (Err(ClientError::S3(e)), Some(r)) if e.status == 412 => Err((
+                    ClientError::Response(format!(
+                        "s3://{bucket}/{key} changed while it was being downloaded: the rest of \
+                         the cut answer was asked for with If-Match {} and the server answered \
+                         412 ({}); download it again",
+                        r.etag, e.code
+                    )),
+                    false,
+                )),
+                (Err(e), _) if received == 0 => Err((e, true)),
+                (Err(e), _) => {
+                    if first.is_none() {
+                        first = answered;
+                    }
+                    if resume.is_none() {
+                        resume = first
+                            .as_ref()
+                            .and_then(|h| Resume::of(h, if_match, received));
+                    }
+                    // Without an ETag to pin the version, or a known end, bytes cannot be
+                    // resumed: the cut answer is the error.
+                    Err((e, resume.is_some()))
+                }
+            }
         })?;
         let meta = ObjectMeta::from_headers(&head.headers).map_err(ClientError::response)?;
         match (whole, head.status) {
@@ -634,7 +753,8 @@ impl S3Client {
         upload_id: &str,
     ) -> Result<(), ClientError> {
         let req = s3::abort_multipart_upload(self.endpoint(), bucket, key, upload_id)?;
-        self.send_bodiless(req, bucket)
+        // A repeat of an Abort that was carried out finds no upload.
+        self.send_bodiless(req, bucket, &["NoSuchUpload"])
     }
 
     /// UploadPart of an in-memory part (with its CRC64NVME and `Content-MD5`); returns the
@@ -764,36 +884,73 @@ impl S3Client {
             &[(HEADER_CRC64NVME.into(), whole.clone())],
         )?;
         let mut response = Vec::new();
-        // Retried only after an S3 error answer (SlowDown, 5xx: the server did not complete);
-        // after a lost connection the upload may have completed, and a repeat would fail.
-        let head = self.retrying(|c| {
+        // Retried after an S3 error answer (SlowDown, 5xx: the server did not complete) and
+        // after a lost connection (the server may or may not have completed: a repeat of a
+        // completed upload is refused with NoSuchUpload, which then means done). An answer
+        // whose connection failed, or whose body cannot be read (cut short), is not a failure
+        // yet: the object is asked for below.
+        let mut lost: Option<ClientError> = None;
+        let completed = self.retrying(|c| {
             response.clear();
-            c.send(
+            match c.send(
                 req.clone(),
                 Some(bucket),
                 PayloadHash::of_body(&body),
                 RequestBody::Bytes(&body),
                 &mut response,
-            )
-            .map_err(|e| {
-                let answered = matches!(e, ClientError::S3(_));
-                (e, answered)
-            })
-        })?;
-        let done = s3::parse_complete_multipart_upload(head.status, &head.headers, &response)
-            .map_err(|e| match e {
-                s3::ResponseError::S3(e) => ClientError::S3(e),
-                other => ClientError::response(other),
-            })?;
-        let object_proof = self.judge_completed(
-            bucket,
-            key,
-            len,
-            whole_crc,
-            &part_md5s,
-            done.checksum_crc64nvme.as_deref(),
-            done.etag.as_deref(),
-        )?;
+            ) {
+                Ok(head) => {
+                    match s3::parse_complete_multipart_upload(head.status, &head.headers, &response)
+                    {
+                        Ok(done) => Ok(Some(done)),
+                        Err(s3::ResponseError::S3(e)) => Err((ClientError::S3(e), true)),
+                        // A 200 whose body was cut or garbled: the server completed, and its
+                        // answer is lost.
+                        Err(other) => {
+                            let e = ClientError::Response(format!(
+                                "the CompleteMultipartUpload answer ({} bytes) cannot be read: {other}",
+                                response.len()
+                            ));
+                            lost = Some(ClientError::Response(e.to_string()));
+                            Err((e, false))
+                        }
+                    }
+                }
+                Err(ClientError::S3(e)) if lost.is_some() && e.code == "NoSuchUpload" => Ok(None),
+                Err(ClientError::Exchange(e)) => {
+                    lost = Some(ClientError::Response(format!(
+                        "the CompleteMultipartUpload answer was lost: {e}"
+                    )));
+                    Err((ClientError::Exchange(e), true))
+                }
+                Err(e) => Err((e, true)),
+            }
+        });
+        let (done_etag, object_proof, lost) = match (completed, lost) {
+            (Ok(Some(done)), _) => {
+                let proof = self.judge_completed(
+                    bucket,
+                    key,
+                    len,
+                    whole_crc,
+                    &part_md5s,
+                    done.checksum_crc64nvme.as_deref(),
+                    done.etag.as_deref(),
+                )?;
+                (done.etag, proof, None)
+            }
+            (Ok(None), Some(why)) | (Err(_), Some(why)) => {
+                let (etag, proof) =
+                    self.confirm_completed(bucket, key, len, whole_crc, &part_md5s, &why)?;
+                (etag, proof, Some(why))
+            }
+            (Ok(None), None) => {
+                return Err(ClientError::Response(
+                    "CompleteMultipartUpload: NoSuchUpload".into(),
+                ));
+            }
+            (Err(e), None) => return Err(e),
+        };
         let parts_proof = match (part_proofs.first(), unproven_parts.is_empty()) {
             (Some(first), true) if part_proofs.iter().all(|p| p == first) => {
                 Some(first.name().to_owned())
@@ -811,20 +968,59 @@ impl S3Client {
             ),
             (Some(_), None) => (
                 None,
-                Some(
-                    "Complete and HEAD named no full-object checksum and no MD5-of-MD5s ETag (the stored size matched)"
+                Some(match &lost {
+                    None => "Complete and HEAD named no full-object checksum and no MD5-of-MD5s ETag (the stored size matched)"
                         .to_owned(),
-                ),
+                    Some(why) => format!(
+                        "{why}; a HEAD found an object of our size, with no full-object checksum and no MD5-of-MD5s ETag to prove its bytes"
+                    ),
+                }),
             ),
         };
         Ok(PutResult {
-            etag: done.etag,
+            etag: done_etag,
             sent_crc64nvme: whole,
             parts: parts.len() as u32,
             bytes: len,
             verified_by,
             unverified,
         })
+    }
+
+    /// After a CompleteMultipartUpload whose answer was lost (`why`): a HEAD (with the stored
+    /// checksum) says whether the object is there with our size, and not refuted by its
+    /// full-object CRC64NVME or its MD5-of-MD5s ETag. Returns its ETag and what proved it
+    /// (`None`: the size matched but nothing proved the bytes). No object, or another one, is
+    /// the error `why`, with what the HEAD found.
+    pub fn confirm_completed(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        len: u64,
+        crc64nvme: u64,
+        part_md5s: &[[u8; 16]],
+        why: &ClientError,
+    ) -> Result<(Option<String>, Option<Proof>), ClientError> {
+        let meta = self.head_with(bucket, key, true).map_err(|e| {
+            ClientError::Response(format!(
+                "{why}, and a HEAD afterwards found no object s3://{bucket}/{key} ({e}): the upload did not complete"
+            ))
+        })?;
+        let not_ours = |m: IntegrityMismatch| {
+            ClientError::Response(format!(
+                "{why}, and the object a HEAD found afterwards is not the one we sent ({m}): the upload did not complete"
+            ))
+        };
+        let stored = judge_stored(
+            len,
+            crc64nvme,
+            meta.content_length,
+            meta.checksum_crc64nvme.as_deref(),
+            meta.checksum_type.as_deref(),
+        )
+        .map_err(not_ours)?;
+        let by_etag = judge_multipart_etag(part_md5s, meta.etag.as_deref()).map_err(not_ours)?;
+        Ok((meta.etag, stored.or(by_etag)))
     }
 
     /// After CompleteMultipartUpload: the object the server assembled must be ours. Its
@@ -891,13 +1087,8 @@ impl S3Client {
             };
             let req = s3::list_objects_v2(self.endpoint(), bucket, &opts)?;
             let mut body = Vec::new();
-            self.send(
-                req,
-                Some(bucket),
-                empty_payload(),
-                RequestBody::None,
-                &mut body,
-            )?;
+            // Each page is retried on its own (its continuation token names it).
+            self.send_retrying(&req, Some(bucket), &[], None, &mut body, &[])?;
             let page = s3::parse_list_objects_v2(&body).map_err(ClientError::response)?;
             listing.objects.extend(page.contents);
             listing.common_prefixes.extend(page.common_prefixes);
@@ -917,7 +1108,8 @@ impl S3Client {
     /// DeleteObject.
     pub fn delete(&mut self, bucket: &str, key: &str) -> Result<(), ClientError> {
         let req = s3::delete_object(self.endpoint(), bucket, key)?;
-        self.send_bodiless(req, bucket)
+        // Deleting a missing key succeeds on S3 (204): a repeat is harmless.
+        self.send_bodiless(req, bucket, &[])
     }
 
     /// CreateBucket in the client's region.
@@ -925,27 +1117,89 @@ impl S3Client {
         let region = self.signer.region().to_owned();
         let (req, body) = s3::create_bucket(self.endpoint(), bucket, &region)?;
         let payload = PayloadHash::of_body(&body);
-        let body = if body.is_empty() {
-            RequestBody::None
-        } else {
-            RequestBody::Bytes(&body)
-        };
-        self.send(req, Some(bucket), payload, body, &mut Vec::new())?;
-        Ok(())
+        // A repeat of a CreateBucket that was carried out is refused as already ours, or (by
+        // servers that do not tell owners apart, s3s-fs) as existing: then it must be among
+        // the buckets these credentials own.
+        let settled = self.send_retrying(
+            &req,
+            Some(bucket),
+            &body,
+            Some(payload),
+            &mut Vec::new(),
+            &["BucketAlreadyOwnedByYou", "BucketAlreadyExists"],
+        )?;
+        match settled {
+            Some(e) if e.code == "BucketAlreadyExists" => {
+                let ours = self
+                    .list_buckets()
+                    .map_err(|list| {
+                        ClientError::Response(format!(
+                            "CreateBucket {bucket}: the first attempt's connection failed and a \
+                             repeat was refused ({e}); listing our buckets to tell whether the \
+                             first attempt created it failed too: {list}"
+                        ))
+                    })?
+                    .iter()
+                    .any(|b| b.name == bucket);
+                if ours {
+                    Ok(())
+                } else {
+                    Err(ClientError::S3(e))
+                }
+            }
+            _ => Ok(()),
+        }
     }
 
     /// ListBuckets: every bucket the credentials own, in the server's order.
     pub fn list_buckets(&mut self) -> Result<Vec<s3::BucketEntry>, ClientError> {
         let req = s3::list_buckets(self.endpoint());
         let mut body = Vec::new();
-        self.send(req, None, empty_payload(), RequestBody::None, &mut body)?;
+        self.send_retrying(&req, None, &[], None, &mut body, &[])?;
         s3::parse_list_buckets(&body).map_err(ClientError::response)
     }
 
     /// DeleteBucket (the server refuses a bucket that is not empty).
     pub fn delete_bucket(&mut self, bucket: &str) -> Result<(), ClientError> {
         let req = s3::delete_bucket(self.endpoint(), bucket)?;
-        self.send_bodiless(req, bucket)
+        // A repeat of a DeleteBucket that was carried out finds no bucket.
+        self.send_bodiless(req, bucket, &["NoSuchBucket"])
+    }
+}
+
+/// Where the rest of a cut GET answer is asked for.
+struct Resume {
+    /// ETag of the object version the first answer came from (`If-Match` of the rest).
+    etag: String,
+    /// First byte of the first answer.
+    start: u64,
+    /// Last byte of the range.
+    last: u64,
+    /// The object's size, when the first answer named it.
+    total: Option<u64>,
+}
+
+impl Resume {
+    /// From the head of the first answer, `received` of whose bytes arrived: `None` when the
+    /// answer names no ETag (nothing pins the object version) or no end.
+    fn of(first: &ResponseHead, if_match: Option<&str>, received: u64) -> Option<Self> {
+        let meta = ObjectMeta::from_headers(&first.headers).ok()?;
+        let etag = if_match.map(str::to_owned).or(meta.etag)?;
+        let (start, last, total) = match (first.status, meta.content_range) {
+            (206, Some(ContentRange::Bytes { first, last, total })) => (first, last, total),
+            (200, None) => {
+                let len = meta.content_length?;
+                (0, len.checked_sub(1)?, Some(len))
+            }
+            _ => return None,
+        };
+        // Nothing left to ask for: the cut came after the last byte (the checks judge it).
+        (start.checked_add(received)? <= last).then_some(Resume {
+            etag,
+            start,
+            last,
+            total,
+        })
     }
 }
 
@@ -981,12 +1235,45 @@ impl BodySink for StatusSinkAdapter<'_, '_> {
     }
 }
 
+/// Feeds a download's bytes to the CRC and the destination; keeps the answer's head. When it
+/// carries the rest of a cut answer (`expect`: first byte, last byte, object size), an answer
+/// that is not exactly that range is refused before any of its bytes is written.
 struct HashingSink<'a, W: Write> {
     crc: &'a mut Crc64Nvme,
+    expect: Option<(u64, u64, Option<u64>)>,
+    head: Option<ResponseHead>,
     inner: WriteSink<'a, W>,
 }
 
 impl<W: Write> BodySink for HashingSink<'_, W> {
+    fn begin(&mut self, head: &ResponseHead) -> std::io::Result<()> {
+        self.head = Some(head.clone());
+        let Some((first, last, total)) = self.expect else {
+            return Ok(());
+        };
+        let got = ObjectMeta::from_headers(&head.headers)
+            .ok()
+            .and_then(|m| m.content_range);
+        match got {
+            Some(ContentRange::Bytes {
+                first: f,
+                last: l,
+                total: t,
+            }) if head.status == 206
+                && f == first
+                && l == last
+                && (total.is_none() || t.is_none() || t == total) =>
+            {
+                Ok(())
+            }
+            _ => Err(std::io::Error::other(format!(
+                "the resumed GET asked for bytes {first}-{last}, the server answered {} with Content-Range {}",
+                head.status,
+                head.header("content-range").unwrap_or("(none)")
+            ))),
+        }
+    }
+
     fn accept(&mut self, data: &[u8]) -> std::io::Result<()> {
         self.crc.update(data);
         self.inner.accept(data)

@@ -224,8 +224,8 @@ pub fn judge_stored(
 }
 
 /// The `--json` fields and the exit decision of an upload: `Err` (exit 1) when a proof was
-/// `required` and none was found; with `required` unset an unproven upload is reported as
-/// `"verified": false` with the reason.
+/// `required` (`--verify`) and none was found; otherwise (the default) an unproven upload is a
+/// success reported as `"verified": false` with the reason, as an unproven GET is.
 pub fn upload_verdict(
     required: bool,
     verified_by: Option<&str>,
@@ -237,7 +237,7 @@ pub fn upload_verdict(
             Ok(serde_json::json!({"verified": false, "unverified_reason": unverified}))
         }
         (None, true) => Err(format!(
-            "upload unverified: {} (the object may be stored; --no-verify accepts this)",
+            "upload unverified: {} (--verify asks for a proof; the object may well be stored: without --verify this is a warning)",
             unverified.unwrap_or("the server's answers proved nothing")
         )),
     }
@@ -293,7 +293,7 @@ mod tests {
     }
 
     #[test]
-    fn an_unproven_upload_fails_unless_verification_is_waived() {
+    fn an_unproven_upload_fails_only_when_a_proof_is_required() {
         let err = upload_verdict(true, None, Some("no echo")).unwrap_err();
         assert!(err.contains("upload unverified: no echo"), "{err}");
         let waived = upload_verdict(false, None, Some("no echo")).unwrap();
