@@ -36,6 +36,10 @@ enum Event {
     Done(Box<Result<FetchReport, LoadError>>),
 }
 
+/// One complete tensor as `__next__` hands it over: `(file_index, name, dtype, shape, begin,
+/// end)`, offsets in the file's buffer.
+type TensorEntry = (usize, String, &'static str, Vec<u64>, u64, u64);
+
 /// How often a waiting `__next__` looks for Ctrl-C.
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
 
@@ -131,10 +135,7 @@ impl NativeTensorStream {
         slf
     }
 
-    fn __next__(
-        &mut self,
-        py: Python<'_>,
-    ) -> PyResult<Option<(usize, String, &'static str, Vec<u64>, u64, u64)>> {
+    fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<TensorEntry>> {
         loop {
             if let Some(r) = self.ready.pop_front() {
                 let Some(t) = self
