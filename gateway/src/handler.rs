@@ -146,6 +146,15 @@ pub fn handle(
     if let Some(up) = shared.backend.upstream()
         && (token.is_none() || target.key.is_none())
     {
+        // ListObjectVersions on an upstream without versioning: answered here from its
+        // listing, as S3 answers for an unversioned bucket (`ops/versions.rs`).
+        if let (Some(bucket), None, "GET") = (&target.bucket, &target.key, head.method.as_str())
+            && let Ok(query) = Query::parse(&head.query)
+            && query.has("versions")
+            && !up.lists_versions(bucket)
+        {
+            return crate::ops::versions::serve(shared.backend.as_ref(), bucket, &query, out);
+        }
         return crate::forward::forward(shared, up, head, &auth, &target, body, out);
     }
     let query = Query::parse(&head.query)?;

@@ -90,7 +90,9 @@ print("s3-tests findings ok")
 
 #[test]
 fn s3_tests_findings_directory() {
-    let probe = Command::new("python3").args(["-c", "import boto3"]).output();
+    let probe = Command::new("python3")
+        .args(["-c", "import boto3"])
+        .output();
     assert!(
         probe.as_ref().is_ok_and(|o| o.status.success()),
         "this test needs python3 with boto3 (python3 -m pip install boto3)"
