@@ -19,11 +19,12 @@
 # The tests are those listed in benches/s3-tests/subset.txt (test_s3.py, selected by the rule
 # written there). Needs target/release/hipobj (cargo build --release -p hipobj-cli) and, for
 # upstream and s3s-fs, s3s-fs (benches/scripts/install-s3s-fs.sh). `passed` counts tests with
-# neither a failure nor an error (pytest also counts a test whose teardown errs as passed). Results, the gateway's
-# access log and pytest's JUnit XML go to $OUT (default target/s3-tests/<UTC time>).
+# neither a failure nor an error (pytest also counts a test whose teardown errs as passed).
+# Results, the gateway's access log and pytest's JUnit XML go to $OUT (default
+# target/s3-tests/<UTC time>); summary.tsv has one line per mode.
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/../.." && pwd)"
-[ $# -ge 1 ] || { sed -n 2,17p "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n "2,/^set -euo/p" "$0" | grep "^#"; exit 2; }
 S3T="$(cd "$1" && pwd)"; shift
 MODES=(); while [ $# -gt 0 ] && [ "$1" != "--" ]; do MODES+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
