@@ -54,7 +54,7 @@ pub fn handle(shared: &Shared, head: &RequestHead, out: &mut dyn Respond) -> Res
     ];
     let mut headers = headers;
     if shared.rdma.rc_v2().is_some() {
-        headers.push(crate::target::v2::capabilities());
+        headers.push(crate::rdma_target::v2::capabilities());
     }
     out.head(200, headers, s3_lite::http::BodyFraming::Length(0))?;
     Ok(())

@@ -1,4 +1,4 @@
-//! The `rc-persistent` connect route, `POST /.hipobj/rc/connect` (see [`crate::target`]).
+//! The `rc-persistent` connect route, `POST /.hipobj/rc/connect` (see [`crate::rdma_target`]).
 //!
 //! Request (SigV4-signed like every request; every `x-amz-rdma-*` header must be signed,
 //! which [`crate::auth`] enforces): `x-amz-rdma-token: <88-hex client RC token>` (QPN, GID)

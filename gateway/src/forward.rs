@@ -105,7 +105,7 @@ pub fn upstream_request(
                 .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("aws-chunked"))
                 .collect();
             if !rest.is_empty() {
-                req.add_header(name.clone(), rest.join(","));
+                req.add_header(name.clone(), rest.join(", "));
             }
             continue;
         }

@@ -106,6 +106,9 @@ pub fn handle(
         // only.
         return asterisk_options(head, out);
     }
+    if head.method == "OPTIONS" && shared.backend.upstream().is_none() {
+        return Err(cors_preflight(head));
+    }
     let auth = shared.auth.authenticate(head)?;
     if head.path == s3_lite::rdma::pairing::CONNECT_PATH {
         return crate::connect::handle(shared, head, &auth, out);
@@ -143,6 +146,15 @@ pub fn handle(
     if let Some(up) = shared.backend.upstream()
         && (token.is_none() || target.key.is_none())
     {
+        // ListObjectVersions on an upstream without versioning: answered here from its
+        // listing, as S3 answers for an unversioned bucket (`ops/versions.rs`).
+        if let (Some(bucket), None, "GET") = (&target.bucket, &target.key, head.method.as_str())
+            && let Ok(query) = Query::parse(&head.query)
+            && query.has("versions")
+            && !up.lists_versions(bucket)
+        {
+            return crate::ops::versions::serve(shared.backend.as_ref(), bucket, &query, out);
+        }
         return crate::forward::forward(shared, up, head, &auth, &target, body, out);
     }
     let query = Query::parse(&head.query)?;
@@ -159,7 +171,7 @@ pub fn handle(
     };
     let method = head.method.as_str();
     match (&target, method) {
-        (Target { bucket: None, .. }, "GET") => ctx.list_buckets(out),
+        (Target { bucket: None, .. }, "GET") => ctx.list_buckets(&query, out),
         (Target { bucket: None, .. }, _) => Err(ApiError::new(
             405,
             "MethodNotAllowed",
@@ -201,6 +213,26 @@ fn asterisk_options(head: &RequestHead, out: &mut dyn Respond) -> Result<(), Api
         BodyFraming::Length(0),
     )?;
     Ok(())
+}
+
+/// An `OPTIONS` on a bucket or object is a CORS preflight, which S3 answers without a
+/// signature. This gateway keeps no CORS configuration, so it refuses every preflight as S3
+/// does for a bucket without one: 400 `BadRequest` without `Origin`, else 403
+/// `AccessForbidden`. (Upstream mode forwards the preflight: the upstream may have one.)
+fn cors_preflight(head: &RequestHead) -> ApiError {
+    if head.header("origin").is_none() {
+        ApiError::new(
+            400,
+            "BadRequest",
+            "Insufficient information. Origin request header needed.",
+        )
+    } else {
+        ApiError::new(
+            403,
+            "AccessForbidden",
+            "CORSResponse: CORS is not enabled for this bucket.",
+        )
+    }
 }
 
 struct Ctx<'a> {
@@ -297,6 +329,36 @@ fn info_headers(info: &ObjectInfo, checksum_mode: bool, whole: bool) -> Vec<(Str
     h
 }
 
+/// GetObject's `response-*` query parameters and the response header each one sets.
+const RESPONSE_OVERRIDES: &[(&str, &str)] = &[
+    ("response-content-type", "Content-Type"),
+    ("response-content-language", "Content-Language"),
+    ("response-expires", "Expires"),
+    ("response-cache-control", "Cache-Control"),
+    ("response-content-disposition", "Content-Disposition"),
+    ("response-content-encoding", "Content-Encoding"),
+];
+
+/// The headers a GET/HEAD's `response-*` parameters set, in place of the stored ones.
+fn response_overrides(query: &Query) -> Vec<(String, String)> {
+    RESPONSE_OVERRIDES
+        .iter()
+        .filter_map(|(param, header)| {
+            query
+                .get(param)
+                .map(|v| ((*header).to_owned(), v.to_owned()))
+        })
+        .collect()
+}
+
+/// Replaces the headers named in `overrides` (case-insensitively) with their values.
+fn apply_overrides(h: &mut Vec<(String, String)>, overrides: &[(String, String)]) {
+    for (name, value) in overrides {
+        h.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        h.push((name.clone(), value.clone()));
+    }
+}
+
 /// Ranged GET bodies up to this size are answered with
 /// [`s3_lite::checksum::HEADER_RANGE_CRC64NVME`]: the body is collected while its CRC64NVME is
 /// computed (one pass over the bytes as the backend reads them), then the head with the
@@ -337,6 +399,8 @@ struct HttpSink<'o, 's> {
     /// `?partNumber=` of a multipart object: the whole object's checksums are not this
     /// body's (the part's own are in `extra`).
     part_view: bool,
+    /// Headers the request's `response-*` parameters set.
+    overrides: Vec<(String, String)>,
     held: Option<Held<'s>>,
 }
 
@@ -380,6 +444,7 @@ impl ObjectSink for HttpSink<'_, '_> {
         }
         let whole = covers_whole(span, info.size) && !self.part_view;
         let mut h = info_headers(info, self.checksum_mode, whole);
+        apply_overrides(&mut h, &self.overrides);
         h.append(&mut self.extra);
         let (status, len) = match span {
             Some((a, b)) => {
@@ -431,18 +496,53 @@ impl Ctx<'_> {
         self.shared.backend.as_ref()
     }
 
-    fn list_buckets(&self, out: &mut dyn Respond) -> Result<(), ApiError> {
-        let names = self.backend().list_buckets()?;
+    /// ListBuckets, with S3's `max-buckets` / `continuation-token` paging and `prefix`.
+    fn list_buckets(&self, query: &Query, out: &mut dyn Respond) -> Result<(), ApiError> {
+        let max = match query.get("max-buckets") {
+            None => None,
+            Some(v) => Some(
+                v.parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=10_000).contains(n))
+                    .ok_or_else(|| {
+                        ApiError::invalid_argument("max-buckets must be between 1 and 10000")
+                    })?,
+            ),
+        };
+        let prefix = query.get("prefix").unwrap_or_default();
+        // The token is the last name of the previous page (names are listed in order).
+        let after = query.get("continuation-token").unwrap_or_default();
+        let mut names: Vec<String> = self
+            .backend()
+            .list_buckets()?
+            .into_iter()
+            .filter(|n| n.starts_with(prefix) && n.as_str() > after)
+            .collect();
+        let next = match max {
+            Some(m) if names.len() > m => {
+                names.truncate(m);
+                names.last().cloned()
+            }
+            _ => None,
+        };
         let mut doc = format!(
             "<ListAllMyBucketsResult xmlns=\"{S3_NS}\"><Owner><ID>hipobj</ID><DisplayName>hipobj</DisplayName></Owner><Buckets>"
         );
         for n in names {
             doc.push_str("<Bucket>");
             element(&mut doc, "Name", &n);
-            element(&mut doc, "CreationDate", "1970-01-01T00:00:00.000Z");
+            let created = self.backend().bucket_created(&n).unwrap_or(0);
+            element(&mut doc, "CreationDate", &crate::time::iso8601(created));
             doc.push_str("</Bucket>");
         }
-        doc.push_str("</Buckets></ListAllMyBucketsResult>");
+        doc.push_str("</Buckets>");
+        if let Some(t) = next {
+            element(&mut doc, "ContinuationToken", &t);
+        }
+        if query.has("prefix") {
+            element(&mut doc, "Prefix", prefix);
+        }
+        doc.push_str("</ListAllMyBucketsResult>");
         xml_ok(out, Vec::new(), doc)
     }
 
@@ -702,7 +802,10 @@ impl Ctx<'_> {
                 early_answer: self.asks_early_answer(),
             };
             match self.shared.rdma.open(&grant)? {
-                Some(mut path) => return self.rdma_get(bucket, key, &req, path.as_mut(), out),
+                Some(mut path) => {
+                    let overrides = response_overrides(query);
+                    return self.rdma_get(bucket, key, &req, &overrides, path.as_mut(), out);
+                }
                 None if self.shared.config.get_decline == GetDecline::Error => {
                     return Err(rdma::decline_error(token));
                 }
@@ -718,6 +821,7 @@ impl Ctx<'_> {
             conditions: Conditions::from_headers(|n| self.head.header(n), ""),
             refused: None,
             part_view,
+            overrides: response_overrides(query),
             held: None,
         };
         match self.backend().get_object(bucket, key, &req, &mut sink) {
@@ -747,6 +851,7 @@ impl Ctx<'_> {
         bucket: &str,
         key: &str,
         req: &GetRequest,
+        overrides: &[(String, String)],
         path: &mut dyn rdma::DataPath,
         out: &mut dyn Respond,
     ) -> Result<(), ApiError> {
@@ -806,6 +911,7 @@ impl Ctx<'_> {
             return Err(ApiError::internal("no object head"));
         };
         let mut h = info_headers(&info, false, span.is_none());
+        apply_overrides(&mut h, overrides);
         let (status, expected) = match span {
             Some((a, b)) => {
                 h.push((

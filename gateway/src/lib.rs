@@ -43,15 +43,15 @@ pub mod handler;
 mod handoff;
 pub mod ops;
 pub mod rdma;
+pub mod rdma_target;
 pub mod relay;
 pub mod request_error;
 pub mod route;
 pub mod server;
-pub mod target;
 pub mod time;
 pub mod xml;
 
 pub use error::ApiError;
 pub use rdma::{DataPath, GetDecline, NoFabric, RdmaTarget};
+pub use rdma_target::{RcLimits, RcTarget};
 pub use server::{Config, Gateway, GatewayBuilder, RunningGateway, StartError};
-pub use target::{RcLimits, RcTarget};

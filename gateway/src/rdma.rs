@@ -19,7 +19,7 @@
 //!   not change.
 //!
 //! Targets: [`NoFabric`] (`--fabric none`, declines everything) and
-//! [`crate::target::RcTarget`] (`--fabric soft` or `--fabric verbs`: `rc-persistent` and
+//! [`crate::rdma_target::RcTarget`] (`--fabric soft` or `--fabric verbs`: `rc-persistent` and
 //! hipobj-rc-v2 over `engine::rc`).
 
 use s3_lite::rdma::TokenKind;
@@ -151,7 +151,7 @@ pub trait RdmaTarget: Send + Sync {
     /// connections (answered `501` with `x-amz-rdma-reply: 501`).
     /// The hipobj-rc-v2 session service (`/.hipobj-rc/*`), if this fabric has one; `None`
     /// answers those routes `501` with the unsupported marker.
-    fn rc_v2(&self) -> Option<&crate::target::v2::RcV2> {
+    fn rc_v2(&self) -> Option<&crate::rdma_target::v2::RcV2> {
         None
     }
 

@@ -2,7 +2,8 @@
 //! numbered reproductions 1–10 of the issue and ListObjectVersions / `versionId=null` for
 //! unversioned buckets, in directory mode, soft mode (the soft RDMA target attached: what
 //! `hipobj serve --fabric soft` runs) and, for what the gateway itself answers there, upstream
-//! mode in front of s3s-fs. Needs python3 with boto3 and awscrt (`python3 -m pip install
+//! mode in front of s3s-fs (reproduction 8, and ListObjectVersions answered by the gateway from
+//! the listing of an upstream that has none). Needs python3 with boto3 and awscrt (`python3 -m pip install
 //! boto3 awscrt`); without them the tests fail naming the install command.
 
 #[path = "../../cli/tests/support/s3s_fs.rs"]
@@ -34,6 +35,24 @@ if mode == "upstream":
     # 8: a bucket name S3 refuses is answered as S3 does, not as a gateway argument error.
     got = err(lambda: s3.create_bucket(Bucket="a"))
     assert got == (400, "InvalidBucketName"), got
+    # s3s-fs has no ListObjectVersions (501): the gateway answers it from the upstream's
+    # listing, as S3 does for an unversioned bucket, so s3-tests' cleanup works as shipped.
+    U = "anyclient-up"
+    s3.create_bucket(Bucket=U)
+    for k in ["a/1", "a/2", "b"]:
+        s3.put_object(Bucket=U, Key=k, Body=k.encode())
+    v = s3.list_object_versions(Bucket=U)
+    assert [(x["Key"], x["VersionId"], x["IsLatest"], x["Size"]) for x in v["Versions"]] == \
+        [("a/1", "null", True, 3), ("a/2", "null", True, 3), ("b", "null", True, 1)], v
+    d = s3.list_object_versions(Bucket=U, Delimiter="/")
+    assert [p["Prefix"] for p in d["CommonPrefixes"]] == ["a/"], d
+    pages = list(s3.get_paginator("list_object_versions").paginate(Bucket=U, PaginationConfig={"PageSize": 2}))
+    assert [x["Key"] for p in pages for x in p.get("Versions", [])] == ["a/1", "a/2", "b"], pages
+    assert err(lambda: s3.list_object_versions(Bucket="no-such-bucket-up")) == (404, "NoSuchBucket")
+    objs = [{"Key": x["Key"], "VersionId": x["VersionId"]} for x in v["Versions"]]
+    s3.delete_objects(Bucket=U, Delete={"Objects": objs, "Quiet": True})
+    assert "Versions" not in s3.list_object_versions(Bucket=U)
+    s3.delete_bucket(Bucket=U)
     print("boto3 any-client ok", mode)
     raise SystemExit(0)
 

@@ -355,6 +355,16 @@ impl Backend for LocalDir {
         Ok(names)
     }
 
+    fn bucket_created(&self, bucket: &str) -> Option<u64> {
+        // The directory's birth time where the file system keeps one, else its last change
+        // of entries (never later than now, never the epoch for a bucket made today).
+        let meta = fs::metadata(self.bucket_dir(bucket).ok()?).ok()?;
+        let t = meta.created().or_else(|_| meta.modified()).ok()?;
+        t.duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .map(|d| d.as_secs())
+    }
+
     fn put_object(
         &self,
         bucket: &str,

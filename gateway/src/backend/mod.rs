@@ -223,6 +223,10 @@ pub trait Backend: Send + Sync {
     fn delete_bucket(&self, bucket: &str) -> Result<(), ApiError>;
     /// ListBuckets: names in order.
     fn list_buckets(&self) -> Result<Vec<String>, ApiError>;
+    /// When `bucket` was created (Unix seconds), where the backend knows it.
+    fn bucket_created(&self, _bucket: &str) -> Option<u64> {
+        None
+    }
     /// PutObject of a verified body.
     fn put_object(
         &self,

@@ -64,6 +64,9 @@ pub struct Upstream {
     idle: Mutex<Vec<HttpClient>>,
     spool: PathBuf,
     timeouts: Timeouts,
+    /// Whether the upstream serves ListObjectVersions: 0 not known yet, 1 yes, 2 no (it
+    /// answered 501 NotImplemented).
+    versions: std::sync::atomic::AtomicU8,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -134,7 +137,37 @@ impl Upstream {
                 io: Duration::from_secs(60),
                 expect_continue: Duration::from_secs(1),
             },
+            versions: std::sync::atomic::AtomicU8::new(0),
         })
+    }
+
+    /// Whether the upstream serves ListObjectVersions, asked once with
+    /// `GET /bucket?versions&max-keys=0`: a store without versioning (s3s-fs) answers 501
+    /// NotImplemented, and the gateway then answers the call itself, as S3 does for an
+    /// unversioned bucket (every current object, version `null`). Any other answer (success,
+    /// NoSuchBucket, …) leaves the call to the upstream; only a 501 is remembered.
+    pub fn lists_versions(&self, bucket: &str) -> bool {
+        use std::sync::atomic::Ordering;
+        match self.versions.load(Ordering::Relaxed) {
+            1 => return true,
+            2 => return false,
+            _ => {}
+        }
+        let Ok(mut req) = self.bucket_req("GET", bucket) else {
+            return true;
+        };
+        req.query = "versions&max-keys=0".into();
+        match self.simple(req, Some(bucket)) {
+            Ok(_) => {
+                self.versions.store(1, Ordering::Relaxed);
+                true
+            }
+            Err(e) if e.status == 501 => {
+                self.versions.store(2, Ordering::Relaxed);
+                false
+            }
+            Err(_) => true,
+        }
     }
 
     fn take_client(&self) -> HttpClient {

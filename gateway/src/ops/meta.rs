@@ -43,7 +43,7 @@ pub fn stored_headers(headers: &[(String, String)]) -> Result<Vec<(String, Strin
                 .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("aws-chunked"))
                 .collect();
             if !rest.is_empty() {
-                out.push((lower, rest.join(",")));
+                out.push((lower, rest.join(", ")));
             }
         } else if STORED_STANDARD.contains(&lower.as_str()) {
             out.push((lower, value.to_owned()));

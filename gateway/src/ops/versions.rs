@@ -4,7 +4,6 @@
 //! (and DeleteObjects) accept `versionId=null` and answer any other id as a version that does
 //! not exist. Real tools need this (s3-tests' cleanup, rclone, terraform, `aws s3 rb --force`).
 
-use crate::backend::list::decode_token;
 use crate::backend::{Backend, ListQuery};
 use crate::error::ApiError;
 use crate::handler::{ListParams, Respond, S3_NS, xml_ok};
@@ -82,10 +81,17 @@ pub fn serve(
     element(&mut d, "Prefix", &enc(&q.prefix));
     element(&mut d, "KeyMarker", &enc(&key_marker));
     element(&mut d, "VersionIdMarker", version_marker);
+    // The next marker is the page's last entry, a key or a common prefix, whichever sorts
+    // later (the backend's continuation token is its own: an upstream's is opaque).
+    let last = page
+        .contents
+        .last()
+        .map(|e| e.key.as_str())
+        .max(page.common_prefixes.last().map(String::as_str));
     if page.is_truncated
-        && let Some(t) = &page.next_continuation_token
+        && let Some(next) = last
     {
-        let next = decode_token(t)?;
+        let next = next.to_owned();
         element(&mut d, "NextKeyMarker", &enc(&next));
         // Resuming after a common prefix needs only the key marker.
         if !page.common_prefixes.contains(&next) {

@@ -11,7 +11,7 @@
 //! carrying `x-amz-rdma-token` (an 88-hex RC token naming the client's QPN, rkey, address and
 //! length) and the session header; the gateway RDMA-WRITEs the object bytes into the window
 //! (GET) or RDMA-READs the payload out of it (PUT) through its own staging buffers
-//! (`gateway/src/target/transfer.rs`). The client's fabric checks rkey and bounds on every access (the soft
+//! (`gateway/src/rdma_target/transfer.rs`). The client's fabric checks rkey and bounds on every access (the soft
 //! fabric per frame, a NIC per packet against the registration), so the gateway can never
 //! touch a byte outside the granted window.
 //!
@@ -123,7 +123,7 @@ pub(crate) struct Pool {
     state: Mutex<(Vec<RcStaging>, usize)>,
     max: usize,
     /// Early-answered GETs whose WRITEs may still be in flight: their buffers come back when
-    /// [`Pool::reap`] finds them completed (`gateway/src/target/unsettled.rs`).
+    /// [`Pool::reap`] finds them completed (`gateway/src/rdma_target/unsettled.rs`).
     unsettled: Mutex<Vec<Unsettled>>,
     /// Parked transfers not settled yet, counting those another thread is checking or
     /// waiting for right now (out of `unsettled` meanwhile).
