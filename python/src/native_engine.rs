@@ -14,7 +14,7 @@ use s3_lite::s3::Endpoint;
 
 use crate::errors::make;
 use crate::state::State;
-use crate::{load, transfer};
+use crate::{load, objects, transfer};
 
 /// The engine, its endpoint and signing identity (resolved like the AWS CLI does).
 #[pyclass(module = "hipobj._native", frozen)]
@@ -188,5 +188,33 @@ impl NativeEngine {
         alloc: Bound<'_, PyAny>,
     ) -> PyResult<crate::stream::NativeTensorStream> {
         crate::stream::start(py, self.state()?, url, &alloc)
+    }
+
+    /// Every object under `url` (`s3://BUCKET[/PREFIX]`), all pages: dicts `{key, size, etag,
+    /// last_modified}`; `recursive=False` stops at the next `/` and lists the common prefixes
+    /// as keys ending in `/`.
+    #[pyo3(signature = (url, recursive=true))]
+    fn list<'py>(
+        &self,
+        py: Python<'py>,
+        url: &str,
+        recursive: bool,
+    ) -> PyResult<Vec<Bound<'py, pyo3::types::PyDict>>> {
+        objects::list(py, &*self.state()?, url, recursive)
+    }
+
+    /// HeadObject: `{size, etag, last_modified, content_type[, checksum_crc64nvme]}`.
+    fn head<'py>(&self, py: Python<'py>, url: &str) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        objects::head(py, &*self.state()?, url)
+    }
+
+    /// DeleteObject (a missing key is no error).
+    fn delete(&self, py: Python<'_>, url: &str) -> PyResult<()> {
+        objects::delete(py, &*self.state()?, url)
+    }
+
+    /// CreateBucket `s3://BUCKET` (one these credentials own already is no error).
+    fn create_bucket(&self, py: Python<'_>, url: &str) -> PyResult<()> {
+        objects::create_bucket(py, &*self.state()?, url)
     }
 }

@@ -26,7 +26,8 @@ def test_the_native_stub_names_what_the_module_has():
     tree = ast.parse((PACKAGE / "_native.pyi").read_text())
     engine = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "NativeEngine")
     methods = {n.name for n in engine.body if isinstance(n, ast.FunctionDef)} - {"__init__"}
-    assert methods == {"close", "closed", "endpoint", "transfer", "load_safetensors", "stream_safetensors"}
+    assert methods == {"close", "closed", "endpoint", "transfer", "load_safetensors", "stream_safetensors",
+                       "list", "head", "delete", "create_bucket"}
     for name in methods:
         assert hasattr(_native.NativeEngine, name), name
     assert isinstance(_native.__version__, str)
@@ -40,6 +41,8 @@ def test_user_errors_derive_from_hipobj_error():
         (hipobj.ClosedError, RuntimeError),
         (hipobj.ConfigError, ValueError),
         (hipobj.InvalidURLError, ValueError),
+        (hipobj.TimedOutError, TimeoutError),
+        (hipobj.TimedOutError, hipobj.S3Error),
     ]:
         assert issubclass(cls, hipobj.HipobjError) and issubclass(cls, builtin), cls
 

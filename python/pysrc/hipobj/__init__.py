@@ -29,6 +29,7 @@ from ._errors import (
     InvalidURLError,
     S3Error,
     SafetensorsError,
+    TimedOutError,
     UnsupportedError,
 )
 from ._memory import adapt as _adapt
@@ -37,7 +38,7 @@ from . import _safetensors
 __version__ = _native.__version__
 __all__ = [
     "Engine", "load_safetensors", "stream_safetensors", "HipobjError", "ConfigError", "InvalidURLError", "S3Error",
-    "IntegrityError", "SafetensorsError", "UnsupportedError", "BatchError",
+    "IntegrityError", "SafetensorsError", "TimedOutError", "UnsupportedError", "BatchError",
     "InvalidArgumentError", "InvalidTypeError", "InvalidBufferError", "ClosedError",
 ]
 
@@ -198,6 +199,37 @@ class Engine:
         if errors:
             raise BatchError(errors, results)
         return [r or 0 for r in results]
+
+    # -- objects and buckets ---------------------------------------------------------------
+    def list(self, url_prefix: str, recursive: bool = True) -> List[Dict[str, Any]]:
+        """The objects under ``url_prefix`` (``s3://bucket``, ``s3://bucket/prefix``), every
+        page of the listing: ``[{"key", "size", "etag", "last_modified"}, ...]`` in key order
+        (``etag`` quoted as the server sent it, ``last_modified`` ISO 8601). A prefix matches
+        the start of a key (``s3://b/dir`` also lists ``dir2/x``; end it with ``/`` for a
+        folder). ``recursive=False`` stops at the next ``/``: the common prefixes below it are
+        listed after the objects as keys ending in ``/`` with size 0 and ``etag`` and
+        ``last_modified`` ``None``."""
+        with _user_errors(self._closed_error()):
+            return self._native.list(url_prefix, recursive)
+
+    def head(self, url: str) -> Dict[str, Any]:
+        """The object's metadata: ``{"size", "etag", "last_modified", "content_type"}`` and,
+        when the server stores one, ``"checksum_crc64nvme"`` (base64). A missing object raises
+        :class:`S3Error` with ``code`` ``NoSuchKey`` (``NoSuchBucket`` without the bucket)."""
+        with _user_errors(self._closed_error()):
+            return self._native.head(url)
+
+    def delete(self, url: str) -> None:
+        """Deletes the object ``url``. Deleting a missing key succeeds, as on S3."""
+        with _user_errors(self._closed_error()):
+            self._native.delete(url)
+
+    def create_bucket(self, url: str) -> None:
+        """Creates the bucket ``s3://bucket`` in the engine's region. A bucket these
+        credentials already own is no error; one owned by someone else raises :class:`S3Error`
+        (``BucketAlreadyExists``)."""
+        with _user_errors(self._closed_error()):
+            self._native.create_bucket(url)
 
     def stream_safetensors(self, url_or_prefix: str, device: str = "cuda:0", dtype: Any = None,
                            framework: Optional[str] = None) -> Iterator[Tuple[str, Any]]:
