@@ -57,7 +57,11 @@ def test_mypy_sees_the_public_types(tmp_path):
         "    e: hipobj.HipobjError = hipobj.InvalidBufferError('x')\n"
         "    t: dict[str, object] = hipobj.load_safetensors('s3://b/m/', device='cpu')\n"
     )
-    env = dict(os.environ, MYPYPATH=str(PACKAGE.parent))
+    env = dict(os.environ)
+    # Installed in this interpreter's environment (python-tests.sh's venv), mypy finds it
+    # there and refuses a MYPYPATH naming site-packages; elsewhere (PYTHONPATH) it needs one.
+    if not str(PACKAGE).startswith(sys.prefix):
+        env["MYPYPATH"] = str(PACKAGE.parent)
     out = subprocess.run(
         [sys.executable, "-m", "mypy", "--no-incremental", "--cache-dir", os.devnull,
          "--strict", str(snippet)],
