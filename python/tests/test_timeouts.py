@@ -4,6 +4,7 @@ servers."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 
@@ -111,3 +112,41 @@ def test_bad_timeouts_are_refused(server):
     with make_engine(server.url) as eng:
         with pytest.raises(hipobj.InvalidArgumentError):
             eng.get_into("s3://bucket/key", bytearray(1), timeout=0)
+
+
+def test_connect_timeout_bounds_the_object_calls():
+    # A listener whose accept queue is full: the kernel drops further SYNs, so a connect
+    # hangs until its timeout (the default is 5 s a try).
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    try:
+        for _ in range(3):
+            c = socket.socket()
+            c.setblocking(False)
+            try:
+                c.connect(("127.0.0.1", port))
+            except BlockingIOError:
+                pass
+            fillers.append(c)
+        time.sleep(0.2)
+        probe = socket.socket()
+        probe.settimeout(0.5)
+        try:
+            probe.connect(("127.0.0.1", port))
+            pytest.skip("this kernel accepted a connection past a full accept queue")
+        except (TimeoutError, socket.timeout):
+            pass
+        finally:
+            probe.close()
+        with make_engine(f"http://127.0.0.1:{port}", fabric="http", connect_timeout=0.3) as eng:
+            took, err = timed(eng.head, "s3://bucket/key")
+        assert took < 4, took
+        assert err.code == "TimedOut"
+        assert "connect" in str(err), err
+    finally:
+        for c in fillers:
+            c.close()
+        listener.close()

@@ -93,12 +93,12 @@ class Engine:
 
     ``connect_timeout`` (default 5 s) and ``read_timeout`` (default 30 s), in seconds, as in
     boto3: the blocking client (``list``, ``head``, ``delete``, ``create_bucket``, and the
-    request that names the server's error code after a failed transfer) waits at most ``connect_timeout`` for a connection and
-    ``read_timeout`` for each read; the engine, which has no per-read timeout, bounds each
-    attempt of one operation (a range-get of at most 8 MiB, a PUT, a part) by
-    ``read_timeout`` (default 20 s) and retries it up to 4 attempts in all. A timeout raises
-    :class:`TimedOutError`. ``get_into``, ``put_from`` and ``get_many`` also take ``timeout``:
-    the whole call's deadline.
+    request that names the server's error code after a failed transfer) waits at most
+    ``connect_timeout`` for a connection and ``read_timeout`` for each read. The engine has
+    no connect or per-read timeout (``connect_timeout`` does not reach it): ``read_timeout``
+    bounds each attempt of one of its operations (a range-get of at most 8 MiB, a PUT, a
+    part; engine default 20 s), made up to 4 times. A timeout raises :class:`TimedOutError`.
+    ``get_into``, ``put_from`` and ``get_many`` also take ``timeout``: the call's deadline.
 
     Do not touch a buffer from another thread while a call that moves its bytes runs.
     """
