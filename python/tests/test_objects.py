@@ -116,7 +116,7 @@ def test_calls_after_close_raise_closed_error(server):
             call(url)
 
 
-def test_refused_connection_is_named(server):
+def test_refused_connection_is_named():
     import socket
 
     with socket.socket() as s:
