@@ -4,6 +4,7 @@ servers."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -57,6 +58,15 @@ def test_per_call_timeout_on_put_from_and_get_many(silent):
         assert time.monotonic() - start < 3
     assert [i for i, _ in e.value.errors] == [0, 1, 2, 3]
     assert all(isinstance(x, hipobj.TimedOutError) for _, x in e.value.errors)
+
+
+def test_per_call_timeout_on_get_many_async(silent):
+    with make_engine(silent.url, fabric="http") as eng:
+        start = time.monotonic()
+        with pytest.raises(hipobj.BatchError) as e:
+            asyncio.run(eng.get_many_async([("s3://bucket/k", bytearray(10), 0, 10)], timeout=0.5))
+        assert time.monotonic() - start < 3
+    assert isinstance(e.value.errors[0][1], hipobj.TimedOutError)
 
 
 def test_read_timeout_bounds_engine_attempts(silent):
