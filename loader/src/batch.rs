@@ -151,6 +151,16 @@ impl OpFailure {
         Self::local(message)
     }
 
+    /// The batch's deadline passed before the op was submitted.
+    fn timed_out() -> Self {
+        Self {
+            code: Some(ErrorCode::TimedOut),
+            class: None,
+            dialect: "none",
+            message: "deadline exceeded before the operation was sent".to_owned(),
+        }
+    }
+
     fn local(message: impl Into<String>) -> Self {
         Self {
             code: None,
@@ -173,6 +183,10 @@ pub struct BatchOptions {
     /// Range-gets ask the engine for the CRC-64/NVME of their bytes ([`OpDone::crc64`]), so a
     /// caller can prove a whole object from its ranges without reading them back.
     pub range_crc64: bool,
+    /// When every operation must have completed: each is submitted with the time left as its
+    /// engine deadline (it then completes `TimedOut`), and one not yet submitted when it has
+    /// passed fails `TimedOut` without going in. `None`: the engine's default deadline.
+    pub deadline: Option<Instant>,
 }
 
 impl Default for BatchOptions {
@@ -182,6 +196,7 @@ impl Default for BatchOptions {
             depth: 64,
             stall: Duration::from_secs(300),
             range_crc64: false,
+            deadline: None,
         }
     }
 }
@@ -322,31 +337,60 @@ fn drive(
             let op = &ops[i];
             let slice = BufSlice::new(op.buf, op.buf_offset, op.len);
             let tag = i as u64;
+            // The time left to the batch's deadline bounds the op in the engine; an op not
+            // yet submitted when it passed fails as timed out without going in.
+            let left_ns = match opts.deadline {
+                None => 0,
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => {
+                        u64::try_from(left.as_nanos()).unwrap_or(u64::MAX)
+                    }
+                    _ => {
+                        done.push((i, Err(OpFailure::timed_out())));
+                        next += 1;
+                        continue;
+                    }
+                },
+            };
             let sqe = match op.kind {
                 OpKind::RangeGet { offset } if opts.range_crc64 => {
                     RangeGet::new(op.object, offset, slice)
                         .user_data(tag)
+                        .deadline_ns(left_ns)
                         .crc64()
                         .build()
                 }
                 OpKind::RangeGet { offset } => RangeGet::new(op.object, offset, slice)
                     .user_data(tag)
+                    .deadline_ns(left_ns)
                     .build(),
-                OpKind::Put => Put::new(op.object, slice).user_data(tag).build(),
-                OpKind::Head => Head::new(op.object).user_data(tag).build(),
-                OpKind::CreateMultipart => CreateMultipart::new(op.object).user_data(tag).build(),
+                OpKind::Put => Put::new(op.object, slice)
+                    .user_data(tag)
+                    .deadline_ns(left_ns)
+                    .build(),
+                OpKind::Head => Head::new(op.object)
+                    .user_data(tag)
+                    .deadline_ns(left_ns)
+                    .build(),
+                OpKind::CreateMultipart => CreateMultipart::new(op.object)
+                    .user_data(tag)
+                    .deadline_ns(left_ns)
+                    .build(),
                 OpKind::UploadPart { upload, part } => {
                     UploadPart::new(op.object, upload, part, slice)
                         .user_data(tag)
+                        .deadline_ns(left_ns)
                         .build()
                 }
                 OpKind::CompleteMultipart { upload, parts } => {
                     CompleteMultipart::new(op.object, upload, parts)
                         .user_data(tag)
+                        .deadline_ns(left_ns)
                         .build()
                 }
                 OpKind::AbortMultipart { upload } => AbortMultipart::new(op.object, upload)
                     .user_data(tag)
+                    .deadline_ns(left_ns)
                     .build(),
             };
             if let Err(e) = q.push(&sqe) {

@@ -1105,6 +1105,19 @@ impl S3Client {
         }
     }
 
+    /// Whether `bucket` exists and these credentials may list it: one ListObjectsV2 of at
+    /// most one key, whose error document names what is wrong (`NoSuchBucket`,
+    /// `AccessDenied`, ...) where a HEAD's bare 404 cannot.
+    pub fn probe_bucket(&mut self, bucket: &str) -> Result<(), ClientError> {
+        let opts = ListOptions {
+            max_keys: Some(1),
+            ..Default::default()
+        };
+        let req = s3::list_objects_v2(self.endpoint(), bucket, &opts)?;
+        self.send_retrying(&req, Some(bucket), &[], None, &mut Vec::new(), &[])?;
+        Ok(())
+    }
+
     /// DeleteObject.
     pub fn delete(&mut self, bucket: &str, key: &str) -> Result<(), ClientError> {
         let req = s3::delete_object(self.endpoint(), bucket, key)?;

@@ -527,6 +527,7 @@ impl FetchOptions {
                 depth: 32,
                 stall: Duration::from_secs(300),
                 range_crc64: true,
+                deadline: None,
             },
         }
     }

@@ -6,7 +6,10 @@ use hipobj_loader::model::LoadError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use ring_api::ErrorCode;
+use s3_lite::net::blocking::ExchangeError;
 use s3_lite::s3::{ByteRange, S3Error};
+
+use crate::state::State;
 
 /// An instance of `hipobj._errors.<class>(message, **fields)`.
 pub fn make(
@@ -106,7 +109,7 @@ pub fn op_error(
     let message = format!("{path}: {what}: {said}");
     make(
         py,
-        "S3Error",
+        s3_class(code.as_deref()),
         &message,
         &[
             ("code", code),
@@ -158,4 +161,75 @@ pub fn load_error(py: Python<'_>, settings: &ClientSettings, e: &LoadError) -> P
         ),
         _ => make(py, "HipobjError", &e.to_string(), &[]),
     }
+}
+
+/// The exception class of an `S3Error` with `code`: `TimedOutError` (also the builtin
+/// `TimeoutError`) for a timeout, else `S3Error`.
+fn s3_class(code: Option<&str>) -> &'static str {
+    match code {
+        Some("TimedOut") => "TimedOutError",
+        _ => "S3Error",
+    }
+}
+
+/// A blocking-client failure of `what` on `target` (bucket, key) as the Python exception:
+/// `S3Error` with the server's code (a bare 404 of a HEAD is followed by a one-key listing of
+/// the bucket, whose error document says `NoSuchBucket` when the bucket is missing), `ConnectionRefused`, `TimedOut`
+/// (`TimedOutError`) or `ConnectionReset` for network failures; `InvalidURLError` for a
+/// bucket or key S3 does not allow.
+pub fn client_error(
+    py: Python<'_>,
+    state: &State,
+    e: &ClientError,
+    target: Option<(&str, &str)>,
+    what: &str,
+) -> PyErr {
+    let path = target.map(|(b, k)| format!("s3://{b}/{k}"));
+    let at = path.as_deref().unwrap_or(&state.endpoint);
+    let (code, said) = match e {
+        ClientError::S3(s3) => {
+            let better = match target {
+                Some((b, _)) if s3.status == 404 && what == "HEAD" => py.detach(|| {
+                    match S3Client::new(state.settings.clone()).map(|mut c| c.probe_bucket(b)) {
+                        Ok(Err(ClientError::S3(e))) => Some(*e),
+                        _ => None,
+                    }
+                }),
+                _ => None,
+            };
+            let s3 = better.as_ref().unwrap_or(s3);
+            (Some(s3.code.clone()), s3.to_string())
+        }
+        ClientError::Exchange(ExchangeError::Io { source, .. }) => {
+            let code = match source.kind() {
+                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => Some("TimedOut"),
+                std::io::ErrorKind::ConnectionRefused => Some("ConnectionRefused"),
+                std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::ConnectionAborted
+                | std::io::ErrorKind::BrokenPipe
+                | std::io::ErrorKind::UnexpectedEof => Some("ConnectionReset"),
+                _ => None,
+            };
+            (code.map(str::to_owned), e.to_string())
+        }
+        ClientError::Build(b) => {
+            return make(
+                py,
+                "InvalidURLError",
+                &format!("{at}: {b}"),
+                &[("path", path.clone())],
+            );
+        }
+        _ => (None, e.to_string()),
+    };
+    make(
+        py,
+        s3_class(code.as_deref()),
+        &format!("{at}: {what}: {said}"),
+        &[
+            ("code", code),
+            ("dialect", Some("http".to_owned())),
+            ("path", path),
+        ],
+    )
 }

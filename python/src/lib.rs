@@ -13,6 +13,7 @@ mod errors;
 mod load;
 mod memory;
 mod native_engine;
+mod objects;
 mod registration;
 mod state;
 mod stream;

@@ -1,6 +1,7 @@
 //! `hipobj._native.NativeEngine`: the engine behind `hipobj.Engine`.
 
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use engine::{Engine, Fabric, Placement};
 use hipobj_loader::batch::BatchOptions;
@@ -14,7 +15,7 @@ use s3_lite::s3::Endpoint;
 
 use crate::errors::make;
 use crate::state::State;
-use crate::{load, transfer};
+use crate::{load, objects, transfer};
 
 /// The engine, its endpoint and signing identity (resolved like the AWS CLI does).
 #[pyclass(module = "hipobj._native", frozen)]
@@ -34,6 +35,26 @@ fn parse_fabric(s: &str) -> PyResult<Fabric> {
     }
 }
 
+/// A timeout in seconds as a `Duration`: an exception of `class` unless it is a positive
+/// finite number.
+fn seconds(py: Python<'_>, class: &str, name: &str, v: Option<f64>) -> PyResult<Option<Duration>> {
+    match v {
+        None => Ok(None),
+        Some(s) => Duration::try_from_secs_f64(s)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .map(Some)
+            .ok_or_else(|| {
+                make(
+                    py,
+                    class,
+                    &format!("{name}={s}: expected a positive number of seconds"),
+                    &[],
+                )
+            }),
+    }
+}
+
 impl NativeEngine {
     fn state(&self) -> PyResult<Arc<State>> {
         self.state
@@ -50,7 +71,8 @@ impl NativeEngine {
     #[new]
     #[pyo3(signature = (endpoint=None, region=None, access_key=None, secret_key=None,
                         session_token=None, profile=None, fabric="auto", dialect="auto",
-                        workers=None, connections=None, gpu=true))]
+                        workers=None, connections=None, gpu=true, connect_timeout=None,
+                        read_timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -65,8 +87,12 @@ impl NativeEngine {
         workers: Option<usize>,
         connections: Option<usize>,
         gpu: bool,
+        connect_timeout: Option<f64>,
+        read_timeout: Option<f64>,
     ) -> PyResult<Self> {
         let fabric = parse_fabric(fabric)?;
+        let connect_timeout = seconds(py, "ConfigError", "connect_timeout", connect_timeout)?;
+        let read_timeout = seconds(py, "ConfigError", "read_timeout", read_timeout)?;
         let dialect =
             hipobj_loader::paths::parse_dialect(dialect).map_err(PyValueError::new_err)?;
         let overrides = Overrides {
@@ -102,6 +128,11 @@ impl NativeEngine {
         if let Some(n) = connections {
             b = b.connections_per_worker(n);
         }
+        // The engine has no per-read timeout: read_timeout bounds each attempt of an
+        // operation (connect, request and answer of one range-get, PUT or part).
+        if let Some(t) = read_timeout {
+            b = b.attempt_timeout(t);
+        }
         if gpu && let Ok(rt) = engine::gpu::try_detect() {
             b = b.gpu(rt);
         }
@@ -110,12 +141,17 @@ impl NativeEngine {
             .map_err(|e| make(py, "ConfigError", &format!("engine: {e}"), &[]))?;
         let queues = engine.workers().len().max(1);
         let per_queue = u32::try_from(connections.unwrap_or(32).clamp(1, 1024)).unwrap_or(32);
+        let defaults = Timeouts::default();
         let settings = ClientSettings {
             endpoint: ep,
             credentials: resolved.credentials,
             region: resolved.region,
             tls: TlsOptions::default(),
-            timeouts: Timeouts::default(),
+            timeouts: Timeouts {
+                connect: connect_timeout.unwrap_or(defaults.connect),
+                io: read_timeout.unwrap_or(defaults.io),
+                ..defaults
+            },
         };
         Ok(Self {
             state: RwLock::new(Some(Arc::new(State {
@@ -156,13 +192,17 @@ impl NativeEngine {
     }
 
     /// Runs `items` (`(kind, url, memory, offset, length)`, kind `"get"` or `"put"`) at once
-    /// and returns, per item, the bytes moved or the exception instance it failed with.
+    /// and returns, per item, the bytes moved or the exception instance it failed with;
+    /// `timeout` (seconds) bounds the whole call.
+    #[pyo3(signature = (items, timeout=None))]
     fn transfer<'py>(
         &self,
         py: Python<'py>,
         items: Vec<transfer::Item<'py>>,
+        timeout: Option<f64>,
     ) -> PyResult<Vec<Py<PyAny>>> {
-        transfer::run(py, &*self.state()?, items)
+        let timeout = seconds(py, "InvalidArgumentError", "timeout", timeout)?;
+        transfer::run(py, &*self.state()?, items, timeout)
     }
 
     /// Loads a safetensors model: `alloc(nbytes, file_index)` returns each file's destination
@@ -188,5 +228,33 @@ impl NativeEngine {
         alloc: Bound<'_, PyAny>,
     ) -> PyResult<crate::stream::NativeTensorStream> {
         crate::stream::start(py, self.state()?, url, &alloc)
+    }
+
+    /// Every object under `url` (`s3://BUCKET[/PREFIX]`), all pages: dicts `{key, size, etag,
+    /// last_modified}`; `recursive=False` stops at the next `/` and lists the common prefixes
+    /// as keys ending in `/`.
+    #[pyo3(signature = (url, recursive=true))]
+    fn list<'py>(
+        &self,
+        py: Python<'py>,
+        url: &str,
+        recursive: bool,
+    ) -> PyResult<Vec<Bound<'py, pyo3::types::PyDict>>> {
+        objects::list(py, &*self.state()?, url, recursive)
+    }
+
+    /// HeadObject: `{size, etag, last_modified, content_type[, checksum_crc64nvme]}`.
+    fn head<'py>(&self, py: Python<'py>, url: &str) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        objects::head(py, &*self.state()?, url)
+    }
+
+    /// DeleteObject (a missing key is no error).
+    fn delete(&self, py: Python<'_>, url: &str) -> PyResult<()> {
+        objects::delete(py, &*self.state()?, url)
+    }
+
+    /// CreateBucket `s3://BUCKET` (one these credentials own already is no error).
+    fn create_bucket(&self, py: Python<'_>, url: &str) -> PyResult<()> {
+        objects::create_bucket(py, &*self.state()?, url)
     }
 }

@@ -33,10 +33,12 @@ pub fn stop_on_signal(interrupted: &mut Option<PyErr>) -> impl FnMut() -> bool +
     }
 }
 
-/// Runs `ops` with the GIL released; a pending signal stops the batch and is the error.
+/// Runs `ops` with the GIL released, as `opts` says; a pending signal stops the batch and is
+/// the error.
 pub fn run_interruptible(
     py: Python<'_>,
     state: &State,
+    opts: BatchOptions,
     ops: &[Op],
 ) -> PyResult<Vec<Result<OpDone, OpFailure>>> {
     let mut interrupted = None;
@@ -44,7 +46,7 @@ pub fn run_interruptible(
         batch::run(
             &state.engine,
             ops,
-            state.batch,
+            opts,
             &mut stop_on_signal(&mut interrupted),
         )
     });

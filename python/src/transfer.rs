@@ -7,7 +7,9 @@
 //! batch with the GIL released; deregister; complete (or abort) the multipart uploads; settle
 //! each item (its first failure, or its byte count).
 
-use hipobj_loader::batch::{Op, OpDone, OpFailure, OpKind, split_range_get};
+use std::time::{Duration, Instant};
+
+use hipobj_loader::batch::{BatchOptions, Op, OpDone, OpFailure, OpKind, split_range_get};
 use hipobj_loader::multipart;
 use hipobj_loader::s3uri::S3Uri;
 use pyo3::prelude::*;
@@ -87,7 +89,12 @@ fn prepare(py: Python<'_>, state: &State, item: Item<'_>) -> PyResult<Slot> {
 }
 
 /// Gives every pending get without a length the rest of its object from its offset (HEAD).
-fn learn_lengths(py: Python<'_>, state: &State, slots: &mut [Slot]) -> PyResult<()> {
+fn learn_lengths(
+    py: Python<'_>,
+    state: &State,
+    batch: BatchOptions,
+    slots: &mut [Slot],
+) -> PyResult<()> {
     let needs: Vec<usize> = (0..slots.len())
         .filter(|&i| matches!(&slots[i], Slot::Pending(t) if !t.put && t.length.is_none()))
         .collect();
@@ -104,7 +111,7 @@ fn learn_lengths(py: Python<'_>, state: &State, slots: &mut [Slot]) -> PyResult<
             _ => None,
         })
         .collect();
-    let results = run_interruptible(py, state, &ops)?;
+    let results = run_interruptible(py, state, batch, &ops)?;
     for (&i, r) in needs.iter().zip(results) {
         let Slot::Pending(t) = &mut slots[i] else {
             continue;
@@ -157,12 +164,24 @@ fn check_length(py: Python<'_>, t: &mut Target) -> Result<u64, PyErr> {
 }
 
 /// Runs `items` and returns, per item, its byte count or the exception it failed with.
-pub fn run(py: Python<'_>, state: &State, items: Vec<Item<'_>>) -> PyResult<Vec<Py<PyAny>>> {
+/// `timeout` bounds the call's HEADs, uploads' creation and transfers (each operation goes to
+/// the engine with the time left as its deadline, and fails `TimedOut` when it passes); the
+/// completion or abort of a multipart upload that follows is not cut short.
+pub fn run(
+    py: Python<'_>,
+    state: &State,
+    items: Vec<Item<'_>>,
+    timeout: Option<Duration>,
+) -> PyResult<Vec<Py<PyAny>>> {
+    let timed = BatchOptions {
+        deadline: timeout.map(|t| Instant::now() + t),
+        ..state.batch
+    };
     let mut slots = items
         .into_iter()
         .map(|it| prepare(py, state, it))
         .collect::<PyResult<Vec<Slot>>>()?;
-    learn_lengths(py, state, &mut slots)?;
+    learn_lengths(py, state, timed, &mut slots)?;
     let mut regs: Vec<Registration<'_>> = Vec::new();
     let mut bufs: Vec<Option<BufHandle>> = vec![None; slots.len()];
     let mut lens = vec![0u64; slots.len()];
@@ -198,7 +217,7 @@ pub fn run(py: Python<'_>, state: &State, items: Vec<Item<'_>>) -> PyResult<Vec<
         .filter(|(i, t)| t.part_size.is_some() && bufs[*i].is_some())
         .map(|(i, t)| (i, multipart::create(t.object)))
         .collect();
-    let created = match run_ops(py, state, &creates) {
+    let created = match run_ops(py, state, timed, &creates) {
         Ok(r) => r,
         Err(e) => {
             py.detach(|| drop(regs));
@@ -234,7 +253,7 @@ pub fn run(py: Python<'_>, state: &State, items: Vec<Item<'_>>) -> PyResult<Vec<
         };
         ops.extend(item_ops.into_iter().map(|op| (i, op)));
     }
-    let results = run_ops(py, state, &ops);
+    let results = run_ops(py, state, timed, &ops);
     py.detach(|| drop(regs));
     let results = match results {
         Ok(r) => r,
@@ -276,7 +295,7 @@ pub fn run(py: Python<'_>, state: &State, items: Vec<Item<'_>>) -> PyResult<Vec<
             multipart::complete(t.object, u, lens[i], size).map(|op| (i, op))
         })
         .collect();
-    for ((i, op), r) in ends.iter().zip(run_ops(py, state, &ends)?) {
+    for ((i, op), r) in ends.iter().zip(run_ops(py, state, state.batch, &ends)?) {
         if let (Err(f), OpKind::CompleteMultipart { .. }) = (r, op.kind) {
             settle.fail(*i, op, f);
         }
@@ -330,13 +349,14 @@ fn opened<'a>(
 fn run_ops(
     py: Python<'_>,
     state: &State,
+    batch: BatchOptions,
     ops: &[(usize, Op)],
 ) -> PyResult<Vec<Result<OpDone, OpFailure>>> {
     if ops.is_empty() {
         return Ok(Vec::new());
     }
     let ops: Vec<Op> = ops.iter().map(|(_, op)| *op).collect();
-    run_interruptible(py, state, &ops)
+    run_interruptible(py, state, batch, &ops)
 }
 
 /// Runs `ops` to the end whatever signals arrive (the aborts after an interrupted batch).

@@ -29,6 +29,7 @@ from ._errors import (
     InvalidURLError,
     S3Error,
     SafetensorsError,
+    TimedOutError,
     UnsupportedError,
 )
 from ._memory import adapt as _adapt
@@ -37,7 +38,7 @@ from . import _safetensors
 __version__ = _native.__version__
 __all__ = [
     "Engine", "load_safetensors", "stream_safetensors", "HipobjError", "ConfigError", "InvalidURLError", "S3Error",
-    "IntegrityError", "SafetensorsError", "UnsupportedError", "BatchError",
+    "IntegrityError", "SafetensorsError", "TimedOutError", "UnsupportedError", "BatchError",
     "InvalidArgumentError", "InvalidTypeError", "InvalidBufferError", "ClosedError",
 ]
 
@@ -90,6 +91,15 @@ class Engine:
     ``connections``: connections per worker (default 32). ``gpu``: look for a CUDA/HIP
     runtime so CUDA tensors can be destinations.
 
+    ``connect_timeout`` (default 5 s) and ``read_timeout`` (default 30 s), in seconds, as in
+    boto3: the blocking client (``list``, ``head``, ``delete``, ``create_bucket``, and the
+    request that names the server's error code after a failed transfer) waits at most
+    ``connect_timeout`` for a connection and ``read_timeout`` for each read. The engine has
+    no connect or per-read timeout (``connect_timeout`` does not reach it): ``read_timeout``
+    bounds each attempt of one of its operations (a range-get of at most 8 MiB, a PUT, a
+    part; engine default 20 s), made up to 4 times. A timeout raises :class:`TimedOutError`.
+    ``get_into``, ``put_from`` and ``get_many`` also take ``timeout``: the call's deadline.
+
     Do not touch a buffer from another thread while a call that moves its bytes runs.
     """
 
@@ -107,11 +117,13 @@ class Engine:
         workers: Optional[int] = None,
         connections: Optional[int] = None,
         gpu: bool = True,
+        connect_timeout: Optional[float] = None,
+        read_timeout: Optional[float] = None,
     ) -> None:
         try:
             self._native = _native.NativeEngine(
                 endpoint, region, access_key, secret_key, session_token, profile,
-                fabric, dialect, workers, connections, gpu,
+                fabric, dialect, workers, connections, gpu, connect_timeout, read_timeout,
             )
         except HipobjError:
             raise
@@ -145,9 +157,10 @@ class Engine:
     def _closed_error(self) -> ClosedError:
         return ClosedError(f"the engine for {self._endpoint} is closed: make a new hipobj.Engine")
 
-    def _run(self, items: Sequence[_Native]) -> Tuple[List[Optional[int]], List[Tuple[int, BaseException]]]:
+    def _run(self, items: Sequence[_Native], timeout: Optional[float] = None
+             ) -> Tuple[List[Optional[int]], List[Tuple[int, BaseException]]]:
         with _user_errors(self._closed_error()):
-            outcomes: List[Union[int, BaseException]] = self._native.transfer(items)
+            outcomes: List[Union[int, BaseException]] = self._native.transfer(items, timeout)
         results: List[Optional[int]] = []
         errors: List[Tuple[int, BaseException]] = []
         for i, o in enumerate(outcomes):
@@ -158,46 +171,84 @@ class Engine:
                 results.append(o)
         return results, errors
 
-    def get_into(self, url: str, dest: Any, offset: int = 0, length: Optional[int] = None) -> int:
+    def get_into(self, url: str, dest: Any, offset: int = 0, length: Optional[int] = None, *,
+                 timeout: Optional[float] = None) -> int:
         """Reads ``length`` bytes (default: the rest of the object) at ``offset`` of ``url``
         into ``dest`` (a DLPack or buffer-protocol object: numpy array, torch/cupy tensor on
-        CPU or CUDA, bytearray, memoryview) with no copy in Python. Returns the bytes read."""
-        results, errors = self._run(_normalize([(url, dest, offset, length)]))
+        CPU or CUDA, bytearray, memoryview) with no copy in Python. Returns the bytes read.
+        ``timeout`` (seconds): the call's deadline; past it, :class:`TimedOutError`."""
+        results, errors = self._run(_normalize([(url, dest, offset, length)]), timeout)
         if errors:
             raise errors[0][1]
         return results[0] or 0
 
-    def put_from(self, url: str, src: Any, part_size: Optional[int] = None) -> int:
+    def put_from(self, url: str, src: Any, part_size: Optional[int] = None, *,
+                 timeout: Optional[float] = None) -> int:
         """Uploads all of ``src`` (DLPack, buffer protocol or bytes) as the object ``url``.
         Returns the bytes sent. Up to 5 GiB it is one PUT; above, or when ``part_size`` (5 MiB
         to 5 GiB) is given, a multipart upload in parts of that size (default above 5 GiB:
         64 MiB, larger when needed to stay within 10,000 parts), its parts in parallel; a
-        failed part aborts the upload."""
+        failed part aborts the upload. ``timeout`` (seconds) bounds the PUT or the parts (not
+        the completion of a multipart upload); past it, :class:`TimedOutError`."""
         if part_size is not None and (isinstance(part_size, bool) or not isinstance(part_size, int)):
             raise InvalidTypeError("part_size must be an int or None")
-        results, errors = self._run([("put", str(url), _adapt(src), 0, part_size)])
+        results, errors = self._run([("put", str(url), _adapt(src), 0, part_size)], timeout)
         if errors:
             raise errors[0][1]
         return results[0] or 0
 
-    def get_many(self, items: Sequence[Item]) -> List[int]:
+    def get_many(self, items: Sequence[Item], *, timeout: Optional[float] = None) -> List[int]:
         """Runs every ``(url, dest[, offset[, length]])`` at once with the GIL released, and
         returns when all finished: the bytes read per item, or :class:`BatchError` naming each
-        failure (the other items completed). Ctrl-C stops the batch (KeyboardInterrupt)."""
-        results, errors = self._run(_normalize(items))
+        failure (the other items completed). Ctrl-C stops the batch (KeyboardInterrupt).
+        ``timeout`` (seconds): the whole batch's deadline; items not done by then fail with
+        :class:`TimedOutError` in the :class:`BatchError`."""
+        results, errors = self._run(_normalize(items), timeout)
         if errors:
             raise BatchError(errors, results)
         return [r or 0 for r in results]
 
-    async def get_many_async(self, items: Sequence[Item]) -> List[int]:
+    async def get_many_async(self, items: Sequence[Item], *, timeout: Optional[float] = None) -> List[int]:
         """``get_many`` on a worker thread, awaitable from asyncio (the event loop keeps
         running: the batch holds no GIL while bytes move)."""
         normalized = _normalize(items)
         loop = asyncio.get_running_loop()
-        results, errors = await loop.run_in_executor(None, functools.partial(self._run, normalized))
+        results, errors = await loop.run_in_executor(
+            None, functools.partial(self._run, normalized, timeout))
         if errors:
             raise BatchError(errors, results)
         return [r or 0 for r in results]
+
+    # -- objects and buckets ---------------------------------------------------------------
+    def list(self, url_prefix: str, recursive: bool = True) -> List[Dict[str, Any]]:
+        """The objects under ``url_prefix`` (``s3://bucket``, ``s3://bucket/prefix``), every
+        page of the listing: ``[{"key", "size", "etag", "last_modified"}, ...]`` in key order
+        (``etag`` quoted as the server sent it, ``last_modified`` ISO 8601). A prefix matches
+        the start of a key (``s3://b/dir`` also lists ``dir2/x``; end it with ``/`` for a
+        folder). ``recursive=False`` stops at the next ``/``: the common prefixes below it are
+        listed after the objects as keys ending in ``/`` with size 0 and ``etag`` and
+        ``last_modified`` ``None``."""
+        with _user_errors(self._closed_error()):
+            return self._native.list(url_prefix, recursive)
+
+    def head(self, url: str) -> Dict[str, Any]:
+        """The object's metadata: ``{"size", "etag", "last_modified", "content_type"}`` and,
+        when the server stores one, ``"checksum_crc64nvme"`` (base64). A missing object raises
+        :class:`S3Error` with ``code`` ``NoSuchKey`` (``NoSuchBucket`` without the bucket)."""
+        with _user_errors(self._closed_error()):
+            return self._native.head(url)
+
+    def delete(self, url: str) -> None:
+        """Deletes the object ``url``. Deleting a missing key succeeds, as on S3."""
+        with _user_errors(self._closed_error()):
+            self._native.delete(url)
+
+    def create_bucket(self, url: str) -> None:
+        """Creates the bucket ``s3://bucket`` in the engine's region. A bucket these
+        credentials already own is no error; one owned by someone else raises :class:`S3Error`
+        (``BucketAlreadyExists``)."""
+        with _user_errors(self._closed_error()):
+            self._native.create_bucket(url)
 
     def stream_safetensors(self, url_or_prefix: str, device: str = "cuda:0", dtype: Any = None,
                            framework: Optional[str] = None) -> Iterator[Tuple[str, Any]]:

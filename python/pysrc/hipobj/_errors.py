@@ -76,6 +76,12 @@ class S3Error(HipobjError):
         self.dialect = dialect
 
 
+class TimedOutError(S3Error, TimeoutError):
+    """A request that got no answer in time (``code`` is ``"TimedOut"``): the connection was
+    not made within ``connect_timeout``, the server sent nothing for ``read_timeout``, or a
+    call's ``timeout`` passed. Also the builtin :class:`TimeoutError`."""
+
+
 class IntegrityError(HipobjError):
     """Bytes that disagree with the server's checksum or size of them."""
 
