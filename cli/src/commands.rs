@@ -201,10 +201,14 @@ fn merge(mut value: Value, extra: Value) -> Value {
 }
 
 /// `hipobj put FILE s3://BUCKET/KEY`.
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct PutArgs {
-    /// Local file to upload.
+    /// Local file to upload (with --recursive: a directory).
     pub file: PathBuf,
+    /// Upload every regular file under the directory FILE to DEST + its relative path (the aws
+    /// CLI's `cp --recursive`); symbolic links are skipped.
+    #[arg(long)]
+    pub recursive: bool,
     /// Destination, s3://BUCKET/KEY; s3://BUCKET/PREFIX/ or s3://BUCKET appends the file's name.
     pub dest: String,
     /// Files larger than this are uploaded in parts.
@@ -270,9 +274,12 @@ fn warn_fallback(choice: FabricChoice, dialect: engine::Dialect, carried: Carrie
 
 /// Runs `put`.
 pub fn put(ctx: &mut Context, args: &PutArgs) -> CommandResult {
+    if args.recursive {
+        return crate::recursive::put_tree(ctx, args);
+    }
     if args.file.is_dir() {
         return Err(format!(
-            "{}: is a directory; put uploads one file (name a file in it)",
+            "{}: is a directory; put uploads one file (name a file in it, or pass --recursive)",
             args.file.display()
         ));
     }
@@ -529,10 +536,15 @@ fn report_engine_upload(
 }
 
 /// `hipobj get s3://BUCKET/KEY [FILE|-] [--range A-B]`.
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct GetArgs {
-    /// Source, s3://BUCKET/KEY.
+    /// Source, s3://BUCKET/KEY (with --recursive: s3://BUCKET/PREFIX/).
     pub src: String,
+    /// Download every object under the prefix SRC into the directory DEST (default `.`) at its
+    /// key's path below the prefix (the aws CLI's `cp --recursive`). Keys that would leave the
+    /// directory (`..`, empty or absolute segments) are refused.
+    #[arg(long)]
+    pub recursive: bool,
     /// Destination file, a directory (an existing one, or any path ending in `/`: writes
     /// DIR/NAME, NAME being the key's last path segment), or `-` for stdout (default: ./NAME).
     pub dest: Option<String>,
@@ -753,6 +765,9 @@ fn local_destination(dest: Option<&str>, key: &str) -> String {
 
 /// Runs `get`.
 pub fn get(ctx: &mut Context, args: &GetArgs) -> CommandResult {
+    if args.recursive {
+        return crate::recursive::get_tree(ctx, args);
+    }
     let src = S3Uri::parse_object(&args.src).map_err(|e| e.to_string())?;
     let dest = local_destination(args.dest.as_deref(), &src.key);
     if let Some(dir) = args.dest.as_deref().filter(|d| d.ends_with('/')) {

@@ -13,6 +13,7 @@ pub mod json_out;
 pub mod load;
 pub mod net;
 pub mod quiet_log;
+pub mod recursive;
 pub mod relay;
 pub mod serve;
 pub mod soft_nics;

@@ -20,7 +20,7 @@ fn put_of_a_directory_names_the_directory() {
     assert_eq!(
         err.trim_end(),
         format!(
-            "hipobj: error: {}: is a directory; put uploads one file (name a file in it)",
+            "hipobj: error: {}: is a directory; put uploads one file (name a file in it, or pass --recursive)",
             sub.display()
         )
     );
