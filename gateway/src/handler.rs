@@ -1199,6 +1199,22 @@ impl ListParams {
         Ok(Self { max_keys, url })
     }
 
+    /// The backend query of a listing that resumes after a key (`marker` of ListObjects v1,
+    /// `key-marker` of ListObjectVersions; empty: from the start): the request's `prefix` and
+    /// `delimiter` (an empty one is none), no continuation token.
+    pub(crate) fn after_marker(&self, query: &Query, marker: &str) -> ListQuery {
+        ListQuery {
+            prefix: query.get("prefix").unwrap_or_default().to_owned(),
+            delimiter: query
+                .get("delimiter")
+                .filter(|d| !d.is_empty())
+                .map(str::to_owned),
+            start_after: Some(marker.to_owned()).filter(|m| !m.is_empty()),
+            continuation_token: None,
+            max_keys: self.max_keys,
+        }
+    }
+
     /// A key or prefix as the listing carries it.
     pub(crate) fn encode(&self, s: &str) -> String {
         if self.url {

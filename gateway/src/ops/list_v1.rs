@@ -2,8 +2,8 @@
 //! key, and `NextMarker` is given when the page is truncated and a delimiter was used (S3
 //! omits it otherwise; clients resume from the last key).
 
+use crate::backend::Backend;
 use crate::backend::list::decode_token;
-use crate::backend::{Backend, ListQuery};
 use crate::error::ApiError;
 use crate::handler::{ListParams, Respond, S3_NS, render_list_entries, xml_ok};
 use crate::route::Query;
@@ -18,16 +18,7 @@ pub fn serve(
 ) -> Result<(), ApiError> {
     let params = ListParams::parse(query)?;
     let marker = query.get("marker").unwrap_or_default().to_owned();
-    let q = ListQuery {
-        prefix: query.get("prefix").unwrap_or_default().to_owned(),
-        delimiter: query
-            .get("delimiter")
-            .filter(|d| !d.is_empty())
-            .map(str::to_owned),
-        start_after: Some(marker.clone()).filter(|m| !m.is_empty()),
-        continuation_token: None,
-        max_keys: params.max_keys,
-    };
+    let q = params.after_marker(query, &marker);
     let page = backend.list_objects(bucket, &q)?;
     let enc = |s: &str| params.encode(s);
     let mut d = format!("<ListBucketResult xmlns=\"{S3_NS}\">");

@@ -4,7 +4,7 @@
 //! (and DeleteObjects) accept `versionId=null` and answer any other id as a version that does
 //! not exist. Real tools need this (s3-tests' cleanup, rclone, terraform, `aws s3 rb --force`).
 
-use crate::backend::{Backend, ListQuery};
+use crate::backend::Backend;
 use crate::error::ApiError;
 use crate::handler::{ListParams, Respond, S3_NS, xml_ok};
 use crate::route::Query;
@@ -64,16 +64,7 @@ pub fn serve(
         }
     }
     // Each key has one version, so "after (key, null)" and "after key" are the same place.
-    let q = ListQuery {
-        prefix: query.get("prefix").unwrap_or_default().to_owned(),
-        delimiter: query
-            .get("delimiter")
-            .filter(|d| !d.is_empty())
-            .map(str::to_owned),
-        start_after: Some(key_marker.clone()).filter(|m| !m.is_empty()),
-        continuation_token: None,
-        max_keys: params.max_keys,
-    };
+    let q = params.after_marker(query, &key_marker);
     let page = backend.list_objects(bucket, &q)?;
     let enc = |s: &str| params.encode(s);
     let mut d = format!("<ListVersionsResult xmlns=\"{S3_NS}\">");
