@@ -208,6 +208,7 @@ pub fn start(
         model,
         buffers,
         mems,
+        headers_read: _,
     } = prepare(py, &state, url, alloc)?;
     let views: Vec<(usize, Memory)> = mems.iter().map(|(i, m)| (*i, m.unowned_view())).collect();
     let (tx, rx) = mpsc::channel();
