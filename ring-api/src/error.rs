@@ -190,6 +190,14 @@ pub enum SetupError {
         /// [`crate::MAX_ENTRIES`].
         max: u32,
     },
+    /// The [`RingMemory`](crate::RingMemory) given is smaller than the queue's layout.
+    #[error("ring memory of {got} bytes is smaller than the {needed} bytes the queue needs")]
+    Memory {
+        /// Bytes the layout needs.
+        needed: usize,
+        /// Bytes the memory has.
+        got: usize,
+    },
 }
 
 /// A push was refused; nothing was pushed.

@@ -46,6 +46,9 @@
 //! - [`wakeup`]: the `need_wakeup` park protocol and the [`Doorbell`] trait.
 //! - [`queue_pair_timed`]: the same rings with per-operation timestamps ([`OpTimes`]) in a
 //!   companion slot at each entry's index, read with [`AppQueue::completion_timed`].
+//! - [`RingMemory`], [`QueueLayout`], [`app_queue_in`], [`worker_queue_in`]: the same queue in
+//!   memory shared between two processes (the node daemon and its clients); a peer writing
+//!   impossible indices is detected ([`WorkerQueue::peer_corrupt`]), never trusted.
 //!
 //! # Thread safety
 //!
@@ -77,6 +80,7 @@
 mod cqe;
 mod error;
 mod handle;
+mod memory;
 mod object_table;
 mod op_error;
 pub mod opcode;
@@ -98,19 +102,20 @@ pub use error::{
     ErrorCode, InternError, InvalidEntry, PushError, SetupError, TimestampsOff, UnknownErrorCode,
 };
 pub use handle::{BufHandle, BufSlice, ObjectId, PartNumber, UploadHandle};
+pub use memory::{QueueLayout, RingMemory};
 pub use object_table::{MAX_BUCKET_LEN, MAX_KEY_LEN, ObjectName, ObjectTable};
 pub use op_error::OpError;
 pub use pending::PendingCompletions;
 pub use queue::{
     AppQueue, CompletionQueue, CompletionWriter, SubmissionQueue, SubmissionReader,
-    TimedCompletionQueue, WorkerQueue, queue_pair, queue_pair_timed,
-    queue_pair_with_completion_bell,
+    TimedCompletionQueue, WorkerQueue, app_queue_in, queue_pair, queue_pair_timed,
+    queue_pair_with_completion_bell, worker_queue_in,
 };
 pub use spsc::MAX_ENTRIES;
 pub use sqe::{Sqe, sqe_flags};
 pub use times::OpTimes;
 pub use validate::{Deadline, MAX_PUT_LEN, Op, ValidOp};
-pub use wakeup::{Doorbell, ParkDoorbell, ParkWaiter};
+pub use wakeup::{CompletionWaiter, Doorbell, ParkDoorbell, ParkWaiter};
 
 /// Version of the entry layouts ([`Sqe`], [`Cqe`]) and their field meanings. Bumped on any
 /// incompatible change; new opcodes and flags are compatible additions because older engines

@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 
 use crate::cqe::Cqe;
 use crate::error::{PushError, SetupError, TimestampsOff};
+use crate::memory::{QueueLayout, RingMemory};
 use crate::pending::PendingCompletions;
 use crate::spsc::{Consumer, Producer, ring_with_stamps};
 use crate::sqe::Sqe;
 use crate::times::OpTimes;
-use crate::wakeup::{Doorbell, ParkWaiter};
+use crate::wakeup::{CompletionWaiter, Doorbell, ParkWaiter};
 
 /// Creates a queue: `sq_entries` submission and `cq_entries` completion slots (powers of two,
 /// at most [`crate::MAX_ENTRIES`]).
@@ -89,7 +90,7 @@ fn build(
         AppQueue {
             sq: sq_p,
             cq: cq_c,
-            waiter,
+            waiter: Box::new(waiter),
         },
         WorkerQueue {
             sq: sq_c,
@@ -99,11 +100,80 @@ fn build(
     ))
 }
 
+/// The application's half of a queue whose rings live in `memory` (laid out by `layout`),
+/// typically a mapping shared with a daemon process that holds the [`WorkerQueue`] half
+/// ([`worker_queue_in`]).
+///
+/// `worker_bell` wakes the worker side when submissions are published (or completion space
+/// freed) while it announced that it sleeps; `waiter` is how [`AppQueue::wait_completions`]
+/// sleeps (it must wake when the worker side rings the bell it was given). On a timed layout,
+/// `clock` stamps submissions as [`queue_pair_timed`]'s does.
+///
+/// Indices found in the memory are taken as they are (zeros in a fresh mapping).
+pub fn app_queue_in(
+    memory: Arc<dyn RingMemory>,
+    layout: QueueLayout,
+    worker_bell: Option<Arc<dyn Doorbell>>,
+    waiter: Box<dyn CompletionWaiter>,
+    clock: Option<fn() -> u64>,
+) -> Result<AppQueue, SetupError> {
+    let mut sq = Producer::attach(
+        Arc::clone(&memory),
+        0,
+        layout.sq_entries,
+        layout.timestamps,
+        worker_bell.clone(),
+    )?;
+    sq.stamp_clock = clock.filter(|_| layout.timestamps);
+    let cq = Consumer::attach(
+        memory,
+        layout.cq_base(),
+        layout.cq_entries,
+        layout.timestamps,
+        worker_bell,
+    )?;
+    Ok(AppQueue { sq, cq, waiter })
+}
+
+/// The worker's half of a queue in `memory` (see [`app_queue_in`]). `app_bell` wakes the
+/// application side: rung when completions are published while it sleeps in
+/// [`AppQueue::wait_completions`] or has armed its completion bell, and when submission space
+/// is freed while it waits for it.
+///
+/// The memory may be written by another process at any time: entries are validated as
+/// always, and indices that cannot be right are reported by [`WorkerQueue::peer_corrupt`].
+pub fn worker_queue_in(
+    memory: Arc<dyn RingMemory>,
+    layout: QueueLayout,
+    app_bell: Option<Arc<dyn Doorbell>>,
+) -> Result<WorkerQueue, SetupError> {
+    let sq = Consumer::attach(
+        Arc::clone(&memory),
+        0,
+        layout.sq_entries,
+        layout.timestamps,
+        app_bell.clone(),
+    )?;
+    let mut cq = Producer::attach(
+        memory,
+        layout.cq_base(),
+        layout.cq_entries,
+        layout.timestamps,
+        app_bell.clone(),
+    )?;
+    cq.notify = app_bell;
+    Ok(WorkerQueue {
+        sq,
+        cq,
+        pending: PendingCompletions::new(),
+    })
+}
+
 /// The application's half: pushes submissions, reaps completions.
 pub struct AppQueue {
     sq: Producer<Sqe>,
     cq: Consumer<Cqe>,
-    waiter: ParkWaiter,
+    waiter: Box<dyn CompletionWaiter>,
 }
 
 impl std::fmt::Debug for AppQueue {
@@ -162,7 +232,7 @@ impl AppQueue {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         loop {
             let ready = self.cq.available();
-            if ready >= min || self.cq.peer_dropped() {
+            if ready >= min || self.worker_dropped() {
                 return ready;
             }
             let left = match deadline {
@@ -176,7 +246,7 @@ impl AppQueue {
                 // Re-checked after the announcement's fence: a worker dropped between the
                 // check above and `prepare_park` rang no bell (it saw no park), but its
                 // `closed` store is visible now (see the Dekker pair in `crate::wakeup`).
-                if !self.cq.peer_dropped() {
+                if !self.worker_dropped() {
                     self.waiter.wait(left);
                 }
                 self.cq.finish_park();
@@ -221,10 +291,11 @@ impl AppQueue {
         self.cq.capacity()
     }
 
-    /// `true` once the [`WorkerQueue`] has been dropped.
+    /// `true` once the [`WorkerQueue`] has been dropped (or, for a queue in shared memory,
+    /// its waiter reports the worker's process gone).
     #[must_use]
     pub fn worker_dropped(&self) -> bool {
-        self.sq.peer_dropped()
+        self.sq.peer_dropped() || self.cq.peer_dropped() || self.waiter.peer_gone()
     }
 }
 
@@ -477,6 +548,14 @@ impl WorkerQueue {
     #[must_use]
     pub fn app_dropped(&self) -> bool {
         self.sq.peer_dropped()
+    }
+
+    /// `true` once the application side published an index its ring cannot have (only a
+    /// queue in memory shared with another process can see this): the rings then count as
+    /// empty and full, and the owner should drop the queue.
+    #[must_use]
+    pub fn peer_corrupt(&self) -> bool {
+        self.sq.corrupt() || self.cq.corrupt()
     }
 
     /// `true` when the queue carries per-operation timestamps ([`queue_pair_timed`]): read
@@ -809,5 +888,39 @@ mod tests {
         assert!(!worker.app_dropped());
         drop(app);
         assert!(worker.app_dropped());
+    }
+
+    /// Two independent attachments to one memory (as a daemon and its client map one memfd)
+    /// form a working queue: entries, completions, the park handshake and the close flags
+    /// all travel through the shared words.
+    #[test]
+    fn queue_in_shared_memory_works_across_attachments() {
+        use crate::memory::HeapMemory;
+        let layout = QueueLayout::new(8, 16, false).unwrap();
+        let mem: Arc<dyn RingMemory> = Arc::new(HeapMemory::new(layout.words()));
+        let waiter = ParkWaiter::new();
+        let app_bell = waiter.doorbell();
+        let mut app = app_queue_in(Arc::clone(&mem), layout, None, Box::new(waiter), None).unwrap();
+        let mut worker = worker_queue_in(Arc::clone(&mem), layout, Some(app_bell)).unwrap();
+        app.submission().push(&Nop::new().user_data(5).build()).unwrap();
+        let got: Vec<u64> = worker.submissions().map(|s| s.user_data()).collect();
+        assert_eq!(got, vec![5]);
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            worker.completions().push(Cqe::success(5, 3, crate::DataPath::None));
+            worker
+        });
+        assert_eq!(app.wait_completions(1, Some(Duration::from_secs(10))), 1);
+        assert_eq!(app.completion().next().map(|c| c.user_data()), Some(5));
+        let worker = t.join().unwrap();
+        assert!(!worker.peer_corrupt());
+        drop(worker);
+        assert!(app.worker_dropped());
+        // A memory too small for the layout is refused.
+        let small: Arc<dyn RingMemory> = Arc::new(HeapMemory::new(layout.words() - 1));
+        assert!(matches!(
+            worker_queue_in(small, layout, None),
+            Err(SetupError::Memory { .. })
+        ));
     }
 }

@@ -1,11 +1,13 @@
 //! Ring slot storage without `unsafe`.
 //!
-//! A slot is an array of `AtomicU64` words, cache-line aligned. The producer stores an entry's
-//! words with `Relaxed` stores and then publishes the tail with `Release`; the consumer loads
-//! the tail with `Acquire` and then reads the words with `Relaxed` loads. The Release/Acquire
-//! pair on the index is what orders the payload, exactly as it would with `UnsafeCell` slots,
-//! but no data race is even expressible: a protocol bug can only produce a wrong (stale)
-//! entry, never undefined behaviour. On x86-64 and AArch64 a relaxed 8-byte atomic load or store
+//! A ring lives in an array of `AtomicU64` words ([`crate::RingMemory`]): its own heap
+//! allocation, or a mapping shared with another process. A slot is `WORDS` consecutive words.
+//! The producer stores an entry's words with `Relaxed` stores and then publishes the tail with
+//! `Release`; the consumer loads the tail with `Acquire` and then reads the words with
+//! `Relaxed` loads. The Release/Acquire pair on the index is what orders the payload, exactly
+//! as it would with `UnsafeCell` slots, but no data race is even expressible: a protocol bug —
+//! or a hostile process writing the shared words — can only produce a wrong (stale) entry,
+//! never undefined behaviour. On x86-64 and AArch64 a relaxed 8-byte atomic load or store
 //! compiles to a plain `mov`/`ldr`/`str`, so this costs nothing measurable (see the `ring`
 //! bench), which is why the crate needs no `unsafe` at all.
 
@@ -17,77 +19,73 @@ use crate::sqe::Sqe;
 
 /// An entry type that can live in a ring (implemented for [`Sqe`] and [`Cqe`] only).
 pub(crate) trait Entry: Copy {
-    /// Storage for one entry.
-    type Slot: Default + Send + Sync;
+    /// Words of one slot.
+    const WORDS: usize;
     /// Stores `self` into `slot` (Relaxed; the caller publishes with Release).
-    fn write(self, slot: &Self::Slot);
+    fn write(self, slot: &[AtomicU64]);
     /// Loads an entry from `slot` (Relaxed; the caller acquired the index first).
-    fn read(slot: &Self::Slot) -> Self;
+    fn read(slot: &[AtomicU64]) -> Self;
 }
 
-/// One 64-byte SQE slot: one cache line.
-#[repr(C, align(64))]
-#[derive(Default)]
-pub(crate) struct SqeSlot([AtomicU64; 8]);
+/// Words of a timestamp companion slot (see `spsc::ring_with_stamps`): four words kept at the
+/// same index as the entry they describe.
+pub(crate) const STAMP_WORDS: usize = 4;
 
-/// One 32-byte CQE slot: two per cache line.
-#[repr(C, align(32))]
-#[derive(Default)]
-pub(crate) struct CqeSlot([AtomicU64; 4]);
-
-/// One slot of a ring's timestamp companion (see `spsc::ring_with_stamps`): four words kept
-/// at the same index as the entry they describe.
-#[repr(C, align(32))]
-#[derive(Default)]
-pub(crate) struct StampSlot(pub(crate) [AtomicU64; 4]);
-
-impl StampSlot {
-    /// Stores the four words (Relaxed; published with the entry's index).
-    #[inline(always)]
-    pub(crate) fn write(&self, words: [u64; 4]) {
-        for (cell, word) in self.0.iter().zip(words) {
-            cell.store(word, Relaxed);
-        }
-    }
-
-    /// Loads the four words (Relaxed; the caller acquired the index first).
-    #[inline(always)]
-    pub(crate) fn read(&self) -> [u64; 4] {
-        self.0.each_ref().map(|c| c.load(Relaxed))
+#[inline(always)]
+fn store_words(slot: &[AtomicU64], words: impl IntoIterator<Item = u64>) {
+    for (cell, word) in slot.iter().zip(words) {
+        cell.store(word, Relaxed);
     }
 }
 
-const _: () = assert!(size_of::<SqeSlot>() == Sqe::SIZE);
-const _: () = assert!(size_of::<CqeSlot>() == Cqe::SIZE);
+#[inline(always)]
+fn load_words<const N: usize>(slot: &[AtomicU64]) -> [u64; N] {
+    let mut out = [0; N];
+    for (word, cell) in out.iter_mut().zip(slot) {
+        *word = cell.load(Relaxed);
+    }
+    out
+}
+
+/// Stores a companion slot's four words (Relaxed; published with the entry's index).
+#[inline(always)]
+pub(crate) fn write_stamp(slot: &[AtomicU64], words: [u64; STAMP_WORDS]) {
+    store_words(slot, words);
+}
+
+/// Loads a companion slot's four words (Relaxed; the caller acquired the index first).
+#[inline(always)]
+pub(crate) fn read_stamp(slot: &[AtomicU64]) -> [u64; STAMP_WORDS] {
+    load_words(slot)
+}
+
+const _: () = assert!(8 * 8 == Sqe::SIZE);
+const _: () = assert!(4 * 8 == Cqe::SIZE);
 
 impl Entry for Sqe {
-    type Slot = SqeSlot;
+    const WORDS: usize = 8;
 
     #[inline(always)]
-    fn write(self, slot: &SqeSlot) {
-        for (cell, word) in slot.0.iter().zip(self.to_words()) {
-            cell.store(word, Relaxed);
-        }
+    fn write(self, slot: &[AtomicU64]) {
+        store_words(slot, self.to_words());
     }
 
     #[inline(always)]
-    fn read(slot: &SqeSlot) -> Self {
-        Self::from_words(slot.0.each_ref().map(|c| c.load(Relaxed)))
+    fn read(slot: &[AtomicU64]) -> Self {
+        Self::from_words(load_words(slot))
     }
 }
 
 impl Entry for Cqe {
-    type Slot = CqeSlot;
+    const WORDS: usize = 4;
 
     #[inline(always)]
-    fn write(self, slot: &CqeSlot) {
-        for (cell, word) in slot.0.iter().zip(self.to_words()) {
-            cell.store(word, Relaxed);
-        }
+    fn write(self, slot: &[AtomicU64]) {
+        store_words(slot, self.to_words());
     }
 
     #[inline(always)]
-    fn read(slot: &CqeSlot) -> Self {
-        Self::from_words(slot.0.each_ref().map(|c| c.load(Relaxed)))
+    fn read(slot: &[AtomicU64]) -> Self {
+        Self::from_words(load_words(slot))
     }
 }

@@ -4,6 +4,13 @@
 //! published, unconsumed entries, and `index & mask` is the slot. Capacity is a power of two no
 //! larger than [`MAX_ENTRIES`], so the difference never exceeds `2^31` and wrapping is exact.
 //!
+//! The ring's words live in a [`RingMemory`] (layout in `crate::memory`): the heap for the
+//! crate's own queues, a mapping shared with another process for a daemon's. Indices are
+//! stored as `u32` values in `u64` words. The mask is each side's own (never read from the
+//! shared words), so a peer that scribbles over the indices can make this side see a wrong
+//! count, which it detects ([`Consumer::corrupt`], [`Producer::corrupt`]) and treats as empty
+//! or full, but never an out-of-range slot.
+//!
 //! # Ordering pairs
 //!
 //! | store (side)                       | load (other side)                  | orders                      |
@@ -21,72 +28,98 @@ use std::cell::Cell;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
-use std::sync::atomic::{AtomicBool, AtomicU32, fence};
-
-use crossbeam_utils::CachePadded;
+use std::sync::atomic::{AtomicU64, fence};
 
 use crate::error::{PushError, SetupError};
-use crate::slot::{Entry, StampSlot};
+use crate::memory::{HeapMemory, RingMemory, ctl, ring_words};
+use crate::slot::{Entry, STAMP_WORDS, read_stamp, write_stamp};
 use crate::wakeup::Doorbell;
 
 /// Largest ring capacity (entries). 2^20 SQEs are 64 MiB.
 pub const MAX_ENTRIES: u32 = 1 << 20;
 
-/// Fields written only by the consumer.
-#[derive(Default)]
-struct ConsumerSide {
-    /// Next index to consume, as published. Release by consumer, Acquire by producer.
-    head: AtomicU32,
-    /// Why the producer must ring after publishing, as bits: [`PARKED`] while the consumer
-    /// thread is (about to be) parked waiting for entries, [`ARMED`] while it waits through the
-    /// producer's notify bell (a readiness fd). Written by the consumer, read by the producer
-    /// after its SeqCst fence.
-    parked: AtomicU32,
-    /// Set once when the consumer end is dropped, before it checks `producer.parked`.
-    closed: AtomicBool,
-}
+/// Consumer-line `parked` bit: the consumer thread parks on the producer's bell.
+const PARKED: u64 = 1;
+/// Consumer-line `parked` bit: the consumer waits on the producer's notify bell.
+const ARMED: u64 = 2;
 
-/// [`ConsumerSide::parked`] bit: the consumer thread parks on the producer's bell.
-const PARKED: u32 = 1;
-/// [`ConsumerSide::parked`] bit: the consumer waits on the producer's notify bell.
-const ARMED: u32 = 2;
+/// Stands in for a word the memory does not have (only reachable if a [`RingMemory`] breaks
+/// its contract and shrinks): accesses then go nowhere instead of panicking.
+static NOWHERE: AtomicU64 = AtomicU64::new(0);
 
-/// Fields written only by the producer.
-#[derive(Default)]
-struct ProducerSide {
-    /// One past the last published entry. Release by producer, Acquire by consumer.
-    tail: AtomicU32,
-    /// 1 while the producer is (about to be) parked waiting for space.
-    parked: AtomicU32,
-    /// Set once when the producer end is dropped, before it checks `consumer.parked`.
-    closed: AtomicBool,
-}
-
+/// One ring's place in its memory.
 struct Shared<E: Entry> {
-    consumer: CachePadded<ConsumerSide>,
-    producer: CachePadded<ProducerSide>,
-    /// INVARIANT: `slots.len() == mask + 1`, a power of two `<= MAX_ENTRIES`.
+    mem: Arc<dyn RingMemory>,
+    /// First word of this ring in `mem`.
+    base: usize,
+    /// INVARIANT: `mask + 1` is a power of two `<= MAX_ENTRIES`, and `mem` holds
+    /// `ring_words::<E>(mask + 1, stamped)` words from `base` (checked at construction).
     mask: u32,
-    slots: Box<[E::Slot]>,
-    /// The timestamp companion: one [`StampSlot`] per entry slot, at the same index, written
-    /// before the index is published and read after it is acquired, exactly like the entry.
-    /// Empty when the ring carries no timestamps. Sharing the index means a timestamp can
-    /// never be read with another entry than the one it was written with.
-    stamps: Box<[StampSlot]>,
+    /// Whether a timestamp companion follows the slots: one four-word slot per entry slot, at
+    /// the same index, written before the index is published and read after it is acquired,
+    /// exactly like the entry. Sharing the index means a timestamp can never be read with
+    /// another entry than the one it was written with.
+    stamped: bool,
+    _entry: PhantomData<fn() -> E>,
 }
 
 impl<E: Entry> Shared<E> {
+    fn new(
+        mem: Arc<dyn RingMemory>,
+        base: usize,
+        capacity: u32,
+        stamped: bool,
+    ) -> Result<Self, SetupError> {
+        if !capacity.is_power_of_two() || capacity > MAX_ENTRIES {
+            return Err(SetupError::Capacity {
+                requested: capacity,
+                max: MAX_ENTRIES,
+            });
+        }
+        let need = base.saturating_add(ring_words::<E>(capacity, stamped));
+        if mem.words().len() < need {
+            return Err(SetupError::Memory {
+                needed: need * 8,
+                got: mem.words().len() * 8,
+            });
+        }
+        Ok(Self {
+            mem,
+            base,
+            mask: capacity - 1,
+            stamped,
+            _entry: PhantomData,
+        })
+    }
+
     #[inline(always)]
-    fn slot(&self, index: u32) -> &E::Slot {
-        // INVARIANT (see `mask`): `index & mask < slots.len()`, so this never panics.
-        #[allow(clippy::indexing_slicing)]
-        &self.slots[(index & self.mask) as usize]
+    fn word(&self, at: usize) -> &AtomicU64 {
+        self.mem.words().get(self.base + at).unwrap_or(&NOWHERE)
+    }
+
+    #[inline(always)]
+    fn load_index(&self, at: usize, order: std::sync::atomic::Ordering) -> u32 {
+        // Truncation is the encoding: indices are u32 values stored in u64 words.
+        self.word(at).load(order) as u32
+    }
+
+    #[inline(always)]
+    fn slot(&self, index: u32) -> &[AtomicU64] {
+        let at = self.base + ctl::SLOTS + (index & self.mask) as usize * E::WORDS;
+        self.mem.words().get(at..at + E::WORDS).unwrap_or(&[])
     }
 
     /// The companion slot of `index` (`None` when the ring carries no timestamps).
     #[inline(always)]
-    fn stamp(&self, index: u32) -> Option<&StampSlot> {
-        self.stamps.get((index & self.mask) as usize)
+    fn stamp(&self, index: u32) -> Option<&[AtomicU64]> {
+        if !self.stamped {
+            return None;
+        }
+        let at = self.base
+            + ctl::SLOTS
+            + self.capacity() as usize * E::WORDS
+            + (index & self.mask) as usize * STAMP_WORDS;
+        self.mem.words().get(at..at + STAMP_WORDS)
     }
 
     #[inline(always)]
@@ -107,8 +140,9 @@ pub(crate) fn ring<E: Entry>(
     ring_with_stamps(capacity, producer_bell, consumer_bell, false)
 }
 
-/// A ring (as `ring` in tests), with a timestamp companion when `stamped` (see [`Producer::push_stamped`],
-/// [`Producer::stamp_clock`] and [`Consumer::pop_stamped`]).
+/// A ring (as `ring` in tests) in its own heap memory, with a timestamp companion when
+/// `stamped` (see [`Producer::push_stamped`], [`Producer::stamp_clock`] and
+/// [`Consumer::pop_stamped`]).
 pub(crate) fn ring_with_stamps<E: Entry>(
     capacity: u32,
     producer_bell: Option<Arc<dyn Doorbell>>,
@@ -121,44 +155,19 @@ pub(crate) fn ring_with_stamps<E: Entry>(
             max: MAX_ENTRIES,
         });
     }
-    let slots = (0..capacity).map(|_| E::Slot::default()).collect();
-    let stamp_slots = if stamped { capacity } else { 0 };
-    let stamps = (0..stamp_slots).map(|_| StampSlot::default()).collect();
-    let shared = Arc::new(Shared {
-        consumer: CachePadded::default(),
-        producer: CachePadded::default(),
-        mask: capacity - 1,
-        slots,
-        stamps,
-    });
+    let mem: Arc<dyn RingMemory> = Arc::new(HeapMemory::new(ring_words::<E>(capacity, stamped)));
     Ok((
-        Producer {
-            shared: Arc::clone(&shared),
-            tail: 0,
-            published: 0,
-            cached_head: 0,
-            bell: producer_bell,
-            notify: None,
-            stamp_clock: None,
-            _not_sync: PhantomData,
-        },
-        Consumer {
-            shared,
-            head: 0,
-            published: 0,
-            cached_tail: 0,
-            bell: consumer_bell,
-            _not_sync: PhantomData,
-        },
+        Producer::attach(Arc::clone(&mem), 0, capacity, stamped, producer_bell)?,
+        Consumer::attach(mem, 0, capacity, stamped, consumer_bell)?,
     ))
 }
 
 /// The producing end. `Send`, not `Sync`, not `Clone`: exactly one thread produces.
 pub(crate) struct Producer<E: Entry> {
-    shared: Arc<Shared<E>>,
+    shared: Shared<E>,
     /// Local tail: entries below it are written; `published <= tail` (wrapping).
     tail: u32,
-    /// Last tail stored to `shared.producer.tail`.
+    /// Last tail stored to the shared `tail` word.
     published: u32,
     /// Last head observed; `tail - cached_head <= capacity`.
     cached_head: u32,
@@ -170,13 +179,41 @@ pub(crate) struct Producer<E: Entry> {
     /// companion slot of every entry that publish makes visible (the submission ring's
     /// "submitted" time). `None`: publishing reads no clock.
     pub(crate) stamp_clock: Option<fn() -> u64>,
+    /// Set once the consumer published a head this ring cannot have (a peer process wrote
+    /// garbage): the ring then counts as full.
+    corrupt: bool,
     _not_sync: PhantomData<Cell<()>>,
 }
 
 impl<E: Entry> Producer<E> {
+    /// The producing end of the ring at word `base` of `mem`, starting from the indices found
+    /// there (zeros in fresh memory).
+    pub(crate) fn attach(
+        mem: Arc<dyn RingMemory>,
+        base: usize,
+        capacity: u32,
+        stamped: bool,
+        bell: Option<Arc<dyn Doorbell>>,
+    ) -> Result<Self, SetupError> {
+        let shared = Shared::new(mem, base, capacity, stamped)?;
+        let tail = shared.load_index(ctl::TAIL, Acquire);
+        let head = shared.load_index(ctl::HEAD, Acquire);
+        Ok(Self {
+            shared,
+            tail,
+            published: tail,
+            cached_head: head,
+            bell,
+            notify: None,
+            stamp_clock: None,
+            corrupt: tail.wrapping_sub(head) > capacity,
+            _not_sync: PhantomData,
+        })
+    }
+
     /// Rings the bells the consumer asked for in `parked` (read after a SeqCst fence).
     #[inline]
-    fn ring_for(&self, parked: u32) {
+    fn ring_for(&self, parked: u64) {
         if parked & PARKED != 0
             && let Some(bell) = &self.bell
         {
@@ -193,10 +230,24 @@ impl<E: Entry> Producer<E> {
         self.shared.capacity() as usize
     }
 
+    /// Free slots given `cached_head`; a head that would mean more than a full ring marks the
+    /// ring corrupt and counts as full.
+    #[inline]
+    fn free(&mut self) -> usize {
+        let used = self.tail.wrapping_sub(self.cached_head);
+        match self.shared.capacity().checked_sub(used) {
+            Some(free) if !self.corrupt => free as usize,
+            _ => {
+                self.corrupt = true;
+                0
+            }
+        }
+    }
+
     /// Free slots, refreshing the consumer's head.
     pub(crate) fn space(&mut self) -> usize {
-        self.cached_head = self.shared.consumer.head.load(Acquire);
-        (self.shared.capacity() - self.tail.wrapping_sub(self.cached_head)) as usize
+        self.cached_head = self.shared.load_index(ctl::HEAD, Acquire);
+        self.free()
     }
 
     /// Written but not yet published entries.
@@ -206,19 +257,21 @@ impl<E: Entry> Producer<E> {
 
     /// `true` when the ring has a timestamp companion.
     pub(crate) fn stamped(&self) -> bool {
-        !self.shared.stamps.is_empty()
+        self.shared.stamped
+    }
+
+    /// `true` once the consumer's published head was impossible (see the module docs).
+    pub(crate) fn corrupt(&self) -> bool {
+        self.corrupt
     }
 
     /// `true` when the slot at `tail` is free (refreshing the consumer's head if needed).
     #[inline]
     fn has_room(&mut self) -> bool {
-        if self.tail.wrapping_sub(self.cached_head) == self.shared.capacity() {
+        if self.free() == 0 {
             // Acquire pairs with the consumer's Release of `head`: its reads of the slot we are
             // about to overwrite happened before.
-            self.cached_head = self.shared.consumer.head.load(Acquire);
-            if self.tail.wrapping_sub(self.cached_head) == self.shared.capacity() {
-                return false;
-            }
+            return self.space() > 0;
         }
         true
     }
@@ -242,7 +295,7 @@ impl<E: Entry> Producer<E> {
         }
         e.write(self.shared.slot(self.tail));
         if let Some(s) = self.shared.stamp(self.tail) {
-            s.write(stamp);
+            write_stamp(s, stamp);
         }
         self.tail = self.tail.wrapping_add(1);
         Ok(())
@@ -251,8 +304,7 @@ impl<E: Entry> Producer<E> {
     /// All of `es` or nothing.
     #[inline]
     pub(crate) fn push_multiple(&mut self, es: &[E]) -> Result<(), PushError> {
-        let cap = self.shared.capacity() as usize;
-        let mut free = cap - self.tail.wrapping_sub(self.cached_head) as usize;
+        let mut free = self.free();
         if free < es.len() {
             free = self.space();
             if free < es.len() {
@@ -282,32 +334,34 @@ impl<E: Entry> Producer<E> {
             let mut i = self.published;
             while i != self.tail {
                 if let Some(s) = self.shared.stamp(i) {
-                    s.write([now, 0, 0, 0]);
+                    write_stamp(s, [now, 0, 0, 0]);
                 }
                 i = i.wrapping_add(1);
             }
         }
         // Release pairs with the consumer's Acquire load of `tail`: our slot writes are visible
         // to it once it sees the new tail.
-        self.shared.producer.tail.store(self.tail, Release);
+        self.shared
+            .word(ctl::TAIL)
+            .store(u64::from(self.tail), Release);
         self.published = self.tail;
         if self.bell.is_some() || self.notify.is_some() {
             // SeqCst fence pairs with the fence in `Consumer::prepare_park` (and `arm`): either
             // we see its `parked` bit here, or it sees our tail store after setting it (never
             // neither).
             fence(SeqCst);
-            self.ring_for(self.shared.consumer.parked.load(Relaxed));
+            self.ring_for(self.shared.word(ctl::CONSUMER_PARKED).load(Relaxed));
         }
         n as usize
     }
 
     /// Announce that this producer is about to park until space is freed. Returns `false`
-    /// (and undoes the announcement) if space is already available: do not park then.
+    /// (and undoes the announcement) if space is already available: do not park.
     pub(crate) fn prepare_park(&mut self) -> bool {
-        self.shared.producer.parked.store(1, Relaxed);
+        self.shared.word(ctl::PRODUCER_PARKED).store(1, Relaxed);
         // Pairs with the fence in `Consumer::publish`; see `crate::wakeup`.
         fence(SeqCst);
-        if self.space() > 0 {
+        if self.space() > 0 || self.corrupt {
             self.finish_park();
             return false;
         }
@@ -316,13 +370,13 @@ impl<E: Entry> Producer<E> {
 
     /// Withdraws the announcement of [`Producer::prepare_park`] after waking.
     pub(crate) fn finish_park(&mut self) {
-        self.shared.producer.parked.store(0, Relaxed);
+        self.shared.word(ctl::PRODUCER_PARKED).store(0, Relaxed);
     }
 
     /// `true` when the consumer end has been dropped.
     #[inline]
     pub(crate) fn peer_dropped(&self) -> bool {
-        self.shared.consumer.closed.load(Acquire)
+        self.shared.word(ctl::CONSUMER_CLOSED).load(Acquire) != 0
     }
 }
 
@@ -330,50 +384,92 @@ impl<E: Entry> Drop for Producer<E> {
     /// Marks the ring closed and wakes a consumer parked on it, so a waiter learns that no
     /// more entries will come instead of sleeping forever.
     fn drop(&mut self) {
-        self.shared.producer.closed.store(true, Release);
+        self.shared.word(ctl::PRODUCER_CLOSED).store(1, Release);
         // Pairs with the fence in `Consumer::prepare_park` (same Dekker pair as `publish`):
         // either the consumer sees `closed` after announcing its park, or we see its `parked`.
         fence(SeqCst);
-        self.ring_for(self.shared.consumer.parked.load(Relaxed));
+        self.ring_for(self.shared.word(ctl::CONSUMER_PARKED).load(Relaxed));
     }
 }
 
 /// The consuming end. `Send`, not `Sync`, not `Clone`: exactly one thread consumes.
 pub(crate) struct Consumer<E: Entry> {
-    shared: Arc<Shared<E>>,
+    shared: Shared<E>,
     /// Local head: entries below it were read; `published <= head` (wrapping).
     head: u32,
-    /// Last head stored to `shared.consumer.head`.
+    /// Last head stored to the shared `head` word.
     published: u32,
     /// Last tail observed; `head <= cached_tail`.
     cached_tail: u32,
     bell: Option<Arc<dyn Doorbell>>,
+    /// Set once the producer published a tail this ring cannot have (a peer process wrote
+    /// garbage): the ring then counts as empty.
+    corrupt: bool,
     _not_sync: PhantomData<Cell<()>>,
 }
 
 impl<E: Entry> Consumer<E> {
+    /// The consuming end of the ring at word `base` of `mem`, starting from the indices found
+    /// there (zeros in fresh memory).
+    pub(crate) fn attach(
+        mem: Arc<dyn RingMemory>,
+        base: usize,
+        capacity: u32,
+        stamped: bool,
+        bell: Option<Arc<dyn Doorbell>>,
+    ) -> Result<Self, SetupError> {
+        let shared = Shared::new(mem, base, capacity, stamped)?;
+        let head = shared.load_index(ctl::HEAD, Acquire);
+        Ok(Self {
+            shared,
+            head,
+            published: head,
+            cached_tail: head,
+            bell,
+            corrupt: false,
+            _not_sync: PhantomData,
+        })
+    }
+
     pub(crate) fn capacity(&self) -> usize {
         self.shared.capacity() as usize
     }
 
+    /// Loads the producer's tail; a tail more than a full ring ahead marks the ring corrupt,
+    /// which then stays empty.
+    #[inline]
+    fn refresh_tail(&mut self) {
+        // Acquire pairs with the producer's Release store of `tail`.
+        let tail = self.shared.load_index(ctl::TAIL, Acquire);
+        if tail.wrapping_sub(self.head) > self.shared.capacity() || self.corrupt {
+            self.corrupt = true;
+            self.cached_tail = self.head;
+        } else {
+            self.cached_tail = tail;
+        }
+    }
+
     /// Published entries not yet read, refreshing the producer's tail.
     pub(crate) fn available(&mut self) -> usize {
-        // Acquire pairs with the producer's Release store of `tail`.
-        self.cached_tail = self.shared.producer.tail.load(Acquire);
+        self.refresh_tail();
         self.cached_tail.wrapping_sub(self.head) as usize
     }
 
     /// `true` when the ring has a timestamp companion.
     pub(crate) fn stamped(&self) -> bool {
-        !self.shared.stamps.is_empty()
+        self.shared.stamped
+    }
+
+    /// `true` once the producer's published tail was impossible (see the module docs).
+    pub(crate) fn corrupt(&self) -> bool {
+        self.corrupt
     }
 
     /// `true` when the slot at `head` holds a published entry (refreshing the tail if needed).
     #[inline]
     fn has_entry(&mut self) -> bool {
         if self.head == self.cached_tail {
-            // Acquire pairs with the producer's Release of `tail`: the slot writes are visible.
-            self.cached_tail = self.shared.producer.tail.load(Acquire);
+            self.refresh_tail();
             if self.head == self.cached_tail {
                 return false;
             }
@@ -398,7 +494,7 @@ impl<E: Entry> Consumer<E> {
             return None;
         }
         let e = E::read(self.shared.slot(self.head));
-        let stamp = self.shared.stamp(self.head).map_or([0; 4], StampSlot::read);
+        let stamp = self.shared.stamp(self.head).map_or([0; 4], read_stamp);
         self.head = self.head.wrapping_add(1);
         Some((e, stamp))
     }
@@ -412,12 +508,14 @@ impl<E: Entry> Consumer<E> {
         }
         // Release pairs with the producer's Acquire of `head`: our slot reads happen before it
         // overwrites them.
-        self.shared.consumer.head.store(self.head, Release);
+        self.shared
+            .word(ctl::HEAD)
+            .store(u64::from(self.head), Release);
         self.published = self.head;
         if let Some(bell) = &self.bell {
             // Pairs with the fence in `Producer::prepare_park`.
             fence(SeqCst);
-            if self.shared.producer.parked.load(Relaxed) != 0 {
+            if self.shared.word(ctl::PRODUCER_PARKED).load(Relaxed) != 0 {
                 bell.ring();
             }
         }
@@ -427,7 +525,9 @@ impl<E: Entry> Consumer<E> {
     /// Announce that this consumer is about to park until at least `want` (min 1) entries are
     /// ready. Returns `false` (and undoes the announcement) if they already are: do not park.
     pub(crate) fn prepare_park(&mut self, want: usize) -> bool {
-        self.shared.consumer.parked.fetch_or(PARKED, Relaxed);
+        self.shared
+            .word(ctl::CONSUMER_PARKED)
+            .fetch_or(PARKED, Relaxed);
         // Pairs with the fence in `Producer::publish`; see `crate::wakeup`.
         fence(SeqCst);
         if self.available() >= want.max(1) {
@@ -439,7 +539,9 @@ impl<E: Entry> Consumer<E> {
 
     /// Withdraws the announcement of [`Consumer::prepare_park`] after waking.
     pub(crate) fn finish_park(&mut self) {
-        self.shared.consumer.parked.fetch_and(!PARKED, Relaxed);
+        self.shared
+            .word(ctl::CONSUMER_PARKED)
+            .fetch_and(!PARKED, Relaxed);
     }
 
     /// Asks the producer to ring its notify bell on its next publish (or drop). Returns
@@ -447,7 +549,9 @@ impl<E: Entry> Consumer<E> {
     /// producer is gone: read them instead of waiting. Same Dekker pair as
     /// [`Consumer::prepare_park`].
     pub(crate) fn arm(&mut self) -> bool {
-        self.shared.consumer.parked.fetch_or(ARMED, Relaxed);
+        self.shared
+            .word(ctl::CONSUMER_PARKED)
+            .fetch_or(ARMED, Relaxed);
         // Pairs with the fence in `Producer::publish` and `Producer::drop`.
         fence(SeqCst);
         if self.available() > 0 || self.peer_dropped() {
@@ -459,23 +563,25 @@ impl<E: Entry> Consumer<E> {
 
     /// Withdraws [`Consumer::arm`].
     pub(crate) fn disarm(&mut self) {
-        self.shared.consumer.parked.fetch_and(!ARMED, Relaxed);
+        self.shared
+            .word(ctl::CONSUMER_PARKED)
+            .fetch_and(!ARMED, Relaxed);
     }
 
     /// `true` when the producer end has been dropped.
     #[inline]
     pub(crate) fn peer_dropped(&self) -> bool {
-        self.shared.producer.closed.load(Acquire)
+        self.shared.word(ctl::PRODUCER_CLOSED).load(Acquire) != 0
     }
 }
 
 impl<E: Entry> Drop for Consumer<E> {
     /// Marks the ring closed and wakes a producer parked waiting for space.
     fn drop(&mut self) {
-        self.shared.consumer.closed.store(true, Release);
+        self.shared.word(ctl::CONSUMER_CLOSED).store(1, Release);
         // Pairs with the fence in `Producer::prepare_park`.
         fence(SeqCst);
-        if self.shared.producer.parked.load(Relaxed) != 0
+        if self.shared.word(ctl::PRODUCER_PARKED).load(Relaxed) != 0
             && let Some(bell) = &self.bell
         {
             bell.ring();
@@ -559,8 +665,8 @@ mod tests {
         p.tail = start;
         p.published = start;
         p.cached_head = start;
-        p.shared.producer.tail.store(start, Relaxed);
-        p.shared.consumer.head.store(start, Relaxed);
+        p.shared.word(ctl::TAIL).store(u64::from(start), Relaxed);
+        p.shared.word(ctl::HEAD).store(u64::from(start), Relaxed);
         q.head = start;
         q.published = start;
         q.cached_tail = start;
@@ -571,5 +677,29 @@ mod tests {
             q.publish();
         }
         assert!(p.tail < 100, "wrapped");
+    }
+
+    /// A peer that writes impossible indices into shared words makes this side see an empty
+    /// (consumer) or full (producer) ring and report it, never read or write a wrong slot.
+    #[test]
+    fn impossible_indices_mark_the_ring_corrupt() {
+        let (mut p, mut q) = ring::<Cqe>(4, None, None).unwrap();
+        p.push(c(1)).unwrap();
+        p.publish();
+        // The "producer" jumps its tail far ahead.
+        q.shared.word(ctl::TAIL).store(1000, Relaxed);
+        assert_eq!(q.available(), 0);
+        assert_eq!(q.pop(), None);
+        assert!(q.corrupt());
+        // The "consumer" publishes a head ahead of the tail.
+        let (mut p, q) = ring::<Cqe>(4, None, None).unwrap();
+        q.shared.word(ctl::HEAD).store(100, Relaxed);
+        assert_eq!(p.space(), 0);
+        assert_eq!(p.push(c(1)), Err(c(1)));
+        assert!(p.corrupt());
+        assert!(matches!(
+            p.push_multiple(&[c(2)]),
+            Err(PushError::Full { .. })
+        ));
     }
 }

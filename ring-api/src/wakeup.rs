@@ -100,6 +100,28 @@ impl ParkWaiter {
     }
 }
 
+/// How an [`AppQueue`](crate::AppQueue) sleeps in
+/// [`wait_completions`](crate::AppQueue::wait_completions): a thread parker for in-process
+/// queues ([`ParkWaiter`]), an eventfd (polled with the daemon's socket) for a queue shared
+/// with another process.
+pub trait CompletionWaiter: Send + 'static {
+    /// Blocks until the worker side rang this waiter's bell (a token latched before the call
+    /// counts) or `timeout` passes. May return spuriously.
+    fn wait(&self, timeout: Option<Duration>);
+
+    /// `true` once the worker side is known to be gone for good (its process died) even
+    /// though it could not mark its rings closed.
+    fn peer_gone(&self) -> bool {
+        false
+    }
+}
+
+impl CompletionWaiter for ParkWaiter {
+    fn wait(&self, timeout: Option<Duration>) {
+        ParkWaiter::wait(self, timeout);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
