@@ -14,8 +14,18 @@ use std::fmt;
 use numa::{GpuVendor, PciAddr};
 
 use super::{
-    Backend, Capabilities, DevicePtr, DmabufRegion, GpuError, PointerKind, RawEvent, RawStream,
+    Backend, Capabilities, DevicePtr, DmabufRegion, GpuError, IpcExport, PointerKind, RawEvent,
+    RawStream,
 };
+
+/// The error of the IPC methods' default implementations.
+fn ipc_unsupported(backend: Backend, what: &'static str) -> GpuError {
+    GpuError::Unsupported {
+        backend,
+        what,
+        why: "this runtime implements no IPC memory handles".into(),
+    }
+}
 
 /// A GPU runtime loaded at run time (see [`super::detect()`]).
 ///
@@ -145,4 +155,56 @@ pub trait GpuRuntime: Send + Sync + fmt::Debug {
     /// The page-aligned range enclosing the bytes is exported; [`DmabufRegion::offset`] says
     /// where `ptr` lies in it. [`GpuError::Unsupported`] when the runtime lacks the export.
     fn export_dmabuf(&self, ptr: DevicePtr, len: usize) -> Result<DmabufRegion, GpuError>;
+
+    /// Exports the device allocation holding `[ptr, ptr + len)` for another process
+    /// (`cuIpcGetMemHandle`, `hipIpcGetMemHandle` on the allocation's base).
+    ///
+    /// The handle names the whole allocation; [`IpcExport::offset`] says where `ptr` lies in
+    /// it and [`IpcExport::alloc_len`] how long it is (`cuMemGetAddressRange`,
+    /// `hipMemGetAddressRange`). Nothing is mapped or pinned by exporting; the exporter must
+    /// keep the allocation alive (not free it) while any importer has it open.
+    ///
+    /// Errors: [`GpuError::InvalidArgument`] when `len` is 0 or `ptr..ptr+len` is not inside
+    /// one allocation of this runtime's device memory; the runtime's error for memory it
+    /// cannot export (CUDA refuses `cuMemCreate` / stream-ordered pool memory);
+    /// [`GpuError::Unsupported`] from runtimes without IPC (the default implementation).
+    fn ipc_export(&self, ptr: DevicePtr, len: usize) -> Result<IpcExport, GpuError> {
+        let _ = (ptr, len);
+        Err(ipc_unsupported(self.backend(), "IPC memory export"))
+    }
+
+    /// Opens an allocation exported by another process, mapping it into this one on device
+    /// `export.ordinal` (lazily enabling peer access when the memory is on another device),
+    /// and returns the **base** of the mapping: the exported bytes start at
+    /// [`IpcExport::locate`]`(base, len)` (base + offset).
+    ///
+    /// `export` may come from an untrusted process: its offset is checked against its
+    /// `alloc_len`, and `alloc_len` against the size of the allocation actually mapped (a
+    /// mismatch closes the mapping again and is an [`GpuError::InvalidArgument`]). A forged
+    /// or stale handle is refused by the runtime. CUDA refuses to open a handle in the
+    /// process that exported it.
+    ///
+    /// # Safety
+    /// - The exporting process keeps the allocation alive (does not free it, and does not
+    ///   exit) until [`GpuRuntime::ipc_close`] of the returned base has returned here: the
+    ///   runtimes leave the importer's accesses after the exporter's free undefined.
+    /// - Every successful open is closed exactly once with [`GpuRuntime::ipc_close`] of this
+    ///   runtime, after the last copy or registration using the mapping has finished.
+    /// - Bytes read or written through the mapping are shared with the exporter: the caller
+    ///   coordinates with it (no concurrent writes to the same bytes).
+    unsafe fn ipc_open(&self, export: &IpcExport) -> Result<DevicePtr, GpuError> {
+        let _ = export;
+        Err(ipc_unsupported(self.backend(), "IPC memory open"))
+    }
+
+    /// Unmaps an allocation opened with [`GpuRuntime::ipc_open`] (`cuIpcCloseMemHandle`,
+    /// `hipIpcCloseMemHandle`); the exporter's allocation is not freed.
+    ///
+    /// # Safety
+    /// `base` is the pointer a successful [`GpuRuntime::ipc_open`] of this runtime returned,
+    /// closed once; no queued copy, registration or other use of the mapping remains.
+    unsafe fn ipc_close(&self, base: DevicePtr) -> Result<(), GpuError> {
+        let _ = base;
+        Err(ipc_unsupported(self.backend(), "IPC memory close"))
+    }
 }
