@@ -16,7 +16,7 @@ use engine::Fabric;
 use engine::gpu::coalesce::{self, CopyRange};
 use engine::gpu::staging;
 use engine::gpu::{
-    self, DevicePtr, DeviceBuffer, GpuError, GpuEvent, GpuRuntime, GpuStream, IpcExport,
+    self, DeviceBuffer, DevicePtr, GpuError, GpuEvent, GpuRuntime, GpuStream, IpcExport,
     PinnedBuffer, PointerKind,
 };
 use ring_api::BufSlice;
@@ -301,7 +301,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(s: &str) -> Vec<u8> {
-    assert!(s.len() % 2 == 0, "odd hex length");
+    assert!(s.len().is_multiple_of(2), "odd hex length");
     (0..s.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
@@ -373,7 +373,10 @@ fn ipc_export_opens_in_another_process() {
         engine.copy_in(h, 0, &data).unwrap();
         let mut q = engine.queue(4).unwrap();
         let obj = engine.object("gpu", "ipc-shard").unwrap();
-        let c = rig::run_one(&mut q, Put::new(obj, BufSlice::new(h, 0, len as u64)).build());
+        let c = rig::run_one(
+            &mut q,
+            Put::new(obj, BufSlice::new(h, 0, len as u64)).build(),
+        );
         assert!(c.is_ok(), "PUT: {:?}", c.error_code());
     }
 
@@ -401,7 +404,10 @@ fn ipc_export_opens_in_another_process() {
 
     let mut back = vec![0u8; alloc_len];
     dev.read(0, &mut back).unwrap();
-    assert!(back[..off] == before[..off], "bytes before the slice changed");
+    assert!(
+        back[..off] == before[..off],
+        "bytes before the slice changed"
+    );
     assert!(
         back[off + len..] == before[off + len..],
         "bytes after the slice changed"

@@ -51,7 +51,9 @@ fn export_inside_an_allocation_reports_offset_and_allocation_length() {
     assert_eq!((whole.offset, whole.alloc_len), (0, MIB as u64));
     // One allocation, one handle, wherever in it the pointer lies.
     assert_eq!(whole.handle, mid.handle);
-    let last = gpu.ipc_export(dev.offset(MIB as u64 - 1).unwrap(), 1).unwrap();
+    let last = gpu
+        .ipc_export(dev.offset(MIB as u64 - 1).unwrap(), 1)
+        .unwrap();
     assert_eq!(last.offset, MIB as u64 - 1);
     // Another allocation has another handle.
     let other = gpu.alloc_device(0, 4096).unwrap();
@@ -100,10 +102,7 @@ fn ranges_not_inside_one_allocation_are_refused() {
     let none = TestGpu::pci_only(Vec::new());
     assert!(!none.capabilities().ipc_memory);
     assert!(
-        matches!(
-            none.ipc_export(dev, 8),
-            Err(GpuError::Unsupported { .. })
-        ),
+        matches!(none.ipc_export(dev, 8), Err(GpuError::Unsupported { .. })),
         "{:?}",
         none.ipc_export(dev, 8)
     );
@@ -186,7 +185,10 @@ fn an_opened_export_receives_range_gets_into_the_exporters_allocation() {
         // The bytes are in the client's allocation, and only where it asked for them.
         let back = client.device_bytes(alloc, len + 2 * pad);
         assert!(back[..pad].iter().all(|&b| b == 0xee), "{fabric:?}: before");
-        assert!(back[pad + len..].iter().all(|&b| b == 0xee), "{fabric:?}: after");
+        assert!(
+            back[pad + len..].iter().all(|&b| b == 0xee),
+            "{fabric:?}: after"
+        );
         assert!(back[pad..pad + len] == data[..], "{fabric:?}: bytes differ");
         drop(q);
         engine.deregister(buf, Duration::from_secs(5)).unwrap();
@@ -198,10 +200,7 @@ fn an_opened_export_receives_range_gets_into_the_exporters_allocation() {
     assert!(unsafe { client.free_device(alloc) }.is_err());
     // SAFETY: opened above; both engines are gone.
     unsafe { daemon.ipc_close(base) }.unwrap();
-    assert_eq!(
-        daemon.pointer_kind(ptr.addr).unwrap(),
-        PointerKind::Unknown
-    );
+    assert_eq!(daemon.pointer_kind(ptr.addr).unwrap(), PointerKind::Unknown);
     // SAFETY: refused by the double: not open any more.
     assert!(unsafe { daemon.ipc_close(base) }.is_err());
     // SAFETY: nothing has it open now.
@@ -209,7 +208,10 @@ fn an_opened_export_receives_range_gets_into_the_exporters_allocation() {
     // The handle of freed memory is stale.
     // SAFETY: refused by the double (nothing is mapped).
     let stale = unsafe { daemon.ipc_open(&export) };
-    assert!(matches!(stale, Err(GpuError::InvalidArgument(_))), "{stale:?}");
+    assert!(
+        matches!(stale, Err(GpuError::InvalidArgument(_))),
+        "{stale:?}"
+    );
     gw.shutdown();
 }
 

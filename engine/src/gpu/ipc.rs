@@ -119,7 +119,9 @@ pub fn offset_in(addr: u64, len: u64, base: u64, alloc_len: u64) -> Result<u64, 
     if len == 0 {
         return Err(bad("empty range"));
     }
-    let end = addr.checked_add(len).ok_or_else(|| bad("range overflows"))?;
+    let end = addr
+        .checked_add(len)
+        .ok_or_else(|| bad("range overflows"))?;
     let alloc_end = base
         .checked_add(alloc_len)
         .ok_or_else(|| bad("allocation overflows"))?;
@@ -204,10 +206,7 @@ mod tests {
             ordinal: 0,
         };
         assert_eq!(e.locate(base, 100).unwrap().addr, 0x7000_0000 + 4096 + 7);
-        assert_eq!(
-            e.locate(base, (1 << 20) - 4103).unwrap().addr,
-            0x7000_1007
-        );
+        assert_eq!(e.locate(base, (1 << 20) - 4103).unwrap().addr, 0x7000_1007);
         assert!(e.locate(base, (1 << 20) - 4102).is_err());
         assert!(e.locate(base, 0).is_err());
         assert!(e.locate(base, u64::MAX).is_err());
@@ -223,7 +222,10 @@ mod tests {
         let base = 0x1000_0000u64;
         assert_eq!(offset_in(base, 1 << 20, base, 1 << 20).unwrap(), 0);
         assert_eq!(offset_in(base + 4103, 1000, base, 1 << 20).unwrap(), 4103);
-        assert_eq!(offset_in(base + (1 << 20) - 1, 1, base, 1 << 20).unwrap(), (1 << 20) - 1);
+        assert_eq!(
+            offset_in(base + (1 << 20) - 1, 1, base, 1 << 20).unwrap(),
+            (1 << 20) - 1
+        );
         // Crossing the end, before the start, empty, overflowing.
         assert!(offset_in(base + (1 << 20) - 10, 11, base, 1 << 20).is_err());
         assert!(offset_in(base - 1, 2, base, 1 << 20).is_err());

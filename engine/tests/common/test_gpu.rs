@@ -155,7 +155,9 @@ static IDS: AtomicU64 = AtomicU64::new(1);
 const IPC_MAGIC: &[u8; 8] = b"TGPU-IPC";
 
 fn ipc_table<R>(f: impl FnOnce(&mut HashMap<u64, IpcEntry>) -> R) -> R {
-    let mut t = IPC.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut t = IPC
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     f(t.get_or_insert_with(HashMap::new))
 }
 
