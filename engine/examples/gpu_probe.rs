@@ -288,6 +288,7 @@ fn main() -> Res<()> {
                     "device_name": rt.device_name(0).map_err(|e| e.to_string()),
                     "pci_bus_id": rt.pci_bus_id(0).map(|p| p.to_string()).map_err(|e| e.to_string()),
                     "dmabuf_export": caps.dmabuf_export,
+                    "ipc_memory": caps.ipc_memory,
                     "missing_optional": caps.missing_optional,
                 },
                 "quick": quick,

@@ -7,13 +7,18 @@ mod raw;
 #[path = "../../gateway/tests/support/rig.rs"]
 mod rig;
 
+use std::net::SocketAddr;
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 use engine::Fabric;
 use engine::gpu::coalesce::{self, CopyRange};
 use engine::gpu::staging;
-use engine::gpu::{self, DeviceBuffer, GpuEvent, GpuRuntime, GpuStream, PinnedBuffer, PointerKind};
+use engine::gpu::{
+    self, DeviceBuffer, DevicePtr, GpuError, GpuEvent, GpuRuntime, GpuStream, IpcExport,
+    PinnedBuffer, PointerKind,
+};
 use ring_api::BufSlice;
 use ring_api::opcode::{Put, RangeGet};
 
@@ -275,4 +280,189 @@ fn events_time_and_complete() {
     assert!(b.is_complete().unwrap());
     let ms = b.elapsed_ms_since(&a).unwrap();
     assert!(ms > 0.0 && ms < 10_000.0, "{ms} ms for 32 MiB");
+}
+
+/// Set in the child process of [`ipc_export_opens_in_another_process`]: the export's wire
+/// form in hex. The child also reads [`IPC_LEN_ENV`] and [`IPC_GW_ENV`].
+const IPC_CHILD_ENV: &str = "HIPOBJ_TEST_IPC_EXPORT";
+/// The exported length, in the child.
+const IPC_LEN_ENV: &str = "HIPOBJ_TEST_IPC_LEN";
+/// The parent's gateway, in the child.
+const IPC_GW_ENV: &str = "HIPOBJ_TEST_IPC_GATEWAY";
+/// What the child prints when it has staged the object, so the parent knows it ran.
+const IPC_CHILD_DONE: &str = "ipc child: staged and closed";
+/// The parent's fill of its allocation (the child checks it sees these bytes).
+const IPC_FILL_SEED: u8 = 41;
+/// The object the child stages into the parent's memory.
+const IPC_DATA_SEED: u8 = 43;
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    assert!(s.len().is_multiple_of(2), "odd hex length");
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// Issue 34's flow on a real device, across two processes: this test (the client) allocates
+/// device memory and exports a slice of it at an offset; it re-runs its own binary, filtered
+/// to this test, as the "daemon", which opens the export, checks that it sees the client's
+/// bytes, refuses a copy of the export that claims a longer allocation, registers the mapping
+/// with an engine and range-gets an object from the client's gateway into it (one half over
+/// HTTP, one over the soft fabric), and closes. The client then finds the object's bytes in
+/// its slice and its other bytes untouched. (CUDA does not open a process's own handles,
+/// hence the second process.)
+#[test]
+#[ignore = "needs a GPU (CUDA or HIP runtime and a device); benches/gpu/run_on_device.sh runs it"]
+fn ipc_export_opens_in_another_process() {
+    if let Ok(wire) = std::env::var(IPC_CHILD_ENV) {
+        ipc_child(&wire);
+        return;
+    }
+    let rt = runtime();
+    assert!(
+        rt.capabilities().ipc_memory,
+        "this test needs a runtime with IPC memory handles: {:?}",
+        rt.capabilities()
+    );
+    let alloc_len = 4usize << 20;
+    let off = (1usize << 20) + 4096 + 123;
+    let len = (1usize << 20) + 777;
+    let dev = DeviceBuffer::new(&rt, 0, alloc_len).unwrap();
+    let before = pattern(alloc_len, IPC_FILL_SEED);
+    dev.write(0, &before).unwrap();
+
+    let export = rt
+        .ipc_export(dev.ptr().offset(off as u64).unwrap(), len)
+        .unwrap();
+    assert_eq!(
+        (export.offset, export.alloc_len, export.ordinal),
+        (off as u64, alloc_len as u64, 0),
+        "{export:?}"
+    );
+    let whole = rt.ipc_export(dev.ptr(), alloc_len).unwrap();
+    assert_eq!((whole.offset, whole.alloc_len), (0, alloc_len as u64));
+    let crossing = rt.ipc_export(dev.ptr().offset(alloc_len as u64 - 10).unwrap(), 11);
+    assert!(
+        matches!(crossing, Err(GpuError::InvalidArgument(_))),
+        "{crossing:?}"
+    );
+    let heap = vec![0u8; 4096];
+    let host = rt.ipc_export(
+        DevicePtr {
+            addr: heap.as_ptr() as u64,
+            ordinal: 0,
+        },
+        4096,
+    );
+    assert!(host.is_err(), "pageable host memory exported: {host:?}");
+
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("gpu")).unwrap();
+    let gw = rig::soft_gateway(root.path());
+    let data = pattern(len, IPC_DATA_SEED);
+    {
+        let engine = rig::engine_builder(gw.local_addr()).build().unwrap();
+        let h = engine
+            .register_host(len, engine::RegisterOptions::pageable())
+            .unwrap();
+        engine.copy_in(h, 0, &data).unwrap();
+        let mut q = engine.queue(4).unwrap();
+        let obj = engine.object("gpu", "ipc-shard").unwrap();
+        let c = rig::run_one(
+            &mut q,
+            Put::new(obj, BufSlice::new(h, 0, len as u64)).build(),
+        );
+        assert!(c.is_ok(), "PUT: {:?}", c.error_code());
+    }
+
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new(exe)
+        .args([
+            "ipc_export_opens_in_another_process",
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(IPC_CHILD_ENV, hex(&export.to_bytes()))
+        .env(IPC_LEN_ENV, len.to_string())
+        .env(IPC_GW_ENV, gw.local_addr().to_string())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains(IPC_CHILD_DONE),
+        "child {}:\n{stdout}\n{stderr}",
+        out.status
+    );
+
+    let mut back = vec![0u8; alloc_len];
+    dev.read(0, &mut back).unwrap();
+    assert!(
+        back[..off] == before[..off],
+        "bytes before the slice changed"
+    );
+    assert!(
+        back[off + len..] == before[off + len..],
+        "bytes after the slice changed"
+    );
+    assert!(back[off..off + len] == data[..], "staged bytes differ");
+    gw.shutdown();
+}
+
+/// The "daemon" side of [`ipc_export_opens_in_another_process`].
+fn ipc_child(wire: &str) {
+    let rt = runtime();
+    let export = IpcExport::from_bytes(&unhex(wire)).unwrap();
+    let len: usize = std::env::var(IPC_LEN_ENV).unwrap().parse().unwrap();
+    let gw: SocketAddr = std::env::var(IPC_GW_ENV).unwrap().parse().unwrap();
+    let off = export.offset as usize;
+
+    // An export that claims more than was shared is refused (and its mapping closed again).
+    let mut big = export;
+    big.alloc_len += 2 << 20;
+    // SAFETY: the parent keeps the allocation until this process has exited.
+    let r = unsafe { rt.ipc_open(&big) };
+    assert!(matches!(r, Err(GpuError::InvalidArgument(_))), "{r:?}");
+
+    // SAFETY: as above; closed below, after the last engine using it is gone.
+    let base = unsafe { rt.ipc_open(&export) }.unwrap();
+    let ptr = export.locate(base, len as u64).unwrap();
+    let mut seen = vec![0u8; len];
+    // SAFETY: `ptr..ptr+len` lies inside the opened allocation (located above).
+    unsafe { rt.memcpy_d2h(seen.as_mut_ptr(), ptr, len) }.unwrap();
+    let fill = pattern(export.alloc_len as usize, IPC_FILL_SEED);
+    assert!(
+        seen[..] == fill[off..off + len],
+        "the child does not see the parent's bytes"
+    );
+
+    let half = len / 2;
+    for (fabric, o, n) in [(Fabric::Http, 0, half), (Fabric::Soft, half, len - half)] {
+        let engine = rig::engine_builder(gw)
+            .fabric(fabric)
+            .gpu(Arc::clone(&rt))
+            .build()
+            .unwrap();
+        // SAFETY: the mapping stays open until after this engine is dropped.
+        let buf = unsafe { engine.register_device(ptr, len) }.unwrap();
+        let obj = engine.object("gpu", "ipc-shard").unwrap();
+        let mut q = engine.queue(4).unwrap();
+        let c = rig::run_one(
+            &mut q,
+            RangeGet::new(obj, o as u64, BufSlice::new(buf, o as u64, n as u64)).build(),
+        );
+        assert!(c.is_ok(), "{fabric:?} GET: {:?}", c.error_code());
+        drop(q);
+        engine.deregister(buf, Duration::from_secs(5)).unwrap();
+    }
+    // SAFETY: opened above; the engines are gone.
+    unsafe { rt.ipc_close(base) }.unwrap();
+    println!("{IPC_CHILD_DONE}");
 }

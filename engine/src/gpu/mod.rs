@@ -22,6 +22,10 @@
 //! `direct` decides per registration whether the engine uses it (the GPUDirect tier) or
 //! stages through pinned host memory.
 //!
+//! Device memory of another process (issue 34's node daemon) arrives as an [`IpcExport`]:
+//! [`GpuRuntime::ipc_export`] in the owner, [`GpuRuntime::ipc_open`] /
+//! [`GpuRuntime::ipc_close`] in the process that uses it (see [`ipc`]).
+//!
 //! Unsafe code: the modules `runtime` (declares `unsafe fn`s), `handles`, `staging`,
 //! `dmabuf::host_page_size`, `cuda`, `cuda::ffi`, `hip`, `hip::sys`, `hip::result` carry
 //! `#[allow(unsafe_code)]`; every block has a `// SAFETY:` comment.
@@ -41,6 +45,7 @@ pub(crate) mod dmabuf;
 mod error;
 mod handles;
 pub mod hip;
+pub mod ipc;
 mod runtime;
 #[cfg(feature = "test-support")]
 pub mod staging;
@@ -52,6 +57,7 @@ pub use direct::{GpuDirect, GpuDirectCounters, GpuDirectError, GpuTier};
 pub use dmabuf::DmabufRegion;
 pub use error::{Backend, GpuError};
 pub use handles::{DeviceBuffer, GpuEvent, GpuStream, PinnedBuffer};
+pub use ipc::{IPC_EXPORT_BYTES, IPC_HANDLE_BYTES, IpcExport};
 pub use runtime::GpuRuntime;
 pub use staging_stats::StagingCounters;
 

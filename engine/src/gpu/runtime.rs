@@ -6,7 +6,8 @@
 //! engine, a handle freed twice) are `unsafe fn` with the contract written on them. The RAII
 //! types in [`super::handles`] wrap the latter so ordinary code never calls them directly.
 //!
-//! `#[allow(unsafe_code)]`: this module declares `unsafe fn`s; it contains no `unsafe` block.
+//! `#[allow(unsafe_code)]`: this module declares `unsafe fn`s; its one `unsafe` block, in the
+//! tests, calls the IPC defaults (which touch nothing).
 #![allow(unsafe_code)]
 
 use std::fmt;
@@ -14,8 +15,18 @@ use std::fmt;
 use numa::{GpuVendor, PciAddr};
 
 use super::{
-    Backend, Capabilities, DevicePtr, DmabufRegion, GpuError, PointerKind, RawEvent, RawStream,
+    Backend, Capabilities, DevicePtr, DmabufRegion, GpuError, IpcExport, PointerKind, RawEvent,
+    RawStream,
 };
+
+/// The error of the IPC methods' default implementations.
+fn ipc_unsupported(backend: Backend, what: &'static str) -> GpuError {
+    GpuError::Unsupported {
+        backend,
+        what,
+        why: "this runtime implements no IPC memory handles".into(),
+    }
+}
 
 /// A GPU runtime loaded at run time (see [`super::detect()`]).
 ///
@@ -145,4 +156,194 @@ pub trait GpuRuntime: Send + Sync + fmt::Debug {
     /// The page-aligned range enclosing the bytes is exported; [`DmabufRegion::offset`] says
     /// where `ptr` lies in it. [`GpuError::Unsupported`] when the runtime lacks the export.
     fn export_dmabuf(&self, ptr: DevicePtr, len: usize) -> Result<DmabufRegion, GpuError>;
+
+    /// Exports the device allocation holding `[ptr, ptr + len)` for another process
+    /// (`cuIpcGetMemHandle`, `hipIpcGetMemHandle` on the allocation's base).
+    ///
+    /// The handle names the whole allocation; [`IpcExport::offset`] says where `ptr` lies in
+    /// it and [`IpcExport::alloc_len`] how long it is (`cuMemGetAddressRange`,
+    /// `hipMemGetAddressRange`). Nothing is mapped or pinned by exporting; the exporter must
+    /// keep the allocation alive (not free it) while any importer has it open.
+    ///
+    /// Errors: [`GpuError::InvalidArgument`] when `len` is 0 or `ptr..ptr+len` is not inside
+    /// one allocation of this runtime's device memory; the runtime's error for memory it
+    /// cannot export (CUDA refuses `cuMemCreate` / stream-ordered pool memory);
+    /// [`GpuError::Unsupported`] from runtimes without IPC (the default implementation).
+    fn ipc_export(&self, ptr: DevicePtr, len: usize) -> Result<IpcExport, GpuError> {
+        let _ = (ptr, len);
+        Err(ipc_unsupported(self.backend(), "IPC memory export"))
+    }
+
+    /// Opens an allocation exported by another process, mapping it into this one on device
+    /// `export.ordinal` (lazily enabling peer access when the memory is on another device),
+    /// and returns the **base** of the mapping: the exported bytes start at
+    /// [`IpcExport::locate`]`(base, len)` (base + offset).
+    ///
+    /// `export` may come from an untrusted process: its offset is checked against its
+    /// `alloc_len`, and `alloc_len` against the size of the allocation actually mapped (a
+    /// mismatch closes the mapping again and is an [`GpuError::InvalidArgument`]). A forged
+    /// or stale handle is refused by the runtime. CUDA refuses to open a handle in the
+    /// process that exported it.
+    ///
+    /// # Safety
+    /// - The exporting process keeps the allocation alive (does not free it, and does not
+    ///   exit) until [`GpuRuntime::ipc_close`] of the returned base has returned here: the
+    ///   runtimes leave the importer's accesses after the exporter's free undefined.
+    /// - Every successful open is closed exactly once with [`GpuRuntime::ipc_close`] of this
+    ///   runtime, after the last copy or registration using the mapping has finished.
+    /// - Bytes read or written through the mapping are shared with the exporter: the caller
+    ///   coordinates with it (no concurrent writes to the same bytes).
+    unsafe fn ipc_open(&self, export: &IpcExport) -> Result<DevicePtr, GpuError> {
+        let _ = export;
+        Err(ipc_unsupported(self.backend(), "IPC memory open"))
+    }
+
+    /// Unmaps an allocation opened with [`GpuRuntime::ipc_open`] (`cuIpcCloseMemHandle`,
+    /// `hipIpcCloseMemHandle`); the exporter's allocation is not freed.
+    ///
+    /// # Safety
+    /// `base` is the pointer a successful [`GpuRuntime::ipc_open`] of this runtime returned,
+    /// closed once; no queued copy, registration or other use of the mapping remains.
+    unsafe fn ipc_close(&self, base: DevicePtr) -> Result<(), GpuError> {
+        let _ = base;
+        Err(ipc_unsupported(self.backend(), "IPC memory close"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A runtime that implements only the required methods (all failing), to see the
+    /// defaults of the optional ones.
+    #[derive(Debug)]
+    struct Bare;
+
+    fn no() -> GpuError {
+        GpuError::InvalidArgument("bare runtime".into())
+    }
+
+    impl GpuRuntime for Bare {
+        fn backend(&self) -> Backend {
+            Backend::Hip
+        }
+        fn name(&self) -> String {
+            "bare".into()
+        }
+        fn vendor(&self) -> GpuVendor {
+            GpuVendor::Amd
+        }
+        fn version(&self) -> i32 {
+            0
+        }
+        fn device_count(&self) -> u32 {
+            0
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::default()
+        }
+        fn device_name(&self, _: u32) -> Result<String, GpuError> {
+            Err(no())
+        }
+        fn pci_bus_id(&self, _: u32) -> Result<PciAddr, GpuError> {
+            Err(no())
+        }
+        fn pointer_kind(&self, _: u64) -> Result<PointerKind, GpuError> {
+            Err(no())
+        }
+        fn alloc_device(&self, _: u32, _: usize) -> Result<DevicePtr, GpuError> {
+            Err(no())
+        }
+        unsafe fn free_device(&self, _: DevicePtr) -> Result<(), GpuError> {
+            Err(no())
+        }
+        fn alloc_pinned(&self, _: usize) -> Result<*mut u8, GpuError> {
+            Err(no())
+        }
+        unsafe fn free_pinned(&self, _: *mut u8) -> Result<(), GpuError> {
+            Err(no())
+        }
+        fn create_stream(&self, _: u32) -> Result<RawStream, GpuError> {
+            Err(no())
+        }
+        unsafe fn destroy_stream(&self, _: RawStream) -> Result<(), GpuError> {
+            Err(no())
+        }
+        unsafe fn stream_synchronize(&self, _: RawStream) -> Result<(), GpuError> {
+            Err(no())
+        }
+        fn create_event(&self, _: u32, _: bool) -> Result<RawEvent, GpuError> {
+            Err(no())
+        }
+        unsafe fn destroy_event(&self, _: RawEvent) -> Result<(), GpuError> {
+            Err(no())
+        }
+        unsafe fn record_event(&self, _: RawEvent, _: RawStream) -> Result<(), GpuError> {
+            Err(no())
+        }
+        unsafe fn event_query(&self, _: RawEvent) -> Result<bool, GpuError> {
+            Err(no())
+        }
+        unsafe fn event_synchronize(&self, _: RawEvent) -> Result<(), GpuError> {
+            Err(no())
+        }
+        unsafe fn event_elapsed_ms(&self, _: RawEvent, _: RawEvent) -> Result<f32, GpuError> {
+            Err(no())
+        }
+        unsafe fn memcpy_h2d_async(
+            &self,
+            _: DevicePtr,
+            _: *const u8,
+            _: usize,
+            _: RawStream,
+        ) -> Result<(), GpuError> {
+            Err(no())
+        }
+        unsafe fn memcpy_d2h_async(
+            &self,
+            _: *mut u8,
+            _: DevicePtr,
+            _: usize,
+            _: RawStream,
+        ) -> Result<(), GpuError> {
+            Err(no())
+        }
+        unsafe fn memcpy_h2d(&self, _: DevicePtr, _: *const u8, _: usize) -> Result<(), GpuError> {
+            Err(no())
+        }
+        unsafe fn memcpy_d2h(&self, _: *mut u8, _: DevicePtr, _: usize) -> Result<(), GpuError> {
+            Err(no())
+        }
+        fn export_dmabuf(&self, _: DevicePtr, _: usize) -> Result<DmabufRegion, GpuError> {
+            Err(no())
+        }
+    }
+
+    #[test]
+    fn ipc_defaults_are_typed_unsupported_for_the_runtimes_backend() {
+        let rt: &dyn GpuRuntime = &Bare;
+        let ptr = DevicePtr {
+            addr: 0x1000,
+            ordinal: 0,
+        };
+        let export = IpcExport {
+            handle: [0; 64],
+            offset: 0,
+            alloc_len: 4096,
+            ordinal: 0,
+        };
+        // SAFETY: the defaults touch nothing.
+        let (open, close) = unsafe { (rt.ipc_open(&export), rt.ipc_close(ptr)) };
+        let errs = [rt.ipc_export(ptr, 8).err(), open.err(), close.err()];
+        for e in errs {
+            match e {
+                Some(GpuError::Unsupported {
+                    backend: Backend::Hip,
+                    what,
+                    ..
+                }) => assert!(what.starts_with("IPC memory"), "{what}"),
+                other => panic!("expected Unsupported, got {other:?}"),
+            }
+        }
+    }
 }

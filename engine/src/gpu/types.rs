@@ -63,6 +63,9 @@ pub struct RawEvent {
 pub struct Capabilities {
     /// Device memory can be exported as a dmabuf fd (for `ibv_reg_dmabuf_mr`).
     pub dmabuf_export: bool,
+    /// Device memory can be shared with other processes through IPC memory handles
+    /// ([`super::GpuRuntime::ipc_export`] and `ipc_open` work).
+    pub ipc_memory: bool,
     /// Optional symbols the loaded runtime lacks (newer than it), reported instead of failing.
     pub missing_optional: Vec<&'static str>,
 }

@@ -11,9 +11,18 @@
 //! - the PCI address of each device (`pci_bus_id`, `device_count`).
 //!
 //! Presets: [`TestGpu::memfd`], [`TestGpu::heap`], [`TestGpu::pci_only`].
+//!
+//! IPC memory handles ([`Backing::Heap`] only): `ipc_export` of an allocation puts it in a
+//! table of this process ([`IPC`]) and returns a handle naming it (magic, pid, export id and
+//! a random check value); `ipc_open` by another `TestGpu` of this process finds it there and
+//! "maps" it at the same address (one address space), which that double then treats as its
+//! device memory until `ipc_close`. The fake cannot cross processes: a handle from another
+//! pid is refused as unsupported. As CUDA does, a double refuses to open its own export, and
+//! it refuses to free an allocation an importer still has open (undefined on a real GPU).
 #![allow(unsafe_code)]
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, RandomState};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -21,9 +30,10 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use engine::gpu::dmabuf::{host_page_size, window};
+use engine::gpu::ipc::{check_mapping, offset_in};
 use engine::gpu::{
-    Backend, Capabilities, DevicePtr, DmabufRegion, GpuError, GpuRuntime, PointerKind, RawEvent,
-    RawStream,
+    Backend, Capabilities, DevicePtr, DmabufRegion, GpuError, GpuRuntime, IPC_HANDLE_BYTES,
+    IpcExport, PointerKind, RawEvent, RawStream,
 };
 use engine::soft::udmabuf::{ExportKind, HostDmabuf};
 use numa::{GpuVendor, PciAddr};
@@ -124,9 +134,75 @@ enum Memory {
     None,
 }
 
+/// One exported allocation in the process-wide [`IPC`] table.
+#[derive(Debug)]
+struct IpcEntry {
+    /// The exporting double ([`TestGpu::id`]).
+    exporter: u64,
+    addr: u64,
+    len: usize,
+    /// The handle's check value: a handle with another one is forged.
+    check: u64,
+    /// Opens not yet closed, over all importers.
+    opens: usize,
+}
+
+/// The test doubles' IPC exports in this process, by export id.
+static IPC: Mutex<Option<HashMap<u64, IpcEntry>>> = Mutex::new(None);
+/// Export ids and double ids.
+static IDS: AtomicU64 = AtomicU64::new(1);
+/// The first bytes of every handle of the test double.
+const IPC_MAGIC: &[u8; 8] = b"TGPU-IPC";
+
+fn ipc_table<R>(f: impl FnOnce(&mut HashMap<u64, IpcEntry>) -> R) -> R {
+    let mut t = IPC
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    f(t.get_or_insert_with(HashMap::new))
+}
+
+/// The handle naming export `id` of this process.
+fn ipc_handle(id: u64, check: u64) -> [u8; IPC_HANDLE_BYTES] {
+    let mut h = [0u8; IPC_HANDLE_BYTES];
+    h[..8].copy_from_slice(IPC_MAGIC);
+    h[8..12].copy_from_slice(&std::process::id().to_le_bytes());
+    h[12..20].copy_from_slice(&id.to_le_bytes());
+    h[20..28].copy_from_slice(&check.to_le_bytes());
+    h
+}
+
+/// `(id, check)` of a handle of this process; errors say why it is not one.
+fn parse_ipc_handle(h: &[u8; IPC_HANDLE_BYTES]) -> Result<(u64, u64), GpuError> {
+    if &h[..8] != IPC_MAGIC || h[28..].iter().any(|&b| b != 0) {
+        return Err(GpuError::InvalidArgument(
+            "not an IPC handle of the test double".into(),
+        ));
+    }
+    let word = |r: std::ops::Range<usize>| {
+        let mut w = [0u8; 8];
+        w[..r.len()].copy_from_slice(&h[r]);
+        u64::from_le_bytes(w)
+    };
+    if word(8..12) != u64::from(std::process::id()) {
+        return Err(GpuError::Unsupported {
+            backend: Backend::Cuda,
+            what: "IPC memory open",
+            why: "the test double's handles name memory of the process that exported them; \
+                  it cannot cross processes"
+                .into(),
+        });
+    }
+    Ok((word(12..20), word(20..28)))
+}
+
 /// The configurable `GpuRuntime` test double (module docs).
 #[derive(Debug)]
 pub struct TestGpu {
+    /// Tells this double from the others of the process (IPC: the exporter of an entry).
+    id: u64,
+    /// Allocations of other doubles opened here through IPC: base → (length, export id,
+    /// opens).
+    imports: Mutex<HashMap<u64, (usize, u64, usize)>>,
     memory: Memory,
     engine: Option<CopyEngine>,
     export: Export,
@@ -172,6 +248,8 @@ impl TestGpu {
             }
         };
         Arc::new(Self {
+            id: IDS.fetch_add(1, Ordering::Relaxed),
+            imports: Mutex::default(),
             memory,
             engine,
             export: config.export,
@@ -234,9 +312,19 @@ impl TestGpu {
         }
     }
 
-    /// Whether `addr..addr+len` lies inside device memory that is really there.
+    /// Whether `addr..addr+len` lies inside device memory that is really there (its own or
+    /// opened through IPC).
     fn backed(&self, addr: u64, len: usize) -> bool {
         let end = addr.checked_add(len as u64);
+        let imported = self
+            .imports
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(&a, &(l, _, _))| a <= addr && end.is_some_and(|e| e <= a + l as u64));
+        if imported {
+            return true;
+        }
         match &self.memory {
             Memory::Memfd { vram, .. } => {
                 let base = vram.as_ptr() as u64;
@@ -403,7 +491,10 @@ impl GpuRuntime for TestGpu {
         self.pci.len().max(1) as u32
     }
     fn capabilities(&self) -> Capabilities {
-        Capabilities::default()
+        Capabilities {
+            ipc_memory: matches!(self.memory, Memory::Heap(_)),
+            ..Capabilities::default()
+        }
     }
     fn device_name(&self, _: u32) -> Result<String, GpuError> {
         Ok("test double".into())
@@ -455,6 +546,18 @@ impl GpuRuntime for TestGpu {
             // The memfd's pieces are never reused.
             Memory::Memfd { .. } => Ok(()),
             Memory::Heap(m) => {
+                // An allocation an importer still has open stays (undefined on a real GPU);
+                // freeing one makes its handle stale.
+                ipc_table(|t| {
+                    let open = t.values().any(|e| e.addr == ptr.addr && e.opens > 0);
+                    if open {
+                        return Err(GpuError::InvalidArgument(
+                            "free of device memory an IPC importer still has open".into(),
+                        ));
+                    }
+                    t.retain(|_, e| e.addr != ptr.addr);
+                    Ok(())
+                })?;
                 let len = m.lock().unwrap().remove(&ptr.addr);
                 let len = len.ok_or_else(|| GpuError::InvalidArgument("double free".into()))?;
                 let p = std::ptr::slice_from_raw_parts_mut(ptr.addr as usize as *mut u8, len);
@@ -670,5 +773,113 @@ impl GpuRuntime for TestGpu {
             len: len as u64,
             exported_size,
         })
+    }
+    fn ipc_export(&self, ptr: DevicePtr, len: usize) -> Result<IpcExport, GpuError> {
+        let Memory::Heap(m) = &self.memory else {
+            return Err(GpuError::Unsupported {
+                backend: Backend::Cuda,
+                what: "IPC memory export",
+                why: "the test double exports heap-backed memory only".into(),
+            });
+        };
+        if ptr.ordinal != 0 {
+            return Err(GpuError::InvalidArgument(format!(
+                "no device {}",
+                ptr.ordinal
+            )));
+        }
+        // The allocation holding the first byte, then the whole range inside it.
+        let (addr, alloc_len) = m
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(&a, &l)| (a, l))
+            .find(|&(a, l)| a <= ptr.addr && ptr.addr - a < l as u64)
+            .ok_or_else(|| {
+                GpuError::InvalidArgument(format!(
+                    "IPC export: {:#x} is not device memory of this double",
+                    ptr.addr
+                ))
+            })?;
+        let offset = offset_in(ptr.addr, len as u64, addr, alloc_len as u64)?;
+        let (id, check) = ipc_table(|t| {
+            if let Some((&id, e)) = t.iter().find(|(_, e)| e.addr == addr) {
+                return (id, e.check);
+            }
+            let id = IDS.fetch_add(1, Ordering::Relaxed);
+            let check = RandomState::new().hash_one(id);
+            t.insert(
+                id,
+                IpcEntry {
+                    exporter: self.id,
+                    addr,
+                    len: alloc_len,
+                    check,
+                    opens: 0,
+                },
+            );
+            (id, check)
+        });
+        Ok(IpcExport {
+            handle: ipc_handle(id, check),
+            offset,
+            alloc_len: alloc_len as u64,
+            ordinal: 0,
+        })
+    }
+    unsafe fn ipc_open(&self, export: &IpcExport) -> Result<DevicePtr, GpuError> {
+        self.no_memory("IPC memory open")?;
+        export.check(1)?;
+        if export.ordinal >= self.device_count() {
+            return Err(GpuError::InvalidArgument(format!(
+                "no device {}",
+                export.ordinal
+            )));
+        }
+        let (id, check) = parse_ipc_handle(&export.handle)?;
+        let (addr, len) = ipc_table(|t| {
+            let e = t
+                .get_mut(&id)
+                .filter(|e| e.check == check)
+                .ok_or_else(|| GpuError::InvalidArgument("unknown or stale IPC handle".into()))?;
+            if e.exporter == self.id {
+                return Err(GpuError::InvalidArgument(
+                    "a runtime cannot open its own IPC export (CUDA refuses it too)".into(),
+                ));
+            }
+            check_mapping(export, e.addr, e.addr, e.len as u64)?;
+            e.opens += 1;
+            Ok((e.addr, e.len))
+        })?;
+        self.imports
+            .lock()
+            .unwrap()
+            .entry(addr)
+            .or_insert((len, id, 0))
+            .2 += 1;
+        Ok(DevicePtr {
+            addr,
+            ordinal: export.ordinal,
+        })
+    }
+    unsafe fn ipc_close(&self, base: DevicePtr) -> Result<(), GpuError> {
+        let id = {
+            let mut imports = self.imports.lock().unwrap();
+            let (_, id, opens) = imports.get_mut(&base.addr).ok_or_else(|| {
+                GpuError::InvalidArgument(format!("{:#x} is not an open IPC mapping", base.addr))
+            })?;
+            let id = *id;
+            *opens -= 1;
+            if *opens == 0 {
+                imports.remove(&base.addr);
+            }
+            id
+        };
+        ipc_table(|t| {
+            if let Some(e) = t.get_mut(&id) {
+                e.opens = e.opens.saturating_sub(1);
+            }
+        });
+        Ok(())
     }
 }

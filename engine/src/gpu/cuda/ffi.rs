@@ -51,6 +51,13 @@ pub const REQUIRED: &[&str] = &[
 pub const SYM_DMABUF: &str = "cuMemGetHandleForAddressRange";
 /// `cuEventElapsedTime_v2` (CUDA 12.8+ drivers): event timing.
 pub const SYM_ELAPSED: &str = "cuEventElapsedTime_v2";
+/// The IPC memory calls (`cuIpcOpenMemHandle_v2`: CUDA 11+ drivers), all present or the
+/// feature is off.
+pub const SYMS_IPC: &[&str] = &[
+    "cuIpcGetMemHandle",
+    "cuIpcOpenMemHandle_v2",
+    "cuIpcCloseMemHandle",
+];
 
 /// Proof that `libcuda` is loaded and has the [`REQUIRED`] symbols.
 #[derive(Debug, Clone, Copy)]
@@ -59,6 +66,8 @@ pub struct CudaLib {
     pub has_dmabuf: bool,
     /// `cuEventElapsedTime_v2` is present.
     pub has_elapsed: bool,
+    /// Every one of [`SYMS_IPC`] is present.
+    pub has_ipc: bool,
 }
 
 fn has_symbol(name: &str) -> bool {
@@ -86,6 +95,7 @@ impl CudaLib {
         Ok(CudaLib {
             has_dmabuf: has_symbol(SYM_DMABUF),
             has_elapsed: has_symbol(SYM_ELAPSED),
+            has_ipc: SYMS_IPC.iter().all(|s| has_symbol(s)),
         })
     }
 }
@@ -299,6 +309,53 @@ pub fn mem_get_dmabuf_fd(start: u64, size: usize) -> Result<c_int, GpuError> {
         )
     })?;
     Ok(fd)
+}
+
+/// `cuIpcGetMemHandle`: the 64-byte handle of the allocation whose base is `base`. The
+/// caller must have checked [`CudaLib::has_ipc`].
+pub fn ipc_get_mem_handle(base: u64) -> Result<[u8; 64], GpuError> {
+    let mut h = sys::CUipcMemHandle { reserved: [0; 64] };
+    // SAFETY: the out-parameter is a stack local of the header's type; the address is looked
+    // up by the driver, which refuses pointers that are not allocation bases it can export.
+    check("cuIpcGetMemHandle", unsafe {
+        sys::cuIpcGetMemHandle(&raw mut h, base)
+    })?;
+    Ok(h.reserved.map(|c| c as u8))
+}
+
+/// `cuIpcOpenMemHandle_v2(LAZY_ENABLE_PEER_ACCESS)` in the current context: the base of the
+/// mapped allocation. The caller must have checked [`CudaLib::has_ipc`].
+///
+/// # Safety
+/// [`crate::gpu::GpuRuntime::ipc_open`]'s contract (the exporter keeps the allocation alive
+/// until [`ipc_close_mem_handle`]).
+pub unsafe fn ipc_open_mem_handle(handle: &[u8; 64]) -> Result<u64, GpuError> {
+    let h = sys::CUipcMemHandle {
+        reserved: handle.map(|b| b as c_char),
+    };
+    let mut p: sys::CUdeviceptr = 0;
+    // SAFETY: the handle is passed by value (the driver validates its contents and refuses
+    // foreign or stale ones); the out-parameter is a stack local.
+    check("cuIpcOpenMemHandle_v2", unsafe {
+        sys::cuIpcOpenMemHandle_v2(
+            &raw mut p,
+            h,
+            sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as c_uint,
+        )
+    })?;
+    Ok(p)
+}
+
+/// `cuIpcCloseMemHandle`. The caller must have checked [`CudaLib::has_ipc`].
+///
+/// # Safety
+/// [`crate::gpu::GpuRuntime::ipc_close`]'s contract: `base` came from
+/// [`ipc_open_mem_handle`], closed once, unused by queued work.
+pub unsafe fn ipc_close_mem_handle(base: u64) -> Result<(), GpuError> {
+    // SAFETY: the caller's contract.
+    check("cuIpcCloseMemHandle", unsafe {
+        sys::cuIpcCloseMemHandle(base)
+    })
 }
 
 /// `cuStreamCreate(NON_BLOCKING)`.

@@ -15,6 +15,7 @@ use cudarc::driver::sys;
 use numa::{GpuVendor, PciAddr};
 
 use super::dmabuf::{self, DmabufRegion};
+use super::ipc::{self, IpcExport};
 use super::{
     Backend, Capabilities, DevicePtr, GpuError, GpuRuntime, PointerKind, RawEvent, RawStream,
 };
@@ -100,6 +101,17 @@ impl CudaRuntime {
         unsafe { ffi::ensure_current(*ctx as sys::CUcontext) }
     }
 
+    fn require_ipc(&self, what: &'static str) -> Result<(), GpuError> {
+        if self.lib.has_ipc {
+            return Ok(());
+        }
+        Err(GpuError::Unsupported {
+            backend: Backend::Cuda,
+            what,
+            why: format!("driver lacks one of {:?}", ffi::SYMS_IPC),
+        })
+    }
+
     fn device(&self, ordinal: u32) -> Result<sys::CUdevice, GpuError> {
         self.devices
             .get(ordinal as usize)
@@ -149,8 +161,12 @@ impl GpuRuntime for CudaRuntime {
         if !self.lib.has_elapsed {
             missing.push(ffi::SYM_ELAPSED);
         }
+        if !self.lib.has_ipc {
+            missing.extend_from_slice(ffi::SYMS_IPC);
+        }
         Capabilities {
             dmabuf_export: self.lib.has_dmabuf,
+            ipc_memory: self.lib.has_ipc,
             missing_optional: missing,
         }
     }
@@ -362,6 +378,59 @@ impl GpuRuntime for CudaRuntime {
             len: len as u64,
             exported_size: w.size,
         })
+    }
+
+    fn ipc_export(&self, ptr: DevicePtr, len: usize) -> Result<IpcExport, GpuError> {
+        self.require_ipc("IPC memory export")?;
+        self.bind(ptr.ordinal)?;
+        // Device memory of this ordinal only: host and managed memory have no IPC handle.
+        match self.pointer_kind(ptr.addr)? {
+            PointerKind::Device { ordinal } if ordinal == ptr.ordinal => {}
+            other => {
+                return Err(GpuError::InvalidArgument(format!(
+                    "IPC export: {:#x} is not memory of CUDA device {} ({other:?})",
+                    ptr.addr, ptr.ordinal
+                )));
+            }
+        }
+        self.bind(ptr.ordinal)?;
+        let (base, alloc_len) = ffi::mem_get_address_range(ptr.addr)?;
+        let offset = ipc::offset_in(ptr.addr, len as u64, base, alloc_len as u64)?;
+        // The handle of the base: the driver documents the export of an allocation's base.
+        let handle = ffi::ipc_get_mem_handle(base)?;
+        Ok(IpcExport {
+            handle,
+            offset,
+            alloc_len: alloc_len as u64,
+            ordinal: ptr.ordinal,
+        })
+    }
+
+    unsafe fn ipc_open(&self, export: &IpcExport) -> Result<DevicePtr, GpuError> {
+        self.require_ipc("IPC memory open")?;
+        export.check(1)?;
+        self.bind(export.ordinal)?;
+        // SAFETY: the caller's contract.
+        let base = unsafe { ffi::ipc_open_mem_handle(&export.handle)? };
+        let ptr = DevicePtr {
+            addr: base,
+            ordinal: export.ordinal,
+        };
+        let mapped = ffi::mem_get_address_range(base)
+            .and_then(|(b, n)| ipc::check_mapping(export, base, b, n as u64));
+        if let Err(e) = mapped {
+            // SAFETY: opened just above, closed once here; nothing has used it.
+            let _ = unsafe { ffi::ipc_close_mem_handle(base) };
+            return Err(e);
+        }
+        Ok(ptr)
+    }
+
+    unsafe fn ipc_close(&self, base: DevicePtr) -> Result<(), GpuError> {
+        self.require_ipc("IPC memory close")?;
+        self.bind(base.ordinal)?;
+        // SAFETY: the caller's contract.
+        unsafe { ffi::ipc_close_mem_handle(base.addr) }
     }
 }
 

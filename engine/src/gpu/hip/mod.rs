@@ -20,6 +20,7 @@ use numa::{GpuVendor, PciAddr};
 use self::decode::HipVersion;
 use self::result::{Hip, Hsa};
 use super::dmabuf::{self, DmabufRegion};
+use super::ipc::{self, IpcExport};
 use super::{
     Backend, Capabilities, DevicePtr, GpuError, GpuRuntime, PointerKind, RawEvent, RawStream,
 };
@@ -170,6 +171,7 @@ impl GpuRuntime for HipRuntime {
         }
         Capabilities {
             dmabuf_export: hip_export || self.hsa.is_some(),
+            ipc_memory: true,
             missing_optional: missing,
         }
     }
@@ -382,6 +384,59 @@ impl GpuRuntime for HipRuntime {
             why: "runtime lacks hipMemGetHandleForAddressRange and hsa_amd_portable_export_dmabuf"
                 .into(),
         })
+    }
+
+    fn ipc_export(&self, ptr: DevicePtr, len: usize) -> Result<IpcExport, GpuError> {
+        self.ordinal(ptr.ordinal)?;
+        match self.pointer_kind(ptr.addr)? {
+            PointerKind::Device { ordinal } if ordinal == ptr.ordinal => {}
+            other => {
+                return Err(GpuError::InvalidArgument(format!(
+                    "IPC export: {:#x} is not memory of HIP device {} ({other:?})",
+                    ptr.addr, ptr.ordinal
+                )));
+            }
+        }
+        self.hip.set_device(ptr.ordinal)?;
+        let (base, alloc_len) = self.hip.mem_get_address_range(ptr.addr)?;
+        let offset = ipc::offset_in(ptr.addr, len as u64, base, alloc_len as u64)?;
+        // The handle of the base, so that opening returns the base as CUDA's does, whatever a
+        // ROCm version makes of a handle taken on an interior pointer.
+        let handle = self.hip.ipc_get_mem_handle(base)?;
+        Ok(IpcExport {
+            handle,
+            offset,
+            alloc_len: alloc_len as u64,
+            ordinal: ptr.ordinal,
+        })
+    }
+
+    unsafe fn ipc_open(&self, export: &IpcExport) -> Result<DevicePtr, GpuError> {
+        export.check(1)?;
+        self.ordinal(export.ordinal)?;
+        self.hip.set_device(export.ordinal)?;
+        // SAFETY: the caller's contract.
+        let base = unsafe { self.hip.ipc_open_mem_handle(&export.handle)? };
+        let mapped = self
+            .hip
+            .mem_get_address_range(base)
+            .and_then(|(b, n)| ipc::check_mapping(export, base, b, n as u64));
+        if let Err(e) = mapped {
+            // SAFETY: opened just above, closed once here; nothing has used it.
+            let _ = unsafe { self.hip.ipc_close_mem_handle(base) };
+            return Err(e);
+        }
+        Ok(DevicePtr {
+            addr: base,
+            ordinal: export.ordinal,
+        })
+    }
+
+    unsafe fn ipc_close(&self, base: DevicePtr) -> Result<(), GpuError> {
+        self.ordinal(base.ordinal)?;
+        self.hip.set_device(base.ordinal)?;
+        // SAFETY: the caller's contract.
+        unsafe { self.hip.ipc_close_mem_handle(base.addr) }
     }
 }
 

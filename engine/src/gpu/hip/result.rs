@@ -180,6 +180,49 @@ impl Hip {
         Ok((base as u64, size))
     }
 
+    /// `hipIpcGetMemHandle`: the 64-byte handle of the allocation whose base is `base`.
+    pub fn ipc_get_mem_handle(&self, base: u64) -> Result<[u8; 64], GpuError> {
+        let mut h = sys::hipIpcMemHandle_t {
+            reserved: [0; sys::HIP_IPC_HANDLE_SIZE],
+        };
+        // SAFETY: the out-parameter is a stack local of the header's layout (asserted in
+        // `sys`); the address is looked up by the runtime, which refuses unknown pointers.
+        self.check("hipIpcGetMemHandle", unsafe {
+            (self.api.hipIpcGetMemHandle)(&raw mut h, base as *mut c_void)
+        })?;
+        Ok(h.reserved.map(|c| c as u8))
+    }
+
+    /// `hipIpcOpenMemHandle(hipIpcMemLazyEnablePeerAccess)` on the current device: the base of
+    /// the mapped allocation.
+    ///
+    /// # Safety
+    /// [`crate::gpu::GpuRuntime::ipc_open`]'s contract.
+    pub unsafe fn ipc_open_mem_handle(&self, handle: &[u8; 64]) -> Result<u64, GpuError> {
+        let h = sys::hipIpcMemHandle_t {
+            reserved: handle.map(|b| b as c_char),
+        };
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: the handle goes by value (the runtime validates its contents); the
+        // out-parameter is a stack local.
+        self.check("hipIpcOpenMemHandle", unsafe {
+            (self.api.hipIpcOpenMemHandle)(&raw mut p, h, sys::HIP_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+        })?;
+        Ok(p as u64)
+    }
+
+    /// `hipIpcCloseMemHandle`.
+    ///
+    /// # Safety
+    /// [`crate::gpu::GpuRuntime::ipc_close`]'s contract: `base` came from
+    /// [`Hip::ipc_open_mem_handle`], closed once, unused by queued work.
+    pub unsafe fn ipc_close_mem_handle(&self, base: u64) -> Result<(), GpuError> {
+        // SAFETY: the caller's contract.
+        self.check("hipIpcCloseMemHandle", unsafe {
+            (self.api.hipIpcCloseMemHandle)(base as *mut c_void)
+        })
+    }
+
     /// `hipMemGetHandleForAddressRange(DmaBufFd)` when the runtime has it (ROCm 6.x).
     pub fn mem_get_dmabuf_fd(&self, start: u64, size: usize) -> Result<Option<c_int>, GpuError> {
         let Some(f) = self.api.hipMemGetHandleForAddressRange else {

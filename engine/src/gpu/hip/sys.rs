@@ -3,7 +3,8 @@
 //! Written by hand from the ROCm 5.2.3 headers (`hip/hip_runtime_api.h`, HIP_VERSION
 //! 50221153, Debian package `libamdhip64-dev` 5.2.3-8) and checked against the ROCm 6.x
 //! headers for what changed there (the `hipMemoryType` numbering and the first field's name
-//! of `hipPointerAttribute_t`; its layout did not change). Symbols newer than 5.2
+//! of `hipPointerAttribute_t`; its layout did not change; the IPC memory calls and
+//! `hipIpcMemHandle_t` are the same in both). Symbols newer than 5.2
 //! (`hipMemGetHandleForAddressRange`, `hsa_amd_portable_export_dmabuf`) are optional.
 //!
 //! `#[allow(unsafe_code)]`: resolving symbols with `libloading` is unsafe (the declared type
@@ -55,6 +56,25 @@ pub const HIP_EVENT_DISABLE_TIMING: c_uint = 0x2;
 pub const HIP_HOST_MALLOC_PORTABLE: c_uint = 0x1;
 /// `hipMemRangeHandleTypeDmaBufFd` (ROCm 6.x).
 pub const HIP_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: c_int = 0x1;
+
+/// `hipIpcMemLazyEnablePeerAccess` (the flag of `hipIpcOpenMemHandle`).
+pub const HIP_IPC_MEM_LAZY_ENABLE_PEER_ACCESS: c_uint = 0x1;
+/// `HIP_IPC_HANDLE_SIZE`.
+pub const HIP_IPC_HANDLE_SIZE: usize = 64;
+
+/// `hipIpcMemHandle_t` (`struct hipIpcMemHandle_st { char reserved[HIP_IPC_HANDLE_SIZE]; }`),
+/// passed by value to `hipIpcOpenMemHandle`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct hipIpcMemHandle_t {
+    /// The runtime's opaque bytes.
+    pub reserved: [c_char; HIP_IPC_HANDLE_SIZE],
+}
+
+const _: () = {
+    assert!(std::mem::size_of::<hipIpcMemHandle_t>() == 64);
+    assert!(std::mem::align_of::<hipIpcMemHandle_t>() == 1);
+};
 
 /// `hipPointerAttribute_t`. ROCm 5.x names the first field `memoryType`, ROCm 6.x `type`; the
 /// layout is the same. Its values differ by version: see `decode::memory_kind`.
@@ -135,6 +155,13 @@ pub struct HipApi {
     pub hipMemcpyAsync:
         unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int, hipStream_t) -> hipError_t,
     pub hipMemcpy: unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int) -> hipError_t,
+    /// `(hipIpcMemHandle_t* handle, void* devPtr)`.
+    pub hipIpcGetMemHandle: unsafe extern "C" fn(*mut hipIpcMemHandle_t, *mut c_void) -> hipError_t,
+    /// `(void** devPtr, hipIpcMemHandle_t handle, unsigned int flags)`: the handle by value.
+    pub hipIpcOpenMemHandle:
+        unsafe extern "C" fn(*mut *mut c_void, hipIpcMemHandle_t, c_uint) -> hipError_t,
+    /// `(void* devPtr)`.
+    pub hipIpcCloseMemHandle: unsafe extern "C" fn(*mut c_void) -> hipError_t,
     /// ROCm 6.x: `(void* handle, hipDeviceptr_t dptr, size_t size, hipMemRangeHandleType, unsigned long long flags)`.
     pub hipMemGetHandleForAddressRange:
         Option<unsafe extern "C" fn(*mut c_void, *mut c_void, usize, c_int, u64) -> hipError_t>,
@@ -233,6 +260,9 @@ impl HipApi {
             hipEventElapsedTime: required!(lib, b, hipEventElapsedTime),
             hipMemcpyAsync: required!(lib, b, hipMemcpyAsync),
             hipMemcpy: required!(lib, b, hipMemcpy),
+            hipIpcGetMemHandle: required!(lib, b, hipIpcGetMemHandle),
+            hipIpcOpenMemHandle: required!(lib, b, hipIpcOpenMemHandle),
+            hipIpcCloseMemHandle: required!(lib, b, hipIpcCloseMemHandle),
             hipMemGetHandleForAddressRange: optional!(lib, hipMemGetHandleForAddressRange),
             _lib: lib,
         })
