@@ -142,6 +142,9 @@ pub struct EngineBuilder {
     pub(crate) stripe: crate::stripe::StripeConfig,
     pub(crate) ca_bundle: Option<std::path::PathBuf>,
     pub(crate) insecure_skip_tls_verify: bool,
+    /// Where to attach: `Some(Some(path))` a daemon's socket, `Some(None)` in process
+    /// whatever `HIPOBJ_DAEMON` says, `None` as `HIPOBJ_DAEMON` says.
+    pub(crate) daemon: Option<Option<std::path::PathBuf>>,
 }
 
 impl Default for EngineBuilder {
@@ -166,6 +169,7 @@ impl Default for EngineBuilder {
             sysfs_root: std::path::PathBuf::from("/"),
             dc_provider: None,
             gpu: None,
+            daemon: None,
             gpu_coalesce_limit: crate::gpu::DEFAULT_COALESCE_LIMIT,
             gpu_poll_spin: crate::gpu::DEFAULT_POLL_SPIN,
             gpu_bounce_bytes: crate::gpu::DEFAULT_BOUNCE_BYTES,
@@ -476,9 +480,54 @@ impl EngineBuilder {
         self
     }
 
-    /// Resolves credentials and the endpoint, plans placement and starts the workers.
+    /// Attach to the node daemon listening at `socket` (`hipobj daemon`, docs/daemon.md)
+    /// instead of starting workers in this process: the engine then has no threads of its
+    /// own, its queues' rings live in memory shared with the daemon, and the daemon's
+    /// endpoint, credentials and fabric apply (this builder's are ignored, except
+    /// [`EngineBuilder::gpu`], which exports device memory to the daemon). Without this
+    /// call, the `HIPOBJ_DAEMON` environment variable, when set, names the socket.
+    #[must_use]
+    pub fn daemon(mut self, socket: impl Into<std::path::PathBuf>) -> Self {
+        self.daemon = Some(Some(socket.into()));
+        self
+    }
+
+    /// Run the engine in this process even when `HIPOBJ_DAEMON` is set (the daemon itself
+    /// builds its engine so).
+    #[must_use]
+    pub fn in_process(mut self) -> Self {
+        self.daemon = Some(None);
+        self
+    }
+
+    /// Where [`EngineBuilder::build`] attaches, if anywhere.
+    fn daemon_socket(&self) -> Option<std::path::PathBuf> {
+        match &self.daemon {
+            Some(choice) => choice.clone(),
+            None => std::env::var_os(crate::attach::DAEMON_ENV)
+                .filter(|v| !v.is_empty())
+                .map(std::path::PathBuf::from),
+        }
+    }
+
+    /// Resolves credentials and the endpoint, plans placement and starts the workers — or,
+    /// with [`EngineBuilder::daemon`] / `HIPOBJ_DAEMON`, attaches to the daemon.
     pub fn build(self) -> Result<crate::Engine, crate::EngineError> {
-        crate::engine::build(self)
+        match self.daemon_socket() {
+            Some(path) => {
+                let name = std::env::args()
+                    .next()
+                    .map(|a| {
+                        std::path::Path::new(&a)
+                            .file_name()
+                            .map_or(a.clone(), |f| f.to_string_lossy().into_owned())
+                    })
+                    .unwrap_or_default();
+                crate::attach::client::Attached::connect(&path, &name, self.gpu)
+                    .map(crate::Engine::attached)
+            }
+            None => crate::engine::build(self).map(crate::Engine::local),
+        }
     }
 }
 

@@ -44,13 +44,10 @@ pub(crate) struct Shared {
     pub(crate) stripe: crate::stripe::StripeConfig,
 }
 
-/// A running engine: registered memory, interned objects and worker threads.
-///
-/// `Send + Sync`: share it by reference or `Arc`; each application thread takes its own
-/// [`Queue`]. Dropping the engine stops the workers; operations still in flight are aborted
-/// (their queues receive no further completions).
+/// An engine running in this process: registered memory, interned objects and worker
+/// threads (the [`Engine`](crate::Engine) backend of `EngineBuilder::build` without a daemon).
 #[derive(Debug)]
-pub struct Engine {
+pub(crate) struct LocalEngine {
     shared: Arc<Shared>,
     workers: Vec<WorkerHandle>,
     /// The verbs device each worker opened (`None`: soft fabric or HTTP).
@@ -87,7 +84,7 @@ pub struct WorkerInfo {
     pub bytes: u64,
 }
 
-pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
+pub(crate) fn build(b: EngineBuilder) -> Result<LocalEngine, EngineError> {
     if b.stripe.chunk == 0 {
         return Err(EngineError::Config(
             "stripe_chunk must be at least 1 byte".into(),
@@ -236,7 +233,7 @@ pub(crate) fn build(b: EngineBuilder) -> Result<Engine, EngineError> {
             }
         }
     }
-    Ok(Engine {
+    Ok(LocalEngine {
         shared,
         workers,
         device_names,
@@ -258,7 +255,7 @@ fn stop_all(workers: &mut [WorkerHandle]) {
     }
 }
 
-impl Drop for Engine {
+impl Drop for LocalEngine {
     fn drop(&mut self) {
         stop_all(&mut self.workers);
     }
@@ -282,13 +279,7 @@ fn resolve_addr(ep: &Endpoint) -> Result<SocketAddr, EngineError> {
         })
 }
 
-impl Engine {
-    /// A builder with defaults (see [`EngineBuilder`]).
-    #[must_use]
-    pub fn builder() -> EngineBuilder {
-        EngineBuilder::default()
-    }
-
+impl LocalEngine {
     /// The endpoint requests go to.
     #[must_use]
     pub fn endpoint(&self) -> &Endpoint {
@@ -638,19 +629,6 @@ impl Engine {
         )
     }
 
-    /// A new queue for the calling thread: `depth` submission slots and `2 * depth`
-    /// completion slots (both rounded up to powers of two).
-    ///
-    /// One worker (chosen round-robin) owns the queue's rings: it drains the submissions and
-    /// posts the completions. The operations themselves run on every worker eligible for them
-    /// (the least loaded takes each), so one queue can use all the engine's workers.
-    ///
-    /// A `depth` of 0 is refused ([`EngineError::Config`]): a queue needs at least one slot.
-    /// [`Engine::queue_with`] creates a queue with optional features (timestamps).
-    pub fn queue(&self, depth: u32) -> Result<Queue, EngineError> {
-        self.queue_with(QueueOptions::new(depth))
-    }
-
     /// [`Engine::queue`] with [`QueueOptions`]: `QueueOptions::new(depth).timestamps(true)`
     /// pairs every completion with its [`OpTimes`](crate::OpTimes) (see
     /// [`Queue::completion_timed`]).
@@ -689,7 +667,7 @@ impl Engine {
         .map_err(EngineError::Ring)?;
         let id = self.next_queue_id.fetch_add(1, Ordering::Relaxed);
         worker.attach(wq, cq as usize, id);
-        Ok(Queue::new(app, ready_fd, Arc::clone(&worker.waker)))
+        Ok(Queue::new(app, ready_fd, worker.bell()))
     }
 }
 
@@ -724,7 +702,7 @@ mod tests {
                 .build()
                 .unwrap()
         };
-        let (a, b) = (build(), build());
+        let (a, b) = (build().into_local().unwrap(), build().into_local().unwrap());
         assert!(!Arc::ptr_eq(&a.shared.uploads, &b.shared.uploads));
         let table = Arc::downgrade(&a.shared.uploads);
         drop(a);

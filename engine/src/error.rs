@@ -129,6 +129,11 @@ pub enum EngineError {
     /// The engine's workers have stopped.
     #[error("the engine has shut down")]
     Shutdown,
+
+    /// Talking to the node daemon failed, or it refused a request (the message names the
+    /// socket and the daemon's reason).
+    #[error("hipobj daemon at {0}")]
+    Daemon(String),
     /// A GPU runtime call the engine made for the caller failed (copying a device
     /// registration's bytes in [`crate::Engine::read`] / [`crate::Engine::copy_in`]).
     #[error("GPU: {0}")]

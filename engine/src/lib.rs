@@ -64,6 +64,8 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod attach;
+mod backend;
 mod config;
 mod dispatch;
 mod engine;
@@ -88,8 +90,9 @@ mod timers;
 pub mod verbs;
 mod worker;
 
+pub use backend::Engine;
 pub use config::{DEFAULT_CONNECTIONS, EngineBuilder, Placement, RetryPolicy};
-pub use engine::{Engine, MemoryKind, WorkerInfo};
+pub use engine::{MemoryKind, WorkerInfo};
 pub use error::EngineError;
 /// The RC interface over both RDMA fabrics (soft and verbs): the API the gateway's RDMA target
 /// (`hipobj serve --fabric soft|verbs`) is written against, and the emulator's for tests.

@@ -60,6 +60,16 @@ pub struct NicAffinity {
 }
 
 impl PlacementPlan {
+    /// No workers and no topology: the plan of an engine attached to a daemon (the daemon's
+    /// own plan is its business).
+    pub(crate) fn detached() -> Self {
+        Self {
+            topology: None,
+            workers: Vec::new(),
+            eligible: None,
+        }
+    }
+
     /// Plans the workers for `placement` on `topology` (`None`: sysfs unreadable) for a process
     /// allowed to run on `allowed_cores` (empty: unknown), restricted to the NICs `nics` names
     /// (RDMA device names, netdevs or PCI addresses; empty: every NIC).

@@ -146,7 +146,10 @@ mod tests {
             let w = m.words();
             assert_eq!(w.len(), len);
             assert_eq!(w.as_ptr() as usize % 64, 0);
-            assert!(w.iter().all(|c| c.load(std::sync::atomic::Ordering::Relaxed) == 0));
+            assert!(
+                w.iter()
+                    .all(|c| c.load(std::sync::atomic::Ordering::Relaxed) == 0)
+            );
         }
     }
 

@@ -902,12 +902,16 @@ mod tests {
         let app_bell = waiter.doorbell();
         let mut app = app_queue_in(Arc::clone(&mem), layout, None, Box::new(waiter), None).unwrap();
         let mut worker = worker_queue_in(Arc::clone(&mem), layout, Some(app_bell)).unwrap();
-        app.submission().push(&Nop::new().user_data(5).build()).unwrap();
+        app.submission()
+            .push(&Nop::new().user_data(5).build())
+            .unwrap();
         let got: Vec<u64> = worker.submissions().map(|s| s.user_data()).collect();
         assert_eq!(got, vec![5]);
         let t = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(20));
-            worker.completions().push(Cqe::success(5, 3, crate::DataPath::None));
+            worker
+                .completions()
+                .push(Cqe::success(5, 3, crate::DataPath::None));
             worker
         });
         assert_eq!(app.wait_completions(1, Some(Duration::from_secs(10))), 1);

@@ -490,18 +490,30 @@ impl Drop for LeaseGuard {
 /// the view was taken.
 #[derive(Debug)]
 pub struct BufferView {
-    guard: LeaseGuard,
+    /// The lease on the registered bytes (`None`: a copy that holds no lease).
+    guard: Option<LeaseGuard>,
     /// The device bytes, copied out (device registrations only).
     copied: Option<Vec<u8>>,
+}
+
+impl BufferView {
+    /// A view of bytes already copied out (an attached engine's read of a shared mapping).
+    pub(crate) fn owned(bytes: Vec<u8>) -> Self {
+        Self {
+            guard: None,
+            copied: Some(bytes),
+        }
+    }
 }
 
 impl Deref for BufferView {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        match &self.copied {
-            Some(v) => v,
-            None => self.guard.bytes_from(0),
+        match (&self.copied, &self.guard) {
+            (Some(v), _) => v,
+            (None, Some(g)) => g.bytes_from(0),
+            (None, None) => &[],
         }
     }
 }
@@ -619,7 +631,10 @@ impl Registry {
                 Some(out)
             }
         };
-        Ok(BufferView { guard, copied })
+        Ok(BufferView {
+            guard: Some(guard),
+            copied,
+        })
     }
 
     /// Copies `data` into the registration under a short exclusive lease (into VRAM with

@@ -10,16 +10,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use ring_api::Doorbell;
 
-/// A non-blocking, close-on-exec eventfd in counter mode, and how often it was written.
+/// A non-blocking, close-on-exec eventfd in counter mode, and how often it was written: a
+/// queue's completion-readiness fd, and the doorbells a daemon and its clients share.
 #[derive(Debug)]
-pub(crate) struct EventFd {
+pub struct EventFd {
     fd: OwnedFd,
     /// Successful or saturated writes so far (diagnostics: coalescing is measurable).
     signals: AtomicU64,
 }
 
 impl EventFd {
-    pub(crate) fn new() -> io::Result<Self> {
+    /// A new eventfd.
+    pub fn new() -> io::Result<Self> {
         // SAFETY: eventfd takes no pointers; it returns a new fd or -1.
         let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if raw < 0 {
@@ -33,9 +35,19 @@ impl EventFd {
         })
     }
 
+    /// Takes over a descriptor received from another process; the caller checked that it is
+    /// an eventfd ([`crate::attach::sys::is_eventfd`]). Writes and reads on anything else fail
+    /// harmlessly (`EINVAL`/`EBADF`).
+    pub fn from_owned(fd: OwnedFd) -> Self {
+        Self {
+            fd,
+            signals: AtomicU64::new(0),
+        }
+    }
+
     /// Adds 1 to the counter, making the fd readable. Never blocks: a saturated counter
     /// (`EAGAIN`) is already readable.
-    pub(crate) fn signal(&self) {
+    pub fn signal(&self) {
         self.signals.fetch_add(1, Ordering::Relaxed);
         let one: u64 = 1;
         // SAFETY: `one` is 8 readable bytes that outlive the call; a bad fd only yields EBADF.
@@ -43,14 +55,15 @@ impl EventFd {
     }
 
     /// Reads (and so resets) the counter; returns whether it was non-zero. Never blocks.
-    pub(crate) fn drain(&self) -> bool {
+    pub fn drain(&self) -> bool {
         let mut value: u64 = 0;
         // SAFETY: `value` is 8 writable bytes exclusively borrowed for the call.
         let n = unsafe { libc::read(self.fd.as_raw_fd(), (&raw mut value).cast(), 8) };
         n == 8 && value > 0
     }
 
-    pub(crate) fn signals(&self) -> u64 {
+    /// Writes so far (diagnostics).
+    pub fn signals(&self) -> u64 {
         self.signals.load(Ordering::Relaxed)
     }
 }

@@ -19,7 +19,7 @@ use ring_api::{
 pub use async_queue::{
     AsyncError, AsyncQueue, NextCompletion, NextTimedCompletion, OpFuture, TimedOpFuture,
 };
-pub(crate) use eventfd::EventFd;
+pub use eventfd::EventFd;
 pub use options::QueueOptions;
 
 /// An application thread's ring pair: push submissions, reap completions.
@@ -78,20 +78,29 @@ pub struct Queue {
     _wake: WakeOnDrop,
 }
 
-/// Wakes the queue's owner worker when dropped.
-#[derive(Debug)]
-struct WakeOnDrop(Arc<mio::Waker>);
+/// Wakes the queue's owner (a worker, or the daemon of an attached engine) when dropped.
+struct WakeOnDrop(Arc<dyn ring_api::Doorbell>);
+
+impl std::fmt::Debug for WakeOnDrop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WakeOnDrop")
+    }
+}
 
 impl Drop for WakeOnDrop {
     fn drop(&mut self) {
-        // The worker notices the dropped rings on its next turn; wake it so that turn happens
+        // The owner notices the dropped rings on its next turn; wake it so that turn happens
         // now even if it sleeps.
-        let _ = self.0.wake();
+        self.0.ring();
     }
 }
 
 impl Queue {
-    pub(crate) fn new(app: AppQueue, ready_fd: Arc<EventFd>, owner: Arc<mio::Waker>) -> Self {
+    pub(crate) fn new(
+        app: AppQueue,
+        ready_fd: Arc<EventFd>,
+        owner: Arc<dyn ring_api::Doorbell>,
+    ) -> Self {
         Self {
             app,
             ready_fd,
