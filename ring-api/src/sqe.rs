@@ -166,6 +166,28 @@ impl Sqe {
         self
     }
 
+    /// Returns the entry naming `object` instead (a daemon translating a client's ids into
+    /// its engine's; only for an opcode that names an object, as validation reports).
+    #[must_use]
+    pub const fn with_object(mut self, object: crate::ObjectId) -> Self {
+        self.object = object.0;
+        self
+    }
+
+    /// Returns the entry naming buffer `buf` instead (same use as [`Sqe::with_object`]).
+    #[must_use]
+    pub const fn with_buf(mut self, buf: crate::BufHandle) -> Self {
+        self.buf = buf.0;
+        self
+    }
+
+    /// Returns the entry naming upload `upload` instead (same use as [`Sqe::with_object`]).
+    #[must_use]
+    pub const fn with_upload(mut self, upload: crate::UploadHandle) -> Self {
+        self.upload = upload.0;
+        self
+    }
+
     /// Packs the entry into the eight words a ring slot stores. On little-endian targets the
     /// words' little-endian bytes are exactly [`Sqe::to_bytes`].
     #[inline(always)]

@@ -325,6 +325,35 @@ impl SeqPacketListener {
         Ok(Self { fd })
     }
 
+    /// The listening socket systemd passed (socket activation: `LISTEN_PID` names this
+    /// process and `LISTEN_FDS` is 1, the socket is fd 3); `Ok(None)` when none was passed.
+    /// The variables are removed so that children do not take the socket too.
+    pub fn from_systemd() -> io::Result<Option<Self>> {
+        let ours = std::env::var("LISTEN_PID")
+            .ok()
+            .and_then(|p| p.parse::<u32>().ok())
+            == Some(std::process::id());
+        let count = std::env::var("LISTEN_FDS").ok().and_then(|n| n.parse::<u32>().ok());
+        if !ours || count.is_none() {
+            return Ok(None);
+        }
+        // SAFETY: called once at start-up, before other threads read the environment.
+        unsafe {
+            std::env::remove_var("LISTEN_PID");
+            std::env::remove_var("LISTEN_FDS");
+        }
+        if count != Some(1) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "systemd passed more than one socket; the daemon listens on exactly one",
+            ));
+        }
+        // SAFETY: by the socket-activation protocol fd 3 is the listening socket systemd
+        // passed to this process (LISTEN_PID checked above), owned by nothing else here.
+        let fd = unsafe { OwnedFd::from_raw_fd(3) };
+        Self::from_owned(fd).map(Some)
+    }
+
     /// Takes a listening socket handed over by systemd (socket activation: fd 3 and on).
     ///
     /// # Errors
