@@ -11,9 +11,9 @@
 //!   submissions are validated, their names translated into the engine's (a client names only
 //!   what it interned or registered: `names`), and handed to one engine queue per client queue
 //!   (`link`); completions go back the same way;
-//! - gives every client at most [`DaemonConfig::max_in_flight`] operations in the engine and
-//!   serves clients round-robin, so a client's 10,000-entry batch does not delay another's
-//!   single GET behind it;
+//! - shares [`DaemonConfig::max_in_flight`] operations in the engine equally among the
+//!   clients with work and serves them round-robin, so a client's 10,000-entry batch does not
+//!   delay another's single GET behind it;
 //! - drops a client that sends a malformed message, a descriptor that is not what it claims,
 //!   or writes impossible ring indices, and releases everything a departed client held: its
 //!   queues (their operations aborted) and its registrations.
@@ -45,7 +45,9 @@ pub struct DaemonConfig {
     pub mode: u32,
     /// Uids admitted besides the daemon's own.
     pub allow_uids: Vec<u32>,
-    /// Operations of one client in the engine at once (default 512).
+    /// Operations in the engine at once, over all clients (default
+    /// [`engine::DEFAULT_CONNECTIONS`], the engine's connection count). Clients with work
+    /// share it equally.
     pub max_in_flight: u32,
 }
 
@@ -55,7 +57,7 @@ impl Default for DaemonConfig {
             socket: engine::attach::default_socket_path(),
             mode: 0o600,
             allow_uids: Vec::new(),
-            max_in_flight: 512,
+            max_in_flight: engine::DEFAULT_CONNECTIONS as u32,
         }
     }
 }

@@ -89,6 +89,11 @@ impl Link {
         self.in_flight_total
     }
 
+    /// `true` when the client has published entries not yet taken.
+    pub(crate) fn waiting(&mut self) -> bool {
+        self.ring.submissions().available() > 0
+    }
+
     /// The client dropped its queue (its half marked the rings closed).
     pub(crate) fn app_dropped(&self) -> bool {
         self.ring.app_dropped()

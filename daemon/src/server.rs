@@ -142,7 +142,7 @@ impl Server {
             ids.rotate_left(r);
         }
         self.rotation = self.rotation.wrapping_add(1);
-        let max = self.config.max_in_flight;
+        let max = self.fair_share();
         let mut moved = 0;
         for id in ids {
             let Some(c) = self.clients.get_mut(&id) else {
@@ -164,9 +164,23 @@ impl Server {
         moved
     }
 
+    /// Operations in the engine each client may have now: the daemon's total allowance
+    /// shared equally by the clients that have operations in flight or waiting, so that a
+    /// newcomer's operations find room at once.
+    fn fair_share(&mut self) -> u32 {
+        let mut active = 0u32;
+        for c in self.clients.values_mut() {
+            if c.in_flight() > 0 || c.links.values_mut().any(Link::waiting) {
+                active += 1;
+            }
+        }
+        let active = active.max(1);
+        (self.config.max_in_flight / active).max(1)
+    }
+
     /// Announces sleep on every queue; `false` when one has work already.
     fn prepare_sleep(&mut self) -> bool {
-        let max = self.config.max_in_flight;
+        let max = self.fair_share();
         for c in self.clients.values_mut() {
             let bound = c.in_flight() >= max;
             for link in c.links.values_mut() {
