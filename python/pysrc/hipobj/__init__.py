@@ -100,6 +100,13 @@ class Engine:
     part; engine default 20 s), made up to 4 times. A timeout raises :class:`TimedOutError`.
     ``get_into``, ``put_from`` and ``get_many`` also take ``timeout``: the call's deadline.
 
+    ``daemon``: the socket of a running ``hipobj daemon`` (default: the ``HIPOBJ_DAEMON``
+    environment variable, when set). The engine then attaches to the node's shared engine
+    instead of starting workers in this process; its endpoint, credentials and fabric are the
+    daemon's (``workers``, ``connections``, ``fabric`` do not apply), and CUDA tensors are
+    shared with it through IPC handles (docs/daemon.md). The blocking client still uses this
+    process's endpoint and credentials.
+
     Do not touch a buffer from another thread while a call that moves its bytes runs.
     """
 
@@ -119,11 +126,13 @@ class Engine:
         gpu: bool = True,
         connect_timeout: Optional[float] = None,
         read_timeout: Optional[float] = None,
+        daemon: Optional[str] = None,
     ) -> None:
         try:
             self._native = _native.NativeEngine(
                 endpoint, region, access_key, secret_key, session_token, profile,
                 fabric, dialect, workers, connections, gpu, connect_timeout, read_timeout,
+                daemon,
             )
         except HipobjError:
             raise

@@ -25,6 +25,7 @@ class NativeEngine:
         gpu: bool = True,
         connect_timeout: Optional[float] = None,
         read_timeout: Optional[float] = None,
+        daemon: Optional[str] = None,
     ) -> None: ...
     def close(self) -> None: ...
     @property
