@@ -21,7 +21,10 @@ pub fn judge(dir: Dir, bucket: &str, key: &str, verified: bool, verify: bool) ->
              (no echoed CRC64NVME)"
         }
     };
-    let msg = format!("unverified: {verb} s3://{bucket}/{key}: {what}", verb = verb(dir));
+    let msg = format!(
+        "unverified: {verb} s3://{bucket}/{key}: {what}",
+        verb = verb(dir)
+    );
     if verify {
         return Err(Fail::new(
             OpError::IntegrityError,
@@ -49,7 +52,11 @@ mod tests {
         assert!(judge(Dir::Put, "b", "k", false, false).is_ok());
         let e = judge(Dir::Put, "b", "k", false, true).unwrap_err();
         assert_eq!(e.op, OpError::IntegrityError);
-        assert!(e.message.contains("unverified: PUT s3://b/k"), "{}", e.message);
+        assert!(
+            e.message.contains("unverified: PUT s3://b/k"),
+            "{}",
+            e.message
+        );
         assert!(judge(Dir::Get, "b", "k", false, true).is_err());
     }
 }

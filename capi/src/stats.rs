@@ -7,8 +7,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::types::{
     COMPLETION_DIALECT_MASK, COMPLETION_DIALECT_SHIFT, COMPLETION_PATH_MASK, COMPLETION_PATH_SHIFT,
-    COMPLETION_VERIFIED,
-    HipObjCompletion, HipObjStats, STATS_DIALECTS, STATS_PATHS,
+    COMPLETION_VERIFIED, HipObjCompletion, HipObjStats, STATS_DIALECTS, STATS_PATHS,
 };
 
 /// `HIPOBJ_PATH_*` names (`hipObjPathName`), as the CLI's `--json` prints them.

@@ -458,7 +458,11 @@ fn an_unproven_put_is_visible_and_verify_makes_it_an_error() {
     let exe = compile("verify", dir.path());
     let gw = gateway(&dir.path().join("objects"));
     let direct = format!("http://{}", gw.local_addr());
-    let out = run(&exe, &[&direct, ACCESS, SECRET, BUCKET, "proven"], dir.path());
+    let out = run(
+        &exe,
+        &[&direct, ACCESS, SECRET, BUCKET, "proven"],
+        dir.path(),
+    );
     println!("{}", expect_ok(&out, "verify ok"));
     let relay = Relay::start(
         "127.0.0.1:0",
@@ -469,7 +473,11 @@ fn an_unproven_put_is_visible_and_verify_makes_it_an_error() {
     )
     .unwrap();
     let relayed = format!("http://{}", relay.addr());
-    let out = run(&exe, &[&relayed, ACCESS, SECRET, BUCKET, "unproven"], dir.path());
+    let out = run(
+        &exe,
+        &[&relayed, ACCESS, SECRET, BUCKET, "unproven"],
+        dir.path(),
+    );
     println!("{}", expect_ok(&out, "verify ok"));
     gw.shutdown();
 }

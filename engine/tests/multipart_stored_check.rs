@@ -445,7 +445,11 @@ fn a_lost_complete_answer_is_checked_with_a_head() {
     let c = upload_to(&p, &d);
     assert!(c.is_ok(), "{:?} {:?}", c.error_code(), c.error_class());
     assert!(c.verified(), "{c:?}");
-    assert_eq!(p.completes.load(Ordering::SeqCst), 2, "the Complete was repeated");
+    assert_eq!(
+        p.completes.load(Ordering::SeqCst),
+        2,
+        "the Complete was repeated"
+    );
     assert_eq!(p.heads.load(Ordering::SeqCst), 1);
     // Nothing stored: the repeat's NoSuchUpload stands.
     let p = peer(PeerSays {

@@ -28,7 +28,10 @@ fn gateway(root: &std::path::Path) -> hipobj_gateway::RunningGateway {
         .credentials(ACCESS, SECRET)
         .start()
         .unwrap();
-    assert_eq!(call(gw.local_addr(), "PUT", "/upl", "", &[], b"").status(), 200);
+    assert_eq!(
+        call(gw.local_addr(), "PUT", "/upl", "", &[], b"").status(),
+        200
+    );
     gw
 }
 
@@ -120,7 +123,10 @@ fn a_put_the_server_echoed_is_verified_and_one_it_did_not_is_not() {
 fn a_soft_fabric_put_the_gateway_echoed_is_verified() {
     let dir = tempfile::tempdir().unwrap();
     let gw = rig::soft_gateway(dir.path());
-    assert_eq!(call(gw.local_addr(), "PUT", "/upl", "", &[], b"").status(), 200);
+    assert_eq!(
+        call(gw.local_addr(), "PUT", "/upl", "", &[], b"").status(),
+        200
+    );
     let engine = rig::engine_builder(gw.local_addr())
         .fabric(Fabric::Soft)
         .build()

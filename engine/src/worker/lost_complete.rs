@@ -49,7 +49,11 @@ pub(super) fn head_instead(
 /// The failure to report for `op` that failed with `code`/`class`: for the HEAD after a lost
 /// Complete answer, `Integrity` (the stored object is not ours) stands, and anything else
 /// (no such object, the HEAD itself failed) is the Complete's own failure.
-pub(super) fn failure(op: &InFlight, code: ErrorCode, class: ErrorClass) -> (ErrorCode, ErrorClass) {
+pub(super) fn failure(
+    op: &InFlight,
+    code: ErrorCode,
+    class: ErrorClass,
+) -> (ErrorCode, ErrorClass) {
     match &op.multipart {
         Some(MultipartOp::VerifyStored {
             lost: Some(lost), ..
