@@ -174,11 +174,7 @@ fn serve(args: &DaemonArgs, socket: PathBuf, out: &mut dyn Write, err: &mut dyn 
         Err(e) => return fail(err, format!("engine: {e}")),
     };
     let workers = engine.workers().len();
-    let endpoint = format!(
-        "{}:{}",
-        engine.endpoint().host,
-        engine.endpoint().port
-    );
+    let endpoint = format!("{}:{}", engine.endpoint().host, engine.endpoint().port);
     let shown = config.socket.clone();
     let handle = match hipobj_daemon::spawn(engine, config, listener) {
         Ok(h) => h,

@@ -294,7 +294,7 @@ impl Engine {
     /// docs/engine.md "Placement"). `None` when the registration is unbound, unknown, or the
     /// engine is attached.
     #[must_use]
-    pub fn buffer_nics(&self, handle: BufHandle) -> Option<crate::NicAffinity> {
+    pub fn buffer_nics(&self, handle: BufHandle) -> Option<crate::nic_plan::NicAffinity> {
         match &self.backend {
             Backend::Local(e) => e.buffer_nics(handle),
             Backend::Attached(_) => None,
@@ -304,7 +304,7 @@ impl Engine {
     /// The workers as planned and the topology they were planned from (for each GPU, the
     /// NICs its buffers would use: [`crate::PlacementPlan::for_gpu`]); empty when attached.
     #[must_use]
-    pub fn placement(&self) -> &crate::PlacementPlan {
+    pub fn placement(&self) -> &crate::nic_plan::PlacementPlan {
         match &self.backend {
             Backend::Local(e) => e.placement(),
             Backend::Attached(a) => a.placement(),

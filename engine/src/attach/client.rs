@@ -49,7 +49,7 @@ pub(crate) struct Attached {
     objects: Mutex<HashMap<(String, String), ObjectId>>,
     bufs: Mutex<HashMap<u32, LocalBuf>>,
     gpu: Option<Arc<dyn GpuRuntime>>,
-    placement: crate::PlacementPlan,
+    placement: crate::nic_plan::PlacementPlan,
 }
 
 fn daemon_err(path: &Path, what: impl std::fmt::Display) -> EngineError {
@@ -84,7 +84,7 @@ impl Attached {
             objects: Mutex::new(HashMap::new()),
             bufs: Mutex::new(HashMap::new()),
             gpu,
-            placement: crate::PlacementPlan::detached(),
+            placement: crate::nic_plan::PlacementPlan::detached(),
         };
         let name: String = name.chars().take(super::wire::MAX_NAME).collect();
         let mut name = name;
@@ -152,7 +152,7 @@ impl Attached {
         self.gpu.as_ref()
     }
 
-    pub(crate) fn placement(&self) -> &crate::PlacementPlan {
+    pub(crate) fn placement(&self) -> &crate::nic_plan::PlacementPlan {
         &self.placement
     }
 
@@ -212,7 +212,7 @@ impl Attached {
         &self,
         ptr: *mut u8,
         len: usize,
-    ) -> Result<(BufHandle, crate::MemoryKind), EngineError> {
+    ) -> Result<(BufHandle, crate::engine::MemoryKind), EngineError> {
         let addr = ptr as u64;
         let device = self.gpu.as_ref().and_then(|g| match g.pointer_kind(addr) {
             Ok(PointerKind::Device { ordinal }) => Some(ordinal),
@@ -221,7 +221,7 @@ impl Attached {
         match device {
             Some(ordinal) => {
                 let h = self.register_device(DevicePtr { addr, ordinal }, len)?;
-                Ok((h, crate::MemoryKind::Device { ordinal }))
+                Ok((h, crate::engine::MemoryKind::Device { ordinal }))
             }
             None => Err(Self::register_raw_refused()),
         }

@@ -333,7 +333,9 @@ impl SeqPacketListener {
             .ok()
             .and_then(|p| p.parse::<u32>().ok())
             == Some(std::process::id());
-        let count = std::env::var("LISTEN_FDS").ok().and_then(|n| n.parse::<u32>().ok());
+        let count = std::env::var("LISTEN_FDS")
+            .ok()
+            .and_then(|n| n.parse::<u32>().ok());
         if !ours || count.is_none() {
             return Ok(None);
         }
