@@ -169,11 +169,19 @@ def main() -> int:
         cli = lambda *args: subprocess.run([a.hipobj_bin, *args, "--endpoint-url", a.endpoint], env=env, check=True,
                                            stdout=subprocess.DEVNULL)
         cli("mb", f"s3://{BUCKET}")
+        weight_map = {}
         for r in range(a.shards):
             path = os.path.join(a.workdir, f"shard-{r}.safetensors")
-            save_file({k: v.contiguous() for k, v in shard_tensors(r, a.shard_mib).items()}, path)
+            tensors = shard_tensors(r, a.shard_mib)
+            weight_map.update({k: f"shard-{r}.safetensors" for k in tensors})
+            save_file({k: v.contiguous() for k, v in tensors.items()}, path)
             cli("put", path, f"s3://{BUCKET}/shard-{r}.safetensors")
             os.remove(path)
+        # The one-process scenario loads the prefix: an index names every shard.
+        index = os.path.join(a.workdir, "model.safetensors.index.json")
+        with open(index, "w") as f:
+            json.dump({"metadata": {}, "weight_map": weight_map}, f)
+        cli("put", index, f"s3://{BUCKET}/model.safetensors.index.json")
         print(f"uploaded {a.shards} shards of {a.shard_mib} MiB", flush=True)
 
     sock = os.path.join(a.workdir, f"hipobj-{a.fabric}.sock")
