@@ -158,7 +158,7 @@ typedef struct {
   const char* region;    /**< signing region */
   const char* accessKey; /**< access key id */
   const char* secretKey; /**< secret access key */
-  uint32_t flags;        /**< reserved, must be 0 */
+  uint32_t flags;        /**< HIPOBJ_CONFIG_* bits (HIPOBJ_CONFIG_VERIFY); others reserved, 0 */
   int gpuDevice;         /**< HIP/CUDA device index, or -1: no GPU probing */
   const char* nicHint;   /**< verbs device name ("mlx5_0", "rxe0") or its PCI address ("0000:3b:00.0"); NULL: the default device */
   uint32_t dialect;      /**< HIPOBJ_DIALECT_*: 0 (AUTO, the default) negotiates */
@@ -169,6 +169,13 @@ typedef struct {
   uint64_t stripeThreshold; /**< smallest striped transfer in bytes; 0: 8 MiB */
   uint64_t stripeChunk;     /**< bytes per chunk, at most 5 GiB; 0: 4 MiB (a striped PUT's parts are at least 5 MiB) */
 } hipObjConfig_t;
+
+/** hipObjConfig_t.flags: a hipObjGet/hipObjPut whose bytes no server checksum
+ *  proved fails with hipObjIntegrityError (a PUT's object is stored all the same)
+ *  instead of succeeding unverified. Without it such a call succeeds and
+ *  hipObjGetLastOpVerified says 0. A checksum that disagrees is an error either
+ *  way. Batch completions report the proof in HIPOBJ_COMPLETION_VERIFIED. */
+#define HIPOBJ_CONFIG_VERIFY 1u
 
 /** Striping (hipObjConfig_t.stripePolicy): a transfer of at least stripeThreshold
  *  bytes on memory bound to several NICs is split into stripeChunk-byte chunks,
@@ -237,7 +244,8 @@ typedef struct {
  * hipObjCompletion_t.flags say which path and dialect carried each op.
  * HIPOBJ_LOG=error|warn|info|debug|trace in the environment prints the
  * engine's events at that level to stderr (unset: silent).
- * Errors: hipObjInvalidValue (NULL config, flags != 0, gpuDevice < -1,
+ * Errors: hipObjInvalidValue (NULL config, flags with bits other than
+ * HIPOBJ_CONFIG_VERIFY, gpuDevice < -1,
  * dialect > 4, CUOBJECT without dcTokenProvider, fabric > 3, empty nicHint, no endpoint, unresolvable host,
  * bad credentials file or CA bundle, unknown HIPOBJ_LOG level),
  * hipObjNicNotFound (nicHint names no RDMA device of this host, or fabric is
@@ -331,6 +339,15 @@ HIPOBJ_API hipObjError_t hipObjGetStats(hipObjStats_t* stats);
  * Thread safety: per thread; any time.
  */
 HIPOBJ_API hipObjError_t hipObjGetLastOpInfo(uint32_t* path, uint32_t* dialect);
+
+/**
+ * Writes 1 to *verified when a server checksum proved the bytes of the calling
+ * thread's latest successful hipObjGet / hipObjPut (GET: a checksum of exactly
+ * the bytes read; PUT: the server echoed the CRC64NVME of the bytes sent), 0
+ * when nothing did (the call succeeded unverified: see HIPOBJ_CONFIG_VERIFY) or
+ * it failed. Errors: hipObjInvalidValue (NULL). Thread safety: per thread.
+ */
+HIPOBJ_API hipObjError_t hipObjGetLastOpVerified(int* verified);
 
 /** "none", "http", "rdma-soft", "rdma-verbs" ("unknown" otherwise). Static. */
 HIPOBJ_API const char* hipObjPathName(uint32_t path);
@@ -466,6 +483,12 @@ typedef struct {
 #define HIPOBJ_COMPLETION_RETRIED 1u /**< retried before this outcome */
 #define HIPOBJ_COMPLETION_HTTP 2u    /**< bytes moved over HTTP */
 #define HIPOBJ_COMPLETION_RDMA 4u    /**< bytes moved over RDMA */
+/** A server checksum proved this success's bytes: GET, RANGE_GET the bytes read;
+ *  PUT, UPLOAD_PART the bytes sent (their CRC64NVME echoed); COMPLETE_MULTIPART
+ *  the whole object (its full-object CRC64NVME, from the Complete answer or the
+ *  HEAD after it). Clear on a success: nothing proved the bytes (unverified; the
+ *  caller decides, as HIPOBJ_CONFIG_VERIFY does for the synchronous calls). */
+#define HIPOBJ_COMPLETION_VERIFIED 0x1000u
 /** Bits 8..11 of a completion's flags: the wire dialect that carried the bytes
  *  (0 none, 1 HTTP, 2 rc-persistent, 3 hipobj-rc-v2, 4 cuObject). */
 #define HIPOBJ_COMPLETION_DIALECT_SHIFT 8u

@@ -19,9 +19,9 @@ use crate::error::{Fail, OpError, completion_error};
 use crate::state::Library;
 use crate::types::{
     COMPLETION_DIALECT_SHIFT, COMPLETION_HTTP, COMPLETION_PATH_SHIFT, COMPLETION_RDMA,
-    COMPLETION_RETRIED, HipObjCompletion, OP_ABORT_MULTIPART, OP_COMPLETE_MULTIPART,
-    OP_CREATE_MULTIPART, OP_GET, OP_PUT, OP_RANGE_GET, OP_UPLOAD_PART, OPF_ALL, OPF_NO_RETRY,
-    PATH_HTTP, PATH_NONE, PATH_RDMA_SOFT, PATH_RDMA_VERBS,
+    COMPLETION_RETRIED, COMPLETION_VERIFIED, HipObjCompletion, OP_ABORT_MULTIPART,
+    OP_COMPLETE_MULTIPART, OP_CREATE_MULTIPART, OP_GET, OP_PUT, OP_RANGE_GET, OP_UPLOAD_PART,
+    OPF_ALL, OPF_NO_RETRY, PATH_HTTP, PATH_NONE, PATH_RDMA_SOFT, PATH_RDMA_VERBS,
 };
 
 /// A `hipObjOp_t` as read from C memory (plain values; the pointers are not dereferenced).
@@ -275,6 +275,9 @@ pub fn convert(c: &Cqe) -> HipObjCompletion {
     if c.retried() {
         flags |= COMPLETION_RETRIED;
     }
+    if c.is_ok() && c.verified() {
+        flags |= COMPLETION_VERIFIED;
+    }
     let path = match c.path() {
         Some(DataPath::Http) => {
             flags |= COMPLETION_HTTP;
@@ -337,6 +340,11 @@ mod tests {
             COMPLETION_RDMA
                 | (PATH_RDMA_VERBS << COMPLETION_PATH_SHIFT)
                 | (3 << COMPLETION_DIALECT_SHIFT)
+        );
+        let proven = Cqe::success(8, 64, DataPath::Http).with_verified();
+        assert_eq!(
+            convert(&proven).flags,
+            COMPLETION_VERIFIED | COMPLETION_HTTP | (PATH_HTTP << COMPLETION_PATH_SHIFT)
         );
         let e = convert(&Cqe::error(9, ErrorCode::AccessDenied, ErrorClass::Client));
         assert_eq!(

@@ -373,6 +373,27 @@ pub unsafe extern "C" fn hipObjGetLastOpInfo(path: *mut u32, dialect: *mut u32) 
     })
 }
 
+/// Whether a server checksum proved the bytes of the calling thread's latest successful
+/// `hipObjGet`/`hipObjPut` (1) or nothing did (0; also after a failure). See
+/// `hipObjGetLastOpVerified`.
+///
+/// # Safety
+/// `verified` is NULL or writable for one `int`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipObjGetLastOpVerified(verified: *mut c_int) -> HipObjError {
+    guard(|| {
+        if verified.is_null() {
+            return Err(Fail::new(
+                OpError::InvalidValue,
+                "hipObjGetLastOpVerified(NULL)",
+            ));
+        }
+        // SAFETY: non-NULL and writable for one `int` per the contract.
+        unsafe { verified.write(c_int::from(stats::last_op_verified())) };
+        Ok(())
+    })
+}
+
 /// Name of a `HIPOBJ_PATH_*` value (`http`, `rdma-soft`, `rdma-verbs`, `none`; `unknown`).
 #[unsafe(no_mangle)]
 pub extern "C" fn hipObjPathName(path: u32) -> *const c_char {

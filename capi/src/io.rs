@@ -78,6 +78,8 @@ pub fn transfer(
                 format!("moved {} bytes where {size} were asked", cqe.bytes()),
             ));
         }
+        let verify = lib.settings.flags & crate::types::CONFIG_VERIFY != 0;
+        crate::proof::judge(dir, &obj.bucket, &obj.key, cqe.verified(), verify)?;
         return Ok(cqe.bytes());
     }
     Err(failure(lib, dir, &obj, &cqe, &seen))

@@ -16,7 +16,8 @@
 //! - [`log`]: `HIPOBJ_LOG`, the engine's events on stderr.
 //! - [`stats`]: which path and dialect carried each op.
 //! - [`registry`]: pointer → (engine buffer handle, offset), sorted by address.
-//! - [`io`]: synchronous GET/PUT; [`batch`]: the queue extension; [`diag`]: naming the S3 error
+//! - [`io`]: synchronous GET/PUT, judged by [`proof`] (verified, unverified,
+//!   `HIPOBJ_CONFIG_VERIFY`); [`batch`]: the queue extension; [`diag`]: naming the S3 error
 //!   behind a client error; [`token`]: the pure RDMA token helpers; [`error`]: codes and
 //!   messages; [`types`]: the `#[repr(C)]` types.
 //!
@@ -33,6 +34,7 @@ pub mod fabric;
 pub mod ffi;
 pub mod io;
 pub mod log;
+pub mod proof;
 pub mod registry;
 pub mod state;
 pub mod stats;

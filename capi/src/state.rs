@@ -39,7 +39,7 @@ pub struct Settings {
     pub access_key: Option<String>,
     /// Secret key.
     pub secret_key: Option<String>,
-    /// Reserved flags (must be 0).
+    /// `HIPOBJ_CONFIG_*` bits.
     pub flags: u32,
     /// GPU device index or -1.
     pub gpu_device: i32,
@@ -189,11 +189,11 @@ pub fn shutdown() -> CResult<()> {
 
 impl Library {
     fn start(s: Settings, dc: DcProvider) -> CResult<Library> {
-        if s.flags != 0 {
+        if s.flags & !crate::types::CONFIG_ALL != 0 {
             return Err(Fail::new(
                 OpError::InvalidValue,
                 format!(
-                    "config.flags is reserved and must be 0 (got {:#x})",
+                    "config.flags {:#x} sets reserved bits (only HIPOBJ_CONFIG_VERIFY is defined)",
                     s.flags
                 ),
             ));

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::types::{
     COMPLETION_DIALECT_MASK, COMPLETION_DIALECT_SHIFT, COMPLETION_PATH_MASK, COMPLETION_PATH_SHIFT,
-    HipObjCompletion, HipObjStats, STATS_DIALECTS, STATS_PATHS,
+    COMPLETION_VERIFIED, HipObjCompletion, HipObjStats, STATS_DIALECTS, STATS_PATHS,
 };
 
 /// `HIPOBJ_PATH_*` names (`hipObjPathName`), as the CLI's `--json` prints them.
@@ -138,26 +138,36 @@ impl Stats {
 
 thread_local! {
     static LAST_OP: Cell<(u32, u32)> = const { Cell::new((0, 0)) };
+    static LAST_VERIFIED: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Remembers the path and dialect of this thread's latest synchronous call (0, 0 on failure).
+/// Remembers the path, dialect and proof of this thread's latest synchronous call (0, 0 and
+/// unproven on failure).
 pub fn set_last_op(c: &HipObjCompletion) {
-    let v = if c.op_error == 0 {
+    let ok = c.op_error == 0;
+    let v = if ok {
         (path_of(c), dialect_of(c))
     } else {
         (0, 0)
     };
     LAST_OP.with(|l| l.set(v));
+    LAST_VERIFIED.with(|l| l.set(ok && c.flags & COMPLETION_VERIFIED != 0));
 }
 
 /// Forgets this thread's latest synchronous call (a new one starts).
 pub fn clear_last_op() {
     LAST_OP.with(|l| l.set((0, 0)));
+    LAST_VERIFIED.with(|l| l.set(false));
 }
 
 /// (path, dialect) of this thread's latest synchronous call.
 pub fn last_op() -> (u32, u32) {
     LAST_OP.with(Cell::get)
+}
+
+/// Whether a server checksum proved the bytes of this thread's latest synchronous call.
+pub fn last_op_verified() -> bool {
+    LAST_VERIFIED.with(Cell::get)
 }
 
 #[cfg(test)]

@@ -48,7 +48,7 @@ pub struct HipObjConfig {
     pub access_key: *const c_char,
     /// Secret key; NULL: environment, then the AWS profile.
     pub secret_key: *const c_char,
-    /// Reserved, must be 0.
+    /// `HIPOBJ_CONFIG_*` bits (`HIPOBJ_CONFIG_VERIFY`); the others are reserved, 0.
     pub flags: u32,
     /// HIP/CUDA device index, or -1 for none.
     pub gpu_device: c_int,
@@ -168,6 +168,15 @@ pub const COMPLETION_RETRIED: u32 = 1;
 pub const COMPLETION_HTTP: u32 = 2;
 /// `HIPOBJ_COMPLETION_RDMA`: the bytes moved over RDMA.
 pub const COMPLETION_RDMA: u32 = 4;
+/// `HIPOBJ_COMPLETION_VERIFIED`: a server checksum proved the bytes of this success (GET,
+/// RANGE_GET: the bytes received; PUT, UPLOAD_PART: the bytes sent; COMPLETE_MULTIPART: the
+/// whole object). Clear on a success: nothing proved them beyond their count.
+pub const COMPLETION_VERIFIED: u32 = 1 << 12;
+/// `HIPOBJ_CONFIG_VERIFY` (`hipObjConfig_t.flags`): a `hipObjGet`/`hipObjPut` whose bytes no
+/// server checksum proved fails with `hipObjIntegrityError` instead of succeeding.
+pub const CONFIG_VERIFY: u32 = 1;
+/// Every defined `HIPOBJ_CONFIG_*` bit.
+pub const CONFIG_ALL: u32 = CONFIG_VERIFY;
 /// `HIPOBJ_COMPLETION_DIALECT_SHIFT`: where the wire dialect sits in a completion's flags
 /// (`ring_api::WireDialect` values, 4 bits).
 pub const COMPLETION_DIALECT_SHIFT: u32 = 8;
@@ -392,6 +401,8 @@ pub fn constant_facts() -> Vec<(String, i64)> {
             ("HIPOBJ_COMPLETION_RETRIED", i64::from(COMPLETION_RETRIED)),
             ("HIPOBJ_COMPLETION_HTTP", i64::from(COMPLETION_HTTP)),
             ("HIPOBJ_COMPLETION_RDMA", i64::from(COMPLETION_RDMA)),
+            ("HIPOBJ_COMPLETION_VERIFIED", i64::from(COMPLETION_VERIFIED)),
+            ("HIPOBJ_CONFIG_VERIFY", i64::from(CONFIG_VERIFY)),
             (
                 "HIPOBJ_COMPLETION_DIALECT_SHIFT",
                 i64::from(COMPLETION_DIALECT_SHIFT),

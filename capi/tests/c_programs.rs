@@ -445,3 +445,39 @@ fn cuobject_provider_refusing_sends_ops_over_http() {
 fn auto_dialect_negotiates_cuobject_when_a_provider_is_set() {
     run_cuobject("0", "mint");
 }
+
+/// The success rule of uploads (issue 33): against the gateway, whose PUT answers echo our
+/// CRC64NVME, every PUT is verified (`hipObjGetLastOpVerified`, `HIPOBJ_COMPLETION_VERIFIED`)
+/// and `HIPOBJ_CONFIG_VERIFY` changes nothing; through the fault relay dropping that echo (a
+/// server that proves nothing), the PUT succeeds unverified by default and fails with
+/// `hipObjIntegrityError` under `HIPOBJ_CONFIG_VERIFY`.
+#[test]
+fn an_unproven_put_is_visible_and_verify_makes_it_an_error() {
+    use hipobj_gateway::fault_relay::{Fault, FaultKind, Relay};
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("verify", dir.path());
+    let gw = gateway(&dir.path().join("objects"));
+    let direct = format!("http://{}", gw.local_addr());
+    let out = run(
+        &exe,
+        &[&direct, ACCESS, SECRET, BUCKET, "proven"],
+        dir.path(),
+    );
+    println!("{}", expect_ok(&out, "verify ok"));
+    let relay = Relay::start(
+        "127.0.0.1:0",
+        &gw.local_addr().to_string(),
+        vec![Fault::always(FaultKind::DropHeader(
+            "x-amz-checksum-crc64nvme".into(),
+        ))],
+    )
+    .unwrap();
+    let relayed = format!("http://{}", relay.addr());
+    let out = run(
+        &exe,
+        &[&relayed, ACCESS, SECRET, BUCKET, "unproven"],
+        dir.path(),
+    );
+    println!("{}", expect_ok(&out, "verify ok"));
+    gw.shutdown();
+}

@@ -3,6 +3,7 @@ pub mod bench;
 pub mod capability;
 pub mod client_args;
 pub mod commands;
+pub mod daemon;
 pub mod debug_sigv4;
 pub mod diagnose;
 pub mod embedded;

@@ -5,7 +5,7 @@ use clap::{Parser, Subcommand};
 use hipobj_cli::client_args::{ClientArgs, EndpointArgs, OutputArgs};
 use hipobj_cli::commands;
 use hipobj_cli::quiet_log::QuietFormat;
-use hipobj_cli::{bench, debug_sigv4, relay, serve, topo};
+use hipobj_cli::{bench, daemon, debug_sigv4, relay, serve, topo};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -60,6 +60,9 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Print the GPU/NIC/CPU topology matrix (like `nvidia-smi topo -m`).
     Topo(topo::TopoArgs),
+    /// Run the node daemon: one engine shared by every process that attaches
+    /// (HIPOBJ_DAEMON=SOCKET); `hipobj daemon status` lists its clients.
+    Daemon(daemon::DaemonArgs),
     /// Debugging helpers.
     #[command(subcommand)]
     Debug(DebugCommand),
@@ -139,6 +142,7 @@ fn main() -> ExitCode {
     let name = match &cli.command {
         Command::Serve(_) => "serve",
         Command::Topo(_) => "topo",
+        Command::Daemon(_) => "daemon",
         Command::Debug(_) => "debug",
         Command::Bench { .. } if before.has_object_only_flags() => "bench",
         _ => "",
@@ -172,6 +176,7 @@ fn main() -> ExitCode {
         }
         Command::Serve(args) => exit(serve::run(args, &mut stdout(), &mut stderr())),
         Command::Topo(args) => exit(topo::run(args, &mut stdout(), &mut stderr())),
+        Command::Daemon(args) => exit(daemon::run(args, &mut stdout(), &mut stderr())),
         Command::Debug(DebugCommand::Sigv4(args)) => exit(debug_sigv4::run(
             args,
             &mut std::io::stdin().lock(),

@@ -247,7 +247,9 @@ mod tests {
         let mut n = Names::default();
         let a = n.object("b", "k", || Ok::<_, ()>(ObjectId(5))).unwrap();
         let b = n
-            .object("b", "k", || -> Result<ObjectId, ()> { panic!("interned twice") })
+            .object("b", "k", || -> Result<ObjectId, ()> {
+                panic!("interned twice")
+            })
             .unwrap();
         assert_eq!(a, b);
     }

@@ -319,7 +319,10 @@ impl Server {
             }
             Request::Intern { bucket, key } => {
                 let engine = &self.engine;
-                let reply = match c.names.object(&bucket, &key, || engine.object(&bucket, &key)) {
+                let reply = match c
+                    .names
+                    .object(&bucket, &key, || engine.object(&bucket, &key))
+                {
                     Ok(Some(id)) => Reply::Object { id },
                     Ok(None) => refuse(ErrorKind::Invalid, "too many object names for one client"),
                     Err(e) => refuse(ErrorKind::Invalid, &e.to_string()),
@@ -332,7 +335,10 @@ impl Server {
                     usize::try_from(len).map_err(|_| "registration length overflows")?;
                 let mem = SharedMemory::map_sealed(fd, len_usize)
                     .map_err(|e| format!("RegisterHost descriptor: {e}"))?;
-                (register_host(&self.engine, &mut c.names, mem, len), Vec::new())
+                (
+                    register_host(&self.engine, &mut c.names, mem, len),
+                    Vec::new(),
+                )
             }
             Request::RegisterDevice(export) => (
                 register_device(&self.engine, &mut c.names, export),
@@ -340,7 +346,10 @@ impl Server {
             ),
             Request::Deregister { buf, timeout_ms } => {
                 let wait = Duration::from_millis(u64::from(timeout_ms)).min(MAX_DEREGISTER_WAIT);
-                (deregister(&self.engine, &mut c.names, buf, wait), Vec::new())
+                (
+                    deregister(&self.engine, &mut c.names, buf, wait),
+                    Vec::new(),
+                )
             }
             Request::OpenQueue {
                 sq_entries,
@@ -348,7 +357,10 @@ impl Server {
                 timestamps,
             } => {
                 if c.links.len() >= MAX_QUEUES {
-                    (refuse(ErrorKind::Invalid, "too many queues for one client"), Vec::new())
+                    (
+                        refuse(ErrorKind::Invalid, "too many queues for one client"),
+                        Vec::new(),
+                    )
                 } else {
                     match QueueLayout::new(sq_entries, cq_entries, timestamps) {
                         Err(e) => (refuse(ErrorKind::Invalid, &e.to_string()), Vec::new()),
@@ -391,7 +403,10 @@ impl Server {
                 }
             }
             Request::Status => (Reply::Status(self.status()), Vec::new()),
-            _ => (refuse(ErrorKind::Unsupported, "unknown request"), Vec::new()),
+            _ => (
+                refuse(ErrorKind::Unsupported, "unknown request"),
+                Vec::new(),
+            ),
         };
         let Some(c) = self.clients.get(&id) else {
             return Ok(());
@@ -578,7 +593,12 @@ fn register_device(
     #[allow(unsafe_code)]
     let base = match unsafe { rt.ipc_open(&export) } {
         Ok(b) => b,
-        Err(err) => return refuse(ErrorKind::Invalid, &format!("opening the IPC handle: {err}")),
+        Err(err) => {
+            return refuse(
+                ErrorKind::Invalid,
+                &format!("opening the IPC handle: {err}"),
+            );
+        }
     };
     let ptr = match export.locate(base, e.len) {
         Ok(p) => p,
@@ -618,7 +638,10 @@ fn deregister(engine: &Engine, names: &mut Names, buf: u32, wait: Duration) -> R
         Ok(()) => Reply::Done,
         Err(reg) => {
             names.restore_registration(buf, reg);
-            refuse(ErrorKind::Busy, "the buffer is still in use by operations in flight")
+            refuse(
+                ErrorKind::Busy,
+                "the buffer is still in use by operations in flight",
+            )
         }
     }
 }

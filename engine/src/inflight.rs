@@ -63,10 +63,14 @@ pub(crate) enum MultipartOp {
         expect: Option<crate::multipart::ExpectedObject>,
     },
     /// `HEAD` of the object after a CompleteMultipart whose answer named no full-object
-    /// checksum: the stored size (and CRC64NVME, where the server keeps one) must be `expect`.
+    /// checksum, or whose answer was lost or could not be read: the stored size (and
+    /// CRC64NVME, where the server keeps one) must be `expect`.
     VerifyStored {
         /// What was sent.
         expect: crate::multipart::ExpectedObject,
+        /// The Complete's answer was lost or unreadable: what it failed with, reported if the
+        /// HEAD finds no object of ours (`None`: the Complete answer said it succeeded).
+        lost: Option<LostAnswer>,
     },
     /// `DELETE ?uploadId=..`; success (or the server no longer knowing it) forgets the handle.
     Abort {
@@ -75,6 +79,19 @@ pub(crate) enum MultipartOp {
         /// S3 upload id of `upload`, read at dispatch.
         upload_id: Arc<str>,
     },
+}
+
+/// A CompleteMultipart that failed in a way that leaves open whether the server completed
+/// it (its answer was lost, cut short or garbled; a repeat found the upload gone): the HEAD
+/// after it decides ([`MultipartOp::VerifyStored`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LostAnswer {
+    /// The upload, forgotten once the HEAD finds it completed.
+    pub(crate) upload: UploadHandle,
+    /// The Complete's own failure.
+    pub(crate) code: ring_api::ErrorCode,
+    /// Its class.
+    pub(crate) class: ring_api::ErrorClass,
 }
 
 /// Where an operation is in its life.
@@ -178,6 +195,18 @@ impl InFlight {
             times: None,
             want_crc64: false,
             landed_crc64: std::cell::Cell::new(None),
+        }
+    }
+
+    /// Whether a success of this operation says if its bytes were proven
+    /// ([`ring_api::cqe_flags::VERIFIED`]): the transfers (Get, RangeGet, Put, UploadPart)
+    /// and CompleteMultipart (by its answer's full-object CRC64NVME or the HEAD after it).
+    /// Not Head, CreateMultipart or Abort, whose `aux` is a size or a handle.
+    pub(crate) fn reports_proof(&self) -> bool {
+        match &self.multipart {
+            Some(MultipartOp::Complete { .. } | MultipartOp::VerifyStored { .. }) => true,
+            Some(_) => self.kind == OpKind::Put,
+            None => self.kind != OpKind::Head,
         }
     }
 

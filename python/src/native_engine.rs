@@ -72,7 +72,7 @@ impl NativeEngine {
     #[pyo3(signature = (endpoint=None, region=None, access_key=None, secret_key=None,
                         session_token=None, profile=None, fabric="auto", dialect="auto",
                         workers=None, connections=None, gpu=true, connect_timeout=None,
-                        read_timeout=None))]
+                        read_timeout=None, daemon=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -89,6 +89,7 @@ impl NativeEngine {
         gpu: bool,
         connect_timeout: Option<f64>,
         read_timeout: Option<f64>,
+        daemon: Option<std::path::PathBuf>,
     ) -> PyResult<Self> {
         let fabric = parse_fabric(fabric)?;
         let connect_timeout = seconds(py, "ConfigError", "connect_timeout", connect_timeout)?;
@@ -135,6 +136,10 @@ impl NativeEngine {
         }
         if gpu && let Ok(rt) = engine::gpu::try_detect() {
             b = b.gpu(rt);
+        }
+        // Attach to the node daemon (HIPOBJ_DAEMON does the same when `daemon` is None).
+        if let Some(path) = daemon {
+            b = b.daemon(path);
         }
         let engine = py
             .detach(|| b.build())

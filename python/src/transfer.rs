@@ -163,7 +163,9 @@ fn check_length(py: Python<'_>, t: &mut Target) -> Result<u64, PyErr> {
     Ok(len)
 }
 
-/// Runs `items` and returns, per item, its byte count or the exception it failed with.
+/// Runs `items` and returns, per item, its byte count (a put: `(bytes, verified)`, verified when
+/// a server checksum proved the object: its PUT's echo, or its Complete's full-object CRC64NVME)
+/// or the exception it failed with.
 /// `timeout` bounds the call's HEADs, uploads' creation and transfers (each operation goes to
 /// the engine with the time left as its deadline, and fails `TimedOut` when it passes); the
 /// completion or abort of a multipart upload that follows is not cut short.
@@ -211,6 +213,8 @@ pub fn run(
         }
     }
     let mut settle = Settle::new(slots.len());
+    // Per put: whether a server checksum proved the object (its PUT, or its Complete).
+    let mut proven = vec![true; slots.len()];
     // Multipart puts first start their uploads.
     let mut uploads: Vec<Option<UploadHandle>> = vec![None; slots.len()];
     let creates: Vec<(usize, Op)> = pending(&slots)
@@ -271,6 +275,9 @@ pub fn run(
             Slot::Pending(t) => t.size,
             _ => None,
         };
+        if let (Ok(d), OpKind::Put) = (&r, op.kind) {
+            proven[*i] &= d.verified;
+        }
         match r {
             Err(f) => settle.fail(*i, op, f),
             // Every answer that names the object's size must name the one HEAD said.
@@ -296,8 +303,12 @@ pub fn run(
         })
         .collect();
     for ((i, op), r) in ends.iter().zip(run_ops(py, state, state.batch, &ends)?) {
-        if let (Err(f), OpKind::CompleteMultipart { .. }) = (r, op.kind) {
-            settle.fail(*i, op, f);
+        match (r, op.kind) {
+            (Err(f), OpKind::CompleteMultipart { .. }) => settle.fail(*i, op, f),
+            // The parts' proofs do not prove the object the server assembled; its Complete's
+            // (the full-object CRC64NVME) does.
+            (Ok(d), OpKind::CompleteMultipart { .. }) => proven[*i] &= d.verified,
+            _ => {}
         }
     }
     Ok(slots
@@ -313,14 +324,19 @@ pub fn run(
                     what,
                     f,
                 )),
-                (Slot::Pending(_), None) => Ok(lens[i]),
-                (Slot::Done(n), _) => Ok(n),
+                (Slot::Pending(t), None) => Ok((lens[i], t.put.then_some(proven[i]))),
+                (Slot::Done(n), _) => Ok((n, None)),
                 (Slot::Failed(e), _) => Err(e),
             };
             match settled {
-                Ok(n) => match n.into_pyobject(py) {
+                // A get: its byte count; a put: `(bytes, verified)`.
+                Ok((n, None)) => match n.into_pyobject(py) {
                     Ok(v) => v.into_any().unbind(),
                     Err(never) => match never {},
+                },
+                Ok((n, Some(verified))) => match (n, verified).into_pyobject(py) {
+                    Ok(v) => v.into_any().unbind(),
+                    Err(e) => e.into_value(py).into_any(),
                 },
                 Err(e) => e.into_value(py).into_any(),
             }

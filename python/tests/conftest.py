@@ -175,3 +175,22 @@ class SilentPeer:
         self.sock.close()
         for c in self.conns:
             c.close()
+
+
+@contextlib.contextmanager
+def fault_relay(to_url: str, *faults: str):
+    """`hipobj debug relay` in front of `to_url` with `faults` (docs/fault-relay.md); yields
+    the relay's URL."""
+    to = to_url.split("://", 1)[-1]
+    args = [hipobj_bin(), "debug", "relay", "--listen", "127.0.0.1:0", "--to", to]
+    for f in faults:
+        args += ["--fault", f]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stdout.readline().strip()
+        if not line.startswith("listening on "):
+            pytest.fail(f"hipobj debug relay said {line!r}")
+        yield "http://" + line[len("listening on "):].split(" ", 1)[0]
+    finally:
+        proc.kill()
+        proc.wait()

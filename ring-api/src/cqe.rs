@@ -135,9 +135,13 @@ pub mod cqe_flags {
     pub const PATH_MASK: u32 = 0x0000_000F;
     /// The operation was retried at least once before this outcome.
     pub const RETRIED: u32 = 1 << 4;
-    /// A successful Get/RangeGet whose bytes were compared with a checksum the server computed
-    /// over exactly those bytes (or over the whole object, for a whole-object Get), and matched.
-    /// Clear: nothing proved the bytes beyond their count.
+    /// A successful transfer whose bytes a checksum the server computed proved. Get/RangeGet:
+    /// a checksum over exactly the bytes received (or over the whole object, for a
+    /// whole-object Get) matched them. Put/UploadPart: the answer echoed the CRC64NVME of the
+    /// bytes we sent (or named a checksum of them that matched). CompleteMultipart: the
+    /// object's full-object CRC64NVME (in the Complete answer, or in the HEAD after it) is that
+    /// of the parts we sent. Clear on a success: nothing proved the bytes beyond their count
+    /// (the caller's policy decides: docs/protocol.md, "What proves a PUT").
     pub const VERIFIED: u32 = 1 << 5;
     /// A successful Get/RangeGet submitted with [`sqe_flags::CRC64`](crate::sqe_flags::CRC64)
     /// whose bytes passed through host memory: `aux` holds the CRC-64/NVME of exactly the

@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   /* Bad configurations. */
   CHECK(hipObjInit(NULL), hipObjInvalidValue);
   hipObjConfig_t bad = {.endpoint = ep, .accessKey = ak, .secretKey = sk,
-                        .gpuDevice = -1, .flags = 1};
+                        .gpuDevice = -1, .flags = 0x80};
   CHECK(hipObjInit(&bad), hipObjInvalidValue);
   expect_detail("flags");
   bad.flags = 0;

@@ -250,7 +250,7 @@ impl StripedPut {
             Step::Uploading => self.part_landed(cqe, uploads),
             Step::Completing => {
                 if cqe.is_ok() {
-                    return Next::Done(self.success());
+                    return Next::Done(self.success(cqe.verified()));
                 }
                 self.abort(cqe, uploads)
             }
@@ -358,11 +358,13 @@ impl StripedPut {
         }
     }
 
-    /// The operation's success: every part's bytes, the path and dialect of `first`.
-    fn success(&self) -> Cqe {
+    /// The operation's success: every part's bytes, the path and dialect of `first`;
+    /// `verified` when the Complete proved the whole object (its full-object CRC64NVME).
+    fn success(&self, verified: bool) -> Cqe {
         let flags = self.first.map_or(0, |f| f.flags()) & !cqe_flags::VERIFIED;
         let ok = Cqe::success(self.user_data, self.bytes, ring_api::DataPath::None);
         let c = Cqe::from_raw(self.user_data, ok.result(), flags, self.bytes, 0);
+        let c = if verified { c.with_verified() } else { c };
         if self.retried { c.with_retried() } else { c }
     }
 }

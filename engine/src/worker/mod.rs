@@ -14,6 +14,7 @@
 
 mod event_loop;
 pub(crate) mod handoff;
+mod lost_complete;
 mod outcome;
 pub(crate) mod stager;
 mod striped_get;

@@ -7,9 +7,10 @@ use ring_api::{Cqe, ErrorClass, ErrorCode};
 
 use super::event_loop::Worker;
 use super::handoff::Msg;
+use super::lost_complete;
 use super::stager;
 use crate::fabric::{AUX_VERIFIED, Outcome, Retry};
-use crate::inflight::{InFlight, MultipartOp, OpKey, OpKind, Phase, QueueRef};
+use crate::inflight::{InFlight, MultipartOp, OpKey, Phase, QueueRef};
 use crate::memory::MemoryTier;
 use crate::memory::bounce::{Acquire, BounceRange};
 use crate::op_times::Stamps;
@@ -316,19 +317,19 @@ impl Worker {
                 }
                 // A CompleteMultipart whose answer named no checksum: HEAD the object.
                 if let Some(expect) = op.verify_stored.take() {
-                    op.multipart = Some(MultipartOp::VerifyStored { expect });
+                    op.multipart = Some(MultipartOp::VerifyStored { expect, lost: None });
                     op.phase = Phase::Ready;
                     self.ready.push_front(key);
                     return;
                 }
+                lost_complete::completed(op);
                 let (path, dialect) = self.fabric.path_of(key);
-                // The proof bit travels in `aux` inside the engine; only GETs report it.
+                // The proof bit travels in `aux` inside the engine; transfers and Complete
+                // report it.
                 let mut cqe = Cqe::success(0, bytes, path)
                     .with_aux(aux & !AUX_VERIFIED)
                     .with_dialect(dialect);
-                if aux & AUX_VERIFIED != 0
-                    && matches!(op.kind, OpKind::Get | OpKind::RangeGet { .. })
-                {
+                if aux & AUX_VERIFIED != 0 && op.reports_proof() {
                     cqe = cqe.with_verified();
                 }
                 if let Some(crc) = op.take_crc64(bytes, cqe.verified()) {
@@ -362,6 +363,14 @@ impl Worker {
                         return;
                     }
                 }
+                // A Complete whose answer was lost: ask the server before failing it.
+                if let Some(head) = lost_complete::head_instead(op, code, class) {
+                    op.multipart = Some(head);
+                    op.phase = Phase::Ready;
+                    self.ready.push_front(key);
+                    return;
+                }
+                let (code, class) = lost_complete::failure(op, code, class);
                 self.finish(key, Cqe::error(0, code, class));
             }
         }

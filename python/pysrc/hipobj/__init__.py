@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import warnings
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import _native
@@ -31,6 +32,7 @@ from ._errors import (
     SafetensorsError,
     TimedOutError,
     UnsupportedError,
+    UnverifiedWarning,
 )
 from ._memory import adapt as _adapt
 from . import _safetensors
@@ -40,6 +42,7 @@ __all__ = [
     "Engine", "load_safetensors", "stream_safetensors", "HipobjError", "ConfigError", "InvalidURLError", "S3Error",
     "IntegrityError", "SafetensorsError", "TimedOutError", "UnsupportedError", "BatchError",
     "InvalidArgumentError", "InvalidTypeError", "InvalidBufferError", "ClosedError",
+    "UnverifiedWarning",
 ]
 
 #: ``(url, dest[, offset[, length]])``: one item of :meth:`Engine.get_many`.
@@ -100,6 +103,13 @@ class Engine:
     part; engine default 20 s), made up to 4 times. A timeout raises :class:`TimedOutError`.
     ``get_into``, ``put_from`` and ``get_many`` also take ``timeout``: the call's deadline.
 
+    ``daemon``: the socket of a running ``hipobj daemon`` (default: the ``HIPOBJ_DAEMON``
+    environment variable, when set). The engine then attaches to the node's shared engine
+    instead of starting workers in this process; its endpoint, credentials and fabric are the
+    daemon's (``workers``, ``connections``, ``fabric`` do not apply), and CUDA tensors are
+    shared with it through IPC handles (docs/daemon.md). The blocking client still uses this
+    process's endpoint and credentials.
+
     Do not touch a buffer from another thread while a call that moves its bytes runs.
     """
 
@@ -119,11 +129,13 @@ class Engine:
         gpu: bool = True,
         connect_timeout: Optional[float] = None,
         read_timeout: Optional[float] = None,
+        daemon: Optional[str] = None,
     ) -> None:
         try:
             self._native = _native.NativeEngine(
                 endpoint, region, access_key, secret_key, session_token, profile,
                 fabric, dialect, workers, connections, gpu, connect_timeout, read_timeout,
+                daemon,
             )
         except HipobjError:
             raise
@@ -158,10 +170,13 @@ class Engine:
         return ClosedError(f"the engine for {self._endpoint} is closed: make a new hipobj.Engine")
 
     def _run(self, items: Sequence[_Native], timeout: Optional[float] = None
-             ) -> Tuple[List[Optional[int]], List[Tuple[int, BaseException]]]:
+             ) -> Tuple[List[Any], List[Tuple[int, BaseException]]]:
+        """Per item its result (a get: the bytes read; a put: ``(bytes, verified)``) or
+        ``None``, and the failures by index."""
         with _user_errors(self._closed_error()):
-            outcomes: List[Union[int, BaseException]] = self._native.transfer(items, timeout)
-        results: List[Optional[int]] = []
+            outcomes: List[Union[int, Tuple[int, bool], BaseException]] = \
+                self._native.transfer(items, timeout)
+        results: List[Any] = []
         errors: List[Tuple[int, BaseException]] = []
         for i, o in enumerate(outcomes):
             if isinstance(o, BaseException):
@@ -183,19 +198,36 @@ class Engine:
         return results[0] or 0
 
     def put_from(self, url: str, src: Any, part_size: Optional[int] = None, *,
-                 timeout: Optional[float] = None) -> int:
+                 timeout: Optional[float] = None, verify: Optional[bool] = None) -> int:
         """Uploads all of ``src`` (DLPack, buffer protocol or bytes) as the object ``url``.
         Returns the bytes sent. Up to 5 GiB it is one PUT; above, or when ``part_size`` (5 MiB
         to 5 GiB) is given, a multipart upload in parts of that size (default above 5 GiB:
         64 MiB, larger when needed to stay within 10,000 parts), its parts in parallel; a
         failed part aborts the upload. ``timeout`` (seconds) bounds the PUT or the parts (not
-        the completion of a multipart upload); past it, :class:`TimedOutError`."""
+        the completion of a multipart upload); past it, :class:`TimedOutError`.
+
+        A checksum the server names that disagrees with our bytes raises
+        :class:`IntegrityError`. An upload no server checksum proved (no echoed CRC64NVME of
+        the PUT, no full-object CRC64NVME of the multipart upload) is stored but unverified:
+        by default it succeeds with an :class:`UnverifiedWarning`; ``verify=True`` raises
+        :class:`IntegrityError` instead; ``verify=False`` accepts it silently."""
         if part_size is not None and (isinstance(part_size, bool) or not isinstance(part_size, int)):
             raise InvalidTypeError("part_size must be an int or None")
+        if verify is not None and not isinstance(verify, bool):
+            raise InvalidTypeError("verify must be True, False or None")
         results, errors = self._run([("put", str(url), _adapt(src), 0, part_size)], timeout)
         if errors:
             raise errors[0][1]
-        return results[0] or 0
+        sent, verified = results[0]
+        if not verified and verify is not False:
+            why = (f"{sent} bytes uploaded to {url}, but no server checksum proved them (no "
+                   "echoed CRC64NVME of the PUT, no full-object CRC64NVME of the upload)")
+            if verify:
+                raise IntegrityError(f"upload unverified: {why}", path=str(url))
+            warnings.warn(UnverifiedWarning(
+                f"unverified: {why} (verify=True to fail instead, verify=False to silence "
+                "this)"), stacklevel=2)
+        return int(sent)
 
     def get_many(self, items: Sequence[Item], *, timeout: Optional[float] = None) -> List[int]:
         """Runs every ``(url, dest[, offset[, length]])`` at once with the GIL released, and

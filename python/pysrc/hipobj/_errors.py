@@ -83,7 +83,16 @@ class TimedOutError(S3Error, TimeoutError):
 
 
 class IntegrityError(HipobjError):
-    """Bytes that disagree with the server's checksum or size of them."""
+    """Bytes that disagree with the server's checksum or size of them; also an upload no
+    server checksum proved, when ``put_from(..., verify=True)`` asked for a proof."""
+
+
+class UnverifiedWarning(UserWarning):
+    """An upload that succeeded but that no server checksum proved (the server echoed no
+    CRC64NVME of the PUT, or named no full-object CRC64NVME of the multipart upload): the
+    bytes are stored, nothing says they are ours. ``put_from(..., verify=True)`` raises
+    :class:`IntegrityError` instead, ``verify=False`` accepts it silently. The same rule as
+    ``hipobj put`` (docs/protocol.md, "What proves a PUT")."""
 
 
 class SafetensorsError(HipobjError, ValueError):

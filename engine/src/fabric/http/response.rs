@@ -11,7 +11,7 @@ use s3_lite::s3::{
     ContentRange, ResponseError, parse_complete_multipart_upload, parse_initiate_multipart_upload,
 };
 
-use crate::fabric::{Outcome, Retry};
+use crate::fabric::{AUX_VERIFIED, Outcome, Retry};
 use crate::inflight::{InFlight, MultipartOp, OpKind};
 use crate::multipart::{ExpectedObject, UploadTable};
 use s3_lite::checksum::{HEADER_CRC64NVME, encode_crc64nvme};
@@ -103,24 +103,42 @@ fn body_len(head: &ResponseHead) -> Option<u64> {
 
 /// Decides how to treat the response to `op`.
 pub(crate) fn plan_for(op: &InFlight, head: &ResponseHead) -> Plan {
+    let echo = put_echo(op, head);
     // A PUT or UploadPart answer that echoes a CRC64NVME other than the one we sent: the
     // server holds other bytes than ours.
-    if op.kind == OpKind::Put
-        && (200..300).contains(&head.status)
-        && let (Some(echoed), Some(sent)) = (head.header(HEADER_CRC64NVME), op.source_crc64())
-        && echoed.trim() != sent
-    {
+    if echo == Some(false) {
         return fail(ErrorCode::Integrity, ErrorClass::Integrity);
     }
-    match &op.multipart {
+    let plan = match &op.multipart {
         Some(step) => multipart_plan(step, op.buf_len(), head),
         None => plan(op.kind, op.buf_len(), head),
+    };
+    // The echo of our CRC64NVME proves the bytes the server received.
+    match plan {
+        Plan::Finish(Outcome::Done { bytes, aux }) if echo == Some(true) => {
+            Plan::Finish(Outcome::Done {
+                bytes,
+                aux: aux | AUX_VERIFIED,
+            })
+        }
+        p => p,
     }
+}
+
+/// Whether a 2xx answer to a PUT or UploadPart echoes the CRC64NVME we sent (`None`: it
+/// echoes none, or the op sent none).
+pub(crate) fn put_echo(op: &InFlight, head: &ResponseHead) -> Option<bool> {
+    if op.kind != OpKind::Put || !(200..300).contains(&head.status) {
+        return None;
+    }
+    let echoed = head.header(HEADER_CRC64NVME)?;
+    Some(echoed.trim() == op.source_crc64()?)
 }
 
 /// Judges the HEAD after a CompleteMultipart ([`MultipartOp::VerifyStored`]): the stored
 /// size must be what we sent, and so must the stored full-object CRC64NVME when the server
-/// names one (a composite value proves nothing and is not compared).
+/// names one (a composite value proves nothing and is not compared). A matching CRC64NVME
+/// proves the object (`AUX_VERIFIED`); the size alone does not.
 fn verify_stored_plan(expect: ExpectedObject, head: &ResponseHead) -> Plan {
     if head.content_length() != Some(expect.len) {
         return fail(ErrorCode::Integrity, ErrorClass::Integrity);
@@ -128,14 +146,20 @@ fn verify_stored_plan(expect: ExpectedObject, head: &ResponseHead) -> Plan {
     let composite = head
         .header("x-amz-checksum-type")
         .is_some_and(|t| t.trim().eq_ignore_ascii_case("COMPOSITE"));
-    if let Some(stored) = head.header(HEADER_CRC64NVME).map(str::trim)
-        && !composite
-        && !stored.contains('-')
-        && stored != encode_crc64nvme(expect.crc64nvme)
-    {
-        return fail(ErrorCode::Integrity, ErrorClass::Integrity);
+    let stored = head
+        .header(HEADER_CRC64NVME)
+        .map(str::trim)
+        .filter(|c| !composite && !c.contains('-'));
+    match stored {
+        Some(c) if c != encode_crc64nvme(expect.crc64nvme) => {
+            fail(ErrorCode::Integrity, ErrorClass::Integrity)
+        }
+        Some(_) => Plan::Finish(Outcome::Done {
+            bytes: 0,
+            aux: AUX_VERIFIED,
+        }),
+        None => Plan::Finish(Outcome::Done { bytes: 0, aux: 0 }),
     }
-    Plan::Finish(Outcome::Done { bytes: 0, aux: 0 })
 }
 
 /// Whether a CompleteMultipart answer must be followed by a HEAD: it succeeded, we know what
@@ -175,7 +199,7 @@ fn multipart_plan(step: &MultipartOp, buf_len: u64, head: &ResponseHead) -> Plan
             aux: 0,
         }),
         MultipartOp::Abort { .. } => Plan::Finish(Outcome::Done { bytes: 0, aux: 0 }),
-        MultipartOp::VerifyStored { expect } => verify_stored_plan(*expect, head),
+        MultipartOp::VerifyStored { expect, .. } => verify_stored_plan(*expect, head),
     }
 }
 
@@ -213,7 +237,7 @@ pub(crate) fn finish_multipart(
     body: &[u8],
 ) -> Outcome {
     let protocol = Outcome::fail(ErrorCode::Protocol, ErrorClass::Integrity, Retry::No);
-    let Outcome::Done { bytes, .. } = outcome else {
+    let Outcome::Done { bytes, aux } = outcome else {
         if let (MultipartOp::Abort { upload, .. }, Outcome::Failed { code, .. }) = (step, outcome)
             && code == ErrorCode::NotFound
         {
@@ -237,7 +261,11 @@ pub(crate) fn finish_multipart(
                 return protocol;
             };
             match table.record_part(*upload, *part, etag) {
-                Ok(()) => Outcome::Done { bytes, aux: 0 },
+                // `aux` carries only the proof bit of an echoed CRC64NVME here.
+                Ok(()) => Outcome::Done {
+                    bytes,
+                    aux: aux & AUX_VERIFIED,
+                },
                 Err(e) => Outcome::fail(e.code(), ErrorClass::Local, Retry::No),
             }
         }
@@ -245,12 +273,22 @@ pub(crate) fn finish_multipart(
             match parse_complete_multipart_upload(200, &[], body) {
                 Ok(done) => {
                     table.remove(*upload);
-                    // The server's full-object CRC64NVME must be that of the parts we sent.
-                    match (expect, done.checksum_crc64nvme.as_deref()) {
-                        (Some(e), Some(c))
-                            if !c.contains('-') && c.trim() != encode_crc64nvme(e.crc64nvme) =>
-                        {
-                            Outcome::fail(ErrorCode::Integrity, ErrorClass::Integrity, Retry::No)
+                    // The server's full-object CRC64NVME must be that of the parts we sent;
+                    // when it is, it proves the object.
+                    match (expect, done.checksum_crc64nvme.as_deref().map(str::trim)) {
+                        (Some(e), Some(c)) if !c.contains('-') => {
+                            if c == encode_crc64nvme(e.crc64nvme) {
+                                Outcome::Done {
+                                    bytes: 0,
+                                    aux: AUX_VERIFIED,
+                                }
+                            } else {
+                                Outcome::fail(
+                                    ErrorCode::Integrity,
+                                    ErrorClass::Integrity,
+                                    Retry::No,
+                                )
+                            }
                         }
                         _ => Outcome::Done { bytes: 0, aux: 0 },
                     }

@@ -9,7 +9,9 @@ pub(crate) use s3_lite::rdma::acceptance::Verdict;
 use s3_lite::rdma::acceptance::{self, Acceptance, Transfer};
 
 use crate::fabric::http::ReplyJudge;
-use crate::fabric::http::response::{Plan, named_size, plan as http_plan, status_outcome};
+use crate::fabric::http::response::{
+    Plan, named_size, plan as http_plan, put_echo, status_outcome,
+};
 use crate::fabric::soft::Landed;
 use crate::fabric::{Outcome, Retry};
 use crate::inflight::{InFlight, OpKind};
@@ -198,7 +200,12 @@ impl ReplyJudge for RdmaJudge {
                 let size = if aux == 0 { named_size(head) } else { aux };
                 Plan::Finish(Outcome::got(bytes, size, proven))
             }
-            Ok(_) => Plan::Finish(Outcome::Done { bytes, aux }),
+            // A PUT (or UploadPart): the echo of our CRC64NVME, like a checksum of the
+            // source, proves what the server received; another value is a mismatch.
+            Ok(proven) => match put_echo(op, head) {
+                Some(false) => integrity(ErrorCode::Integrity),
+                echo => Plan::Finish(Outcome::got(bytes, aux, proven || echo == Some(true))),
+            },
             Err(_mismatch) => integrity(ErrorCode::Integrity),
         };
         (plan, judged(verdict))

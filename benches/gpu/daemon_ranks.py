@@ -1,0 +1,216 @@
+"""8 ranks loading their safetensors shards into cuda:0: one process with its own engine, 8
+processes through `hipobj daemon`, and 8 processes each with its own engine (issue 34).
+
+Run by benches/gpu/daemon_ranks.sh on the GPU machine. Each shard is SHARD_MIB of random bf16
+tensors (names unique per rank), generated on the GPU from a per-rank seed; every loaded tensor
+is compared with torch.equal against its regenerated reference. The 8 rank processes start
+their timers together (a barrier file); a scenario's aggregate GB/s is all bytes over the span
+from the first start to the last end. The node's thread count (the daemon's plus the ranks')
+is sampled in the middle of each scenario.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ACCESS, SECRET, REGION, BUCKET = "benchkey", "benchsecret", "us-east-1", "ranks"
+
+
+def shard_tensors(rank: int, shard_mib: int):
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(1000 + rank)
+    out, left, j = {}, shard_mib << 20, 0
+    while left > 0:
+        n = min(64 << 20, left) // 2  # bf16 elements
+        out[f"r{rank}.t{j}"] = torch.randn((n,), generator=g, device="cuda", dtype=torch.float32).to(torch.bfloat16)
+        left -= n * 2
+        j += 1
+    return out
+
+
+def engine(a, daemon=None):
+    import hipobj
+
+    return hipobj.Engine(endpoint=a.endpoint, access_key=ACCESS, secret_key=SECRET, region=REGION,
+                         fabric=a.fabric, daemon=daemon)
+
+
+def check(rank: int, shard_mib: int, loaded: dict) -> None:
+    import torch
+
+    ref = shard_tensors(rank, shard_mib)
+    assert sorted(ref) == sorted(k for k in loaded if k.startswith(f"r{rank}.")), f"rank {rank}: names differ"
+    for k, v in ref.items():
+        assert torch.equal(loaded[k], v), f"rank {rank}: tensor {k} differs"
+
+
+def wait_for(path: str) -> None:
+    while not os.path.exists(path):
+        time.sleep(0.0005)
+
+
+def role_rank(a) -> int:
+    """One rank: load shard `a.rank` (through the daemon when --daemon is given)."""
+    import torch
+
+    eng = engine(a, a.daemon)
+    torch.cuda.init()
+    open(os.path.join(a.sync, f"ready-{a.rank}"), "w").close()
+    wait_for(os.path.join(a.sync, "go"))
+    t0 = time.time()
+    loaded = eng.load_safetensors(f"s3://{BUCKET}/shard-{a.rank}.safetensors", device="cuda:0")
+    torch.cuda.synchronize()
+    t1 = time.time()
+    check(a.rank, a.shard_mib, loaded)
+    print(json.dumps({"rank": a.rank, "start": t0, "end": t1,
+                      "bytes": sum(v.numel() * v.element_size() for v in loaded.values())}), flush=True)
+    eng.close()
+    return 0
+
+
+def role_one(a) -> int:
+    """One process, its own engine, every shard (the prefix holds them all)."""
+    import torch
+
+    eng = engine(a)
+    torch.cuda.init()
+    open(os.path.join(a.sync, "ready-0"), "w").close()
+    wait_for(os.path.join(a.sync, "go"))
+    t0 = time.time()
+    loaded = eng.load_safetensors(f"s3://{BUCKET}/", device="cuda:0")
+    torch.cuda.synchronize()
+    t1 = time.time()
+    for r in range(a.shards):
+        check(r, a.shard_mib, loaded)
+    print(json.dumps({"rank": -1, "start": t0, "end": t1,
+                      "bytes": sum(v.numel() * v.element_size() for v in loaded.values())}), flush=True)
+    eng.close()
+    return 0
+
+
+def threads_of(pids) -> int:
+    n = 0
+    for p in pids:
+        try:
+            n += len(os.listdir(f"/proc/{p}/task"))
+        except OSError:
+            pass
+    return n
+
+
+def scenario(a, label: str, processes: int, daemon_sock=None, daemon_pid=None):
+    """Starts the processes, waits until all are ready, releases them together."""
+    sync = os.path.join(a.workdir, f"sync-{label}-{time.time_ns()}")
+    os.makedirs(sync)
+    me = [sys.executable, __file__, "--endpoint", a.endpoint, "--fabric", a.fabric, "--shards", str(a.shards),
+          "--shard-mib", str(a.shard_mib), "--sync", sync, "--workdir", a.workdir]
+    if processes == 1:
+        cmds = [me + ["--role", "one"]]
+    else:
+        cmds = [me + ["--role", "rank", "--rank", str(r)] + (["--daemon", daemon_sock] if daemon_sock else [])
+                for r in range(processes)]
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for c in cmds]
+    ready = [os.path.join(sync, f"ready-{r}") for r in range(processes)]
+    deadline = time.time() + 300
+    while not all(os.path.exists(p) for p in ready):
+        if time.time() > deadline or any(p.poll() not in (None, 0) for p in procs):
+            for p in procs:
+                p.kill()
+            raise SystemExit(f"{label}: a process failed before the start")
+        time.sleep(0.01)
+    open(os.path.join(sync, "go"), "w").close()
+    time.sleep(0.3)
+    pids = [p.pid for p in procs] + ([daemon_pid] if daemon_pid else [])
+    node_threads = threads_of(pids)
+    results = []
+    for p in procs:
+        out, _ = p.communicate(timeout=600)
+        if p.returncode != 0:
+            raise SystemExit(f"{label}: a process failed (exit {p.returncode})")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    span = max(r["end"] for r in results) - min(r["start"] for r in results)
+    total = sum(r["bytes"] for r in results)
+    return total / span / 1e9, node_threads, total
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--endpoint", required=True)
+    ap.add_argument("--fabric", default="http")
+    ap.add_argument("--shards", type=int, default=8)
+    ap.add_argument("--shard-mib", type=int, default=512)
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--hipobj-bin")
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--out")
+    ap.add_argument("--role", default="parent")
+    ap.add_argument("--rank", type=int)
+    ap.add_argument("--daemon")
+    ap.add_argument("--sync")
+    ap.add_argument("--upload", action="store_true")
+    ap.add_argument("--daemon-cpus", default="8-15")
+    a = ap.parse_args()
+    if a.role == "rank":
+        return role_rank(a)
+    if a.role == "one":
+        return role_one(a)
+
+    env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS, AWS_SECRET_ACCESS_KEY=SECRET, AWS_REGION=REGION)
+    if a.upload:
+        from safetensors.torch import save_file
+
+        cli = lambda *args: subprocess.run([a.hipobj_bin, *args, "--endpoint-url", a.endpoint], env=env, check=True,
+                                           stdout=subprocess.DEVNULL)
+        cli("mb", f"s3://{BUCKET}")
+        for r in range(a.shards):
+            path = os.path.join(a.workdir, f"shard-{r}.safetensors")
+            save_file({k: v.contiguous() for k, v in shard_tensors(r, a.shard_mib).items()}, path)
+            cli("put", path, f"s3://{BUCKET}/shard-{r}.safetensors")
+            os.remove(path)
+        print(f"uploaded {a.shards} shards of {a.shard_mib} MiB", flush=True)
+
+    sock = os.path.join(a.workdir, f"hipobj-{a.fabric}.sock")
+    daemon = subprocess.Popen(["taskset", "-c", a.daemon_cpus, a.hipobj_bin, "daemon", "--socket", sock,
+                               "--endpoint-url", a.endpoint, "--fabric", a.fabric, "--gpu"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = daemon.stdout.readline()
+    if "listening" not in line:
+        raise SystemExit(f"hipobj daemon did not start: {line} {daemon.stderr.read()}")
+    print(line.strip(), flush=True)
+    rows = {}
+    try:
+        for label, procs, via in [("one process, own engine", 1, None),
+                                  (f"{a.shards} processes, daemon", a.shards, sock),
+                                  (f"{a.shards} processes, own engines", a.shards, None)]:
+            rates, threads = [], []
+            for i in range(a.runs + 1):  # the first run warms up
+                gbps, nthreads, total = scenario(a, label, procs, via, daemon.pid if via else None)
+                if i > 0:
+                    rates.append(gbps)
+                    threads.append(nthreads)
+            rows[label] = {"gbps": rates, "median_gbps": statistics.median(rates), "node_threads": threads,
+                           "bytes": total}
+            print(f"{a.fabric:<5} {label:<30} {statistics.median(rates):6.2f} GB/s  runs {['%.2f' % r for r in rates]}"
+                  f"  node threads {threads}", flush=True)
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
+    base = rows["one process, own engine"]["median_gbps"]
+    for label, row in rows.items():
+        print(f"{a.fabric:<5} {label:<30} {row['median_gbps'] / base:5.2f}x of one process", flush=True)
+    print("every tensor equal (torch.equal) in every run", flush=True)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"fabric": a.fabric, "shards": a.shards, "shard_mib": a.shard_mib, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
