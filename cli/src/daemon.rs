@@ -141,7 +141,11 @@ fn serve(args: &DaemonArgs, socket: PathBuf, out: &mut dyn Write, err: &mut dyn 
     }
     // The systemd socket first (before any thread reads the environment), else our own.
     let listener = match engine::attach::SeqPacketListener::from_systemd() {
-        Ok(Some(l)) => l,
+        Ok(Some(l)) => {
+            // The socket unit owns the file: it stays when the service stops or restarts.
+            config.remove_socket = false;
+            l
+        }
         Ok(None) => match hipobj_daemon::listen(&config) {
             Ok(l) => l,
             Err(e) => return fail(err, e.to_string()),
@@ -174,11 +178,7 @@ fn serve(args: &DaemonArgs, socket: PathBuf, out: &mut dyn Write, err: &mut dyn 
         Err(e) => return fail(err, format!("engine: {e}")),
     };
     let workers = engine.workers().len();
-    let endpoint = format!(
-        "{}:{}",
-        engine.endpoint().host,
-        engine.endpoint().port
-    );
+    let endpoint = format!("{}:{}", engine.endpoint().host, engine.endpoint().port);
     let shown = config.socket.clone();
     let handle = match hipobj_daemon::spawn(engine, config, listener) {
         Ok(h) => h,
