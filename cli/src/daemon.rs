@@ -141,7 +141,11 @@ fn serve(args: &DaemonArgs, socket: PathBuf, out: &mut dyn Write, err: &mut dyn 
     }
     // The systemd socket first (before any thread reads the environment), else our own.
     let listener = match engine::attach::SeqPacketListener::from_systemd() {
-        Ok(Some(l)) => l,
+        Ok(Some(l)) => {
+            // The socket unit owns the file: it stays when the service stops or restarts.
+            config.remove_socket = false;
+            l
+        }
         Ok(None) => match hipobj_daemon::listen(&config) {
             Ok(l) => l,
             Err(e) => return fail(err, e.to_string()),

@@ -49,6 +49,11 @@ pub struct DaemonConfig {
     /// [`engine::DEFAULT_CONNECTIONS`], the engine's connection count). Clients with work
     /// share it equally.
     pub max_in_flight: u32,
+    /// Remove the socket file when the daemon stops (default `true`). `false` for a socket
+    /// systemd passed ([`SeqPacketListener::from_systemd`]): the socket unit owns that file
+    /// and keeps listening on it while the service restarts; removed, no client could
+    /// connect again until the socket unit restarted too.
+    pub remove_socket: bool,
 }
 
 impl Default for DaemonConfig {
@@ -58,6 +63,7 @@ impl Default for DaemonConfig {
             mode: 0o600,
             allow_uids: Vec::new(),
             max_in_flight: engine::DEFAULT_CONNECTIONS as u32,
+            remove_socket: true,
         }
     }
 }
@@ -121,6 +127,7 @@ pub struct DaemonHandle {
     waker: Arc<mio::Waker>,
     thread: Option<JoinHandle<io::Result<()>>>,
     socket: PathBuf,
+    remove_socket: bool,
 }
 
 impl std::fmt::Debug for DaemonHandle {
@@ -138,7 +145,8 @@ impl DaemonHandle {
         &self.socket
     }
 
-    /// Stops the loop and waits for it; the socket file is removed.
+    /// Stops the loop and waits for it; the socket file is removed unless
+    /// [`DaemonConfig::remove_socket`] is `false`.
     pub fn stop(mut self) -> io::Result<()> {
         self.shutdown()
     }
@@ -152,7 +160,9 @@ impl DaemonHandle {
                 .unwrap_or_else(|_| Err(io::Error::other("daemon thread panicked"))),
             None => Ok(()),
         };
-        let _ = std::fs::remove_file(&self.socket);
+        if self.remove_socket {
+            let _ = std::fs::remove_file(&self.socket);
+        }
         result
     }
 }
@@ -171,6 +181,7 @@ pub fn spawn(
     listener: SeqPacketListener,
 ) -> Result<DaemonHandle, DaemonError> {
     let socket = config.socket.clone();
+    let remove_socket = config.remove_socket;
     let (mut server, waker) =
         server::Server::new(engine, config, listener).map_err(DaemonError::Poll)?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -184,6 +195,7 @@ pub fn spawn(
         waker,
         thread: Some(thread),
         socket,
+        remove_socket,
     })
 }
 
@@ -204,5 +216,45 @@ pub fn query_status(socket: &Path) -> io::Result<Vec<ClientStatus>> {
     match ask(Request::Status)? {
         Reply::Status(clients) => Ok(clients),
         other => Err(io::Error::other(format!("unexpected answer {other:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine() -> Engine {
+        // Nothing is sent: an engine whose endpoint is never reached.
+        Engine::builder()
+            .in_process()
+            .endpoint_url("http://127.0.0.1:1")
+            .credentials(engine::Credentials::new("AKIDEXAMPLE", "secret"))
+            .region("us-east-1")
+            .placement(engine::Placement::Workers(1))
+            .fabric(engine::Fabric::Http)
+            .build()
+            .expect("engine")
+    }
+
+    #[test]
+    fn the_socket_file_is_removed_on_stop_only_when_the_daemon_owns_it() {
+        let dir = tempfile::tempdir().unwrap();
+        for remove_socket in [true, false] {
+            let config = DaemonConfig {
+                socket: dir.path().join(format!("{remove_socket}.sock")),
+                remove_socket,
+                ..DaemonConfig::default()
+            };
+            let path = config.socket.clone();
+            let listener = listen(&config).unwrap();
+            let handle = spawn(engine(), config, listener).unwrap();
+            assert!(path.exists());
+            handle.stop().unwrap();
+            assert_eq!(
+                path.exists(),
+                !remove_socket,
+                "remove_socket = {remove_socket}"
+            );
+        }
     }
 }

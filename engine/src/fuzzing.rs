@@ -129,6 +129,61 @@ pub fn rdma_answers(data: &[u8]) {
     }
 }
 
+/// The node daemon's control messages (`attach::wire`) on untrusted bytes, both as a request
+/// (what a daemon reads from a client) and as a reply (what a client reads from a daemon),
+/// each on the input itself and on the input behind the magic `HOD1` (so that the fuzzer
+/// reaches the fields without having to find the magic). Decoding never panics; no bytes are
+/// both a request and a reply; whatever decodes re-encodes to exactly those bytes (the codec
+/// is canonical), decodes again to the same value, fits the receiver's buffer
+/// (`MAX_REQUEST`, `MAX_REPLY`), and is refused when cut short or followed by one more byte
+/// (each message is exactly one packet).
+pub fn daemon_wire(data: &[u8]) {
+    use crate::attach::wire::{MAGIC, MAX_REPLY, MAX_REQUEST, Reply, Request, WireError};
+
+    let behind_magic = [MAGIC.as_slice(), data].concat();
+    for msg in [data, behind_magic.as_slice()] {
+        let req = Request::decode(msg);
+        let reply = Reply::decode(msg);
+        assert!(
+            req.is_err() || reply.is_err(),
+            "both a request and a reply: {req:?} / {reply:?}"
+        );
+        // Where to cut an accepted message short: chosen by the input's last byte.
+        let cut = usize::from(msg.last().copied().unwrap_or(0)) % msg.len().max(1);
+        if let Ok(r) = req {
+            assert!(msg.len() <= MAX_REQUEST, "{} bytes accepted", msg.len());
+            let enc = r.encode();
+            assert_eq!(
+                enc.as_slice(),
+                msg,
+                "request decode→encode must be the identity"
+            );
+            assert_eq!(Request::decode(&enc).as_ref(), Ok(&r));
+            assert!(
+                Request::decode(&msg[..cut]).is_err(),
+                "prefix of {cut} bytes"
+            );
+            assert!(Request::decode(&msg[..msg.len() - 1]).is_err());
+            let longer = [msg, &[0]].concat();
+            assert_eq!(Request::decode(&longer), Err(WireError::Trailing(1)));
+        }
+        if let Ok(r) = reply {
+            assert!(msg.len() <= MAX_REPLY, "{} bytes accepted", msg.len());
+            let enc = r.encode();
+            assert_eq!(
+                enc.as_slice(),
+                msg,
+                "reply decode→encode must be the identity"
+            );
+            assert_eq!(Reply::decode(&enc).as_ref(), Ok(&r));
+            assert!(Reply::decode(&msg[..cut]).is_err(), "prefix of {cut} bytes");
+            assert!(Reply::decode(&msg[..msg.len() - 1]).is_err());
+            let longer = [msg, &[0]].concat();
+            assert_eq!(Reply::decode(&longer), Err(WireError::Trailing(1)));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,6 +210,72 @@ mod tests {
         let declined = "\x01HTTP/1.1 501 Not Implemented\r\nx-amz-rdma-reply: 501\r\n\
             x-amz-rdma-fabric: soft\r\nContent-Length: 0\r\n\r\n";
         rdma_answers(declined.as_bytes());
+    }
+
+    #[test]
+    fn daemon_wire_seeds_replay() {
+        use crate::attach::wire::{MAGIC, Reply, Request};
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/daemon_wire");
+        let (mut n, mut requests, mut replies) = (0, 0, 0);
+        for e in std::fs::read_dir(dir).unwrap() {
+            let data = std::fs::read(e.unwrap().path()).unwrap();
+            daemon_wire(&data);
+            let behind_magic = [MAGIC.as_slice(), &data].concat();
+            for msg in [&data, &behind_magic] {
+                requests += usize::from(Request::decode(msg).is_ok());
+                replies += usize::from(Reply::decode(msg).is_ok());
+            }
+            n += 1;
+        }
+        // The seeds are real messages of both directions (and one rejection), not noise.
+        assert!(n >= 6, "{n} seeds");
+        assert!(
+            requests >= 4 && replies >= 3,
+            "{requests} requests, {replies} replies"
+        );
+        assert!(requests + replies < n, "no seed is a rejection");
+    }
+
+    #[test]
+    fn daemon_wire_takes_garbage_and_every_message() {
+        use crate::attach::wire::{ClientStatus, ErrorKind, Reply, Request};
+        daemon_wire(&[]);
+        daemon_wire(b"HOD1");
+        daemon_wire(&[0xff; 300]);
+        let msgs = [
+            Request::Status.encode(),
+            Request::RegisterHost { len: u64::MAX }.encode(),
+            Request::Deregister {
+                buf: 3,
+                timeout_ms: 5000,
+            }
+            .encode(),
+            Reply::Done.encode(),
+            Reply::Object { id: 1 }.encode(),
+            Reply::Buffer { id: u32::MAX }.encode(),
+            Reply::Queue {
+                sq_entries: 64,
+                cq_entries: 128,
+                timestamps: false,
+            }
+            .encode(),
+            Reply::Status(vec![ClientStatus::default(); 3]).encode(),
+            Reply::Error {
+                kind: ErrorKind::Other(0),
+                message: "é".into(),
+            }
+            .encode(),
+        ];
+        for m in msgs {
+            daemon_wire(&m);
+            // Every single-byte change is either refused or canonical again.
+            for i in 0..m.len() {
+                let mut w = m.clone();
+                w[i] ^= 0x81;
+                daemon_wire(&w);
+            }
+        }
     }
 
     #[test]

@@ -38,6 +38,7 @@ const TARGETS: &[(&str, &str)] = targets![
     "rdma_answers",
     "gateway_request_parts",
     "safetensors_header",
+    "daemon_wire",
 ];
 
 fn files_in(dir: &Path) -> Vec<PathBuf> {

@@ -110,9 +110,15 @@ impl Attached {
         req: &Request,
         fds: &[std::os::fd::BorrowedFd<'_>],
     ) -> Result<(Reply, Vec<OwnedFd>), EngineError> {
+        // A request the daemon's decoder would refuse (a bucket or key over the wire's
+        // limits) is refused here: sent, it would make the daemon drop this connection.
+        let bytes = req.encode();
+        if let Err(e) = Request::decode(&bytes) {
+            return Err(daemon_err(&self.path, format!("request not sent: {e}")));
+        }
         let _one = lock(&self.calls);
         self.conn
-            .send(&req.encode(), fds)
+            .send(&bytes, fds)
             .map_err(|e| daemon_err(&self.path, format!("sending a request: {e}")))?;
         let mut buf = vec![0u8; MAX_REPLY];
         let (n, got) = self
@@ -441,5 +447,63 @@ impl CompletionWaiter for FdWaiter {
             self.gone.store(true, Ordering::Relaxed);
         }
         gone
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An attached engine over one end of a socket pair (the test plays the daemon).
+    fn attached() -> (Attached, SeqPacket) {
+        let (ours, daemon) = SeqPacket::pair().unwrap();
+        ours.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let a = Attached {
+            path: PathBuf::from("test.sock"),
+            conn: Arc::new(ours),
+            calls: Mutex::new(()),
+            endpoint: Endpoint::parse("http://127.0.0.1:1").unwrap(),
+            workers: 1,
+            objects: Mutex::new(HashMap::new()),
+            bufs: Mutex::new(HashMap::new()),
+            gpu: None,
+            placement: crate::PlacementPlan::detached(),
+        };
+        (a, daemon)
+    }
+
+    #[test]
+    fn names_over_the_wire_limits_are_refused_without_sending() {
+        let (a, daemon) = attached();
+        daemon.set_nonblocking(true).unwrap();
+        let err = a.object("b", &"k".repeat(5000)).unwrap_err();
+        assert!(
+            matches!(err, EngineError::Daemon(ref m) if m.contains("not sent")),
+            "{err}"
+        );
+        let err = a.object(&"b".repeat(300), "k").unwrap_err();
+        assert!(matches!(err, EngineError::Daemon(_)), "{err}");
+        let mut buf = [0u8; MAX_REPLY];
+        let got = daemon.recv(&mut buf);
+        assert!(
+            matches!(got, Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "the daemon received {got:?}"
+        );
+        // A name within the limits is sent, and the answer taken.
+        let t = std::thread::spawn(move || {
+            daemon.set_nonblocking(false).unwrap();
+            let (n, _) = daemon.recv(&mut buf).unwrap();
+            let req = Request::decode(&buf[..n]).unwrap();
+            daemon.send(&Reply::Object { id: 7 }.encode(), &[]).unwrap();
+            req
+        });
+        assert_eq!(a.object("b", "k").unwrap(), ObjectId(7));
+        assert_eq!(
+            t.join().unwrap(),
+            Request::Intern {
+                bucket: "b".into(),
+                key: "k".into()
+            }
+        );
     }
 }

@@ -343,8 +343,12 @@ fn open(bytes: &[u8]) -> Result<(u8, Reader<'_>), WireError> {
     Ok((kind, r))
 }
 
-/// Longest bucket or key an [`Request::Intern`] may carry (the engine's own limits are
-/// checked when the daemon interns).
+/// Longest bucket an [`Request::Intern`] may carry (S3 allows 63 bytes; the engine's own
+/// limits are checked when the daemon interns).
+const MAX_BUCKET_FIELD: usize = 255;
+/// Longest key an [`Request::Intern`] may carry (S3 allows 1024 bytes), and longest endpoint
+/// a [`Reply::Welcome`] may carry. With [`MAX_BUCKET_FIELD`], the largest request fits in
+/// [`MAX_REQUEST`], so whatever [`Request::decode`] accepts a daemon can also receive.
 const MAX_NAME_FIELD: usize = 2048;
 /// Longest error message carried.
 const MAX_MESSAGE_TEXT: usize = 4096;
@@ -404,7 +408,7 @@ impl Request {
                 name: r.str("name", MAX_NAME)?,
             },
             kind::INTERN => Self::Intern {
-                bucket: r.str("bucket", MAX_NAME_FIELD)?,
+                bucket: r.str("bucket", MAX_BUCKET_FIELD)?,
                 key: r.str("key", MAX_NAME_FIELD)?,
             },
             kind::REGISTER_HOST => Self::RegisterHost { len: r.u64()? },
@@ -614,6 +618,53 @@ mod tests {
         ];
         for r in replies {
             assert_eq!(Reply::decode(&r.encode()), Ok(r));
+        }
+    }
+
+    #[test]
+    fn whatever_decodes_fits_the_receive_buffers() {
+        // A request the decoder accepts must fit the daemon's receive buffer, or a client
+        // would be dropped (truncated packet) for a request the codec calls valid. Bucket and
+        // key each at, and one past, their limits and the old 2048-byte bucket limit.
+        let mut accepted = 0;
+        for b in [1, MAX_BUCKET_FIELD, MAX_BUCKET_FIELD + 1, MAX_NAME_FIELD] {
+            for k in [MAX_NAME_FIELD, MAX_NAME_FIELD + 1] {
+                let bytes = Request::Intern {
+                    bucket: "b".repeat(b),
+                    key: "k".repeat(k),
+                }
+                .encode();
+                if Request::decode(&bytes).is_ok() {
+                    assert!(bytes.len() <= MAX_REQUEST, "{b}+{k}: {} bytes", bytes.len());
+                    accepted += 1;
+                }
+            }
+        }
+        assert_eq!(
+            accepted, 2,
+            "buckets of 1 and MAX_BUCKET_FIELD bytes with a full key"
+        );
+        // The largest replies fit the client's receive buffer.
+        let full = ClientStatus {
+            name: "n".repeat(MAX_NAME),
+            ..ClientStatus::default()
+        };
+        let largest = [
+            Reply::Status(vec![full; MAX_STATUS_CLIENTS]),
+            Reply::Error {
+                kind: ErrorKind::Failed,
+                message: "m".repeat(MAX_MESSAGE_TEXT),
+            },
+            Reply::Welcome {
+                endpoint: "e".repeat(MAX_NAME_FIELD),
+                workers: u32::MAX,
+                max_in_flight: u32::MAX,
+            },
+        ];
+        for r in largest {
+            let bytes = r.encode();
+            assert!(bytes.len() <= MAX_REPLY, "{} bytes", bytes.len());
+            assert_eq!(Reply::decode(&bytes), Ok(r));
         }
     }
 
