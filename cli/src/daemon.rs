@@ -36,7 +36,7 @@ pub struct DaemonArgs {
     #[arg(long)]
     pub gpu: bool,
     /// Operations in the engine at once over all clients (shared equally by clients with
-    /// work; default: the engine's connection count).
+    /// work; default 256).
     #[arg(long)]
     pub max_in_flight: Option<u32>,
     /// Admit this uid besides the daemon's own (repeatable); the socket's mode must let it

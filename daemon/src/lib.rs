@@ -45,9 +45,10 @@ pub struct DaemonConfig {
     pub mode: u32,
     /// Uids admitted besides the daemon's own.
     pub allow_uids: Vec<u32>,
-    /// Operations in the engine at once, over all clients (default
-    /// [`engine::DEFAULT_CONNECTIONS`], the engine's connection count). Clients with work
-    /// share it equally.
+    /// Operations in the engine at once, over all clients (default 4 ×
+    /// [`engine::DEFAULT_CONNECTIONS`] = 256: what one loader process keeps in flight, eight
+    /// queues of 32; RDMA GETs free their connection before their bytes land, so more
+    /// operations than connections pay off). Clients with work share it equally.
     pub max_in_flight: u32,
     /// Remove the socket file when the daemon stops (default `true`). `false` for a socket
     /// systemd passed ([`SeqPacketListener::from_systemd`]): the socket unit owns that file
@@ -62,7 +63,7 @@ impl Default for DaemonConfig {
             socket: engine::attach::default_socket_path(),
             mode: 0o600,
             allow_uids: Vec::new(),
-            max_in_flight: engine::DEFAULT_CONNECTIONS as u32,
+            max_in_flight: 4 * engine::DEFAULT_CONNECTIONS as u32,
             remove_socket: true,
         }
     }
