@@ -204,10 +204,18 @@ impl Link {
         true
     }
 
-    /// After waking: withdraws the announcements and drains the fds.
+    /// After waking: withdraws the announcement that this side sleeps.
     pub(crate) fn woke(&mut self) {
         self.ring.finish_park();
+    }
+
+    /// The engine queue's completion fd fired: drain and disarm it.
+    pub(crate) fn clear_engine_fd(&mut self) {
         self.engine.clear_completion_fd();
+    }
+
+    /// The client rang: drain the doorbell.
+    pub(crate) fn drain_doorbell(&mut self) {
         self.doorbell.drain();
     }
 }

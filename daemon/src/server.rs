@@ -114,16 +114,17 @@ impl Server {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
-            self.woke();
             let mut readable = Vec::new();
+            let mut fired = Vec::new();
             for ev in &events {
                 match ev.token() {
                     LISTENER => self.accept_all(),
                     WAKER => {}
                     t if t.0 & 3 == 2 => readable.push((t.0 >> 2) as u64),
-                    _ => {}
+                    t => fired.push(((t.0 >> 2) as u64, t.0 & 1 == 1)),
                 }
             }
+            self.woke(&fired);
             for id in readable {
                 self.read_requests(id);
             }
@@ -192,10 +193,21 @@ impl Server {
         true
     }
 
-    fn woke(&mut self) {
+    /// After waking: every queue withdraws its sleep announcement (no system call); only the
+    /// fds that fired are drained (one `read` each), so a wake costs no more system calls
+    /// however many queues are open. An armed engine fd that did not fire stays armed: at
+    /// worst it fires once more.
+    fn woke(&mut self, fired: &[(u64, bool)]) {
         for c in self.clients.values_mut() {
-            for link in c.links.values_mut() {
+            for (lid, link) in &mut c.links {
                 link.woke();
+                for (_, engine_side) in fired.iter().filter(|(f, _)| f == lid) {
+                    if *engine_side {
+                        link.clear_engine_fd();
+                    } else {
+                        link.drain_doorbell();
+                    }
+                }
             }
         }
     }
