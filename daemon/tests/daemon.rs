@@ -104,7 +104,7 @@ impl Drop for Node {
 }
 
 fn attach(socket: &Path) -> Engine {
-    Engine::builder().daemon(socket).build().expect("attach")
+    Engine::connect(socket).expect("attach")
 }
 
 /// `ops` range-gets of `len` bytes at varying offsets through one queue, `depth` in flight;

@@ -67,6 +67,13 @@ impl Engine {
         EngineBuilder::default()
     }
 
+    /// Attaches to the node daemon listening at `socket` (`hipobj daemon`): the same as
+    /// `Engine::builder().daemon(socket).build()`. Device memory needs
+    /// [`EngineBuilder::gpu`] on the builder instead.
+    pub fn connect(socket: impl Into<std::path::PathBuf>) -> Result<Self, EngineError> {
+        Self::builder().daemon(socket).build()
+    }
+
     /// `true` when this engine is attached to a node daemon.
     #[must_use]
     pub fn is_attached(&self) -> bool {
