@@ -119,7 +119,7 @@ def scenario(a, label: str, processes: int, daemon_sock=None, daemon_pid=None):
     """Starts the processes, waits until all are ready, releases them together."""
     sync = os.path.join(a.workdir, f"sync-{label}-{time.time_ns()}")
     os.makedirs(sync)
-    me = [sys.executable, __file__, "--endpoint", a.endpoint, "--fabric", a.fabric, "--shards", str(a.shards),
+    me = [sys.executable, __file__, "--endpoint", a.endpoint, "--hipobj-bin", a.hipobj_bin or "", "--fabric", a.fabric, "--shards", str(a.shards),
           "--shard-mib", str(a.shard_mib), "--sync", sync, "--workdir", a.workdir]
     if processes == 1:
         cmds = [me + ["--role", "one"]]
@@ -138,6 +138,12 @@ def scenario(a, label: str, processes: int, daemon_sock=None, daemon_pid=None):
     open(os.path.join(sync, "go"), "w").close()
     time.sleep(0.3)
     node_threads = (threads_of([p.pid for p in procs]), threads_of([daemon_pid]) if daemon_pid else 0)
+    if daemon_sock and a.hipobj_bin:
+        st = subprocess.run([a.hipobj_bin, "daemon", "status", "--json", "--socket", daemon_sock],
+                            capture_output=True, text=True)
+        clients = [json.loads(l) for l in st.stdout.splitlines() if l.strip()]
+        print(f"  mid-run daemon status: {len(clients)} clients, in flight "
+              f"{[c['in_flight'] for c in clients]}", flush=True)
     results, failed = [], []
     for p in procs:
         out, _ = p.communicate(timeout=600)
