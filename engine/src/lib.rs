@@ -44,7 +44,9 @@
 //!
 //! # Safety model
 //! `#![deny(unsafe_code)]`; the only modules allowed `unsafe` are `memory::raw` (pointer
-//! access to registrations), `sys` (clock, rusage, socket options, pread), `fabric::soft::raw` (the
+//! access to registrations), `memory::shared` (sealed memfd mappings shared between
+//! processes), `attach::sys` (the daemon socket: descriptor passing, peer credentials),
+//! `queue::eventfd`, `sys` (clock, rusage, socket options, pread), `fabric::soft::raw` (the
 //! soft fabric's access to registered ranges), the GPU FFI modules under `gpu` (CUDA, HIP) and
 //! the verbs FFI under `verbs`, plus [`Engine::register_raw`], whose caller contract is
 //! documented, and `rc::RcStaging::read_file_at` (a `pread(2)` straight into a registration that

@@ -34,6 +34,9 @@
 
 pub(crate) mod bounce;
 pub(crate) mod raw;
+pub(crate) mod shared;
+
+pub use shared::SharedMemory;
 
 use std::collections::HashMap;
 use std::ops::Deref;

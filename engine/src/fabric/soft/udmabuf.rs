@@ -1,21 +1,20 @@
 //! Dmabufs of host memory, for running the dmabuf path on hosts without a GPU.
 //!
-//! A [`HostDmabuf`] is a sealed memfd (`F_SEAL_SHRINK`, as the kernel's udmabuf driver requires)
-//! mapped into this process. [`HostDmabuf::export`] hands out an fd for a page-aligned slice of
+//! A [`HostDmabuf`] is a sealed memfd (`F_SEAL_SHRINK`, as the kernel's udmabuf driver requires,
+//! and `F_SEAL_GROW`) mapped into this process: a [`SharedMemory`]. [`HostDmabuf::export`] hands out an fd for a page-aligned slice of
 //! it, either a real dmabuf made by `/dev/udmabuf` (`UDMABUF_CREATE`; kernels built with
 //! `CONFIG_UDMABUF`) or a duplicate of the memfd itself, which the soft device maps the same
 //! way (it only needs `mmap`). Tests use the mapping as a GPU runtime's fake VRAM and the export
 //! as that runtime's `cuMemGetHandleForAddressRange`; see `gateway/tests/gpu_direct.rs`.
 //!
-//! FFI module: `memfd_create`, `fcntl`, `ftruncate`, `mmap`, `munmap`, `ioctl`; every block has a
-//! `SAFETY` comment.
+//! FFI module: `ioctl` and `sysconf` (the memfd and its mapping are `memory::shared`'s); every
+//! block has a `SAFETY` comment.
 #![allow(unsafe_code)]
 
-use std::ffi::CStr;
-use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-use std::ptr::NonNull;
+
+use crate::memory::SharedMemory;
 
 /// Where the udmabuf driver's device node is.
 pub const UDMABUF_DEVICE: &str = "/dev/udmabuf";
@@ -57,24 +56,16 @@ pub fn udmabuf_available() -> bool {
         .is_ok()
 }
 
-/// A sealed memfd of `len` bytes mapped read-write into this process (unmapped on drop).
+/// A sealed memfd of `len` bytes mapped read-write into this process (unmapped on drop): a
+/// [`SharedMemory`] exported as a dmabuf.
 #[derive(Debug)]
 pub struct HostDmabuf {
-    memfd: OwnedFd,
-    /// INVARIANT: a `MAP_SHARED` mapping of `len` bytes of `memfd`, live until drop.
-    ptr: NonNull<u8>,
-    len: usize,
+    shm: SharedMemory,
 }
-
-// SAFETY: an fd and a shared mapping; neither is tied to a thread, and this type never forms a
-// reference to the mapped bytes (users address them by `as_ptr`, under their own rules).
-unsafe impl Send for HostDmabuf {}
-// SAFETY: as above: `&HostDmabuf` exposes only the address, the length and fd duplication.
-unsafe impl Sync for HostDmabuf {}
 
 impl HostDmabuf {
     /// A zeroed memfd of `len` bytes (a multiple of the page size, > 0), sealed against
-    /// shrinking, and mapped.
+    /// shrinking and growing, and mapped.
     pub fn new(len: usize) -> io::Result<Self> {
         let page = usize::try_from(page_size()).unwrap_or(4096);
         if len == 0 || !len.is_multiple_of(page) {
@@ -83,57 +74,27 @@ impl HostDmabuf {
                 format!("{len} bytes is not a positive multiple of the {page}-byte page"),
             ));
         }
-        let name: &CStr = c"hipobj-host-dmabuf";
-        // SAFETY: `name` is a NUL-terminated string that outlives the call.
-        let fd = unsafe {
-            libc::memfd_create(name.as_ptr(), libc::MFD_ALLOW_SEALING | libc::MFD_CLOEXEC)
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `memfd_create` just returned this fd; nothing else owns it.
-        let memfd = unsafe { OwnedFd::from_raw_fd(fd) };
-        File::from(memfd.try_clone()?).set_len(len as u64)?;
-        // SAFETY: fcntl on our own fd with an integer argument.
-        let rc = unsafe { libc::fcntl(memfd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a fresh shared mapping of our memfd at a kernel-chosen address; `len` bytes
-        // exist (set above) and cannot shrink (sealed), so every mapped byte stays backed.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                memfd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(io::Error::last_os_error)?;
-        Ok(Self { memfd, ptr, len })
+        Ok(Self {
+            shm: SharedMemory::create("hipobj-host-dmabuf", len)?,
+        })
     }
 
     /// The mapping's first byte.
     #[must_use]
     pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
+        self.shm.as_mut_ptr()
     }
 
     /// Length in bytes.
     #[must_use]
     pub fn len(&self) -> usize {
-        self.len
+        self.shm.len()
     }
 
     /// Whether it is empty (never: [`HostDmabuf::new`] refuses 0).
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.shm.is_empty()
     }
 
     /// An fd for bytes `offset..offset + len` (both page aligned): a udmabuf of exactly that
@@ -145,7 +106,7 @@ impl HostDmabuf {
         if len == 0
             || !offset.is_multiple_of(page)
             || !len.is_multiple_of(page)
-            || end.is_none_or(|e| e > self.len as u64)
+            || end.is_none_or(|e| e > self.shm.len() as u64)
         {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -153,13 +114,13 @@ impl HostDmabuf {
             ));
         }
         match kind {
-            ExportKind::Memfd => self.memfd.try_clone(),
+            ExportKind::Memfd => self.shm.fd().try_clone_to_owned(),
             ExportKind::Udmabuf => {
                 let dev = std::fs::OpenOptions::new()
                     .read(true)
                     .write(true)
                     .open(UDMABUF_DEVICE)?;
-                let memfd = u32::try_from(self.memfd.as_raw_fd())
+                let memfd = u32::try_from(self.shm.fd().as_raw_fd())
                     .map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
                 let arg = UdmabufCreate {
                     memfd,
@@ -181,14 +142,6 @@ impl HostDmabuf {
     }
 }
 
-impl Drop for HostDmabuf {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, unmapped once; users promised (by their own
-        // contracts on the address) not to use it past the buffer's life.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
-    }
-}
-
 /// The host page size.
 fn page_size() -> u64 {
     // SAFETY: sysconf reads a process-wide constant; no pointers are involved.
@@ -202,6 +155,7 @@ fn page_size() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
 
     #[test]
     fn create_ioctl_number_matches_linux_udmabuf_h() {
