@@ -31,15 +31,18 @@ pub struct QpCaps {
     pub max_recv_wr: u32,
     /// Port the QP uses (from 1).
     pub port: u8,
+    /// The QP will post RDMA READs: it connects with the vendor row's `read_timeout`.
+    pub posts_reads: bool,
 }
 
 impl Default for QpCaps {
-    /// 128 / 128 on port 1 (hipObject's sizes; docs/verbs.md, RC parameters).
+    /// 128 / 128 on port 1 (hipObject's sizes; docs/verbs.md, RC parameters), no READs.
     fn default() -> Self {
         Self {
             max_send_wr: 128,
             max_recv_wr: 128,
             port: 1,
+            posts_reads: false,
         }
     }
 }
@@ -397,12 +400,17 @@ impl QueuePair {
         self.modify(QpState::Err, &mut a, sys::IBV_QP_STATE, &self.values())
     }
 
-    /// `Init → Rtr → Rts` towards the peer `token` names, with the vendor row's timeouts.
+    /// `Init → Rtr → Rts` towards the peer `token` names, with the vendor row's timeouts
+    /// (its `read_timeout` for a QP created with `posts_reads`).
     pub fn connect(&self, peer: &RcToken, rq_psn: u32, sq_psn: u32) -> Result<(), Error> {
         self.modify_to_rtr(&RtrAttr::from_token(peer, rq_psn, &self.port)?)?;
         let v = self.pd.ctx().vendor();
         self.modify_to_rts(&RtsAttr {
-            timeout: v.timeout,
+            timeout: if self.caps.posts_reads {
+                v.read_timeout
+            } else {
+                v.timeout
+            },
             retry_cnt: v.retry_cnt,
             rnr_retry: v.rnr_retry,
             ..RtsAttr::new(sq_psn)
