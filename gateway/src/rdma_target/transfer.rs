@@ -644,7 +644,9 @@ fn read_pieces(len: usize, max: Option<u32>) -> impl Iterator<Item = (usize, usi
         .filter(|&m| m > 0)
         .unwrap_or(len)
         .max(1);
-    (0..len).step_by(step).map(move |at| (at, step.min(len - at)))
+    (0..len)
+        .step_by(step)
+        .map(move |at| (at, step.min(len - at)))
 }
 
 /// PUT / UploadPart: RDMA READ of the client's window → staging → the spool.
@@ -1252,9 +1254,16 @@ mod tests {
         assert_eq!(rxe.len(), 8);
         assert!(rxe.iter().all(|&(_, n)| n == 128 * 1024));
         assert!(rxe.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0), "{rxe:?}");
-        assert_eq!(cut(CHUNK, None), [(0, CHUNK)], "no limit: one READ per chunk");
+        assert_eq!(
+            cut(CHUNK, None),
+            [(0, CHUNK)],
+            "no limit: one READ per chunk"
+        );
         assert_eq!(cut(CHUNK, Some(4 << 20)), [(0, CHUNK)]);
-        assert_eq!(cut(1000, Some(300)), [(0, 300), (300, 300), (600, 300), (900, 100)]);
+        assert_eq!(
+            cut(1000, Some(300)),
+            [(0, 300), (300, 300), (600, 300), (900, 100)]
+        );
         assert_eq!(cut(1000, Some(0)), [(0, 1000)], "a zero limit is no limit");
         assert!(cut(0, Some(300)).is_empty());
     }
@@ -1319,7 +1328,11 @@ mod tests {
         let (got, err) = drain(&mut put);
         assert!(err.is_none(), "{err:?}");
         assert_eq!(got.len(), CHUNK);
-        assert_eq!(r.conn.demux.unclaimed(), 0, "unsignaled READs left no completion");
+        assert_eq!(
+            r.conn.demux.unclaimed(),
+            0,
+            "unsignaled READs left no completion"
+        );
     }
 
     #[test]
