@@ -3,8 +3,9 @@
 //! [`GET_DEPTH`] staging buffers (the backend's file is read straight into them,
 //! [`ObjectSink::data_from_file`]; other backends' bytes are copied in), filling some while
 //! the others are on the wire; [`RcPut`] is the body source of a PUT and RDMA-READs the
-//! client's window chunk by chunk (the next READ runs while the previous chunk is hashed and
-//! spooled). Completions of the connection's shared CQ are routed to the waiting transfer by
+//! client's window chunk by chunk (the next chunk's READs run while the previous chunk is
+//! hashed and spooled; a chunk is one READ, or several of at most the QP's
+//! [`engine::rc::RcQp::max_read_bytes`] where the device asks for that: rxe, docs/verbs.md). Completions of the connection's shared CQ are routed to the waiting transfer by
 //! [`Demux`].
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
