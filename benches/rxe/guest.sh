@@ -17,7 +17,18 @@ note() { echo "[vm $(now)s] $*"; }
 FAILED=0; bad() { echo "LANE_FAIL: $*"; FAILED=1; }
 # Blocks (≤ 60 s) until something listens on TCP port $1 (perftest's out-of-band exchange).
 listening() { local i; for i in $(seq 120); do ss -Hltn "sport = :$1" | grep -q . && return 0; sleep 0.5; done; return 1; }
+# The kernel's rxe counters of every device, one line each (completer_retry_err: a send queue
+# waited out its ACK timeout or saw a gap and went back; duplicate_request: a responder got a
+# request again because its requester retried).
+rxe_counters() {
+  local d
+  for d in /sys/class/infiniband/rxe*; do
+    [ -d "$d/ports/1/hw_counters" ] || continue
+    echo "LANE_RXE_COUNTERS role=$ROLE dev=${d##*/} $(cd "$d/ports/1/hw_counters" && for c in *; do printf '%s=%s ' "$c" "$(cat "$c")"; done)"
+  done
+}
 finish() {
+  rxe_counters
   rdma link delete rxe0 2>/dev/null; rdma link delete rxe1 2>/dev/null
   echo $FAILED > $OUT/status
   [ $FAILED = 0 ] && echo "LANE_GUEST_OK role=$ROLE" || echo "LANE_GUEST_FAILED role=$ROLE"

@@ -38,6 +38,7 @@ fn pair(ctx: &Arc<Context>, pd: &engine::verbs::ProtectionDomain, depth: u32) ->
         max_send_wr: depth,
         max_recv_wr: depth,
         port: 1,
+        posts_reads: true,
     };
     let mk = || {
         let cq = ctx.create_cq(depth * 2).expect("create_cq");

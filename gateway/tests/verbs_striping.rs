@@ -89,17 +89,26 @@ fn port_state(nic: &str) -> String {
         .to_owned()
 }
 
-/// The kernel's packet counters of one device: (received, sent).
-fn packets(nic: &str) -> (u64, u64) {
-    let read = |name: &str| -> u64 {
-        let p = port_dir(nic).join("hw_counters").join(name);
-        std::fs::read_to_string(&p)
-            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-            .trim()
-            .parse()
-            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-    };
-    (read("rcvd_pkts"), read("sent_pkts"))
+/// One of the kernel's counters of a device (`hw_counters/<name>`).
+fn hw_counter(nic: &str, name: &str) -> u64 {
+    let p = port_dir(nic).join("hw_counters").join(name);
+    std::fs::read_to_string(&p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The kernel's counters of one device: (received packets, sent packets, duplicate requests).
+/// rxe counts a `duplicate_request` when its responder gets a request again because the
+/// peer's requester went back (an ACK timeout or a gap in what it received): during a PUT,
+/// each one is the gateway re-asking for part of an RDMA READ.
+fn packets(nic: &str) -> (u64, u64, u64) {
+    (
+        hw_counter(nic, "rcvd_pkts"),
+        hw_counter(nic, "sent_pkts"),
+        hw_counter(nic, "duplicate_request"),
+    )
 }
 
 /// What each device did during one operation: engine bytes, kernel packets in and out.
@@ -108,9 +117,10 @@ struct DeviceDelta {
     bytes: u64,
     rcvd_pkts: u64,
     sent_pkts: u64,
+    dup_reqs: u64,
 }
 
-struct Snapshot(Vec<(String, u64, (u64, u64))>);
+struct Snapshot(Vec<(String, u64, (u64, u64, u64))>);
 
 impl Snapshot {
     fn take(engine: &Engine, nics: &[String]) -> Self {
@@ -130,13 +140,14 @@ impl Snapshot {
         self.0
             .iter()
             .zip(&now.0)
-            .map(|((n, b0, (r0, s0)), (_, b1, (r1, s1)))| {
+            .map(|((n, b0, (r0, s0, d0)), (_, b1, (r1, s1, d1)))| {
                 (
                     n.clone(),
                     DeviceDelta {
                         bytes: b1 - b0,
                         rcvd_pkts: r1 - r0,
                         sent_pkts: s1 - s0,
+                        dup_reqs: d1 - d0,
                     },
                 )
             })
@@ -207,8 +218,8 @@ fn report(
         .iter()
         .map(|(n, d)| {
             format!(
-                "{n}:bytes={},rcvd_pkts={},sent_pkts={}",
-                d.bytes, d.rcvd_pkts, d.sent_pkts
+                "{n}:bytes={},rcvd_pkts={},sent_pkts={},dup_reqs={}",
+                d.bytes, d.rcvd_pkts, d.sent_pkts, d.dup_reqs
             )
         })
         .collect();

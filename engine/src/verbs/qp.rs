@@ -20,6 +20,7 @@ use super::qp_state::{self, AttrMask, AttrValues, QpState};
 use super::result;
 use super::sys;
 use super::token::{self, QpAddress};
+use super::vendor::VendorProfile;
 use crate::fabric::rc::wr::{RecvWr, SendWr};
 
 /// Queue sizes and the port (`ibv_qp_init_attr.cap`, one SGE per request).
@@ -31,16 +32,29 @@ pub struct QpCaps {
     pub max_recv_wr: u32,
     /// Port the QP uses (from 1).
     pub port: u8,
+    /// The QP will post RDMA READs: it connects with the vendor row's `read_timeout`.
+    pub posts_reads: bool,
 }
 
 impl Default for QpCaps {
-    /// 128 / 128 on port 1 (hipObject's sizes; docs/verbs.md, RC parameters).
+    /// 128 / 128 on port 1 (hipObject's sizes; docs/verbs.md, RC parameters), no READs.
     fn default() -> Self {
         Self {
             max_send_wr: 128,
             max_recv_wr: 128,
             port: 1,
+            posts_reads: false,
         }
+    }
+}
+
+/// The ACK timeout exponent a QP connects with: the vendor row's `read_timeout` for a QP that
+/// posts RDMA READs, its `timeout` otherwise (docs/verbs.md, RC parameters).
+fn ack_timeout(v: &VendorProfile, posts_reads: bool) -> u8 {
+    if posts_reads {
+        v.read_timeout
+    } else {
+        v.timeout
     }
 }
 
@@ -397,12 +411,13 @@ impl QueuePair {
         self.modify(QpState::Err, &mut a, sys::IBV_QP_STATE, &self.values())
     }
 
-    /// `Init → Rtr → Rts` towards the peer `token` names, with the vendor row's timeouts.
+    /// `Init → Rtr → Rts` towards the peer `token` names, with the vendor row's timeouts
+    /// (its `read_timeout` for a QP created with `posts_reads`).
     pub fn connect(&self, peer: &RcToken, rq_psn: u32, sq_psn: u32) -> Result<(), Error> {
         self.modify_to_rtr(&RtrAttr::from_token(peer, rq_psn, &self.port)?)?;
         let v = self.pd.ctx().vendor();
         self.modify_to_rts(&RtsAttr {
-            timeout: v.timeout,
+            timeout: ack_timeout(v, self.caps.posts_reads),
             retry_cnt: v.retry_cnt,
             rnr_retry: v.rnr_retry,
             ..RtsAttr::new(sq_psn)
@@ -484,5 +499,25 @@ impl Drop for QueuePair {
     fn drop(&mut self) {
         // SAFETY: live (INVARIANT), not used afterwards; the PD and CQs are still held.
         let _ = unsafe { result::destroy_qp(self.pd.ctx().api(), self.qp) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::vendor::{PROFILES, Vendor, profile};
+    use super::*;
+
+    #[test]
+    fn a_qp_that_posts_reads_takes_the_read_timeout() {
+        // rxe: WRITE-only QPs keep 1.07 s against emulated vCPU stalls; a READ that lost a
+        // response packet waits the whole timeout, so READ QPs take 67 ms.
+        let rxe = profile(Vendor::Rxe);
+        assert_eq!(ack_timeout(rxe, false), 18);
+        assert_eq!(ack_timeout(rxe, true), 14);
+        for p in PROFILES.iter().filter(|p| p.vendor != Vendor::Rxe) {
+            assert_eq!(ack_timeout(p, false), 14, "{:?}", p.vendor);
+            assert_eq!(ack_timeout(p, true), 14, "{:?}", p.vendor);
+        }
+        assert!(!QpCaps::default().posts_reads);
     }
 }

@@ -35,6 +35,10 @@ pub struct VendorProfile {
     pub name_prefixes: &'static [&'static str],
     /// Local ACK timeout exponent (4.096 µs × 2^timeout).
     pub timeout: u8,
+    /// The ACK timeout of a QP that posts RDMA READs (`QpCaps::posts_reads`: the gateway's
+    /// rc-persistent QPs, which READ PUT payloads): a READ that lost a response packet may
+    /// wait this long before it asks again.
+    pub read_timeout: u8,
     /// Transport retries.
     pub retry_cnt: u8,
     /// RNR retries (7 = infinite).
@@ -44,6 +48,9 @@ pub struct VendorProfile {
     pub relaxed_ordering: bool,
     /// dmabuf registration expected to work (GPU memory without a peer-memory module).
     pub dmabuf: bool,
+    /// The most packets (of the path MTU) one RDMA READ work request should ask for, where
+    /// the device wants large READs cut up; `None`: any size (a NIC paces its READ responses).
+    pub max_read_packets: Option<u32>,
     /// Why this row differs from the defaults.
     pub note: &'static str,
 }
@@ -55,10 +62,12 @@ pub const PROFILES: &[VendorProfile] = &[
         pci_vendor: Some(0x14e4),
         name_prefixes: &["bnxt_re"],
         timeout: 14,
+        read_timeout: 14,
         retry_cnt: 7,
         rnr_retry: 7,
         relaxed_ordering: true,
         dmabuf: true,
+        max_read_packets: None,
         note: "hipObject's configureBnxtQp uses the defaults; not run here",
     },
     VendorProfile {
@@ -66,10 +75,12 @@ pub const PROFILES: &[VendorProfile] = &[
         pci_vendor: Some(0x1dd8),
         name_prefixes: &["ionic"],
         timeout: 14,
+        read_timeout: 14,
         retry_cnt: 7,
         rnr_retry: 7,
         relaxed_ordering: true,
         dmabuf: true,
+        max_read_packets: None,
         note: "hipObject's configureIonicQp uses the defaults; not run here",
     },
     VendorProfile {
@@ -77,10 +88,12 @@ pub const PROFILES: &[VendorProfile] = &[
         pci_vendor: Some(0x15b3),
         name_prefixes: &["mlx5_"],
         timeout: 14,
+        read_timeout: 14,
         retry_cnt: 7,
         rnr_retry: 7,
         relaxed_ordering: true,
         dmabuf: true,
+        max_read_packets: None,
         note: "relaxed ordering matters for PCIe peer-to-peer to GPUs; not run here",
     },
     VendorProfile {
@@ -90,11 +103,25 @@ pub const PROFILES: &[VendorProfile] = &[
         // Under qemu TCG an emulated round trip takes milliseconds and a loaded 2-core host
         // stalls vCPUs for longer: 2^18 × 4.096 µs ≈ 1.07 s instead of ≈ 67 ms.
         timeout: 18,
+        // But not for READs: rxe's completer (kernel 6.1, `check_psn`) drops every READ
+        // response after a lost one without asking again, so each lost response packet
+        // stalls its READ for the whole ACK timeout (a lost WRITE packet is NAKed by the
+        // responder at once). The VM lane's emulated link loses ~0.2% of packets: ~130 lost
+        // responses made a striped 64 MiB PUT take 77-92 s at 1.07 s (docs/verbs.md, "Why the
+        // rc-persistent PUT stalled"). A READ timeout that fires while the peer VM is merely
+        // stalled only sends the request again (rxe takes retry_cnt 7 as "retry forever"); the
+        // short timeout on every QP made WRITEs re-send 2-3x their packets in the lane.
+        read_timeout: 14,
         retry_cnt: 7,
         rnr_retry: 7,
         relaxed_ordering: false,
         dmabuf: false,
-        note: "software; active MTU 1024; no dmabuf; longer ACK timeout for emulated VMs",
+        // rxe's responder sends all of a READ's response packets at once (its requester keeps
+        // at most 128 WRITE packets unacknowledged): READs of 128 packets keep to the burst
+        // its WRITEs keep to, and a lost response costs a re-send of the rest of 128 KiB, not
+        // of 1 MiB.
+        max_read_packets: Some(128),
+        note: "software; active MTU 1024; no dmabuf; longer ACK timeout for emulated VMs, except for READs, cut to 128 packets",
     },
     OTHER,
 ];
@@ -105,10 +132,12 @@ const OTHER: VendorProfile = VendorProfile {
     pci_vendor: None,
     name_prefixes: &[],
     timeout: 14,
+    read_timeout: 14,
     retry_cnt: 7,
     rnr_retry: 7,
     relaxed_ordering: false,
     dmabuf: false,
+    max_read_packets: None,
     note: "unknown provider: protocol defaults",
 };
 
@@ -185,13 +214,19 @@ mod tests {
     fn only_rxe_differs_in_timeout_and_every_row_is_in_range() {
         for p in PROFILES {
             assert!(
-                p.timeout <= 31 && p.retry_cnt <= 7 && p.rnr_retry <= 7,
+                p.timeout <= 31 && p.read_timeout <= 31 && p.retry_cnt <= 7 && p.rnr_retry <= 7,
                 "{p:?}"
             );
             let expect = if p.vendor == Vendor::Rxe { 18 } else { 14 };
             assert_eq!(p.timeout, expect, "{:?}", p.vendor);
+            // rxe too: a READ that lost a response packet waits its whole ACK timeout.
+            assert_eq!(p.read_timeout, 14, "{:?}", p.vendor);
         }
         assert!(!profile(Vendor::Rxe).dmabuf);
+        for p in PROFILES {
+            let expect = (p.vendor == Vendor::Rxe).then_some(128);
+            assert_eq!(p.max_read_packets, expect, "{:?}", p.vendor);
+        }
         assert_eq!(profile(Vendor::Other).vendor, Vendor::Other);
     }
 }

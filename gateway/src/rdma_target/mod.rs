@@ -501,7 +501,11 @@ impl RdmaTarget for RcTarget {
                 &self.pool.pd,
                 &cq,
                 &cq,
-                RcCaps::default(),
+                // It READs PUT payloads (verbs: the vendor row's READ timeout).
+                RcCaps {
+                    posts_reads: true,
+                    ..RcCaps::default()
+                },
                 Some(&client.gid),
             )
             .map_err(fail)?;

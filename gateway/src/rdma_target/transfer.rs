@@ -3,8 +3,9 @@
 //! [`GET_DEPTH`] staging buffers (the backend's file is read straight into them,
 //! [`ObjectSink::data_from_file`]; other backends' bytes are copied in), filling some while
 //! the others are on the wire; [`RcPut`] is the body source of a PUT and RDMA-READs the
-//! client's window chunk by chunk (the next READ runs while the previous chunk is hashed and
-//! spooled). Completions of the connection's shared CQ are routed to the waiting transfer by
+//! client's window chunk by chunk (the next chunk's READs run while the previous chunk is
+//! hashed and spooled; a chunk is one READ, or several of at most the QP's
+//! [`engine::rc::RcQp::max_read_bytes`] where the device asks for that: rxe, docs/verbs.md). Completions of the connection's shared CQ are routed to the waiting transfer by
 //! [`Demux`].
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -624,6 +625,31 @@ impl Drop for RcGet {
     }
 }
 
+/// The READs of one staging buffer's chunk: the last is signaled, the others are not (an RC
+/// send queue completes in order, so its completion covers them).
+#[derive(Debug, Default)]
+struct ReadChunk {
+    /// Bytes of the chunk.
+    len: usize,
+    /// The signaled READ (`None` until the last piece is posted).
+    signaled: Option<u64>,
+    /// The READs before it, in post order.
+    unsignaled: Vec<u64>,
+}
+
+/// The pieces `(offset, len)` one chunk of `len` bytes is read in: one READ, or READs of at
+/// most `max` bytes where the device asks for that ([`engine::rc::RcQp::max_read_bytes`]).
+fn read_pieces(len: usize, max: Option<u32>) -> impl Iterator<Item = (usize, usize)> {
+    let step = max
+        .and_then(|m| usize::try_from(m).ok())
+        .filter(|&m| m > 0)
+        .unwrap_or(len)
+        .max(1);
+    (0..len)
+        .step_by(step)
+        .map(move |at| (at, step.min(len - at)))
+}
+
 /// PUT / UploadPart: RDMA READ of the client's window → staging → the spool.
 pub(crate) struct RcPut {
     conn: Arc<Conn>,
@@ -633,7 +659,10 @@ pub(crate) struct RcPut {
     posted: u64,
     received: u64,
     buf: Option<RcStaging>,
-    pending: Option<(u64, usize)>,
+    /// The chunk being read (some of its READs may be posted even when posting failed).
+    pending: Option<ReadChunk>,
+    /// The most bytes one READ asks for (`None`: a whole chunk per READ).
+    read_max: Option<u32>,
     out: Vec<u8>,
     deadline: Instant,
     error: Option<ApiError>,
@@ -648,6 +677,7 @@ impl RcPut {
         deadline: Instant,
     ) -> Result<Self, ApiError> {
         let buf = if total > 0 { Some(pool.take()?) } else { None };
+        let read_max = conn.qp.max_read_bytes();
         Ok(Self {
             conn,
             pool,
@@ -657,12 +687,21 @@ impl RcPut {
             received: 0,
             buf,
             pending: None,
+            read_max,
             out: Vec::new(),
             deadline,
             error: None,
         })
     }
 
+    /// Sets how many bytes one READ asks for at most (tests; the QP's own limit otherwise).
+    #[cfg(test)]
+    fn read_max(mut self, max: Option<u32>) -> Self {
+        self.read_max = max;
+        self
+    }
+
+    /// Posts the READs of the next chunk into the staging buffer.
     fn post_next(&mut self) -> Result<(), ApiError> {
         if self.posted >= self.total {
             return Ok(());
@@ -671,19 +710,47 @@ impl RcPut {
             return Err(ApiError::internal("staging buffer missing"));
         };
         let n = usize::try_from(self.total - self.posted).map_or(CHUNK, |r| r.min(CHUNK));
-        let at = RemoteAddr {
-            addr: self
-                .remote
-                .addr
-                .checked_add(self.posted)
-                .ok_or_else(|| ApiError::invalid_argument("RDMA window address overflows"))?,
-            rkey: self.remote.rkey,
+        let base = self
+            .remote
+            .addr
+            .checked_add(self.posted)
+            .filter(|b| b.checked_add(n as u64).is_some())
+            .ok_or_else(|| ApiError::invalid_argument("RDMA window address overflows"))?;
+        let mut chunk = ReadChunk {
+            len: n,
+            ..ReadChunk::default()
         };
-        let id = post(
-            &self.conn,
-            SendWr::new(0, SendOp::Read(at), sge(mr.mr(), n)),
-        )?;
-        self.pending = Some((id, n));
+        for (off, len) in read_pieces(n, self.read_max) {
+            let at = RemoteAddr {
+                addr: base + off as u64,
+                rkey: self.remote.rkey,
+            };
+            let local = Sge {
+                addr: mr.mr().addr() + off as u64,
+                length: u32::try_from(len).unwrap_or(u32::MAX),
+                lkey: mr.mr().lkey(),
+            };
+            let mut wr = SendWr::new(0, SendOp::Read(at), local);
+            let last = off + len == n;
+            wr.signaled = last;
+            let id = match post(&self.conn, wr) {
+                Ok(id) => id,
+                Err(e) => {
+                    // The READs posted before this one still land in the buffer: pending,
+                    // so that dropping the transfer fails the connection first (`Drop`).
+                    if !chunk.unsignaled.is_empty() {
+                        self.pending = Some(chunk);
+                    }
+                    return Err(e);
+                }
+            };
+            if last {
+                chunk.signaled = Some(id);
+            } else {
+                chunk.unsignaled.push(id);
+            }
+        }
+        self.pending = Some(chunk);
         self.posted += n as u64;
         Ok(())
     }
@@ -692,10 +759,13 @@ impl RcPut {
         if self.pending.is_none() {
             self.post_next()?;
         }
-        let Some((id, n)) = self.pending else {
+        let Some(chunk) = self.pending.as_ref() else {
             return Ok(None);
         };
-        complete(&self.conn, id, &[], self.deadline)?;
+        let (Some(id), n) = (chunk.signaled, chunk.len) else {
+            return Err(ApiError::internal("an RDMA READ chunk has no completion"));
+        };
+        complete(&self.conn, id, &chunk.unsignaled, self.deadline)?;
         self.pending = None;
         let Some(mr) = self.buf.as_ref() else {
             return Err(ApiError::internal("staging buffer missing"));
@@ -1175,5 +1245,112 @@ mod tests {
         assert!(lonely.1 < Duration::from_secs(5), "{:?}", lonely.1);
         assert_eq!(r.conn.demux.unclaimed(), 0, "every completion was taken");
         assert!(r.conn.demux.lock().parked.is_empty());
+    }
+
+    #[test]
+    fn read_pieces_cut_a_chunk_into_reads_of_at_most_the_limit() {
+        let cut = |len, max| read_pieces(len, max).collect::<Vec<_>>();
+        // rxe: 128 packets of its 1024-byte MTU; a 1 MiB chunk is eight READs, back to back.
+        let rxe = cut(CHUNK, Some(128 * 1024));
+        assert_eq!(rxe.len(), 8);
+        assert!(rxe.iter().all(|&(_, n)| n == 128 * 1024));
+        assert!(rxe.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0), "{rxe:?}");
+        assert_eq!(
+            cut(CHUNK, None),
+            [(0, CHUNK)],
+            "no limit: one READ per chunk"
+        );
+        assert_eq!(cut(CHUNK, Some(4 << 20)), [(0, CHUNK)]);
+        assert_eq!(
+            cut(1000, Some(300)),
+            [(0, 300), (300, 300), (600, 300), (900, 100)]
+        );
+        assert_eq!(cut(1000, Some(0)), [(0, 1000)], "a zero limit is no limit");
+        assert!(cut(0, Some(300)).is_empty());
+    }
+
+    impl Rig {
+        fn put(&self, total: u64, read_max: Option<u32>) -> RcPut {
+            let remote = RemoteAddr {
+                addr: self.client_mr.addr(),
+                rkey: self.client_mr.rkey(),
+            };
+            let deadline = Instant::now() + Duration::from_secs(20);
+            RcPut::new(
+                Arc::clone(&self.conn),
+                Arc::clone(&self.pool),
+                remote,
+                total,
+                deadline,
+            )
+            .unwrap()
+            .read_max(read_max)
+        }
+    }
+
+    /// Every chunk the PUT hands on, and its error, if any.
+    fn drain(put: &mut RcPut) -> (Vec<u8>, Option<std::io::Error>) {
+        let mut got = Vec::new();
+        loop {
+            match put.next_chunk() {
+                Ok(Some(c)) => got.extend_from_slice(c),
+                Ok(None) => return (got, None),
+                Err(e) => return (got, Some(e)),
+            }
+        }
+    }
+
+    #[test]
+    fn a_put_read_in_pieces_lands_byte_exact() {
+        let payload = pattern(2 * CHUNK + 777, 3);
+        for read_max in [None, Some(128 * 1024), Some(100_003)] {
+            let r = rig(payload.len(), 4);
+            r.client_mr.write(0, &payload).unwrap();
+            let mut put = r.put(payload.len() as u64, read_max);
+            let (got, err) = drain(&mut put);
+            assert!(err.is_none(), "{read_max:?}: {err:?}");
+            assert!(got == payload, "{read_max:?}: bytes differ");
+            assert_eq!(put.finish().unwrap(), payload.len() as u64);
+            drop(put);
+            assert_eq!(r.in_use(), 0, "{read_max:?}: the staging buffer went back");
+            assert!(!r.conn.dead(), "{read_max:?}");
+        }
+    }
+
+    #[test]
+    fn a_put_posts_a_chunk_as_reads_of_at_most_the_limit_with_only_the_last_signaled() {
+        let r = rig(CHUNK, 4);
+        let mut put = r.put(CHUNK as u64, Some(128 * 1024));
+        put.post_next().unwrap();
+        let chunk = put.pending.as_ref().unwrap();
+        assert_eq!(chunk.len, CHUNK);
+        assert_eq!(chunk.unsignaled.len(), 7, "eight READs, seven unsignaled");
+        assert!(chunk.signaled.is_some());
+        let (got, err) = drain(&mut put);
+        assert!(err.is_none(), "{err:?}");
+        assert_eq!(got.len(), CHUNK);
+        assert_eq!(
+            r.conn.demux.unclaimed(),
+            0,
+            "unsignaled READs left no completion"
+        );
+    }
+
+    #[test]
+    fn a_refused_unsignaled_read_fails_the_put_with_its_own_cause() {
+        // The client's window is 300,000 bytes, the token claims 500,000: the second
+        // READ of 200,000 bytes (unsignaled) is refused by the client's fabric. The signaled
+        // one after it is flushed; the PUT reports the refusal (a bad token: 400), not the
+        // flush, and fails the connection.
+        let r = rig(300_000, 4);
+        let mut put = r.put(500_000, Some(200_000));
+        let (got, err) = drain(&mut put);
+        assert!(got.is_empty());
+        assert!(err.is_some());
+        let e = put.take_error().expect("the cause is kept");
+        assert_eq!(e.status, 400, "{e:?}");
+        assert_eq!(e.code, "InvalidArgument", "{e:?}");
+        drop(put);
+        assert!(r.conn.dead());
     }
 }

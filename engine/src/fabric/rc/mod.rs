@@ -50,14 +50,18 @@ pub struct RcCaps {
     pub max_send_wr: u32,
     /// RECVs posted at once.
     pub max_recv_wr: u32,
+    /// The QP will post RDMA READs (verbs: it takes the vendor row's `read_timeout`,
+    /// docs/verbs.md, RC parameters; the soft fabric has no ACK timeout).
+    pub posts_reads: bool,
 }
 
 impl Default for RcCaps {
-    /// 128 / 128 (hipObject's sizes; docs/verbs.md, RC parameters).
+    /// 128 / 128 (hipObject's sizes; docs/verbs.md, RC parameters), no READs.
     fn default() -> Self {
         Self {
             max_send_wr: 128,
             max_recv_wr: 128,
+            posts_reads: false,
         }
     }
 }
@@ -234,6 +238,7 @@ impl RcDevice {
                 let c = verbs::QpCaps {
                     max_send_wr: caps.max_send_wr,
                     max_recv_wr: caps.max_recv_wr,
+                    posts_reads: caps.posts_reads,
                     ..Default::default()
                 };
                 Ok(RcQp::Verbs(verbs::QueuePair::create_toward(

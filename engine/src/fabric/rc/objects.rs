@@ -428,6 +428,22 @@ impl RcQp {
         }
     }
 
+    /// The most bytes one RDMA READ work request should ask for on this QP: the device's
+    /// `max_read_packets` (engine/src/verbs/vendor.rs; rxe: 128) times the port's path MTU,
+    /// or `None` where any size is fine (the soft fabric; NICs that pace READ responses).
+    #[must_use]
+    pub fn max_read_bytes(&self) -> Option<u32> {
+        match self {
+            Self::Soft(_) => None,
+            Self::Verbs(q) => q
+                .pd()
+                .ctx()
+                .vendor()
+                .max_read_packets
+                .map(|p| p.saturating_mul(q.port().path_mtu(None).bytes())),
+        }
+    }
+
     /// Whether the QP is in the error state (soft: as the fabric saw it; verbs: as our calls
     /// left it, or as a completion error reported through [`RcQp::note_completion`]).
     #[must_use]
