@@ -516,15 +516,22 @@ pub struct FetchOptions {
 }
 
 impl FetchOptions {
-    /// Defaults for `engine`: one queue per worker, 32 range-gets in flight on each.
+    /// Defaults for `engine`: one queue per worker, 32 range-gets in flight on each. An
+    /// engine attached to a daemon gets one queue of 64: the daemon forwards every queue
+    /// through one loop, so more queues would only add this process's threads and wake-ups.
     #[must_use]
     pub fn for_engine(engine: &Engine) -> Self {
+        let (queues, depth) = if engine.is_attached() {
+            (1, 64)
+        } else {
+            (engine.workers().len().max(1), 32)
+        };
         Self {
             max_read: DEFAULT_READ,
             max_gap: DEFAULT_GAP,
             batch: BatchOptions {
-                queues: engine.workers().len().max(1),
-                depth: 32,
+                queues,
+                depth,
                 stall: Duration::from_secs(300),
                 range_crc64: true,
                 deadline: None,

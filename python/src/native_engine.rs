@@ -144,7 +144,12 @@ impl NativeEngine {
         let engine = py
             .detach(|| b.build())
             .map_err(|e| make(py, "ConfigError", &format!("engine: {e}"), &[]))?;
-        let queues = engine.workers().len().max(1);
+        // An attached engine's queues all go through the daemon's one loop: one is enough.
+        let queues = if engine.is_attached() {
+            1
+        } else {
+            engine.workers().len().max(1)
+        };
         let per_queue = u32::try_from(connections.unwrap_or(32).clamp(1, 1024)).unwrap_or(32);
         let defaults = Timeouts::default();
         let settings = ClientSettings {

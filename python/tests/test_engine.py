@@ -6,7 +6,9 @@ import _thread
 import array
 import asyncio
 import json
+import os
 import socket
+import subprocess
 import threading
 import time
 
@@ -298,3 +300,36 @@ def test_an_unproven_upload_warns_and_verify_makes_it_an_error(gateway):
     with make_engine(gateway.url) as eng:
         assert eng.get_into(f"s3://{bucket}/unproven.bin", dst) == small.nbytes
     assert np.array_equal(small, dst)
+
+
+def test_an_engine_attached_to_a_daemon_moves_host_buffers(gateway, tmp_path):
+    """`Engine(daemon=...)`: numpy buffers (host memory the daemon cannot reach) travel through
+    a shared copy; a PUT and a ranged GET round trip, and the daemon lists the client."""
+    import numpy as np
+
+    from conftest import ACCESS_KEY, REGION, SECRET_KEY, hipobj_bin
+
+    sock = str(tmp_path / "hipobj.sock")
+    env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
+               AWS_REGION=REGION)
+    env.pop("HIPOBJ_DAEMON", None)
+    daemon = subprocess.Popen([hipobj_bin(), "daemon", "--socket", sock, "--endpoint-url", gateway.url,
+                               "--fabric", "http", "--workers", "1"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = daemon.stdout.readline()
+        assert "listening at" in line, line + daemon.stderr.read()
+        bucket = gateway.new_bucket()
+        with make_engine(gateway.url, daemon=sock) as eng:
+            data = np.frombuffer(os.urandom(3 << 20), dtype=np.uint8).copy()
+            eng.put_from(f"s3://{bucket}/attached", data)
+            out = np.zeros(1 << 20, dtype=np.uint8)
+            assert eng.get_into(f"s3://{bucket}/attached", out, offset=1 << 20, length=1 << 20) == 1 << 20
+            assert np.array_equal(out, data[1 << 20:2 << 20])
+            status = subprocess.run([hipobj_bin(), "daemon", "status", "--json", "--socket", sock],
+                                    capture_output=True, text=True, check=True)
+            clients = [json.loads(l) for l in status.stdout.splitlines()]
+            assert any(c["ops"] >= 2 and c["bytes"] >= 4 << 20 for c in clients), clients
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
