@@ -80,7 +80,7 @@ pub struct WorkerInfo {
     /// Operations it has run so far, from any queue.
     pub ops: u64,
     /// Bytes its successful operations moved so far (each chunk of a striped operation
-    /// counts on the worker that ran it; [`Engine::nic_bytes`] sums them per NIC).
+    /// counts on the worker that ran it; [`Engine::nic_bytes`](crate::Engine::nic_bytes) sums them per NIC).
     pub bytes: u64,
 }
 
@@ -280,22 +280,19 @@ fn resolve_addr(ep: &Endpoint) -> Result<SocketAddr, EngineError> {
 }
 
 impl LocalEngine {
-    /// The endpoint requests go to.
+    /// [`Engine::endpoint`](crate::Engine::endpoint) on an engine in this process.
     #[must_use]
     pub fn endpoint(&self) -> &Endpoint {
         &self.endpoint
     }
 
-    /// Why the `https://` endpoint's certificate was last refused (operations that met it
-    /// completed with `AccessDenied` in class `Transport`); `None` for `http://` endpoints
-    /// and while no certificate was refused.
+    /// [`Engine::tls_failure`](crate::Engine::tls_failure) on an engine in this process.
     #[must_use]
     pub fn tls_failure(&self) -> Option<s3_lite::net::tls::CertificateProblem> {
         self.tls.as_ref().and_then(|t| t.last_failure())
     }
 
-    /// The workers: where they run, which NIC they serve and how many operations each has
-    /// run.
+    /// [`Engine::workers`](crate::Engine::workers) on an engine in this process.
     #[must_use]
     pub fn workers(&self) -> Vec<WorkerInfo> {
         self.workers
@@ -314,8 +311,7 @@ impl LocalEngine {
             .collect()
     }
 
-    /// Bytes moved so far per NIC (RDMA device name), summed over the NIC's workers, in
-    /// worker order; workers without a NIC are left out.
+    /// [`Engine::nic_bytes`](crate::Engine::nic_bytes) on an engine in this process.
     pub fn nic_bytes(&self) -> Vec<(String, u64)> {
         let mut out: Vec<(String, u64)> = Vec::new();
         for w in &self.workers {
@@ -330,7 +326,7 @@ impl LocalEngine {
         out
     }
 
-    /// Interns `(bucket, key)` once; submission entries then name the object by id.
+    /// [`Engine::object`](crate::Engine::object) on an engine in this process.
     pub fn object(&self, bucket: &str, key: &str) -> Result<ObjectId, EngineError> {
         self.shared
             .objects
@@ -338,11 +334,7 @@ impl LocalEngine {
             .map_err(EngineError::Intern)
     }
 
-    /// Allocates `len` bytes of page-aligned, zeroed host memory and registers it.
-    ///
-    /// With [`RegisterOptions::pinned`] the pages are `mlock`ed; if that fails (usually
-    /// `RLIMIT_MEMLOCK`), the memory stays pageable and a warning goes to stderr, unless
-    /// [`RegisterOptions::require_pinned`] turns it into [`EngineError::Pin`].
+    /// [`Engine::register_host`](crate::Engine::register_host) on an engine in this process.
     pub fn register_host(
         &self,
         len: usize,
@@ -369,15 +361,11 @@ impl LocalEngine {
         Ok(h)
     }
 
-    /// Registers caller-owned memory (the C ABI and GPU pointers go through here).
+    /// [`Engine::register_raw`](crate::Engine::register_raw) on an engine in this process.
     ///
     /// # Safety
     ///
-    /// `ptr..ptr+len` must be valid for reads and writes from any thread until
-    /// [`Engine::deregister`] has returned `Ok` for the handle (or the engine is dropped), and
-    /// the caller must not read or write bytes covered by an operation in flight until its
-    /// completion has been reaped — exactly as with `ibv_reg_mr` memory, which must stay valid
-    /// "until a work completion has been polled for the corresponding `wr_id`".
+    /// The contract of [`Engine::register_raw`](crate::Engine::register_raw).
     #[allow(unsafe_code)]
     pub unsafe fn register_raw(&self, ptr: *mut u8, len: usize) -> Result<BufHandle, EngineError> {
         let ptr = NonNull::new(ptr).ok_or_else(|| EngineError::Config("null pointer".into()))?;
@@ -393,18 +381,11 @@ impl LocalEngine {
         Ok(h)
     }
 
-    /// Registers caller memory of either kind: device memory of the engine's GPU runtime goes
-    /// through [`Engine::register_device`] (staged inside the engine), anything else — host
-    /// memory, managed memory, or any pointer when the engine has no GPU runtime — through
-    /// [`Engine::register_raw`]. Returns the handle and which kind it was taken for.
-    ///
-    /// Errors: as the two calls; a range that starts in device memory and does not end in
-    /// the same device's memory is [`EngineError::Config`].
+    /// [`Engine::register_memory`](crate::Engine::register_memory) on an engine in this process.
     ///
     /// # Safety
     ///
-    /// The contract of [`Engine::register_raw`] for host memory and of
-    /// [`Engine::register_device`] for device memory.
+    /// The contract of [`Engine::register_memory`](crate::Engine::register_memory).
     #[allow(unsafe_code)]
     pub unsafe fn register_memory(
         &self,
@@ -434,62 +415,35 @@ impl LocalEngine {
         }
     }
 
-    /// The GPU runtime given to [`EngineBuilder::gpu`], if any.
+    /// [`Engine::gpu`](crate::Engine::gpu) on an engine in this process.
     #[must_use]
     pub fn gpu(&self) -> Option<&Arc<dyn GpuRuntime>> {
         self.shared.gpu.as_ref().map(|g| &g.rt)
     }
 
-    /// Retries granted and refused (budget empty) so far, over every worker and queue.
+    /// [`Engine::retry_stats`](crate::Engine::retry_stats) on an engine in this process.
     #[must_use]
     pub fn retry_stats(&self) -> crate::retry::RetryStats {
         self.shared.retry_budget.stats()
     }
 
-    /// Counters of the GPU staging (copies, merged copies, bytes, failures, and the bounce
-    /// pool: its pinned bytes, bytes in use, waits); `None` without a GPU runtime.
+    /// [`Engine::gpu_staging`](crate::Engine::gpu_staging) on an engine in this process.
     #[must_use]
     pub fn gpu_staging(&self) -> Option<StagingCounters> {
         self.shared.gpu.as_ref().map(GpuStaging::counters)
     }
 
-    /// Capacity in bytes of the bounce pool device operations are staged through (see
-    /// [`EngineBuilder::gpu_bounce_bytes`]): the longest operation on device memory the engine
-    /// accepts. `None` without a GPU runtime.
+    /// [`Engine::gpu_bounce_bytes`](crate::Engine::gpu_bounce_bytes) on an engine in this process.
     #[must_use]
     pub fn gpu_bounce_bytes(&self) -> Option<u64> {
         self.shared.gpu.as_ref().map(|g| g.pool.capacity())
     }
 
-    /// Registers `len` bytes of device memory at `ptr` as a destination of GET / RangeGet and a
-    /// source of PUT.
-    ///
-    /// Nothing is allocated: the engine checks the range with the runtime and records it. Each
-    /// operation on the registration is staged through its own range of the engine's pinned
-    /// bounce pool ([`EngineBuilder::gpu_bounce_bytes`], pinned in segments from the first
-    /// device operation on, as operations in flight need them), taken when the operation starts: the fabric moves bytes into and out of that
-    /// range, and the worker copies them to VRAM on its own stream (merging adjacent ranges)
-    /// and posts a GET's completion only after that copy has finished; a PUT's bytes are
-    /// copied from VRAM before it starts. When the pool is at capacity, operations wait (in order of
-    /// arrival, deadlines and cancels still apply); one longer than the whole pool completes
-    /// with `TooLarge` (class `Local`): split it into pieces of at most
-    /// [`Engine::gpu_bounce_bytes`]. [`Engine::read`], [`Engine::copy_out`] and
-    /// [`Engine::copy_in`] on the handle copy VRAM synchronously through the runtime.
-    ///
-    /// Errors: [`EngineError::Unsupported`] "device memory: no GPU runtime" when the engine
-    /// was built without [`EngineBuilder::gpu`]; [`EngineError::Config`] when the runtime does
-    /// not see `ptr` as memory of device `ptr.ordinal`, or `len` is 0;
-    /// [`EngineError::GpuDirect`] under [`crate::gpu::GpuDirect::Require`] when the range
-    /// cannot have the GPUDirect tier (no RDMA fabric, the runtime cannot export it, the RDMA
-    /// device refused the dmabuf). Under `Auto` (the default) such a registration is staged;
-    /// [`Engine::gpu_tier`] tells which tier it got.
+    /// [`Engine::register_device`](crate::Engine::register_device) on an engine in this process.
     ///
     /// # Safety
     ///
-    /// `ptr..ptr+len` must lie inside one live device allocation of the engine's runtime until
-    /// [`Engine::deregister`] has returned `Ok` for the handle (or the engine is dropped), and
-    /// the caller must not use device bytes covered by an operation in flight until its
-    /// completion has been reaped.
+    /// The contract of [`Engine::register_device`](crate::Engine::register_device).
     #[allow(unsafe_code)]
     pub unsafe fn register_device(
         &self,
@@ -548,51 +502,35 @@ impl LocalEngine {
         }
     }
 
-    /// The tier of a registration: `Some(Direct | Staged)` for device memory
-    /// ([`EngineBuilder::gpu_direct`]), `None` for host memory; [`EngineError::BadHandle`]
-    /// when unknown.
+    /// [`Engine::gpu_tier`](crate::Engine::gpu_tier) on an engine in this process.
     pub fn gpu_tier(&self, handle: BufHandle) -> Result<Option<crate::gpu::GpuTier>, EngineError> {
         self.shared.registry.tier(handle)
     }
 
-    /// What the GPUDirect tier has done: registrations per tier, `Auto` fallbacks, and the
-    /// GETs (and bytes) the RDMA device wrote into VRAM directly.
+    /// [`Engine::gpu_direct_stats`](crate::Engine::gpu_direct_stats) on an engine in this process.
     #[must_use]
     pub fn gpu_direct_stats(&self) -> crate::gpu::GpuDirectCounters {
         self.shared.gpu_direct.stats.snapshot()
     }
 
-    /// The NICs (and workers) operations on `handle` run on: device memory is bound to the
-    /// NICs nearest its GPU, host memory to the NICs of its NUMA node (`nic_plan` in the
-    /// crate docs, docs/engine.md "Placement"). `None` when the registration is unbound (no
-    /// RDMA NIC with a worker, an unknown GPU, or an unknown handle): its operations run on
-    /// any worker.
+    /// [`Engine::buffer_nics`](crate::Engine::buffer_nics) on an engine in this process.
     #[must_use]
     pub fn buffer_nics(&self, handle: BufHandle) -> Option<crate::NicAffinity> {
         self.shared.registry.affinity(handle)
     }
 
-    /// The workers as planned and the topology they were planned from (for each GPU, the
-    /// NICs its buffers would use: [`crate::PlacementPlan::for_gpu`]).
+    /// [`Engine::placement`](crate::Engine::placement) on an engine in this process.
     #[must_use]
     pub fn placement(&self) -> &crate::PlacementPlan {
         &self.shared.placement
     }
 
-    /// Deregisters `handle`, waiting up to `timeout` for operations in flight on it and live
-    /// [`BufferView`]s to finish. New operations on it fail with `EBUSY` meanwhile. On timeout
-    /// it returns [`EngineError::BusyTimeout`] and the handle stays registered.
+    /// [`Engine::deregister`](crate::Engine::deregister) on an engine in this process.
     pub fn deregister(&self, handle: BufHandle, timeout: Duration) -> Result<(), EngineError> {
         self.shared.registry.deregister(handle, timeout)
     }
 
-    /// Read access to `len` bytes at `offset` of a registration; fails with
-    /// [`EngineError::Busy`] if an operation in flight writes any of them.
-    ///
-    /// On a device registration ([`Engine::register_device`]) the bytes are copied out of
-    /// VRAM into host memory owned by the view, synchronously through the runtime
-    /// (`cuMemcpyDtoH`; [`EngineError::Gpu`] if it fails): the view shows the device bytes as
-    /// they were when it was taken.
+    /// [`Engine::read`](crate::Engine::read) on an engine in this process.
     pub fn read(
         &self,
         handle: BufHandle,
@@ -604,8 +542,7 @@ impl LocalEngine {
             .view(handle, offset, len, self.shared.gpu.as_ref().map(|g| &g.rt))
     }
 
-    /// Copies registered bytes at `offset` into `out` (same rules as [`Engine::read`]; device
-    /// registrations are read from VRAM).
+    /// [`Engine::copy_out`](crate::Engine::copy_out) on an engine in this process.
     pub fn copy_out(
         &self,
         handle: BufHandle,
@@ -617,9 +554,7 @@ impl LocalEngine {
         Ok(())
     }
 
-    /// Copies `data` into a registration at `offset` (e.g. a PUT source); fails with
-    /// [`EngineError::Busy`] if an operation in flight reads or writes any of those bytes.
-    /// A device registration's bytes are written into VRAM, synchronously through the runtime.
+    /// [`Engine::copy_in`](crate::Engine::copy_in) on an engine in this process.
     pub fn copy_in(&self, handle: BufHandle, offset: u64, data: &[u8]) -> Result<(), EngineError> {
         self.shared.registry.copy_in(
             handle,
@@ -629,9 +564,7 @@ impl LocalEngine {
         )
     }
 
-    /// [`Engine::queue`] with [`QueueOptions`]: `QueueOptions::new(depth).timestamps(true)`
-    /// pairs every completion with its [`OpTimes`](crate::OpTimes) (see
-    /// [`Queue::completion_timed`]).
+    /// [`Engine::queue_with`](crate::Engine::queue_with) on an engine in this process.
     pub fn queue_with(&self, options: QueueOptions) -> Result<Queue, EngineError> {
         let depth = options.depth;
         if depth == 0 {
@@ -671,13 +604,13 @@ impl LocalEngine {
     }
 }
 
-/// What [`Engine::register_memory`] registered.
+/// What [`Engine::register_memory`](crate::Engine::register_memory) registered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MemoryKind {
     /// Host memory: the engine reads and writes it directly.
     Host,
     /// Device memory of GPU `ordinal`: staged by the engine through its pinned bounce pool, or
-    /// written by the RDMA device directly ([`Engine::gpu_tier`]).
+    /// written by the RDMA device directly ([`Engine::gpu_tier`](crate::Engine::gpu_tier)).
     Device {
         /// The device's index in its runtime.
         ordinal: u32,
