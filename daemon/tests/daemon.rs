@@ -183,6 +183,36 @@ fn attached_engines_run_batches_and_show_in_status() {
     ));
 }
 
+/// An attached engine's host registration is the length asked for, not its memfd's whole
+/// pages: reads and writes past it are refused as in a process's own engine.
+#[test]
+fn attached_host_buffers_are_bounded_by_their_registered_length() {
+    let _one = serial();
+    let node = Node::start(64);
+    let e = node.attach();
+    let buf = e.register_host(5000, RegisterOptions::pageable()).unwrap();
+    e.copy_in(buf, 4990, &[7; 10]).unwrap();
+    assert_eq!(&e.read(buf, 4990, 10).unwrap()[..], &[7; 10]);
+    for (offset, len) in [(4991u64, 10usize), (5000, 1), (u64::MAX, 1)] {
+        assert!(matches!(
+            e.copy_out(buf, offset, &mut vec![0; len]),
+            Err(engine::EngineError::OutOfBounds { size: 5000, .. })
+        ));
+        assert!(matches!(
+            e.read(buf, offset, len as u64),
+            Err(engine::EngineError::OutOfBounds { .. })
+        ));
+    }
+    assert!(matches!(
+        e.copy_in(buf, 4096, &[0; 1000]),
+        Err(engine::EngineError::OutOfBounds { .. })
+    ));
+    assert!(matches!(
+        e.read(buf, 0, u64::MAX),
+        Err(engine::EngineError::OutOfBounds { .. })
+    ));
+}
+
 #[test]
 fn a_put_and_a_get_round_trip_through_the_daemon() {
     let _one = serial();

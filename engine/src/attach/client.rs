@@ -18,7 +18,7 @@ use ring_api::{BufHandle, CompletionWaiter, Doorbell, ObjectId, QueueLayout, Rin
 use s3_lite::s3::Endpoint;
 
 use super::sys::{SeqPacket, SharedMemory, is_eventfd, wait_readable_or_hangup};
-use super::wire::{DeviceExport, MAX_REPLY, Reply, Request};
+use super::wire::{DeviceExport, ErrorKind, MAX_REPLY, Reply, Request};
 use crate::error::EngineError;
 use crate::gpu::{DevicePtr, GpuRuntime, PointerKind};
 use crate::memory::{BufferView, RegisterOptions};
@@ -31,8 +31,9 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Memory this process registered through the daemon.
 #[derive(Debug)]
 enum LocalBuf {
-    /// A memfd both processes map.
-    Host(Arc<SharedMemory>),
+    /// A memfd both processes map, of which the first `len` bytes are registered (the
+    /// mapping is rounded up to whole pages).
+    Host { mem: Arc<SharedMemory>, len: usize },
     /// Device memory the daemon opened from our IPC export.
     Device,
 }
@@ -86,11 +87,7 @@ impl Attached {
             gpu,
             placement: crate::nic_plan::PlacementPlan::detached(),
         };
-        let name: String = name.chars().take(super::wire::MAX_NAME).collect();
-        let mut name = name;
-        while name.len() > super::wire::MAX_NAME {
-            name.pop();
-        }
+        let name = name[..name.floor_char_boundary(super::wire::MAX_NAME)].to_owned();
         match attached.call(&Request::Hello { name }, &[])?.0 {
             Reply::Welcome {
                 endpoint, workers, ..
@@ -104,7 +101,7 @@ impl Attached {
     }
 
     /// Sends one request (with `fds`) and reads its answer; an error answer becomes
-    /// [`EngineError::Daemon`].
+    /// [`EngineError::Busy`] (a registration still in use) or [`EngineError::Daemon`].
     fn call(
         &self,
         req: &Request,
@@ -130,10 +127,16 @@ impl Attached {
         }
         let reply = Reply::decode(buf.get(..n).unwrap_or(&[]))
             .map_err(|e| daemon_err(&self.path, format!("malformed answer: {e}")))?;
-        if let Reply::Error { kind, message } = reply {
-            return Err(daemon_err(&self.path, format!("{message} ({kind:?})")));
+        match reply {
+            Reply::Error {
+                kind: ErrorKind::Busy,
+                ..
+            } => Err(EngineError::Busy),
+            Reply::Error { kind, message } => {
+                Err(daemon_err(&self.path, format!("{message} ({kind:?})")))
+            }
+            reply => Ok((reply, got)),
         }
-        Ok((reply, got))
     }
 
     fn expect_buffer(&self, reply: Reply) -> Result<BufHandle, EngineError> {
@@ -201,7 +204,13 @@ impl Attached {
             .call(&Request::RegisterHost { len: len as u64 }, &[mem.fd()])?
             .0;
         let h = self.expect_buffer(reply)?;
-        lock(&self.bufs).insert(h.0, LocalBuf::Host(Arc::new(mem)));
+        lock(&self.bufs).insert(
+            h.0,
+            LocalBuf::Host {
+                mem: Arc::new(mem),
+                len,
+            },
+        );
         Ok(h)
     }
 
@@ -282,22 +291,37 @@ impl Attached {
                 lock(&self.bufs).remove(&handle.0);
                 Ok(())
             }
-            Err(EngineError::Daemon(m)) if m.contains("(Busy)") => {
-                Err(EngineError::BusyTimeout(timeout))
-            }
+            Err(EngineError::Busy) => Err(EngineError::BusyTimeout(timeout)),
             Err(e) => Err(e),
         }
     }
 
-    fn host(&self, handle: BufHandle) -> Result<Arc<SharedMemory>, EngineError> {
-        match lock(&self.bufs).get(&handle.0) {
-            Some(LocalBuf::Host(m)) => Ok(Arc::clone(m)),
-            Some(LocalBuf::Device) => Err(EngineError::Unsupported(
-                "reading or writing device memory of an attached engine: copy it with the GPU \
-                 runtime of this process",
-            )),
-            None => Err(EngineError::BadHandle(handle)),
-        }
+    /// The shared mapping of a host registration, checked to hold `offset..offset + len`
+    /// within what was registered.
+    fn host(
+        &self,
+        handle: BufHandle,
+        offset: u64,
+        len: usize,
+    ) -> Result<(Arc<SharedMemory>, usize), EngineError> {
+        let (mem, registered) = match lock(&self.bufs).get(&handle.0) {
+            Some(LocalBuf::Host { mem, len }) => (Arc::clone(mem), *len),
+            Some(LocalBuf::Device) => {
+                return Err(EngineError::Unsupported(
+                    "reading or writing device memory of an attached engine: copy it with the \
+                     GPU runtime of this process",
+                ));
+            }
+            None => return Err(EngineError::BadHandle(handle)),
+        };
+        let at = usize::try_from(offset)
+            .ok()
+            .filter(|at| at.checked_add(len).is_some_and(|end| end <= registered));
+        at.map(|at| (mem, at)).ok_or(EngineError::OutOfBounds {
+            offset,
+            len: len as u64,
+            size: registered as u64,
+        })
     }
 
     /// Copies registered bytes out of the shared mapping. Unlike an in-process engine it
@@ -308,8 +332,10 @@ impl Attached {
         offset: u64,
         len: u64,
     ) -> Result<BufferView, EngineError> {
-        let mut out = vec![0u8; usize::try_from(len).unwrap_or(usize::MAX).min(1 << 40)];
-        self.copy_out(handle, offset, &mut out)?;
+        let n = usize::try_from(len).unwrap_or(usize::MAX);
+        let (mem, at) = self.host(handle, offset, n)?;
+        let mut out = vec![0u8; n];
+        mem.copy_out(at, &mut out);
         Ok(BufferView::owned(out))
     }
 
@@ -319,18 +345,9 @@ impl Attached {
         offset: u64,
         out: &mut [u8],
     ) -> Result<(), EngineError> {
-        let mem = self.host(handle)?;
-        let registered = mem.len() as u64;
-        let at = usize::try_from(offset).unwrap_or(usize::MAX);
-        if mem.copy_out(at, out) {
-            Ok(())
-        } else {
-            Err(EngineError::OutOfBounds {
-                offset,
-                len: out.len() as u64,
-                size: registered,
-            })
-        }
+        let (mem, at) = self.host(handle, offset, out.len())?;
+        mem.copy_out(at, out);
+        Ok(())
     }
 
     pub(crate) fn copy_in(
@@ -339,17 +356,9 @@ impl Attached {
         offset: u64,
         data: &[u8],
     ) -> Result<(), EngineError> {
-        let mem = self.host(handle)?;
-        let at = usize::try_from(offset).unwrap_or(usize::MAX);
-        if mem.copy_in(at, data) {
-            Ok(())
-        } else {
-            Err(EngineError::OutOfBounds {
-                offset,
-                len: data.len() as u64,
-                size: mem.len() as u64,
-            })
-        }
+        let (mem, at) = self.host(handle, offset, data.len())?;
+        mem.copy_in(at, data);
+        Ok(())
     }
 
     /// Opens a queue whose rings live in a memfd the daemon created and mapped.
