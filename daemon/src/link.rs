@@ -118,13 +118,9 @@ impl Link {
     pub(crate) fn turn(&mut self, names: &mut Names, allowance: u32) -> Turn {
         let mut turn = Turn::default();
         // Completions first: they free room in the engine and in the client's allowance.
-        let mut done = Vec::new();
-        for cqe in self.engine.completion() {
-            done.push(cqe);
-        }
         {
             let mut out = self.ring.completions();
-            for cqe in done {
+            for cqe in self.engine.completion() {
                 let tag = cqe.user_data();
                 let creates = take_one(&mut self.creates, tag);
                 if take_one(&mut self.in_flight, tag) {

@@ -314,7 +314,7 @@ impl Server {
         if c.name.is_none() && !matches!(req, Request::Hello { .. }) {
             return Err("first request was not Hello".into());
         }
-        let (reply, send): (Reply, Vec<OwnedFdOrShared>) = match req {
+        let (reply, send): (Reply, Vec<SentFd>) = match req {
             Request::Hello { name } => {
                 if c.name.is_some() {
                     return Err("second Hello".into());
@@ -367,53 +367,13 @@ impl Server {
                 sq_entries,
                 cq_entries,
                 timestamps,
-            } => {
-                if c.links.len() >= MAX_QUEUES {
-                    (
-                        refuse(ErrorKind::Invalid, "too many queues for one client"),
-                        Vec::new(),
-                    )
-                } else {
-                    match QueueLayout::new(sq_entries, cq_entries, timestamps) {
-                        Err(e) => (refuse(ErrorKind::Invalid, &e.to_string()), Vec::new()),
-                        Ok(layout) => match Link::open(&self.engine, layout) {
-                            Err(e) => (refuse(ErrorKind::Failed, &e), Vec::new()),
-                            Ok((link, handout)) => {
-                                let lid = self.next_link;
-                                self.next_link += 1;
-                                let reg = self.poll.registry();
-                                reg.register(
-                                    &mut SourceFd(&link.doorbell_fd()),
-                                    link_token(lid, false),
-                                    Interest::READABLE,
-                                )
-                                .and_then(|()| {
-                                    reg.register(
-                                        &mut SourceFd(&link.engine_fd()),
-                                        link_token(lid, true),
-                                        Interest::READABLE,
-                                    )
-                                })
-                                .map_err(|e| format!("registering a queue: {e}"))?;
-                                let send = vec![
-                                    OwnedFdOrShared::Mem(Arc::clone(&handout.mem)),
-                                    OwnedFdOrShared::Bell(Arc::clone(&handout.app_bell)),
-                                    OwnedFdOrShared::Bell(Arc::clone(&link.doorbell)),
-                                ];
-                                c.links.insert(lid, link);
-                                (
-                                    Reply::Queue {
-                                        sq_entries,
-                                        cq_entries,
-                                        timestamps,
-                                    },
-                                    send,
-                                )
-                            }
-                        },
-                    }
-                }
-            }
+            } => open_queue(
+                &self.engine,
+                &self.poll,
+                &mut self.next_link,
+                &mut c.links,
+                (sq_entries, cq_entries, timestamps),
+            )?,
             Request::Status => (Reply::Status(self.status()), Vec::new()),
             _ => (
                 refuse(ErrorKind::Unsupported, "unknown request"),
@@ -423,7 +383,7 @@ impl Server {
         let Some(c) = self.clients.get(&id) else {
             return Ok(());
         };
-        let borrowed: Vec<_> = send.iter().map(OwnedFdOrShared::fd).collect();
+        let borrowed: Vec<_> = send.iter().map(SentFd::fd).collect();
         c.conn
             .send(&reply.encode(), &borrowed)
             .map_err(|e| format!("answering: {e}"))
@@ -521,13 +481,67 @@ fn deregister_link(poll: &Poll, link: &Link) {
     let _ = poll.registry().deregister(&mut SourceFd(&link.engine_fd()));
 }
 
+/// Opens a client queue: its rings, its engine queue, and the registration of its doorbell
+/// and engine fd with the loop. A refusal the client can recover from is an error reply;
+/// `Err` (the loop cannot watch the queue) drops the client.
+fn open_queue(
+    engine: &Engine,
+    poll: &Poll,
+    next_link: &mut u64,
+    links: &mut HashMap<u64, Link>,
+    (sq_entries, cq_entries, timestamps): (u32, u32, bool),
+) -> Result<(Reply, Vec<SentFd>), DropReason> {
+    if links.len() >= MAX_QUEUES {
+        return Ok((
+            refuse(ErrorKind::Invalid, "too many queues for one client"),
+            Vec::new(),
+        ));
+    }
+    let layout = match QueueLayout::new(sq_entries, cq_entries, timestamps) {
+        Ok(l) => l,
+        Err(e) => return Ok((refuse(ErrorKind::Invalid, &e.to_string()), Vec::new())),
+    };
+    let (link, handout) = match Link::open(engine, layout) {
+        Ok(opened) => opened,
+        Err(e) => return Ok((refuse(ErrorKind::Failed, &e), Vec::new())),
+    };
+    let lid = *next_link;
+    *next_link += 1;
+    let reg = poll.registry();
+    reg.register(
+        &mut SourceFd(&link.doorbell_fd()),
+        link_token(lid, false),
+        Interest::READABLE,
+    )
+    .and_then(|()| {
+        reg.register(
+            &mut SourceFd(&link.engine_fd()),
+            link_token(lid, true),
+            Interest::READABLE,
+        )
+    })
+    .map_err(|e| format!("registering a queue: {e}"))?;
+    let send = vec![
+        SentFd::Mem(handout.mem),
+        SentFd::Bell(handout.app_bell),
+        SentFd::Bell(Arc::clone(&link.doorbell)),
+    ];
+    links.insert(lid, link);
+    let reply = Reply::Queue {
+        sq_entries,
+        cq_entries,
+        timestamps,
+    };
+    Ok((reply, send))
+}
+
 /// A descriptor sent with a reply, kept alive by what owns it.
-enum OwnedFdOrShared {
+enum SentFd {
     Mem(Arc<SharedMemory>),
     Bell(Arc<engine::attach::EventFd>),
 }
 
-impl OwnedFdOrShared {
+impl SentFd {
     fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
         use std::os::fd::AsFd;
         match self {

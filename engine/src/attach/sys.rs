@@ -445,8 +445,8 @@ pub fn wait_readable_or_hangup(
     n > 0 && fds[1].revents & (libc::POLLHUP | libc::POLLRDHUP | libc::POLLERR) != 0
 }
 
-/// Makes a descriptor received from a peer into an eventfd handle, after checking that it is
-/// one (`/proc/self/fd` names it `anon_inode:[eventfd]`).
+/// `true` when a descriptor received from a peer is an eventfd (`/proc/self/fd` names it
+/// `anon_inode:[eventfd]`), before it is taken as one (`EventFd::from_owned`).
 pub fn is_eventfd(fd: BorrowedFd<'_>) -> bool {
     let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
     std::fs::read_link(link).is_ok_and(|p| p.as_os_str().as_bytes() == b"anon_inode:[eventfd]")
