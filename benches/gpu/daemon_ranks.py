@@ -7,7 +7,10 @@ is compared with torch.equal against its regenerated reference. The 8 rank proce
 their timers together (a barrier file) after one untimed warm-up load each (engine threads,
 connections, the pinned bounce pool and the CUDA context exist before the timer starts; the
 daemon stays up across runs); a scenario's aggregate GB/s is all bytes over the span from the
-first start to the last end. Threads are counted in the middle of each scenario: all loader
+first start to the last end. Each of --runs rounds runs every scenario once (drift of the
+machine reaches all alike); a scenario's ratio is the median over rounds of its rate over the
+same round's one-process rate. Each process also reports its load's phases (headers, allocation
+with registration, fetch). Threads are counted in the middle of each scenario: all loader
 processes together (Python and torch threads included), and the daemon's.
 """
 
@@ -53,6 +56,15 @@ def check(rank: int, shard_mib: int, loaded: dict) -> None:
         assert torch.equal(loaded[k], v), f"rank {rank}: tensor {k} differs"
 
 
+PHASES = ("seconds_headers", "seconds_allocate", "seconds_fetch")
+
+
+def phases(eng) -> dict:
+    """The load's split (headers read, buffers allocated and registered, bytes fetched)."""
+    rep = getattr(eng, "last_load_report", None) or {}
+    return {k: rep.get(k) for k in PHASES}
+
+
 def wait_for(path: str) -> None:
     while not os.path.exists(path):
         time.sleep(0.0005)
@@ -75,7 +87,7 @@ def role_rank(a) -> int:
     torch.cuda.synchronize()
     t1 = time.time()
     check(a.rank, a.shard_mib, loaded)
-    print(json.dumps({"rank": a.rank, "start": t0, "end": t1,
+    print(json.dumps({"rank": a.rank, "start": t0, "end": t1, **phases(eng),
                       "bytes": sum(v.numel() * v.element_size() for v in loaded.values())}), flush=True)
     eng.close()
     return 0
@@ -99,7 +111,7 @@ def role_one(a) -> int:
     t1 = time.time()
     for r in range(a.shards):
         check(r, a.shard_mib, loaded)
-    print(json.dumps({"rank": -1, "start": t0, "end": t1,
+    print(json.dumps({"rank": -1, "start": t0, "end": t1, **phases(eng),
                       "bytes": sum(v.numel() * v.element_size() for v in loaded.values())}), flush=True)
     eng.close()
     return 0
@@ -155,6 +167,14 @@ def scenario(a, label: str, processes: int, daemon_sock=None, daemon_pid=None):
         raise SystemExit(f"{label}: {len(failed)} of {len(procs)} processes failed (exit {failed[0]})")
     span = max(r["end"] for r in results) - min(r["start"] for r in results)
     total = sum(r["bytes"] for r in results)
+    # Where the span went: the processes' own phases (median over processes, ms) and how far
+    # apart they started and ended.
+    split = {k: round(1000 * statistics.median(r[k] for r in results), 1)
+             for k in PHASES if all(r.get(k) is not None for r in results)}
+    split["start_skew"] = round(1000 * (max(r["start"] for r in results) - min(r["start"] for r in results)), 1)
+    split["end_skew"] = round(1000 * (max(r["end"] for r in results) - min(r["end"] for r in results)), 1)
+    split["span"] = round(1000 * span, 1)
+    print(f"  {label}: {total / span / 1e9:.2f} GB/s, ms {split}", flush=True)
     return total / span / 1e9, node_threads, total
 
 
@@ -212,32 +232,46 @@ def main() -> int:
     if "listening" not in line:
         raise SystemExit(f"hipobj daemon did not start: {line} {daemon.stderr.read()}")
     print(line.strip(), flush=True)
-    rows = {}
+    scenarios = [("one process, own engine", 1, None),
+                 (f"{a.shards} processes, daemon", a.shards, sock),
+                 (f"{a.shards} processes, own engines", a.shards, None)]
+    # Rounds, not blocks: each round runs every scenario once, so drift of the machine over the
+    # minutes of a run (the one-process rate moved by half between two runs a minute apart)
+    # reaches every scenario alike, and each round gives its own ratios.
+    runs = {label: {"gbps": [], "node_threads": []} for label, _, _ in scenarios}
     try:
-        for label, procs, via in [("one process, own engine", 1, None),
-                                  (f"{a.shards} processes, daemon", a.shards, sock),
-                                  (f"{a.shards} processes, own engines", a.shards, None)]:
-            rates, threads = [], []
-            try:
-                for i in range(a.runs):
+        for i in range(a.runs):
+            for label, procs, via in scenarios:
+                row = runs[label]
+                if "error" in row:
+                    continue
+                try:
                     gbps, nthreads, total = scenario(a, label, procs, via, daemon.pid if via else None)
-                    rates.append(gbps)
-                    threads.append(nthreads)
-            except SystemExit as e:  # a scenario that cannot finish is reported, not hidden
-                print(f"{a.fabric:<5} {label:<30} FAILED: {e}", flush=True)
-                rows[label] = {"error": str(e)}
-                continue
-            rows[label] = {"gbps": rates, "median_gbps": statistics.median(rates), "node_threads": threads,
-                           "bytes": total}
-            print(f"{a.fabric:<5} {label:<30} {statistics.median(rates):6.2f} GB/s  runs {['%.2f' % r for r in rates]}"
-                  f"  threads (loader processes, daemon) {threads}", flush=True)
+                except SystemExit as e:  # a scenario that cannot finish is reported, not hidden
+                    print(f"{a.fabric:<5} {label:<30} FAILED: {e}", flush=True)
+                    row["error"] = str(e)
+                    continue
+                row["gbps"].append(gbps)
+                row["node_threads"].append(nthreads)
+                row["bytes"] = total
     finally:
         daemon.terminate()
         daemon.wait(timeout=30)
-    base = rows.get("one process, own engine", {}).get("median_gbps") or float("nan")
-    for label, row in rows.items():
-        if "median_gbps" in row:
-            print(f"{a.fabric:<5} {label:<30} {row['median_gbps'] / base:5.2f}x of one process", flush=True)
+    base = runs["one process, own engine"]["gbps"]
+    rows = {}
+    for label, row in runs.items():
+        if "error" in row or not row["gbps"]:
+            rows[label] = {"error": row.get("error", "no run")}
+            continue
+        rates = row["gbps"]
+        ratios = [r / b for r, b in zip(rates, base)] if len(base) == len(rates) else []
+        row.update(median_gbps=statistics.median(rates), ratios=ratios,
+                   median_ratio=statistics.median(ratios) if ratios else None)
+        rows[label] = row
+        ratio = f"{row['median_ratio']:5.2f}x of one process (rounds {['%.2f' % r for r in ratios]})" \
+            if ratios else "no ratio"
+        print(f"{a.fabric:<5} {label:<30} {row['median_gbps']:6.2f} GB/s  runs {['%.2f' % r for r in rates]}"
+              f"  {ratio}  threads (loader processes, daemon) {row['node_threads']}", flush=True)
     print("every tensor equal (torch.equal) in every run", flush=True)
     if a.out:
         with open(a.out, "w") as f:

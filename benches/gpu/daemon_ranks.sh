@@ -7,7 +7,7 @@
 #   here:   bash benches/gpu/python_on_device.sh build     # hipobj + wheel into .gpu-bin-python/
 #   device: run(command="bash benches/gpu/daemon_ranks.sh", carry=[".gpu-bin-python"])
 #
-# Knobs: SHARDS [8], SHARD_MIB [512], RUNS [2], FABRICS ["http soft"], SERVER_CPUS [0-7],
+# Knobs: SHARDS [8], SHARD_MIB [512], RUNS [3] (rounds of every scenario), FABRICS ["http soft"], SERVER_CPUS [0-7],
 # CLIENT_CPUS [8-15]. Output (log + JSON) in $OUT or benches/gpu/results/.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,7 +36,7 @@ rc=0
 for fabric in ${FABRICS:-http soft}; do
   taskset -c "${CLIENT_CPUS:-8-15}" python3 benches/gpu/daemon_ranks.py --endpoint "http://127.0.0.1:$PORT" \
     --hipobj-bin "$BIN/hipobj" --fabric "$fabric" --shards "${SHARDS:-8}" --shard-mib "${SHARD_MIB:-512}" \
-    --runs "${RUNS:-2}" --daemon-cpus "${CLIENT_CPUS:-8-15}" --workdir "$WORK" $upload \
+    --runs "${RUNS:-3}" --daemon-cpus "${CLIENT_CPUS:-8-15}" --workdir "$WORK" $upload \
     --out "$DEST/daemon-ranks-$fabric-$stamp.json" || rc=1
   upload=
 done

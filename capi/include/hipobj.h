@@ -168,6 +168,7 @@ typedef struct {
   uint32_t stripePolicy;    /**< HIPOBJ_STRIPE_*: 0 (DEFAULT) is BEST_TIER */
   uint64_t stripeThreshold; /**< smallest striped transfer in bytes; 0: 8 MiB */
   uint64_t stripeChunk;     /**< bytes per chunk, at most 5 GiB; 0: 4 MiB (a striped PUT's parts are at least 5 MiB) */
+  const char* daemonSocket; /**< node daemon socket (`hipobj daemon`) to attach to instead of running the engine in this process; NULL: HIPOBJ_DAEMON if set, else in process. See docs/daemon.md */
 } hipObjConfig_t;
 
 /** hipObjConfig_t.flags: a hipObjGet/hipObjPut whose bytes no server checksum

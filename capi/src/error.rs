@@ -184,6 +184,8 @@ impl From<EngineError> for Fail {
             EngineError::BadHandle(_) => OpError::BufNotRegistered,
             EngineError::OutOfBounds { .. } => OpError::SizeTooLarge,
             EngineError::Busy | EngineError::BusyTimeout(_) => OpError::Busy,
+            // The node daemon could not be reached or broke its connection.
+            EngineError::Daemon(_) => OpError::NetworkError,
             _ => OpError::InternalError,
         };
         Fail::new(op, format!("engine: {e}"))

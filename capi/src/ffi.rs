@@ -127,6 +127,7 @@ pub unsafe extern "C" fn hipObjInit(config: *const HipObjConfig) -> HipObjError 
                 stripe_policy: c.stripe_policy,
                 stripe_threshold: c.stripe_threshold,
                 stripe_chunk: c.stripe_chunk,
+                daemon_socket: opt_str(c.daemon_socket, "config.daemonSocket")?,
             }
         };
         let dc = c.dc_token_provider.map(|mint| {

@@ -55,6 +55,8 @@ pub struct Settings {
     pub stripe_threshold: u64,
     /// Bytes per chunk (0: the engine's default).
     pub stripe_chunk: u64,
+    /// The node daemon's socket to attach to (`None`: `HIPOBJ_DAEMON`, else in process).
+    pub daemon_socket: Option<String>,
 }
 
 /// The engine dialect a `HIPOBJ_DIALECT_*` value names (`None`: not one of them).
@@ -263,6 +265,15 @@ impl Library {
         if s.gpu_device >= 0 {
             // Device pointers are recognised (and staged) by the engine's GPU runtime.
             builder = builder.gpu_if_present();
+        }
+        if let Some(socket) = &s.daemon_socket {
+            if socket.is_empty() {
+                return Err(Fail::new(
+                    OpError::InvalidValue,
+                    "config.daemonSocket is empty (NULL attaches through HIPOBJ_DAEMON, if set)",
+                ));
+            }
+            builder = builder.daemon(socket);
         }
         // `HIPOBJ_FABRIC_VERBS` without a usable device: the engine refuses it
         // (`VerbsUnavailable` → `hipObjNicNotFound`); the message names the C setting.

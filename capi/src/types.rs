@@ -70,6 +70,9 @@ pub struct HipObjConfig {
     /// Bytes per chunk of a striped transfer (0: the engine's default, 4 MiB; a striped PUT's
     /// parts are at least 5 MiB).
     pub stripe_chunk: u64,
+    /// Path of a node daemon's socket (`hipobj daemon`) to attach to instead of running an
+    /// engine in this process; NULL: `HIPOBJ_DAEMON` when set, else in process.
+    pub daemon_socket: *const c_char,
 }
 
 /// `hipObjDcTokenProvider_t`: `(ctx, addr, size, op, out, outSize) -> 0` with a NUL-terminated
@@ -300,6 +303,10 @@ pub fn layout_facts() -> Vec<(&'static str, usize)> {
         (
             "offsetof(hipObjConfig_t, stripeChunk)",
             offset_of!(HipObjConfig, stripe_chunk),
+        ),
+        (
+            "offsetof(hipObjConfig_t, daemonSocket)",
+            offset_of!(HipObjConfig, daemon_socket),
         ),
         ("sizeof(hipObjOp_t)", size_of::<HipObjOp>()),
         ("offsetof(hipObjOp_t, kind)", offset_of!(HipObjOp, kind)),

@@ -189,6 +189,7 @@ pub(crate) fn dispatch(sqe: &Sqe, queue: QueueRef, ctx: &DispatchCtx<'_>) -> Dis
         may_retry: !v.no_retry,
         retried: false,
         free_retries: 0,
+        throttled_waits: 0,
         phase: Phase::Ready,
         uploads: multipart.as_ref().map(|_| Arc::clone(ctx.uploads)),
         multipart,

@@ -140,6 +140,8 @@ pub(crate) struct InFlight {
     pub(crate) retried: bool,
     /// Immediate retries after a stale keep-alive connection (bounded, see `Retry::Free`).
     pub(crate) free_retries: u8,
+    /// Uncounted waits after refusals for load (bounded, see `Retry::Throttled`).
+    pub(crate) throttled_waits: u8,
     pub(crate) phase: Phase,
     /// The multipart step, for CreateMultipart / UploadPart / Complete / Abort.
     pub(crate) multipart: Option<MultipartOp>,
@@ -186,6 +188,7 @@ impl InFlight {
             may_retry: true,
             retried: false,
             free_retries: 0,
+            throttled_waits: 0,
             phase: Phase::Ready,
             multipart: None,
             uploads: None,

@@ -96,6 +96,14 @@ int main(int argc, char** argv) {
   OK(hipObjShutdown());
   bad.stripePolicy = HIPOBJ_STRIPE_DEFAULT;
   bad.fabric = HIPOBJ_FABRIC_AUTO;
+  /* A node daemon socket nobody listens on: init fails, naming the socket. */
+  bad.daemonSocket = "/nonexistent/hipobj-errors-test.sock";
+  CHECK(hipObjInit(&bad), hipObjNetworkError);
+  expect_detail("/nonexistent/hipobj-errors-test.sock");
+  bad.daemonSocket = "";
+  CHECK(hipObjInit(&bad), hipObjInvalidValue);
+  expect_detail("config.daemonSocket");
+  bad.daemonSocket = NULL;
   /* cuObject descriptors come from a provider: the dialect without one is refused. */
   bad.dialect = HIPOBJ_DIALECT_CUOBJECT;
   CHECK(hipObjInit(&bad), hipObjInvalidValue);

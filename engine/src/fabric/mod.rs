@@ -30,6 +30,12 @@ pub(crate) enum Retry {
     /// on a fresh connection without counting an attempt (the request never reached a server
     /// that answered it).
     Free,
+    /// The server refused the attempt for load (`503 SlowDown`, `429`, or a new connection
+    /// dropped before any answer) while more requests were in flight than the transport's
+    /// narrowed connection window now allows: wait for a connection again without counting
+    /// an attempt or spending the retry budget (bounded per operation; the window, not the
+    /// retry, limits the load).
+    Throttled,
 }
 
 /// How an attempt ended.

@@ -18,6 +18,9 @@ use crate::timers::TimerKind;
 
 /// Immediate retries allowed after stale keep-alive connections, per operation.
 const MAX_FREE_RETRIES: u8 = 3;
+/// Uncounted waits after a refusal for load ([`Retry::Throttled`]), per operation; then such
+/// refusals count as attempts like any other.
+const MAX_THROTTLED_WAITS: u8 = 8;
 
 impl Worker {
     /// Starts ready operations while the fabric has capacity.
@@ -347,6 +350,25 @@ impl Worker {
                     op.phase = Phase::Ready;
                     self.ready.push_front(key);
                     return;
+                }
+                // Refused for load: the transport narrowed its window; wait (backoff, no
+                // attempt or budget spent) and queue for a connection again.
+                if retry == Retry::Throttled
+                    && op.may_retry
+                    && op.throttled_waits < MAX_THROTTLED_WAITS
+                {
+                    let wait = self
+                        .shared
+                        .retry
+                        .jittered(u32::from(op.throttled_waits) + 1, rand::random::<f64>());
+                    if op.deadline.is_none_or(|d| now + wait < d) {
+                        op.throttled_waits += 1;
+                        op.retried = true;
+                        op.attempts = op.attempts.saturating_sub(1);
+                        let next = op.attempts + 1;
+                        self.timers.push(now + wait, key, TimerKind::Backoff(next));
+                        return;
+                    }
                 }
                 if retry != Retry::No && op.may_retry {
                     let granted = self.shared.retry_budget.next_retry(

@@ -146,6 +146,12 @@ const fn integrity(code: ErrorCode) -> Outcome {
 }
 
 impl<J: ReplyJudge> Conn<J> {
+    /// Whether the server dropped this connection before it ever answered: a first exchange
+    /// with no byte of response (a server at its connection limit does this).
+    pub(crate) fn dropped_unanswered(&self) -> bool {
+        !self.reused && !self.got_bytes
+    }
+
     pub(crate) fn new(
         stream: Transport<TcpStream>,
         tls: Option<Arc<TlsContext>>,

@@ -20,6 +20,7 @@ mod conn;
 mod request;
 pub(crate) mod response;
 pub(crate) mod tls;
+mod window;
 
 pub(crate) use conn::connect_finished;
 
@@ -34,8 +35,10 @@ use s3_lite::sigv4::Signer;
 use self::conn::{Conn, Step};
 use self::request::DateCache;
 use self::response::Plan;
-use super::{Finished, Outcome};
+use self::window::ConnWindow;
+use super::{Finished, Outcome, Retry};
 use crate::inflight::{InFlight, OpKey, OpKind, Phase, Slab};
+use ring_api::ErrorCode;
 
 /// Judges the answer to an exchange whose payload moves outside the HTTP body (supplied with
 /// the exchange by the layer that adds such exchanges; the transport only calls it).
@@ -92,6 +95,8 @@ struct Slot<J: ReplyJudge> {
     op: Option<OpKey>,
     /// Reserved for `op`, which waits for work elsewhere (nothing on the wire yet).
     parked: bool,
+    /// The connection window's epoch when the current request was sent.
+    epoch: u64,
 }
 
 /// A worker's HTTP transport to one endpoint; `J` judges the answers of carried exchanges.
@@ -106,7 +111,9 @@ pub(crate) struct HttpFabric<J: ReplyJudge> {
     slots: Vec<Option<Slot<J>>>,
     /// Slots holding an idle, kept-alive connection (most recently used last).
     idle: Vec<usize>,
-    limit: usize,
+    /// How many connections may be open now: `connections_per_worker`, narrowed while the
+    /// server throttles ([`window`]).
+    window: ConnWindow,
     read_buffer: usize,
     quickack: bool,
     active: usize,
@@ -131,7 +138,7 @@ impl<J: ReplyJudge> HttpFabric<J> {
             dates: DateCache::default(),
             slots: Vec::new(),
             idle: Vec::new(),
-            limit: limit.max(1),
+            window: ConnWindow::new(limit),
             read_buffer: read_buffer.max(4096),
             quickack,
             active: 0,
@@ -181,10 +188,9 @@ impl<J: ReplyJudge> HttpFabric<J> {
         self.idle.push(idx);
     }
 
-    /// Opens a connection in a free slot; `None` when at the limit or the connect failed.
+    /// Opens a connection in a free slot; `None` when the window is full.
     fn open(&mut self, io: &mio::Registry) -> Option<Result<usize, ()>> {
-        let open = self.slots.iter().filter(|s| s.is_some()).count();
-        if open >= self.limit {
+        if self.open_count() >= self.window.current() {
             return None;
         }
         let Ok(stream) = mio::net::TcpStream::connect(self.addr) else {
@@ -220,9 +226,53 @@ impl<J: ReplyJudge> HttpFabric<J> {
                 conn: Conn::new(stream, self.tls.clone(), self.read_buffer, self.quickack),
                 op: None,
                 parked: false,
+                epoch: self.window.epoch(),
             });
         }
         Some(Ok(idx))
+    }
+
+    fn open_count(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_some()).count()
+    }
+
+    /// Teaches the window what an attempt's end says about the server's load: a refusal for
+    /// load (`503 SlowDown`, `429`, or a new connection dropped before any answer) while
+    /// several requests held connections narrows it, and idle connections above it are closed
+    /// (the server counts them too); a success widens it. A refusal the window absorbed
+    /// ([`ConnWindow::on_throttle`]) becomes [`Retry::Throttled`].
+    fn learn(&mut self, idx: usize, outcome: Outcome, io: &mio::Registry) -> Outcome {
+        let Some(slot) = self.slots.get(idx).and_then(Option::as_ref) else {
+            return outcome;
+        };
+        let (code, class) = match outcome {
+            Outcome::Done { .. } => {
+                self.window.on_success();
+                return outcome;
+            }
+            Outcome::Failed {
+                code,
+                class,
+                retry: Retry::Yes,
+            } if code == ErrorCode::SlowDown
+                || (code == ErrorCode::ConnectionReset && slot.conn.dropped_unanswered()) =>
+            {
+                (code, class)
+            }
+            Outcome::Failed { .. } => return outcome,
+        };
+        let absorbed = self.window.on_throttle(slot.epoch, self.active);
+        while self.open_count() > self.window.current() {
+            let Some(&oldest) = self.idle.first() else {
+                break;
+            };
+            self.close(oldest, io);
+        }
+        if absorbed {
+            Outcome::fail(code, class, Retry::Throttled)
+        } else {
+            outcome
+        }
     }
 
     /// The most recently used idle connection that is still fit to carry a request. Each one
@@ -270,6 +320,7 @@ impl<J: ReplyJudge> HttpFabric<J> {
         let Step::Finished { outcome, reusable } = step else {
             return;
         };
+        let outcome = self.learn(idx, outcome, io);
         let note = self
             .slots
             .get_mut(idx)
@@ -354,6 +405,7 @@ impl<J: ReplyJudge> HttpFabric<J> {
         }
         slot.conn.begin(carried.map(|c| c.judge));
         slot.op = Some(key);
+        slot.epoch = self.window.epoch();
         self.active += 1;
         op.phase = Phase::Active { conn: idx };
         let step = slot.conn.drive(op, true);

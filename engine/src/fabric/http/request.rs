@@ -191,6 +191,7 @@ mod tests {
             may_retry: true,
             retried: false,
             free_retries: 0,
+            throttled_waits: 0,
             phase: Phase::Ready,
             multipart: Some(multipart),
             uploads: Some(Arc::default()),
