@@ -526,7 +526,7 @@ impl EngineBuilder {
                 crate::attach::client::Attached::connect(&path, &name, self.gpu)
                     .map(crate::Engine::attached)
             }
-            None => crate::engine::build(self).map(crate::Engine::local),
+            None => crate::local::build(self).map(crate::Engine::local),
         }
     }
 }

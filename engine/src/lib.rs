@@ -67,7 +67,6 @@
 #![warn(missing_docs)]
 
 pub mod attach;
-mod backend;
 mod config;
 mod dispatch;
 mod engine;
@@ -78,6 +77,7 @@ mod fabric;
 pub mod fuzzing;
 pub mod gpu;
 mod inflight;
+mod local;
 mod memory;
 mod mempolicy;
 mod multipart;
@@ -92,9 +92,8 @@ mod timers;
 pub mod verbs;
 mod worker;
 
-pub use backend::Engine;
 pub use config::{DEFAULT_CONNECTIONS, EngineBuilder, Placement, RetryPolicy};
-pub use engine::{MemoryKind, WorkerInfo};
+pub use engine::{Engine, MemoryKind, WorkerInfo};
 pub use error::EngineError;
 /// The RC interface over both RDMA fabrics (soft and verbs): the API the gateway's RDMA target
 /// (`hipobj serve --fabric soft|verbs`) is written against, and the emulator's for tests.

@@ -416,45 +416,6 @@ fn resolve_hints(t: &Topology, hints: &[String]) -> Result<Vec<usize>, EngineErr
     Ok(out)
 }
 
-/// Binds device registration `handle` (memory of GPU `ordinal`) to the NICs nearest that
-/// GPU. A runtime that cannot say where the GPU is leaves it unbound (logged at debug level).
-pub(crate) fn bind_device(
-    shared: &crate::engine::Shared,
-    handle: ring_api::BufHandle,
-    ordinal: u32,
-) {
-    if !shared.placement.binds() {
-        return;
-    }
-    let Some(gpu) = shared.gpu.as_ref() else {
-        return;
-    };
-    match gpu.rt.pci_bus_id(ordinal) {
-        Ok(pci) => {
-            if let Some(a) = shared.placement.for_gpu(pci) {
-                shared.registry.set_affinity(handle, a);
-            }
-        }
-        Err(e) => tracing::debug!("GPU {ordinal}: no PCI address ({e}); buffer not bound to a NIC"),
-    }
-}
-
-/// Binds host registration `handle` at `addr` to the NICs of the NUMA node of its first page.
-pub(crate) fn bind_host(
-    shared: &crate::engine::Shared,
-    handle: ring_api::BufHandle,
-    addr: *const u8,
-) {
-    if !shared.placement.binds() {
-        return;
-    }
-    if let Some(node) = crate::mempolicy::node_of(addr)
-        && let Some(a) = shared.placement.for_node(node)
-    {
-        shared.registry.set_affinity(handle, a);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,9 +28,9 @@ use std::thread::JoinHandle;
 use mio::{Poll, Token, Waker};
 use ring_api::{Doorbell, WorkerQueue};
 
-use crate::engine::Shared;
 use crate::error::EngineError;
 use crate::fabric::Fabric;
+use crate::local::Shared;
 use crate::placement::Slot;
 use handoff::{Inbox, Peer};
 
