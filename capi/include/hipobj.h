@@ -292,6 +292,21 @@ HIPOBJ_API hipObjError_t hipObjBufRegister(void* ptr, size_t size);
 HIPOBJ_API hipObjError_t hipObjBufRegisterHost(void* hostPtr, size_t size);
 
 /**
+ * Allocates size bytes of host memory that the library owns, registers them,
+ * and writes their address to *ptr; hipObjBufDeregister(*ptr) frees them
+ * (hipObjShutdown too). In process this is ordinary memory (pinned where
+ * mlock allows). Attached to a node daemon (config.daemonSocket or
+ * HIPOBJ_DAEMON) it is a memory file this process and the daemon both map, so
+ * the daemon moves bytes straight into it: the host memory a C program can use
+ * through a daemon (hipObjBufRegister of malloc'ed memory is
+ * hipObjOpNotSupported there). Contents start zeroed. Errors:
+ * hipObjInvalidValue (NULL ptr, size 0), hipObjSizeTooLarge (> 4 GiB),
+ * hipObjNotInitialized, and the engine's allocation errors.
+ * Thread safety: any thread.
+ */
+HIPOBJ_API hipObjError_t hipObjBufAlloc(size_t size, void** ptr);
+
+/**
  * Deregisters the buffer registered at exactly ptr. New operations on it fail
  * at once; waits up to 30 s for operations in flight. Errors:
  * hipObjBufNotRegistered (not a registration start), hipObjBusy (still in use

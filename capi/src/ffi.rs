@@ -240,6 +240,62 @@ pub unsafe extern "C" fn hipObjBufRegisterHost(ptr: *mut c_void, size: usize) ->
     unsafe { hipObjBufRegister(ptr, size) }
 }
 
+/// Allocates and registers host memory the library owns. See `hipObjBufAlloc` in
+/// `include/hipobj.h`: the engine's `register_host` memory, which an engine attached to a node
+/// daemon maps from a memfd it shares with the daemon (the only host memory a daemon reaches).
+///
+/// # Safety
+/// `ptr` is NULL or valid for one pointer-sized write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hipObjBufAlloc(size: usize, ptr: *mut *mut c_void) -> HipObjError {
+    guard(|| {
+        if ptr.is_null() {
+            return Err(null("ptr"));
+        }
+        let lib = state::current()?;
+        // The registry's size rules, before anything is allocated.
+        if size == 0 {
+            return Err(Fail::new(
+                OpError::InvalidValue,
+                "hipObjBufAlloc of 0 bytes",
+            ));
+        }
+        if size as u64 > crate::registry::MAX_REGISTRATION {
+            return Err(Fail::new(
+                OpError::SizeTooLarge,
+                format!("hipObjBufAlloc of {size} bytes exceeds the 4 GiB limit per registration"),
+            ));
+        }
+        let mut regs = lib
+            .regs
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let handle = lib
+            .engine
+            .register_host(size, engine::RegisterOptions::pinned())?;
+        let Some(base) = lib.engine.host_base(handle) else {
+            let _ = lib.engine.deregister(handle, Duration::ZERO);
+            return Err(Fail::new(
+                OpError::InternalError,
+                "the engine gave no address for the memory it allocated",
+            ));
+        };
+        let base = base.as_ptr() as usize;
+        if let Err(f) = regs.check_new(base, size) {
+            let _ = lib.engine.deregister(handle, Duration::ZERO);
+            return Err(f);
+        }
+        regs.insert(Registration {
+            base,
+            len: size,
+            handle,
+        });
+        // SAFETY: `ptr` is non-NULL and valid for one write per the contract.
+        unsafe { ptr.write(base as *mut c_void) };
+        Ok(())
+    })
+}
+
 /// Deregisters a buffer. See `hipObjBufDeregister` in `include/hipobj.h`.
 #[unsafe(no_mangle)]
 pub extern "C" fn hipObjBufDeregister(ptr: *mut c_void) -> HipObjError {

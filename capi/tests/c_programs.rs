@@ -160,6 +160,44 @@ fn run_against_gateway(name: &str, needle: &str) -> String {
     stdout
 }
 
+/// `hipObjBufAlloc` memory through a node daemon (`hipObjConfig_t.daemonSocket`): a PUT and
+/// GETs move bytes through memory the daemon maps, and `malloc`ed memory is refused there
+/// with a message naming `hipObjBufAlloc`. The same program in process first, as the control.
+#[test]
+fn host_memory_from_hipobjbufalloc_through_a_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("daemon", dir.path());
+    let gw = gateway(&dir.path().join("objects"));
+    let endpoint = format!("http://{}", gw.local_addr());
+    let out = run(&exe, &[&endpoint, ACCESS, SECRET, BUCKET, "-"], dir.path());
+    expect_ok(&out, "daemon ok (in process)");
+
+    let engine = engine::Engine::builder()
+        .in_process()
+        .endpoint_url(&endpoint)
+        .credentials(engine::Credentials::new(ACCESS, SECRET))
+        .region("us-east-1")
+        .placement(engine::Placement::Workers(2))
+        .fabric(engine::Fabric::Http)
+        .build()
+        .unwrap();
+    let socket = dir.path().join("hipobj.sock");
+    let config = hipobj_daemon::DaemonConfig {
+        socket: socket.clone(),
+        ..hipobj_daemon::DaemonConfig::default()
+    };
+    let listener = hipobj_daemon::listen(&config).unwrap();
+    let daemon = hipobj_daemon::spawn(engine, config, listener).unwrap();
+    let out = run(
+        &exe,
+        &[&endpoint, ACCESS, SECRET, BUCKET, socket.to_str().unwrap()],
+        dir.path(),
+    );
+    expect_ok(&out, "daemon ok (attached)");
+    daemon.stop().unwrap();
+    gw.shutdown();
+}
+
 #[test]
 fn quickstart_with_host_memory() {
     let out = run_against_gateway("quickstart", "quickstart ok");

@@ -273,6 +273,23 @@ impl Engine {
         }
     }
 
+    /// The first byte of host registration `handle` made by [`Engine::register_host`], where
+    /// this process can read and write it directly: the engine's allocation in process, or,
+    /// attached, this process's mapping of the memfd it shares with the daemon (the way a
+    /// C program gets host memory a daemon can reach, `hipObjBufAlloc`). `None` for device
+    /// memory or an unknown handle.
+    ///
+    /// The pointer is valid for the registration's length until [`Engine::deregister`]
+    /// returns `Ok` for it. Using it is the caller's `unsafe`, under the rules of
+    /// [`Engine::register_raw`] memory: no access to bytes an operation in flight covers
+    /// until its completion was reaped.
+    pub fn host_base(&self, handle: BufHandle) -> Option<std::ptr::NonNull<u8>> {
+        match &self.backend {
+            Backend::Local(e) => e.host_base(handle),
+            Backend::Attached(a) => a.host_base(handle),
+        }
+    }
+
     /// The GPU runtime given to [`EngineBuilder::gpu`], if any.
     #[must_use]
     pub fn gpu(&self) -> Option<&Arc<dyn GpuRuntime>> {

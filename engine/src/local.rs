@@ -339,6 +339,11 @@ impl LocalEngine {
         Ok(h)
     }
 
+    /// [`Engine::host_base`](crate::Engine::host_base) on an engine in this process.
+    pub fn host_base(&self, handle: BufHandle) -> Option<NonNull<u8>> {
+        self.shared.registry.get(handle)?.host_base()
+    }
+
     /// [`Engine::register_raw`](crate::Engine::register_raw) on an engine in this process.
     ///
     /// # Safety

@@ -214,11 +214,20 @@ impl Attached {
         Ok(h)
     }
 
+    /// This process's mapping of host registration `handle` (the memfd it shares with the
+    /// daemon); `None` for device memory or an unknown handle.
+    pub(crate) fn host_base(&self, handle: BufHandle) -> Option<std::ptr::NonNull<u8>> {
+        match lock(&self.bufs).get(&handle.0) {
+            Some(LocalBuf::Host { mem, .. }) => std::ptr::NonNull::new(mem.as_mut_ptr()),
+            _ => None,
+        }
+    }
+
     pub(crate) fn register_raw_refused() -> EngineError {
         EngineError::Unsupported(
             "an engine attached to a daemon registers host memory only through \
-             Engine::register_host (a memfd the daemon maps) and device memory through \
-             Engine::register_device; arbitrary process memory cannot be shared",
+             Engine::register_host (a memfd the daemon maps; C: hipObjBufAlloc) and device \
+             memory through Engine::register_device; arbitrary process memory cannot be shared",
         )
     }
 

@@ -176,6 +176,14 @@ impl Region {
         }
     }
 
+    /// The first byte of a host registration (`None`: device memory).
+    pub(crate) fn host_base(&self) -> Option<std::ptr::NonNull<u8>> {
+        match &self.mem {
+            Backing::Host(m) => m.addr_of(0, 1),
+            Backing::Device { .. } => None,
+        }
+    }
+
     /// The device range of a device registration.
     fn device(&self) -> Option<DevicePtr> {
         match &self.mem {
