@@ -254,18 +254,7 @@ pub unsafe extern "C" fn hipObjBufAlloc(size: usize, ptr: *mut *mut c_void) -> H
         }
         let lib = state::current()?;
         // The registry's size rules, before anything is allocated.
-        if size == 0 {
-            return Err(Fail::new(
-                OpError::InvalidValue,
-                "hipObjBufAlloc of 0 bytes",
-            ));
-        }
-        if size as u64 > crate::registry::MAX_REGISTRATION {
-            return Err(Fail::new(
-                OpError::SizeTooLarge,
-                format!("hipObjBufAlloc of {size} bytes exceeds the 4 GiB limit per registration"),
-            ));
-        }
+        crate::registry::check_len(size)?;
         let mut regs = lib
             .regs
             .write()

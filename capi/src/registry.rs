@@ -42,6 +42,21 @@ pub struct Registry {
     by_base: BTreeMap<usize, Registration>,
 }
 
+/// Checks that a registration of `len` bytes is allowed: non-empty, at most
+/// [`MAX_REGISTRATION`] (before anything is allocated for it, `hipObjBufAlloc`).
+pub fn check_len(len: usize) -> Result<(), Fail> {
+    if len == 0 {
+        return Err(Fail::new(OpError::InvalidValue, "buffer size is 0"));
+    }
+    if len as u64 > MAX_REGISTRATION {
+        return Err(Fail::new(
+            OpError::SizeTooLarge,
+            format!("registration of {len} bytes exceeds the 4 GiB limit per registration"),
+        ));
+    }
+    Ok(())
+}
+
 impl Registry {
     /// Checks that `[base, base+len)` may be registered: non-null, non-empty, at most
     /// [`MAX_REGISTRATION`], no address overflow, no overlap with an existing registration.
@@ -49,15 +64,7 @@ impl Registry {
         if base == 0 {
             return Err(Fail::new(OpError::InvalidValue, "buffer pointer is NULL"));
         }
-        if len == 0 {
-            return Err(Fail::new(OpError::InvalidValue, "buffer size is 0"));
-        }
-        if len as u64 > MAX_REGISTRATION {
-            return Err(Fail::new(
-                OpError::SizeTooLarge,
-                format!("registration of {len} bytes exceeds the 4 GiB limit per registration"),
-            ));
-        }
+        check_len(len)?;
         let end = base
             .checked_add(len)
             .ok_or_else(|| Fail::new(OpError::InvalidValue, "pointer + size overflows"))?;

@@ -262,7 +262,8 @@ impl<J: ReplyJudge> HttpFabric<J> {
             Outcome::Failed { .. } => return outcome,
         };
         let absorbed = self.window.on_throttle(slot.epoch, self.active);
-        while self.open_count() > self.window.current() {
+        let excess = self.open_count().saturating_sub(self.window.current());
+        for _ in 0..excess {
             let Some(&oldest) = self.idle.first() else {
                 break;
             };
